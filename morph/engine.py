@@ -1,0 +1,161 @@
+"""The Python API: a loaded Qwen3-TTS model with the morph predictor attached.
+
+    tts = MorphTTS.load("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
+    voice = tts.make_voice(waveform, sample_rate, transcript="...")
+    audio = tts.clone("Hello there.", voice, settings=GenerationSettings(seq_groups=5, seed=1))
+
+Host services (progress, cancel) come in through `on_step(step, total)`, called once per
+frame before it is decoded; an exception raised there stops generation and propagates.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .loading import DEFAULT_MODEL, load_qwen_tts, locate_checkpoint, place, resolve_attention, resolve_device, \
+    resolve_dtype
+from .patch import MorphPatch
+from .reference_audio import prepare_reference
+from .settings import SAMPLE_RATE, GenerationSettings
+from .voice import Voice, check_voice_fits
+
+log = logging.getLogger(__name__)
+
+OnStep = Callable[[int, int], None]
+VARIANT_NAMES = {"base": "Base (voice clone)", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}
+VARIANT_EXAMPLES = {"base": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "custom_voice": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
+                    "voice_design": "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign"}
+
+
+class MorphTTS:
+    def __init__(self, tts, source: str):
+        self.tts = tts
+        self.source = source
+        self.patch = MorphPatch(tts)
+
+    @classmethod
+    def load(cls, source: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
+             attention: str = "auto", search_dirs: list[Path] = (), download_dir: Path | None = None) -> "MorphTTS":
+        folder = locate_checkpoint(source, list(search_dirs), download_dir)
+        dev = resolve_device(device)
+        dt = resolve_dtype(dtype, dev)
+        return cls(load_qwen_tts(folder, dev, dt, resolve_attention(attention, dev, dt)), source)
+
+    # -- what the loaded model is ------------------------------------------------------
+    @property
+    def variant(self) -> str:
+        return self.tts.model.tts_model_type
+
+    @property
+    def model_size(self) -> str:
+        return self.tts.model.tts_model_size
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.tts.model.config.talker_config.hidden_size)
+
+    @property
+    def languages(self) -> list[str]:
+        return ["Auto"] + sorted(lang.capitalize() for lang in self.tts.model.get_supported_languages() if lang != "auto")
+
+    @property
+    def speakers(self) -> list[str]:
+        return sorted(self.tts.model.get_supported_speakers() or [])
+
+    @property
+    def device(self) -> torch.device:
+        return self.tts.device
+
+    def to(self, device) -> "MorphTTS":
+        place(self.tts, device)
+        return self
+
+    def require_variant(self, variant: str, who: str) -> None:
+        if self.variant != variant:
+            raise ValueError(
+                f"{who}: this node needs a {VARIANT_NAMES[variant]} model, but {self.source} is a "
+                f"{VARIANT_NAMES.get(self.variant, self.variant)} model; load one such as {VARIANT_EXAMPLES[variant]}")
+
+    # -- voices ----------------------------------------------------------------------
+    def make_voice(self, waveform, sample_rate: int, transcript: str | None = None, x_vector_only: bool = False,
+                   who: str = "Voice prompt") -> Voice:
+        """Build a voice from reference audio; without a transcript it is x-vector only."""
+        self.require_variant("base", who)
+        transcript = (transcript or "").strip() or None
+        if transcript is None and not x_vector_only:
+            log.info("%s: no transcript given, so the voice uses x-vector-only mode", who)
+            x_vector_only = True
+        audio = prepare_reference(waveform, sample_rate, f"{who}: reference audio")
+        item = self.tts.create_voice_clone_prompt(ref_audio=(audio, SAMPLE_RATE), ref_text=transcript,
+                                                  x_vector_only_mode=x_vector_only)[0]
+        return Voice(
+            spk_embedding=item.ref_spk_embedding.detach().float().cpu(),
+            ref_code=None if item.ref_code is None else item.ref_code.detach().long().cpu(),
+            ref_text=transcript, model_size=self.model_size,
+        )
+
+    # -- generation ------------------------------------------------------------------
+    def clone(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,
+              on_step: OnStep | None = None, who: str = "Generate") -> np.ndarray:
+        self.require_variant("base", who)
+        check_voice_fits(voice, self.hidden_size, self.model_size, who)
+        item = self._prompt_item(voice)
+        return self._run(self.tts.generate_voice_clone, text, language, settings, on_step, who,
+                         voice_clone_prompt=[item])
+
+    def custom_voice(self, text: str, speaker: str, instruct: str = "", language: str = "Auto",
+                     settings: GenerationSettings = None, on_step: OnStep | None = None,
+                     who: str = "Generate (CustomVoice)") -> np.ndarray:
+        self.require_variant("custom_voice", who)
+        if speaker.lower() not in {s.lower() for s in self.speakers}:
+            raise ValueError(f"{who}: unknown speaker {speaker!r}; this model has {', '.join(self.speakers)}")
+        return self._run(self.tts.generate_custom_voice, text, language, settings, on_step, who,
+                         speaker=speaker, instruct=instruct.strip() or None)
+
+    def voice_design(self, text: str, instruct: str, language: str = "Auto", settings: GenerationSettings = None,
+                     on_step: OnStep | None = None, who: str = "Generate (VoiceDesign)") -> np.ndarray:
+        self.require_variant("voice_design", who)
+        return self._run(self.tts.generate_voice_design, text, language, settings, on_step, who,
+                         instruct=instruct.strip())
+
+    def _prompt_item(self, voice: Voice):
+        from qwen_tts import VoiceClonePromptItem
+
+        device = self.device
+        return VoiceClonePromptItem(
+            ref_code=None if voice.ref_code is None else voice.ref_code.to(device),
+            ref_spk_embedding=voice.spk_embedding.to(device),
+            x_vector_only_mode=not voice.icl, icl_mode=voice.icl, ref_text=voice.ref_text,
+        )
+
+    def _check_language(self, language: str, who: str) -> str:
+        if language.lower() not in {lang.lower() for lang in self.languages}:
+            raise ValueError(f"{who}: language {language!r} is not supported by this model; "
+                             f"choose one of {', '.join(self.languages)}")
+        return language
+
+    def _run(self, generate, text: str, language: str, settings: GenerationSettings | None,
+             on_step: OnStep | None, who: str, **prompt) -> np.ndarray:
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{who}: text is empty; type the words to speak")
+        text = text.strip()
+        settings = (settings or GenerationSettings()).validate(who)
+        kwargs = settings.upstream_kwargs(text)
+        language = self._check_language(language, who)
+        total = kwargs["max_new_tokens"]
+        step = iter(range(1, total + 1))
+        self.patch.seq_groups = settings.seq_groups
+        self.patch.on_step = None if on_step is None else (lambda: on_step(next(step, total), total))
+        if settings.seed is not None:
+            torch.manual_seed(settings.seed)
+        try:
+            wavs, sr = generate(text=text, language=language, **prompt, **kwargs)
+        finally:
+            self.patch.on_step = None
+        assert sr == SAMPLE_RATE, f"the 12 Hz codec decodes at {SAMPLE_RATE} Hz, got {sr}"
+        return np.asarray(wavs[0], dtype=np.float32)

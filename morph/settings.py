@@ -1,0 +1,61 @@
+"""Generation settings, their bounds, and the text-derived frame limit."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .predictor import check_seq_groups
+from .sampling import Sampling
+
+FRAMES_PER_SECOND = 12.5  # one codec frame per 80 ms
+SAMPLE_RATE = 24000
+DEFAULT_SEQ_GROUPS = 5
+MAX_SEQ_GROUPS = 15
+
+# A missed EOS must not run for minutes. Slow speech runs about 3 characters a second
+# (CJK: about 4 characters a second, each character counting once), so allow 0.35 s per
+# character plus 5 s of lead-in and trailing silence.
+SECONDS_PER_CHAR = 0.35
+EXTRA_SECONDS = 5.0
+
+
+def default_max_frames(text: str) -> int:
+    """The frame limit used when the caller gives none: generous, but always bounded."""
+    return int(math.ceil(FRAMES_PER_SECOND * (EXTRA_SECONDS + SECONDS_PER_CHAR * len(text.strip()))))
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Everything that shapes one generation, with upstream qwen-tts's defaults."""
+
+    seq_groups: int = DEFAULT_SEQ_GROUPS
+    do_sample: bool = True
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05
+    subtalker: Sampling = field(default_factory=Sampling)
+    seed: int | None = None
+    max_new_tokens: int | None = None  # None: default_max_frames(text)
+
+    def validate(self, who: str = "morph") -> "GenerationSettings":
+        check_seq_groups(self.seq_groups, MAX_SEQ_GROUPS, who)
+        Sampling(self.do_sample, self.temperature, self.top_k, self.top_p).validate(who)
+        self.subtalker.validate(f"{who} (code predictor)")
+        if not (self.repetition_penalty > 0):
+            raise ValueError(f"{who}: repetition_penalty must be > 0, got {self.repetition_penalty}; 1.0 is none")
+        if self.max_new_tokens is not None and int(self.max_new_tokens) < 1:
+            raise ValueError(f"{who}: max_new_tokens must be >= 1, got {self.max_new_tokens}; "
+                             "use 0 in the node (or None here) for the automatic limit")
+        return self
+
+    def upstream_kwargs(self, text: str) -> dict:
+        """The keyword arguments of qwen-tts's generate_* methods."""
+        return dict(
+            do_sample=self.do_sample, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+            repetition_penalty=self.repetition_penalty,
+            subtalker_dosample=self.subtalker.do_sample, subtalker_temperature=self.subtalker.temperature,
+            subtalker_top_k=self.subtalker.top_k, subtalker_top_p=self.subtalker.top_p,
+            max_new_tokens=int(self.max_new_tokens or default_max_frames(text)),
+        )

@@ -1,0 +1,109 @@
+"""A cloned voice, and its safetensors file format (never pickle).
+
+A voice file holds two tensors and string metadata:
+  spk_embedding  float32 [hidden]      the speaker encoder's x-vector
+  ref_code       int64   [T, 16]       codec codes of the reference clip (ICL voices only)
+  metadata       format, version, mode ("icl" or "xvector"), ref_text, hidden_size, model_size
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+FORMAT = "qwen3-tts-morph-voice"
+VERSION = "1"
+NUM_CODE_GROUPS = 16
+CODEBOOK_SIZE = 2048
+
+
+@dataclass(frozen=True)
+class Voice:
+    spk_embedding: torch.Tensor  # float32 [hidden], on CPU
+    ref_code: torch.Tensor | None  # int64 [T, 16], on CPU; None in x-vector-only mode
+    ref_text: str | None
+    model_size: str  # "0b6" or "1b7": the checkpoint family the embedding came from
+
+    @property
+    def icl(self) -> bool:
+        return self.ref_code is not None
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.spk_embedding.shape[0])
+
+    def describe(self) -> str:
+        mode = f"ICL, {self.ref_code.shape[0]} reference frames" if self.icl else "x-vector only"
+        return f"voice ({mode}, {self.model_size}, hidden {self.hidden_size})"
+
+
+def save_voice(voice: Voice, path: str | Path) -> Path:
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {"spk_embedding": voice.spk_embedding.detach().float().cpu().contiguous()}
+    if voice.ref_code is not None:
+        tensors["ref_code"] = voice.ref_code.detach().long().cpu().contiguous()
+    metadata = {
+        "format": FORMAT, "version": VERSION, "mode": "icl" if voice.icl else "xvector",
+        "ref_text": json.dumps(voice.ref_text), "hidden_size": str(voice.hidden_size),
+        "model_size": voice.model_size,
+    }
+    save_file(tensors, str(path), metadata=metadata)
+    return path
+
+
+def load_voice(path: str | Path, who: str = "Load voice") -> Voice:
+    """Read and check a voice file; anything unexpected is rejected before use."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{who}: no voice file at {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:  # safetensors raises its own error types for non-safetensors data
+        raise ValueError(f"{who}: {path.name} is not a valid safetensors voice file ({e}); "
+                         "save voices with the Save voice node") from e
+    if metadata.get("format") != FORMAT:
+        raise ValueError(f"{who}: {path.name} is a safetensors file but not a Qwen3-TTS voice "
+                         f"(format {metadata.get('format')!r}); save voices with the Save voice node")
+    if metadata.get("version") != VERSION:
+        raise ValueError(f"{who}: {path.name} has voice format version {metadata.get('version')!r}; "
+                         f"this pack reads version {VERSION}")
+    spk = tensors.get("spk_embedding")
+    if spk is None or spk.dim() != 1 or spk.dtype != torch.float32 or not torch.isfinite(spk).all():
+        raise ValueError(f"{who}: {path.name} has no valid spk_embedding (float32 [hidden] expected)")
+    if str(spk.shape[0]) != metadata.get("hidden_size"):
+        raise ValueError(f"{who}: {path.name}'s embedding has {spk.shape[0]} values but its metadata says "
+                         f"{metadata.get('hidden_size')}")
+    code = tensors.get("ref_code")
+    mode = metadata.get("mode")
+    if mode not in ("icl", "xvector") or (mode == "icl") != (code is not None):
+        raise ValueError(f"{who}: {path.name} has mode {mode!r} but {'a' if code is not None else 'no'} ref_code")
+    if code is not None and (code.dtype != torch.int64 or code.dim() != 2 or code.shape[1] != NUM_CODE_GROUPS
+                             or code.shape[0] == 0 or code.min() < 0 or code.max() >= CODEBOOK_SIZE):
+        raise ValueError(f"{who}: {path.name} has a malformed ref_code (int64 [T, {NUM_CODE_GROUPS}] "
+                         f"with values below {CODEBOOK_SIZE} expected)")
+    try:
+        ref_text = json.loads(metadata.get("ref_text", "null"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{who}: {path.name} has unreadable ref_text metadata") from e
+    if mode == "icl" and not ref_text:
+        raise ValueError(f"{who}: {path.name} is an ICL voice without its transcript")
+    return Voice(spk, code, ref_text, metadata.get("model_size", ""))
+
+
+def check_voice_fits(voice: Voice, hidden_size: int, model_size: str, who: str) -> None:
+    """A voice is tied to the model family whose speaker encoder made it."""
+    if voice.hidden_size != hidden_size:
+        raise ValueError(
+            f"{who}: this voice was made with a {voice.model_size or 'different'} model "
+            f"(embedding size {voice.hidden_size}) but the loaded model is {model_size} (size {hidden_size}); "
+            "rebuild the voice with the Voice prompt node on this model")

@@ -1,0 +1,135 @@
+"""The Python API on a tiny model: audio out, host callbacks, bounds and clear errors."""
+
+import numpy as np
+import pytest
+import torch
+
+from morph.sampling import Sampling
+from morph.settings import GenerationSettings, default_max_frames
+
+GREEDY = GenerationSettings(seq_groups=5, do_sample=False, subtalker=Sampling(do_sample=False), max_new_tokens=12)
+
+
+def test_clone_returns_24k_float_audio(tiny_tts, ref_audio):
+    voice = tiny_tts.make_voice(*ref_audio, transcript="A short reference sentence.")
+    audio = tiny_tts.clone("Hello there.", voice, "English", GREEDY)
+    assert audio.dtype == np.float32 and audio.ndim == 1
+    assert audio.size > 0 and audio.size % 1920 == 0  # whole 80 ms frames at 24 kHz
+    assert np.isfinite(audio).all()
+
+
+def test_seeded_runs_repeat_and_seq_groups_changes_per_call(tiny_tts, ref_audio):
+    voice = tiny_tts.make_voice(*ref_audio)
+    sampled = GenerationSettings(seq_groups=3, seed=5, max_new_tokens=10)
+    a = tiny_tts.clone("Same seed, same audio.", voice, settings=sampled)
+    b = tiny_tts.clone("Same seed, same audio.", voice, settings=sampled)
+    assert np.array_equal(a, b)
+    assert tiny_tts.patch.seq_groups == 3
+    tiny_tts.clone("Now exact.", voice, settings=GenerationSettings(seq_groups=15, seed=5, max_new_tokens=4))
+    assert tiny_tts.patch.seq_groups == 15
+
+
+def test_on_step_reports_every_frame(tiny_tts, ref_audio):
+    voice = tiny_tts.make_voice(*ref_audio)
+    steps = []
+    audio = tiny_tts.clone("Count the steps.", voice, settings=GREEDY, on_step=lambda i, n: steps.append((i, n)))
+    frames = audio.size // 1920
+    assert [i for i, _ in steps] == list(range(1, len(steps) + 1))
+    assert {n for _, n in steps} == {12}
+    assert len(steps) >= frames
+
+
+class Cancelled(Exception):
+    pass
+
+
+def test_cancel_in_on_step_propagates_and_the_next_run_is_clean(tiny_tts, ref_audio):
+    voice = tiny_tts.make_voice(*ref_audio)
+    clean = tiny_tts.clone("After a cancel.", voice, settings=GREEDY)
+
+    def cancel_at_3(i, n):
+        if i == 3:
+            raise Cancelled
+
+    with pytest.raises(Cancelled):
+        tiny_tts.clone("This run is cancelled.", voice, settings=GREEDY, on_step=cancel_at_3)
+    assert tiny_tts.patch.on_step is None
+    assert np.array_equal(tiny_tts.clone("After a cancel.", voice, settings=GREEDY), clean)
+
+
+def test_missed_eos_is_bounded_by_the_text_derived_limit(tiny_tts, ref_audio):
+    """A model that never emits EOS stops at default_max_frames(text), not after minutes."""
+    voice = tiny_tts.make_voice(*ref_audio)
+    head = tiny_tts.tts.model.talker.codec_head
+    eos = tiny_tts.tts.model.config.talker_config.codec_eos_token_id
+
+    def never_eos(module, args, out):
+        out[..., eos] = -float("inf")
+        return out
+
+    handle = head.register_forward_hook(never_eos)
+    text = "Hi."
+    try:
+        audio = tiny_tts.clone(text, voice, settings=GenerationSettings(do_sample=False,
+                                                                        subtalker=Sampling(do_sample=False)))
+    finally:
+        handle.remove()
+    frames = audio.size // 1920
+    assert frames == default_max_frames(text) - 1  # upstream drops the last step's frame
+    assert default_max_frames(text) < 100
+
+
+def test_default_limit_grows_with_text_but_stays_bounded():
+    assert default_max_frames("Hi.") < default_max_frames("Hi. " * 50) < 12.5 * 60 * 10
+    assert default_max_frames("x" * 5000) == int(np.ceil(12.5 * (5 + 0.35 * 5000)))
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t"])
+def test_empty_text_is_a_clear_error(tiny_tts, ref_audio, text):
+    voice = tiny_tts.make_voice(*ref_audio)
+    with pytest.raises(ValueError, match="Generate: text is empty"):
+        tiny_tts.clone(text, voice, who="Generate")
+
+
+def test_unknown_language_and_bad_settings_are_clear_errors(tiny_tts, ref_audio):
+    voice = tiny_tts.make_voice(*ref_audio)
+    with pytest.raises(ValueError, match="language 'Klingon' is not supported.*English"):
+        tiny_tts.clone("Hello.", voice, "Klingon")
+    with pytest.raises(ValueError, match="seq_groups must be an integer from 1 to 15"):
+        tiny_tts.clone("Hello.", voice, settings=GenerationSettings(seq_groups=0))
+    with pytest.raises(ValueError, match="top_p"):
+        tiny_tts.clone("Hello.", voice, settings=GenerationSettings(top_p=2.0))
+    with pytest.raises(ValueError, match="code predictor.*temperature"):
+        tiny_tts.clone("Hello.", voice, settings=GenerationSettings(subtalker=Sampling(temperature=-1)))
+
+
+def test_wrong_variant_names_the_variant_needed(tiny_tts, ref_audio):
+    with pytest.raises(ValueError, match="needs a CustomVoice model.*Base.*Qwen3-TTS-12Hz-0.6B-CustomVoice"):
+        tiny_tts.custom_voice("Hello.", "vivian", who="Generate (CustomVoice)")
+    with pytest.raises(ValueError, match="needs a VoiceDesign model"):
+        tiny_tts.voice_design("Hello.", "A calm voice.")
+
+
+def test_custom_voice_and_voice_design_variants(model_dirs):
+    from morph.engine import MorphTTS
+
+    cv = MorphTTS.load(str(model_dirs("tiny", "custom_voice")), device="cpu", dtype="fp32")
+    assert "vivian" in cv.speakers
+    assert cv.custom_voice("Hello.", "Vivian", settings=GREEDY).size > 0
+    with pytest.raises(ValueError, match="unknown speaker 'nobody'.*vivian"):
+        cv.custom_voice("Hello.", "nobody")
+    with pytest.raises(ValueError, match="needs a Base"):
+        cv.make_voice(np.ones(24000, np.float32), 24000)
+    vd = MorphTTS.load(str(model_dirs("tiny", "voice_design")), device="cpu", dtype="fp32")
+    assert vd.voice_design("Hello.", "A warm, low voice.", settings=GREEDY).size > 0
+
+
+def test_without_transcript_the_voice_is_xvector_only(tiny_tts, ref_audio, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO)
+    voice = tiny_tts.make_voice(*ref_audio, transcript="   ")
+    assert not voice.icl and voice.ref_text is None
+    assert "x-vector-only" in caplog.text
+    icl = tiny_tts.make_voice(*ref_audio, transcript="Words.")
+    assert icl.icl and icl.ref_code.shape[1] == 16 and icl.ref_code.dtype == torch.int64
