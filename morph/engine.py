@@ -10,6 +10,7 @@ frame before it is decoded; an exception raised there stops generation and propa
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Callable
@@ -74,6 +75,16 @@ class MorphTTS:
     def to(self, device) -> "MorphTTS":
         place(self.tts, device)
         return self
+
+    @contextlib.contextmanager
+    def upstream(self):
+        """Run plain qwen-tts inside this block (the reference the benchmark and tests compare to)."""
+        seq_groups = self.patch.seq_groups
+        self.patch.remove()
+        try:
+            yield self.tts
+        finally:
+            self.patch = MorphPatch(self.tts, seq_groups)
 
     def require_variant(self, variant: str, who: str) -> None:
         if self.variant != variant:

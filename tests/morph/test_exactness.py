@@ -15,13 +15,9 @@ def upstream_and_morph(tts, voice, settings):
     """Codes from upstream's generate_voice_clone, then from the morph-patched model."""
     item = tts._prompt_item(voice)
     kwargs = settings.upstream_kwargs(TEXT)
-    tts.patch.remove()
-    try:
-        with recorded_codes(tts.tts) as upstream:
-            torch.manual_seed(settings.seed)
-            tts.tts.generate_voice_clone(text=TEXT, language="English", voice_clone_prompt=[item], **kwargs)
-    finally:
-        tts.patch = type(tts.patch)(tts.tts)
+    with tts.upstream() as plain, recorded_codes(plain) as upstream:
+        torch.manual_seed(settings.seed)
+        plain.generate_voice_clone(text=TEXT, language="English", voice_clone_prompt=[item], **kwargs)
     with recorded_codes(tts.tts) as morph:
         tts.clone(TEXT, voice, "English", settings)
     return upstream[0][0], morph[0][0]

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Build a Python environment for the pack outside ComfyUI (CLI, tests, benchmarks).
+#   bash tools/setup_env.sh [VENV] [TRANSFORMERS]
+# VENV defaults to .venv; TRANSFORMERS is a version (4.57.3), "newest" (the newest 5.x),
+# or empty to keep whatever the install resolves. The order mirrors a ComfyUI user's machine:
+# a torch/torchaudio pair first, then their transformers, then the README's install steps.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${1:-.venv}
+tf=${2:-}
+python=${PYTHON:-python3}
+
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+pip="$venv/bin/python -m pip --disable-pip-version-check -q"
+# The registry's torchaudio wheels only import against their own torch build, so the pair is pinned.
+$venv/bin/python -c "import torch, torchaudio" 2>/dev/null || $pip install torch==2.11.0 torchaudio==2.11.0
+case "$tf" in
+  "") ;;
+  newest) $pip install "transformers>=5,<6" ;;
+  *) $pip install "transformers==$tf" ;;
+esac
+# The README's install steps, exactly as a user runs them.
+$pip install -r requirements.txt
+$venv/bin/python install.py >/dev/null
+$pip install -r requirements-test.txt
+$venv/bin/python - <<'PY'
+import torch, transformers
+print(f"environment ready: torch {torch.__version__}, transformers {transformers.__version__}")
+PY
