@@ -1,0 +1,9 @@
+"""Qwen3-TTS Morph for ComfyUI: fast Qwen3-TTS voice cloning.
+
+ComfyUI imports this folder as a package and reads the two mappings below. The pack's own code
+is imported relatively: ComfyUI has a top-level module named `nodes` of its own.
+"""
+
+from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+
+__all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]

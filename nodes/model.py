@@ -1,0 +1,69 @@
+"""Qwen3-TTS Load Model."""
+
+from __future__ import annotations
+
+from ..morph.engine import MorphTTS
+from ..morph.loading import DEFAULT_MODEL, DTYPES, resolve_attention, resolve_device, resolve_dtype
+from . import services
+from .common import CATEGORY, MODEL_TYPE, prefixed
+
+HUB_MODELS = [
+    "Qwen/Qwen3-TTS-12Hz-0.6B-Base",
+    "Qwen/Qwen3-TTS-12Hz-1.7B-Base",
+    "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
+    "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice",
+    "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign",
+]
+_DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+
+class LoadModel:
+    NODE_ID = "Qwen3TTSMorphLoadModel"
+    DISPLAY_NAME = "Qwen3-TTS Load Model"
+    DESCRIPTION = (
+        "Loads a Qwen3-TTS-12Hz checkpoint (Base for voice cloning, CustomVoice, or VoiceDesign) with the fast morph "
+        "code predictor attached. Pick a folder from models/qwen3-tts, or a hub id, which is downloaded into that "
+        "folder on first use. ComfyUI's memory manager owns the model: 'Unload models' frees its VRAM, and it is "
+        "reused across runs until these inputs change.")
+    CATEGORY = CATEGORY
+    RETURN_TYPES = (MODEL_TYPE,)
+    RETURN_NAMES = ("model",)
+    OUTPUT_TOOLTIPS = ("The loaded model: connect it to Voice Prompt and the Generate nodes.",)
+    FUNCTION = "load"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        local = services.list_local_models()
+        choices = local + [m for m in HUB_MODELS if m not in local]
+        return {"required": {
+            "model": (choices, {"default": DEFAULT_MODEL, "tooltip":
+                      "A model folder in models/qwen3-tts (any folder holding config.json), or a Qwen hub id, "
+                      "downloaded into models/qwen3-tts on first use. Base models clone voices; CustomVoice and "
+                      "VoiceDesign models need their own Generate nodes."}),
+            "dtype": (["auto", "bf16", "fp16", "fp32"], {"default": "auto", "tooltip":
+                      "Weight precision. auto = bf16 on GPUs that support it (else fp16), fp32 on CPU."}),
+            "attention": (["auto", "sdpa", "flash_attention_2", "eager"], {"default": "auto", "tooltip":
+                          "Attention kernel. auto = flash_attention_2 when the flash-attn package imports, "
+                          "else PyTorch sdpa (same output, no extra install)."}),
+            "device": (["auto", "cuda", "cpu", "mps"], {"default": "auto", "tooltip":
+                       "Where the model runs. auto = ComfyUI's device (honours --cpu and friends)."}),
+        }}
+
+    def load(self, model, dtype, attention, device):
+        who = self.DISPLAY_NAME
+        where = dict(search_dirs=services.model_dirs(), download_dir=services.download_dir())
+        try:
+            load_device, offload_device = services.choose_devices(device)
+            if load_device is None:  # no ComfyUI: the engine places the model itself
+                return (services.manage(MorphTTS.load(model, device=device, dtype=dtype, attention=attention,
+                                                      **where)),)
+            target = resolve_device(load_device)
+            if offload_device != str(target):
+                # Load onto the offload device with the precision and kernel meant for the load device:
+                # before each run ComfyUI frees room for the model and moves it.
+                dt = resolve_dtype(dtype, target)
+                attention, dtype = resolve_attention(attention, target, dt), _DTYPE_NAMES.get(dt, dtype)
+            tts = MorphTTS.load(model, device=offload_device, dtype=dtype, attention=attention, **where)
+        except Exception as e:
+            raise prefixed(e, who) from e
+        return (services.manage(tts, str(target), offload_device),)

@@ -1,0 +1,253 @@
+"""The seam between the nodes and ComfyUI: the ONLY module of the pack that imports ComfyUI.
+
+Every ComfyUI module is imported lazily, inside the function that needs it, and each
+service has a fallback for when ComfyUI is absent (tests, scripts):
+
+  folders   `folder_paths` folder "qwen3-tts" (models/qwen3-tts, plus any extra_model_paths.yaml
+            entries); voices live in a `voices` subfolder of each.
+            Fallback: $QWEN3TTS_MODELS_DIR, else ./models/qwen3-tts.
+  progress  comfy.utils.ProgressBar(total).update_absolute(step).        Fallback: nothing.
+  cancel    comfy.model_management.throw_exception_if_processing_interrupted();
+            its InterruptProcessingException propagates untouched.       Fallback: nothing.
+  devices   comfy.model_management.get_torch_device / unet_offload_device. Fallback: the engine's own choice.
+  memory    ManagedModel: a comfy.model_patcher.ModelPatcher around the model's weights, loaded with
+            comfy.model_management.load_models_gpu before every use, so "Unload models" frees it.
+            Fallback: the model stays where it was loaded.
+
+The engine never imports ComfyUI: progress and cancel reach it as one `on_step(step, total)`
+callback (see `step_callback`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+log = logging.getLogger(__name__)
+
+MODEL_FOLDER = "qwen3-tts"  # the folder_paths name; models/qwen3-tts by default
+VOICES_SUBFOLDER = "voices"  # <models folder>/voices/<name>.safetensors
+ENV_MODELS_DIR = "QWEN3TTS_MODELS_DIR"
+VOICE_SUFFIX = ".safetensors"
+
+
+# -- ComfyUI modules, or None -----------------------------------------------------------
+def _import(name: str):
+    """A ComfyUI module, or None when ComfyUI is not running this process."""
+    try:
+        return __import__(name, fromlist=["_"])
+    except ImportError:
+        return None
+
+
+def folder_paths():
+    return _import("folder_paths")
+
+
+def model_management():
+    return _import("comfy.model_management")
+
+
+# -- folders ------------------------------------------------------------------------------
+def register_model_folder() -> None:
+    """Register models/qwen3-tts with ComfyUI (idempotent), so extra_model_paths.yaml can add more."""
+    fp = folder_paths()
+    if fp is None:
+        return
+    default = os.path.join(fp.models_dir, MODEL_FOLDER)
+    if default not in _registered(fp):
+        fp.add_model_folder_path(MODEL_FOLDER, default)
+
+
+def _registered(fp) -> list[str]:
+    try:
+        return list(fp.get_folder_paths(MODEL_FOLDER))
+    except KeyError:  # not registered yet
+        return []
+
+
+def model_dirs() -> list[Path]:
+    """Every folder searched for models, the download/save folder first."""
+    fp = folder_paths()
+    if fp is None:
+        return [Path(os.environ.get(ENV_MODELS_DIR) or Path("models") / MODEL_FOLDER).resolve()]
+    register_model_folder()
+    return [Path(p) for p in _registered(fp)]
+
+
+def download_dir() -> Path:
+    """Where hub models are downloaded to: the first registered models folder."""
+    return model_dirs()[0]
+
+
+def voices_dirs() -> list[Path]:
+    return [d / VOICES_SUBFOLDER for d in model_dirs()]
+
+
+def voices_save_dir() -> Path:
+    return voices_dirs()[0]
+
+
+def list_local_models() -> list[str]:
+    """Subfolders (one or two levels deep, e.g. `Qwen/Qwen3-TTS-...`) that hold a config.json."""
+    found = []
+    for root in model_dirs():
+        if not root.is_dir():
+            continue
+        for config in sorted(list(root.glob("*/config.json")) + list(root.glob("*/*/config.json"))):
+            name = config.parent.relative_to(root).as_posix()
+            if name.split("/")[0] != VOICES_SUBFOLDER and name not in found:
+                found.append(name)
+    return found
+
+
+def list_voice_files() -> list[str]:
+    """File names of the saved voices (*.safetensors) in every voices folder; empty when there are none."""
+    names = []
+    for folder in voices_dirs():
+        if folder.is_dir():
+            names += [p.name for p in sorted(folder.glob(f"*{VOICE_SUFFIX}")) if p.is_file() and p.name not in names]
+    return sorted(names, key=str.lower)
+
+
+def find_voice_file(name: str) -> Path | None:
+    """The voice file called `name` (a plain file name, nothing else), or None."""
+    if not name or Path(name).name != name or name in (".", ".."):
+        return None
+    for folder in voices_dirs():
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+# -- devices ------------------------------------------------------------------------------
+def choose_devices(device: str) -> tuple[str | None, str | None]:
+    """(load device, offload device) for the Load model node's device choice.
+
+    With ComfyUI, "auto" is ComfyUI's own device (so --cpu, --gpu-only... are honoured) and the model
+    rests on ComfyUI's offload device between runs; an explicit device offloads to the CPU.
+    Without ComfyUI: (None, None), and the engine decides.
+    """
+    mm = model_management()
+    if mm is None:
+        return None, None
+    if device == "auto":
+        return str(mm.get_torch_device()), str(mm.unet_offload_device())
+    return device, "cpu"
+
+
+# -- progress and cancel --------------------------------------------------------------------
+def check_interrupt() -> None:
+    """Raise ComfyUI's InterruptProcessingException if the user pressed Cancel."""
+    mm = model_management()
+    if mm is not None:
+        mm.throw_exception_if_processing_interrupted()
+
+
+class StepReporter:
+    """The engine's `on_step(step, total)`: advance ComfyUI's progress bar and honour Cancel."""
+
+    def __init__(self):
+        utils = _import("comfy.utils")
+        self._bar_type = None if utils is None else utils.ProgressBar
+        self._bar = None
+        self.total = 0
+        self.steps = 0
+
+    def __call__(self, step: int, total: int) -> None:
+        check_interrupt()  # before each frame, so a cancel lands within one step
+        self.steps, self.total = step, total
+        if self._bar_type is not None:
+            if self._bar is None:
+                self._bar = self._bar_type(total)
+            self._bar.update_absolute(step, total)
+
+    def finish(self) -> None:
+        """Fill the bar: generation usually ends (at EOS) before the frame limit."""
+        if self._bar is not None:
+            self._bar.update_absolute(self.total, self.total)
+
+
+def step_callback() -> StepReporter:
+    return StepReporter()
+
+
+# -- memory management ----------------------------------------------------------------------
+class TTSWeights(torch.nn.Module):
+    """Every weight of one loaded model, as one module ComfyUI's memory manager can move.
+
+    qwen-tts keeps the speech tokenizer (the codec) as a plain attribute, outside the
+    model's module tree, so it is registered here beside the talker.
+    """
+
+    def __init__(self, tts):
+        super().__init__()
+        self.talker = tts.tts.model
+        self.codec = tts.tts.model.speech_tokenizer.model
+        self.device = tts.device
+
+    def get_dtype(self) -> torch.dtype:
+        return next(self.talker.parameters()).dtype
+
+
+class ManagedModel:
+    """What the Load model node outputs (type QWEN3TTS_MODEL): the engine plus its memory manager hooks.
+
+    Under ComfyUI the weights are wrapped in a ModelPatcher. `ready()` asks ComfyUI to load
+    them on the load device (freeing other models first if VRAM is short), then syncs the
+    engine's device fields. When ComfyUI offloads the model ("Unload models", or to make room),
+    the detach callback syncs the engine to the offload device. Without ComfyUI it is a plain
+    holder and `ready()` returns the engine as it is. No module-level cache holds it: when
+    ComfyUI drops the node's output, the model is freed.
+    """
+
+    def __init__(self, tts, load_device: str | None = None, offload_device: str | None = None):
+        self.tts = tts
+        self.patcher = None
+        self.load_device = torch.device(load_device) if load_device else tts.device
+        self.offload_device = torch.device(offload_device) if offload_device else tts.device
+        mp = _import("comfy.model_patcher")
+        if mp is not None and model_management() is not None:
+            self.patcher = mp.ModelPatcher(TTSWeights(tts), load_device=self.load_device,
+                                           offload_device=self.offload_device)
+            on_detach = getattr(getattr(mp, "CallbacksMP", None), "ON_DETACH", None)
+            if on_detach is not None:
+                self.patcher.add_callback(on_detach, _synced_after_detach(tts, self.offload_device))
+
+    @property
+    def source(self) -> str:
+        return self.tts.source
+
+    def ready(self):
+        """The engine, with its weights on the load device."""
+        if self.patcher is not None:
+            # force_full_load: the engine's modules are plain torch modules, which cannot run
+            # split across devices (ComfyUI's partial loading is for its own cast-on-the-fly ops).
+            model_management().load_models_gpu([self.patcher], force_full_load=True)
+            self.tts.to(self.load_device)
+        return self.tts
+
+    def __repr__(self) -> str:
+        return f"<Qwen3-TTS model {self.tts.source} ({self.tts.variant}) on {self.tts.device}>"
+
+
+def _synced_after_detach(tts, offload_device: torch.device) -> Callable:
+    def on_detach(patcher, unpatch_all=True):
+        # The patcher has already moved the weights; this moves the rest (the engine's device
+        # fields and any state cached on the old device) so the engine stays consistent.
+        # unpatch_all=False (a patcher being garbage-collected) moves nothing, so neither do we.
+        if not unpatch_all:
+            return
+        tts.to(offload_device)
+        predictor = getattr(getattr(tts, "patch", None), "predictor", None)
+        if predictor is not None and hasattr(predictor, "release"):
+            predictor.release()  # drop the predictor's cached buffers on the old device
+    return on_detach
+
+
+def manage(tts, load_device: str | None = None, offload_device: str | None = None) -> ManagedModel:
+    return ManagedModel(tts, load_device, offload_device)

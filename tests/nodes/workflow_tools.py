@@ -1,0 +1,326 @@
+"""Check ComfyUI workflows without ComfyUI: object_info for V1 nodes, UI-format checks, UI -> API
+conversion, and the checks POST /prompt makes (ComfyUI 0.8.0, execution.validate_prompt).
+
+One object_info dict (the shape of GET /object_info) describes every node type, ours and core,
+so a single validator serves both.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from pathlib import Path
+
+WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+CONTROL_VALUES = {"fixed", "increment", "decrement", "randomize"}
+# Widgets the frontend adds on its own, and what it saves for them in widgets_values.
+UPLOAD_EXTRAS = {"audio_upload": [("audioUI", "AUDIO_UI", None), ("upload", "AUDIOUPLOAD", "")]}
+AUDIO_UI_NODES = {"SaveAudio", "PreviewAudio", "SaveAudioMP3", "SaveAudioOpus", "RecordAudio"}
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+# -- object_info ----------------------------------------------------------------------------
+def node_info(node_id: str, cls, display_name: str) -> dict:
+    """What ComfyUI's server reports for a V1 node class (server.py node_info)."""
+    inputs = cls.INPUT_TYPES()
+    info = {
+        "input": inputs,
+        "input_order": {k: list(v.keys()) for k, v in inputs.items()},
+        "output": list(cls.RETURN_TYPES),
+        "output_is_list": list(getattr(cls, "OUTPUT_IS_LIST", [False] * len(cls.RETURN_TYPES))),
+        "output_name": list(getattr(cls, "RETURN_NAMES", cls.RETURN_TYPES)),
+        "name": node_id,
+        "display_name": display_name,
+        "description": getattr(cls, "DESCRIPTION", ""),
+        "python_module": "custom_nodes.qwen3-tts-morph",
+        "category": getattr(cls, "CATEGORY", "sd"),
+        "output_node": bool(getattr(cls, "OUTPUT_NODE", False)),
+    }
+    if hasattr(cls, "OUTPUT_TOOLTIPS"):
+        info["output_tooltips"] = list(cls.OUTPUT_TOOLTIPS)
+    validate = getattr(cls, "VALIDATE_INPUTS", None)
+    # Not part of /object_info: which inputs a node validates itself (ComfyUI skips its own checks for those).
+    info["_self_validated"] = [] if validate is None else inspect.getfullargspec(validate).args
+    info["_validate"] = validate
+    return info
+
+
+def core_object_info() -> dict:
+    return json.loads((FIXTURES / "object_info_core_audio.json").read_text())
+
+
+def combined_object_info(mappings: dict, display_names: dict) -> dict:
+    info = core_object_info()
+    for node_id, cls in mappings.items():
+        info[node_id] = node_info(node_id, cls, display_names[node_id])
+    return info
+
+
+# -- input specs ----------------------------------------------------------------------------
+def input_specs(info: dict) -> list[tuple[str, object, dict, str]]:
+    """(name, type, options, category) of every required and optional input, in order."""
+    specs = []
+    for category in ("required", "optional"):
+        section = info["input"].get(category, {})
+        for name in info.get("input_order", {}).get(category, list(section)):
+            spec = section[name]
+            specs.append((name, spec[0], spec[1] if len(spec) > 1 else {}, category))
+    return specs
+
+
+def type_name(t) -> str:
+    return "COMBO" if isinstance(t, list) else t
+
+
+def combo_options(t, opts: dict) -> list | None:
+    if isinstance(t, list):
+        return t
+    if t == "COMBO":
+        return opts.get("options", [])
+    return None
+
+
+def is_widget(t, opts: dict) -> bool:
+    return type_name(t) in WIDGET_TYPES and not opts.get("forceInput")
+
+
+def widget_layout(info: dict) -> list[tuple[str, str, object, dict]]:
+    """What a node's widgets_values holds, in order: (name, kind, type, options).
+
+    kind is "input" (an input widget), "control" (the value control_after_generate adds after a
+    seed), or "extra" (a frontend-only widget such as the upload button; its saved value in options).
+    """
+    layout = []
+    for name, t, opts, _ in input_specs(info):
+        if not is_widget(t, opts):
+            continue
+        layout.append((name, "input", t, opts))
+        if opts.get("control_after_generate"):
+            layout.append((f"{name}:control_after_generate", "control", "COMBO", {}))
+        for flag, extras in UPLOAD_EXTRAS.items():
+            if opts.get(flag):
+                layout += [(n, "extra", ftype, {"saved": v}) for n, ftype, v in extras]
+    return layout
+
+
+def value_problem(value, t, opts: dict, self_validated: bool = False) -> str | None:
+    """Why `value` is not acceptable for a widget of type t, or None."""
+    kind = type_name(t)
+    if kind == "INT":
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"{value!r} is not an INT"
+    elif kind == "FLOAT":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"{value!r} is not a FLOAT"
+    elif kind == "BOOLEAN":
+        if not isinstance(value, bool):
+            return f"{value!r} is not a BOOLEAN"
+    elif kind == "STRING":
+        if not isinstance(value, str):
+            return f"{value!r} is not a STRING"
+    elif kind == "COMBO":
+        options = combo_options(t, opts)
+        if self_validated or opts.get("audio_upload") or opts.get("image_upload"):
+            # the node validates it itself / the list is the server's input folder at run time
+            if not isinstance(value, str):
+                return f"{value!r} is not a file name"
+        elif value not in options:
+            return f"{value!r} is not one of {options}"
+    if kind in ("INT", "FLOAT") and not self_validated:
+        if "min" in opts and value < opts["min"]:
+            return f"{value} is below the minimum {opts['min']}"
+        if "max" in opts and value > opts["max"]:
+            return f"{value} is above the maximum {opts['max']}"
+    return None
+
+
+def types_match(received: str, expected: str) -> bool:
+    """comfy_execution.validation.validate_node_input, non-strict."""
+    if received == expected or "*" in (received, expected):
+        return True
+    return bool({t.strip() for t in received.split(",")} & {t.strip() for t in expected.split(",")})
+
+
+# -- UI format --------------------------------------------------------------------------------
+def check_ui_workflow(wf: dict, info: dict) -> list[str]:
+    """Problems the frontend would show on load (missing nodes, widgets that do not fit, bad links)."""
+    errors = []
+    for key in ("last_node_id", "last_link_id", "nodes", "links", "groups", "config", "extra", "version"):
+        if key not in wf:
+            errors.append(f"top level: no {key!r}")
+    if wf.get("version") != 0.4:
+        errors.append(f"version is {wf.get('version')!r}, not 0.4")
+    nodes = {}
+    for node in wf.get("nodes", []):
+        for key in ("id", "type", "pos", "size", "flags", "order", "mode", "properties", "widgets_values"):
+            if key not in node:
+                errors.append(f"node {node.get('id')}: no {key!r}")
+        if node["id"] in nodes:
+            errors.append(f"node id {node['id']} is used twice")
+        nodes[node["id"]] = node
+    if nodes and wf.get("last_node_id", 0) < max(nodes):
+        errors.append("last_node_id is below the largest node id")
+    links = {}
+    for link in wf.get("links", []):
+        if len(link) != 6:
+            errors.append(f"link {link}: not [id, src, src_slot, dst, dst_slot, type]")
+            continue
+        if link[0] in links:
+            errors.append(f"link id {link[0]} is used twice")
+        links[link[0]] = link
+    if links and wf.get("last_link_id", 0) < max(links):
+        errors.append("last_link_id is below the largest link id")
+
+    for nid, node in nodes.items():
+        where = f"node {nid} ({node['type']})"
+        spec = info.get(node["type"])
+        if spec is None:
+            errors.append(f"{where}: unknown node type (the frontend reports it missing)")
+            continue
+        layout = widget_layout(spec)
+        values = node.get("widgets_values", [])
+        if len(values) != len(layout):
+            errors.append(f"{where}: {len(values)} widgets_values for {len(layout)} widgets "
+                          f"{[name for name, *_ in layout]}")
+        own_check = set(spec.get("_self_validated", []))
+        for (name, kind, t, opts), value in zip(layout, values):
+            if kind == "control":
+                problem = None if value in CONTROL_VALUES else f"{value!r} is not one of {sorted(CONTROL_VALUES)}"
+            elif kind == "extra":
+                problem = None if value == opts["saved"] else f"{value!r} (the frontend saves {opts['saved']!r})"
+            else:
+                problem = value_problem(value, t, opts, name in own_check)
+            if problem:
+                errors.append(f"{where}: widget {name}: {problem}")
+        # socket inputs
+        sockets = {name: (t, cat) for name, t, opts, cat in input_specs(spec) if not is_widget(t, opts)}
+        ui_inputs = node.get("inputs", [])
+        by_name = {i["name"]: (slot, i) for slot, i in enumerate(ui_inputs)}
+        for name, (t, cat) in sockets.items():
+            if name not in by_name:
+                errors.append(f"{where}: input {name} is not in the node's inputs")
+            elif cat == "required" and by_name[name][1].get("link") is None:
+                errors.append(f"{where}: required input {name} is not connected")
+        known = {name for name, *_ in input_specs(spec)} | {n for n, *_ in widget_layout(spec)}
+        if node["type"] in AUDIO_UI_NODES:
+            known.add("audioUI")
+        for slot, i in enumerate(ui_inputs):
+            if i["name"] not in known:
+                errors.append(f"{where}: input {i['name']} does not exist on this node")
+            if i.get("link") is not None:
+                link = links.get(i["link"])
+                if link is None:
+                    errors.append(f"{where}: input {i['name']} uses link {i['link']}, which does not exist")
+                elif link[3] != nid or link[4] != slot:
+                    errors.append(f"{where}: link {link[0]} says it ends at node {link[3]} slot {link[4]}, "
+                                  f"but it is on slot {slot}")
+        outs = node.get("outputs", [])
+        if len(outs) != len(spec["output"]):
+            errors.append(f"{where}: {len(outs)} outputs, the node has {len(spec['output'])}")
+        for slot, o in enumerate(outs):
+            if slot < len(spec["output"]) and o.get("type") != spec["output"][slot]:
+                errors.append(f"{where}: output {slot} is typed {o.get('type')}, the node gives {spec['output'][slot]}")
+            for lid in o.get("links") or []:
+                if lid not in links or links[lid][1] != nid or links[lid][2] != slot:
+                    errors.append(f"{where}: output {slot} lists link {lid}, which does not start there")
+
+    for lid, (_, src, src_slot, dst, dst_slot, t) in links.items():
+        if src not in nodes or dst not in nodes:
+            errors.append(f"link {lid}: connects missing node {src if src not in nodes else dst}")
+            continue
+        s_spec, d_spec = info.get(nodes[src]["type"]), info.get(nodes[dst]["type"])
+        if s_spec is None or d_spec is None:
+            continue
+        if src_slot >= len(s_spec["output"]):
+            errors.append(f"link {lid}: node {src} has no output slot {src_slot}")
+            continue
+        out_type = s_spec["output"][src_slot]
+        if out_type != t:
+            errors.append(f"link {lid}: typed {t} but node {src}'s output {src_slot} is {out_type}")
+        d_inputs = nodes[dst].get("inputs", [])
+        if dst_slot >= len(d_inputs):
+            errors.append(f"link {lid}: node {dst} has no input slot {dst_slot}")
+            continue
+        name = d_inputs[dst_slot]["name"]
+        expected = {n: t2 for n, t2, _, _ in input_specs(d_spec)}.get(name)
+        if expected is None or not types_match(out_type, type_name(expected)):
+            errors.append(f"link {lid}: {out_type} into {nodes[dst]['type']}.{name} ({type_name(expected)})")
+        if d_inputs[dst_slot].get("link") != lid:
+            errors.append(f"link {lid}: node {dst}'s input {name} does not point back to it")
+        if lid not in (nodes[src]["outputs"][src_slot].get("links") or []):
+            errors.append(f"link {lid}: node {src}'s output {src_slot} does not list it")
+
+    if not any(info.get(n["type"], {}).get("output_node") for n in nodes.values() if n.get("mode", 0) == 0):
+        errors.append("no output node: the server would reject it (prompt_no_outputs)")
+    return errors
+
+
+def ui_to_api(wf: dict, info: dict) -> dict:
+    """The API prompt the frontend's graphToPrompt makes: widget values by name, links as [id, slot]."""
+    nodes = {n["id"]: n for n in wf["nodes"]}
+    links = {link[0]: link for link in wf["links"]}
+    prompt = {}
+    for nid, node in nodes.items():
+        if node.get("mode", 0) != 0:  # muted (2) or bypassed (4): left out
+            continue
+        spec = info[node["type"]]
+        inputs = {}
+        for (name, kind, _, _), value in zip(widget_layout(spec), node["widgets_values"]):
+            if kind == "input":
+                inputs[name] = value
+        for i in node.get("inputs", []):
+            if i.get("link") is not None:
+                _, src, src_slot, _, _, _ = links[i["link"]]
+                inputs[i["name"]] = [str(src), src_slot]
+        prompt[str(nid)] = {"class_type": node["type"], "inputs": inputs,
+                            "_meta": {"title": node.get("title", spec.get("display_name", node["type"]))}}
+    return prompt
+
+
+# -- API format: what POST /prompt checks ------------------------------------------------------
+def validate_prompt(prompt: dict, info: dict) -> list[str]:
+    errors = []
+    outputs = []
+    for nid, node in prompt.items():
+        if "class_type" not in node:
+            return [f"#{nid}: no class_type"]
+        if node["class_type"] not in info:
+            return [f"#{nid}: node {node['class_type']} does not exist"]
+        if info[node["class_type"]].get("output_node") is True:
+            outputs.append(nid)
+    if not outputs:
+        return ["prompt has no outputs"]
+    for nid, node in prompt.items():
+        spec = info[node["class_type"]]
+        where = f"#{nid} {node['class_type']}"
+        own_check = set(spec.get("_self_validated", []))
+        for name, t, opts, category in input_specs(spec):
+            if name not in node["inputs"]:
+                if category == "required":
+                    errors.append(f"{where}: required input {name} is missing")
+                continue
+            value = node["inputs"][name]
+            if isinstance(value, list):
+                if len(value) != 2 or str(value[0]) not in prompt:
+                    errors.append(f"{where}: {name}: bad link {value}")
+                    continue
+                src = info[prompt[str(value[0])]["class_type"]]
+                if value[1] >= len(src["output"]):
+                    errors.append(f"{where}: {name}: node {value[0]} has no output {value[1]}")
+                    continue
+                received = src["output"][value[1]]
+                if not types_match(received, type_name(t)):
+                    errors.append(f"{where}: {name}: received {received}, expected {type_name(t)}")
+            else:
+                problem = value_problem(value, t, opts, name in own_check)
+                if problem:
+                    errors.append(f"{where}: {name}: {problem}")
+        validate = spec.get("_validate")
+        if validate is not None:
+            args = {a: node["inputs"][a] for a in spec["_self_validated"]
+                    if a in node["inputs"] and not isinstance(node["inputs"][a], list)}
+            result = validate(**args)
+            if result is not True:
+                errors.append(f"{where}: custom validation failed: {result}")
+    return errors
