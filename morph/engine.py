@@ -23,11 +23,14 @@ from .loading import DEFAULT_MODEL, load_qwen_tts, locate_checkpoint, place, res
 from .patch import MorphPatch
 from .reference_audio import prepare_reference
 from .settings import SAMPLE_RATE, GenerationSettings
+from .text_split import MAX_SEGMENT_CHARS, split_text
 from .voice import Voice, check_voice_fits
 
 log = logging.getLogger(__name__)
 
 OnStep = Callable[[int, int], None]
+MAX_TRANSCRIPT_CHARS_PER_SECOND = 25  # fast speech is ~15-20 characters a second
+SEGMENT_PAUSE_SECONDS = 0.2  # between the segments of a long text
 VARIANT_NAMES = {"base": "Base (voice clone)", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}
 VARIANT_EXAMPLES = {"base": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "custom_voice": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
                     "voice_design": "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign"}
@@ -102,6 +105,10 @@ class MorphTTS:
             log.info("%s: no transcript given, so the voice uses x-vector-only mode", who)
             x_vector_only = True
         audio = prepare_reference(waveform, sample_rate, f"{who}: reference audio")
+        if transcript and len(transcript) > MAX_TRANSCRIPT_CHARS_PER_SECOND * audio.size / SAMPLE_RATE:
+            log.warning("%s: the transcript has %d characters for a %.1f s clip, more than anyone says in that time; "
+                        "check that it is the transcript of this clip and not the text to speak",
+                        who, len(transcript), audio.size / SAMPLE_RATE)
         item = self.tts.create_voice_clone_prompt(ref_audio=(audio, SAMPLE_RATE), ref_text=transcript,
                                                   x_vector_only_mode=x_vector_only)[0]
         return Voice(
@@ -112,26 +119,26 @@ class MorphTTS:
 
     # -- generation ------------------------------------------------------------------
     def clone(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,
-              on_step: OnStep | None = None, who: str = "Generate") -> np.ndarray:
+              on_step: OnStep | None = None, who: str = "Generate", split_long_text: bool = True) -> np.ndarray:
         self.require_variant("base", who)
         check_voice_fits(voice, self.hidden_size, self.model_size, who)
-        item = self._prompt_item(voice)
-        return self._run(self.tts.generate_voice_clone, text, language, settings, on_step, who,
-                         voice_clone_prompt=[item])
+        return self._run(self.tts.generate_voice_clone, text, language, settings, on_step, who, split_long_text,
+                         voice_clone_prompt=[self._prompt_item(voice)])
 
     def custom_voice(self, text: str, speaker: str, instruct: str = "", language: str = "Auto",
                      settings: GenerationSettings = None, on_step: OnStep | None = None,
-                     who: str = "Generate (CustomVoice)") -> np.ndarray:
+                     who: str = "Generate (CustomVoice)", split_long_text: bool = True) -> np.ndarray:
         self.require_variant("custom_voice", who)
         if speaker.lower() not in {s.lower() for s in self.speakers}:
             raise ValueError(f"{who}: unknown speaker {speaker!r}; this model has {', '.join(self.speakers)}")
-        return self._run(self.tts.generate_custom_voice, text, language, settings, on_step, who,
+        return self._run(self.tts.generate_custom_voice, text, language, settings, on_step, who, split_long_text,
                          speaker=speaker, instruct=instruct.strip() or None)
 
     def voice_design(self, text: str, instruct: str, language: str = "Auto", settings: GenerationSettings = None,
-                     on_step: OnStep | None = None, who: str = "Generate (VoiceDesign)") -> np.ndarray:
+                     on_step: OnStep | None = None, who: str = "Generate (VoiceDesign)",
+                     split_long_text: bool = True) -> np.ndarray:
         self.require_variant("voice_design", who)
-        return self._run(self.tts.generate_voice_design, text, language, settings, on_step, who,
+        return self._run(self.tts.generate_voice_design, text, language, settings, on_step, who, split_long_text,
                          instruct=instruct.strip())
 
     def _prompt_item(self, voice: Voice):
@@ -151,22 +158,44 @@ class MorphTTS:
         return language
 
     def _run(self, generate, text: str, language: str, settings: GenerationSettings | None,
-             on_step: OnStep | None, who: str, **prompt) -> np.ndarray:
+             on_step: OnStep | None, who: str, split_long_text: bool = True, **prompt) -> np.ndarray:
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"{who}: text is empty; type the words to speak")
         text = text.strip()
+        segments = split_text(text) if len(text) > MAX_SEGMENT_CHARS else [text]
+        if len(segments) > 1 and not split_long_text:
+            raise ValueError(f"{who}: the text is {len(text)} characters, over the {MAX_SEGMENT_CHARS}-character "
+                             "limit of one segment; turn on split_long_text or shorten the text")
         settings = (settings or GenerationSettings()).validate(who)
-        kwargs = settings.upstream_kwargs(text)
         language = self._check_language(language, who)
-        total = kwargs["max_new_tokens"]
-        step = iter(range(1, total + 1))
+        self._warn_if_text_is_the_transcript(text, prompt, who)
+        limits = [settings.upstream_kwargs(seg)["max_new_tokens"] for seg in segments]
+        step = iter(range(1, sum(limits) + 1))
         self.patch.seq_groups = settings.seq_groups
-        self.patch.on_step = None if on_step is None else (lambda: on_step(next(step, total), total))
-        if settings.seed is not None:
-            torch.manual_seed(settings.seed)
+        self.patch.on_step = None if on_step is None else (lambda: on_step(next(step, sum(limits)), sum(limits)))
+        pause = np.zeros(int(SEGMENT_PAUSE_SECONDS * SAMPLE_RATE), np.float32)
+        pieces = []
         try:
-            wavs, sr = generate(text=text, language=language, **prompt, **kwargs)
+            for i, segment in enumerate(segments):
+                # Every segment restarts from the same seed: one voice and delivery throughout.
+                if settings.seed is not None:
+                    torch.manual_seed(settings.seed)
+                wavs, sr = generate(text=segment, language=language, **prompt, **settings.upstream_kwargs(segment))
+                assert sr == SAMPLE_RATE, f"the 12 Hz codec decodes at {SAMPLE_RATE} Hz, got {sr}"
+                pieces += [pause, np.asarray(wavs[0], dtype=np.float32)] if i else [np.asarray(wavs[0], np.float32)]
+        except torch.cuda.OutOfMemoryError as e:
+            raise RuntimeError(f"{who}: the GPU ran out of memory ({e}); shorten the text, lower max_new_tokens, "
+                               "or load the model in bf16 or on a larger GPU") from e
         finally:
             self.patch.on_step = None
-        assert sr == SAMPLE_RATE, f"the 12 Hz codec decodes at {SAMPLE_RATE} Hz, got {sr}"
-        return np.asarray(wavs[0], dtype=np.float32)
+        if len(segments) > 1:
+            log.info("%s: rendered %d segments of a %d-character text", who, len(segments), len(text))
+        return np.concatenate(pieces)
+
+    @staticmethod
+    def _warn_if_text_is_the_transcript(text: str, prompt: dict, who: str) -> None:
+        items = prompt.get("voice_clone_prompt") or []
+        ref_text = (items[0].ref_text or "") if items else ""
+        if ref_text and " ".join(ref_text.split()).lower() == " ".join(text.split()).lower():
+            log.warning("%s: the text to speak is the same as the voice's transcript; if they were swapped, put "
+                        "the words of the reference clip in the Voice prompt's transcript", who)

@@ -133,3 +133,62 @@ def test_without_transcript_the_voice_is_xvector_only(tiny_tts, ref_audio, caplo
     assert "x-vector-only" in caplog.text
     icl = tiny_tts.make_voice(*ref_audio, transcript="Words.")
     assert icl.icl and icl.ref_code.shape[1] == 16 and icl.ref_code.dtype == torch.int64
+
+
+def test_long_text_is_split_rendered_with_one_voice_and_joined(tiny_tts, ref_audio):
+    from morph.text_split import MAX_SEGMENT_CHARS
+
+    voice = tiny_tts.make_voice(*ref_audio)
+    text = " ".join(f"This is sentence number {i} of a very long chapter." for i in range(120))
+    assert len(text) > 5000
+    calls, steps = [], []
+    original = tiny_tts.tts.generate_voice_clone
+
+    def spy(**kwargs):
+        calls.append((kwargs["text"], kwargs["voice_clone_prompt"][0].ref_spk_embedding.clone()))
+        return original(**kwargs)
+
+    tiny_tts.tts.generate_voice_clone = spy
+    try:
+        settings = GenerationSettings(seed=4, max_new_tokens=3)
+        audio = tiny_tts.clone(text, voice, settings=settings, on_step=lambda i, n: steps.append(n))
+    finally:
+        del tiny_tts.tts.generate_voice_clone
+    assert len(calls) > 10 and all(len(t) <= MAX_SEGMENT_CHARS for t, _ in calls)
+    assert " ".join(t for t, _ in calls) == text
+    assert all(torch.equal(e, calls[0][1]) for _, e in calls)  # the same voice prompt throughout
+    assert set(steps) == {3 * len(calls)}  # progress counts across all segments
+    assert audio.size >= 0.2 * 24000 * (len(calls) - 1)  # pauses between the segments
+    with pytest.raises(ValueError, match="over the 500-character limit of one segment; turn on split_long_text"):
+        tiny_tts.clone(text, voice, settings=settings, split_long_text=False)
+
+
+def test_swapped_or_implausible_transcripts_are_warned_about(tiny_tts, ref_audio, caplog):
+    voice = tiny_tts.make_voice(*ref_audio, transcript="Words of the reference clip.")
+    tiny_tts.clone("words of the  reference clip.", voice, settings=GREEDY)
+    assert "same as the voice's transcript" in caplog.text
+    tiny_tts.make_voice(*ref_audio, transcript="A transcript far too long for two seconds of audio. " * 3)
+    assert "more than anyone says in that time" in caplog.text
+
+
+def _rss_bytes():
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_a_hundred_generations_do_not_grow_memory(tiny_tts, ref_audio):
+    import gc
+
+    voice = tiny_tts.make_voice(*ref_audio)
+    settings = GenerationSettings(seed=0, max_new_tokens=3)
+    for _ in range(10):
+        tiny_tts.clone("Warm up.", voice, settings=settings)
+    gc.collect()
+    before = _rss_bytes()
+    for i in range(100):
+        tiny_tts.clone("Again and again.", voice, settings=GenerationSettings(seq_groups=1 + i % 15, seed=i,
+                                                                                max_new_tokens=3))
+    gc.collect()
+    assert _rss_bytes() - before < 64 * 2**20
