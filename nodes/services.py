@@ -100,7 +100,10 @@ def list_local_models() -> list[str]:
             continue
         for config in sorted(list(root.glob("*/config.json")) + list(root.glob("*/*/config.json"))):
             name = config.parent.relative_to(root).as_posix()
-            if name.split("/")[0] != VOICES_SUBFOLDER and name not in found:
+            top = name.split("/")[0]
+            if "/" in name and (root / top / "config.json").is_file():
+                continue  # a checkpoint's own subfolder, e.g. speech_tokenizer/
+            if top != VOICES_SUBFOLDER and name not in found:
                 found.append(name)
     return found
 

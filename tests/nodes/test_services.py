@@ -1,0 +1,180 @@
+"""The ComfyUI seam (nodes/services.py) with ComfyUI's services simulated: folders, progress, cancel,
+and the memory manager (ModelPatcher + load_models_gpu + "Unload models")."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from .conftest import gen_options
+
+VC = "Qwen3TTSMorphGenerate"
+
+
+@pytest.fixture(scope="module")
+def services(pack):
+    return sys.modules[pack.__name__ + ".nodes.services"]
+
+
+@pytest.fixture
+def comfy_models(comfy, models_root):
+    """The fake ComfyUI's models/qwen3-tts, holding the tiny base model."""
+    folder = Path(comfy.models_dir) / "qwen3-tts"
+    folder.mkdir(parents=True)
+    (folder / "tiny-base").symlink_to((models_root / "tiny-base").resolve(), target_is_directory=True)
+    return folder
+
+
+def load_under_comfy(nodes, device="auto", dtype="auto"):
+    return nodes["Qwen3TTSMorphLoadModel"]().load(model="tiny-base", dtype=dtype, attention="sdpa", device=device)[0]
+
+
+# -- folders ----------------------------------------------------------------------------------------
+def test_without_comfyui_folders_come_from_the_environment(services, monkeypatch, tmp_path):
+    monkeypatch.setenv("QWEN3TTS_MODELS_DIR", str(tmp_path / "m"))
+    assert services.model_dirs() == [tmp_path / "m"]
+    assert services.voices_save_dir() == tmp_path / "m" / "voices"
+    monkeypatch.delenv("QWEN3TTS_MODELS_DIR")
+    assert services.model_dirs() == [(Path.cwd() / "models" / "qwen3-tts").resolve()]
+    assert services.choose_devices("auto") == (None, None)
+    services.check_interrupt()  # a no-op
+
+
+def test_with_comfyui_the_folder_is_registered_and_extra_paths_come_first(services, comfy, tmp_path):
+    extra = str(tmp_path / "extra" / "qwen3-tts")
+    # extra_model_paths.yaml with is_default: true is applied before custom nodes load
+    comfy.modules["folder_paths"].add_model_folder_path("qwen3-tts", extra, is_default=True)
+    services.register_model_folder()
+    services.register_model_folder()  # idempotent
+    default = os.path.join(comfy.models_dir, "qwen3-tts")
+    assert comfy.folders["qwen3-tts"] == [extra, default]
+    assert services.download_dir() == Path(extra)
+    assert services.voices_save_dir() == Path(extra) / "voices"
+    for root, name in ((extra, "a"), (default, "b")):
+        (Path(root) / name).mkdir(parents=True)
+        (Path(root) / name / "config.json").write_text("{}")
+    (Path(default) / "Qwen" / "Qwen3-TTS-12Hz-0.6B-Base").mkdir(parents=True)
+    (Path(default) / "Qwen" / "Qwen3-TTS-12Hz-0.6B-Base" / "config.json").write_text("{}")
+    (Path(default) / "voices").mkdir()
+    (Path(default) / "voices" / "v.safetensors").write_bytes(b"")
+    assert services.list_local_models() == ["a", "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "b"]
+    assert services.list_voice_files() == ["v.safetensors"]
+    assert services.find_voice_file("v.safetensors") == Path(default) / "voices" / "v.safetensors"
+    assert services.find_voice_file("../voices/v.safetensors") is None
+
+
+def test_registering_at_import_when_comfyui_is_present(pack, comfy):
+    import importlib.util
+
+    from .conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("pack_with_comfy", ROOT / "__init__.py",
+                                                  submodule_search_locations=[str(ROOT)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["pack_with_comfy"] = module
+    try:
+        spec.loader.exec_module(module)
+        assert comfy.folders["qwen3-tts"] == [os.path.join(comfy.models_dir, "qwen3-tts")]
+    finally:
+        for name in [m for m in sys.modules if m == "pack_with_comfy" or m.startswith("pack_with_comfy.")]:
+            del sys.modules[name]
+
+
+# -- memory manager -----------------------------------------------------------------------------------
+def test_load_model_wraps_every_weight_in_a_model_patcher(nodes, comfy, comfy_models):
+    handle = load_under_comfy(nodes)
+    patcher = handle.patcher
+    assert patcher is not None and comfy.patchers == [patcher]
+    weights = patcher.model
+    assert weights.talker is handle.tts.tts.model
+    assert weights.codec is handle.tts.tts.model.speech_tokenizer.model
+    assert (patcher.load_device, patcher.offload_device) == (torch.device("cpu"), torch.device("cpu"))
+    size = sum(t.nbytes for t in handle.tts.tts.model.state_dict().values()) + \
+        sum(t.nbytes for t in handle.tts.tts.model.speech_tokenizer.model.state_dict().values())
+    assert patcher.model_size() == size  # every weight counted, none twice
+    assert weights.get_dtype() == torch.float32  # dtype auto on ComfyUI's CPU device
+
+
+def test_each_generation_loads_through_comfyui_and_unload_models_offloads(nodes, comfy, comfy_models, base_voice,
+                                                                          monkeypatch):
+    handle = load_under_comfy(nodes)
+    events = []
+    real_to = type(handle.tts).to
+
+    def spy_to(self, device):
+        events.append(("to", torch.device(device)))
+        return real_to(self, device)
+
+    monkeypatch.setattr(type(handle.tts), "to", spy_to)
+    mm = comfy.modules["comfy.model_management"]
+    real_load = mm.load_models_gpu
+    mm.load_models_gpu = lambda models, **kw: (events.append(("load", kw.get("force_full_load"))),
+                                               real_load(models, **kw))
+    first = len(comfy.progress)
+
+    out = nodes[VC]().generate(model=handle, voice=base_voice, text="Loaded by ComfyUI.", **gen_options())[0]
+    assert out["waveform"].shape[:2] == (1, 1)
+    assert events[:2] == [("load", True), ("to", torch.device("cpu"))], "load before generating, then sync"
+    assert comfy.loads[-1]["models"] == [handle.patcher]
+    assert len(comfy.progress) > first
+
+    events.clear()
+    mm.unload_all_models()  # the "Unload models" button
+    assert events == [("to", torch.device("cpu"))], "after offload the engine follows its weights"
+    assert comfy.loaded == []
+
+    nodes[VC]().generate(model=handle, voice=base_voice, text="And loaded again.", **gen_options())
+    assert events[1:3] == [("load", True), ("to", torch.device("cpu"))]
+
+
+def test_explicit_device_offloads_to_cpu_and_auto_uses_comfyuis_device(services, comfy):
+    comfy.device, comfy.offload = torch.device("cuda:1"), torch.device("cuda:1")  # e.g. --highvram
+    assert services.choose_devices("auto") == ("cuda:1", "cuda:1")
+    assert services.choose_devices("cuda") == ("cuda", "cpu")
+    assert services.choose_devices("cpu") == ("cpu", "cpu")
+
+
+# -- progress and cancel ------------------------------------------------------------------------------
+def test_progress_moves_every_step_and_completes(nodes, comfy, base_model, base_voice):
+    nodes[VC]().generate(model=base_model, voice=base_voice, text="Progress, please.",
+                         **gen_options(max_new_tokens=5, do_sample=False, subtalker_do_sample=False))
+    values = [v for v, _ in comfy.progress]
+    totals = {t for _, t in comfy.progress}
+    assert totals == {5} and len(comfy.bars) == 1
+    assert values[:-1] == list(range(1, len(values))), "one update per step, in order"
+    assert values[-1] == 5, "the bar is filled at the end even when EOS comes early"
+    assert comfy.interrupt_checks >= len(values) - 1 + 1, "a cancel check before every step"
+
+
+def test_progress_total_is_the_text_bound_when_max_new_tokens_is_auto(nodes, comfy, base_model, base_voice,
+                                                                     pack):
+    settings = sys.modules[pack.__name__ + ".morph.settings"]
+    text = "Auto bound."
+    comfy.interrupt_at = 3  # only the reported total matters: stop after the first step
+    with pytest.raises(comfy.modules["comfy.model_management"].InterruptProcessingException):
+        nodes[VC]().generate(model=base_model, voice=base_voice, text=text, **gen_options(max_new_tokens=0))
+    assert comfy.progress == [(1, settings.default_max_frames(text))]
+
+
+def test_cancel_lands_within_one_step_and_propagates(nodes, comfy, base_model, base_voice):
+    interrupt = comfy.modules["comfy.model_management"].InterruptProcessingException
+    comfy.interrupt_at = 3  # check 1: before loading; 2: step 1; 3: step 2
+    with pytest.raises(interrupt):
+        nodes[VC]().generate(model=base_model, voice=base_voice, text="Stop me.", **gen_options(max_new_tokens=50))
+    assert comfy.interrupt_checks == 3
+    assert [v for v, _ in comfy.progress] == [1], "stopped before step 2 ran"
+    # the next run is clean
+    out = nodes[VC]().generate(model=base_model, voice=base_voice, text="Again.", **gen_options())[0]
+    assert out["waveform"].numel() > 0
+
+
+def test_cancel_before_start_skips_the_work(nodes, comfy, base_model, base_voice, ref_clip):
+    interrupt = comfy.modules["comfy.model_management"].InterruptProcessingException
+    comfy.interrupt_at = 1
+    with pytest.raises(interrupt):
+        nodes["Qwen3TTSMorphVoicePrompt"]().make(base_model, ref_clip, "", False)
+    assert comfy.progress == []
