@@ -33,7 +33,8 @@ def text_input(tooltip: str, default: str = "") -> tuple:
 
 def speech_text_input() -> tuple:
     return text_input("The words to speak (the NEW text, not the reference clip's transcript). "
-                      "Long text is rendered in one pass, so the voice stays the same throughout.",
+                      "Text over 500 characters is split at sentence ends and each part restarts from the same "
+                      "seed, so the voice stays the same throughout.",
                       "Hello! This is Qwen3-TTS, speaking inside ComfyUI.")
 
 
