@@ -3,6 +3,16 @@
 HF applies its warpers in a fixed order (temperature, top-k, top-p), then softmax and
 one `torch.multinomial` per step. Matching that order, and the number and shape of the
 multinomial draws, is what keeps seeded sampling bit-identical to upstream.
+
+The draw itself is written out (`draw`): for one sample per row, ATen's multinomial is
+an exponential race, argmax(p / q) with q ~ Exp(1) drawn by one `exponential_` over a
+tensor shaped like p. Doing exactly that gives the same picks from the same generator
+state, and it never reads a value back to the host, so it can be captured in a CUDA
+graph (torch's own multinomial validates its input with host syncs on some versions).
+
+`TalkerRules` is the rest of the talker's HF logits processing in upstream's order:
+repetition penalty over the generated code-0 tokens, EOS held back before
+min_new_tokens, the suppressed codec ids, then the warpers.
 """
 
 from __future__ import annotations
@@ -54,9 +64,48 @@ def sample(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
     All rows are drawn in one multinomial call, so for [B, V] this consumes the RNG
     exactly as one HF generate step does.
     """
-    scores = logits.float()
+    return pick(logits.float(), s)
+
+
+def pick(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
+    """Greedy or warped sampling of float32 scores [..., V] (after any logits processing)."""
     if not s.do_sample:
         return scores.argmax(dim=-1)
     probs = warp(scores, s).softmax(dim=-1)
-    flat = probs.reshape(-1, probs.size(-1))
-    return torch.multinomial(flat, num_samples=1).reshape(probs.shape[:-1])
+    return draw(probs.reshape(-1, probs.size(-1))).reshape(probs.shape[:-1])
+
+
+def draw(probs: torch.Tensor) -> torch.Tensor:
+    """`torch.multinomial(probs, 1).squeeze(-1)` for 2-D probs, without host syncs."""
+    return probs.div(torch.empty_like(probs).exponential_(1)).argmax(dim=-1)
+
+
+class TalkerRules:
+    """The talker's logits processing before the warpers, as device tensors (graph-safe)."""
+
+    def __init__(self, vocab_size: int, eos_token_id: int, suppress_tokens, repetition_penalty: float,
+                 device, do_sample: bool, temperature: float, top_k: int, top_p: float):
+        self.eos = int(eos_token_id)
+        self.repetition_penalty = float(repetition_penalty)
+        self.sampling = Sampling(bool(do_sample), float(temperature), int(top_k or 0), float(top_p))
+        self.eos_mask = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+        self.eos_mask[self.eos] = True
+        self.suppress_mask = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+        suppress = [int(t) for t in (suppress_tokens or [])]
+        if suppress:
+            self.suppress_mask[torch.tensor(suppress, device=device)] = True
+        self.key = (self.eos, tuple(suppress), self.repetition_penalty, self.sampling)
+
+    def scores(self, logits: torch.Tensor, seen: torch.Tensor, n_generated: torch.Tensor,
+               min_new_tokens: torch.Tensor) -> torch.Tensor:
+        """Processed float32 scores [B, V]. seen [B, V] bool marks generated tokens;
+        n_generated and min_new_tokens are device scalars."""
+        scores = logits.float()
+        if self.repetition_penalty != 1.0:
+            p = self.repetition_penalty
+            scores = torch.where(seen, torch.where(scores < 0, scores * p, scores / p), scores)
+        scores = torch.where(self.eos_mask & (n_generated < min_new_tokens), -float("inf"), scores)
+        return torch.where(self.suppress_mask, -float("inf"), scores)
+
+    def next_token(self, logits, seen, n_generated, min_new_tokens) -> torch.Tensor:
+        return pick(self.scores(logits, seen, n_generated, min_new_tokens), self.sampling)
