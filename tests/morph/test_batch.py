@@ -1,0 +1,270 @@
+"""The batched engine on the tiny model (CPU, fp32): exactness against single lines, what batch
+invariance holds, per-row EOS and limits, progress, cancel, out-of-memory halving."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+import morph.batch as batch_module
+from morph.batch import BatchTTS, Line
+from morph.sampling import Sampling
+from morph.settings import GenerationSettings
+
+from .helpers import recorded_codes
+
+SR = 24000
+
+
+def greedy(seq_groups=5, frames=8, **kw):
+    return GenerationSettings(seq_groups=seq_groups, do_sample=False, subtalker=Sampling(do_sample=False),
+                              max_new_tokens=frames, **kw)
+
+
+@pytest.fixture(scope="module")
+def voices(tiny_tts):
+    rng = np.random.RandomState(0)
+    t = np.arange(2 * SR) / SR
+    wave = (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t)) + 0.05 * rng.randn(t.size))
+    wave = wave.astype(np.float32)
+    return {"xvec": tiny_tts.make_voice(wave, SR),
+            "icl": tiny_tts.make_voice(wave, SR, transcript="A short reference sentence.")}
+
+
+@pytest.fixture(scope="module")
+def batch(tiny_tts):
+    return BatchTTS(tiny_tts)
+
+
+@pytest.fixture(scope="module")
+def lines(voices):
+    """Mixed voices, modes, languages and text lengths, so prompts pad differently."""
+    return [
+        Line("This is the longest line of the whole script, in the cloned ICL voice.", voices["icl"], "English"),
+        Line("Short one.", voices["xvec"], "English"),
+        Line("Another line, a bit longer.", voices["icl"], "Auto"),
+        Line("Hi.", voices["xvec"], "German"),
+        Line("Okay then, fine by me.", voices["icl"], "French"),
+    ]
+
+
+@contextlib.contextmanager
+def talker_logits(tts, force_eos=None):
+    """Record the talker's last-position logits per step ([B, V] each); force EOS for {row: step}."""
+    head = tts.tts.model.talker.codec_head
+    eos = tts.tts.model.config.talker_config.codec_eos_token_id
+    steps = []
+
+    def hook(module, args, out):
+        out = out.clone()
+        step = len(steps) + 1
+        for row, at in (force_eos or {}).items():
+            if at == step:
+                out[row, -1] = -float("inf")
+                out[row, -1, eos] = 0.0
+        steps.append(out[:, -1].clone())
+        return out
+
+    handle = head.register_forward_hook(hook)
+    try:
+        yield steps
+    finally:
+        handle.remove()
+
+
+# -- a batch of one is the single-line path ---------------------------------------------------
+@pytest.mark.parametrize("mode, settings", [
+    ("icl", greedy(5)), ("xvec", greedy(15)), ("icl", GenerationSettings(seq_groups=3, seed=7, max_new_tokens=8)),
+], ids=["greedy-k5-icl", "greedy-k15-xvec", "sampled-k3-icl"])
+def test_batch_of_one_equals_clone(tiny_tts, batch, voices, mode, settings):
+    line = Line("Hello there, this is one line.", voices[mode], "English")
+    with recorded_codes(tiny_tts.tts) as single:
+        audio = tiny_tts.clone(line.text, line.voice, line.language, settings)
+    with recorded_codes(tiny_tts.tts) as batched:
+        rendered = batch.render([line], settings)
+    assert torch.equal(batched[0][0], single[0][0])
+    assert rendered[0].dtype == np.float32 and np.array_equal(rendered[0], audio)
+
+
+# -- batch invariance ------------------------------------------------------------------------
+def test_a_row_never_sees_its_companions_data(tiny_tts, batch, lines, voices):
+    """Fixed shape (batch size, padded length) and row position: the row's logits are bit-identical
+    whatever its companions hold: other texts, voices, modes, languages and EOS steps."""
+    x = lines[0]  # the longest prompt, so the padded length is the same in both batches
+    others = [Line("Completely different words.", voices["xvec"], "Spanish"), Line("Yes.", voices["icl"], "English")]
+    with talker_logits(tiny_tts, force_eos={1: 4, 2: 6}) as a:
+        codes_a = batch.codes([x, lines[1], lines[2]], greedy(frames=10))
+    with talker_logits(tiny_tts, force_eos={1: 3}) as b:
+        codes_b = batch.codes([x, *others], greedy(frames=10))
+    assert [c.shape[0] for c in codes_a] == [9, 3, 5] and [c.shape[0] for c in codes_b][:2] == [9, 2]
+    assert torch.equal(torch.stack(a)[:, 0], torch.stack(b)[:, 0])
+    assert torch.equal(codes_a[0], codes_b[0])
+
+
+@pytest.mark.parametrize("seq_groups", [1, 15])
+def test_rows_give_the_single_line_codes_in_any_batch(tiny_tts, batch, lines, seq_groups):
+    """Across batch sizes, orders and paddings: the same codes as each line alone, with logits equal
+    to rounding (shapes pick different GEMM/attention reductions, see morph/batch.py)."""
+    settings = greedy(seq_groups)
+    single_logits, single_codes = [], []
+    for line in lines:
+        with talker_logits(tiny_tts) as steps:
+            single_codes.append(batch.codes([line], settings)[0])
+        single_logits.append(torch.stack(steps)[:, 0])
+    for order in ([4, 3, 2, 1, 0], [2, 2, 0]):
+        with talker_logits(tiny_tts) as steps:
+            codes = batch.codes([lines[i] for i in order], settings)
+        logits = torch.stack(steps)
+        for row, i in enumerate(order):
+            assert torch.equal(codes[row], single_codes[i]), (order, row)
+            torch.testing.assert_close(logits[:, row], single_logits[i], rtol=0, atol=1e-4)
+
+
+def test_rows_stop_at_their_own_eos(tiny_tts, batch, lines):
+    """Different EOS steps per row: each row's codes are the single line's codes with the same EOS."""
+    eos_at = {0: 4, 1: 7, 3: 3}  # row 2 runs to the frame limit
+    picked = [lines[0], lines[1], lines[2], lines[3]]
+    with talker_logits(tiny_tts, force_eos=eos_at):
+        codes = batch.codes(picked, greedy(frames=10))
+    assert [c.shape[0] for c in codes] == [3, 6, 9, 2]
+    for row, line in enumerate(picked):
+        force = {0: eos_at[row]} if row in eos_at else None
+        with talker_logits(tiny_tts, force_eos=force):
+            alone = batch.codes([line], greedy(frames=10))[0]
+        assert torch.equal(codes[row], alone)
+
+
+def test_each_row_keeps_its_own_text_derived_frame_limit(tiny_tts, batch, voices, monkeypatch):
+    """With the automatic limit, the batch runs to the largest and each row is cut to its own: the frames
+    a single-line clone gives (EOS suppressed, so every row reaches its limit)."""
+    import morph.settings
+
+    monkeypatch.setattr(morph.settings, "default_max_frames", lambda text: 3 + len(text) // 4)
+    settings = greedy(frames=None)
+    picked = [Line("Hi.", voices["xvec"]), Line("A somewhat longer line.", voices["icl"]),
+              Line("Middle size.", voices["xvec"])]
+    eos = tiny_tts.tts.model.config.talker_config.codec_eos_token_id
+
+    def no_eos(module, args, out):
+        out[..., eos] = -float("inf")
+        return out
+
+    handle = tiny_tts.tts.model.talker.codec_head.register_forward_hook(no_eos)
+    try:
+        codes = batch.codes(picked, settings)
+        singles = []
+        for line in picked:
+            with recorded_codes(tiny_tts.tts) as rec:
+                tiny_tts.clone(line.text, line.voice, line.language, settings)
+            singles.append(rec[0][0])
+    finally:
+        handle.remove()
+    assert [c.shape[0] for c in codes] == [3 + len(l.text) // 4 - 1 for l in picked]
+    for got, want in zip(codes, singles):
+        assert torch.equal(got, want)
+
+
+# -- render: order, batching, callbacks --------------------------------------------------------
+def test_render_returns_lines_in_order_whatever_the_batching(batch, lines):
+    picked = lines[1:4]
+    settings = greedy(frames=6)
+    one_by_one = [batch.render([line], settings)[0] for line in picked]
+    for batch_size in (2, 64):
+        got = batch.render(picked, settings, batch_size=batch_size)
+        assert len(got) == len(picked)
+        for a, b in zip(got, one_by_one):
+            assert a.dtype == np.float32 and a.ndim == 1 and a.size % 1920 == 0
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
+
+
+def test_progress_counts_frame_slots_across_batches_and_completes(batch, lines):
+    calls = []
+    batch.render(lines[1:4], greedy(frames=4), batch_size=2, on_step=lambda d, n: calls.append((d, n)))
+    totals = {n for _, n in calls}
+    # batches of 2 and 1 rows; each decode step of a batch is one slot per row, 3 frame steps at most
+    assert totals == {(2 + 1) * 3}
+    done = [d for d, _ in calls]
+    assert done == sorted(done) and done[-1] == totals.pop()
+    assert len(calls) > 3
+
+
+class Cancelled(Exception):
+    pass
+
+
+def test_cancel_propagates_and_finished_lines_were_already_handed_out(tiny_tts, batch, lines):
+    finished = {}
+    batches = []
+
+    def on_step(done, total):
+        if done > 2 * 3 and not batches:  # into the second batch of two rows
+            batches.append(done)
+            raise Cancelled
+
+    with pytest.raises(Cancelled):
+        batch.render(lines[:4], greedy(frames=4), batch_size=2, on_step=on_step,
+                     on_line=lambda i, audio: finished.__setitem__(i, audio))
+    assert len(finished) == 2  # the first batch's two lines
+    assert tiny_tts.patch.on_step is None
+    again = batch.render([lines[i] for i in sorted(finished)], greedy(frames=4), batch_size=2, sort=False)
+    for got, i in zip(again, sorted(finished)):
+        np.testing.assert_array_equal(got, finished[i])
+
+
+def test_out_of_memory_halves_the_batch_and_keeps_the_smaller_size(batch, lines, monkeypatch, caplog):
+    sizes = []
+    real = BatchTTS._generate
+
+    def generate(self, rows, settings, progress):
+        sizes.append(len(rows))
+        if len(rows) > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(self, rows, settings, progress)
+
+    monkeypatch.setattr(BatchTTS, "_generate", generate)
+    with caplog.at_level(logging.WARNING, logger="morph.batch"):
+        got = batch.render(lines[1:], greedy(frames=4), batch_size=8)
+    assert sizes == [4, 2, 2]
+    assert len(got) == 4 and all(a.size for a in got)
+    assert "retrying in batches of 2" in caplog.text and "set batch_size to 2" in caplog.text
+
+
+def test_out_of_memory_on_a_single_line_is_a_clear_error(batch, lines, monkeypatch):
+    def generate(self, rows, settings, progress):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(BatchTTS, "_generate", generate)
+    with pytest.raises(RuntimeError, match=r"^Render lines: the GPU ran out of memory rendering a single line .*bf16"):
+        batch.render(lines[:2], greedy(), batch_size=2)
+
+
+def test_a_line_too_long_for_one_pass_is_rendered_in_segments(batch, voices, monkeypatch):
+    monkeypatch.setattr(batch_module, "MAX_SEGMENT_CHARS", 30)
+    text = "The first sentence is here. And then a second one follows."
+    settings = greedy(frames=5)
+    whole = batch.render([Line(text, voices["xvec"])], settings)[0]
+    parts = batch.render([Line("The first sentence is here.", voices["xvec"]),
+                          Line("And then a second one follows.", voices["xvec"])], settings)
+    pause = int(batch_module.SEGMENT_PAUSE_SECONDS * SR)
+    assert whole.size == parts[0].size + pause + parts[1].size
+    with pytest.raises(ValueError, match="over the 30-character limit"):
+        batch.codes([Line(text, voices["xvec"])], settings)
+
+
+# -- errors --------------------------------------------------------------------------------------
+def test_bad_lines_are_clear_errors_naming_the_line(batch, voices):
+    ok = Line("Fine.", voices["xvec"])
+    with pytest.raises(ValueError, match=r"^Render lines \(line 2\): the text is empty"):
+        batch.render([ok, Line("  ", voices["xvec"])])
+    with pytest.raises(ValueError, match=r"^Render lines \(line 1\): language 'Klingon' is not supported"):
+        batch.render([Line("Hi.", voices["xvec"], "Klingon")])
+    alien = type(voices["xvec"])(torch.zeros(2048), None, None, "1b7")
+    with pytest.raises(ValueError, match=r"^Render lines \(line 2\): this voice was made with a 1b7 model"):
+        batch.render([ok, Line("Hi.", alien)])
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+        batch.render([ok], batch_size=0)
+    assert batch.render([]) == []
