@@ -132,14 +132,21 @@ def choose_devices(device: str) -> tuple[str | None, str | None]:
     """(load device, offload device) for the Load model node's device choice.
 
     With ComfyUI, "auto" is ComfyUI's own device (so --cpu, --gpu-only... are honoured) and the model
-    rests on ComfyUI's offload device between runs; an explicit device offloads to the CPU.
+    rests on ComfyUI's offload device between runs; an explicit device offloads to the CPU. A device
+    is named with its index ("cuda:0"), as ComfyUI names it: its memory manager compares devices
+    with ==, and torch.device("cuda") != torch.device("cuda:0"), so "Unload models" would miss it.
     Without ComfyUI: (None, None), and the engine decides.
     """
     mm = model_management()
     if mm is None:
         return None, None
+    comfy_device = torch.device(mm.get_torch_device())
     if device == "auto":
-        return str(mm.get_torch_device()), str(mm.unet_offload_device())
+        return str(comfy_device), str(mm.unet_offload_device())
+    if comfy_device.type == device:
+        return str(comfy_device), "cpu"
+    if device == "cuda" and torch.cuda.is_available():
+        return f"cuda:{torch.cuda.current_device()}", "cpu"
     return device, "cpu"
 
 
@@ -241,15 +248,27 @@ class ManagedModel:
 def _synced_after_detach(tts, offload_device: torch.device) -> Callable:
     def on_detach(patcher, unpatch_all=True):
         # The patcher has already moved the weights; this moves the rest (the engine's device
-        # fields and any state cached on the old device) so the engine stays consistent.
+        # fields and the state it caches on the old device) so the engine stays consistent and
+        # the VRAM is really given back.
         # unpatch_all=False (a patcher being garbage-collected) moves nothing, so neither do we.
         if not unpatch_all:
             return
         tts.to(offload_device)
-        predictor = getattr(getattr(tts, "patch", None), "predictor", None)
-        if predictor is not None and hasattr(predictor, "release"):
-            predictor.release()  # drop the predictor's cached buffers on the old device
+        release_engine_state(tts)
     return on_detach
+
+
+def release_engine_state(tts) -> None:
+    """Drop what the engine caches on a device outside the model's modules (static KV caches,
+    CUDA graphs, stacked and fused weight storage); it is rebuilt on the next run."""
+    release = getattr(tts, "release_device_state", None)
+    if callable(release):
+        release()
+        return
+    patch = getattr(tts, "patch", None)  # engines without release_device_state(): release the parts
+    for part in (getattr(patch, "loop", None), getattr(patch, "predictor", None)):
+        if callable(getattr(part, "release", None)):
+            part.release()
 
 
 def manage(tts, load_device: str | None = None, offload_device: str | None = None) -> ManagedModel:

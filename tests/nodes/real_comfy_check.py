@@ -70,6 +70,18 @@ def main():
     check(str(Path(folder_paths.models_dir) / "qwen3-tts") in folder_paths.get_folder_paths("qwen3-tts"),
           "models/qwen3-tts is registered with folder_paths")
 
+    def cuda_allocated():
+        # cuBLAS keeps a 32 MiB workspace for every stream it ran on (CUDA-graph capture uses side
+        # streams): process-wide scratch, not the model's, and ComfyUI never frees it. Left out.
+        gc.collect()
+        torch.cuda.synchronize()
+        if hasattr(torch._C, "_cuda_clearCublasWorkspaces"):
+            torch._C._cuda_clearCublasWorkspaces()
+        torch.cuda.empty_cache()
+        return torch.cuda.memory_allocated()
+
+    baseline = cuda_allocated() if torch.cuda.is_available() else 0
+
     handle = nodes["Qwen3TTSMorphLoadModel"]().load(model=str(model_dir), dtype="auto", attention="auto",
                                                     device=args.device)[0]
     patcher = handle.patcher
@@ -112,11 +124,10 @@ def main():
     check(weight_devices() == [handle.offload_device.type], f"weights offloaded, got {weight_devices()}")
     check(handle.tts.device == handle.offload_device, "the engine follows its weights to the offload device")
     if cuda:
-        gc.collect()
-        torch.cuda.empty_cache()
-        after = torch.cuda.memory_allocated()
+        after = cuda_allocated() - baseline
         report["cuda_allocated_after_unload_mb"] = round(after / 2**20, 3)
-        check(after < 0.05 * patcher.model_size() + 2**20, f"VRAM given back after unload: {after} bytes left")
+        check(after < 0.05 * patcher.model_size() + 2**20,
+              f"VRAM given back after unload: {after} bytes above the baseline left")
 
     progress.clear()
     nodes["Qwen3TTSMorphGenerate"]().generate(model=handle, voice=voice, text="Loaded again.", **GEN)

@@ -131,11 +131,50 @@ def test_each_generation_loads_through_comfyui_and_unload_models_offloads(nodes,
     assert events[1:3] == [("load", True), ("to", torch.device("cpu"))]
 
 
-def test_explicit_device_offloads_to_cpu_and_auto_uses_comfyuis_device(services, comfy):
-    comfy.device, comfy.offload = torch.device("cuda:1"), torch.device("cuda:1")  # e.g. --highvram
+def test_devices_are_named_as_comfyui_names_them(services, comfy):
+    comfy.device, comfy.offload = torch.device("cuda", 1), torch.device("cuda", 1)  # e.g. --highvram
     assert services.choose_devices("auto") == ("cuda:1", "cuda:1")
-    assert services.choose_devices("cuda") == ("cuda", "cpu")
+    # with an index: ComfyUI's free_memory compares devices with ==, and cuda != cuda:1
+    assert services.choose_devices("cuda") == ("cuda:1", "cpu")
     assert services.choose_devices("cpu") == ("cpu", "cpu")
+    comfy.device = comfy.offload = torch.device("cpu")
+    assert services.choose_devices("cpu") == ("cpu", "cpu")
+
+
+def test_offload_releases_the_engines_device_state(nodes, comfy, comfy_models, base_voice, services, monkeypatch):
+    handle = load_under_comfy(nodes)
+    nodes[VC]().generate(model=handle, voice=base_voice, text="Fill the caches.", **gen_options())
+    released = []
+    monkeypatch.setattr(services, "release_engine_state", lambda tts: released.append(tts))
+    comfy.modules["comfy.model_management"].unload_all_models()
+    assert released == [handle.tts]
+    handle.patcher.detach(unpatch_all=False)  # a patcher being garbage-collected: nothing moves
+    assert released == [handle.tts]
+
+
+def test_release_engine_state_prefers_the_engines_own_method(services):
+    calls = []
+
+    class Part:
+        def __init__(self, name):
+            self.name = name
+
+        def release(self):
+            calls.append(self.name)
+
+    class OldEngine:
+        patch = type("P", (), {"loop": Part("loop"), "predictor": Part("predictor")})()
+
+    services.release_engine_state(OldEngine())
+    assert calls == ["loop", "predictor"]
+
+    class NewEngine(OldEngine):
+        def release_device_state(self):
+            calls.append("engine")
+
+    calls.clear()
+    services.release_engine_state(NewEngine())
+    assert calls == ["engine"]
 
 
 # -- progress and cancel ------------------------------------------------------------------------------
