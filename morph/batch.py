@@ -125,7 +125,8 @@ class BatchTTS:
     # -- public API -----------------------------------------------------------------
     def render(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
                batch_size: int = DEFAULT_BATCH_SIZE, on_step: OnStep | None = None, on_line: OnLine | None = None,
-               who: str = "Render lines", split_long_text: bool = True, sort: bool = True) -> list[np.ndarray]:
+               who: str = "Render lines", split_long_text: bool = True, sort: bool = True,
+               labels: Sequence[str] | None = None) -> list[np.ndarray]:
         """Speak every line; returns float32 24 kHz audio per line, in the order given.
 
         Lines are rendered `batch_size` at a time (longest first when `sort`). `on_line(i, audio)`
@@ -133,11 +134,12 @@ class BatchTTS:
         keep finished lines when a later batch fails or is cancelled. `on_step(done, total)` is
         called before every decode step with frame slots across the whole render (see
         `_Progress`); an exception raised there (a cancel) stops the render and propagates.
+        `labels[i]` names line i in error messages (default "line i+1").
         """
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"{who}: batch_size must be an integer >= 1, got {batch_size!r}; 16 suits most GPUs")
         settings = self._check(settings, who)
-        rows = self._rows(lines, settings, who, split_long_text)
+        rows = self._rows(lines, settings, who, split_long_text, labels)
         if not rows:
             return []
         order = sorted(range(len(rows)), key=lambda i: (-rows[i].limit, -len(rows[i].text), i)) if sort \
@@ -185,10 +187,10 @@ class BatchTTS:
         return (settings or GenerationSettings()).validate(who)
 
     def _rows(self, lines: Sequence[Line], settings: GenerationSettings, who: str,
-              split_long_text: bool) -> list[_Row]:
+              split_long_text: bool, labels: Sequence[str] | None = None) -> list[_Row]:
         rows = []
         for i, line in enumerate(lines):
-            where = f"{who} (line {i + 1})"
+            where = f"{who} ({labels[i] if labels else f'line {i + 1}'})"
             if not isinstance(line, Line):
                 raise TypeError(f"{where}: expected a morph.batch.Line, got {type(line).__name__}")
             if not isinstance(line.text, str) or not line.text.strip():
@@ -260,9 +262,9 @@ class BatchTTS:
         try:
             if settings.seed is not None:
                 torch.manual_seed(settings.seed)
-            codes, _ = model.model.generate(
-                input_ids=input_ids, ref_ids=ref_ids, voice_clone_prompt=model._prompt_items_to_voice_clone_prompt(items),
-                languages=[r.language for r in rows], non_streaming_mode=False, **kwargs)
+            prompt = model._prompt_items_to_voice_clone_prompt(items)
+            codes, _ = model.model.generate(input_ids=input_ids, ref_ids=ref_ids, voice_clone_prompt=prompt,
+                                            languages=[r.language for r in rows], non_streaming_mode=False, **kwargs)
         finally:
             patch.on_step = None
         return [c[: max(r.limit - 1, 0)] for c, r in zip(codes, rows)]
