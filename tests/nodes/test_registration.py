@@ -19,9 +19,11 @@ IDS = {
     "Qwen3TTSMorphCustomVoice": "Qwen3-TTS Generate (CustomVoice)",
     "Qwen3TTSMorphVoiceDesign": "Qwen3-TTS Generate (VoiceDesign)",
     "Qwen3TTSMorphSmooth": "Qwen3-TTS Smooth & Normalize",
+    "Qwen3TTSMorphVoiceBank": "Qwen3-TTS Voice Bank",
+    "Qwen3TTSMorphRenderLines": "Qwen3-TTS Render Lines",
 }
 WIDGETS = {"INT", "FLOAT", "STRING", "BOOLEAN"}
-CUSTOM = {"QWEN3TTS_MODEL", "QWEN3TTS_VOICE", "AUDIO"}
+CUSTOM = {"QWEN3TTS_MODEL", "QWEN3TTS_VOICE", "QWEN3TTS_VOICE_BANK", "AUDIO"}
 GENERATION = ["language", "seq_groups", "seed", "max_new_tokens", "do_sample", "temperature", "top_k", "top_p",
               "repetition_penalty", "subtalker_do_sample", "subtalker_temperature", "subtalker_top_k",
               "subtalker_top_p"]
@@ -35,6 +37,9 @@ ORDER = {
     "Qwen3TTSMorphCustomVoice": ["model", "text", "speaker", "instruct"] + GENERATION,
     "Qwen3TTSMorphVoiceDesign": ["model", "text", "instruct"] + GENERATION,
     "Qwen3TTSMorphSmooth": ["audio", "lowpass_enabled", "cutoff_hz", "order", "normalize_enabled", "target_dbfs"],
+    "Qwen3TTSMorphVoiceBank": ["name", "voice", "bank"],
+    "Qwen3TTSMorphRenderLines": ["model", "bank", "script", "batch_size", "pause_seconds", "smoothing", "resume",
+                                 "filename_prefix"] + GENERATION,
 }
 
 
@@ -138,7 +143,7 @@ def test_importing_the_pack_like_comfyui_needs_no_comfyui_and_no_model():
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        assert len(module.NODE_CLASS_MAPPINGS) == 8
+        assert len(module.NODE_CLASS_MAPPINGS) == 10
         bad = {{"folder_paths", "comfy", "qwen_tts", "transformers"}} & set(sys.modules)
         assert not bad, bad
         assert "nodes" not in sys.modules, "the pack must import its own nodes relatively"
