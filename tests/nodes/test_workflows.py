@@ -11,7 +11,7 @@ from . import workflow_tools as wt
 from .conftest import ROOT
 
 WORKFLOWS = sorted((ROOT / "workflows").glob("*.json"))
-EXPECTED = {"voice_clone", "seq_groups_ab", "save_and_reuse_voice", "custom_voice", "voice_design"}
+EXPECTED = {"voice_clone", "seq_groups_ab", "save_and_reuse_voice", "custom_voice", "voice_design", "character_lines"}
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def types_in(wf):
     return [n["type"] for n in wf["nodes"]]
 
 
-def test_the_five_workflows_are_there():
+def test_the_example_workflows_are_there():
     assert {p.stem for p in WORKFLOWS} == EXPECTED
 
 
