@@ -209,18 +209,6 @@ def _srt(cues: list[tuple[float, float, str, str]]) -> str:
 
 
 # -- resume: the line files and what they were rendered from ---------------------------------------------
-ENV_OUTPUT_DIR = "QWEN3TTS_OUTPUT_DIR"
-
-
-def output_dir() -> Path:
-    """ComfyUI's output folder (folder_paths.get_output_directory, through the services seam).
-    Without ComfyUI: $QWEN3TTS_OUTPUT_DIR, else ./output."""
-    fp = services.folder_paths()
-    if fp is not None and callable(getattr(fp, "get_output_directory", None)):
-        return Path(fp.get_output_directory())
-    return Path(os.environ.get(ENV_OUTPUT_DIR) or "output").resolve()
-
-
 def _render_context(tts, language: str, settings, smoothing: bool) -> dict:
     """What, besides the line itself, decides a line's audio (seed and batch size excluded on purpose)."""
     s = settings
@@ -259,7 +247,7 @@ class _LineStore:
         if not parts or prefix.startswith("/") or ".." in parts or re.match(r"^[A-Za-z]:", prefix):
             raise ValueError(f"filename_prefix {prefix!r} must be a relative name inside the output folder, "
                              "e.g. qwen3-tts/scene1")
-        root = output_dir()
+        root = services.output_dir()
         self.folder = root.joinpath(*parts[:-1])
         self.stem = parts[-1]
         self.manifest_path = self.folder / f"{self.stem}{MANIFEST_SUFFIX}"
@@ -316,4 +304,4 @@ class _LineStore:
                           "free space, or turn resume off") from e
 
 
-__all__ = ["BANK_TYPE", "RenderLines", "VoiceBank", "file_name_part", "output_dir"]
+__all__ = ["BANK_TYPE", "RenderLines", "VoiceBank", "file_name_part"]

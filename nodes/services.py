@@ -6,6 +6,7 @@ service has a fallback for when ComfyUI is absent (tests, scripts):
   folders   `folder_paths` folder "qwen3-tts" (models/qwen3-tts, plus any extra_model_paths.yaml
             entries); voices live in a `voices` subfolder of each.
             Fallback: $QWEN3TTS_MODELS_DIR, else ./models/qwen3-tts.
+            Output folder: folder_paths.get_output_directory(). Fallback: $QWEN3TTS_OUTPUT_DIR, else ./output.
   progress  comfy.utils.ProgressBar(total).update_absolute(step).        Fallback: nothing.
   cancel    comfy.model_management.throw_exception_if_processing_interrupted();
             its InterruptProcessingException propagates untouched.       Fallback: nothing.
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 MODEL_FOLDER = "qwen3-tts"  # the folder_paths name; models/qwen3-tts by default
 VOICES_SUBFOLDER = "voices"  # <models folder>/voices/<name>.safetensors
 ENV_MODELS_DIR = "QWEN3TTS_MODELS_DIR"
+ENV_OUTPUT_DIR = "QWEN3TTS_OUTPUT_DIR"
 VOICE_SUFFIX = ".safetensors"
 
 
@@ -125,6 +127,14 @@ def find_voice_file(name: str) -> Path | None:
         if (folder / name).is_file():
             return folder / name
     return None
+
+
+def output_dir() -> Path:
+    """ComfyUI's output folder (where Render Lines writes its line files)."""
+    fp = folder_paths()
+    if fp is not None and callable(getattr(fp, "get_output_directory", None)):
+        return Path(fp.get_output_directory())
+    return Path(os.environ.get(ENV_OUTPUT_DIR) or "output").resolve()
 
 
 # -- devices ------------------------------------------------------------------------------
