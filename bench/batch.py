@@ -1,0 +1,172 @@
+"""Batch rendering throughput: many short lines one at a time against batched, in one process.
+
+The same `--lines` lines (about 5 s each: `--frames` frames, EOS held back so random weights
+cannot stop early; x-vector and ICL voices alternating) are rendered through morph/batch.py's
+BatchTTS at every batch size of `--batch-sizes` (1 = one line at a time) and every
+seq_groups of `--seq-groups`. Per configuration the JSON reports generation wall time,
+aggregate x real time (audio seconds of all lines / wall seconds), ms per decode step (one
+step advances every row of a batch by one frame), codec decode time (per line, reported
+apart and as end-to-end x real time), peak memory and the mode the talker ran in.
+
+    python -m bench.batch --size tiny --device cpu --lines 4 --frames 8                  # quick, on CPU
+    python -m bench.batch --size 0.6b --device cuda --dtype bf16 --json out/batch.json    # random 0.6B dims
+    python -m bench.batch --model /tmp/model-0.6b --device cuda --dtype bf16               # weights built already
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.random_model import build_random_model
+from bench.speed import REF_TEXT, _peak_bytes, _sync, device_name, eos_suppressed, model_dims, reference_wave
+from morph.batch import BatchTTS, Line
+from morph.engine import MorphTTS
+from morph.settings import FRAMES_PER_SECOND, GenerationSettings
+
+# About 5 s of speech each (60-75 characters).
+SENTENCES = [
+    "Did you hear that? Something moved in the garden just now.",
+    "It's only the wind, I promise you. Go back to sleep, please.",
+    "The wind doesn't open the gate and walk across the gravel.",
+    "Fine, I'll take a look outside. Where did you put the torch?",
+    "In the drawer by the door, right where it always is, dear.",
+    "Found it, but the batteries are nearly flat again, of course.",
+    "Just hurry up and look, before whatever it is gets away.",
+    "It's a fox! A little red fox, and it's eating the strawberries.",
+]
+
+
+def script(n: int) -> list[str]:
+    return [SENTENCES[i % len(SENTENCES)] for i in range(n)]
+
+
+def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int, warm_frames: int,
+               repeats: int, mode: str) -> dict:
+    tts = batch.tts
+    device = tts.device
+    settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames + 1)
+    chunks = [lines[i:i + size] for i in range(0, len(lines), size)]
+    if hasattr(tts.patch, "mode"):
+        tts.patch.mode = mode
+    with eos_suppressed(tts, frames), torch.inference_mode():
+        # warm-up at this batch size: allocator, kernels, and any CUDA graph for this shape
+        warm = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=warm_frames + 1)
+        start = time.perf_counter()
+        batch.codes(chunks[0], warm)
+        _sync(device)
+        warm_s = time.perf_counter() - start
+        last_run = dict(getattr(tts.patch, "last_run", {}) or {})
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        walls, codes = [], []
+        for _ in range(repeats):
+            codes = []
+            _sync(device)
+            start = time.perf_counter()
+            for chunk in chunks:
+                codes += batch.codes(chunk, settings)
+            _sync(device)
+            walls.append(time.perf_counter() - start)
+        peak = _peak_bytes(device)
+        _sync(device)
+        start = time.perf_counter()
+        batch.decode(codes, [line.voice for line in lines])
+        _sync(device)
+        decode_s = time.perf_counter() - start
+    wall = float(np.median(walls))
+    got = [int(c.shape[0]) for c in codes]
+    audio_s = sum(got) / FRAMES_PER_SECOND
+    steps = len(chunks) * max(got)
+    row = dict(
+        batch_size=size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=seq_groups,
+        ran_as=tts.patch.resolved_mode(device) if hasattr(tts.patch, "resolved_mode") else "eager",
+        frames_per_line=[min(got), max(got)], audio_s=round(audio_s, 2), wall_s=round(wall, 3),
+        x_real_time=round(audio_s / wall, 1), ms_per_step=round(1000 * wall / steps, 3),
+        ms_per_line_frame=round(1000 * wall / sum(got), 3),
+        codec_decode_s=round(decode_s, 3), end_to_end_x_real_time=round(audio_s / (wall + decode_s), 1),
+        peak_memory_gib=round(peak / 2**30, 3), warmup_s=round(warm_s, 2), runs_s=[round(w, 3) for w in walls],
+    )
+    if "capture_s" in last_run:
+        row["capture_s"] = round(float(last_run["capture_s"]), 3)
+    return row
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", help="a checkpoint folder (real or built); default: build random weights at --size")
+    p.add_argument("--size", default="tiny", choices=["tiny", "tiny-proj", "0.6b", "1.7b"])
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    p.add_argument("--attention", default="sdpa", choices=["auto", "sdpa", "eager", "flash_attention_2"])
+    p.add_argument("--lines", type=int, default=32)
+    p.add_argument("--frames", type=int, default=62, help="frames per line (12.5 a second; 62 is about 5 s)")
+    p.add_argument("--batch-sizes", default="1,8,16,32", help="comma list; 1 = one line at a time")
+    p.add_argument("--seq-groups", default="15,5", help="comma list of seq_groups")
+    p.add_argument("--modes", default="auto",
+                   help="comma list of morph modes (auto = graphs on CUDA, eager elsewhere; eager, lean, graphs, "
+                        "compile)")
+    p.add_argument("--prompts", default="mixed", choices=["mixed", "xvector", "icl"],
+                   help="voices of the lines: x-vector and ICL alternating, or all one kind")
+    p.add_argument("--warm-frames", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--json", help="also write the report here")
+    args = p.parse_args(argv)
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.dtype, torch.float32)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.model
+        if folder is None:
+            start = time.perf_counter()
+            folder = build_random_model(tmp, args.size, "base", seed=0, dtype=dtype)
+            print(f"built random {args.size} weights in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        tts = MorphTTS.load(str(folder), args.device, args.dtype, args.attention)
+    voices = {"xvector": tts.make_voice(reference_wave(), 24000),
+              "icl": tts.make_voice(reference_wave(), 24000, REF_TEXT)}
+    kinds = ["xvector", "icl"] if args.prompts == "mixed" else [args.prompts]
+    lines = [Line(text, voices[kinds[i % len(kinds)]], "English") for i, text in enumerate(script(args.lines))]
+    batch = BatchTTS(tts)
+
+    results = []
+    for mode in args.modes.split(","):
+        for k in (int(x) for x in args.seq_groups.split(",")):
+            for size in (int(x) for x in args.batch_sizes.split(",")):
+                row = dict(mode=mode)
+                try:
+                    row.update(run_config(batch, lines, size, k, args.frames, args.warm_frames, args.repeats, mode))
+                except Exception as e:  # keep the other configurations' numbers
+                    row.update(batch_size=size, seq_groups=k, error=f"{type(e).__name__}: {e}")
+                results.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+
+    for row in results:  # speed-up over one line at a time, same mode and seq_groups
+        one = next((r for r in results if r.get("batch_size") == 1 and r.get("mode") == row.get("mode")
+                    and r.get("seq_groups") == row.get("seq_groups") and "wall_s" in r), None)
+        if one is not None and "wall_s" in row:
+            row["speedup_vs_one_at_a_time"] = round(one["wall_s"] / row["wall_s"], 2)
+    import transformers
+
+    report = dict(
+        device=device_name(tts.device), torch=torch.__version__, transformers=transformers.__version__,
+        dtype=str(tts.tts.model.dtype).replace("torch.", ""), attention=args.attention,
+        model=args.model or f"random weights, {args.size} dims", dims=model_dims(tts), lines=args.lines,
+        frames_per_line=args.frames, seconds_per_line=round(args.frames / FRAMES_PER_SECOND, 2), prompts=args.prompts,
+        results=results,
+    )
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(text)
+    return report
+
+
+if __name__ == "__main__":
+    main()
