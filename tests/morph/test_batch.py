@@ -124,6 +124,16 @@ def test_rows_give_the_single_line_codes_in_any_batch(tiny_tts, batch, lines, se
             torch.testing.assert_close(logits[:, row], single_logits[i], rtol=0, atol=1e-4)
 
 
+def test_a_batch_of_64_rows(batch, lines):
+    settings = greedy(frames=5)
+    alone = [batch.codes([line], settings)[0] for line in lines]
+    picked = [lines[i % len(lines)] for i in range(64)]
+    codes = batch.codes(picked, settings)
+    assert len(codes) == 64
+    for i, got in enumerate(codes):
+        assert torch.equal(got, alone[i % len(lines)]), i
+
+
 def test_the_morph_talker_loop_renders_batches_too(tiny_tts, batch, lines):
     """Seam B (the static-KV talker loop, here op by op in "lean" mode, on CUDA in graphs) takes the
     same batched call: every row gives the codes the eager path gives for the line alone."""
