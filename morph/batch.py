@@ -174,6 +174,8 @@ class BatchTTS:
         Every line must fit one pass (at most MAX_SEGMENT_CHARS characters)."""
         settings = self._check(settings, who)
         rows = self._rows(lines, settings, who, split_long_text=False)
+        if not rows:
+            return []
         progress = _Progress(on_step, _allotment(rows))
         return self._generate(rows, settings, progress)
 

@@ -294,4 +294,4 @@ def test_bad_lines_are_clear_errors_naming_the_line(batch, voices):
         batch.render([ok, Line("Hi.", alien)])
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
         batch.render([ok], batch_size=0)
-    assert batch.render([]) == []
+    assert batch.render([]) == [] and batch.codes([]) == []
