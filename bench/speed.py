@@ -108,10 +108,27 @@ class Runner:
 
 
 @contextlib.contextmanager
+def attention_impl(tts: MorphTTS, impl: str):
+    """Switch every sub-model's HF attention implementation for the block."""
+    configs = {id(m.config): m.config for m in tts.tts.model.modules()
+               if hasattr(getattr(m, "config", None), "_attn_implementation")}
+    saved = {key: c._attn_implementation for key, c in configs.items()}
+    for c in configs.values():
+        c._attn_implementation = impl
+    try:
+        yield
+    finally:
+        for key, c in configs.items():
+            c._attn_implementation = saved[key]
+
+
+@contextlib.contextmanager
 def stack(tts: MorphTTS, spec: str):
-    """Run the block under a stack: 'upstream' or 'MODE:K'."""
-    if spec == "upstream":
-        with tts.upstream():
+    """Run the block under a stack: 'upstream', 'upstream-eager-attention' (the same with
+    HF's eager attention instead of sdpa: a control for numeric sensitivity) or 'MODE:K'."""
+    if spec.startswith("upstream"):
+        with tts.upstream(), (attention_impl(tts, "eager") if spec == "upstream-eager-attention"
+                              else contextlib.nullcontext()):
             yield
         return
     mode, k = spec.split(":")
@@ -149,7 +166,7 @@ def stop_after(tts: MorphTTS, frames: int, upstream: bool):
         vars(cp).pop("generate", None)
 
 
-def count_kernels(run_frames, a: int, b: int, top: int = 12) -> dict:
+def count_kernels(run_frames, a: int, b: int, top: int = 25) -> dict:
     """GPU kernels per frame: profile runs stopped after a and b frames and take the
     difference, which cancels the prompt's prefill. Kernel events only: record_function
     ranges, memcpy and memset are left out."""
@@ -287,7 +304,7 @@ def main(argv=None) -> dict:
                    help="comma list: 'upstream' and MODE:K (MODE eager, lean, graphs or compile); "
                         "a bare K means eager:K")
     p.add_argument("--profile", action="store_true", help="count GPU kernels per frame (first prompt only)")
-    p.add_argument("--agreement", default="compile:15,graphs:15",
+    p.add_argument("--agreement", default="upstream-eager-attention,eager:15,lean:15,graphs:15,compile:15",
                    help="stacks whose greedy codes are compared with upstream's (empty: skip)")
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)

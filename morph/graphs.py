@@ -166,15 +166,22 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2) -> CapturedS
 _COMPILED: dict = {}
 
 
-def compiled(fn: Callable, mode: str = "max-autotune-no-cudagraphs") -> Callable:
+def compiled(fn: Callable, mode: str = "max-autotune-no-cudagraphs", exact_rng: bool = False) -> Callable:
     """`fn` compiled once per process with static shapes (one compile per shape set).
 
     max-autotune-no-cudagraphs picks Triton GEMMs for the batch-1 GEMVs and tunes them
     by coordinate descent (torch's mode includes it); it leaves CUDA graphs to us, and
-    the compiled kernels are captured inside our own graphs. The options are the mode's
-    own, so no global Inductor setting of the host process is changed.
+    the compiled kernels are captured inside our own graphs. The options are passed per
+    function, so no global Inductor setting of the host process is changed. exact_rng
+    keeps ATen's random ops (Inductor's `fallback_random`), so a compiled sampler draws
+    the same numbers from the same generator state as the eager one.
     """
-    key = (fn, mode)
+    key = (fn, mode, exact_rng)
     if key not in _COMPILED:
-        _COMPILED[key] = torch.compile(fn, mode=mode, fullgraph=True, dynamic=False)
+        from torch._inductor import list_mode_options
+
+        options = dict(list_mode_options(mode))
+        if exact_rng:
+            options["fallback_random"] = True
+        _COMPILED[key] = torch.compile(fn, options=options, fullgraph=True, dynamic=False)
     return _COMPILED[key]

@@ -246,6 +246,7 @@ class MorphPredictor:
         proj = self.cp.small_to_mtp_projection
         proj_w, proj_b = (proj.weight, proj.bias) if isinstance(proj, torch.nn.Linear) else (None, None)
         run = graphs.compiled(lean.predictor_pass) if compiled else lean.predictor_pass
+        pick = graphs.compiled(sample, exact_rng=True) if compiled else sample
 
         def layers(x, idx):
             return run(x, proj_w, proj_b, weights, norm_w, st.k, st.v, st.cos, st.sin, idx, st.bias, d)
@@ -255,10 +256,10 @@ class MorphPredictor:
         for g in range(seq_groups):
             if g:
                 hidden = layers(F.embedding(codes[-1].unsqueeze(1), embeddings[g - 1]), st.pass_idx[g])[:, -1]
-            codes.append(sample(F.linear(hidden, heads[g]), sampling))
+            codes.append(pick(F.linear(hidden, heads[g]), sampling))
         if seq_groups < self.num_groups:
             crossbar = torch.einsum("bh,gvh->bgv", hidden, heads[seq_groups:])
-            codes.extend(sample(crossbar, sampling).unbind(1))
+            codes.extend(pick(crossbar, sampling).unbind(1))
         return torch.stack(codes, dim=1)
 
     def _graph_predict(self, inputs_embeds: torch.Tensor, seq_groups: int, sampling: Sampling,

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .kth import kth_largest
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -47,7 +49,7 @@ def warp(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
         scores = scores / s.temperature
     if s.top_k and s.top_k > 0:
         k = min(int(s.top_k), scores.size(-1))
-        kth = torch.topk(scores, k)[0][..., -1, None]
+        kth = kth_largest(scores, k)  # == torch.topk(scores, k)[0][..., -1:], faster on CUDA
         scores = scores.masked_fill(scores < kth, -float("inf"))
     if s.top_p < 1.0:
         sorted_logits, sorted_idx = torch.sort(scores, descending=False)
@@ -100,12 +102,27 @@ class TalkerRules:
                min_new_tokens: torch.Tensor) -> torch.Tensor:
         """Processed float32 scores [B, V]. seen [B, V] bool marks generated tokens;
         n_generated and min_new_tokens are device scalars."""
-        scores = logits.float()
-        if self.repetition_penalty != 1.0:
-            p = self.repetition_penalty
-            scores = torch.where(seen, torch.where(scores < 0, scores * p, scores / p), scores)
-        scores = torch.where(self.eos_mask & (n_generated < min_new_tokens), -float("inf"), scores)
-        return torch.where(self.suppress_mask, -float("inf"), scores)
+        return talker_scores(logits, seen, n_generated, min_new_tokens, self.eos_mask, self.suppress_mask,
+                             self.repetition_penalty)
 
-    def next_token(self, logits, seen, n_generated, min_new_tokens) -> torch.Tensor:
-        return pick(self.scores(logits, seen, n_generated, min_new_tokens), self.sampling)
+    def next_token(self, logits, seen, n_generated, min_new_tokens, picker=None) -> torch.Tensor:
+        """The next code-0 token [B]; `picker` is talker_pick or its compiled twin."""
+        return (picker or talker_pick)(logits, seen, n_generated, min_new_tokens, self.eos_mask, self.suppress_mask,
+                                       self.repetition_penalty, self.sampling)
+
+
+def talker_scores(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_mask,
+                  repetition_penalty: float) -> torch.Tensor:
+    scores = logits.float()
+    if repetition_penalty != 1.0:
+        p = repetition_penalty
+        scores = torch.where(seen, torch.where(scores < 0, scores * p, scores / p), scores)
+    scores = torch.where(eos_mask & (n_generated < min_new_tokens), -float("inf"), scores)
+    return torch.where(suppress_mask, -float("inf"), scores)
+
+
+def talker_pick(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_mask, repetition_penalty: float,
+                sampling: Sampling) -> torch.Tensor:
+    """Upstream's talker logits processing, then the pick: one function for eager and compile."""
+    return pick(talker_scores(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_mask,
+                              repetition_penalty), sampling)

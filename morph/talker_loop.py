@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from . import graphs, lean
-from .sampling import Sampling, TalkerRules
+from .sampling import Sampling, TalkerRules, talker_pick
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,8 @@ class TalkerLoop:
         nxt = st.step + 1
         st.past_hidden.copy_(h)
         st.hidden.index_copy_(1, nxt, h)
-        token = rules.next_token(F.linear(h[:, -1], t.codec_head.weight), st.seen, nxt, st.min_new)
+        picker = graphs.compiled(talker_pick, exact_rng=True) if compiled else talker_pick
+        token = rules.next_token(F.linear(h[:, -1], t.codec_head.weight), st.seen, nxt, st.min_new, picker)
         token = torch.where(st.unfinished, token, rules.eos)  # finished rows pad with EOS, as HF does
         st.tokens.index_copy_(1, nxt, token.unsqueeze(1))
         st.seen.scatter_(1, token.unsqueeze(1), True)
