@@ -75,6 +75,10 @@ def generation_inputs() -> dict:
 
 GENERATION_WIDGETS = tuple(generation_inputs())
 
+SPLIT_LONG_TEXT_INPUT = ("BOOLEAN", {"default": True, "tooltip":
+                         "Split text over 500 characters at sentence ends, render each part with the same voice "
+                         "and seed, and join them. Off: such text is refused with an error instead."})
+
 
 def split_generation_options(options: dict) -> tuple[str, GenerationSettings]:
     """The generate nodes' shared widget values -> (language, GenerationSettings)."""

@@ -3,7 +3,7 @@ sampling widgets and their run-with-progress-and-cancel code (common.py)."""
 
 from __future__ import annotations
 
-from .common import CATEGORY, VOICE_TYPE, generation_inputs, model_input, run_generation, speech_text_input, \
+from .common import CATEGORY, SPLIT_LONG_TEXT_INPUT, VOICE_TYPE, generation_inputs, model_input, run_generation, speech_text_input, \
     split_generation_options, text_input
 
 # The speakers of the released CustomVoice checkpoints. The loaded model's own list is checked at
@@ -38,12 +38,14 @@ class GenerateVoiceClone(_GenerateNode):
             "voice": (VOICE_TYPE, {"tooltip": "The voice to speak with (from Voice Prompt or Load Voice)."}),
             "text": speech_text_input(),
             **generation_inputs(),
+            "split_long_text": SPLIT_LONG_TEXT_INPUT,
         }}
 
-    def generate(self, model, voice, text, **options):
+    def generate(self, model, voice, text, split_long_text=True, **options):
         language, settings = split_generation_options(options)
         return (run_generation(model, lambda tts, on_step: tts.clone(
-            text, voice, language=language, settings=settings, on_step=on_step, who=self.DISPLAY_NAME)),)
+            text, voice, language=language, settings=settings, on_step=on_step, who=self.DISPLAY_NAME,
+            split_long_text=split_long_text)),)
 
 
 class GenerateCustomVoice(_GenerateNode):
@@ -63,13 +65,14 @@ class GenerateCustomVoice(_GenerateNode):
             "instruct": text_input("Optional speaking style, e.g. 'Speak slowly, in a whisper.' "
                                    "The 0.6B CustomVoice model ignores it."),
             **generation_inputs(),
+            "split_long_text": SPLIT_LONG_TEXT_INPUT,
         }}
 
-    def generate(self, model, text, speaker, instruct, **options):
+    def generate(self, model, text, speaker, instruct, split_long_text=True, **options):
         language, settings = split_generation_options(options)
         return (run_generation(model, lambda tts, on_step: tts.custom_voice(
             text, speaker, instruct=instruct, language=language, settings=settings, on_step=on_step,
-            who=self.DISPLAY_NAME)),)
+            who=self.DISPLAY_NAME, split_long_text=split_long_text)),)
 
 
 class GenerateVoiceDesign(_GenerateNode):
@@ -87,9 +90,11 @@ class GenerateVoiceDesign(_GenerateNode):
                                    "thirties, speaking clearly at a relaxed pace.'",
                                    "A warm, calm female voice in her thirties, speaking clearly at a relaxed pace."),
             **generation_inputs(),
+            "split_long_text": SPLIT_LONG_TEXT_INPUT,
         }}
 
-    def generate(self, model, text, instruct, **options):
+    def generate(self, model, text, instruct, split_long_text=True, **options):
         language, settings = split_generation_options(options)
         return (run_generation(model, lambda tts, on_step: tts.voice_design(
-            text, instruct, language=language, settings=settings, on_step=on_step, who=self.DISPLAY_NAME)),)
+            text, instruct, language=language, settings=settings, on_step=on_step, who=self.DISPLAY_NAME,
+            split_long_text=split_long_text)),)

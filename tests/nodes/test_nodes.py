@@ -232,3 +232,10 @@ def test_smooth_and_normalize_any_audio(nodes):
 def test_smooth_after_generate(nodes, base_model, base_voice):
     out = nodes["Qwen3TTSMorphSmooth"]().process(clone(nodes, base_model, base_voice), True, 11000.0, 2, True, -3.0)[0]
     assert_audio(out)
+
+
+def test_long_text_with_splitting_off_is_refused_by_the_node(nodes, base_model, base_voice):
+    with pytest.raises(ValueError, match=r"^Qwen3-TTS Generate \(Voice Clone\): the text is \d+ characters.*"
+                                         r"turn on split_long_text"):
+        nodes[VC]().generate(model=base_model, voice=base_voice, text="A sentence. " * 60, split_long_text=False,
+                             **gen_options())
