@@ -145,18 +145,30 @@ def _rng_preserved(device: torch.device):
         torch.cuda.set_rng_state(state, device)
 
 
+_STREAMS: dict = {}
+
+
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    """One warm-up/capture stream per device, reused by every capture: cuBLAS keeps a
+    workspace (32 MiB on Hopper) per stream it has seen, so a new stream per capture
+    would leak one workspace per graph."""
+    if device not in _STREAMS:
+        _STREAMS[device] = torch.cuda.Stream(device)
+    return _STREAMS[device]
+
+
 def capture(step: Callable[[], object], pool=None, warmup: int = 2) -> CapturedStep:
-    """Warm `step` up on a side stream (compiles, cuBLAS handles, allocator), then capture it."""
+    """Warm `step` up on the side stream (compiles, cuBLAS handles, allocator), then capture it there."""
     device = torch.device("cuda", torch.cuda.current_device())
+    side = _side_stream(device)
     with _rng_preserved(device):
-        side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(warmup):
                 step()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        with torch.cuda.graph(graph, pool=pool, stream=side):
             outputs = step()
         torch.cuda.synchronize()
     return CapturedStep(graph, outputs)
