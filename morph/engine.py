@@ -37,18 +37,21 @@ VARIANT_EXAMPLES = {"base": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "custom_voice": "Qw
 
 
 class MorphTTS:
-    def __init__(self, tts, source: str):
+    def __init__(self, tts, source: str, mode: str = "auto"):
         self.tts = tts
         self.source = source
-        self.patch = MorphPatch(tts)
+        self.patch = MorphPatch(tts, mode=mode)
 
     @classmethod
     def load(cls, source: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
-             attention: str = "auto", search_dirs: list[Path] = (), download_dir: Path | None = None) -> "MorphTTS":
+             attention: str = "auto", search_dirs: list[Path] = (), download_dir: Path | None = None,
+             mode: str = "auto") -> "MorphTTS":
+        """`mode` picks the decode path (morph/graphs.py): auto (CUDA graphs on CUDA, eager elsewhere),
+        compile (fastest; about a minute of compiling on a process's first run), graphs, lean or eager."""
         folder = locate_checkpoint(source, list(search_dirs), download_dir)
         dev = resolve_device(device)
         dt = resolve_dtype(dtype, dev)
-        return cls(load_qwen_tts(folder, dev, dt, resolve_attention(attention, dev, dt)), source)
+        return cls(load_qwen_tts(folder, dev, dt, resolve_attention(attention, dev, dt)), source, mode)
 
     # -- what the loaded model is ------------------------------------------------------
     @property
@@ -79,15 +82,21 @@ class MorphTTS:
         place(self.tts, device)
         return self
 
+    def release_device_state(self) -> None:
+        """Drop what the engine keeps on the device besides the weights (KV buffers, CUDA graphs,
+        fused weight storage); it is rebuilt on the next call. For memory managers that offload."""
+        self.patch.loop.release()
+        self.patch.predictor.release()
+
     @contextlib.contextmanager
     def upstream(self):
         """Run plain qwen-tts inside this block (the reference the benchmark and tests compare to)."""
-        seq_groups = self.patch.seq_groups
+        seq_groups, mode = self.patch.seq_groups, self.patch.mode
         self.patch.remove()
         try:
             yield self.tts
         finally:
-            self.patch = MorphPatch(self.tts, seq_groups)
+            self.patch = MorphPatch(self.tts, seq_groups, mode)
 
     def require_variant(self, variant: str, who: str) -> None:
         if self.variant != variant:

@@ -7,6 +7,9 @@ from ..morph.loading import DEFAULT_MODEL, DTYPES, resolve_attention, resolve_de
 from . import services
 from .common import CATEGORY, MODEL_TYPE, prefixed
 
+# The engine's modes a user picks between (morph/graphs.py also has "lean", a debugging aid).
+SPEED_MODES = ("auto", "compile", "graphs", "eager")
+
 HUB_MODELS = [
     "Qwen/Qwen3-TTS-12Hz-0.6B-Base",
     "Qwen/Qwen3-TTS-12Hz-1.7B-Base",
@@ -47,23 +50,29 @@ class LoadModel:
                           "else PyTorch sdpa (same output, no extra install)."}),
             "device": (["auto", "cuda", "cpu", "mps"], {"default": "auto", "tooltip":
                        "Where the model runs. auto = ComfyUI's device (honours --cpu and friends)."}),
+            "speed_mode": (list(SPEED_MODES), {"default": "auto", "tooltip":
+                           "How the decode loop runs. auto = CUDA graphs on a GPU, plain PyTorch elsewhere. "
+                           "compile = torch.compile inside the graphs: the fastest (about 2x graphs), but the "
+                           "first run in a ComfyUI session compiles for about a minute. eager = upstream's "
+                           "talker with the morph code predictor (bit-exact to qwen-tts at seq_groups 15)."}),
         }}
 
-    def load(self, model, dtype, attention, device):
+    def load(self, model, dtype, attention, device, speed_mode="auto"):
         who = self.DISPLAY_NAME
         where = dict(search_dirs=services.model_dirs(), download_dir=services.download_dir())
         try:
             load_device, offload_device = services.choose_devices(device)
             if load_device is None:  # no ComfyUI: the engine places the model itself
                 return (services.manage(MorphTTS.load(model, device=device, dtype=dtype, attention=attention,
-                                                      **where)),)
+                                                      mode=speed_mode, **where)),)
             target = resolve_device(load_device)
             if offload_device != str(target):
                 # Load onto the offload device with the precision and kernel meant for the load device:
                 # before each run ComfyUI frees room for the model and moves it.
                 dt = resolve_dtype(dtype, target)
                 attention, dtype = resolve_attention(attention, target, dt), _DTYPE_NAMES.get(dt, dtype)
-            tts = MorphTTS.load(model, device=offload_device, dtype=dtype, attention=attention, **where)
+            tts = MorphTTS.load(model, device=offload_device, dtype=dtype, attention=attention, mode=speed_mode,
+                                **where)
         except Exception as e:
             raise prefixed(e, who) from e
         return (services.manage(tts, str(target), offload_device),)

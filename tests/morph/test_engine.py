@@ -192,3 +192,20 @@ def test_a_hundred_generations_do_not_grow_memory(tiny_tts, ref_audio):
                                                                                 max_new_tokens=3))
     gc.collect()
     assert _rss_bytes() - before < 64 * 2**20
+
+
+def test_mode_survives_upstream_and_device_state_can_be_released(tiny_tts, ref_audio):
+    voice = tiny_tts.make_voice(*ref_audio)
+    before = tiny_tts.clone("Release and rebuild.", voice, settings=GREEDY)
+    tiny_tts.patch.mode = "lean"
+    try:
+        with tiny_tts.upstream():
+            pass
+        assert tiny_tts.patch.mode == "lean"
+        lean = tiny_tts.clone("Release and rebuild.", voice, settings=GREEDY)
+        assert tiny_tts.patch.last_run["mode"] == "lean"
+    finally:
+        tiny_tts.patch.mode = "auto"
+    tiny_tts.release_device_state()
+    assert np.array_equal(tiny_tts.clone("Release and rebuild.", voice, settings=GREEDY), before)
+    assert np.array_equal(lean, before)  # the lean loop gives the eager path's codes on CPU fp32

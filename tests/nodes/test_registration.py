@@ -29,7 +29,7 @@ GENERATION = ["language", "seq_groups", "seed", "max_new_tokens", "do_sample", "
               "subtalker_top_p"]
 # The widget order is saved positionally in every workflow: changing it breaks them.
 ORDER = {
-    "Qwen3TTSMorphLoadModel": ["model", "dtype", "attention", "device"],
+    "Qwen3TTSMorphLoadModel": ["model", "dtype", "attention", "device", "speed_mode"],
     "Qwen3TTSMorphVoicePrompt": ["model", "audio", "transcript", "x_vector_only"],
     "Qwen3TTSMorphSaveVoice": ["voice", "name"],
     "Qwen3TTSMorphLoadVoice": ["voice", "file_name"],
