@@ -18,17 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench.random_model import build_random_model
+from bench.common import emit, load_bench_model
 from bench.speed import REF_TEXT, _peak_bytes, _sync, device_name, eos_suppressed, model_dims, reference_wave
 from morph.batch import BatchTTS, Line
-from morph.engine import MorphTTS
 from morph.settings import FRAMES_PER_SECOND, GenerationSettings
 
 # About 5 s of speech each (60-75 characters).
@@ -120,14 +117,7 @@ def main(argv=None) -> dict:
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)
 
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.dtype, torch.float32)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = args.model
-        if folder is None:
-            start = time.perf_counter()
-            folder = build_random_model(tmp, args.size, "base", seed=0, dtype=dtype)
-            print(f"built random {args.size} weights in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-        tts = MorphTTS.load(str(folder), args.device, args.dtype, args.attention)
+    tts = load_bench_model(args)
     voices = {"xvector": tts.make_voice(reference_wave(), 24000),
               "icl": tts.make_voice(reference_wave(), 24000, REF_TEXT)}
     kinds = ["xvector", "icl"] if args.prompts == "mixed" else [args.prompts]
@@ -160,12 +150,7 @@ def main(argv=None) -> dict:
         frames_per_line=args.frames, seconds_per_line=round(args.frames / FRAMES_PER_SECOND, 2), prompts=args.prompts,
         results=results,
     )
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(text)
-    return report
+    return emit(report, args.json)
 
 
 if __name__ == "__main__":

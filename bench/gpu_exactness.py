@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import torch
 
+from bench.common import emit
 from bench.speed import REF_TEXT, Runner, eos_suppressed, reference_wave, stack
 from morph.engine import MorphTTS
 from morph.sampling import draw
@@ -77,11 +77,7 @@ def main(argv=None) -> dict:
                 print(json.dumps(row), file=sys.stderr, flush=True)
     report = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, dtype="float32",
                   multinomial_equals_graph_safe_draw=multinomial_ok, checks=checks, all_equal=bool(ok))
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text)
-    return report
+    return emit(report, args.json)
 
 
 if __name__ == "__main__":

@@ -26,14 +26,12 @@ import json
 import platform
 import resource
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench.random_model import build_random_model
+from bench.common import emit, load_bench_model
 from morph.engine import MorphTTS
 from morph.sampling import Sampling
 from morph.settings import FRAMES_PER_SECOND, GenerationSettings
@@ -309,14 +307,7 @@ def main(argv=None) -> dict:
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)
 
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.dtype, torch.float32)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = args.model
-        if folder is None:
-            start = time.perf_counter()
-            folder = build_random_model(args.build_into or tmp, args.size, "base", seed=0, dtype=dtype)
-            print(f"built random {args.size} weights in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-        tts = MorphTTS.load(str(folder), args.device, args.dtype, args.attention)
+    tts = load_bench_model(args, args.build_into)
     voices = {"xvector": tts.make_voice(reference_wave(), 24000),
               "icl": tts.make_voice(reference_wave(), 24000, REF_TEXT)}
 
@@ -351,11 +342,7 @@ def main(argv=None) -> dict:
         model=args.model or f"random weights, {args.size} dims", dims=model_dims(tts), batch=1, frames=args.frames,
         results=results, greedy_agreement_with_upstream=agreement,
     )
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text)
-    return report
+    return emit(report, args.json)
 
 
 if __name__ == "__main__":

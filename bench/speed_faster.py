@@ -17,11 +17,11 @@ import contextlib
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from bench.common import emit
 from bench.speed import REF_TEXT, TEXT, _Stop, count_kernels, reference_wave
 
 FRAMES_PER_SECOND = 12.5
@@ -114,11 +114,7 @@ def main(argv=None) -> dict:
     report = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, transformers=transformers.__version__,
                   faster_qwen3_tts=faster_qwen3_tts.__version__, dtype="bfloat16", attention="sdpa",
                   model=args.model, load_s=round(load_s, 1), batch=1, frames=args.frames, results=results)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text)
-    return report
+    return emit(report, args.json)
 
 
 if __name__ == "__main__":

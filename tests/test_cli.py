@@ -28,4 +28,4 @@ def test_cli_offline_without_a_local_copy_says_where_to_put_the_files(tmp_path):
     run = subprocess.run([sys.executable, "cli.py", "--text", "Hi", "--models-dir", str(tmp_path)],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2
-    assert f"put the checkpoint's files" in run.stderr and str(tmp_path) in run.stderr
+    assert "put the checkpoint's files" in run.stderr and str(tmp_path) in run.stderr

@@ -22,3 +22,12 @@ def recorded_codes(tts):
         yield calls
     finally:
         del model.generate
+
+
+def storage_bytes(module) -> int:
+    """Bytes of the distinct storages behind a module's parameters (views count once)."""
+    storages = {}
+    for p in module.parameters():
+        s = p.untyped_storage()
+        storages[s.data_ptr()] = s.nbytes()
+    return sum(storages.values())

@@ -11,15 +11,7 @@ from morph import lean
 from morph.sampling import Sampling
 from morph.settings import GenerationSettings
 
-from .helpers import recorded_codes
-
-
-def _storage_bytes(module):
-    storages = {}
-    for p in module.parameters():
-        s = p.untyped_storage()
-        storages[s.data_ptr()] = s.nbytes()
-    return sum(storages.values())
+from .helpers import recorded_codes, storage_bytes
 
 
 def _hf_run(layers, norm, x, positions, rotary, multimodal):
@@ -98,13 +90,13 @@ def test_fused_weights_are_views_and_follow_a_cast(tiny_dir):
 
     tts = import_qwen_tts().Qwen3TTSModel.from_pretrained(str(tiny_dir), dtype=torch.float32)
     model = tts.model.talker.model
-    before = _storage_bytes(tts.model)
+    before = storage_bytes(tts.model)
     stack = lean.FusedStack(model.layers, model.norm, model.config)
     ws = stack.weights()
     attn = model.layers[0].self_attn
     assert attn.q_proj.weight.untyped_storage().data_ptr() == ws[0].wqkv.untyped_storage().data_ptr()
     assert attn.v_proj.weight.untyped_storage().data_ptr() == ws[0].wqkv.untyped_storage().data_ptr()
-    assert _storage_bytes(tts.model) == before  # fused, not copied
+    assert storage_bytes(tts.model) == before  # fused, not copied
     print_before = stack.fingerprint()
     assert stack.fingerprint() == print_before  # stable while nothing moves
 

@@ -6,6 +6,8 @@ import torch
 from morph.predictor import MorphPredictor, check_seq_groups
 from morph.sampling import Sampling
 
+from .helpers import storage_bytes
+
 GREEDY = Sampling(do_sample=False)
 
 
@@ -56,32 +58,24 @@ def test_seq_groups_out_of_range_is_a_clear_error(predictor, bad):
         check_seq_groups(bad, who="Generate")
 
 
-def _storage_bytes(module):
-    storages = {}
-    for p in module.parameters():
-        s = p.untyped_storage()
-        storages[s.data_ptr()] = s.nbytes()
-    return sum(storages.values())
-
-
 def test_stacked_heads_are_views_not_copies(tiny_dir):
     from morph.compat import import_qwen_tts
 
     tts = import_qwen_tts().Qwen3TTSModel.from_pretrained(str(tiny_dir), dtype=torch.float32)
     cp = tts.model.talker.code_predictor
-    before = _storage_bytes(tts.model)
+    before = storage_bytes(tts.model)
     pred = MorphPredictor(cp)
     stacked = pred.stacked_heads()
     heads = [h.weight for h in cp.lm_head]
     assert stacked.shape == (15, *heads[0].shape)
     assert {w.untyped_storage().data_ptr() for w in heads} == {stacked.untyped_storage().data_ptr()}
-    assert _storage_bytes(tts.model) == before  # the originals were freed, nothing duplicated
+    assert storage_bytes(tts.model) == before  # the originals were freed, nothing duplicated
     pred.predict(embeds(cp), 5, GREEDY)
     assert pred.stacked_heads() is stacked  # reused across calls
 
     pred.release()
     assert len({h.weight.untyped_storage().data_ptr() for h in cp.lm_head}) == 15
-    assert _storage_bytes(tts.model) == before
+    assert storage_bytes(tts.model) == before
 
 
 def test_heads_are_restacked_after_a_cast(tiny_dir):
