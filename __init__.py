@@ -4,6 +4,9 @@ ComfyUI imports this folder as a package and reads the two mappings below. The p
 is imported relatively: ComfyUI has a top-level module named `nodes` of its own.
 """
 
-from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+# pytest collects this folder too (it holds __init__.py) and may import this file on its own,
+# outside any package, where a relative import cannot work; ComfyUI always imports it as a package.
+if __package__:
+    from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
 
-__all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]
+    __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]
