@@ -1,0 +1,399 @@
+"""morph.compat: qwen-tts 0.1.1 on the installed transformers (4.57.x or 5.x).
+
+The wrapper tests feed each shim a fake with the 5.x shape, so they exercise the feature detection
+on any transformers. The model tests check behaviour end to end on the installed one: a tiny
+random model must generate the same greedy codes after save_pretrained/from_pretrained (5.x
+used to re-randomise loaded weights and leave RoPE buffers uninitialised), and those codes must
+equal the ones transformers 4.57.3 produced for the same weights.
+"""
+
+import inspect
+import json
+import logging
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from morph import compat
+
+try:
+    qwen_tts = compat.import_qwen_tts()
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    pytest.skip(f"qwen_tts unavailable: {exc}", allow_module_level=True)
+
+import transformers  # noqa: E402  (after the shims, as in production)
+from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration  # noqa: E402
+
+
+# ------------------------------------------------------------------ shims on fakes (any transformers)
+
+
+def _decorator_5x(func):  # the shape of check_model_inputs on transformers >= 5.4
+    func.decorated = True
+    return func
+
+
+def _decorator_457(tie_last_hidden_states=True):  # the shape on 4.57: always called
+    return _decorator_5x
+
+
+def test_feature_detection_tells_the_two_decorator_signatures_apart():
+    assert compat._needs_func_argument(_decorator_5x)
+    assert not compat._needs_func_argument(_decorator_457)
+
+
+def test_wrapped_decorator_accepts_both_call_forms():
+    wrapped = compat.accepts_both_call_forms(_decorator_5x)
+
+    @wrapped
+    def bare():
+        pass
+
+    @wrapped()
+    def called():
+        pass
+
+    @wrapped(tie_last_hidden_states=False)
+    def with_kwargs():
+        pass
+
+    assert bare.decorated and called.decorated and with_kwargs.decorated
+    with pytest.raises(TypeError):
+        _decorator_5x()  # what qwen-tts's `@check_model_inputs()` hits without the shim
+
+
+def test_check_model_inputs_shim_patches_a_5x_decorator_once(monkeypatch):
+    from transformers.utils import generic
+
+    monkeypatch.setattr(generic, "check_model_inputs", _decorator_5x)
+    assert compat._shim_check_model_inputs()
+    patched = generic.check_model_inputs
+    assert patched is not _decorator_5x
+    assert patched()(lambda: None).decorated
+    assert not compat._shim_check_model_inputs()  # idempotent
+    assert generic.check_model_inputs is patched
+
+
+def test_check_model_inputs_shim_leaves_a_457_decorator_alone(monkeypatch):
+    from transformers.utils import generic
+
+    monkeypatch.setattr(generic, "check_model_inputs", _decorator_457)
+    assert not compat._shim_check_model_inputs()
+    assert generic.check_model_inputs is _decorator_457
+
+
+def test_check_model_inputs_shim_restores_a_removed_decorator(monkeypatch):
+    from transformers.utils import generic
+
+    monkeypatch.delattr(generic, "check_model_inputs", raising=False)
+    monkeypatch.setattr(generic, "merge_with_config_defaults", _decorator_5x, raising=False)
+    assert compat._shim_check_model_inputs()
+    assert generic.check_model_inputs()(lambda: None).decorated
+
+
+def test_legacy_mask_kwargs_are_translated_for_a_5x_signature():
+    seen = {}
+
+    def create_causal_mask(config, inputs_embeds, attention_mask, past_key_values, position_ids=None):
+        seen.update(config=config, inputs_embeds=inputs_embeds, past_key_values=past_key_values)
+        return "mask"
+
+    wrapped = compat.accept_legacy_mask_kwargs(create_causal_mask)
+    out = wrapped(config="c", input_embeds="e", attention_mask=None, cache_position="p", past_key_values="kv")
+    assert out == "mask" and seen == {"config": "c", "inputs_embeds": "e", "past_key_values": "kv"}
+
+
+def test_legacy_mask_kwargs_pass_through_for_a_457_signature():
+    def create_causal_mask(config, input_embeds, attention_mask, cache_position, past_key_values, position_ids=None):
+        return input_embeds, cache_position
+
+    wrapped = compat.accept_legacy_mask_kwargs(create_causal_mask)
+    kwargs = dict(config=None, input_embeds="e", attention_mask=None, cache_position="p", past_key_values=None)
+    assert wrapped(**kwargs) == ("e", "p")
+
+
+class _FakeCache:
+    def get_seq_length(self):
+        return 7
+
+
+def test_cache_position_is_filled_in_from_the_cache_length():
+    def prepare(self, input_ids, **kwargs):  # a 5.x prepare_inputs_for_generation: no cache_position
+        return {"input_ids": input_ids, "inputs_embeds": None, "past_key_values": _FakeCache()}
+
+    wrapped = compat.pass_cache_position(prepare)
+    inputs = wrapped(None, torch.zeros(2, 3, dtype=torch.long))
+    assert inputs["cache_position"].tolist() == [7, 8, 9]
+
+    def prepare_457(self, input_ids, **kwargs):  # 4.57 passed it: keep theirs
+        return {"input_ids": input_ids, "cache_position": torch.tensor([42])}
+
+    assert compat.pass_cache_position(prepare_457)(None, torch.zeros(1, 1)).__getitem__("cache_position").tolist() == [42]
+
+
+def test_guarded_init_weights_keeps_loaded_tensors_and_refills_rope_buffers():
+    calls = []
+    guarded = compat.guard_init_weights(lambda self, module: calls.append(module))
+
+    loaded = torch.nn.Linear(2, 2)
+    for p in loaded.parameters():
+        p._is_hf_initialized = True  # what 5.x's loader sets on tensors it read from the checkpoint
+    fresh = torch.nn.Linear(2, 2)
+    guarded(None, loaded)
+    guarded(None, fresh)
+    assert calls == [fresh]
+
+    config = types.SimpleNamespace(rope_theta=10000.0, head_dim=8, hidden_size=32, num_attention_heads=4)
+    rotary = torch.nn.Module()
+    rotary.config, rotary.rope_init_fn = config, compat.compute_default_rope_parameters
+    rotary.register_buffer("inv_freq", torch.full((4,), float("nan")), persistent=False)
+    guarded(None, rotary)
+    assert torch.equal(rotary.inv_freq, 1.0 / 10000.0 ** (torch.arange(0, 8, 2).float() / 8))
+    assert calls == [fresh]
+
+
+def test_default_rope_matches_transformers_457_where_it_exists():
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    config = types.SimpleNamespace(rope_theta=1e6, head_dim=16, hidden_size=64, num_attention_heads=4)
+    ours, scale = compat.compute_default_rope_parameters(config)
+    assert scale == 1.0 and ours.shape == (8,)
+    if "default" in ROPE_INIT_FUNCTIONS:  # 4.x
+        theirs, _ = ROPE_INIT_FUNCTIONS["default"](config)
+        assert torch.equal(ours, theirs)
+
+
+# ------------------------------------------------------------------ the module API
+
+
+def test_apply_is_idempotent():
+    first = compat.apply_transformers_compat()
+    marker = transformers.utils.generic.check_model_inputs
+    assert compat._apply() == []  # nothing left to do
+    assert compat.apply_transformers_compat() == first
+    assert transformers.utils.generic.check_model_inputs is marker
+
+
+def test_no_shims_on_457_and_the_core_ones_on_5x():
+    applied = set(compat.applied_shims())
+    major = int(transformers.__version__.split(".")[0])
+    if major < 5:
+        assert applied == set()
+    else:
+        assert {"pad_token_id", "rope_default", "tied_weights_keys", "init_weights"} <= applied
+
+
+def test_import_qwen_tts_logs_one_line(caplog, monkeypatch):
+    monkeypatch.setattr(compat, "_logged", False)
+    with caplog.at_level(logging.INFO, logger="morph.compat"):
+        assert compat.import_qwen_tts() is qwen_tts
+    lines = [r.getMessage() for r in caplog.records if r.name == "morph.compat"]
+    assert len(lines) == 1 and transformers.__version__ in lines[0]
+
+
+def test_import_qwen_tts_explains_a_missing_package(monkeypatch):
+    real_import = compat.importlib.import_module
+    real_find_spec = compat.importlib.util.find_spec
+
+    def import_module(name, *args):
+        if name == "qwen_tts":
+            raise ModuleNotFoundError("No module named 'sox'", name="sox")
+        return real_import(name, *args)
+
+    monkeypatch.setattr(compat.importlib, "import_module", import_module)
+    monkeypatch.setattr(compat.importlib.util, "find_spec", lambda n, *a: None if n == "sox" else real_find_spec(n, *a))
+    with pytest.raises(ImportError, match=r"missing: sox\. Fix: pip install"):
+        compat.import_qwen_tts()
+
+
+def test_import_qwen_tts_explains_a_missing_qwen_tts(monkeypatch):
+    real_find_spec = compat.importlib.util.find_spec
+    monkeypatch.setattr(
+        compat.importlib.util, "find_spec", lambda n, *a: None if n == "qwen_tts" else real_find_spec(n, *a)
+    )
+    with pytest.raises(ImportError, match=r"qwen-tts==0\.1\.1 \(with --no-deps"):
+        compat.import_qwen_tts()
+
+
+# ------------------------------------------------------------------ a tiny model, end to end
+
+LANGUAGES = {"english": 2050, "german": 2053, "chinese": 2055}
+
+# Greedy codes (first 3 frames, all 16 groups) of the model below on transformers 4.57.3, CPU, fp32;
+# the same on 5.0 ... 5.23 with the shims. The smallest top-1/top-2 logit gap among these 48 choices is
+# 0.016, far above float noise, so this does not flip with BLAS or thread count.
+GOLDEN_FIRST_FRAMES = [
+    [1630, 1457, 724, 342, 1895, 1947, 1791, 2047, 1617, 1912, 644, 351, 1958, 168, 1441, 1893],
+    [124, 141, 249, 1598, 151, 186, 914, 1466, 858, 443, 1292, 274, 673, 791, 1135, 544],
+    [2004, 1295, 1063, 357, 220, 1282, 268, 749, 1029, 363, 484, 1678, 1577, 379, 867, 469],
+]
+
+
+def _tiny_config():
+    talker = dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        intermediate_size=128, vocab_size=3072, text_hidden_size=32, text_vocab_size=151936, num_code_groups=16,
+        rope_theta=1e6, rope_scaling={"interleaved": True, "mrope_section": [2, 3, 3], "rope_type": "default"},
+        codec_pad_id=2148, codec_bos_id=2149, codec_eos_token_id=2150, codec_think_id=2154, codec_nothink_id=2155,
+        codec_think_bos_id=2156, codec_think_eos_id=2157, codec_language_id=LANGUAGES, spk_id={}, spk_is_dialect={},
+        code_predictor_config=dict(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            intermediate_size=128, vocab_size=2048, num_code_groups=16, rope_theta=1e6,
+        ),
+    )
+    speaker = dict(enc_dim=64, enc_channels=[32, 32, 32, 32, 96], enc_attention_channels=16, enc_se_channels=16,
+                   enc_res2net_scale=4)
+    return Qwen3TTSConfig(talker_config=talker, speaker_encoder_config=speaker, tts_model_type="base",
+                          tokenizer_type="qwen3_tts_tokenizer_12hz", tts_model_size="0b6")
+
+
+def _tiny_speech_tokenizer():
+    from qwen_tts.core import Qwen3TTSTokenizerV2Model
+    from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Config
+
+    encoder = dict(hidden_size=32, num_filters=4, num_residual_layers=1, num_hidden_layers=1, num_attention_heads=2,
+                   num_key_value_heads=2, head_dim=16, intermediate_size=64, codebook_size=2048, codebook_dim=32,
+                   vector_quantization_hidden_dimension=32, num_quantizers=16, num_semantic_quantizers=1,
+                   upsampling_ratios=[8, 6, 5, 4], upsample_groups=32, frame_rate=12.5, sampling_rate=24000,
+                   sliding_window=64, max_position_embeddings=512, use_streaming=False)
+    decoder = dict(codebook_size=2048, hidden_size=32, latent_dim=32, num_attention_heads=2, num_key_value_heads=2,
+                   head_dim=16, intermediate_size=64, num_hidden_layers=1, num_quantizers=16, decoder_dim=32,
+                   codebook_dim=32, sliding_window=8, max_position_embeddings=512)
+    model = Qwen3TTSTokenizerV2Model(Qwen3TTSTokenizerV2Config(encoder_config=encoder, decoder_config=decoder))
+    _randomize(model, seed=2)
+    return model.eval()
+
+
+def _randomize(model, seed):
+    """Weights from our own generator, so they do not depend on how a transformers version initialises."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("embedding_sum", "embed_sum")) or p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * (1.0 if "embed" in name else 0.2))
+            elif name.endswith("scale"):
+                p.fill_(1.0)  # layer scales: let attention matter
+        for name, b in model.named_buffers():
+            if name.endswith(("embed_sum", "embedding_sum")):
+                b.copy_(torch.randn(b.shape, generator=g))
+            elif name.endswith(("initialized", "cluster_usage")):
+                b.fill_(1)
+
+
+def _generate(model, **kwargs):
+    g = torch.Generator().manual_seed(123)
+    text = torch.tensor([[151644, 77091, 198, 1000, 2000, 3000, 4000, 5000, 151645, 198, 151644, 77091, 198]])
+    prompt = dict(ref_spk_embedding=[torch.randn(64, generator=g)], x_vector_only_mode=[True], icl_mode=[False],
+                  ref_code=[None])
+    torch.manual_seed(0)
+    codes, _ = model.generate(input_ids=[text], languages=["english"], voice_clone_prompt=prompt, max_new_tokens=12,
+                              **kwargs)
+    return codes[0]
+
+
+GREEDY = dict(do_sample=False, subtalker_dosample=False)
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    torch.manual_seed(0)
+    model = Qwen3TTSForConditionalGeneration(_tiny_config())
+    _randomize(model, seed=1)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def saved_dir(tiny_model, tmp_path_factory):
+    from transformers import EncodecFeatureExtractor
+    from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSSpeakerEncoderConfig
+
+    path = tmp_path_factory.mktemp("tiny_qwen3_tts")
+    tiny_model.save_pretrained(path)
+    _tiny_speech_tokenizer().save_pretrained(path / "speech_tokenizer")
+    EncodecFeatureExtractor(feature_size=1, sampling_rate=24000).save_pretrained(path / "speech_tokenizer")
+    (path / "generation_config.json").write_text(json.dumps({"do_sample": True}))
+    # save_pretrained writes PretrainedConfig keys into speaker_encoder_config, whose __init__ takes no
+    # **kwargs (an upstream bug on every version); real checkpoints hold only its own fields.
+    config = json.loads((path / "config.json").read_text())
+    fields = set(inspect.signature(Qwen3TTSSpeakerEncoderConfig.__init__).parameters) - {"self"}
+    config["speaker_encoder_config"] = {k: v for k, v in config["speaker_encoder_config"].items() if k in fields}
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def test_tiny_model_generates_greedy_codes_deterministically(tiny_model):
+    first = _generate(tiny_model, **GREEDY)
+    assert first.shape[1] == 16 and 2 <= first.shape[0] <= 11
+    assert first.min() >= 0 and first.max() < 2048
+    assert torch.equal(first, _generate(tiny_model, **GREEDY))
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_from_pretrained_reproduces_the_codes(tiny_model, saved_dir, attn):
+    loaded = Qwen3TTSForConditionalGeneration.from_pretrained(saved_dir, attn_implementation=attn).eval()
+    assert loaded.talker.config._attn_implementation == attn
+    assert torch.equal(_generate(loaded, **GREEDY), _generate(tiny_model, **GREEDY))
+    sampled = dict(do_sample=True, subtalker_dosample=True, top_k=50, temperature=0.9)
+    assert torch.equal(_generate(loaded, **sampled), _generate(tiny_model, **sampled))
+
+
+def test_loaded_rope_buffers_are_the_computed_ones(saved_dir):
+    loaded = Qwen3TTSForConditionalGeneration.from_pretrained(saved_dir)
+    expected, _ = compat.compute_default_rope_parameters(loaded.config.talker_config)
+    assert torch.equal(loaded.talker.model.rotary_emb.inv_freq, expected)
+    decoder_rotary = loaded.speech_tokenizer.model.decoder.pre_transformer.rotary_emb
+    expected, _ = compat.compute_default_rope_parameters(loaded.speech_tokenizer.model.config.decoder_config)
+    assert torch.equal(decoder_rotary.inv_freq, expected)
+
+
+def test_speech_tokenizer_round_trips(saved_dir):
+    tokenizer = _tiny_speech_tokenizer()
+    loaded = Qwen3TTSForConditionalGeneration.from_pretrained(saved_dir).speech_tokenizer
+    codes = torch.randint(0, 2048, (1, 6, 16), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        expected = tokenizer.decode(codes).audio_values[0]
+    wavs, sr = loaded.decode({"audio_codes": [codes[0]]})
+    assert sr == 24000 and wavs[0].shape == (6 * 1920,)
+    np.testing.assert_allclose(wavs[0], expected.numpy(), atol=1e-5)
+
+    audio = np.random.default_rng(6).standard_normal(24000).astype(np.float32) * 0.1
+    with torch.no_grad():
+        expected = tokenizer.encode(torch.from_numpy(audio)[None], torch.ones(1, 24000, dtype=torch.long))
+    got = loaded.encode(audio, sr=24000)
+    assert torch.equal(got.audio_codes[0], expected.audio_codes[0])  # the Mimi encoder loaded its weights
+
+
+def _generate_batch(model, prompts, speakers, languages):
+    clone = dict(ref_spk_embedding=speakers, x_vector_only_mode=[True] * len(prompts), icl_mode=[False] * len(prompts),
+                 ref_code=[None] * len(prompts))
+    codes, _ = model.generate(input_ids=prompts, languages=languages, voice_clone_prompt=clone, max_new_tokens=8,
+                              **GREEDY)
+    return [c.tolist() for c in codes]
+
+
+def test_left_padded_batch_gives_each_prompt_its_own_codes(tiny_model):
+    # 5.4+ stopped passing cache_position; the talker then rebuilt its RoPE positions over the whole
+    # (padded) sequence each step.
+    short = torch.tensor([[151644, 77091, 198, 1000, 2000, 3000, 151645, 198, 151644, 77091, 198]])
+    long = torch.tensor([[151644, 77091, 198, *range(7, 16), 151645, 198, 151644, 77091, 198]])
+    g = torch.Generator().manual_seed(9)
+    speakers = [torch.randn(64, generator=g), torch.randn(64, generator=g)]
+    batch = _generate_batch(tiny_model, [short, long], speakers, ["english", "auto"])
+    assert batch[0] == _generate_batch(tiny_model, [short], speakers[:1], ["english"])[0]
+    assert batch[1] == _generate_batch(tiny_model, [long], speakers[1:], ["auto"])[0]
+
+
+def test_speech_tokenizer_is_saved_in_the_released_checkpoint_layout(saved_dir):
+    # Qwen's checkpoints (and 4.57) name Mimi's encoder parameters like this; 5.21+ renamed the modules and
+    # loads the old names only through the registered conversion (which also writes them back on save).
+    from safetensors import safe_open
+
+    with safe_open(str(saved_dir / "speech_tokenizer" / "model.safetensors"), "pt") as f:
+        prefixes = {".".join(k.split(".")[:3]) for k in f.keys()}
+    assert {"encoder.encoder.layers", "encoder.encoder_transformer.layers", "encoder.downsample.conv"} <= prefixes
+
+
+def test_greedy_codes_equal_transformers_457(tiny_model):
+    assert _generate(tiny_model, **GREEDY)[:3].tolist() == GOLDEN_FIRST_FRAMES
