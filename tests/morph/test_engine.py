@@ -209,3 +209,15 @@ def test_mode_survives_upstream_and_device_state_can_be_released(tiny_tts, ref_a
     tiny_tts.release_device_state()
     assert np.array_equal(tiny_tts.clone("Release and rebuild.", voice, settings=GREEDY), before)
     assert np.array_equal(lean, before)  # the lean loop gives the eager path's codes on CPU fp32
+
+
+def test_gpu_out_of_memory_becomes_a_clear_error(tiny_tts, ref_audio, monkeypatch):
+    voice = tiny_tts.make_voice(*ref_audio)
+
+    def oom(**kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(tiny_tts.tts, "generate_voice_clone", oom)
+    with pytest.raises(RuntimeError, match="Generate: the GPU ran out of memory .*lower max_new_tokens"):
+        tiny_tts.clone("Hello.", voice, who="Generate")
+    assert tiny_tts.patch.on_step is None
