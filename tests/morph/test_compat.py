@@ -23,9 +23,9 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     pytest.skip(f"qwen_tts unavailable: {exc}", allow_module_level=True)
 
-import transformers  # noqa: E402  (after the shims, as in production)
-from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration  # noqa: E402
-
+# Imported after the shims, as production code does.
+import transformers
+from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration
 
 # ------------------------------------------------------------------ shims on fakes (any transformers)
 
@@ -154,6 +154,19 @@ def test_guarded_init_weights_keeps_loaded_tensors_and_refills_rope_buffers():
     assert calls == [fresh]
 
 
+def test_rope_parameters_saved_by_5x_load_as_rope_scaling():
+    seen = {}
+
+    def init(self, rope_theta=10000, rope_scaling=None, **kwargs):  # the shape of qwen-tts's talker config
+        seen.update(rope_theta=rope_theta, rope_scaling=rope_scaling, kwargs=kwargs)
+
+    wrapped = compat.accept_saved_rope_parameters(init)
+    wrapped(None, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e6})
+    assert seen == {"rope_theta": 1e6, "rope_scaling": {"rope_type": "default", "mrope_section": [2, 3, 3]}, "kwargs": {}}
+    wrapped(None, rope_theta=5.0, rope_scaling={"rope_type": "default"})  # a 4.57 config.json: untouched
+    assert seen == {"rope_theta": 5.0, "rope_scaling": {"rope_type": "default"}, "kwargs": {}}
+
+
 def test_default_rope_matches_transformers_457_where_it_exists():
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -251,7 +264,9 @@ def _tiny_config():
 
 def _tiny_speech_tokenizer():
     from qwen_tts.core import Qwen3TTSTokenizerV2Model
-    from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Config
+    from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
+        Qwen3TTSTokenizerV2Config,
+    )
 
     encoder = dict(hidden_size=32, num_filters=4, num_residual_layers=1, num_hidden_layers=1, num_attention_heads=2,
                    num_key_value_heads=2, head_dim=16, intermediate_size=64, codebook_size=2048, codebook_dim=32,
@@ -306,8 +321,10 @@ def tiny_model():
 
 @pytest.fixture(scope="module")
 def saved_dir(tiny_model, tmp_path_factory):
+    from qwen_tts.core.models.configuration_qwen3_tts import (
+        Qwen3TTSSpeakerEncoderConfig,
+    )
     from transformers import EncodecFeatureExtractor
-    from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSSpeakerEncoderConfig
 
     path = tmp_path_factory.mktemp("tiny_qwen3_tts")
     tiny_model.save_pretrained(path)
