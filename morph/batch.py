@@ -65,7 +65,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .engine import SEGMENT_PAUSE_SECONDS, MorphTTS
+from .engine import MorphTTS, join_with_pauses, warn_if_text_is_the_transcript
 from .settings import SAMPLE_RATE, GenerationSettings
 from .text_split import MAX_SEGMENT_CHARS, split_text
 from .voice import Voice, check_voice_fits
@@ -158,7 +158,8 @@ class BatchTTS:
             for row, audio in self._render_fitting(batch, settings, progress, state, who):
                 segments.setdefault(row.line, {})[row.segment] = audio
                 if len(segments[row.line]) == needed[row.line]:
-                    results[row.line] = self._join_segments(segments.pop(row.line))
+                    parts = segments.pop(row.line)
+                    results[row.line] = join_with_pauses([parts[s] for s in sorted(parts)])
                     if on_line is not None:
                         on_line(row.line, results[row.line])
             progress.report(start + _allotment(batch))
@@ -204,8 +205,7 @@ class BatchTTS:
             if len(pieces) > 1 and not split_long_text:
                 raise ValueError(f"{where}: the text is {len(text)} characters, over the {MAX_SEGMENT_CHARS}-character "
                                  "limit of one pass; split it into shorter lines")
-            ref = SimpleNamespace(ref_text=line.voice.ref_text)
-            MorphTTS._warn_if_text_is_the_transcript(text, {"voice_clone_prompt": [ref]}, where)
+            warn_if_text_is_the_transcript(text, line.voice.ref_text, where)
             for s, piece in enumerate(pieces):
                 limit = settings.upstream_kwargs(piece)["max_new_tokens"]
                 rows.append(_Row(i, s, piece, line.voice, language, limit))
@@ -286,12 +286,3 @@ class BatchTTS:
         assert sr == SAMPLE_RATE, f"the 12 Hz codec decodes at {SAMPLE_RATE} Hz, got {sr}"
         return np.asarray(wav, dtype=np.float32)
 
-    @staticmethod
-    def _join_segments(parts: dict[int, np.ndarray]) -> np.ndarray:
-        if len(parts) == 1:
-            return parts[0]
-        pause = np.zeros(int(SEGMENT_PAUSE_SECONDS * SAMPLE_RATE), np.float32)
-        pieces = []
-        for s in sorted(parts):
-            pieces += [pause, parts[s]] if s else [parts[s]]
-        return np.concatenate(pieces)

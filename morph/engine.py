@@ -177,12 +177,12 @@ class MorphTTS:
                              "limit of one segment; turn on split_long_text or shorten the text")
         settings = (settings or GenerationSettings()).validate(who)
         language = self._check_language(language, who)
-        self._warn_if_text_is_the_transcript(text, prompt, who)
+        items = prompt.get("voice_clone_prompt") or [None]
+        warn_if_text_is_the_transcript(text, getattr(items[0], "ref_text", None), who)
         limits = [settings.upstream_kwargs(seg)["max_new_tokens"] for seg in segments]
         step = iter(range(1, sum(limits) + 1))
         self.patch.seq_groups = settings.seq_groups
         self.patch.on_step = None if on_step is None else (lambda: on_step(next(step, sum(limits)), sum(limits)))
-        pause = np.zeros(int(SEGMENT_PAUSE_SECONDS * SAMPLE_RATE), np.float32)
         pieces = []
         try:
             for i, segment in enumerate(segments):
@@ -191,7 +191,7 @@ class MorphTTS:
                     torch.manual_seed(settings.seed)
                 wavs, sr = generate(text=segment, language=language, **prompt, **settings.upstream_kwargs(segment))
                 assert sr == SAMPLE_RATE, f"the 12 Hz codec decodes at {SAMPLE_RATE} Hz, got {sr}"
-                pieces += [pause, np.asarray(wavs[0], dtype=np.float32)] if i else [np.asarray(wavs[0], np.float32)]
+                pieces.append(np.asarray(wavs[0], dtype=np.float32))
         except torch.cuda.OutOfMemoryError as e:
             raise RuntimeError(f"{who}: the GPU ran out of memory ({e}); shorten the text, lower max_new_tokens, "
                                "or load the model in bf16 or on a larger GPU") from e
@@ -199,12 +199,20 @@ class MorphTTS:
             self.patch.on_step = None
         if len(segments) > 1:
             log.info("%s: rendered %d segments of a %d-character text", who, len(segments), len(text))
-        return np.concatenate(pieces)
+        return join_with_pauses(pieces)
 
-    @staticmethod
-    def _warn_if_text_is_the_transcript(text: str, prompt: dict, who: str) -> None:
-        items = prompt.get("voice_clone_prompt") or []
-        ref_text = (items[0].ref_text or "") if items else ""
-        if ref_text and " ".join(ref_text.split()).lower() == " ".join(text.split()).lower():
-            log.warning("%s: the text to speak is the same as the voice's transcript; if they were swapped, put "
-                        "the words of the reference clip in the Voice prompt's transcript", who)
+
+def join_with_pauses(pieces: list[np.ndarray]) -> np.ndarray:
+    """The segments of one long text, in order, with a short pause between each two."""
+    pause = np.zeros(int(SEGMENT_PAUSE_SECONDS * SAMPLE_RATE), np.float32)
+    joined = [pieces[0]]
+    for piece in pieces[1:]:
+        joined += [pause, piece]
+    return np.concatenate(joined)
+
+
+def warn_if_text_is_the_transcript(text: str, ref_text: str | None, who: str) -> None:
+    """The text to speak and the reference transcript are easy to swap; a swap fails silently."""
+    if ref_text and " ".join(ref_text.split()).lower() == " ".join(text.split()).lower():
+        log.warning("%s: the text to speak is the same as the voice's transcript; if they were swapped, put "
+                    "the words of the reference clip in the Voice prompt's transcript", who)

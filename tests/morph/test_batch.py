@@ -12,6 +12,7 @@ import torch
 
 import morph.batch as batch_module
 from morph.batch import BatchTTS, Line
+from morph.engine import SEGMENT_PAUSE_SECONDS
 from morph.sampling import Sampling
 from morph.settings import GenerationSettings
 
@@ -276,7 +277,7 @@ def test_a_line_too_long_for_one_pass_is_rendered_in_segments(batch, voices, mon
     whole = batch.render([Line(text, voices["xvec"])], settings)[0]
     parts = batch.render([Line("The first sentence is here.", voices["xvec"]),
                           Line("And then a second one follows.", voices["xvec"])], settings)
-    pause = int(batch_module.SEGMENT_PAUSE_SECONDS * SR)
+    pause = int(SEGMENT_PAUSE_SECONDS * SR)
     assert whole.size == parts[0].size + pause + parts[1].size
     with pytest.raises(ValueError, match="over the 30-character limit"):
         batch.codes([Line(text, voices["xvec"])], settings)
