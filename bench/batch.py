@@ -23,7 +23,7 @@ import time
 import numpy as np
 import torch
 
-from bench.common import emit, load_bench_model
+from bench.common import add_model_args, emit, load_bench_model
 from bench.speed import REF_TEXT, _peak_bytes, _sync, device_name, eos_suppressed, model_dims, reference_wave
 from morph.batch import BatchTTS, Line
 from morph.settings import FRAMES_PER_SECOND, GenerationSettings
@@ -98,11 +98,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", help="a checkpoint folder (real or built); default: build random weights at --size")
-    p.add_argument("--size", default="tiny", choices=["tiny", "tiny-proj", "0.6b", "1.7b"])
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
-    p.add_argument("--attention", default="sdpa", choices=["auto", "sdpa", "eager", "flash_attention_2"])
+    add_model_args(p)
     p.add_argument("--lines", type=int, default=32)
     p.add_argument("--frames", type=int, default=62, help="frames per line (12.5 a second; 62 is about 5 s)")
     p.add_argument("--batch-sizes", default="1,8,16,32", help="comma list; 1 = one line at a time")

@@ -16,6 +16,15 @@ from morph.engine import MorphTTS
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def add_model_args(p) -> None:
+    """The arguments load_bench_model reads: which model, on what, in which precision."""
+    p.add_argument("--model", help="a checkpoint folder (real or built); default: build random weights at --size")
+    p.add_argument("--size", default="tiny", choices=["tiny", "tiny-proj", "0.6b", "1.7b"])
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    p.add_argument("--attention", default="sdpa", choices=["auto", "sdpa", "eager", "flash_attention_2"])
+
+
 def load_bench_model(args, build_into: str | None = None) -> MorphTTS:
     """args.model if given, else random weights at args.size (kept in build_into, if given)."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,7 +31,7 @@ import time
 import numpy as np
 import torch
 
-from bench.common import emit, load_bench_model
+from bench.common import add_model_args, emit, load_bench_model
 from morph.engine import MorphTTS
 from morph.sampling import Sampling
 from morph.settings import FRAMES_PER_SECOND, GenerationSettings
@@ -287,12 +287,8 @@ def stack_name(spec: str) -> str:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", help="a checkpoint folder (real or built); default: build random weights at --size")
+    add_model_args(p)
     p.add_argument("--build-into", help="build the random model into this folder and keep it (for speed_faster)")
-    p.add_argument("--size", default="tiny", choices=["tiny", "tiny-proj", "0.6b", "1.7b"])
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
-    p.add_argument("--attention", default="sdpa", choices=["auto", "sdpa", "eager", "flash_attention_2"])
     p.add_argument("--frames", type=int, default=250)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--graph-repeats", type=int, default=3, help="repeats for the graph stacks (they are cheap)")
