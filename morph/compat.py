@@ -5,7 +5,8 @@ the installed transformers needs it: none on 4.57.x. Checked on every release fr
 shims, a tiny random model gives the same codes as on 4.57.3 (greedy and seeded sampling, sdpa and eager,
 batched with left padding, ICL prompts, after save_pretrained/from_pretrained), and the same 12 Hz decode.
 
-Before ``import qwen_tts``, on transformers names (only adding or widening, so other models are unaffected):
+Before ``import qwen_tts``, on transformers names (only adding or widening, so other models are unaffected;
+check_model_inputs is given back to transformers as soon as the import ends, so other packs never see it):
   check_model_inputs  5.2+   qwen-tts decorates with ``@check_model_inputs()`` at class definition. 5.2/5.3
                              removed the decorator; 5.4 restored it as ``check_model_inputs(func)``, an alias
                              of ``merge_with_config_defaults`` that must not be called bare ("missing 'func'").
@@ -57,6 +58,8 @@ import inspect
 import logging
 import sys
 
+from .quiet import quiet_third_party
+
 logger = logging.getLogger(__name__)
 
 _MODELS = "qwen_tts.core.models.modeling_qwen3_tts"
@@ -88,6 +91,24 @@ def _marked(obj) -> bool:
     return getattr(obj, _MARK, False)
 
 
+def note_foreign_wrapper(obj, what: str, home: str) -> bool:
+    """Log (and return True) when `obj`, about to be wrapped, is already someone else's wrapper.
+
+    `home` is the module prefix the original lives in ("qwen_tts" or "transformers"). Another pack that
+    patched the same qwen-tts attribute shows up as a function from elsewhere or one with `__wrapped__`;
+    wrapping it again usually works, but when two patches disagree this line is where to look.
+    """
+    if obj is None or _marked(obj):
+        return False
+    module = getattr(obj, "__module__", None) or ""
+    if hasattr(obj, "__wrapped__") or not module.startswith(home):
+        logger.warning("qwen-tts compat: %s was already replaced by another package (%s); wrapping that "
+                       "version. If Qwen3-TTS misbehaves, try without the other Qwen3-TTS node packs", what,
+                       module or type(obj).__name__)
+        return True
+    return False
+
+
 def _mark(obj):
     setattr(obj, _MARK, True)
     return obj
@@ -112,6 +133,10 @@ def _needs_func_argument(decorator) -> bool:
     return bool(params) and params[0].default is inspect.Parameter.empty
 
 
+_MISSING = object()
+_rebound: list = []  # (the original check_model_inputs, or _MISSING) while our wrapper is bound
+
+
 def _shim_check_model_inputs() -> bool:
     from transformers.utils import generic
 
@@ -123,8 +148,25 @@ def _shim_check_model_inputs() -> bool:
             return False
     elif _marked(current) or not _needs_func_argument(current):
         return False
+    _rebound.append(generic.__dict__.get("check_model_inputs", _MISSING))
     generic.check_model_inputs = accepts_both_call_forms(current)
     return True
+
+
+def _restore_check_model_inputs() -> None:
+    """Give transformers its own check_model_inputs back once qwen-tts's classes are defined.
+
+    qwen-tts reads the name only at import (`from transformers.utils.generic import check_model_inputs`, used
+    as a class-definition decorator), so its modules keep the wrapper; other packs see transformers unchanged.
+    """
+    from transformers.utils import generic
+
+    while _rebound:
+        original = _rebound.pop()
+        if original is _MISSING:
+            generic.__dict__.pop("check_model_inputs", None)
+        else:
+            generic.check_model_inputs = original
 
 
 def _shim_mimi_keys() -> bool:
@@ -199,6 +241,7 @@ def _shim_rope_parameters() -> bool:
     done = False
     for cls in targets:
         if not _marked(cls.__init__):
+            note_foreign_wrapper(cls.__init__, f"{cls.__name__}.__init__", "qwen_tts")
             cls.__init__ = accept_saved_rope_parameters(cls.__init__)
             done = True
     return done
@@ -276,6 +319,7 @@ def _shim_init_weights() -> bool:
     done = False
     for cls in targets:
         if not _marked(cls._init_weights):
+            note_foreign_wrapper(cls._init_weights, f"{cls.__name__}._init_weights", "qwen_tts")
             cls._init_weights = guard_init_weights(cls._init_weights)
             done = True
     return done
@@ -308,6 +352,7 @@ def _shim_mask_kwargs() -> bool:
             params = inspect.signature(fn).parameters
             if "input_embeds" in params and "cache_position" in params:
                 continue
+            note_foreign_wrapper(fn, f"{name}.{attr}", "transformers")
             setattr(module, attr, accept_legacy_mask_kwargs(fn))
             done = True
     return done
@@ -341,6 +386,8 @@ def _shim_cache_position() -> bool:
     # whole sequence every step: shape errors, or wrong positions with left padding).
     for cls in (models.Qwen3TTSTalkerForConditionalGeneration, models.Qwen3TTSTalkerCodePredictorModelForConditionalGeneration):
         if not _marked(cls.prepare_inputs_for_generation):
+            note_foreign_wrapper(cls.prepare_inputs_for_generation, f"{cls.__name__}.prepare_inputs_for_generation",
+                                 "transformers")
             cls.prepare_inputs_for_generation = pass_cache_position(cls.prepare_inputs_for_generation)
             done = True
     return done
@@ -378,9 +425,8 @@ _AFTER_IMPORT = {
 }
 
 
-def _apply() -> list[str]:
-    new = [name for name, shim in _BEFORE_IMPORT.items() if shim()]
-    new += [name for name, shim in _AFTER_IMPORT.items() if shim()]
+def _apply(shims: dict) -> list[str]:
+    new = [name for name, shim in shims.items() if shim()]
     _applied.extend(n for n in new if n not in _applied)
     return new
 
@@ -400,16 +446,6 @@ def _log(new: list[str]) -> None:
     logger.info("qwen-tts compat shims for transformers %s: %s", transformers.__version__, applied)
 
 
-def apply_transformers_compat() -> list[str]:
-    """Apply the shims this transformers needs. Idempotent; safe before or after ``import qwen_tts``.
-
-    The shims on qwen-tts's own classes can only be applied once it is imported, so prefer
-    ``import_qwen_tts()``. Returns the names of all shims applied so far in this process.
-    """
-    _log(_apply())
-    return list(_applied)
-
-
 def applied_shims() -> list[str]:
     return list(_applied)
 
@@ -423,20 +459,27 @@ def import_qwen_tts():
 
     Raises ImportError naming the packages to install if qwen_tts or an import-time dependency is missing.
     """
-    new = _apply()  # before the import: check_model_inputs is used as a decorator at class definition
+    # Before the first import: check_model_inputs is used as a decorator while qwen-tts's classes are defined.
+    new = [] if "qwen_tts" in sys.modules else _apply(_BEFORE_IMPORT)
     try:
         if importlib.util.find_spec("qwen_tts") is None:
             raise ModuleNotFoundError("No module named 'qwen_tts'", name="qwen_tts")
-        qwen_tts = importlib.import_module("qwen_tts")
+        with quiet_third_party():
+            qwen_tts = importlib.import_module("qwen_tts")
     except ImportError as exc:
         missing = _missing_import_deps()
         if importlib.util.find_spec("qwen_tts") is None:
             missing.insert(0, "qwen-tts==0.1.1 (with --no-deps, so it keeps your transformers)")
         hint = f"missing: {', '.join(missing)}. " if missing else ""
+        pip = f"{sys.executable} -m pip install"
+        others = [p for p in missing if not p.startswith("qwen-tts") and p not in ("torch", "torchaudio")]
         raise ImportError(
-            f"Could not import qwen_tts ({exc}). {hint}Fix: pip install --no-deps qwen-tts==0.1.1 && "
-            "pip install librosa soundfile sox onnxruntime einops accelerate "
-            "(keep your torch, torchaudio and transformers: 4.57.x and 5.x both work)."
+            f"Could not import qwen_tts ({exc}). {hint}Fix, with the Python that runs ComfyUI: "
+            f"{pip} --no-deps qwen-tts==0.1.1" + (f" && {pip} {' '.join(others)}" if others else "")
+            + " (--no-deps keeps your torch, torchaudio and transformers: 4.57.x and 5.x both work; the pack's "
+            "requirements.txt lists what qwen-tts needs besides)."
         ) from exc
-    _log(new + _apply())
+    finally:
+        _restore_check_model_inputs()
+    _log(new + _apply(_AFTER_IMPORT))
     return qwen_tts

@@ -1,4 +1,4 @@
-"""Find a Qwen3-TTS checkpoint (local folder or hub id), check it, and load it."""
+"""Load a Qwen3-TTS checkpoint folder (found by morph/checkpoints.py) on a device, in a dtype."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from pathlib import Path
 
 import torch
 
+from .checkpoints import DEFAULT_MODEL, locate_checkpoint  # noqa: F401  (the engine imports them from here)
+from .quiet import quiet_third_party
+
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
-REQUIRED_FILES = ("config.json", "generation_config.json", "speech_tokenizer/config.json")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -21,8 +22,12 @@ def resolve_device(device: str = "auto") -> torch.device:
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' was asked for but torch sees no CUDA GPU; choose auto or cpu")
+    kind = torch.device(device).type
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} is not available: this PyTorch sees no CUDA GPU; choose auto or cpu")
+    if kind == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+        raise ValueError(f"device {device!r} is not available: MPS needs an Apple-silicon Mac with a PyTorch built "
+                         "for it; choose auto or cpu")
     return torch.device(device)
 
 
@@ -57,51 +62,14 @@ def resolve_attention(attention: str, device: torch.device, dtype: torch.dtype) 
     return attention
 
 
-def missing_files(folder: Path) -> list[str]:
-    missing = [f for f in REQUIRED_FILES if not (folder / f).is_file()]
-    if not any(folder.glob("*.safetensors")):
-        missing.append("model.safetensors")
-    if not ((folder / "tokenizer.json").is_file() or (folder / "vocab.json").is_file()):
-        missing.append("vocab.json + merges.txt (the text tokenizer)")
-    return missing
-
-
-def locate_checkpoint(source: str, search_dirs: list[Path], download_dir: Path | None = None) -> Path:
-    """A local folder for `source`: a path, a folder name in search_dirs, or a hub id (downloaded)."""
-    source = source.strip()
-    candidates = [Path(source).expanduser()]
-    name = source.rstrip("/").split("/")[-1]
-    candidates += [Path(d) / source for d in search_dirs] + [Path(d) / name for d in search_dirs]
-    for folder in candidates:
-        if folder.is_dir():
-            missing = missing_files(folder)
-            if missing:
-                raise FileNotFoundError(f"the model folder {folder} is missing {', '.join(missing)}; "
-                                        f"download the whole checkpoint ({source}) again")
-            return folder
-    if source.count("/") != 1 or download_dir is None:
-        raise FileNotFoundError(f"no model folder named {source!r} in {', '.join(map(str, search_dirs)) or '-'}; "
-                                f"give a folder that holds config.json, or a hub id such as {DEFAULT_MODEL}")
-    target = Path(download_dir) / name
-    try:
-        from huggingface_hub import snapshot_download
-
-        log.info("Downloading %s into %s", source, target)
-        snapshot_download(repo_id=source, local_dir=str(target))
-    except Exception as e:
-        raise FileNotFoundError(
-            f"could not download {source} ({type(e).__name__}: {e}). When offline, put the checkpoint's files "
-            f"(config.json, model.safetensors, speech_tokenizer/, tokenizer files) into {target}") from e
-    return locate_checkpoint(str(target), [])
-
-
 def load_qwen_tts(folder: Path, device: torch.device, dtype: torch.dtype, attention: str):
     """Load a checkpoint folder with qwen-tts, turning its failures into clear messages."""
     from .compat import import_qwen_tts
 
     qwen_tts = import_qwen_tts()
     try:
-        tts = qwen_tts.Qwen3TTSModel.from_pretrained(str(folder), dtype=dtype, attn_implementation=attention)
+        with quiet_third_party():
+            tts = qwen_tts.Qwen3TTSModel.from_pretrained(str(folder), dtype=dtype, attn_implementation=attention)
     except Exception as e:
         raise RuntimeError(f"loading the Qwen3-TTS checkpoint in {folder} failed ({type(e).__name__}: {e}); "
                            "the files may be incomplete or corrupt, or not a Qwen3-TTS-12Hz checkpoint: "

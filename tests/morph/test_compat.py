@@ -64,6 +64,12 @@ def test_wrapped_decorator_accepts_both_call_forms():
         _decorator_5x()  # what qwen-tts's `@check_model_inputs()` hits without the shim
 
 
+@pytest.fixture(autouse=True)
+def _own_rebinding_record(monkeypatch):
+    """Each test's check_model_inputs rebinding is its own (monkeypatch restores transformers' attribute)."""
+    monkeypatch.setattr(compat, "_rebound", [])
+
+
 def test_check_model_inputs_shim_patches_a_5x_decorator_once(monkeypatch):
     from transformers.utils import generic
 
@@ -181,12 +187,89 @@ def test_default_rope_matches_transformers_457_where_it_exists():
 # ------------------------------------------------------------------ the module API
 
 
-def test_apply_is_idempotent():
-    first = compat.apply_transformers_compat()
-    marker = transformers.utils.generic.check_model_inputs
-    assert compat._apply() == []  # nothing left to do
-    assert compat.apply_transformers_compat() == first
-    assert transformers.utils.generic.check_model_inputs is marker
+def test_check_model_inputs_is_given_back_after_the_import(monkeypatch):
+    from transformers.utils import generic
+
+    monkeypatch.setattr(generic, "check_model_inputs", _decorator_5x)
+    assert compat._shim_check_model_inputs() and generic.check_model_inputs is not _decorator_5x
+    compat._restore_check_model_inputs()
+    assert generic.check_model_inputs is _decorator_5x
+    monkeypatch.delattr(generic, "check_model_inputs")
+    monkeypatch.setattr(generic, "merge_with_config_defaults", _decorator_5x, raising=False)
+    assert compat._shim_check_model_inputs()
+    compat._restore_check_model_inputs()
+    assert not hasattr(generic, "check_model_inputs")  # removed again, as this transformers has it
+
+
+FRESH_IMPORT = """
+import sys, transformers.utils.generic as generic
+before = generic.__dict__.get("check_model_inputs")
+from morph.compat import import_qwen_tts
+import_qwen_tts()
+from qwen_tts.core.tokenizer_12hz import modeling_qwen3_tts_tokenizer_v2 as tok
+assert generic.__dict__.get("check_model_inputs") is before, "transformers' check_model_inputs was left rebound"
+print("qwen-tts's own:", tok.check_model_inputs is before)
+"""
+
+
+def test_a_fresh_import_leaves_transformers_as_it_was_and_prints_nothing_alarming():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = subprocess.run([sys.executable, "-c", FRESH_IMPORT], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = run.stdout + run.stderr
+    for alarming in ("[ERROR]", "flash-attn is not installed", "SoX could not be found", "sox: not found",
+                     "deprecated"):
+        assert alarming not in out, out
+    if int(transformers.__version__.split(".")[0]) >= 5 and "qwen-tts's own: False" not in out:
+        pytest.fail(f"qwen-tts should keep the wrapped decorator on 5.x: {out}")
+
+
+def test_a_wrapper_left_by_another_pack_is_logged(caplog):
+    import functools
+
+    from qwen_tts.core.models import configuration_qwen3_tts as configs
+
+    original = configs.Qwen3TTSTalkerConfig.__dict__["__init__"]
+    original = getattr(original, "__wrapped__", original)  # ours, on 5.x: unwrap to qwen-tts's own
+
+    @functools.wraps(original)
+    def theirs(*args, **kwargs):
+        return original(*args, **kwargs)
+
+    with caplog.at_level(logging.WARNING, logger="morph.compat"):
+        assert not compat.note_foreign_wrapper(original, "Qwen3TTSTalkerConfig.__init__", "qwen_tts")
+        assert not caplog.records
+        assert not compat.note_foreign_wrapper(compat.accept_saved_rope_parameters(original), "x", "qwen_tts")
+        assert compat.note_foreign_wrapper(theirs, "Qwen3TTSTalkerConfig.__init__", "qwen_tts")
+        assert compat.note_foreign_wrapper(lambda self: None, "Qwen3TTSTalkerConfig.__init__", "qwen_tts")
+    assert len(caplog.records) == 2
+    assert "Qwen3TTSTalkerConfig.__init__ was already replaced by another package" in caplog.records[0].getMessage()
+
+
+def test_quiet_drops_only_the_known_messages(capsys, caplog):
+    import warnings
+
+    from morph.quiet import quiet_third_party
+
+    other = logging.getLogger("transformers.some_module")
+    with caplog.at_level(logging.WARNING), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with quiet_third_party():
+            print("\n********\nWarning: flash-attn is not installed. Will only run the manual PyTorch version.\n****")
+            print("[ERROR] `cache_position` is part of X.forward's signature, but not documented. Make sure")
+            print("a real message")
+            logging.getLogger("sox").warning("SoX could not be found!")
+            other.warning("The `check_model_inputs` decorator is deprecated in favor of x")
+            other.warning("a real warning")
+            warnings.warn("`rope_scaling` is deprecated and will be removed", FutureWarning)
+            warnings.warn("a real FutureWarning", FutureWarning)
+    assert capsys.readouterr().out == "a real message\n"
+    assert [r.getMessage() for r in caplog.records] == ["a real warning"]
+    assert [str(w.message) for w in seen] == ["a real FutureWarning"]
 
 
 def test_no_shims_on_457_and_the_core_ones_on_5x():
@@ -217,7 +300,8 @@ def test_import_qwen_tts_explains_a_missing_package(monkeypatch):
 
     monkeypatch.setattr(compat.importlib, "import_module", import_module)
     monkeypatch.setattr(compat.importlib.util, "find_spec", lambda n, *a: None if n == "sox" else real_find_spec(n, *a))
-    with pytest.raises(ImportError, match=r"missing: sox\. Fix: pip install"):
+    with pytest.raises(ImportError, match=r"missing: sox\. Fix, with the Python that runs ComfyUI: .* -m pip "
+                                          r"install --no-deps qwen-tts==0\.1\.1 && .* -m pip install sox \("):
         compat.import_qwen_tts()
 
 

@@ -1,0 +1,114 @@
+"""Where a Qwen3-TTS checkpoint comes from: a local folder, the Hugging Face cache, or a download.
+
+Torch-free on purpose: the CLI checks its --model before it imports torch.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
+HUB_MODELS = (
+    "Qwen/Qwen3-TTS-12Hz-0.6B-Base",
+    "Qwen/Qwen3-TTS-12Hz-1.7B-Base",
+    "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
+    "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice",
+    "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign",
+)
+# What qwen-tts 0.1.1 reads when it loads and runs a 12 Hz checkpoint (each checked by removing it
+# from a checkpoint folder). The text tokenizer may also come as one tokenizer.json.
+FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json", "vocab.json",
+         "merges.txt", "speech_tokenizer/config.json", "speech_tokenizer/model.safetensors",
+         "speech_tokenizer/preprocessor_config.json")
+FILE_LIST = ", ".join(FILES)
+
+
+def missing_files(folder: Path) -> list[str]:
+    """The files of FILES that `folder` lacks (sharded *.safetensors weights count as model.safetensors)."""
+    missing = []
+    for name in FILES:
+        path = folder / name
+        if name.endswith("model.safetensors"):
+            present = any(path.parent.glob("*.safetensors"))
+        elif name in ("vocab.json", "merges.txt"):
+            present = path.is_file() or (folder / "tokenizer.json").is_file()
+        else:
+            present = path.is_file()
+        if not present:
+            missing.append(name)
+    return missing
+
+
+def is_hub_id(source: str) -> bool:
+    """`owner/name`, unless `owner` is a local folder (then it is a path that does not exist)."""
+    return (source.count("/") == 1 and not source.startswith((".", "/", "~"))
+            and not Path(source.split("/")[0]).is_dir())
+
+
+def fetch_command(repo_id: str, target: Path | str) -> str:
+    """The command that fetches a checkpoint into `target` on a machine with network access."""
+    return f"hf download {repo_id} --local-dir {target}"
+
+
+def _checked(folder: Path, source: str) -> Path:
+    missing = missing_files(folder)
+    if missing:
+        raise FileNotFoundError(
+            f"the model folder {folder} is missing {', '.join(missing)}. A checkpoint folder holds {FILE_LIST}"
+            + (f"; fetch it again with: {fetch_command(source, folder)}" if is_hub_id(source) else ""))
+    return folder
+
+
+def _from_hf_cache(repo_id: str) -> Path | None:
+    """The model's folder in the Hugging Face cache, when a complete copy is already there."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        folder = Path(snapshot_download(repo_id=repo_id, local_files_only=True))
+    except Exception:  # not cached (huggingface_hub raises its own error types for that)
+        return None
+    return folder if not missing_files(folder) else None
+
+
+def locate_checkpoint(source: str, search_dirs: list[Path] = (), download_dir: Path | None = None) -> Path:
+    """A complete local checkpoint folder for `source`, tried in this order:
+
+    1. `source` as a path;
+    2. a folder `source` or (for a hub id) the repo's name inside one of `search_dirs`;
+    3. for a hub id, the Hugging Face cache, when it already holds the whole model;
+    4. for a hub id, a download: into `download_dir/<name>` when given, else into the Hugging Face cache.
+    """
+    source = str(source).strip()
+    name = source.rstrip("/").split("/")[-1]
+    candidates = [Path(source).expanduser()]
+    candidates += [Path(d) / source for d in search_dirs] + [Path(d) / name for d in search_dirs]
+    for folder in candidates:
+        if folder.is_dir():
+            return _checked(folder.resolve(), source)
+    if not is_hub_id(source):
+        where = ", ".join(str(Path(d).resolve()) for d in search_dirs)
+        raise FileNotFoundError(
+            f"no model folder {source!r}" + (f" (looked in {where})" if where else "")
+            + f"; give the path of a checkpoint folder (holding {FILE_LIST}), or a hub id such as {DEFAULT_MODEL}")
+    cached = _from_hf_cache(source)
+    if cached is not None:
+        log.info("Qwen3-TTS: using %s from the Hugging Face cache (%s)", source, cached)
+        return cached
+    target = (Path(download_dir) / name).resolve() if download_dir is not None else None
+    try:
+        from huggingface_hub import snapshot_download
+
+        log.info("Downloading %s into %s", source, target or "the Hugging Face cache")
+        folder = Path(snapshot_download(repo_id=source, local_dir=None if target is None else str(target)))
+    except Exception as e:
+        place = (f"put the checkpoint's files into {target}" if target is not None
+                 else "put the checkpoint's files into a folder and give that folder's path as the model")
+        fetch = fetch_command(source, target if target is not None else name)
+        raise FileNotFoundError(
+            f"could not download {source} ({type(e).__name__}: {e}). Offline, {place}: {FILE_LIST}. To get them, "
+            f"run on a machine with network access: {fetch} (the hf command comes with huggingface_hub), "
+            "then copy that folder here") from e
+    return _checked(folder, source)
