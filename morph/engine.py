@@ -107,13 +107,15 @@ class MorphTTS:
     # -- voices ----------------------------------------------------------------------
     def make_voice(self, waveform, sample_rate: int, transcript: str | None = None, x_vector_only: bool = False,
                    who: str = "Voice prompt") -> Voice:
-        """Build a voice from reference audio; without a transcript it is x-vector only."""
+        """Build a voice from reference audio ([T], [C, T], [T, C] or [1, C, T]); without a transcript it is
+        x-vector only. With a transcript, a clip over 30 s is refused (trimming it would leave words in the
+        transcript that the model never hears); without one, it is trimmed with a warning."""
         self.require_variant("base", who)
         transcript = (transcript or "").strip() or None
         if transcript is None and not x_vector_only:
             log.info("%s: no transcript given, so the voice uses x-vector-only mode", who)
             x_vector_only = True
-        audio = prepare_reference(waveform, sample_rate, f"{who}: reference audio")
+        audio = prepare_reference(waveform, sample_rate, f"{who}: reference audio", icl=not x_vector_only)
         if transcript and len(transcript) > MAX_TRANSCRIPT_CHARS_PER_SECOND * audio.size / SAMPLE_RATE:
             log.warning("%s: the transcript has %d characters for a %.1f s clip, more than anyone says in that time; "
                         "check that it is the transcript of this clip and not the text to speak",
