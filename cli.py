@@ -2,89 +2,243 @@
 
     python cli.py --text "Hello there."                       # the bundled default voice
     python cli.py --text "Hello." --voice me.wav --transcript "What I say in me.wav."
+
+Every input is checked before the model loads; hub models are looked for in --models-dir and the
+Hugging Face cache, and downloaded into --models-dir when missing.
 """
 
+# Only the standard library and morph.checkpoints (itself torch-free) are imported up here, so that
+# --help and argument errors answer at once; numpy, torch and qwen-tts come in after the arguments parse.
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import soundfile as sf
+from morph.checkpoints import DEFAULT_MODEL, LANGUAGES
 
-from morph.engine import MorphTTS
-from morph.loading import DEFAULT_MODEL
-from morph.sampling import Sampling
-from morph.settings import DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS, SAMPLE_RATE, GenerationSettings
-from postprocess import DEFAULT_CUTOFF_HZ, DEFAULT_PEAK_DBFS, lowpass, peak_normalize
-
-ASSETS = Path(__file__).resolve().parent / "assets"
+ROOT = Path(__file__).resolve().parent
+ASSETS = ROOT / "assets"
 DEFAULT_VOICE = ASSETS / "default_voice.wav"
-DEFAULT_MODELS_DIR = Path("models") / "qwen3-tts"
+DEFAULT_MODELS_DIR = ROOT / "models" / "qwen3-tts"
+# The engine's defaults (morph.settings.GenerationSettings, which imports torch); tests/test_cli.py
+# checks that they agree.
+DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS = 5, 15
+DEFAULT_SAMPLING = dict(temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05)
+
+
+class CliError(Exception):
+    """A bad input, reported as `error: ...` with exit status 2 and no traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--text", required=True, help="what to say; text over 500 characters is split at sentence ends")
+    p.add_argument("--voice", type=Path, default=DEFAULT_VOICE,
+                   help="reference clip of the voice to clone (wav, flac or ogg; 3-10 s of clean speech)")
+    p.add_argument("--transcript", default=None,
+                   help="what the reference clip says (in-context cloning, the closest match); without it the "
+                        "voice is x-vector only. Defaults to the bundled clip's transcript when --voice is not given")
+    p.add_argument("--out", type=Path, default=Path("out.wav"),
+                   help="audio file to write (its folder is created; .wav is added when it has no extension)")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="a checkpoint folder, a folder name in --models-dir, or a hub id")
+    p.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR,
+                   help="where model folders are looked for, and where hub models are downloaded to")
+    p.add_argument("--language", default="Auto", help=f"language of the text: {', '.join(LANGUAGES)}")
+    p.add_argument("--seq-groups", type=int, default=DEFAULT_SEQ_GROUPS,
+                   help=f"code groups decoded one by one (1-{MAX_SEQ_GROUPS}); {MAX_SEQ_GROUPS} is upstream-exact, "
+                        "lower is faster")
+    p.add_argument("--seed", type=int, default=None, help="random seed: the same seed and text give the same audio")
+    p.add_argument("--greedy", action="store_true", help="no sampling anywhere (deterministic, may loop or hum)")
+    p.add_argument("--temperature", type=float, default=DEFAULT_SAMPLING["temperature"],
+                   help="sampling temperature (talker and code predictor)")
+    p.add_argument("--top-k", type=int, default=DEFAULT_SAMPLING["top_k"], help="top-k sampling; 0 is off")
+    p.add_argument("--top-p", type=float, default=DEFAULT_SAMPLING["top_p"], help="top-p sampling; 1.0 is off")
+    p.add_argument("--repetition-penalty", type=float, default=DEFAULT_SAMPLING["repetition_penalty"],
+                   help="penalty on repeated talker tokens; 1.0 is none")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="frame limit of each segment (12.5 frames a second); default: 5 s plus 0.35 s per character "
+                        "of the segment")
+    p.add_argument("--no-smooth", action="store_true", help="skip the low-pass filter and the -3 dBFS normalisation")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu", "mps"],
+                   help="where the model runs; auto is CUDA when available, else the CPU")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
+                   help="weight precision; auto is bf16 on GPUs that support it, fp32 on the CPU")
+    p.add_argument("--attention", default="auto", choices=["auto", "sdpa", "flash_attention_2", "eager"],
+                   help="attention kernel; auto is flash-attention 2 when flash_attn imports, else sdpa")
+    return p
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--text", required=True, help="what to say")
-    p.add_argument("--voice", type=Path, default=DEFAULT_VOICE, help="reference clip of the voice to clone")
-    p.add_argument("--transcript", default=None,
-                   help="what the reference clip says (enables ICL mode); without it, x-vector only. "
-                        "Defaults to the bundled clip's transcript when --voice is not given")
-    p.add_argument("--out", type=Path, default=Path("out.wav"), help="wav file to write")
-    p.add_argument("--model", default=DEFAULT_MODEL, help="local checkpoint folder or hub id")
-    p.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR,
-                   help="where hub models are looked for and downloaded")
-    p.add_argument("--language", default="Auto")
-    p.add_argument("--seq-groups", type=int, default=DEFAULT_SEQ_GROUPS,
-                   help=f"code groups decoded sequentially (1..{MAX_SEQ_GROUPS}); {MAX_SEQ_GROUPS} is upstream-exact")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--greedy", action="store_true", help="no sampling anywhere (deterministic)")
-    p.add_argument("--temperature", type=float, default=0.9)
-    p.add_argument("--top-k", type=int, default=50)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--repetition-penalty", type=float, default=1.05)
-    p.add_argument("--max-new-tokens", type=int, default=None, help="frame limit (default: bounded by text length)")
-    p.add_argument("--no-smooth", action="store_true", help="skip the low-pass and peak normalisation")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu", "mps"])
-    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
-    p.add_argument("--attention", default="auto", choices=["auto", "sdpa", "flash_attention_2", "eager"])
-    return p.parse_args(argv)
+    return build_parser().parse_args(argv)
 
 
-def main(argv=None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = parse_args(argv)
+# -- checks that need no model ---------------------------------------------------------------------
+def check_text(text: str) -> str:
+    if not text.strip():
+        raise CliError("--text is empty; give the words to speak")
+    return text.strip()
+
+
+def check_language(language: str) -> str:
+    for known in LANGUAGES:
+        if known.lower() == language.strip().lower():
+            return known
+    raise CliError(f"--language {language!r} is not one of {', '.join(LANGUAGES)}")
+
+
+def check_voice_file(path: Path) -> Path:
+    import soundfile as sf
+
+    if not path.is_file():
+        raise CliError(f"--voice: file not found: {path}" + (" (it is a folder)" if path.is_dir() else ""))
+    try:
+        sf.info(str(path))
+    except Exception as e:  # soundfile raises its own error types for unreadable files
+        raise CliError(f"--voice: cannot read {path} as audio ({e}); give a wav, flac or ogg file") from e
+    return path
+
+
+def check_output(path: Path) -> Path:
+    """The file to write: .wav added when there is no extension, a format soundfile writes, and a
+    folder that exists (created here) and is writable. Checked now, not after the generation."""
+    import soundfile as sf
+
+    if path.is_dir():
+        raise CliError(f"--out: {path} is a folder; give a file name such as {path / 'out.wav'}")
+    if not path.suffix:
+        path = path.with_suffix(".wav")
+    if path.suffix[1:].upper() not in sf.available_formats():
+        raise CliError(f"--out: cannot write {path.suffix} files; use .wav (or .flac or .ogg)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"--out: cannot create the folder {path.parent} ({e})") from e
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise CliError(f"--out: {path} is not writable; choose another place")
+    return path
+
+
+# -- progress ----------------------------------------------------------------------------------------
+class Progress:
+    """The engine's on_step(step, total) as a progress line on stderr: frames done of at most `total`,
+    the number of segments, speed, and how long it can still take (EOS usually ends a segment sooner)."""
+
+    def __init__(self, segments: int, stream=None):
+        self.segments, self.stream = segments, stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.start = self.shown_at = None
+        self.step = self.total = 0
+        self.shown_tenth = -1
+
+    def __call__(self, step: int, total: int) -> None:
+        now = time.perf_counter()
+        if self.start is None:
+            self.start = now
+        self.step, self.total = step, total
+        tenth = 10 * step // max(total, 1)
+        if self.tty and (self.shown_at is None or now - self.shown_at > 0.1):
+            self.stream.write("\r" + self.line(now))
+        elif not self.tty and tenth > self.shown_tenth:
+            self.stream.write(self.line(now) + "\n")
+            self.shown_tenth = tenth
+        else:
+            return
+        self.shown_at = now
+        self.stream.flush()
+
+    def line(self, now: float) -> str:
+        elapsed = now - self.start
+        rate = self.step / elapsed if elapsed > 0 and self.step > 1 else 0.0
+        left = f"at most {_clock((self.total - self.step) / rate)} left" if rate else "estimating"
+        width = 24
+        done = width * self.step // max(self.total, 1)
+        segments = f"{self.segments} segment{'s' if self.segments != 1 else ''}"
+        return (f"[{'#' * done}{'.' * (width - done)}] frame {self.step} of at most {self.total} | {segments} | "
+                f"{rate:.1f} frames/s | {left}  ")
+
+    def finish(self) -> None:
+        if self.tty and self.start is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m}:{s:02d}"
+
+
+# -- the main job ------------------------------------------------------------------------------------
+def run(args: argparse.Namespace) -> int:
+    text = check_text(args.text)
+    language = check_language(args.language)
+    voice_path = check_voice_file(args.voice)
+    out = check_output(args.out)
+    if args.seed is not None and args.seed < 0:
+        raise CliError(f"--seed must be >= 0, got {args.seed}")
     transcript = args.transcript
     if transcript is None and args.voice == DEFAULT_VOICE:
         transcript = (ASSETS / "default_voice.txt").read_text(encoding="utf-8").strip()
 
-    tts = MorphTTS.load(args.model, args.device, args.dtype, args.attention,
-                        search_dirs=[args.models_dir], download_dir=args.models_dir)
-    waveform, sr = sf.read(str(args.voice), dtype="float32", always_2d=True)
-    voice = tts.make_voice(waveform.T, sr, transcript, who="cli --voice")
+    import numpy as np
+    import soundfile as sf
+
+    from morph.engine import MorphTTS
+    from morph.loading import resolve_device
+    from morph.quiet import quiet_third_party
+    from morph.reference_audio import prepare_reference
+    from morph.sampling import Sampling
+    from morph.settings import SAMPLE_RATE, GenerationSettings
+    from morph.text_split import MAX_SEGMENT_CHARS, split_text
+    from postprocess import DEFAULT_CUTOFF_HZ, DEFAULT_PEAK_DBFS, lowpass, peak_normalize
+
+    sampling = Sampling(not args.greedy, args.temperature, args.top_k, args.top_p)
     settings = GenerationSettings(
         seq_groups=args.seq_groups, do_sample=not args.greedy, temperature=args.temperature, top_k=args.top_k,
-        top_p=args.top_p, repetition_penalty=args.repetition_penalty,
-        subtalker=Sampling(not args.greedy, args.temperature, args.top_k, args.top_p),
-        seed=args.seed, max_new_tokens=args.max_new_tokens,
-    )
+        top_p=args.top_p, repetition_penalty=args.repetition_penalty, subtalker=sampling, seed=args.seed,
+        max_new_tokens=args.max_new_tokens).validate("cli.py")
+    wave, rate = sf.read(str(voice_path), dtype="float32", always_2d=True)  # [T, C]
+    reference = prepare_reference(wave, rate, f"--voice {voice_path.name}", icl=bool((transcript or "").strip()))
+    resolve_device(args.device)
+    segments = len(split_text(text)) if len(text) > MAX_SEGMENT_CHARS else 1
+
+    print(f"loading {args.model} ...", file=sys.stderr)
+    tts = MorphTTS.load(args.model, args.device, args.dtype, args.attention, search_dirs=[args.models_dir],
+                        download_dir=args.models_dir)
+    voice = tts.make_voice(reference, SAMPLE_RATE, transcript, who="--voice")
+    print(f"speaking {len(text)} characters in {segments} segment{'s' if segments != 1 else ''} on {tts.device}"
+          + (f" (--max-new-tokens {args.max_new_tokens} applies to each segment)" if segments > 1
+             and args.max_new_tokens else ""), file=sys.stderr)
+    progress = Progress(segments)
     start = time.perf_counter()
-    audio = tts.clone(args.text, voice, args.language, settings, who="cli")
+    with quiet_third_party():  # transformers' note on the repetition penalty, at the first generate
+        audio = tts.clone(text, voice, language, settings, on_step=progress, who="cli.py")
+    progress.finish()
     took = time.perf_counter() - start
     if not args.no_smooth:
         audio = peak_normalize(lowpass(audio, SAMPLE_RATE, DEFAULT_CUTOFF_HZ), DEFAULT_PEAK_DBFS)
-    sf.write(str(args.out), np.asarray(audio, dtype=np.float32), SAMPLE_RATE, subtype="PCM_16")
+    sf.write(str(out), np.asarray(audio, dtype=np.float32), SAMPLE_RATE)
     seconds = len(audio) / SAMPLE_RATE
-    print(f"wrote {args.out}: {seconds:.2f} s of audio in {took:.2f} s ({seconds / max(took, 1e-9):.2f}x real time)")
+    print(f"wrote {out}: {seconds:.2f} s of audio in {took:.2f} s ({seconds / max(took, 1e-9):.2f}x real time)")
     return 0
 
 
-if __name__ == "__main__":
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    # Our own notes (downloads, the attention kernel) and every library's warnings; not their INFO chatter.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    logging.getLogger("morph").setLevel(logging.INFO)
     try:
-        sys.exit(main())
-    except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
+        return run(args)
+    except (CliError, ValueError, FileNotFoundError, RuntimeError, ImportError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

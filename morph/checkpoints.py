@@ -18,6 +18,9 @@ HUB_MODELS = (
     "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice",
     "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign",
 )
+# The languages of the released 12 Hz models (the engine checks a choice against the loaded model too).
+LANGUAGES = ("Auto", "Chinese", "English", "French", "German", "Italian", "Japanese", "Korean", "Portuguese",
+             "Russian", "Spanish")
 # What qwen-tts 0.1.1 reads when it loads and runs a 12 Hz checkpoint (each checked by removing it
 # from a checkpoint folder). The text tokenizer may also come as one tokenizer.json.
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json", "vocab.json",

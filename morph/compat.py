@@ -56,6 +56,7 @@ import importlib
 import importlib.util
 import inspect
 import logging
+import os
 import sys
 
 from .quiet import quiet_third_party
@@ -91,27 +92,38 @@ def _marked(obj) -> bool:
     return getattr(obj, _MARK, False)
 
 
-def note_foreign_wrapper(obj, what: str, home: str) -> bool:
-    """Log (and return True) when `obj`, about to be wrapped, is already someone else's wrapper.
-
-    `home` is the module prefix the original lives in ("qwen_tts" or "transformers"). Another pack that
-    patched the same qwen-tts attribute shows up as a function from elsewhere or one with `__wrapped__`;
-    wrapping it again usually works, but when two patches disagree this line is where to look.
-    """
-    if obj is None or _marked(obj):
-        return False
-    module = getattr(obj, "__module__", None) or ""
-    if hasattr(obj, "__wrapped__") or not module.startswith(home):
-        logger.warning("qwen-tts compat: %s was already replaced by another package (%s); wrapping that "
-                       "version. If Qwen3-TTS misbehaves, try without the other Qwen3-TTS node packs", what,
-                       module or type(obj).__name__)
-        return True
-    return False
-
-
 def _mark(obj):
     setattr(obj, _MARK, True)
     return obj
+
+
+# Where the original functions and their own decorators (transformers wraps some in torch.no_grad) live.
+_HOMES = tuple(f"{os.sep}{package}{os.sep}" for package in ("qwen_tts", "transformers", "torch"))
+
+
+def _code_file(obj) -> str:
+    code = getattr(obj, "__code__", None) or getattr(getattr(obj, "__func__", None), "__code__", None)
+    return code.co_filename if code is not None else ""
+
+
+def note_foreign_wrapper(obj, what: str) -> bool:
+    """Log (and return True) when `obj`, about to be wrapped, is already another package's wrapper.
+
+    A function's code records the file it was written in, even when ``functools.wraps`` copied the
+    original's name and module onto it: a layer (of the ``__wrapped__`` chain) written outside qwen-tts,
+    transformers and torch, and not ours, is another pack's patch. Wrapping it again usually works; when
+    two patches disagree, this line is the clue.
+    """
+    layer = obj
+    while layer is not None and not _marked(layer):
+        where = _code_file(layer)
+        if where and not any(home in where for home in _HOMES):
+            logger.warning("qwen-tts compat: %s was already replaced by another package (%s); wrapping that "
+                           "version. If Qwen3-TTS misbehaves, try without the other Qwen3-TTS node packs", what,
+                           where)
+            return True
+        layer = getattr(layer, "__wrapped__", None)
+    return False
 
 
 # ---------------------------------------------------------------- before import: transformers names
@@ -241,7 +253,7 @@ def _shim_rope_parameters() -> bool:
     done = False
     for cls in targets:
         if not _marked(cls.__init__):
-            note_foreign_wrapper(cls.__init__, f"{cls.__name__}.__init__", "qwen_tts")
+            note_foreign_wrapper(cls.__init__, f"{cls.__name__}.__init__")
             cls.__init__ = accept_saved_rope_parameters(cls.__init__)
             done = True
     return done
@@ -319,7 +331,7 @@ def _shim_init_weights() -> bool:
     done = False
     for cls in targets:
         if not _marked(cls._init_weights):
-            note_foreign_wrapper(cls._init_weights, f"{cls.__name__}._init_weights", "qwen_tts")
+            note_foreign_wrapper(cls._init_weights, f"{cls.__name__}._init_weights")
             cls._init_weights = guard_init_weights(cls._init_weights)
             done = True
     return done
@@ -352,7 +364,7 @@ def _shim_mask_kwargs() -> bool:
             params = inspect.signature(fn).parameters
             if "input_embeds" in params and "cache_position" in params:
                 continue
-            note_foreign_wrapper(fn, f"{name}.{attr}", "transformers")
+            note_foreign_wrapper(fn, f"{name}.{attr}")
             setattr(module, attr, accept_legacy_mask_kwargs(fn))
             done = True
     return done
@@ -386,8 +398,7 @@ def _shim_cache_position() -> bool:
     # whole sequence every step: shape errors, or wrong positions with left padding).
     for cls in (models.Qwen3TTSTalkerForConditionalGeneration, models.Qwen3TTSTalkerCodePredictorModelForConditionalGeneration):
         if not _marked(cls.prepare_inputs_for_generation):
-            note_foreign_wrapper(cls.prepare_inputs_for_generation, f"{cls.__name__}.prepare_inputs_for_generation",
-                                 "transformers")
+            note_foreign_wrapper(cls.prepare_inputs_for_generation, f"{cls.__name__}.prepare_inputs_for_generation")
             cls.prepare_inputs_for_generation = pass_cache_position(cls.prepare_inputs_for_generation)
             done = True
     return done

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..morph.checkpoints import LANGUAGES as RELEASED_LANGUAGES
 from ..morph.sampling import Sampling
 from ..morph.settings import DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS, SAMPLE_RATE, GenerationSettings
 from . import services
@@ -14,8 +15,7 @@ MODEL_TYPE = "QWEN3TTS_MODEL"
 VOICE_TYPE = "QWEN3TTS_VOICE"
 
 # The languages of the released 12 Hz models; the engine checks the choice against the loaded model.
-LANGUAGES = ["Auto", "Chinese", "English", "French", "German", "Italian", "Japanese", "Korean", "Portuguese",
-             "Russian", "Spanish"]
+LANGUAGES = list(RELEASED_LANGUAGES)
 SEED_MAX = 0xFFFFFFFFFFFFFFFF
 MAX_NEW_TOKENS_LIMIT = 16384  # frames (12.5 a second): about 22 minutes
 

@@ -1,31 +1,161 @@
-"""The README's main job, end to end on a tiny model: text in, a valid 24 kHz wav out."""
+"""The README's main job (cli.py), end to end on a tiny model, and each of its input checks."""
 
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
+import pytest
 import soundfile as sf
 
 import cli
 
 ROOT = Path(__file__).resolve().parents[1]
+ALARMING = ("[ERROR]", "ERROR", "Traceback", "WARNING", "Warning", "warn(", "deprecated", "flash-attn", "SoX",
+            "sox")
 
 
-def test_cli_writes_a_24k_wav_with_the_default_voice(tiny_dir, tmp_path, capsys):
-    out = tmp_path / "hello.wav"
-    code = cli.main(["--text", "Hello from the command line.", "--model", str(tiny_dir), "--out", str(out),
-                     "--device", "cpu", "--seq-groups", "5", "--seed", "3", "--max-new-tokens", "10"])
+def speech(seconds, rate=24000, channels=1):
+    t = np.arange(int(seconds * rate)) / rate
+    wave = (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t))).astype(np.float32)
+    return np.stack([wave, 0.5 * wave], axis=1) if channels == 2 else wave  # soundfile's [T, C]
+
+
+def quick(*args, model):
+    return ["--model", str(model), "--device", "cpu", "--seed", "3", "--max-new-tokens", "10", *args]
+
+
+def test_cli_writes_a_24k_wav_with_the_default_voice_and_shows_progress(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "new" / "folder" / "hello"  # no extension, in a folder that does not exist
+    code = cli.main(["--text", "Hello from the command line.", "--out", str(out), *quick(model=tiny_dir)])
     assert code == 0
-    audio, sr = sf.read(out)
+    audio, sr = sf.read(tmp_path / "new" / "folder" / "hello.wav")
     assert sr == 24000 and audio.ndim == 1 and audio.size > 0
     assert abs(abs(audio).max() - 10 ** (-3 / 20)) < 1e-3  # smoothed and normalised to -3 dBFS
-    assert "x real time" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "x real time" in captured.out
+    assert "frame 1 of at most 10 | 1 segment |" in captured.err and "frames/s" in captured.err
 
 
-def test_cli_offline_without_a_local_copy_says_where_to_put_the_files(tmp_path):
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    run = subprocess.run([sys.executable, "cli.py", "--text", "Hi", "--models-dir", str(tmp_path)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+def test_a_stereo_voice_file_clones(tiny_dir, tmp_path, capsys):
+    voice = tmp_path / "me.wav"
+    sf.write(voice, speech(2.0, 44100, channels=2), 44100)
+    out = tmp_path / "me_speaking.flac"
+    code = cli.main(["--text", "Hi.", "--voice", str(voice), "--transcript", "Hello there.", "--out", str(out),
+                     *quick(model=tiny_dir)])
+    assert code == 0, capsys.readouterr().err
+    assert sf.info(str(out)).format == "FLAC"
+
+
+@pytest.fixture
+def no_load(monkeypatch):
+    """Every check must fail before the model loads."""
+    from morph.engine import MorphTTS
+
+    def load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the inputs were checked")
+
+    monkeypatch.setattr(MorphTTS, "load", load)
+
+
+def fails(argv, capsys) -> str:
+    assert cli.main(argv) == 2
+    return capsys.readouterr().err
+
+
+def test_a_missing_voice_file_says_file_not_found(tmp_path, capsys, no_load):
+    err = fails(["--text", "Hi", "--voice", str(tmp_path / "missing.wav")], capsys)
+    assert err == f"error: --voice: file not found: {tmp_path / 'missing.wav'}\n"
+
+
+def test_a_voice_file_that_is_not_audio_is_refused(tmp_path, capsys, no_load):
+    (tmp_path / "notes.wav").write_text("not audio")
+    assert "error: --voice: cannot read" in fails(["--text", "Hi", "--voice", str(tmp_path / "notes.wav")], capsys)
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--seq-groups", "20", "seq_groups must be an integer from 1 to 15, got 20"),
+    ("--language", "Klingon", "--language 'Klingon' is not one of Auto, Chinese, English"),
+    ("--temperature", "0", "temperature must be > 0"),
+    ("--top-p", "1.5", "top_p must be in (0, 1]"),
+    ("--max-new-tokens", "0", "max_new_tokens must be >= 1"),
+    ("--seed", "-1", "--seed must be >= 0"),
+    ("--text", "   ", "--text is empty"),
+    ("--out", "speech.mp4", "--out: cannot write .mp4 files; use .wav"),
+])
+def test_bad_options_are_refused_before_loading(option, value, message, capsys, no_load, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["--text", "Hi", option, value] if option != "--text" else ["--text", value]
+    assert message in fails(argv, capsys)
+
+
+def test_an_output_folder_that_cannot_be_made_is_refused_before_loading(tmp_path, capsys, no_load):
+    (tmp_path / "file").write_text("")
+    err = fails(["--text", "Hi", "--out", str(tmp_path / "file" / "out.wav")], capsys)
+    assert f"error: --out: cannot create the folder {tmp_path / 'file'}" in err
+    assert fails(["--text", "Hi", "--out", str(tmp_path)], capsys).startswith(f"error: --out: {tmp_path} is a folder")
+
+
+def test_an_output_path_gets_its_folder_and_wav_extension_before_loading(tmp_path, capsys, no_load):
+    with pytest.raises(AssertionError, match="loaded before"):  # every check passed, then the load
+        cli.main(["--text", "Hi", "--out", str(tmp_path / "a" / "b" / "take1")])
+    assert (tmp_path / "a" / "b").is_dir()
+    assert cli.check_output(tmp_path / "take1") == tmp_path / "take1.wav"
+
+
+def test_a_transcript_for_a_clip_over_30_s_is_refused_before_loading(tmp_path, capsys, no_load):
+    sf.write(tmp_path / "long.wav", speech(31.0, 16000), 16000)
+    err = fails(["--text", "Hi", "--voice", str(tmp_path / "long.wav"), "--transcript", "All of it."], capsys)
+    assert "the clip is 31.0 s long, and only its first 30 s can be used" in err
+
+
+def test_a_device_this_machine_lacks_is_refused_before_loading(capsys, no_load, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "error: device 'cuda' is not available" in fails(["--text", "Hi", "--device", "cuda"], capsys)
+
+
+def test_help_comes_up_at_once_with_defaults_and_a_line_for_every_option():
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, "cli.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    took = time.perf_counter() - start
+    assert run.returncode == 0 and took < 1.0, took
+    assert "(default: 5)" in run.stdout and "(default: Qwen/Qwen3-TTS-12Hz-0.6B-Base)" in run.stdout
+    undocumented = [a.dest for a in cli.build_parser()._actions if not a.help]
+    assert undocumented == []
+    probe = subprocess.run([sys.executable, "-c", "import sys, cli; cli.build_parser(); print(sorted("
+                            "m for m in ('torch', 'numpy', 'transformers', 'qwen_tts') if m in sys.modules))"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert probe.stdout.strip() == "[]", probe.stderr
+
+
+def test_the_cli_defaults_are_the_engines():
+    from morph.settings import DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS, GenerationSettings
+
+    defaults = GenerationSettings()
+    assert (cli.DEFAULT_SEQ_GROUPS, cli.MAX_SEQ_GROUPS) == (DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS)
+    assert cli.DEFAULT_SAMPLING == dict(temperature=defaults.temperature, top_k=defaults.top_k, top_p=defaults.top_p,
+                                        repetition_penalty=defaults.repetition_penalty)
+    assert cli.DEFAULT_MODELS_DIR == ROOT / "models" / "qwen3-tts"
+
+
+def test_a_successful_run_prints_nothing_alarming(tiny_dir, tmp_path):
+    run = subprocess.run([sys.executable, "cli.py", "--text", "Hello.", "--out", str(tmp_path / "o.wav"),
+                          *quick(model=tiny_dir)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    found = [word for word in ALARMING if word in run.stdout + run.stderr]
+    assert found == [], run.stdout + run.stderr
+
+
+def test_offline_without_a_local_copy_says_where_to_put_which_files(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    run = subprocess.run([sys.executable, str(ROOT / "cli.py"), "--text", "Hi", "--models-dir", "models-here"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2
-    assert "put the checkpoint's files" in run.stderr and str(tmp_path) in run.stderr
+    target = tmp_path / "models-here" / "Qwen3-TTS-12Hz-0.6B-Base"  # named absolutely
+    assert f"put the checkpoint's files into {target}: config.json, generation_config.json" in run.stderr
+    assert f"hf download Qwen/Qwen3-TTS-12Hz-0.6B-Base --local-dir {target}" in run.stderr
+    assert "Traceback" not in run.stderr
