@@ -1,6 +1,7 @@
 """Installing the pack into an existing environment keeps its torch, torchaudio and transformers."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +47,61 @@ def test_the_readme_install_changes_neither_torch_nor_transformers():
 def test_install_py_installs_qwen_tts_without_its_pins():
     source = (ROOT / "install.py").read_text()
     assert '"--no-deps"' in source and 'QWEN_TTS = "qwen-tts==0.1.1"' in source
+
+
+def built_wheel(tmp_path: Path) -> Path:
+    """`pip wheel .` of a copy of what the package is built from (the build writes into its source tree)."""
+    import shutil
+
+    src = tmp_path / "src"
+    for name in ("pyproject.toml", "requirements.txt", "README.md", "LICENSE"):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, src / name)
+    for package in ("morph", "postprocess"):
+        shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
+    run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--disable-pip-version-check",
+                          "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=600)
+    if run.returncode != 0:
+        pytest.fail(f"pip wheel . failed: {run.stderr[-2000:]}")
+    return next((tmp_path / "dist").glob("*.whl"))
+
+
+def readme_api_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert 'MorphTTS.load("Qwen/Qwen3-TTS-12Hz-0.6B-Base")' in block
+    return block
+
+
+def test_pip_install_dot_gives_an_importable_package_and_the_readme_example_runs_anywhere(tmp_path, tiny_dir):
+    import zipfile
+
+    import numpy as np
+    import soundfile as sf
+
+    wheel = built_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as z:
+        tops = {n.split("/")[0] for n in z.namelist() if not n.split("/")[0].endswith(".dist-info")}
+        meta = next(z.read(n).decode() for n in z.namelist() if n.endswith("METADATA"))
+    assert tops == {"morph", "postprocess"}
+    requires = [line.split(":", 1)[1].strip().lower() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
+    assert not [r for r in requires if r.split("<")[0].split(">")[0].split("=")[0].strip() in KEPT | NEVER | {"qwen-tts"}
+                and not r.startswith("transformers")]
+    assert [r for r in requires if r.startswith("transformers")] == ["transformers<6,>=4.57.3"]  # a range, never a pin
+
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--disable-pip-version-check",
+                    "--target", str(target), str(wheel)], check=True, capture_output=True, timeout=600)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    t = np.arange(48000) / 24000
+    sf.write(work / "me.wav", (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t))), 24000)
+    # The README's example as written, on the tiny checkpoint instead of the 2 GB download.
+    example = readme_api_example().replace('"Qwen/Qwen3-TTS-12Hz-0.6B-Base"', repr(str(tiny_dir)))
+    example += "\nimport morph; print('from', morph.__file__)\n"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", example], cwd=work, env=dict(env, PYTHONPATH=str(target)),
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"from {target}" in run.stdout
+    assert sf.info(str(work / "hello.wav")).samplerate == 24000
