@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from unittest import mock
@@ -103,9 +103,12 @@ def _eos_held_back(talker):
         handle.remove()
 
 
-def record(tts: MorphTTS, voice, text: str, frames: int, settings: GenerationSettings | None = None) -> Recording:
+def record(tts: MorphTTS, voice, text: str, frames: int, settings: GenerationSettings | None = None,
+           hold_eos: bool = True) -> Recording:
     """Run upstream qwen-tts (the loaded precision) and keep its talker inputs and codes.
-    settings: upstream's default sampling with seed 0 unless given; seq_groups is ignored."""
+
+    settings: upstream's default sampling with seed 0 unless given; seq_groups is ignored.
+    With hold_eos, exactly `frames` frames; without, up to `frames`, ending where upstream's would."""
     talker = tts.tts.model.talker
     seen = {}
 
@@ -115,7 +118,7 @@ def record(tts: MorphTTS, voice, text: str, frames: int, settings: GenerationSet
         return seen["result"]
 
     settings = replace(settings or GenerationSettings(seed=0), max_new_tokens=frames + 1)  # upstream returns one less
-    with tts.upstream(), _eos_held_back(talker):
+    with tts.upstream(), _eos_held_back(talker) if hold_eos else nullcontext():
         talker.generate = generate
         try:
             torch.manual_seed(settings.seed or 0)
@@ -124,7 +127,9 @@ def record(tts: MorphTTS, voice, text: str, frames: int, settings: GenerationSet
         finally:
             vars(talker).pop("generate", None)
     codes = torch.stack([h[-1] for h in seen["result"].hidden_states if h[-1] is not None], dim=1)[0]
-    if seen["inputs_embeds"].shape[0] != 1 or codes.shape[0] != frames:
+    if not hold_eos:  # upstream keeps the frames before the first EOS
+        codes = codes[:int((codes[:, 0] == talker.config.codec_eos_token_id).int().cumsum(0).eq(0).sum())]
+    if seen["inputs_embeds"].shape[0] != 1 or (hold_eos and codes.shape[0] != frames):
         raise RuntimeError(f"recording: expected one row of {frames} frames, got {tuple(codes.shape)}")
     return Recording(seen["inputs_embeds"], seen["trailing_text_hidden"], seen["tts_pad_embed"], codes)
 
