@@ -84,7 +84,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     steps = len(chunks) * max(got)
     row = dict(
         batch_size=size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=seq_groups,
-        ran_as=tts.patch.resolved_mode(device) if hasattr(tts.patch, "resolved_mode") else "eager",
+        ran_as=tts.patch.last_run.get("mode"),
         frames_per_line=[min(got), max(got)], audio_s=round(audio_s, 2), wall_s=round(wall, 3),
         x_real_time=round(audio_s / wall, 1), ms_per_step=round(1000 * wall / steps, 3),
         ms_per_line_frame=round(1000 * wall / sum(got), 3),

@@ -1,25 +1,30 @@
-"""CUDA graphs for the morph steps: capture once per key, replay many times.
+"""CUDA graphs and torch.compile for the decode step: capture once per key, replay many times.
 
-A step function is captured lazily the first time its key (seq_groups, batch, dtype,
+A step is captured lazily the first time its key (seq_groups, batch, capacity, dtype,
 sampling, ...) is asked for and replayed after that. Everything a replay reads or writes
 between frames lives in buffers allocated outside the capture, so the memory a graph
 takes from its pool is scratch only; all graphs of one model share one pool, and a
-bounded LRU keeps the number of graphs (and so the pool) from growing when seq_groups or
-the batch size changes. A change of device, dtype or weight storage drops them all.
+bounded LRU keeps the number of graphs from growing when seq_groups or the batch size
+changes. A change of device, dtype or weight storage drops them all.
 
-`mode` names how a step runs:
-- "eager":   upstream HF layers (the CPU reference; exact against qwen-tts);
-- "lean":    the lean layers (morph/lean.py), run op by op, no graph;
-- "graphs":  the lean layers captured in CUDA graphs (starts in well under a second);
-- "compile": the lean layer stacks compiled by torch.compile (static shapes), then
-             captured in CUDA graphs: the fastest, with a compile of tens of seconds on
-             the first call of a process (Inductor caches it on disk for later runs).
+Both CUDA allocator backends are supported, because ComfyUI picks one for the whole
+process (cudaMallocAsync by default, the native caching allocator with
+--disable-cuda-malloc). Under cudaMallocAsync, memory allocated during a capture is a
+node of the graph with no physical backing until the graph runs, which has two
+consequences handled here and in morph/kth.py:
+- kernel launchers that check their pointer arguments (Triton's, Inductor's Python
+  wrapper) refuse such memory: our own kernel takes addresses, and compiled code uses
+  Inductor's C++ wrapper, which launches without that check;
+- freeing such memory after a capture that failed aborts the process from inside the
+  allocator. A failed capture's graph and everything its frames hold are therefore kept
+  for the life of the process (`_keep_forever`); it is address space only, no memory.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import logging
 import time
 from typing import Callable
@@ -27,42 +32,6 @@ from typing import Callable
 import torch
 
 log = logging.getLogger(__name__)
-
-MODES = ("auto", "eager", "lean", "graphs", "compile")
-GRAPH_MODES = ("graphs", "compile")
-
-
-class GraphUnavailable(RuntimeError):
-    """A CUDA graph could not be captured; the caller runs upstream's eager path instead."""
-
-
-def check_mode(mode: str, who: str = "morph") -> str:
-    if mode not in MODES:
-        raise ValueError(f"{who}: mode must be one of {', '.join(MODES)}; got {mode!r}")
-    return mode
-
-
-def resolve_mode(mode: str, device: torch.device) -> str:
-    """What `mode` means on this device: graphs need CUDA; elsewhere they run "eager"."""
-    check_mode(mode)
-    if mode == "auto":
-        return "graphs" if device.type == "cuda" else "eager"
-    if mode in GRAPH_MODES and device.type != "cuda":
-        _log_once(f"morph: {mode} mode needs a CUDA GPU; running eager on {device.type}")
-        return "eager"
-    if mode == "compile" and not compile_available():
-        _log_once("morph: torch.compile (Triton) is unavailable here; using CUDA graphs without compile")
-        return "graphs"
-    return mode
-
-
-_logged: set[str] = set()
-
-
-def _log_once(msg: str) -> None:
-    if msg not in _logged:
-        _logged.add(msg)
-        log.warning(msg)
 
 
 def compile_available() -> bool:
@@ -79,6 +48,7 @@ class CapturedStep:
     def __init__(self, graph, outputs):
         self.graph = graph
         self.outputs = outputs
+        self.keep = None  # the buffers the graph reads and writes, kept alive as long as the graph
 
     def replay(self):
         self.graph.replay()
@@ -86,24 +56,19 @@ class CapturedStep:
 
 
 class GraphCache:
-    """An LRU of captured steps sharing one memory pool.
+    """An LRU of captured steps sharing one memory pool."""
 
-    `capture_fn(step)` is injectable so the bookkeeping can be tested without a GPU.
-    """
-
-    def __init__(self, max_graphs: int = 4, capture_fn: Callable | None = None):
+    def __init__(self, max_graphs: int = 4):
         self.max_graphs = max_graphs
         self._graphs: collections.OrderedDict = collections.OrderedDict()
-        self._capture = capture_fn or capture
         self._pool = None
         self._owner = None  # (device, dtype, weights fingerprint) the graphs were captured against
-        self.capture_seconds: dict = {}
 
     def __len__(self) -> int:
         return len(self._graphs)
 
-    def keys(self):
-        return list(self._graphs)
+    def __contains__(self, key) -> bool:
+        return key in self._graphs
 
     def bind(self, owner) -> None:
         """Drop every graph if the device, dtype or weight storage changed since capture."""
@@ -118,20 +83,18 @@ class GraphCache:
             return entry
         while len(self._graphs) >= self.max_graphs:
             self._graphs.popitem(last=False)
-        if self._pool is None and self._capture is capture:
+        if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         start = time.perf_counter()
-        entry = self._capture(step, self._pool)
-        seconds = time.perf_counter() - start
-        self.capture_seconds[key] = seconds
-        log.info("morph: captured a CUDA graph for %s in %.2f s", key, seconds)
+        entry = capture(step, self._pool)
+        log.info("morph: captured a CUDA graph for %s in %.2f s", key, time.perf_counter() - start)
         self._graphs[key] = entry
         return entry
 
     def clear(self) -> None:
         self._graphs.clear()
         self._pool = None
-        self.capture_seconds.clear()
+        self._owner = None
 
 
 @contextlib.contextmanager
@@ -157,8 +120,25 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
     return _STREAMS[device]
 
 
+_FAILED_CAPTURES: list = []
+# The list itself must outlive interpreter shutdown too, when module globals are cleared.
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_FAILED_CAPTURES))
+
+
+def _keep_forever(*objects) -> None:
+    """See the module docstring: under cudaMallocAsync, what a failed capture allocated
+    must never be freed."""
+    if torch.cuda.get_allocator_backend() == "cudaMallocAsync":
+        _FAILED_CAPTURES.append(objects)
+
+
 def capture(step: Callable[[], object], pool=None, warmup: int = 2) -> CapturedStep:
-    """Warm `step` up on the side stream (compiles, cuBLAS handles, allocator), then capture it there."""
+    """Warm `step` up on the side stream (compiles, cuBLAS handles, autotuning), then capture it there.
+
+    The warm-up runs the exact call the capture records, so anything that can fail
+    outside a capture (compile errors, an unsupported layer) fails there, before any
+    capture has allocated memory.
+    """
     device = torch.device("cuda", torch.cuda.current_device())
     side = _side_stream(device)
     with _rng_preserved(device):
@@ -168,8 +148,12 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2) -> CapturedS
                 step()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool, stream=side):
-            outputs = step()
+        try:
+            with torch.cuda.graph(graph, pool=pool, stream=side):
+                outputs = step()
+        except BaseException as e:
+            _keep_forever(graph, e, e.__traceback__)
+            raise
         torch.cuda.synchronize()
     return CapturedStep(graph, outputs)
 
@@ -178,21 +162,23 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2) -> CapturedS
 _COMPILED: dict = {}
 
 
-def compiled(fn: Callable, mode: str = "max-autotune-no-cudagraphs", exact_rng: bool = False) -> Callable:
+def compiled(fn: Callable, exact_rng: bool = False) -> Callable:
     """`fn` compiled once per process with static shapes (one compile per shape set).
 
     max-autotune-no-cudagraphs picks Triton GEMMs for the batch-1 GEMVs and tunes them
-    by coordinate descent (torch's mode includes it); it leaves CUDA graphs to us, and
-    the compiled kernels are captured inside our own graphs. The options are passed per
+    by coordinate descent; it leaves CUDA graphs to us, and the compiled kernels are
+    captured inside our own graphs. cpp_wrapper: see the module docstring (the only
+    Inductor wrapper whose launches work inside a capture under cudaMallocAsync; used
+    under both allocators so that both run the same code). The options are passed per
     function, so no global Inductor setting of the host process is changed. exact_rng
     keeps ATen's random ops (Inductor's `fallback_random`), so a compiled sampler draws
     the same numbers from the same generator state as the eager one.
     """
-    key = (fn, mode, exact_rng)
+    key = (fn, exact_rng)
     if key not in _COMPILED:
         from torch._inductor import list_mode_options
 
-        options = dict(list_mode_options(mode))
+        options = dict(list_mode_options("max-autotune-no-cudagraphs"), cpp_wrapper=True)
         if exact_rng:
             options["fallback_random"] = True
         _COMPILED[key] = torch.compile(fn, options=options, fullgraph=True, dynamic=False)

@@ -7,6 +7,14 @@ This Triton kernel finds the same value by a 32-step bisection over the scores' 
 patterns (mapped to an order-preserving unsigned key), with the whole row in registers:
 one launch per call, every row in parallel. The result is bit-for-bit torch.topk's
 `values[..., k-1]`, so sampling stays exact; CPU and non-Triton setups use topk itself.
+
+Why the kernel takes addresses, not tensors: under ComfyUI's default CUDA allocator
+(cudaMallocAsync), memory allocated while a CUDA graph is being captured has no physical
+backing yet, so Triton's launcher refuses tensor arguments that point at it ("Pointer
+argument cannot be accessed from Triton") and the capture fails. Plain integers skip
+that check; the kernel only dereferences them when the graph replays, when they are
+backed. It is registered as an opaque custom op under the pack's own namespace, so
+torch.compile calls it as it is instead of tracing into it.
 """
 
 from __future__ import annotations
@@ -18,7 +26,9 @@ try:
     import triton.language as tl
 
     @triton.jit
-    def _kth_largest_kernel(x_ptr, out_ptr, n_cols, stride_row, k, BLOCK: tl.constexpr):
+    def _kth_largest_kernel(x_addr, out_addr, n_cols, stride_row, k, BLOCK: tl.constexpr):
+        x_ptr = x_addr.to(tl.pointer_type(tl.float32))
+        out_ptr = out_addr.to(tl.pointer_type(tl.float32))
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols, other=float("-inf"))
@@ -40,35 +50,37 @@ except Exception:  # no Triton: torch.topk everywhere
     HAVE_TRITON = False
 
 MAX_TRITON_COLS = 8192
+OP_NAME = "qwen3_tts_morph::kth_largest_rows"
 
 
-def _launch(flat: torch.Tensor, k: int, launcher) -> torch.Tensor:
+def _kth_rows(flat: torch.Tensor, k: int) -> torch.Tensor:
+    """float32 [rows, V] (unit stride) -> float32 [rows]: the k-th largest of each row."""
     out = torch.empty(flat.shape[0], device=flat.device, dtype=torch.float32)
     block = triton.next_power_of_2(flat.shape[1])
-    launcher(_kth_largest_kernel)[(flat.shape[0],)](flat, out, flat.shape[1], flat.stride(0), k, BLOCK=block,
-                                                    num_warps=4 if block <= 2048 else 8)
+    with torch.cuda.device(flat.device):  # Triton launches on the current device
+        _kth_largest_kernel[(flat.shape[0],)](flat.data_ptr(), out.data_ptr(), flat.shape[1], flat.stride(0), k,
+                                              BLOCK=block, num_warps=4 if block <= 2048 else 8)
     return out
 
 
-_rows = None
-if HAVE_TRITON and hasattr(torch.library, "triton_op"):
-    try:
-        # A custom op that torch.compile sees into (its kernel is captured like Inductor's own).
-        @torch.library.triton_op("morph::kth_largest_rows", mutates_args={})
-        def _rows_op(flat: torch.Tensor, k: int) -> torch.Tensor:
-            return _launch(flat, k, torch.library.wrap_triton)
+def _register():
+    """The custom op, registered once per process (the pack can be imported under two
+    names, e.g. by ComfyUI and by a script, and both must share one registration)."""
+    namespace, name = OP_NAME.split("::")
+    if hasattr(getattr(torch.ops, namespace), name):
+        return getattr(getattr(torch.ops, namespace), name).default
+    op = torch.library.custom_op(OP_NAME, _kth_rows, mutates_args=(), schema="(Tensor flat, int k) -> Tensor")
+    op.register_fake(lambda flat, k: flat.new_empty(flat.shape[0]))
+    return op
 
-        _rows = _rows_op
-    except Exception:  # an older torch without triton_op support
-        _rows = None
-if HAVE_TRITON and _rows is None:
-    def _rows(flat: torch.Tensor, k: int) -> torch.Tensor:
-        return _launch(flat, k, lambda kernel: kernel)
+
+_rows = _register() if HAVE_TRITON else None
+
 
 def kth_largest(scores: torch.Tensor, k: int) -> torch.Tensor:
     """float32 scores [..., V] -> the k-th largest of each row, shaped [..., 1]."""
     v = scores.shape[-1]
-    if not (HAVE_TRITON and scores.is_cuda and scores.dtype == torch.float32 and v <= MAX_TRITON_COLS):
+    if not (_rows is not None and scores.is_cuda and scores.dtype == torch.float32 and v <= MAX_TRITON_COLS):
         return torch.topk(scores, k)[0][..., -1:]
     flat = scores.reshape(-1, v)
     if flat.stride(-1) != 1:

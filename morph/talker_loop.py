@@ -1,4 +1,4 @@
-"""The talker's decode loop (seam B): static KV cache, one CUDA graph per frame.
+"""The decode loop: the one talker loop and the one frame step, for every mode.
 
 Upstream `talker.generate` is HF generate: per frame, the code predictor's generate, a
 16-way embedding sum, one talker token through 28 HF layers with a DynamicCache, then
@@ -7,25 +7,22 @@ that decode: it replaces `talker.generate` on one model instance and returns wha
 upstream's `Qwen3TTSForConditionalGeneration.generate` reads from it (`hidden_states`,
 one `(hidden, codes)` entry per step), so EOS trimming and audio decoding stay upstream's.
 
-- Prefill is upstream's own `talker.forward` over the prompt; its K/V are copied into
-  static buffers of a fixed capacity.
-- Each frame is `frame_step`: the predictor step (morph/predictor.py), the embedding sum
-  plus the trailing text (or tts_pad), one lean talker step over the whole static
-  buffer with a device-side length mask (rotary positions from a table indexed on the
-  device), the codec head, and upstream's logits rules (morph/sampling.py). The frame
-  index, cache slot and rotary position are device tensors that the step advances
-  itself, so one capture replays at every position.
+- Prefill is upstream's own `talker.forward` over the prompt.
+- Each frame is `frame_step`: the predictor's codes (morph/predictor.py), the embedding
+  sum plus the trailing text (or tts_pad), one talker step, the codec head, and
+  upstream's logits rules (morph/sampling.py). The frame index, cache slot and rotary
+  position are device tensors that the step advances itself.
+- Layers: in mode "eager" the talker step is the talker model's own forward with the
+  prefill's DynamicCache, called as HF generate calls it (exact); in the other modes it
+  is the lean stack over a static KV buffer with a device-side length mask, so one CUDA
+  graph replays at every position (morph/runner.py decides how a step runs).
 - The host only replays, and reads back a "rows left" flag a few frames behind the GPU,
   so the queue never drains; frames decoded past the last EOS are dropped.
-
-In modes "graphs"/"compile" the step is captured once per (seq_groups, batch, capacity,
-dtype, sampling) and replayed; in mode "lean" the very same `frame_step` runs op by op.
 """
 
 from __future__ import annotations
 
 import collections
-import logging
 import time
 from types import SimpleNamespace
 from typing import Callable
@@ -33,83 +30,42 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from . import graphs, lean
-from .sampling import Sampling, TalkerRules, talker_pick
+from . import graphs, lean, runner
+from .predictor import Predictor
+from .talker_state import TalkerState, cache_tensors, capacity_for
+from .sampling import Sampling, TalkerRules, sample, talker_pick
 
-log = logging.getLogger(__name__)
+class HFTalker:
+    """The talker's layers as upstream's HF generate calls them for one token (mode "eager")."""
 
-MIN_CAPACITY = 256
+    def __init__(self, talker, cache, attention_mask: torch.Tensor, prompt_len: int):
+        self.talker, self.cache, self.mask, self.position = talker, cache, attention_mask, prompt_len
 
-
-def capacity_for(needed: int) -> int:
-    """Static cache slots for a call that needs `needed`: the next power of two (so a
-    compiled step sees few shapes), at least MIN_CAPACITY."""
-    cap = MIN_CAPACITY
-    while cap < needed:
-        cap *= 2
-    return cap
-
-
-def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(keys, values) per layer of an HF DynamicCache, across transformers versions."""
-    if hasattr(cache, "layers"):
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache))
-
-
-class TalkerState:
-    """Every tensor a frame step reads or writes, allocated once per (batch, capacity)."""
-
-    def __init__(self, loop: "TalkerLoop", batch: int, capacity: int, device: torch.device, dtype: torch.dtype):
-        cfg, d = loop.config, loop.stack.dims
-        hidden, vocab, groups = cfg.hidden_size, cfg.vocab_size, cfg.num_code_groups
-        self.batch, self.capacity, self.device, self.dtype = batch, capacity, device, dtype
-        z = dict(device=device)
-        with torch.inference_mode(False), torch.no_grad():
-            shape = (batch, d.kv_heads, capacity, d.head_dim)
-            self.k = [torch.zeros(shape, dtype=dtype, **z) for _ in range(cfg.num_hidden_layers)]
-            self.v = [torch.zeros(shape, dtype=dtype, **z) for _ in range(cfg.num_hidden_layers)]
-            self.cos, self.sin = lean.rope_tables(loop.talker.model.rotary_emb, capacity, device, dtype,
-                                                  multimodal=True)
-            self.groups = torch.arange(groups - 1, **z)
-            self.code0 = torch.zeros(batch, dtype=torch.long, **z)
-            self.past_hidden = torch.zeros(batch, 1, hidden, dtype=dtype, **z)
-            self.step = torch.zeros(1, dtype=torch.long, **z)  # frame index j
-            self.cache_pos = torch.zeros(1, dtype=torch.long, **z)  # slot of frame j's talker token
-            self.rope_pos = torch.zeros(batch, dtype=torch.long, **z)
-            self.pads = torch.zeros(batch, dtype=torch.long, **z)
-            self.min_new = torch.zeros(1, dtype=torch.long, **z)
-            self.seen = torch.zeros(batch, vocab, dtype=torch.bool, **z)
-            self.unfinished = torch.ones(batch, dtype=torch.bool, **z)
-            self.any_left = torch.ones((), dtype=torch.bool, **z)
-            self.text = torch.zeros(batch, capacity, hidden, dtype=dtype, **z)
-            self.frames = torch.zeros(batch, capacity, groups, dtype=torch.long, **z)
-            self.tokens = torch.zeros(batch, capacity, dtype=torch.long, **z)
-            self.hidden = torch.zeros(batch, capacity, hidden, dtype=dtype, **z)
-
-    def rewind(self) -> None:
-        """Point every index at slot 0: a capture's warm-up runs the step for real, and stale
-        indices near the end of the buffers would write out of bounds."""
-        for t in (self.step, self.cache_pos, self.rope_pos, self.pads):
-            t.zero_()
-
-    def matches(self, batch: int, needed: int, device, dtype) -> bool:
-        return (self.batch == batch and self.device == device and self.dtype == dtype
-                and needed <= self.capacity <= 2 * capacity_for(needed))
+    def __call__(self, x: torch.Tensor, st: TalkerState) -> torch.Tensor:
+        batch, device = x.shape[0], x.device
+        self.mask = torch.cat([self.mask, self.mask.new_ones((batch, 1))], dim=-1)
+        cache_position = torch.tensor([self.position], device=device)
+        # Qwen3TTSTalkerForConditionalGeneration.forward's decode positions: the slot plus the prefill's rope deltas
+        delta = cache_position[0] + self.talker.rope_deltas
+        position_ids = torch.arange(1, device=device).view(1, -1).expand(batch, -1).add(delta)
+        out = self.talker.model(inputs_embeds=x, attention_mask=self.mask,
+                                position_ids=position_ids.unsqueeze(0).expand(3, -1, -1),
+                                past_key_values=self.cache, use_cache=True, cache_position=cache_position)
+        self.position += 1
+        return out.last_hidden_state
 
 
 class TalkerLoop:
     """Owns the talker decode for one model: `generate` stands in for `talker.generate`."""
 
-    def __init__(self, talker: torch.nn.Module, predictor, max_graphs: int = 4):
+    def __init__(self, talker: torch.nn.Module, max_graphs: int = 4):
         self.talker = talker
         self.config = talker.config
-        self.predictor = predictor
+        self.predictor = Predictor(talker.code_predictor)
         self._stack: lean.FusedStack | None = None
         self.graphs = graphs.GraphCache(max_graphs)
         self._state: TalkerState | None = None
         self._rules: collections.OrderedDict = collections.OrderedDict()
-        self.graph_failed = False
         self.sync_lag = 4  # frames the host may run ahead of the GPU before it reads the EOS flag
         self.min_new_tokens: int | None = None  # benchmarks: hold EOS back this long (fixed-length runs)
         self.last_run: dict = {}
@@ -120,20 +76,25 @@ class TalkerLoop:
             self._stack = lean.FusedStack(self.talker.model.layers, self.talker.model.norm, self.config)
         return self._stack
 
+    def lean_check(self) -> None:
+        """Raises LeanUnsupported when the lean layers cannot run this checkpoint."""
+        self.stack.dims, self.predictor.stack.dims  # noqa: B018 - reading dims checks the configs
+
     def release(self) -> None:
+        """Drop the graphs, buffers and fused weight storage; all rebuilt on the next call."""
         self.graphs.clear()
         self._state = None
         self._rules.clear()
         if self._stack is not None:
             self._stack.release()
             self._stack = None
+        self.predictor.release()
 
-    # -- state --------------------------------------------------------------------------
-    def state(self, batch: int, needed: int, device, dtype) -> TalkerState:
-        if self._state is None or not self._state.matches(batch, needed, device, dtype):
+    def state(self, batch: int, needed: int, device, dtype, lean_kv: bool) -> TalkerState:
+        if self._state is None or not self._state.matches(batch, needed, device, dtype, lean_kv):
             self.graphs.clear()  # graphs point at the old buffers
             self._state = None
-            self._state = TalkerState(self, batch, capacity_for(needed), device, dtype)
+            self._state = TalkerState(self, batch, capacity_for(needed), device, dtype, lean_kv)
         return self._state
 
     def rules(self, device, **kw) -> TalkerRules:
@@ -148,25 +109,28 @@ class TalkerLoop:
 
     def owner(self, device, dtype) -> tuple:
         t = self.talker
-        return (device, dtype, self.stack.fingerprint(), self.predictor.owner(device, dtype),
-                t.codec_head.weight.data_ptr(), t.model.codec_embedding.weight.data_ptr(),
-                t.model.norm.weight.data_ptr())
+        return (device, dtype, self.stack.fingerprint(), self.predictor.owner(), t.codec_head.weight.data_ptr(),
+                t.model.codec_embedding.weight.data_ptr(), t.model.norm.weight.data_ptr())
 
-    # -- the step: one definition for eager, graphs and compile ----------------------------
-    def frame_step(self, st: TalkerState, pred_state, seq_groups: int, cp_sampling: Sampling, rules: TalkerRules,
-                   compiled: bool = False) -> None:
+    def lean_talker(self, compiled: bool) -> Callable:
+        run = graphs.compiled(lean.talker_pass) if compiled else lean.talker_pass
+        return lambda x, st: run(x, self.stack.weights(), self.talker.model.norm.weight, st.k, st.v, st.cos, st.sin,
+                                 st.cache_pos, st.rope_pos, st.pads, self.stack.dims)
+
+    # -- the step: one definition for every mode --------------------------------------------
+    def frame_step(self, st: TalkerState, seq_groups: int, cp_sampling: Sampling, rules: TalkerRules,
+                   talker_layers: Callable, predictor_layers: Callable, compiled: bool = False) -> None:
         """Decode frame `st.step` and sample the next code-0 token; all state is advanced in place."""
         t = self.talker
         e0 = F.embedding(st.code0.unsqueeze(1), t.model.codec_embedding.weight)  # [B, 1, H]
-        codes = self.predictor.step(torch.cat((st.past_hidden, e0), dim=1), seq_groups, cp_sampling, compiled,
-                                    pred_state)  # [B, 15]
+        pick = graphs.compiled(sample, exact_rng=True) if compiled else sample
+        codes = self.predictor.codes(torch.cat((st.past_hidden, e0), dim=1), seq_groups, cp_sampling,
+                                     predictor_layers(), pick)  # [B, 15]
         st.frames.index_copy_(1, st.step, torch.cat((st.code0.unsqueeze(1), codes), dim=1).unsqueeze(1))
         # upstream: cat([codec_embedding(code0)] + [cp.codec_embedding[i](code_i)], 1).sum(1) + text
         group_embeds = self.predictor.stacked_embeddings()[st.groups, codes]  # [B, 15, H]
         x = torch.cat((e0, group_embeds), dim=1).sum(1, keepdim=True) + st.text.index_select(1, st.step)
-        run = graphs.compiled(lean.talker_pass) if compiled else lean.talker_pass
-        h = run(x, self.stack.weights(), t.model.norm.weight, st.k, st.v, st.cos, st.sin, st.cache_pos,
-                st.rope_pos, st.pads, self.stack.dims)  # [B, 1, H], normed
+        h = talker_layers(x, st)  # [B, 1, H], normed
         nxt = st.step + 1
         st.past_hidden.copy_(h)
         st.hidden.index_copy_(1, nxt, h)
@@ -192,8 +156,7 @@ class TalkerLoop:
                  on_step: Callable[[], None] | None = None) -> SimpleNamespace:
         device, dtype = inputs_embeds.device, inputs_embeds.dtype
         batch, prompt_len = inputs_embeds.shape[:2]
-        use_graphs = mode in graphs.GRAPH_MODES and not self.graph_failed
-        compiled = mode == "compile"
+        mode = runner.resolve(mode, device, self.lean_check)
         cp_sampling = Sampling(bool(subtalker_dosample), float(subtalker_temperature), int(subtalker_top_k or 0),
                                float(subtalker_top_p))
         with torch.inference_mode():
@@ -201,30 +164,36 @@ class TalkerLoop:
                                else self.config.codec_eos_token_id, suppress_tokens=tuple(suppress_tokens or ()),
                                repetition_penalty=repetition_penalty, do_sample=do_sample, temperature=temperature,
                                top_k=top_k, top_p=top_p)
-            st = self.state(batch, prompt_len + max_new_tokens, device, dtype)
-            pred_state = self.predictor.lean_state(batch, device, dtype)
-            step = lambda: self.frame_step(st, pred_state, seq_groups, cp_sampling, rules, compiled)  # noqa: E731
-            entry, capture_s = None, 0.0
-            if use_graphs:
-                self.graphs.bind(self.owner(device, dtype))
-                key = ("frame", seq_groups, batch, st.capacity, dtype, cp_sampling, rules.key, compiled)
-                known = key in self.graphs.keys()
-                if not known:
-                    st.rewind()
-                start = time.perf_counter()
-                try:
-                    entry = self.graphs.get(key, step)
-                except Exception as e:
-                    self.graph_failed = True
-                    self.graphs.clear()
-                    log.warning("morph: capturing the talker step failed (%s: %s); upstream's decode runs from now on",
-                                type(e).__name__, (str(e).splitlines() or [""])[0])
-                    raise graphs.GraphUnavailable(str(e)) from e
-                entry.keep = (st, pred_state, rules)
-                capture_s = 0.0 if known else time.perf_counter() - start
-            self._prefill(st, rules, inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed,
-                          self.min_new_tokens if self.min_new_tokens is not None else min_new_tokens)
-            frames_run = self._decode(st, step if entry is None else entry.replay, max_new_tokens - 1, on_step)
+            st = self.state(batch, prompt_len + max_new_tokens, device, dtype, lean_kv=mode != "eager")
+            run, talker_layers, capture_s = None, None, 0.0
+            if mode == "eager":
+                def step():
+                    self.frame_step(st, seq_groups, cp_sampling, rules, talker_layers,
+                                    lambda: self.predictor.hf_layers(batch, device, dtype))
+            else:
+                pred_state = self.predictor.lean_state(batch, device, dtype)
+
+                def lean_step(compiled: bool = False):
+                    layers = self.predictor.lean_layers(pred_state, compiled)
+                    self.frame_step(st, seq_groups, cp_sampling, rules, self.lean_talker(compiled), lambda: layers,
+                                    compiled)
+
+                step = lean_step
+                if mode in runner.FAST_MODES:
+                    self.graphs.bind(self.owner(device, dtype))
+                    key = ("frame", seq_groups, batch, st.capacity, dtype, cp_sampling, rules.key, mode)
+                    known = key in self.graphs
+                    if not known:
+                        st.rewind()  # captured before the prefill: a capture's warm-up runs the step for real
+                    start = time.perf_counter()
+                    run = runner.fast_step(self.graphs, key, lambda: lean_step(mode == "compile"), lean_step, mode,
+                                           keep=(st, pred_state, rules))
+                    capture_s = 0.0 if known else time.perf_counter() - start
+            cache = self._prefill(st, rules, inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed,
+                                  self.min_new_tokens if self.min_new_tokens is not None else min_new_tokens)
+            if mode == "eager":
+                talker_layers = HFTalker(self.talker, cache, attention_mask, prompt_len)
+            frames_run = self._decode(st, run or step, max_new_tokens - 1, on_step)
             tokens = st.tokens[:, :frames_run + 1].cpu()
         frames = self._frames_kept(tokens, rules.eos, frames_run)
         codes = st.frames[:, :frames].clone()
@@ -235,8 +204,8 @@ class TalkerLoop:
         return SimpleNamespace(hidden_states=steps, sequences=tokens[:, :frames + 1].to(device))
 
     def _prefill(self, st: TalkerState, rules: TalkerRules, inputs_embeds, attention_mask, trailing_text_hidden,
-                 tts_pad_embed, min_new_tokens: int) -> None:
-        """Upstream's own prefill, then the static state for frame 0."""
+                 tts_pad_embed, min_new_tokens: int):
+        """Upstream's own prefill, then the state for frame 0; returns the prefill's DynamicCache."""
         from transformers.cache_utils import DynamicCache
 
         batch, prompt_len = inputs_embeds.shape[:2]
@@ -246,9 +215,10 @@ class TalkerLoop:
         out = self.talker(inputs_embeds=inputs_embeds, attention_mask=attention_mask, past_key_values=DynamicCache(),
                           use_cache=True, cache_position=torch.arange(prompt_len, device=device),
                           trailing_text_hidden=trailing_text_hidden, tts_pad_embed=tts_pad_embed, return_dict=True)
-        for (k, v), kc, vc in zip(cache_tensors(out.past_key_values), st.k, st.v):
-            kc[:, :, :prompt_len].copy_(k)
-            vc[:, :, :prompt_len].copy_(v)
+        if st.lean_kv:
+            for (k, v), kc, vc in zip(cache_tensors(out.past_key_values), st.k, st.v):
+                kc[:, :, :prompt_len].copy_(k)
+                vc[:, :, :prompt_len].copy_(v)
         st.min_new.fill_(int(min_new_tokens))
         st.seen.zero_()
         token = rules.next_token(out.logits[:, -1], st.seen, torch.zeros_like(st.min_new), st.min_new)
@@ -267,6 +237,7 @@ class TalkerLoop:
         n_text = min(trailing_text_hidden.shape[1], st.capacity)
         st.text[:, :n_text] = trailing_text_hidden[:, :n_text]
         st.text[:, n_text:] = tts_pad_embed.reshape(1, 1, -1)
+        return out.past_key_values
 
     def _decode(self, st: TalkerState, run: Callable[[], object], max_frames: int,
                 on_step: Callable[[], None] | None) -> int:

@@ -1,0 +1,88 @@
+"""How a decode step runs, and what happens when the fast way fails: decided here only.
+
+Modes (what a user picks; `resolve` says what they mean on a device):
+- "eager":   the checkpoint's own HF layers, op by op: the exact reference (bit-identical
+             to upstream qwen-tts at seq_groups 15 in fp32 on the CPU);
+- "lean":    the lean layers (morph/lean.py) op by op;
+- "graphs":  the lean step captured in a CUDA graph (captures in well under a second);
+- "compile": the lean step compiled by torch.compile, then captured in a CUDA graph;
+- "auto":    "graphs" on CUDA, "eager" elsewhere.
+
+The fast modes (graphs, compile) give the same codes as the lean step run op by op in
+fp32 on a GPU. When a capture or compile fails for any reason other than memory, the
+run goes on op by op with the lean layers, the log says so in one line, and the next
+run tries the fast path again. A CUDA out-of-memory error is re-raised as it is, so
+callers handle it as any other (the batch front end halves the batch).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import torch
+
+from . import graphs
+from .lean import LeanUnsupported
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "eager", "lean", "graphs", "compile")
+FAST_MODES = ("graphs", "compile")
+
+
+def check_mode(mode: str, who: str = "morph") -> str:
+    if mode not in MODES:
+        raise ValueError(f"{who}: mode must be one of {', '.join(MODES)}; got {mode!r}")
+    return mode
+
+
+_logged: set[str] = set()
+
+
+def _log_once(msg: str) -> None:
+    if msg not in _logged:
+        _logged.add(msg)
+        log.warning(msg)
+
+
+def resolve(mode: str, device: torch.device, lean_check: Callable[[], None]) -> str:
+    """What `mode` runs as on `device`. `lean_check` raises LeanUnsupported for a
+    checkpoint whose layers the lean path does not implement."""
+    check_mode(mode)
+    if mode == "auto":
+        mode = "graphs" if device.type == "cuda" else "eager"
+    if mode in FAST_MODES and device.type != "cuda":
+        _log_once(f"morph: {mode} mode needs a CUDA GPU; running eager on {device.type}")
+        return "eager"
+    if mode == "compile" and not graphs.compile_available():
+        _log_once("morph: torch.compile needs Triton, which is not installed; using CUDA graphs without compile "
+                  "(install triton, or triton-windows on Windows, for the compiled decoder)")
+        mode = "graphs"
+    if mode != "eager":
+        try:
+            lean_check()
+        except LeanUnsupported as e:
+            _log_once(f"morph: the fast layers do not support this checkpoint ({e}); running eager")
+            return "eager"
+    return mode
+
+
+def fast_step(cache: graphs.GraphCache, key, step: Callable[[], object], fallback: Callable[[], object], mode: str,
+              keep=None) -> Callable[[], object]:
+    """The callable that runs one frame in a fast mode: the captured graph's replay, or
+    `fallback` (the lean step, op by op) for this run when the compile or capture fails."""
+    try:
+        entry = cache.get(key, step)
+    except torch.cuda.OutOfMemoryError:
+        cache.clear()
+        raise
+    except Exception as e:
+        cache.clear()
+        reason = (str(e).strip().splitlines() or [""])[0][:200]
+        log.warning("morph: could not prepare the %s decoder (%s: %s); this run decodes op by op, several times "
+                    "slower; the next run tries again. If this repeats, set speed_mode to graphs or eager and "
+                    "report it", mode, type(e).__name__, reason)
+        return fallback
+    entry.keep = keep
+    return entry.replay

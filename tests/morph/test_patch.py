@@ -1,0 +1,38 @@
+"""The one seam: talker.generate on one model instance, and nothing else."""
+
+import pytest
+import torch
+
+from morph.patch import patch
+
+
+def test_patch_is_per_instance_and_removable(tiny_dir):
+    from morph.compat import import_qwen_tts
+
+    qwen_tts = import_qwen_tts()
+    a = qwen_tts.Qwen3TTSModel.from_pretrained(str(tiny_dir), dtype=torch.float32)
+    b = qwen_tts.Qwen3TTSModel.from_pretrained(str(tiny_dir), dtype=torch.float32)
+    cls_generate = type(a.model.talker).generate
+    p = patch(a, seq_groups=5)
+    assert "generate" in vars(a.model.talker) and "generate" not in vars(b.model.talker)
+    assert "generate" not in vars(a.model.talker.code_predictor)  # upstream's predictor is never called
+    assert type(a.model.talker).generate is cls_generate
+    with pytest.raises(RuntimeError, match="already patched"):
+        patch(a)
+    p.remove()
+    assert "generate" not in vars(a.model.talker)
+
+
+def test_an_unknown_talker_argument_is_refused_not_ignored(tiny_tts):
+    with pytest.raises(RuntimeError, match="talker.generate was called with output_scores.*qwen-tts 0.1.1"):
+        tiny_tts.tts.model.talker.generate(inputs_embeds=None, output_scores=True)
+
+
+@pytest.mark.parametrize("bad", ["fast", "cuda", ""])
+def test_mode_is_checked(tiny_dir, bad):
+    from morph.compat import import_qwen_tts
+
+    tts = import_qwen_tts().Qwen3TTSModel.from_pretrained(str(tiny_dir), dtype=torch.float32)
+    with pytest.raises(ValueError, match="mode must be one of auto, eager, lean, graphs, compile"):
+        patch(tts, mode=bad)
+    assert "generate" not in vars(tts.model.talker)

@@ -1,0 +1,124 @@
+"""The runner policy on CPU: what each mode runs as, and what a failed capture does.
+
+A real capture needs a GPU (tests/gpu/). Here `graphs.capture` is replaced by a stand-in
+that runs the step's warm-ups like the real one and replays by calling the step again,
+so everything around the capture (static buffers, rewinding, keys, fallbacks, OOM) runs
+for real through the public API.
+"""
+
+import logging
+
+import pytest
+import torch
+
+from morph import graphs, runner
+from morph.sampling import Sampling
+from morph.settings import GenerationSettings
+
+from .helpers import recorded_codes
+
+
+class StandInGraph:
+    def __init__(self, step):
+        self.step = step
+
+    def replay(self):
+        return self.step()
+
+
+def stand_in_capture(step, pool=None, warmup=2):
+    state = torch.get_rng_state()
+    for _ in range(warmup):
+        step()
+    torch.set_rng_state(state)
+    return graphs.CapturedStep(StandInGraph(step), None)
+
+
+@pytest.fixture
+def fast_on_cpu(monkeypatch, tiny_tts):
+    """Let the fast modes run on CPU through the stand-in capture."""
+    real_resolve = runner.resolve
+    monkeypatch.setattr(runner, "resolve", lambda mode, device, check: mode if mode in ("graphs", "lean")
+                        else real_resolve(mode, device, check))
+    monkeypatch.setattr(graphs, "capture", stand_in_capture)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "pool")
+    yield tiny_tts
+    tiny_tts.patch.mode = "auto"
+    tiny_tts.release_device_state()
+
+
+def codes(tts, voice, mode, settings, text="Graphs and op by op agree."):
+    tts.patch.mode = mode
+    with recorded_codes(tts.tts) as rec:
+        tts.clone(text, voice, "English", settings)
+    return rec[0][0]
+
+
+def sampled(k):
+    return GenerationSettings(seq_groups=k, do_sample=True, subtalker=Sampling(do_sample=True), seed=99,
+                              max_new_tokens=14)
+
+
+def test_modes_on_cpu_run_eager():
+    for mode in ("auto", "eager", "graphs", "compile"):
+        assert runner.resolve(mode, torch.device("cpu"), lambda: None) == "eager"
+    assert runner.resolve("lean", torch.device("cpu"), lambda: None) == "lean"
+    assert runner.resolve("auto", torch.device("cuda"), lambda: None) == "graphs"
+    with pytest.raises(ValueError, match="mode must be one of"):
+        runner.resolve("fast", torch.device("cpu"), lambda: None)
+
+
+def test_a_checkpoint_the_lean_layers_cannot_run_goes_eager():
+    from morph.lean import LeanUnsupported
+
+    def unsupported():
+        raise LeanUnsupported("hidden_act 'gelu'")
+
+    assert runner.resolve("graphs", torch.device("cuda"), unsupported) == "eager"
+
+
+def test_the_captured_step_gives_the_op_by_op_codes(fast_on_cpu, ref_audio):
+    tts = fast_on_cpu
+    voice = tts.make_voice(*ref_audio, transcript="A short reference sentence.")
+    for k in (15, 5, 15):
+        assert torch.equal(codes(tts, voice, "graphs", sampled(k)), codes(tts, voice, "lean", sampled(k))), k
+        assert len(tts.patch.loop.graphs) <= 4
+    tts.patch.mode = "graphs"
+    tts.clone("Once more.", voice, "English", sampled(5))
+    assert tts.patch.last_run["mode"] == "graphs"
+
+
+def test_a_failed_capture_runs_op_by_op_once_and_the_next_run_captures(fast_on_cpu, ref_audio, monkeypatch,
+                                                                       caplog):
+    tts = fast_on_cpu
+    voice = tts.make_voice(*ref_audio)
+    expected = codes(tts, voice, "lean", sampled(5))
+
+    def broken(step, pool=None, warmup=2):
+        raise RuntimeError("injected capture failure")
+
+    monkeypatch.setattr(graphs, "capture", broken)
+    with caplog.at_level(logging.WARNING, logger="morph.runner"):
+        assert torch.equal(codes(tts, voice, "graphs", sampled(5)), expected)
+    [record] = [r for r in caplog.records if r.name == "morph.runner"]
+    assert "could not prepare the graphs decoder (RuntimeError: injected capture failure)" in record.message
+    assert "the next run tries again" in record.message
+    monkeypatch.setattr(graphs, "capture", stand_in_capture)
+    assert torch.equal(codes(tts, voice, "graphs", sampled(5)), expected)
+    assert len(tts.patch.loop.graphs) == 1  # captured this time
+
+
+def test_a_capture_out_of_memory_is_an_out_of_memory(fast_on_cpu, ref_audio, monkeypatch):
+    tts = fast_on_cpu
+    voice = tts.make_voice(*ref_audio)
+
+    def oom(step, pool=None, warmup=2):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+
+    monkeypatch.setattr(graphs, "capture", oom)
+    tts.patch.mode = "graphs"
+    with pytest.raises(Exception) as raised:
+        tts.clone("Out of memory.", voice, "English", sampled(5))
+    chain = [raised.value, raised.value.__cause__]
+    assert any(isinstance(e, torch.cuda.OutOfMemoryError) for e in chain) or "out of memory" in str(raised.value)
+    assert len(tts.patch.loop.graphs) == 0
