@@ -14,7 +14,7 @@ node of the graph with no physical backing until the graph runs, which has two
 consequences handled here and in morph/kth.py:
 - kernel launchers that check their pointer arguments (Triton's, Inductor's Python
   wrapper) refuse such memory: our own kernel takes addresses, and compiled code uses
-  Inductor's C++ wrapper, which launches without that check;
+  Inductor's C++ wrapper under that allocator, which launches without that check;
 - freeing such memory after a capture that failed aborts the process from inside the
   allocator. A failed capture's graph and everything its frames hold are therefore kept
   for the life of the process (`_keep_forever`); it is address space only, no memory.
@@ -167,18 +167,19 @@ def compiled(fn: Callable, exact_rng: bool = False) -> Callable:
 
     max-autotune-no-cudagraphs picks Triton GEMMs for the batch-1 GEMVs and tunes them
     by coordinate descent; it leaves CUDA graphs to us, and the compiled kernels are
-    captured inside our own graphs. cpp_wrapper: see the module docstring (the only
-    Inductor wrapper whose launches work inside a capture under cudaMallocAsync; used
-    under both allocators so that both run the same code). The options are passed per
-    function, so no global Inductor setting of the host process is changed. exact_rng
-    keeps ATen's random ops (Inductor's `fallback_random`), so a compiled sampler draws
-    the same numbers from the same generator state as the eager one.
+    captured inside our own graphs. Under cudaMallocAsync the code is wrapped in C++
+    (see the module docstring); it runs as fast, but its first compile in a process takes
+    about a minute longer, so the native allocator keeps the Python wrapper. The options
+    are passed per function, so no global Inductor setting of the host process is
+    changed. exact_rng keeps ATen's random ops (Inductor's `fallback_random`), so a
+    compiled sampler draws the same numbers from the same generator state as the eager one.
     """
     key = (fn, exact_rng)
     if key not in _COMPILED:
         from torch._inductor import list_mode_options
 
-        options = dict(list_mode_options("max-autotune-no-cudagraphs"), cpp_wrapper=True)
+        options = dict(list_mode_options("max-autotune-no-cudagraphs"))
+        options["cpp_wrapper"] = torch.cuda.get_allocator_backend() == "cudaMallocAsync"
         if exact_rng:
             options["fallback_random"] = True
         _COMPILED[key] = torch.compile(fn, options=options, fullgraph=True, dynamic=False)

@@ -1,0 +1,32 @@
+"""GPU tests: skipped where there is no CUDA device. Run them on an NVIDIA GPU with
+`bash tools/gpu_check.sh`, which runs this folder under both CUDA allocator backends."""
+
+import pytest
+import torch
+
+from morph.engine import MorphTTS
+
+if not torch.cuda.is_available():
+    collect_ignore_glob = ["test_*.py"]
+
+
+@pytest.fixture(scope="session")
+def cuda_tts(tiny_dir):
+    """The tiny model on the GPU in fp32: the fast modes must give the op-by-op codes there."""
+    return MorphTTS.load(str(tiny_dir), device="cuda", dtype="fp32")
+
+
+@pytest.fixture(scope="session")
+def voices(cuda_tts, ref_wave):
+    return {"xvector": cuda_tts.make_voice(ref_wave, 24000),
+            "icl": cuda_tts.make_voice(ref_wave, 24000, transcript="A short reference sentence.")}
+
+
+@pytest.fixture(scope="session")
+def ref_wave():
+    import numpy as np
+
+    rng = np.random.RandomState(0)
+    t = np.arange(2 * 24000) / 24000
+    return (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t)) + 0.05 * rng.randn(t.size)) \
+        .astype(np.float32)
