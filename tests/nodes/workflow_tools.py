@@ -18,6 +18,8 @@ CONTROL_VALUES = {"fixed", "increment", "decrement", "randomize"}
 UPLOAD_EXTRAS = {"audio_upload": [("audioUI", "AUDIO_UI", None), ("upload", "AUDIOUPLOAD", "")]}
 AUDIO_UI_NODES = {"SaveAudio", "PreviewAudio", "SaveAudioMP3", "SaveAudioOpus", "RecordAudio"}
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+# Nodes that live only in the frontend (not in /object_info): a text box, never sent to the server.
+FRONTEND_ONLY = {"Note", "MarkdownNote"}
 
 
 # -- object_info ----------------------------------------------------------------------------
@@ -174,6 +176,13 @@ def check_ui_workflow(wf: dict, info: dict) -> list[str]:
 
     for nid, node in nodes.items():
         where = f"node {nid} ({node['type']})"
+        if node["type"] in FRONTEND_ONLY:
+            values = node.get("widgets_values", [])
+            if len(values) != 1 or not isinstance(values[0], str):
+                errors.append(f"{where}: widgets_values must be [text], got {values!r}")
+            if node.get("inputs") or node.get("outputs"):
+                errors.append(f"{where}: a note has no inputs or outputs")
+            continue
         spec = info.get(node["type"])
         if spec is None:
             errors.append(f"{where}: unknown node type (the frontend reports it missing)")
@@ -262,7 +271,7 @@ def ui_to_api(wf: dict, info: dict) -> dict:
     links = {link[0]: link for link in wf["links"]}
     prompt = {}
     for nid, node in nodes.items():
-        if node.get("mode", 0) != 0:  # muted (2) or bypassed (4): left out
+        if node.get("mode", 0) != 0 or node["type"] in FRONTEND_ONLY:  # muted (2), bypassed (4), notes: left out
             continue
         spec = info[node["type"]]
         inputs = {}

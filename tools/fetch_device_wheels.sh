@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Fill .whl/comfy/ (ignored by git) with exactly the wheels tools/device_wheels.txt names, for the
+# GPU device machine's Python 3.12 on manylinux x86-64, so that tools/comfy_gpu_run.sh installs
+# offline there. Versions are pinned, so a rerun gives the same files; wheels of other versions
+# are removed, since two versions of one package stop the whole offline install.
+#   bash tools/fetch_device_wheels.sh [DEST]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dest=${1:-.whl/comfy}
+mkdir -p "$dest"
+python=${PYTHON:-python3}
+platforms=()
+# pip matches manylinux_2_N tags exactly: list the ones these wheels are published under.
+for tag in manylinux_2_35_x86_64 manylinux_2_34_x86_64 manylinux_2_31_x86_64 manylinux_2_28_x86_64 \
+           manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
+  platforms+=(--platform "$tag")
+done
+specs=$(sed -e 's/#.*//' -e 's/[[:space:]]//g' tools/device_wheels.txt | grep '==' )
+keep=()
+for spec in $specs; do
+  name=${spec%%==*}; version=${spec#*==}
+  wheel_name=$(echo "$name" | tr 'A-Z-' 'a-z_')
+  found=$(ls "$dest" | tr 'A-Z' 'a-z' | grep -E "^${wheel_name}-${version}-" || true)
+  if [ -z "$found" ]; then
+    if ! "$python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+         --python-version 3.12 --implementation cp "${platforms[@]}" -d "$dest" "$spec" 2>/dev/null; then
+      # Published as a source archive only (sox): build its wheel here; it is pure Python.
+      "$python" -m pip wheel -q --disable-pip-version-check --no-deps --no-binary=:all: -w "$dest" "$spec"
+    fi
+  fi
+  keep+=("${wheel_name}-${version}-")
+done
+for f in "$dest"/*.whl; do
+  base=$(basename "$f" | tr 'A-Z' 'a-z')
+  ok=0
+  for k in "${keep[@]}"; do case "$base" in "$k"*) ok=1 ;; esac; done
+  [ "$ok" = 1 ] || { echo "removing $f (not in the manifest)"; rm -f "$f"; }
+done
+count=$(ls "$dest"/*.whl | wc -l)
+[ "$count" -eq "${#keep[@]}" ] || { echo "expected ${#keep[@]} wheels in $dest, found $count" >&2; exit 1; }
+echo "$count wheels in $dest, $(du -sh "$dest" | cut -f1)"
