@@ -325,7 +325,9 @@ def main() -> int:
         pack = comfy / "custom_nodes" / PACK_FOLDER
         if pack.exists():
             shutil.rmtree(pack)
-        shutil.copytree(ROOT, pack, ignore=lambda d, names: [n for n in names if n in NOT_COPIED or n.startswith(".venv")])
+        # The checkout may sit inside the repository (the device copy carries it as .comfyui): never copy it into itself.
+        shutil.copytree(ROOT, pack, ignore=lambda d, names: [n for n in names if n in NOT_COPIED or n.startswith(".venv")
+                                                             or (Path(d) / n).resolve() == comfy])
         run_logged(pip + ["-r", "requirements.txt"], pip_log, cwd=pack)
         run_logged(pip + ["--no-deps", "qwen-tts==0.1.1"], pip_log, cwd=pack)
         # Builds the random checkpoints (not part of the pack's install).
