@@ -1,8 +1,10 @@
 """Qwen3-TTS Voice Bank and Render Lines: a dialogue script rendered in batches, in each character's voice,
-with every finished line kept on disk so a crashed or cancelled run resumes where it stopped."""
+with every finished line written to disk at once (one WAV per line, plus the SRT), so a crashed or cancelled
+run resumes where it stopped."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -11,8 +13,10 @@ import re
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from ..morph.batch import DEFAULT_BATCH_SIZE, BatchTTS, Line
+from ..morph.memory import working_memory
 from ..morph.script import check_name, name_key, parse_script
 from ..morph.settings import SAMPLE_RATE
 from ..postprocess import lowpass, peak_normalize
@@ -80,16 +84,19 @@ class RenderLines:
     DESCRIPTION = (
         "Renders a dialogue script (one 'Name: text' line per spoken line; blank lines and # comments skipped) in "
         "each character's voice from the Voice Bank, batch_size lines at a time on the GPU: far faster than one "
-        "line at a time. Outputs every line as its own audio (Save Audio saves each), the whole dialogue joined "
-        "with pauses, and SRT subtitles of who speaks when. With resume on, each line is written to the output "
-        "folder as soon as its batch finishes, and a rerun after a crash or Cancel renders only the missing lines. "
+        "line at a time. Writes every line to the output folder as <prefix>_<index>_<name>.wav as soon as its "
+        "batch finishes, the subtitles as <prefix>.srt, and a manifest <prefix>_lines.json of what each line was "
+        "rendered from. Outputs every line as its own audio, the whole dialogue joined with pauses, and the SRT "
+        "text. With resume on, a rerun after a crash or Cancel renders only the missing or changed lines. "
         "Progress counts frames across the batch; Cancel stops within one step.")
     CATEGORY = CATEGORY
     RETURN_TYPES = ("AUDIO", "AUDIO", "STRING")
     RETURN_NAMES = ("lines", "dialogue", "srt")
     OUTPUT_IS_LIST = (True, False, False)
+    OUTPUT_NODE = True  # it writes the line files and the SRT itself
     OUTPUT_TOOLTIPS = (
-        "One mono 24 kHz clip per script line, in script order (a list: Save Audio saves each).",
+        "One mono 24 kHz clip per script line, in script order (a list; the node has already written each to "
+        "the output folder, so it needs no Save Audio).",
         "The whole dialogue as one clip, the lines joined with pause_seconds of silence.",
         "SRT subtitles of the dialogue clip: one cue per line, 'Name: text', with its start and end time.",
     )
@@ -112,14 +119,15 @@ class RenderLines:
                           "Smooth each line (Butterworth low-pass at 11 kHz) and normalise its peak to -3 dBFS, "
                           "as Qwen3-TTS Smooth & Normalize does with its defaults."}),
             "resume": ("BOOLEAN", {"default": True, "tooltip":
-                       "Write each line to the output folder as <prefix>_<index>_<name>.wav as soon as its batch "
-                       "finishes, and on a rerun reuse the lines already there instead of rendering them again. "
-                       "A line is rendered again when its text, character, voice, language, model, smoothing or "
-                       "sampling settings changed; the seed and batch size do not count, so a randomized seed "
-                       "still resumes."}),
+                       "Reuse the line files an earlier run left in the output folder instead of rendering them "
+                       "again. A line is rendered again when its text, character, voice, language, model, dtype, "
+                       "attention, speed mode, smoothing or generation settings changed; the seed and batch size "
+                       "do not count, so a randomized seed still resumes. Off: every line is rendered and its file "
+                       "overwritten."}),
             "filename_prefix": ("STRING", {"default": "qwen3-tts/dialogue", "tooltip":
-                                "Where resume writes the line files, inside ComfyUI's output folder; may hold "
-                                "subfolders (qwen3-tts/scene1 -> output/qwen3-tts/scene1_0001_Alice.wav)."}),
+                                "Where the line files, the .srt and the manifest go, inside ComfyUI's output "
+                                "folder; may hold subfolders (qwen3-tts/scene1 -> output/qwen3-tts/scene1_0001_"
+                                "Alice.wav, output/qwen3-tts/scene1.srt)."}),
             **generation_inputs(),
         }}
 
@@ -127,25 +135,24 @@ class RenderLines:
         who = self.DISPLAY_NAME
         try:
             language, settings = split_generation_options(options)
+            settings.validate(who)
             if not isinstance(bank, dict) or not bank:
                 raise ValueError("bank is empty or not a voice bank; connect a Qwen3-TTS Voice Bank")
             if not isinstance(pause_seconds, (int, float)) or not 0 <= pause_seconds <= 600:
                 raise ValueError(f"pause_seconds must be between 0 and 600, got {pause_seconds!r}")
             parsed = parse_script(script, [display for display, _ in bank.values()])
-            store = _LineStore(filename_prefix, who) if resume else None
+            store = _LineStore(filename_prefix, who)
         except ValueError as e:
             raise prefixed(e, who) from e
         services.check_interrupt()
-        tts = model.ready()
         lines = [Line(p.text, bank[name_key(p.name)][1], language) for p in parsed]
         labels = [f"script line {p.number}, {p.name}" for p in parsed]
 
+        context = _render_context(model, language, settings, smoothing)
+        fingerprints = [_fingerprint(context, p.name, line) for p, line in zip(parsed, lines)]
         audio: dict[int, np.ndarray] = {}
-        fingerprints = {}
-        if store is not None:
-            context = _render_context(tts, language, settings, smoothing)
-            for i, (p, line) in enumerate(zip(parsed, lines)):
-                fingerprints[i] = _fingerprint(context, p.name, line)
+        if resume:
+            for i, p in enumerate(parsed):
                 kept = store.load(i + 1, p.name, fingerprints[i])
                 if kept is not None:
                     audio[i] = kept
@@ -157,19 +164,22 @@ class RenderLines:
         def finished(k: int, wav: np.ndarray) -> None:
             i = todo[k]
             wav = _smooth(wav) if smoothing else wav
-            if store is not None:
-                store.save(i + 1, parsed[i].name, parsed[i].text, fingerprints[i], wav)
+            store.save(i + 1, parsed[i].name, parsed[i].text, fingerprints[i], wav)
             audio[i] = wav
 
-        if todo:
-            reporter = services.step_callback()
-            BatchTTS(tts).render([lines[i] for i in todo], settings, batch_size=int(batch_size), on_step=reporter,
-                                 on_line=finished, who=who, labels=[labels[i] for i in todo])
-            reporter.finish()
-
-        clips = [audio[i] for i in range(len(lines))]
-        dialogue, cues = _join(clips, float(pause_seconds))
-        srt = _srt([(start, end, p.name, p.text) for (start, end), p in zip(cues, parsed)])
+        with services.warnings_on_node():
+            if todo:
+                rendering = [lines[i] for i in todo]
+                tts = model.ready(working_memory(model.tts, [(line.text, line.voice) for line in rendering], settings,
+                                                 int(batch_size)))
+                reporter = services.step_callback()
+                BatchTTS(tts).render(rendering, settings, batch_size=int(batch_size), on_step=reporter,
+                                     on_line=finished, who=who, labels=[labels[i] for i in todo])
+                reporter.finish()
+            clips = [audio[i] for i in range(len(lines))]
+            dialogue, cues = _join(clips, float(pause_seconds))
+            srt = _srt([(start, end, p.name, p.text) for (start, end), p in zip(cues, parsed)])
+            store.finish(len(lines), srt)
         return ([to_audio(c, SAMPLE_RATE) for c in clips], to_audio(dialogue, SAMPLE_RATE), srt)
 
 
@@ -209,13 +219,15 @@ def _srt(cues: list[tuple[float, float, str, str]]) -> str:
 
 
 # -- resume: the line files and what they were rendered from ---------------------------------------------
-def _render_context(tts, language: str, settings, smoothing: bool) -> dict:
-    """What, besides the line itself, decides a line's audio (seed and batch size excluded on purpose)."""
-    s = settings
-    return dict(model=str(tts.source), model_size=tts.model_size, language=language, smoothing=bool(smoothing),
-                seq_groups=s.seq_groups, do_sample=s.do_sample, temperature=s.temperature, top_k=s.top_k,
-                top_p=s.top_p, repetition_penalty=s.repetition_penalty, max_new_tokens=s.max_new_tokens,
-                subtalker=[s.subtalker.do_sample, s.subtalker.temperature, s.subtalker.top_k, s.subtalker.top_p])
+def _render_context(model, language: str, settings, smoothing: bool) -> dict:
+    """What, besides the line itself, decides a line's audio: the model as loaded (checkpoint, dtype, attention
+    kernel, decode mode and the kind of device it runs on) and every generation setting but the seed (so a
+    randomized seed still resumes; the batch size is left out too)."""
+    tts = model.tts
+    return dict(model=str(tts.source), model_size=tts.model_size, dtype=str(tts.tts.model.dtype),
+                attention=str(tts.tts.model.config._attn_implementation), mode=str(tts.patch.mode),
+                device=torch.device(model.load_device).type, language=language, smoothing=bool(smoothing),
+                settings={k: v for k, v in dataclasses.asdict(settings).items() if k != "seed"})
 
 
 def _voice_digest(voice) -> str:
@@ -237,9 +249,10 @@ def file_name_part(name: str) -> str:
 
 
 class _LineStore:
-    """`{prefix}_{index:04d}_{name}.wav` files (float32 WAV, so a reused line is the exact audio) in ComfyUI's
-    output folder, and a manifest `{prefix}_lines.json` of what each was rendered from. Every file is written
-    atomically (temporary file, then rename) before the next batch starts."""
+    """The files of one render in ComfyUI's output folder: `{prefix}_{index:04d}_{name}.wav` per line (float32
+    WAV, so a reused line is the exact audio), the subtitles `{prefix}.srt`, and a manifest `{prefix}_lines.json`
+    of what each line was rendered from, in script order. Every file is written atomically (temporary file,
+    then rename); a line's file and the manifest are written before the next batch starts."""
 
     def __init__(self, prefix: str, who: str):
         prefix = str(prefix).strip().replace("\\", "/")
@@ -252,14 +265,16 @@ class _LineStore:
         self.stem = parts[-1]
         self.manifest_path = self.folder / f"{self.stem}{MANIFEST_SUFFIX}"
         self.who = who
+        self.lines: dict[int, dict] = {}  # this run's lines: reused or rendered
         try:
-            self.manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-            assert self.manifest.get("version") == MANIFEST_VERSION and isinstance(self.manifest.get("lines"), dict)
+            manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            assert manifest.get("version") == MANIFEST_VERSION and isinstance(manifest.get("lines"), dict)
+            self.earlier = {int(k): v for k, v in manifest["lines"].items()}
         except FileNotFoundError:
-            self.manifest = {"version": MANIFEST_VERSION, "lines": {}}
+            self.earlier = {}
         except (OSError, ValueError, AssertionError, AttributeError):
             log.warning("%s: %s is unreadable; rendering every line again", who, self.manifest_path)
-            self.manifest = {"version": MANIFEST_VERSION, "lines": {}}
+            self.earlier = {}
 
     def path(self, index: int, name: str) -> Path:
         return self.folder / f"{self.stem}_{index:04d}_{file_name_part(name)}.wav"
@@ -269,7 +284,7 @@ class _LineStore:
         import soundfile
 
         path = self.path(index, name)
-        entry = self.manifest["lines"].get(f"{index:04d}")
+        entry = self.earlier.get(index)
         if not path.is_file():
             return None
         if not isinstance(entry, dict) or entry.get("fingerprint") != fingerprint or entry.get("file") != path.name:
@@ -283,25 +298,38 @@ class _LineStore:
         if rate != SAMPLE_RATE or wav.ndim != 1:
             log.warning("%s: %s is not mono %d Hz; rendering it again", self.who, path.name, SAMPLE_RATE)
             return None
+        self.lines[index] = entry
         return np.ascontiguousarray(wav, dtype=np.float32)
 
     def save(self, index: int, name: str, text: str, fingerprint: str, wav: np.ndarray) -> None:
         import soundfile
 
         path = self.path(index, name)
+        self._write(path, lambda tmp: soundfile.write(str(tmp), wav, SAMPLE_RATE, subtype="FLOAT", format="WAV"))
+        self.lines[index] = dict(file=path.name, name=name, text=text, fingerprint=fingerprint)
+        self._write_manifest()
+
+    def finish(self, count: int, srt: str) -> None:
+        """The subtitles, and the manifest of exactly this script's lines."""
+        self.lines = {i: e for i, e in self.lines.items() if i <= count}
+        self._write(self.folder / f"{self.stem}.srt", lambda tmp: tmp.write_text(srt, encoding="utf-8"))
+        self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        # Lines finish longest first; the manifest lists them in script order, whatever order they came in.
+        manifest = {"version": MANIFEST_VERSION, "lines": {f"{i:04d}": self.lines[i] for i in sorted(self.lines)}}
+        text = json.dumps(manifest, indent=1, ensure_ascii=False)
+        self._write(self.manifest_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+    def _write(self, path: Path, write) -> None:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(path.name + ".part")
-            soundfile.write(str(tmp), wav, SAMPLE_RATE, subtype="FLOAT", format="WAV")
+            write(tmp)
             os.replace(tmp, path)
-            self.manifest["lines"][f"{index:04d}"] = dict(file=path.name, name=name, text=text,
-                                                          fingerprint=fingerprint)
-            tmp = self.manifest_path.with_name(self.manifest_path.name + ".part")
-            tmp.write_text(json.dumps(self.manifest, indent=1, ensure_ascii=False), encoding="utf-8")
-            os.replace(tmp, self.manifest_path)
         except OSError as e:
             raise OSError(f"{self.who}: could not write {path} ({e}); check the output folder's permissions and "
-                          "free space, or turn resume off") from e
+                          "free space, or change filename_prefix") from e
 
 
 __all__ = ["BANK_TYPE", "RenderLines", "VoiceBank", "file_name_part"]

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from ..morph.checkpoints import LANGUAGES as RELEASED_LANGUAGES
+from ..morph.memory import working_memory
 from ..morph.sampling import Sampling
 from ..morph.settings import DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS, SAMPLE_RATE, GenerationSettings
 from . import services
@@ -96,14 +97,18 @@ def split_generation_options(options: dict) -> tuple[str, GenerationSettings]:
     return str(o["language"]), settings
 
 
-def run_generation(model, generate) -> dict:
-    """Load the model through ComfyUI's memory manager, run `generate(tts, on_step)` with per-step
-    progress and cancel, and return the result as AUDIO. Cancel raises ComfyUI's interrupt."""
+def run_generation(model, generate, who: str, settings: GenerationSettings, text: str, voice=None,
+                   instruct: str = "") -> dict:
+    """Load the model through ComfyUI's memory manager with room for this text's run, run
+    `generate(tts, on_step)` with per-step progress and cancel, and return the result as AUDIO.
+    Cancel raises ComfyUI's interrupt; warnings are shown on the node."""
+    settings.validate(who)  # before the weights move
     services.check_interrupt()
-    tts = model.ready()
-    reporter = services.step_callback()
-    wav = generate(tts, reporter)
-    reporter.finish()
+    with services.warnings_on_node():
+        tts = model.ready(working_memory(model.tts, [(str(text), voice)], settings, instruct=str(instruct)))
+        reporter = services.step_callback()
+        wav = generate(tts, reporter)
+        reporter.finish()
     return to_audio(wav, SAMPLE_RATE)
 
 

@@ -45,7 +45,7 @@ class GenerateVoiceClone(_GenerateNode):
         language, settings = split_generation_options(options)
         return (run_generation(model, lambda tts, on_step: tts.clone(
             text, voice, language=language, settings=settings, on_step=on_step, who=self.DISPLAY_NAME,
-            split_long_text=split_long_text)),)
+            split_long_text=split_long_text), self.DISPLAY_NAME, settings, text, voice=voice),)
 
 
 class GenerateCustomVoice(_GenerateNode):
@@ -72,7 +72,8 @@ class GenerateCustomVoice(_GenerateNode):
         language, settings = split_generation_options(options)
         return (run_generation(model, lambda tts, on_step: tts.custom_voice(
             text, speaker, instruct=instruct, language=language, settings=settings, on_step=on_step,
-            who=self.DISPLAY_NAME, split_long_text=split_long_text)),)
+            who=self.DISPLAY_NAME, split_long_text=split_long_text), self.DISPLAY_NAME, settings, text,
+            instruct=instruct),)
 
 
 class GenerateVoiceDesign(_GenerateNode):
@@ -97,4 +98,4 @@ class GenerateVoiceDesign(_GenerateNode):
         language, settings = split_generation_options(options)
         return (run_generation(model, lambda tts, on_step: tts.voice_design(
             text, instruct, language=language, settings=settings, on_step=on_step, who=self.DISPLAY_NAME,
-            split_long_text=split_long_text)),)
+            split_long_text=split_long_text), self.DISPLAY_NAME, settings, text, instruct=instruct),)

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
+from ..morph.checkpoints import DEFAULT_MODEL, HUB_MODELS
 from ..morph.engine import MorphTTS
-from ..morph.loading import DEFAULT_MODEL, DTYPES, resolve_attention, resolve_device, resolve_dtype
+from ..morph.loading import DTYPES, resolve_attention, resolve_device, resolve_dtype
 from . import services
 from .common import CATEGORY, MODEL_TYPE, prefixed
 
 # The engine's modes a user picks between (morph/graphs.py also has "lean", a debugging aid).
 SPEED_MODES = ("auto", "compile", "graphs", "eager")
 
-HUB_MODELS = [
-    "Qwen/Qwen3-TTS-12Hz-0.6B-Base",
-    "Qwen/Qwen3-TTS-12Hz-1.7B-Base",
-    "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
-    "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice",
-    "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign",
-]
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
@@ -37,7 +31,7 @@ class LoadModel:
     @classmethod
     def INPUT_TYPES(cls):
         local = services.list_local_models()
-        choices = local + [m for m in HUB_MODELS if m not in local]
+        choices = local + [m for m in HUB_MODELS if m not in local]  # a hub id is fetched on first use
         return {"required": {
             "model": (choices, {"default": DEFAULT_MODEL, "tooltip":
                       "A model folder in models/qwen3-tts (any folder holding config.json), or a Qwen hub id, "
@@ -49,7 +43,8 @@ class LoadModel:
                           "Attention kernel. auto = flash_attention_2 when the flash-attn package imports, "
                           "else PyTorch sdpa (same output, no extra install)."}),
             "device": (["auto", "cuda", "cpu", "mps"], {"default": "auto", "tooltip":
-                       "Where the model runs. auto = ComfyUI's device (honours --cpu and friends)."}),
+                       "Where the model runs. auto = ComfyUI's device (honours --cpu and friends). A device this "
+                       "machine lacks is refused with a message."}),
             "speed_mode": (list(SPEED_MODES), {"default": "auto", "tooltip":
                            "How the decode loop runs. auto = CUDA graphs on a GPU, plain PyTorch elsewhere. "
                            "compile = torch.compile inside the graphs: the fastest (about 2x graphs), but the "
@@ -61,18 +56,24 @@ class LoadModel:
         who = self.DISPLAY_NAME
         where = dict(search_dirs=services.model_dirs(), download_dir=services.download_dir())
         try:
-            load_device, offload_device = services.choose_devices(device)
-            if load_device is None:  # no ComfyUI: the engine places the model itself
-                return (services.manage(MorphTTS.load(model, device=device, dtype=dtype, attention=attention,
-                                                      mode=speed_mode, **where)),)
-            target = resolve_device(load_device)
-            if offload_device != str(target):
-                # Load onto the offload device with the precision and kernel meant for the load device:
-                # before each run ComfyUI frees room for the model and moves it.
-                dt = resolve_dtype(dtype, target)
-                attention, dtype = resolve_attention(attention, target, dt), _DTYPE_NAMES.get(dt, dtype)
-            tts = MorphTTS.load(model, device=offload_device, dtype=dtype, attention=attention, mode=speed_mode,
-                                **where)
+            if device != "auto":
+                resolve_device(device)  # refuses a device this machine lacks, before anything loads
+            with services.warnings_on_node():
+                return self._load(model, dtype, attention, device, speed_mode, where)
         except Exception as e:
             raise prefixed(e, who) from e
+
+    @staticmethod
+    def _load(model, dtype, attention, device, speed_mode, where):
+        load_device, offload_device = services.choose_devices(device)
+        if load_device is None:  # no ComfyUI: the engine places the model itself
+            return (services.manage(MorphTTS.load(model, device=device, dtype=dtype, attention=attention,
+                                                  mode=speed_mode, **where)),)
+        target = resolve_device(load_device)
+        if offload_device != str(target):
+            # Load onto the offload device with the precision and kernel meant for the load device:
+            # before each run ComfyUI frees room for the model and moves it.
+            dt = resolve_dtype(dtype, target)
+            attention, dtype = resolve_attention(attention, target, dt), _DTYPE_NAMES.get(dt, dtype)
+        tts = MorphTTS.load(model, device=offload_device, dtype=dtype, attention=attention, mode=speed_mode, **where)
         return (services.manage(tts, str(target), offload_device),)

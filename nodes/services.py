@@ -5,8 +5,9 @@ service has a fallback for when ComfyUI is absent (tests, scripts):
 
   folders   `folder_paths` folder "qwen3-tts" (models/qwen3-tts, plus any extra_model_paths.yaml
             entries); voices live in a `voices` subfolder of each.
-            Fallback: $QWEN3TTS_MODELS_DIR, else ./models/qwen3-tts.
-            Output folder: folder_paths.get_output_directory(). Fallback: $QWEN3TTS_OUTPUT_DIR, else ./output.
+            Fallback: $QWEN3TTS_MODELS_DIR, else the pack's models/qwen3-tts.
+            Output folder: folder_paths.get_output_directory(). Fallback: $QWEN3TTS_OUTPUT_DIR, else the
+            pack's output/.
   progress  comfy.utils.ProgressBar(total).update_absolute(step).        Fallback: nothing.
   cancel    comfy.model_management.throw_exception_if_processing_interrupted();
             its InterruptProcessingException propagates untouched.       Fallback: nothing.
@@ -15,14 +16,20 @@ service has a fallback for when ComfyUI is absent (tests, scripts):
             comfy.model_management.load_models_gpu before every use, so "Unload models" frees it.
             Fallback: the model stays where it was loaded.
 
+  messages  server.PromptServer.instance.send_progress_text(text, node_id) for the running node
+            (comfy_execution.utils.get_executing_context): every warning the pack logs while a node
+            runs is shown on that node too (`warnings_on_node`).             Fallback: the log only.
+
 The engine never imports ComfyUI: progress and cancel reach it as one `on_step(step, total)`
-callback (see `step_callback`).
+callback (see `step_callback`), and its warnings through the `logging` module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -35,6 +42,7 @@ VOICES_SUBFOLDER = "voices"  # <models folder>/voices/<name>.safetensors
 ENV_MODELS_DIR = "QWEN3TTS_MODELS_DIR"
 ENV_OUTPUT_DIR = "QWEN3TTS_OUTPUT_DIR"
 VOICE_SUFFIX = ".safetensors"
+PACK_DIR = Path(__file__).resolve().parents[1]  # without ComfyUI, folders resolve against the pack's own
 
 
 # -- ComfyUI modules, or None -----------------------------------------------------------
@@ -76,7 +84,7 @@ def model_dirs() -> list[Path]:
     """Every folder searched for models, the download/save folder first."""
     fp = folder_paths()
     if fp is None:
-        return [Path(os.environ.get(ENV_MODELS_DIR) or Path("models") / MODEL_FOLDER).resolve()]
+        return [Path(os.environ.get(ENV_MODELS_DIR) or PACK_DIR / "models" / MODEL_FOLDER).resolve()]
     register_model_folder()
     return [Path(p) for p in _registered(fp)]
 
@@ -134,7 +142,7 @@ def output_dir() -> Path:
     fp = folder_paths()
     if fp is not None and callable(getattr(fp, "get_output_directory", None)):
         return Path(fp.get_output_directory())
-    return Path(os.environ.get(ENV_OUTPUT_DIR) or "output").resolve()
+    return Path(os.environ.get(ENV_OUTPUT_DIR) or PACK_DIR / "output").resolve()
 
 
 # -- devices ------------------------------------------------------------------------------
@@ -196,6 +204,49 @@ def step_callback() -> StepReporter:
     return StepReporter()
 
 
+# -- messages on the node -------------------------------------------------------------------------
+PACK_LOGGER = __name__.rsplit(".nodes.", 1)[0]  # the pack's root logger: the engine's and the nodes' records
+
+
+def show_text(text: str) -> bool:
+    """Show `text` on the node that is running; False when there is no ComfyUI frontend to show it."""
+    server, utils = _import("server"), _import("comfy_execution.utils")
+    instance = getattr(getattr(server, "PromptServer", None), "instance", None)
+    context = utils.get_executing_context() if utils is not None else None
+    if instance is None or context is None:
+        return False
+    instance.send_progress_text(text, context.node_id)
+    return True
+
+
+class _NodeWarnings(logging.Handler):
+    """Collects the warnings this thread logs and shows them, all so far, on the running node."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.thread = threading.get_ident()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread != self.thread:
+            return  # another thread's record (the server's), not this node's
+        self.lines.append(f"Warning: {record.getMessage()}")
+        show_text("\n".join(self.lines))
+
+
+@contextlib.contextmanager
+def warnings_on_node():
+    """Within this block, every warning the pack logs (transcript swaps, a trimmed clip, a halved batch) is
+    shown on the running node as well as in the log: a warning the user must act on is seen where they look."""
+    handler = _NodeWarnings()
+    logger = logging.getLogger(PACK_LOGGER)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
 # -- memory management ----------------------------------------------------------------------
 class TTSWeights(torch.nn.Module):
     """Every weight of one loaded model, as one module ComfyUI's memory manager can move.
@@ -242,12 +293,14 @@ class ManagedModel:
     def source(self) -> str:
         return self.tts.source
 
-    def ready(self):
-        """The engine, with its weights on the load device."""
+    def ready(self, memory_required: int = 0):
+        """The engine, with its weights on the load device and, under ComfyUI, `memory_required` bytes of
+        working memory free beside them (morph.memory.working_memory estimates a run's)."""
         if self.patcher is not None:
             # force_full_load: the engine's modules are plain torch modules, which cannot run
             # split across devices (ComfyUI's partial loading is for its own cast-on-the-fly ops).
-            model_management().load_models_gpu([self.patcher], force_full_load=True)
+            model_management().load_models_gpu([self.patcher], memory_required=int(memory_required),
+                                               force_full_load=True)
             self.tts.to(self.load_device)
         return self.tts
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 from ..morph.voice import load_voice, save_voice
 from . import services
 from .common import CATEGORY, VOICE_TYPE, model_input, text_input
 
+log = logging.getLogger(__name__)
 _UNSAFE = re.compile(r"[^\w\- .]")
 
 
@@ -41,9 +43,10 @@ class VoicePrompt:
         if not isinstance(audio, dict) or "waveform" not in audio or "sample_rate" not in audio:
             raise ValueError(f"{who}: audio is not a ComfyUI AUDIO; connect Load Audio (or another audio output)")
         services.check_interrupt()
-        tts = model.ready()
-        voice = tts.make_voice(audio["waveform"], int(audio["sample_rate"]), transcript=transcript,
-                               x_vector_only=bool(x_vector_only), who=who)
+        with services.warnings_on_node():
+            tts = model.ready()
+            voice = tts.make_voice(audio["waveform"], int(audio["sample_rate"]), transcript=transcript,
+                                   x_vector_only=bool(x_vector_only), who=who)
         return (voice,)
 
 
@@ -90,6 +93,8 @@ class SaveVoice:
             save_voice(voice, path)
         except OSError as e:
             raise OSError(f"{who}: could not write {path} ({e}); check the folder's permissions and free space") from e
+        log.info("%s: saved %s", who, path)
+        services.show_text(f"saved {file_name} in {path.parent}")
         return {"ui": {"text": [f"saved {file_name}"]}, "result": (file_name,)}
 
 

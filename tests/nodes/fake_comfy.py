@@ -5,7 +5,8 @@ sys.modules; `uninstall()` removes them. Their behaviour follows ComfyUI 0.8.0 w
 on it: ProgressBar.update_absolute, throw_exception_if_processing_interrupted (clears the flag and
 raises InterruptProcessingException), ModelPatcher(model, load_device, offload_device) whose
 detach(unpatch_all=True) moves the module to the offload device and then runs ON_DETACH callbacks,
-load_models_gpu([...]) moving each patcher's module to its load device, unload_all_models.
+load_models_gpu([...]) moving each patcher's module to its load device, unload_all_models,
+PromptServer.instance.send_progress_text(text, node_id) and comfy_execution.utils.get_executing_context().
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import types
 
 import torch
 
-MODULES = ("folder_paths", "comfy", "comfy.utils", "comfy.model_management", "comfy.model_patcher")
+MODULES = ("folder_paths", "comfy", "comfy.utils", "comfy.model_management", "comfy.model_patcher", "server",
+           "comfy_execution", "comfy_execution.utils")
 
 
 class Recorder:
@@ -28,6 +30,8 @@ class Recorder:
         self.interrupt_checks = 0
         self.interrupt_at: int | None = None  # raise on this (1-based) check
         self.loads: list[dict] = []  # one per load_models_gpu call
+        self.texts: list[tuple[str, str]] = []  # (node id, text) per send_progress_text
+        self.node_id = "7"  # the node get_executing_context() reports as running
         self.loaded: list = []  # patchers currently loaded
         self.patchers: list = []
         self.device = torch.device("cpu")
@@ -78,7 +82,8 @@ def install(models_dir: str) -> Recorder:
 
     def load_models_gpu(models, memory_required=0, force_patch_weights=False, minimum_memory_required=None,
                         force_full_load=False):
-        rec.loads.append({"models": list(models), "force_full_load": force_full_load})
+        rec.loads.append({"models": list(models), "force_full_load": force_full_load,
+                          "memory_required": memory_required})
         for m in models:
             m.model.to(m.load_device)
             m.model.device = m.load_device
@@ -126,11 +131,29 @@ def install(models_dir: str) -> Recorder:
 
     mp.ModelPatcher, mp.CallbacksMP = ModelPatcher, CallbacksMP
 
+    server = types.ModuleType("server")
+
+    class PromptServer:
+        instance = None
+
+        def send_progress_text(self, text, node_id, sid=None):
+            rec.texts.append((str(node_id), text))
+
+    PromptServer.instance = PromptServer()
+    server.PromptServer = PromptServer
+
+    execution = types.ModuleType("comfy_execution")
+    execution_utils = types.ModuleType("comfy_execution.utils")
+    execution_utils.get_executing_context = lambda: types.SimpleNamespace(prompt_id="p", node_id=rec.node_id,
+                                                                          list_index=None)
+    execution.utils = execution_utils
+
     comfy = types.ModuleType("comfy")
     comfy.utils, comfy.model_management, comfy.model_patcher = utils, mm, mp
-    for name, module in zip(MODULES, (fp, comfy, utils, mm, mp)):
+    modules = (fp, comfy, utils, mm, mp, server, execution, execution_utils)
+    for name, module in zip(MODULES, modules):
         sys.modules[name] = module
-    rec.modules = dict(zip(MODULES, (fp, comfy, utils, mm, mp)))
+    rec.modules = dict(zip(MODULES, modules))
     return rec
 
 

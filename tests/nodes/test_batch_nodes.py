@@ -105,7 +105,11 @@ def test_render_lines_outputs_a_list_a_dialogue_and_srt(nodes, base_model, bank,
     d = dialogue["waveform"]
     assert d.shape == (1, 1, sum(sizes) + pause * (len(clips) - 1)) and dialogue["sample_rate"] == SR
     assert torch.equal(d[0, 0, sizes[0] + pause: sizes[0] + pause + sizes[1]], clips[1]["waveform"][0, 0])
-    assert not out_dir.exists(), "resume off writes nothing"
+    # resume off still writes every line, once, as WAV, and the subtitles beside them
+    assert sorted(p.name for p in (out_dir / "scene").iterdir()) == sorted(
+        [f"take_{i:04d}_{name}.wav" for i, (name, _) in enumerate(SPOKEN, start=1)] + ["take.srt", "take_lines.json"])
+    assert (out_dir / "scene" / "take.srt").read_text(encoding="utf-8") == srt
+    assert cls.OUTPUT_NODE is True
 
     blocks = srt.strip().split("\n\n")
     assert len(blocks) == len(SPOKEN)
@@ -143,7 +147,7 @@ def test_script_and_input_errors_name_the_node(nodes, base_model, bank, out_dir)
 def test_progress_counts_frames_across_batches_and_cancel_lands_within_one_step(nodes, comfy, base_model, bank,
                                                                                 tmp_path):
     comfy.modules["folder_paths"].get_output_directory = lambda: str(tmp_path / "comfy_output")
-    render(nodes, base_model, bank, do_sample=False, subtalker_do_sample=False)
+    render(nodes, base_model, bank, do_sample=False, subtalker_do_sample=False, filename_prefix="first/take")
     values, totals = [v for v, _ in comfy.progress], {t for _, t in comfy.progress}
     assert totals == {(2 + 2 + 1) * 3}  # batches of 2, 2 and 1 lines, max_new_tokens 4 -> 3 frame steps
     assert values == sorted(values) and values[-1] == totals.pop()
@@ -193,6 +197,7 @@ def test_resume_after_a_crash_renders_only_the_missing_lines(nodes, base_model, 
         assert rate == SR and np.array_equal(wav, clip["waveform"][0, 0].numpy())
     manifest = json.loads((out_dir / "scene" / "take_lines.json").read_text())
     assert manifest["lines"]["0003"]["text"] == "It sounded like footsteps."
+    assert list(manifest["lines"]) == [f"{i:04d}" for i in range(1, len(SPOKEN) + 1)], "script order"
 
     rows.clear()
     again = render(nodes, base_model, bank, resume=True, seed=99)  # a new seed alone does not re-render
@@ -202,6 +207,42 @@ def test_resume_after_a_crash_renders_only_the_missing_lines(nodes, base_model, 
     edited = SCRIPT.replace("Only the wind.", "Only the wind, I promise.")
     render(nodes, base_model, bank, script=edited, resume=True)
     assert rows == [1], "an edited line is rendered again, the others are reused"
+
+
+def test_the_manifest_is_in_script_order_even_while_lines_finish_longest_first(nodes, base_model, bank, out_dir):
+    script = "Alice: Hi.\nBob: This line is quite a lot longer than the first one.\nAlice: Mid length line."
+    render(nodes, base_model, bank, script=script, batch_size=1, resume=True)
+    manifest = json.loads((out_dir / "scene" / "take_lines.json").read_text())
+    assert list(manifest["lines"]) == ["0001", "0002", "0003"]
+    render(nodes, base_model, bank, script="Alice: Hi.", resume=True)  # a shorter script: its lines only
+    assert list(json.loads((out_dir / "scene" / "take_lines.json").read_text())["lines"]) == ["0001"]
+
+
+@pytest.mark.parametrize("change", ["dtype", "attention", "mode", "settings"])
+def test_the_fingerprint_covers_dtype_attention_decode_mode_and_every_setting(nodes, base_model, batch_nodes, change,
+                                                                             monkeypatch):
+    split = sys.modules[batch_nodes.__name__.rsplit(".", 1)[0] + ".common"].split_generation_options
+    settings = split(gen_options())[1]
+
+    def fingerprint(model=base_model, settings=settings):
+        context = batch_nodes._render_context(model, "English", settings, True)
+        return batch_nodes._fingerprint(context, "Alice", batch_nodes.Line("Hello.", voice, "English"))
+
+    voice = type("V", (), {"spk_embedding": torch.zeros(4), "ref_code": None, "ref_text": None})()
+    before = fingerprint()
+    engine = base_model.tts
+    if change == "dtype":
+        monkeypatch.setattr(type(engine.tts.model), "dtype", property(lambda self: torch.bfloat16))
+    elif change == "attention":
+        monkeypatch.setattr(engine.tts.model.config, "_attn_implementation", "eager")
+    elif change == "mode":
+        monkeypatch.setattr(engine.patch, "mode", "compile")
+    else:
+        assert fingerprint(settings=split(gen_options(seed=12345))[1]) == before, "the seed does not count"
+        settings = split(gen_options(subtalker_top_k=7))[1]
+        assert fingerprint(settings=settings) != before
+        return
+    assert fingerprint() != before
 
 
 # -- the workflow -------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def test_load_model_gives_a_managed_model_and_lists_local_folders(nodes, base_mo
 
 
 def test_load_model_errors_name_the_node(nodes, models_root):
-    with pytest.raises(FileNotFoundError, match=r"^Qwen3-TTS Load Model: no model folder named 'nope'"):
+    with pytest.raises(FileNotFoundError, match=r"^Qwen3-TTS Load Model: no model folder 'nope' \(looked in "):
         nodes["Qwen3TTSMorphLoadModel"]().load(model="nope", dtype="fp32", attention="sdpa", device="cpu")
     (models_root / "broken").mkdir(exist_ok=True)
     (models_root / "broken" / "config.json").write_text("{}")

@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -39,7 +40,12 @@ def test_without_comfyui_folders_come_from_the_environment(services, monkeypatch
     assert services.model_dirs() == [tmp_path / "m"]
     assert services.voices_save_dir() == tmp_path / "m" / "voices"
     monkeypatch.delenv("QWEN3TTS_MODELS_DIR")
-    assert services.model_dirs() == [(Path.cwd() / "models" / "qwen3-tts").resolve()]
+    monkeypatch.chdir(tmp_path)  # the fallback is the pack's own folder, wherever the process runs
+    from .conftest import ROOT
+
+    assert services.model_dirs() == [ROOT / "models" / "qwen3-tts"]
+    monkeypatch.delenv("QWEN3TTS_OUTPUT_DIR", raising=False)
+    assert services.output_dir() == ROOT / "output"
     assert services.choose_devices("auto") == (None, None)
     services.check_interrupt()  # a no-op
 
@@ -217,3 +223,81 @@ def test_cancel_before_start_skips_the_work(nodes, comfy, base_model, base_voice
     with pytest.raises(interrupt):
         nodes["Qwen3TTSMorphVoicePrompt"]().make(base_model, ref_clip, "", False)
     assert comfy.progress == []
+
+
+# -- working memory -----------------------------------------------------------------------------------
+def test_each_run_declares_its_working_memory_to_comfyui(nodes, comfy, comfy_models, base_voice, pack):
+    memory = sys.modules[pack.__name__ + ".morph.memory"]
+    handle = load_under_comfy(nodes)
+    nodes[VC]().generate(model=handle, voice=base_voice, text="Short.", **gen_options())
+    short = comfy.loads[-1]["memory_required"]
+    nodes[VC]().generate(model=handle, voice=base_voice, text="A much longer line than that. " * 10,
+                         **gen_options(max_new_tokens=0))
+    long = comfy.loads[-1]["memory_required"]
+    assert memory.DECODE_ALLOWANCE < short < long
+    settings = sys.modules[pack.__name__ + ".nodes.common"].split_generation_options(gen_options())[1]
+    assert short == memory.working_memory(handle.tts, [("Short.", base_voice)], settings)
+
+
+def test_working_memory_grows_with_the_batch_and_counts_the_kv_cache(tiny_tts):
+    from morph.memory import DECODE_ALLOWANCE, PROMPT_OVERHEAD_TOKENS, working_memory
+    from morph.settings import GenerationSettings
+
+    settings = GenerationSettings(max_new_tokens=100)
+    lines = [("Hello there.", None)] * 8
+    one, eight = working_memory(tiny_tts, lines, settings, 1), working_memory(tiny_tts, lines, settings, 8)
+    c = tiny_tts.tts.model.config.talker_config  # 2 layers, 2 kv heads, head dim 16, fp32
+    kv = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4
+    tokens = len("Hello there.") + PROMPT_OVERHEAD_TOKENS + 100
+    assert one - DECODE_ALLOWANCE > kv * tokens and eight - DECODE_ALLOWANCE == 8 * (one - DECODE_ALLOWANCE)
+    assert working_memory(tiny_tts, lines, settings, 64) == eight  # no more rows than lines
+
+
+# -- messages on the node -----------------------------------------------------------------------------
+def test_warnings_the_user_must_act_on_are_shown_on_the_node(nodes, comfy, comfy_models, base_voice):
+    handle = load_under_comfy(nodes)
+    comfy.node_id = "12"
+    rate = 24000
+    t = np.arange(35 * rate) / rate
+    long_clip = {"waveform": torch.from_numpy((0.3 * np.sin(2 * np.pi * 150 * t)).astype(np.float32))[None, None],
+                 "sample_rate": rate}
+    nodes["Qwen3TTSMorphVoicePrompt"]().make(handle, long_clip, "", False)
+    assert comfy.texts and comfy.texts[-1][0] == "12"
+    assert "only its first 30 s are used" in comfy.texts[-1][1]
+
+    comfy.texts.clear()
+    voice = nodes["Qwen3TTSMorphVoicePrompt"]().make(handle, long_clip, "", False)[0]
+    object.__setattr__(voice, "ref_text", "Say this.")  # a transcript equal to the text: a swap
+    nodes[VC]().generate(model=handle, voice=voice, text="Say this.", **gen_options())
+    assert any("the same as the voice's transcript" in text for _, text in comfy.texts)
+
+
+def test_save_voice_shows_where_it_saved(nodes, comfy, base_voice, models_root):
+    comfy.node_id = "3"
+    nodes["Qwen3TTSMorphSaveVoice"]().save(base_voice, "shown")
+    assert comfy.texts[-1][0] == "3" and comfy.texts[-1][1].startswith("saved shown.safetensors in ")
+
+
+def test_a_warning_from_another_thread_is_not_shown_on_the_node(services, comfy):
+    import logging
+    import threading
+
+    with services.warnings_on_node():
+        other = threading.Thread(target=lambda: logging.getLogger(services.PACK_LOGGER).warning("not mine"))
+        other.start()
+        other.join()
+        logging.getLogger(services.PACK_LOGGER + ".morph.engine").warning("mine")
+    assert comfy.texts == [("7", "Warning: mine")]
+    logging.getLogger(services.PACK_LOGGER).warning("after the node")
+    assert comfy.texts == [("7", "Warning: mine")]
+
+
+# -- devices ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("device, lacking", [("mps", "MPS needs an Apple-silicon Mac"), ("cuda", "no CUDA GPU")])
+def test_load_model_refuses_a_device_this_machine_lacks(nodes, comfy, comfy_models, monkeypatch, device, lacking):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=f"^Qwen3-TTS Load Model: device '{device}' is not available: .*{lacking}.*"
+                                         "choose auto or cpu"):
+        load_under_comfy(nodes, device=device)
+    assert comfy.patchers == [], "refused before anything loads"
