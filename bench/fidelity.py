@@ -146,7 +146,8 @@ def markdown(report: dict) -> str:
     lines = [f"{len(report['clips'])} clips x {len(report['texts'])} texts x {len(report['seeds'])} seeds. Speaker "
              "similarity: cosine of the model's speaker embeddings, reference against output. Code agreement: "
              "teacher forced on upstream's codes, the crossbar's argmax against the sequential pass's, groups k+1..15.",
-             "", "| seq_groups | speaker similarity | CER | code agreement (mean of groups k+1..15) |", "|---|---|---|---|"]
+             "", "| seq_groups | speaker similarity | CER | code agreement (mean of groups k+1..15) |",
+             "|---|---|---|---|"]
     for k in ks:
         s = report["summary"][k]
         agree = s["code_agreement"]
