@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from . import workflow_tools as wt
 from .conftest import ROOT
 
 COMFYUI = os.environ.get("COMFYUI_PATH")
@@ -28,3 +29,40 @@ def test_against_real_comfyui_services(model_dirs):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["ok"] is True
+
+
+def _frontend_tools(python: str) -> str | None:
+    """Why the real-frontend check cannot run here, or None."""
+    chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    if not os.path.exists(chromium):
+        return f"no Chromium at {chromium} (apt-get install chromium, or set CHROMIUM)"
+    probe = subprocess.run([python, "-c", "import playwright, PIL"], capture_output=True)
+    return None if probe.returncode == 0 else f"{python} cannot import playwright and Pillow"
+
+
+@pytest.mark.skipif(not COMFYUI, reason="set COMFYUI_PATH to a ComfyUI checkout to run against its real frontend")
+def test_workflows_open_cleanly_in_the_real_frontend(tmp_path):
+    """Every workflow, loaded by the real frontend: no overlaps, clear of the sidebar and top bars, and node
+    sizes as the CPU check (recorded sizes) predicts them."""
+    python = os.environ.get("COMFYUI_PYTHON", sys.executable)
+    missing = _frontend_tools(python)
+    if missing:
+        pytest.skip(missing)
+    out = tmp_path / "boxes.json"
+    result = subprocess.run([python, str(ROOT / "tests" / "nodes" / "real_frontend.py"), "--comfyui", COMFYUI,
+                             "--python", python, "--json", str(out)],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    real = json.loads(out.read_text())
+    sizes = wt.frontend_sizes()
+    assert real["frontend_version"] == sizes["frontend"]
+    for path in sorted((ROOT / "workflows").glob("*.json")):
+        wf = json.loads(path.read_text())
+        th = sizes["title_height"]
+        boxes = {n["id"]: (n["pos"][0], n["pos"][1] - th, n["size"][0], n["size"][1] + th) for n in real[path.stem]["nodes"]}
+        assert wt.layout_problems(wf, sizes, boxes) == [], path.stem
+        predicted = wt.node_boxes(wf, sizes)
+        for nid, (x, y, w, h) in boxes.items():
+            px, py, pw, ph = predicted[nid]
+            # the recorded character widths ignore kerning, so long titles come out up to a few px wider
+            assert -0.5 <= pw - w <= 0.01 * w + 1 and abs(ph - h) < 0.5, (path.stem, nid, (pw, ph), (w, h))

@@ -10,6 +10,8 @@ import pytest
 from . import workflow_tools as wt
 from .conftest import ROOT
 
+FIXTURES = ROOT / "tests" / "fixtures"
+
 WORKFLOWS = sorted((ROOT / "workflows").glob("*.json"))
 EXPECTED = {"voice_clone", "seq_groups_ab", "save_and_reuse_voice", "custom_voice", "voice_design", "character_lines"}
 
@@ -24,7 +26,7 @@ def load(name):
 
 
 def types_in(wf):
-    return [n["type"] for n in wf["nodes"]]
+    return [n["type"] for n in wf["nodes"] if n["type"] not in wt.FRONTEND_ONLY]
 
 
 def test_the_example_workflows_are_there():
@@ -87,6 +89,100 @@ def test_workflow_contents(info):
     vd = wt.ui_to_api(load("voice_design"), info)
     assert any(n["class_type"] == "Qwen3TTSMorphVoiceDesign" for n in vd.values())
     assert any("VoiceDesign" in str(n["inputs"].get("model")) for n in vd.values())
+
+
+# -- as the frontend opens them: layout, notes, thumbnails -------------------------------------------
+@pytest.fixture(scope="module")
+def sizes():
+    return wt.frontend_sizes()
+
+
+def test_recorded_frontend_sizes_match_the_nodes(info, sizes):
+    """A node that gained or lost a widget changes size: record again (tests/nodes/real_frontend.py --record-fixture)."""
+    types = {n["type"] for p in WORKFLOWS for n in json.loads(p.read_text())["nodes"]}
+    assert wt.stale_sizes(info, sizes, types | {t for t in info if t.startswith("Qwen3TTSMorph")}) == []
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
+def test_workflow_opens_without_overlaps_and_clear_of_the_sidebar(path, sizes):
+    assert wt.layout_problems(json.loads(path.read_text()), sizes) == []
+
+
+def node_by_type(wf, type_):
+    return next(n for n in wf["nodes"] if n["type"] == type_)
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    # the issue's case: a long title widens the node over its neighbour
+    (lambda wf: node_by_type(wf, "Qwen3TTSMorphVoicePrompt").__setitem__(
+        "title", "Qwen3-TTS Voice Prompt (Alice: type the clip's transcript for a closer match)"), "overlap"),
+    (lambda wf: node_by_type(wf, "Qwen3TTSMorphVoiceBank")["pos"].__setitem__(0, 700), "overlap"),
+    (lambda wf: node_by_type(wf, "LoadAudio")["pos"].__setitem__(0, 40), "under the sidebar"),
+    (lambda wf: wf["extra"]["ds"].__setitem__("offset", [0, -60]), "under the top bars"),
+    (lambda wf: wf["groups"].append({"title": "g", "bounding": [0, 0, 300, 300]}), "straddles"),
+])
+def test_layout_check_catches_what_the_frontend_would_show(sizes, mutate, expected):
+    wf = load("character_lines")
+    mutate(wf)
+    assert any(expected in p for p in wt.layout_problems(wf, sizes)), wt.layout_problems(wf, sizes)
+
+
+def test_a_shrunk_node_is_widened_as_the_frontend_does(sizes):
+    wf = load("voice_clone")
+    node = node_by_type(wf, "LoadAudio")
+    node.update(size=[10, 10], title="Load Audio (Alice's reference clip)")
+    x, y, w, h = wt.node_boxes(wf, sizes)[node["id"]]
+    # what frontend 1.35.9's computeSize() gave for this node and title
+    assert abs(w - 267.98) < 1.5 and h == 136 + sizes["title_height"]
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
+def test_workflow_names_its_input_files_in_a_note(path):
+    wf = json.loads(path.read_text())
+    notes = [n["widgets_values"][0] for n in wf["nodes"] if n["type"] in wt.FRONTEND_ONLY]
+    assert len(notes) == 1, "one Note says what the workflow needs"
+    audio = {n["widgets_values"][0] for n in wf["nodes"] if n["type"] == "LoadAudio"}
+    assert audio <= {"reference.wav"}, "the examples need only input/reference.wav"
+    for name in audio:
+        assert f"ComfyUI/input/{name}" in notes[0]
+    if not audio:
+        assert "no input file" in notes[0]
+    for node in wf["nodes"]:
+        if node["type"] == "Qwen3TTSMorphLoadModel":
+            assert node["widgets_values"][0] in notes[0]
+
+
+def test_readme_lists_each_workflow_and_its_inputs():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Example workflows", 1)[1].split("\n## ", 1)[0]
+    assert "ComfyUI/input/reference.wav" in section
+    for path in WORKFLOWS:
+        line = next((x for x in section.splitlines() if f"`{path.name}`" in x), None)
+        assert line is not None, f"{path.name} is not in the README's Example workflows"
+        needs = "reference.wav" if any(n["type"] == "LoadAudio" for n in json.loads(path.read_text())["nodes"]) \
+            else "no input file"
+        assert needs in line, (path.name, line)
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
+def test_template_has_a_thumbnail(path):
+    """Browse Templates shows <name>.jpg beside each custom node's workflow as its card image."""
+    jpg = path.with_suffix(".jpg")
+    assert jpg.is_file()
+    data = jpg.read_bytes()
+    assert data[:3] == b"\xff\xd8\xff" and 5_000 < len(data) < 200_000
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
+def test_api_form_is_what_the_real_frontend_queues(path, info):
+    """tests/fixtures/frontend_api/ holds app.graphToPrompt() of each workflow in frontend 1.35.9
+    (tests/nodes/real_frontend.py --api); tools/comfy_gpu_run.py queues this converter's output instead."""
+    recorded = json.loads((FIXTURES / "frontend_api" / path.name).read_text())
+    mine = wt.ui_to_api(json.loads(path.read_text()), info)
+    # audioUI is the frontend's audio player widget: sent along, ignored by the server
+    strip = lambda p: {k: (v["class_type"], {n: x for n, x in v["inputs"].items() if n != "audioUI"})  # noqa: E731
+                       for k, v in p.items()}
+    assert strip(mine) == strip(recorded)
 
 
 # -- the validator itself catches what it should ----------------------------------------------------

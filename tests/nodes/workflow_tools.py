@@ -333,3 +333,80 @@ def validate_prompt(prompt: dict, info: dict) -> list[str]:
             if result is not True:
                 errors.append(f"{where}: custom validation failed: {result}")
     return errors
+
+
+# -- layout: node boxes as ComfyUI's frontend draws them after loading a workflow -------------------
+# On load the frontend widens every node to at least node.computeSize(): the title's width plus
+# padding, the widest slot label and the widgets' minimums (app.loadGraphData in frontend 1.35.9).
+# tests/fixtures/frontend_node_sizes.json records, from that frontend (tests/nodes/real_frontend.py
+# --record-fixture), each node type's computeSize() without its title, the title font's character
+# widths, and the overlays floating over the canvas.
+def frontend_sizes() -> dict:
+    return json.loads((FIXTURES / "frontend_node_sizes.json").read_text())
+
+
+def text_width(text: str, sizes: dict) -> float:
+    # LiteGraph's own fallback for a character it cannot measure: 0.6 x the 14 px font size.
+    return sum(sizes["char_widths"].get(c, 14 * 0.6) for c in text)
+
+
+def node_boxes(wf: dict, sizes: dict) -> dict:
+    """{node id: (x, y, w, h)} in canvas units, title bar included, after the frontend's resize."""
+    th = sizes["title_height"]
+    boxes = {}
+    for node in wf["nodes"]:
+        rec = sizes["types"][node["type"]]
+        title = node.get("title") or rec["default_title"]
+        title_w = th + text_width(title, sizes) + th * 0.33  # LGraphNode.computeSize
+        w = max(node["size"][0], rec["width_without_title"], title_w)
+        h = max(node["size"][1], rec["height"])
+        boxes[node["id"]] = (node["pos"][0], node["pos"][1] - th, w, h + th)
+    return boxes
+
+
+def stale_sizes(info: dict, sizes: dict, types) -> list[str]:
+    """Node types whose widgets differ from the ones the recorded sizes were measured with."""
+    problems = []
+    for t in sorted(set(types)):
+        rec = sizes["types"].get(t)
+        if rec is None:
+            problems.append(f"{t}: no recorded size")
+        elif t in info:
+            names = [name for name, kind, _, _ in widget_layout(info[t]) if kind == "input"]
+            if [w for w in rec["widgets"] if w in names] != names:
+                problems.append(f"{t}: widgets {names}, sizes recorded with {rec['widgets']}")
+    return problems
+
+
+def layout_problems(wf: dict, sizes: dict, boxes: dict | None = None, gap: float = 10) -> list[str]:
+    """Nodes that overlap (closer than `gap`), sit under the sidebar or the top bars when the workflow
+    opens at its saved view (extra.ds), or straddle a group's border."""
+    boxes = boxes if boxes is not None else node_boxes(wf, sizes)
+    titles = {n["id"]: f"node {n['id']} ({n.get('title') or n['type']})" for n in wf["nodes"]}
+    problems = []
+    ids = sorted(boxes)
+    for i, a in enumerate(ids):
+        ax, ay, aw, ah = boxes[a]
+        for b in ids[i + 1:]:
+            bx, by, bw, bh = boxes[b]
+            if ax < bx + bw + gap and bx < ax + aw + gap and ay < by + bh + gap and by < ay + ah + gap:
+                problems.append(f"{titles[a]} and {titles[b]} overlap or are closer than {gap} px")
+    ds = wf.get("extra", {}).get("ds", {"scale": 1, "offset": [0, 0]})
+    scale, (ox, oy) = ds.get("scale", 1), ds.get("offset", [0, 0])
+    over = sizes["overlays"]
+    left = over["sidebar"][2] + gap
+    top = max(over["tabs"][3], over["breadcrumb"][3], over["actionbar"][3]) + gap
+    for nid, (x, y, w, h) in boxes.items():
+        sx, sy = (x + ox) * scale, (y + oy) * scale
+        if sx < left:
+            problems.append(f"{titles[nid]} starts at screen x {sx:.0f}, under the sidebar (clear from {left:.0f})")
+        if sy < top:
+            problems.append(f"{titles[nid]} starts at screen y {sy:.0f}, under the top bars (clear from {top:.0f})")
+    for group in wf.get("groups", []):
+        gx, gy, gw, gh = group["bounding"]
+        for nid, (x, y, w, h) in boxes.items():
+            inside = gx <= x and gy <= y and x + w <= gx + gw and y + h <= gy + gh
+            apart = x >= gx + gw or gx >= x + w or y >= gy + gh or gy >= y + h
+            if not inside and not apart:
+                problems.append(f"{titles[nid]} straddles the border of group {group.get('title')!r}")
+    return problems
