@@ -5,6 +5,7 @@
 #   bash tools/gpu_check.sh OUTDIR     # on the GPU machine (no network): install those wheels, run the
 #                                      # tests under cudaMallocAsync (ComfyUI's default) and the native
 #                                      # allocator, and write OUTDIR/gpu_check.json with the project commit
+#                                      # (BACKENDS="native" runs one of them)
 #
 # The GPU machine gets this tree with .whl carried along (its wheels are pinned in the manifest,
 # so a refill gives the same files). The project commit is written next to them here, because
@@ -24,7 +25,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/gpu-site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/inductor-gpu-check}
 status=0
-for backend in cudaMallocAsync native; do
+for backend in ${BACKENDS:-cudaMallocAsync native}; do
   if [ "$backend" = native ]; then unset PYTORCH_CUDA_ALLOC_CONF; else export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; fi
   echo "=== tests/gpu under $backend"
   start=$(date +%s)
