@@ -30,10 +30,9 @@ def prompt_tokens(text: str, voice: Voice | None = None, instruct: str = "") -> 
 
 
 def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: GenerationSettings | None = None,
-                   batch_size: int = 1, instruct: str = "") -> int:
-    """Bytes that rendering `lines` ((text, voice) pairs), `batch_size` rows at a time, needs beyond the weights.
-
-    A text over MAX_SEGMENT_CHARS counts as its segments, each a row of its own.
+                   batch_size: int | None = None, instruct: str = "") -> int:
+    """Bytes that rendering `lines` ((text, voice) pairs), `batch_size` rows at a time (None: all at once),
+    needs beyond the weights. A text over MAX_SEGMENT_CHARS counts as its segments, each a row of its own.
     """
     settings = settings or GenerationSettings()
     rows = []
@@ -45,7 +44,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     if not rows:
         return 0
     rows.sort(key=lambda r: -(r[0] + r[1]))
-    width = min(max(int(batch_size), 1), len(rows))
+    width = len(rows) if batch_size is None else min(max(int(batch_size), 1), len(rows))
     config = tts.tts.model.config.talker_config
     itemsize = tts.tts.model.dtype.itemsize
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads

@@ -251,6 +251,10 @@ def test_working_memory_grows_with_the_batch_and_counts_the_kv_cache(tiny_tts):
     tokens = len("Hello there.") + PROMPT_OVERHEAD_TOKENS + 100
     assert one - DECODE_ALLOWANCE > kv * tokens and eight - DECODE_ALLOWANCE == 8 * (one - DECODE_ALLOWANCE)
     assert working_memory(tiny_tts, lines, settings, 64) == eight  # no more rows than lines
+    assert working_memory(tiny_tts, lines, settings) == eight  # no batch size: every row at once
+    long = "A sentence of some length. " * 40  # over 500 characters: its segments are rows of one batch
+    together, alone = (working_memory(tiny_tts, [(long, None)], settings, b) - DECODE_ALLOWANCE for b in (None, 1))
+    assert together == 3 * alone
 
 
 # -- messages on the node -----------------------------------------------------------------------------
