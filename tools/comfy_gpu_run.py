@@ -288,6 +288,8 @@ def main() -> int:
                     help="cap every generation node's max_new_tokens (to test on CPU; default: as the workflows say)")
     ap.add_argument("--port", type=int, default=8188)
     ap.add_argument("--prompt-timeout", type=float, default=240)
+    ap.add_argument("--deadline", type=float, default=520,
+                    help="seconds from the start after which no more prompts are queued (a device call ends at 600)")
     args = ap.parse_args()
     if not args.comfyui:
         ap.error("give --comfyui or set COMFYUI_PATH to a ComfyUI checkout")
@@ -296,6 +298,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     python = sys.executable
     t_start = time.time()
+    args.deadline_at = t_start + args.deadline
     commit, source = args.commit, "--commit / $PROJECT_COMMIT"
     if not commit:
         commit, source = git_head(), "git rev-parse HEAD"
@@ -315,7 +318,7 @@ def main() -> int:
     log_file = None
     try:
         # 1. ComfyUI's missing packages, then the pack as the README installs it, offline.
-        wheels = Path(args.wheels)
+        wheels = Path(args.wheels).resolve()
         find_links = ["--no-index"] + (["--find-links", str(wheels)] if wheels.is_dir() else [])
         pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-cache-dir"] + find_links
         manifest = read_manifest(Path(args.manifest))
@@ -424,8 +427,11 @@ def main() -> int:
         # 4. Every workflow, as the frontend would queue it.
         results = {}
         for name, wf in ui.items():
+            if budget(args) < 10:
+                report.setdefault("workflows", {})[name] = {"status": "skipped", "reason": "deadline", "wall_s": 0}
+                continue
             prompt = capped(with_defaults(wt.ui_to_api(wf, info), info), args.max_new_tokens)
-            results[name] = server.queue(prompt, args.prompt_timeout)
+            results[name] = server.queue(prompt, budget(args))
             results[name]["outputs"] = outputs_of(server, results[name].get("prompt_id"))
             print(f"workflow {name}: {results[name]['status']} in {results[name]['wall_s']} s", flush=True)
             report.setdefault("workflows", {})[name] = results[name]
@@ -436,15 +442,15 @@ def main() -> int:
         # 5. A Render Lines job of --lines lines, from the dialogue workflow's graph.
         base = next((wt.ui_to_api(wf, info) for wf in ui.values()
                      if any(n["type"] == "Qwen3TTSMorphRenderLines" for n in wf["nodes"])), None)
-        if base is None:
-            report["render_lines"] = {"status": "skipped", "reason": "no workflow has a Render Lines node"}
+        if base is None or budget(args) < 30:
+            report["render_lines"] = {"status": "skipped", "reason": "deadline" if base else "no Render Lines workflow"}
         else:
             prompt = with_defaults(base, info)
             names = [n["inputs"]["name"] for _, n in find(prompt, "Qwen3TTSMorphVoiceBank")]
             for _, node in find(prompt, "Qwen3TTSMorphRenderLines"):
                 node["inputs"].update(script=script_of(names, args.lines), batch_size=args.batch_size,
                                       filename_prefix="comfy_gpu_run/lines", seed=7, resume=False)
-            result = server.queue(capped(prompt, args.max_new_tokens), args.prompt_timeout)
+            result = server.queue(capped(prompt, args.max_new_tokens), budget(args))
             result.update(lines=args.lines, batch_size=args.batch_size, outputs=outputs_of(server, result.get("prompt_id")))
             report["render_lines"] = result
             print(f"render lines x{args.lines}: {result['status']} in {result['wall_s']} s", flush=True)
@@ -455,7 +461,8 @@ def main() -> int:
         cloning = [wf for wf in ui.values() if {"LoadAudio", "Qwen3TTSMorphVoicePrompt", "Qwen3TTSMorphGenerate"}
                    <= {x["type"] for x in wf["nodes"]}]
         clone = wt.ui_to_api(min(cloning, key=lambda wf: len(wf["nodes"])), info) if cloning else None
-        report["interrupt"] = interrupt_test(server, with_defaults(clone, info), args) if clone else {"status": "skipped"}
+        report["interrupt"] = (interrupt_test(server, with_defaults(clone, info), args) if clone and budget(args) >= 30
+                               else {"status": "skipped"})
         print(f"interrupt: {json.dumps(report['interrupt'].get('latency_s'))} s", flush=True)
         save()
 
@@ -511,6 +518,11 @@ def outputs_of(server: Server, pid: str | None) -> dict:
     return {node: {k: len(v) for k, v in out.items() if isinstance(v, list)} for node, out in hist.get("outputs", {}).items()}
 
 
+def budget(args) -> float:
+    """Seconds a prompt may still take: its own limit, or what is left before the deadline."""
+    return max(0.0, min(args.prompt_timeout, args.deadline_at - time.time()))
+
+
 def interrupt_test(server: Server, prompt: dict, args) -> dict:
     """Queue a long generation, POST /interrupt once it is some frames in, time the stop, then rerun."""
     gen_id, gen = find(prompt, "Qwen3TTSMorphGenerate")[0]
@@ -526,7 +538,7 @@ def interrupt_test(server: Server, prompt: dict, args) -> dict:
         d = m.get("data", {})
         return m["type"] == "progress" and d.get("prompt_id") == pid and d.get("node") == gen_id and d.get("value", 0) >= 20
 
-    seen = server.wait_for(generating, args.prompt_timeout, mark)
+    seen = server.wait_for(generating, budget(args), mark)
     if seen is None:
         return {"status": "never reached frame 20", "messages": [m["type"] for _, m in server.messages[mark:]][-20:]}
     t0 = time.time()
@@ -539,7 +551,7 @@ def interrupt_test(server: Server, prompt: dict, args) -> dict:
         return result
     result.update(status=stop[2]["type"], latency_s=round(stop[1] - t0, 3))
     gen["inputs"].update(seed=54321, text=SENTENCES[0], max_new_tokens=args.run_frames)
-    rerun = server.queue(prompt, args.prompt_timeout)
+    rerun = server.queue(prompt, budget(args))
     result["rerun"] = {k: rerun.get(k) for k in ("status", "wall_s", "node_times", "error")}
     return result
 
@@ -549,8 +561,10 @@ def repeated_runs(server: Server, prompt: dict, args, spid) -> dict:
     gen["inputs"].update(text=SENTENCES[2], max_new_tokens=args.run_frames)
     runs = []
     for i in range(args.runs):
+        if budget(args) < 10:
+            break
         gen["inputs"]["seed"] = 1000 + i
-        r = server.queue(prompt, args.prompt_timeout)
+        r = server.queue(prompt, budget(args))
         mem = vram(server, spid, args.cpu)
         runs.append({"status": r["status"], "wall_s": r["wall_s"],
                      "generate_s": next((n["s"] for n in r.get("node_times", []) if n["class_type"] == "Qwen3TTSMorphGenerate"), None),
@@ -562,7 +576,7 @@ def repeated_runs(server: Server, prompt: dict, args, spid) -> dict:
         if len(values) > 1:
             growth[key] = {"first": values[0], "last": values[-1], "max": max(values), "growth_after_first": values[-1] - values[0]}
     walls = sorted(r["generate_s"] for r in runs if r["generate_s"] is not None)
-    return {"runs": runs, "frames_each_at_most": args.run_frames, "growth": growth,
+    return {"runs": runs, "runs_requested": args.runs, "frames_each_at_most": args.run_frames, "growth": growth,
             "all_success": all(r["status"] == "success" for r in runs),
             "generate_s_median": walls[len(walls) // 2] if walls else None}
 
