@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from bench.common import add_model_args, emit
 from bench.random_model import build_random_model
 from bench.speed import REF_TEXT, TEXT, device_name, reference_wave
-from morph import graphs, lean
+from morph import graphs, lean, runner
 from morph.engine import MorphTTS
 from morph.settings import GenerationSettings
 
@@ -225,7 +225,7 @@ class _Runner:
     def __init__(self, mode: str):
         self.mode = mode
         self.entries = {}
-        self.pool = torch.cuda.graph_pool_handle() if mode in graphs.GRAPH_MODES else None
+        self.pool = torch.cuda.graph_pool_handle() if mode in runner.FAST_MODES else None
 
     def fn(self, f):
         return graphs.compiled(f) if self.mode == "compile" else f
@@ -359,7 +359,7 @@ def gate(results: dict, factor: float = GATE_FACTOR) -> list[str]:
 # -- the run ---------------------------------------------------------------------------------
 def available(stack: str, device: torch.device) -> str | None:
     """None if the stack can run here, else why not."""
-    if stack in graphs.GRAPH_MODES and device.type != "cuda":
+    if stack in runner.FAST_MODES and device.type != "cuda":
         return "needs CUDA"
     if stack == "compile" and not graphs.compile_available():
         return "torch.compile (Triton) is unavailable"
