@@ -477,7 +477,11 @@ def main() -> int:
         server.post("/free", {"unload_models": True, "free_memory": True})
         report["vram"]["after_free_memory"] = settle_vram(server, spid, args.cpu)
         report["vram"]["check"] = vram_check(report["vram"])
-        report["ok"] = all(r.get("status") == "success" for r in report.get("workflows", {}).values())
+        report["ok"] = (all(r.get("status") == "success" for r in report.get("workflows", {}).values())
+                        and report["render_lines"].get("status") in ("success", "skipped")
+                        and report["interrupt"].get("status") in ("execution_interrupted", "skipped")
+                        and report["interrupt"].get("rerun", {}).get("status", "success") == "success"
+                        and report["repeated"]["all_success"])
     except Exception as e:
         import traceback
 
@@ -577,7 +581,7 @@ def repeated_runs(server: Server, prompt: dict, args, spid) -> dict:
             growth[key] = {"first": values[0], "last": values[-1], "max": max(values), "growth_after_first": values[-1] - values[0]}
     walls = sorted(r["generate_s"] for r in runs if r["generate_s"] is not None)
     return {"runs": runs, "runs_requested": args.runs, "frames_each_at_most": args.run_frames, "growth": growth,
-            "all_success": all(r["status"] == "success" for r in runs),
+            "all_success": len(runs) == args.runs and all(r["status"] == "success" for r in runs),
             "generate_s_median": walls[len(walls) // 2] if walls else None}
 
 
