@@ -6,6 +6,7 @@
 
 Host services (progress, cancel) come in through `on_step(step, total)`, called once per
 frame before it is decoded; an exception raised there stops generation and propagates.
+Generation itself is morph/batch.py's: one line is a batch of one.
 """
 
 from __future__ import annotations
@@ -13,24 +14,21 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
+from .batch import BatchTTS, Line, OnStep
 from .loading import DEFAULT_MODEL, load_qwen_tts, locate_checkpoint, place, resolve_attention, resolve_device, \
     resolve_dtype
 from .patch import MorphPatch
 from .reference_audio import prepare_reference
 from .settings import SAMPLE_RATE, GenerationSettings
-from .text_split import MAX_SEGMENT_CHARS, split_text
-from .voice import Voice, check_voice_fits
+from .voice import Voice
 
 log = logging.getLogger(__name__)
 
-OnStep = Callable[[int, int], None]
 MAX_TRANSCRIPT_CHARS_PER_SECOND = 25  # fast speech is ~15-20 characters a second
-SEGMENT_PAUSE_SECONDS = 0.2  # between the segments of a long text
 VARIANT_NAMES = {"base": "Base (voice clone)", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}
 VARIANT_EXAMPLES = {"base": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "custom_voice": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
                     "voice_design": "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign"}
@@ -86,7 +84,6 @@ class MorphTTS:
         """Drop what the engine keeps on the device besides the weights (KV buffers, CUDA graphs,
         fused weight storage); it is rebuilt on the next call. For memory managers that offload."""
         self.patch.loop.release()
-        self.patch.predictor.release()
 
     @contextlib.contextmanager
     def upstream(self):
@@ -128,29 +125,30 @@ class MorphTTS:
             ref_text=transcript, model_size=self.model_size,
         )
 
-    # -- generation ------------------------------------------------------------------
+    # -- generation: one line through the batch front end (morph/batch.py) -------------
     def clone(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,
               on_step: OnStep | None = None, who: str = "Generate", split_long_text: bool = True) -> np.ndarray:
-        self.require_variant("base", who)
-        check_voice_fits(voice, self.hidden_size, self.model_size, who)
-        return self._run(self.tts.generate_voice_clone, text, language, settings, on_step, who, split_long_text,
-                         voice_clone_prompt=[self._prompt_item(voice)])
+        if voice is None:  # a Line without a voice is a VoiceDesign line
+            raise ValueError(f"{who}: no voice given; make one with make_voice or load_voice")
+        return self._speak(Line(text, voice, language), settings, on_step, who, split_long_text)
 
     def custom_voice(self, text: str, speaker: str, instruct: str = "", language: str = "Auto",
                      settings: GenerationSettings = None, on_step: OnStep | None = None,
                      who: str = "Generate (CustomVoice)", split_long_text: bool = True) -> np.ndarray:
-        self.require_variant("custom_voice", who)
-        if speaker.lower() not in {s.lower() for s in self.speakers}:
-            raise ValueError(f"{who}: unknown speaker {speaker!r}; this model has {', '.join(self.speakers)}")
-        return self._run(self.tts.generate_custom_voice, text, language, settings, on_step, who, split_long_text,
-                         speaker=speaker, instruct=instruct.strip() or None)
+        line = Line(text, language=language, speaker=str(speaker), instruct=instruct or "")
+        return self._speak(line, settings, on_step, who, split_long_text)
 
     def voice_design(self, text: str, instruct: str, language: str = "Auto", settings: GenerationSettings = None,
                      on_step: OnStep | None = None, who: str = "Generate (VoiceDesign)",
                      split_long_text: bool = True) -> np.ndarray:
-        self.require_variant("voice_design", who)
-        return self._run(self.tts.generate_voice_design, text, language, settings, on_step, who, split_long_text,
-                         instruct=instruct.strip())
+        return self._speak(Line(text, language=language, instruct=instruct or ""), settings, on_step, who,
+                           split_long_text)
+
+    def _speak(self, line: Line, settings: GenerationSettings | None, on_step: OnStep | None, who: str,
+               split_long_text: bool) -> np.ndarray:
+        """A long text's segments are the rows of one batch (halved on out-of-memory like any batch)."""
+        return BatchTTS(self).render([line], settings, batch_size=None, on_step=on_step, who=who,
+                                     split_long_text=split_long_text)[0]
 
     def _prompt_item(self, voice: Voice):
         from qwen_tts import VoiceClonePromptItem
@@ -161,60 +159,3 @@ class MorphTTS:
             ref_spk_embedding=voice.spk_embedding.to(device),
             x_vector_only_mode=not voice.icl, icl_mode=voice.icl, ref_text=voice.ref_text,
         )
-
-    def _check_language(self, language: str, who: str) -> str:
-        if language.lower() not in {lang.lower() for lang in self.languages}:
-            raise ValueError(f"{who}: language {language!r} is not supported by this model; "
-                             f"choose one of {', '.join(self.languages)}")
-        return language
-
-    def _run(self, generate, text: str, language: str, settings: GenerationSettings | None,
-             on_step: OnStep | None, who: str, split_long_text: bool = True, **prompt) -> np.ndarray:
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"{who}: text is empty; type the words to speak")
-        text = text.strip()
-        segments = split_text(text) if len(text) > MAX_SEGMENT_CHARS else [text]
-        if len(segments) > 1 and not split_long_text:
-            raise ValueError(f"{who}: the text is {len(text)} characters, over the {MAX_SEGMENT_CHARS}-character "
-                             "limit of one segment; turn on split_long_text or shorten the text")
-        settings = (settings or GenerationSettings()).validate(who)
-        language = self._check_language(language, who)
-        items = prompt.get("voice_clone_prompt") or [None]
-        warn_if_text_is_the_transcript(text, getattr(items[0], "ref_text", None), who)
-        limits = [settings.upstream_kwargs(seg)["max_new_tokens"] for seg in segments]
-        step = iter(range(1, sum(limits) + 1))
-        self.patch.seq_groups = settings.seq_groups
-        self.patch.on_step = None if on_step is None else (lambda: on_step(next(step, sum(limits)), sum(limits)))
-        pieces = []
-        try:
-            for i, segment in enumerate(segments):
-                # Every segment restarts from the same seed: one voice and delivery throughout.
-                if settings.seed is not None:
-                    torch.manual_seed(settings.seed)
-                wavs, sr = generate(text=segment, language=language, **prompt, **settings.upstream_kwargs(segment))
-                assert sr == SAMPLE_RATE, f"the 12 Hz codec decodes at {SAMPLE_RATE} Hz, got {sr}"
-                pieces.append(np.asarray(wavs[0], dtype=np.float32))
-        except torch.cuda.OutOfMemoryError as e:
-            raise RuntimeError(f"{who}: the GPU ran out of memory ({e}); shorten the text, lower max_new_tokens, "
-                               "or load the model in bf16 or on a larger GPU") from e
-        finally:
-            self.patch.on_step = None
-        if len(segments) > 1:
-            log.info("%s: rendered %d segments of a %d-character text", who, len(segments), len(text))
-        return join_with_pauses(pieces)
-
-
-def join_with_pauses(pieces: list[np.ndarray]) -> np.ndarray:
-    """The segments of one long text, in order, with a short pause between each two."""
-    pause = np.zeros(int(SEGMENT_PAUSE_SECONDS * SAMPLE_RATE), np.float32)
-    joined = [pieces[0]]
-    for piece in pieces[1:]:
-        joined += [pause, piece]
-    return np.concatenate(joined)
-
-
-def warn_if_text_is_the_transcript(text: str, ref_text: str | None, who: str) -> None:
-    """The text to speak and the reference transcript are easy to swap; a swap fails silently."""
-    if ref_text and " ".join(ref_text.split()).lower() == " ".join(text.split()).lower():
-        log.warning("%s: the text to speak is the same as the voice's transcript; if they were swapped, put "
-                    "the words of the reference clip in the Voice prompt's transcript", who)

@@ -50,6 +50,10 @@ class GenerationSettings:
                              "use 0 in the node (or None here) for the automatic limit")
         return self
 
+    def frame_limit(self, text: str) -> int:
+        """max_new_tokens for this text: the setting, or the text-derived default."""
+        return int(self.max_new_tokens or default_max_frames(text))
+
     def upstream_kwargs(self, text: str) -> dict:
         """The keyword arguments of qwen-tts's generate_* methods."""
         return dict(
@@ -57,5 +61,5 @@ class GenerationSettings:
             repetition_penalty=self.repetition_penalty,
             subtalker_dosample=self.subtalker.do_sample, subtalker_temperature=self.subtalker.temperature,
             subtalker_top_k=self.subtalker.top_k, subtalker_top_p=self.subtalker.top_p,
-            max_new_tokens=int(self.max_new_tokens or default_max_frames(text)),
+            max_new_tokens=self.frame_limit(text),
         )

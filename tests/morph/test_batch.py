@@ -1,5 +1,6 @@
-"""The batched engine on the tiny model (CPU, fp32): exactness against single lines, what batch
-invariance holds, per-row EOS and limits, progress, cancel, out-of-memory halving."""
+"""The front end on the tiny model (CPU, fp32): what batch invariance holds, per-row EOS and limits,
+batched codec decode, progress, cancel, out-of-memory halving, errors. Exactness against upstream
+(a batch of one and a batch of several) is in test_exactness.py."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import pytest
 import torch
 
 import morph.batch as batch_module
-from morph.batch import BatchTTS, Line
-from morph.engine import SEGMENT_PAUSE_SECONDS
+from morph.batch import SEGMENT_PAUSE_SECONDS, BatchTTS, Line
 from morph.sampling import Sampling
 from morph.settings import GenerationSettings
 
@@ -75,20 +75,6 @@ def talker_logits(tts, force_eos=None):
         yield steps
     finally:
         handle.remove()
-
-
-# -- a batch of one is the single-line path ---------------------------------------------------
-@pytest.mark.parametrize("mode, settings", [
-    ("icl", greedy(5)), ("xvec", greedy(15)), ("icl", GenerationSettings(seq_groups=3, seed=7, max_new_tokens=8)),
-], ids=["greedy-k5-icl", "greedy-k15-xvec", "sampled-k3-icl"])
-def test_batch_of_one_equals_clone(tiny_tts, batch, voices, mode, settings):
-    line = Line("Hello there, this is one line.", voices[mode], "English")
-    with recorded_codes(tiny_tts.tts) as single:
-        audio = tiny_tts.clone(line.text, line.voice, line.language, settings)
-    with recorded_codes(tiny_tts.tts) as batched:
-        rendered = batch.render([line], settings)
-    assert torch.equal(batched[0][0], single[0][0])
-    assert rendered[0].dtype == np.float32 and np.array_equal(rendered[0], audio)
 
 
 # -- batch invariance ------------------------------------------------------------------------
@@ -196,6 +182,22 @@ def test_each_row_keeps_its_own_text_derived_frame_limit(tiny_tts, batch, voices
         assert torch.equal(got, want)
 
 
+def test_the_codec_decodes_a_batch_as_each_row_alone_to_rounding(batch, voices):
+    """One codec call for the batch: every row's audio is its own decode to rounding (not bit for bit:
+    the batch changes the convolutions' and GEMMs' reduction order), ICL reference audio cut off, and a
+    row without frames silent."""
+    g = torch.Generator().manual_seed(0)
+    codes = [torch.randint(0, 2048, (n, 16), generator=g) for n in (7, 0, 31, 12)]
+    row_voices = [voices["icl"], voices["xvec"], voices["xvec"], voices["icl"]]
+    together = batch.decode(codes, row_voices)
+    assert [a.size for a in together[1:3]] == [0, 31 * 1920]
+    for c, v, got in zip(codes, row_voices, together):
+        alone = batch.decode([c], [v])[0]
+        assert got.dtype == np.float32 and got.shape == alone.shape
+        assert abs(got.size - c.shape[0] * 1920) <= 1  # ICL: the reference part is cut at a rounded sample
+        np.testing.assert_allclose(got, alone, rtol=0, atol=2e-6)
+
+
 # -- render: order, batching, callbacks --------------------------------------------------------
 def test_render_returns_lines_in_order_whatever_the_batching(batch, lines):
     picked = lines[1:4]
@@ -243,31 +245,54 @@ def test_cancel_propagates_and_finished_lines_were_already_handed_out(tiny_tts, 
         np.testing.assert_array_equal(got, finished[i])
 
 
-def test_out_of_memory_halves_the_batch_and_keeps_the_smaller_size(batch, lines, monkeypatch, caplog):
-    sizes = []
-    real = BatchTTS._generate
+def out_of_memory_above(tts, rows, monkeypatch):
+    """Make the decode seam (talker.generate, answered by the morph patch) raise CUDA out-of-memory for
+    batches of more than `rows` rows; returns the batch sizes it was called with."""
+    seam, sizes = tts.tts.model.talker.generate, []
 
-    def generate(self, rows, settings, progress):
-        sizes.append(len(rows))
-        if len(rows) > 2:
+    def generate(*args, **kwargs):
+        sizes.append(kwargs["inputs_embeds"].shape[0])
+        if sizes[-1] > rows:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real(self, rows, settings, progress)
+        return seam(*args, **kwargs)
 
-    monkeypatch.setattr(BatchTTS, "_generate", generate)
+    monkeypatch.setattr(tts.tts.model.talker, "generate", generate)
+    return sizes
+
+
+def test_out_of_memory_halves_the_batch_and_keeps_the_smaller_size(tiny_tts, batch, lines, monkeypatch, caplog):
+    settings = greedy(frames=4)
+    alone = [batch.render([line], settings)[0] for line in lines[1:]]
+    sizes = out_of_memory_above(tiny_tts, 2, monkeypatch)
     with caplog.at_level(logging.WARNING, logger="morph.batch"):
-        got = batch.render(lines[1:], greedy(frames=4), batch_size=8)
+        got = batch.render(lines[1:], settings, batch_size=8)
     assert sizes == [4, 2, 2]
-    assert len(got) == 4 and all(a.size for a in got)
+    for a, b in zip(got, alone):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
     assert "retrying in batches of 2" in caplog.text and "set batch_size to 2" in caplog.text
 
 
-def test_out_of_memory_on_a_single_line_is_a_clear_error(batch, lines, monkeypatch):
-    def generate(self, rows, settings, progress):
-        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+def test_out_of_memory_in_the_codec_decode_halves_too(tiny_tts, batch, lines, monkeypatch):
+    tokenizer = tiny_tts.tts.model.speech_tokenizer
+    decode, sizes = tokenizer.decode, []
 
-    monkeypatch.setattr(BatchTTS, "_generate", generate)
-    with pytest.raises(RuntimeError, match=r"^Render lines: the GPU ran out of memory rendering a single line .*bf16"):
+    def small_decode(items):
+        sizes.append(len(items))
+        if len(items) > 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+        return decode(items)
+
+    monkeypatch.setattr(tokenizer, "decode", small_decode)
+    got = batch.render(lines[1:3], greedy(frames=4), batch_size=2)
+    assert sizes == [2, 1, 1] and all(a.size for a in got)
+
+
+def test_out_of_memory_on_a_single_row_is_a_clear_error(tiny_tts, batch, lines, monkeypatch):
+    out_of_memory_above(tiny_tts, 0, monkeypatch)
+    with pytest.raises(RuntimeError, match=r"^Render lines \(line \d\): the GPU ran out of memory rendering a "
+                                           r"single row .*Unload models.*bf16"):
         batch.render(lines[:2], greedy(), batch_size=2)
+    assert tiny_tts.patch.on_step is None
 
 
 def test_a_line_too_long_for_one_pass_is_rendered_in_segments(batch, voices, monkeypatch):
@@ -277,8 +302,8 @@ def test_a_line_too_long_for_one_pass_is_rendered_in_segments(batch, voices, mon
     whole = batch.render([Line(text, voices["xvec"])], settings)[0]
     parts = batch.render([Line("The first sentence is here.", voices["xvec"]),
                           Line("And then a second one follows.", voices["xvec"])], settings)
-    pause = int(SEGMENT_PAUSE_SECONDS * SR)
-    assert whole.size == parts[0].size + pause + parts[1].size
+    pause = np.zeros(int(SEGMENT_PAUSE_SECONDS * SR), np.float32)
+    np.testing.assert_allclose(whole, np.concatenate([parts[0], pause, parts[1]]), rtol=0, atol=1e-4)
     with pytest.raises(ValueError, match="over the 30-character limit"):
         batch.codes([Line(text, voices["xvec"])], settings)
 
@@ -288,8 +313,14 @@ def test_bad_lines_are_clear_errors_naming_the_line(batch, voices):
     ok = Line("Fine.", voices["xvec"])
     with pytest.raises(ValueError, match=r"^Render lines \(line 2\): the text is empty"):
         batch.render([ok, Line("  ", voices["xvec"])])
-    with pytest.raises(ValueError, match=r"^Render lines \(line 1\): language 'Klingon' is not supported"):
+    with pytest.raises(ValueError, match=r"^Render lines \(line 2\): language 'Klingon' is not supported"):
+        batch.render([ok, Line("Hi.", voices["xvec"], "Klingon")])
+    with pytest.raises(ValueError, match=r"^Render lines: language 'Klingon'"):  # a single line needs no number
         batch.render([Line("Hi.", voices["xvec"], "Klingon")])
+    with pytest.raises(ValueError, match=r"^Render lines \(Bob's line\): the text is empty"):
+        batch.render([Line(" ", voices["xvec"])], labels=["Bob's line"])
+    with pytest.raises(ValueError, match=r"^Render lines: this node needs a CustomVoice model"):
+        batch.render([ok, Line("Hi.", speaker="vivian")])
     alien = type(voices["xvec"])(torch.zeros(2048), None, None, "1b7")
     with pytest.raises(ValueError, match=r"^Render lines \(line 2\): this voice was made with a 1b7 model"):
         batch.render([ok, Line("Hi.", alien)])
