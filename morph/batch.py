@@ -164,7 +164,7 @@ class BatchTTS:
                         results[row.index] = join_with_pauses(parts.pop(row.index))
                         if on_line is not None:
                             on_line(row.index, results[row.index])
-            progress.report(start + _allotment(batch))
+            progress.done = start + _allotment(batch)  # rows that ended early leave the rest of it unused
         if batch_size is not None and cap < batch_size:
             log.warning("%s: finished with batches of at most %d rows after running out of GPU memory at %d; "
                         "set batch_size to %d to skip the failed attempts next time", who, cap, batch_size, cap)

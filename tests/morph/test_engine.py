@@ -59,21 +59,13 @@ def test_cancel_in_on_step_propagates_and_the_next_run_is_clean(tiny_tts, ref_au
 
 def test_missed_eos_is_bounded_by_the_text_derived_limit(tiny_tts, ref_audio):
     """A model that never emits EOS stops at default_max_frames(text), not after minutes."""
+    from .test_batch import talker_logits
+
     voice = tiny_tts.make_voice(*ref_audio)
-    head = tiny_tts.tts.model.talker.codec_head
-    eos = tiny_tts.tts.model.config.talker_config.codec_eos_token_id
-
-    def never_eos(module, args, out):
-        out[..., eos] = -float("inf")
-        return out
-
-    handle = head.register_forward_hook(never_eos)
     text = "Hi."
-    try:
+    with talker_logits(never_eos=True):
         audio = tiny_tts.clone(text, voice, settings=GenerationSettings(do_sample=False,
                                                                         subtalker=Sampling(do_sample=False)))
-    finally:
-        handle.remove()
     frames = audio.size // 1920
     assert frames == default_max_frames(text) - 1  # upstream drops the last step's frame
     assert default_max_frames(text) < 100
