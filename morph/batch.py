@@ -217,7 +217,7 @@ class BatchTTS:
         tts = self.tts
         tts.require_variant(line.variant, who)
         if not isinstance(line.text, str) or not line.text.strip():
-            raise ValueError(f"{where}: the text is empty; type the words to speak")
+            raise ValueError(f"{where}: text is empty; type the words to speak")
         if not isinstance(line.language, str) or line.language.lower() not in {x.lower() for x in tts.languages}:
             raise ValueError(f"{where}: language {line.language!r} is not supported by this model; "
                              f"choose one of {', '.join(tts.languages)}")

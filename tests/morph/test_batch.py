@@ -304,13 +304,13 @@ def test_a_line_too_long_for_one_pass_is_rendered_in_segments(batch, voices, mon
 # -- errors --------------------------------------------------------------------------------------
 def test_bad_lines_are_clear_errors_naming_the_line(batch, voices):
     ok = Line("Fine.", voices["xvec"])
-    with pytest.raises(ValueError, match=r"^Render lines \(line 2\): the text is empty"):
+    with pytest.raises(ValueError, match=r"^Render lines \(line 2\): text is empty"):
         batch.render([ok, Line("  ", voices["xvec"])])
     with pytest.raises(ValueError, match=r"^Render lines \(line 2\): language 'Klingon' is not supported"):
         batch.render([ok, Line("Hi.", voices["xvec"], "Klingon")])
     with pytest.raises(ValueError, match=r"^Render lines: language 'Klingon'"):  # a single line needs no number
         batch.render([Line("Hi.", voices["xvec"], "Klingon")])
-    with pytest.raises(ValueError, match=r"^Render lines \(Bob's line\): the text is empty"):
+    with pytest.raises(ValueError, match=r"^Render lines \(Bob's line\): text is empty"):
         batch.render([Line(" ", voices["xvec"])], labels=["Bob's line"])
     with pytest.raises(ValueError, match=r"^Render lines: this node needs a CustomVoice model"):
         batch.render([ok, Line("Hi.", speaker="vivian")])

@@ -79,7 +79,7 @@ def test_default_limit_grows_with_text_but_stays_bounded():
 @pytest.mark.parametrize("text", ["", "   \n\t"])
 def test_empty_text_is_a_clear_error(tiny_tts, ref_audio, text):
     voice = tiny_tts.make_voice(*ref_audio)
-    with pytest.raises(ValueError, match="^Generate: the text is empty; type the words to speak"):
+    with pytest.raises(ValueError, match="^Generate: text is empty; type the words to speak"):
         tiny_tts.clone(text, voice, who="Generate")
 
 
