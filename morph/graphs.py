@@ -25,14 +25,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
-import logging
-import time
 from typing import Callable
 
 import torch
-
-log = logging.getLogger(__name__)
-
 
 def compile_available() -> bool:
     try:
@@ -85,9 +80,7 @@ class GraphCache:
             self._graphs.popitem(last=False)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        start = time.perf_counter()
         entry = capture(step, self._pool)
-        log.info("morph: captured a CUDA graph for %s in %.2f s", key, time.perf_counter() - start)
         self._graphs[key] = entry
         return entry
 

@@ -18,6 +18,7 @@ callers handle it as any other (the batch front end halves the batch).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 import torch
@@ -72,6 +73,7 @@ def fast_step(cache: graphs.GraphCache, key, step: Callable[[], object], fallbac
               keep=None) -> Callable[[], object]:
     """The callable that runs one frame in a fast mode: the captured graph's replay, or
     `fallback` (the lean step, op by op) for this run when the compile or capture fails."""
+    captured, start = key not in cache, time.perf_counter()
     try:
         entry = cache.get(key, step)
     except torch.cuda.OutOfMemoryError:
@@ -84,5 +86,7 @@ def fast_step(cache: graphs.GraphCache, key, step: Callable[[], object], fallbac
                     "slower; the next run tries again. If this repeats, set speed_mode to graphs or eager and "
                     "report it", mode, type(e).__name__, reason)
         return fallback
+    if captured:
+        log.info("morph: captured the %s decoder in %.2f s", mode, time.perf_counter() - start)
     entry.keep = keep
     return entry.replay
