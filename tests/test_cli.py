@@ -1,6 +1,7 @@
 """The README's main job (cli.py), end to end on a tiny model, and each of its input checks."""
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,7 +37,7 @@ def test_cli_writes_a_24k_wav_with_the_default_voice_and_shows_progress(tiny_dir
     assert abs(abs(audio).max() - 10 ** (-3 / 20)) < 1e-3  # smoothed and normalised to -3 dBFS
     captured = capsys.readouterr()
     assert "x real time" in captured.out
-    assert "frame 1 of at most 10 | 1 segment |" in captured.err and "frames/s" in captured.err
+    assert re.search(r"frame 1 of at most \d+ \| 1 segment \| .* frames/s", captured.err)
 
 
 def test_a_stereo_voice_file_clones(tiny_dir, tmp_path, capsys):
