@@ -13,6 +13,7 @@ import logging
 from typing import Callable
 
 from . import runner
+from .compat import note_foreign_wrapper
 from .predictor import check_seq_groups
 from .talker_loop import TalkerLoop
 
@@ -37,6 +38,9 @@ class MorphPatch:
         self.talker = tts.model.talker
         if "generate" in vars(self.talker):
             raise RuntimeError("morph: this model is already patched; call remove() on the old patch first")
+        # The instance attribute below bypasses the class's generate: if another pack patched that,
+        # its patch stops applying to this model, and the log should say so.
+        note_foreign_wrapper(type(self.talker).generate, "the talker's generate")
         self.loop = TalkerLoop(self.talker)
         self.seq_groups = check_seq_groups(seq_groups, self.loop.predictor.num_groups)
         self.mode = runner.check_mode(mode)

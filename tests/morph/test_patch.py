@@ -36,3 +36,22 @@ def test_mode_is_checked(tiny_dir, bad):
     with pytest.raises(ValueError, match="mode must be one of auto, eager, lean, graphs, compile"):
         patch(tts, mode=bad)
     assert "generate" not in vars(tts.model.talker)
+
+
+def test_another_packs_patch_of_the_talker_generate_is_logged(tiny_dir, monkeypatch, caplog):
+    import logging
+
+    from morph.compat import import_qwen_tts
+
+    tts = import_qwen_tts().Qwen3TTSModel.from_pretrained(str(tiny_dir), dtype=torch.float32)
+    cls = type(tts.model.talker)
+    original = cls.generate
+
+    def other_packs_generate(self, *args, **kwargs):  # defined here, outside qwen-tts, transformers and torch
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "generate", other_packs_generate)
+    with caplog.at_level(logging.WARNING):
+        patch(tts).remove()
+    assert any("the talker's generate was already replaced by another package" in r.getMessage()
+               for r in caplog.records)
