@@ -265,6 +265,7 @@ def test_character_lines_workflow(pack, batch_nodes):
     script = import_module(pack.__name__ + ".morph.script")
     lines = script.parse_script(render_node["inputs"]["script"], names)
     assert len(lines) == 10 and {line.name for line in lines} == set(names)
-    saves = sorted(n["inputs"]["audio"] for _, n in by_type["SaveAudio"])
-    assert saves == [[render_id, 0], [render_id, 1]]
+    # one audio file per line (Render Lines' own WAVs): the lines are previewed, only the dialogue is saved
+    assert [n["inputs"]["audio"] for _, n in by_type["SaveAudio"]] == [[render_id, 1]]
+    assert [n["inputs"]["audio"] for _, n in by_type["PreviewAudio"]] == [[render_id, 0]]
     assert render_node["inputs"]["resume"] is True
