@@ -248,7 +248,7 @@ def test_the_fingerprint_covers_dtype_attention_decode_mode_and_every_setting(no
 # -- the workflow -------------------------------------------------------------------------------------
 def test_character_lines_workflow(pack, batch_nodes):
     info = wt.combined_object_info(pack.NODE_CLASS_MAPPINGS, pack.NODE_DISPLAY_NAME_MAPPINGS)
-    wf = json.loads((ROOT / "workflows" / "character_lines.json").read_text())
+    wf = json.loads((ROOT / "workflows" / "Character lines.json").read_text())
     assert wt.check_ui_workflow(wf, info) == []
     prompt = wt.ui_to_api(wf, info)
     assert wt.validate_prompt(prompt, info) == []

@@ -13,7 +13,9 @@ from .conftest import ROOT
 FIXTURES = ROOT / "tests" / "fixtures"
 
 WORKFLOWS = sorted((ROOT / "workflows").glob("*.json"))
-EXPECTED = {"voice_clone", "seq_groups_ab", "save_and_reuse_voice", "custom_voice", "voice_design", "character_lines"}
+# file names are the template titles the frontend shows
+EXPECTED = {"Voice clone", "Compare seq_groups 15 and 5", "Save and reuse a voice", "CustomVoice speaker",
+            "VoiceDesign from a description", "Character lines"}
 
 
 @pytest.fixture(scope="module")
@@ -60,21 +62,21 @@ def test_api_form_passes_the_prompt_checks(path, info):
 
 
 def test_workflow_contents(info):
-    vc = load("voice_clone")
+    vc = load("Voice clone")
     assert types_in(vc) == ["LoadAudio", "Qwen3TTSMorphLoadModel", "Qwen3TTSMorphVoicePrompt",
                             "Qwen3TTSMorphGenerate", "Qwen3TTSMorphSmooth", "SaveAudio"]
     api = wt.ui_to_api(vc, info)
     assert api["1"]["inputs"]["audio"] == "reference.wav"
     assert api["4"]["inputs"]["seq_groups"] == 5
 
-    ab = wt.ui_to_api(load("seq_groups_ab"), info)
+    ab = wt.ui_to_api(load("Compare seq_groups 15 and 5"), info)
     gens = [n for n in ab.values() if n["class_type"] == "Qwen3TTSMorphGenerate"]
     assert sorted(g["inputs"]["seq_groups"] for g in gens) == [5, 15]
     same = [{k: v for k, v in g["inputs"].items() if k != "seq_groups"} for g in gens]
     assert same[0] == same[1], "A/B must differ only in seq_groups"
     assert sum(n["class_type"] == "PreviewAudio" for n in ab.values()) == 2
 
-    reuse = wt.ui_to_api(load("save_and_reuse_voice"), info)
+    reuse = wt.ui_to_api(load("Save and reuse a voice"), info)
     by_type = {n["class_type"]: (k, n) for k, n in reuse.items()}
     save_id, save = by_type["Qwen3TTSMorphSaveVoice"]
     _, loader = by_type["Qwen3TTSMorphLoadVoice"]
@@ -83,10 +85,10 @@ def test_workflow_contents(info):
     assert loader["inputs"]["voice"] == save["inputs"]["name"] + ".safetensors"
     assert reuse[gen["inputs"]["voice"][0]]["class_type"] == "Qwen3TTSMorphLoadVoice"
 
-    cv = wt.ui_to_api(load("custom_voice"), info)
+    cv = wt.ui_to_api(load("CustomVoice speaker"), info)
     assert any(n["class_type"] == "Qwen3TTSMorphCustomVoice" for n in cv.values())
     assert any("CustomVoice" in str(n["inputs"].get("model")) for n in cv.values())
-    vd = wt.ui_to_api(load("voice_design"), info)
+    vd = wt.ui_to_api(load("VoiceDesign from a description"), info)
     assert any(n["class_type"] == "Qwen3TTSMorphVoiceDesign" for n in vd.values())
     assert any("VoiceDesign" in str(n["inputs"].get("model")) for n in vd.values())
 
@@ -122,13 +124,13 @@ def node_by_type(wf, type_):
     (lambda wf: wf["groups"].append({"title": "g", "bounding": [0, 0, 300, 300]}), "straddles"),
 ])
 def test_layout_check_catches_what_the_frontend_would_show(sizes, mutate, expected):
-    wf = load("character_lines")
+    wf = load("Character lines")
     mutate(wf)
     assert any(expected in p for p in wt.layout_problems(wf, sizes)), wt.layout_problems(wf, sizes)
 
 
 def test_a_shrunk_node_is_widened_as_the_frontend_does(sizes):
-    wf = load("voice_clone")
+    wf = load("Voice clone")
     node = node_by_type(wf, "LoadAudio")
     node.update(size=[10, 10], title="Load Audio (Alice's reference clip)")
     x, y, w, h = wt.node_boxes(wf, sizes)[node["id"]]
@@ -187,7 +189,7 @@ def test_api_form_is_what_the_real_frontend_queues(path, info):
 
 # -- the validator itself catches what it should ----------------------------------------------------
 def broken(mutate):
-    wf = load("voice_clone")
+    wf = load("Voice clone")
     mutate(wf)
     return wf
 
@@ -213,7 +215,7 @@ def test_validator_catches_broken_workflows(info, mutate, expected):
 
 
 def test_prompt_checks_catch_what_the_server_rejects(info):
-    good = wt.ui_to_api(load("voice_clone"), info)
+    good = wt.ui_to_api(load("Voice clone"), info)
     assert wt.validate_prompt(good, info) == []
 
     def errors(mutate):
@@ -230,7 +232,7 @@ def test_prompt_checks_catch_what_the_server_rejects(info):
 
 
 def test_load_voice_accepts_a_voice_saved_in_the_same_run_but_not_a_path(info):
-    prompt = wt.ui_to_api(load("save_and_reuse_voice"), info)
+    prompt = wt.ui_to_api(load("Save and reuse a voice"), info)
     loader = next(n for n in prompt.values() if n["class_type"] == "Qwen3TTSMorphLoadVoice")
     assert wt.validate_prompt(prompt, info) == []  # the file does not exist yet
     loader["inputs"]["voice"] = "../../secrets.safetensors"
