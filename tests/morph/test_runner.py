@@ -117,8 +117,7 @@ def test_a_capture_out_of_memory_is_an_out_of_memory(fast_on_cpu, ref_audio, mon
 
     monkeypatch.setattr(graphs, "capture", oom)
     tts.patch.mode = "graphs"
-    with pytest.raises(Exception) as raised:
+    # not swallowed as "graphs unavailable": the front end's out-of-memory handling sees it
+    with pytest.raises(RuntimeError, match=r"ran out of memory rendering a single row .*CUDA out of memory \(injected\)"):
         tts.clone("Out of memory.", voice, "English", sampled(5))
-    chain = [raised.value, raised.value.__cause__]
-    assert any(isinstance(e, torch.cuda.OutOfMemoryError) for e in chain) or "out of memory" in str(raised.value)
     assert len(tts.patch.loop.graphs) == 0
