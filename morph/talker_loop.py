@@ -156,6 +156,8 @@ class TalkerLoop:
                  on_step: Callable[[], None] | None = None) -> SimpleNamespace:
         device, dtype = inputs_embeds.device, inputs_embeds.dtype
         batch, prompt_len = inputs_embeds.shape[:2]
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, prompt_len, dtype=torch.long, device=device)
         mode = runner.resolve(mode, device, self.lean_check)
         cp_sampling = Sampling(bool(subtalker_dosample), float(subtalker_temperature), int(subtalker_top_k or 0),
                                float(subtalker_top_p))
@@ -208,10 +210,8 @@ class TalkerLoop:
         """Upstream's own prefill, then the state for frame 0; returns the prefill's DynamicCache."""
         from transformers.cache_utils import DynamicCache
 
-        batch, prompt_len = inputs_embeds.shape[:2]
+        prompt_len = inputs_embeds.shape[1]
         device = inputs_embeds.device
-        if attention_mask is None:
-            attention_mask = torch.ones(batch, prompt_len, dtype=torch.long, device=device)
         out = self.talker(inputs_embeds=inputs_embeds, attention_mask=attention_mask, past_key_values=DynamicCache(),
                           use_cache=True, cache_position=torch.arange(prompt_len, device=device),
                           trailing_text_hidden=trailing_text_hidden, tts_pad_embed=tts_pad_embed, return_dict=True)
