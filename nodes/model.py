@@ -47,9 +47,9 @@ class LoadModel:
                        "machine lacks is refused with a message."}),
             "speed_mode": (list(SPEED_MODES), {"default": "auto", "tooltip":
                            "How the decode loop runs. auto = CUDA graphs on a GPU, plain PyTorch elsewhere. "
-                           "compile = torch.compile inside the graphs: the fastest (about 2x graphs), but the "
-                           "first run in a ComfyUI session compiles for about a minute. eager = upstream's "
-                           "talker with the morph code predictor (bit-exact to qwen-tts at seq_groups 15)."}),
+                           "compile = torch.compile inside the graphs: the fastest (about 3x graphs), but the "
+                           "first run in a ComfyUI session compiles for two to three minutes. eager = the "
+                           "checkpoint's own layers, op by op (bit-exact to qwen-tts at seq_groups 15)."}),
         }}
 
     def load(self, model, dtype, attention, device, speed_mode="auto"):
