@@ -75,6 +75,23 @@ class _HFCache:
         return self.keys[layer_idx][:, :, :end], self.values[layer_idx][:, :, :end]
 
 
+class HFState:
+    """What the HF layers need besides the frame's input, built once per (batch, device, dtype):
+    the cache buffers, positions, RoPE cos/sin and (for eager attention) the prefill mask."""
+
+    def __init__(self, pred: "Predictor", batch: int, device: torch.device, dtype: torch.dtype):
+        cfg = pred.cp.config
+        with torch.inference_mode(False), torch.no_grad():  # reused in and outside inference mode
+            self.cache = _HFCache(len(pred.cp.model.layers), (batch, cfg.num_key_value_heads, pred.max_len,
+                                                              cfg.head_dim), device, dtype)
+            self.positions = torch.arange(pred.max_len, device=device).unsqueeze(0)
+            self.cos, self.sin = pred.cp.model.rotary_emb(torch.zeros(1, device=device, dtype=dtype), self.positions)
+            self.prefill_mask = None
+            if cfg._attn_implementation == "eager":  # sdpa builds its causal mask itself
+                self.prefill_mask = torch.zeros(1, 1, 2, 2, device=device, dtype=dtype)
+                self.prefill_mask[..., 0, 1] = torch.finfo(dtype).min
+
+
 class Predictor:
     """The morph code predictor of one loaded model."""
 
@@ -139,15 +156,18 @@ class Predictor:
         self._stacked, self._stacked_emb, self._stack = None, None, None
 
     # -- the layers ---------------------------------------------------------------------
-    def lean_state(self, batch: int, device: torch.device, dtype: torch.dtype) -> LeanState:
-        key = (batch, device, dtype)
+    def _state(self, kind: type, batch: int, device: torch.device, dtype: torch.dtype):
+        key = (kind, batch, device, dtype)
         state = self._states.get(key)
         if state is None:
             while len(self._states) >= 4:  # graphs that still use an evicted state keep it alive
                 self._states.popitem(last=False)
-            state = self._states[key] = LeanState(self, batch, device, dtype)
+            state = self._states[key] = kind(self, batch, device, dtype)
         self._states.move_to_end(key)
         return state
+
+    def lean_state(self, batch: int, device: torch.device, dtype: torch.dtype) -> LeanState:
+        return self._state(LeanState, batch, device, dtype)
 
     def lean_layers(self, st: LeanState, compiled: bool) -> Layers:
         weights, norm_w, d = self.stack.weights(), self.cp.model.norm.weight, self.stack.dims
@@ -158,25 +178,19 @@ class Predictor:
 
     def hf_layers(self, batch: int, device: torch.device, dtype: torch.dtype) -> Layers:
         """The modules' own layers, called as upstream's generate calls them, for one frame."""
-        cfg = self.cp.config
-        cache = _HFCache(len(self.cp.model.layers), (batch, cfg.num_key_value_heads, self.max_len, cfg.head_dim),
-                         device, dtype)
-        positions = torch.arange(self.max_len, device=device).unsqueeze(0)
-        cos, sin = self.cp.model.rotary_emb(torch.zeros(1, device=device, dtype=dtype), positions)
-        prefill_mask = None
-        if cfg._attn_implementation == "eager":  # sdpa builds its causal mask itself
-            prefill_mask = torch.zeros(1, 1, 2, 2, device=device, dtype=dtype)
-            prefill_mask[..., 0, 1] = torch.finfo(dtype).min
+        st: HFState = self._state(HFState, batch, device, dtype)
+        st.cache.length = 0  # a new frame: upstream starts a fresh cache
 
         def layers(x: torch.Tensor, g: int) -> torch.Tensor:
             h = self.cp.small_to_mtp_projection(x)
-            window = slice(cache.length, cache.length + h.shape[1])
+            window = slice(st.cache.length, st.cache.length + h.shape[1])
             for layer in self.cp.model.layers:
-                out = layer(h, attention_mask=prefill_mask if h.shape[1] > 1 else None,
-                            position_ids=positions[:, window], past_key_values=cache, use_cache=True,
-                            cache_position=positions[0, window], position_embeddings=(cos[:, window], sin[:, window]))
+                out = layer(h, attention_mask=st.prefill_mask if h.shape[1] > 1 else None,
+                            position_ids=st.positions[:, window], past_key_values=st.cache, use_cache=True,
+                            cache_position=st.positions[0, window],
+                            position_embeddings=(st.cos[:, window], st.sin[:, window]))
                 h = out[0] if isinstance(out, tuple) else out
-            cache.length = window.stop
+            st.cache.length = window.stop
             return self.cp.model.norm(h)
 
         return layers
