@@ -1,22 +1,20 @@
-"""morph.compat: qwen-tts 0.1.1 on the installed transformers (4.57.x or 5.x).
+"""morph.compat: qwen-tts 0.1.1 on the installed transformers (4.57.x or 5.x), end to end.
 
-The wrapper tests feed each shim a fake with the 5.x shape, so they exercise the feature detection
-on any transformers. The model tests check behaviour end to end on the installed one: a tiny
-random model must generate the same greedy codes after save_pretrained/from_pretrained (5.x
-used to re-randomise loaded weights and leave RoPE buffers uninitialised), and those codes must
-equal the ones transformers 4.57.3 produced for the same weights.
+A tiny random model must generate the same greedy codes after save_pretrained/from_pretrained (5.x used to
+re-randomise loaded weights and leave RoPE buffers uninitialised), and those codes must equal the ones
+transformers 4.57.3 produced for the same weights. The shims' wrappers are tested on fakes in
+test_compat_transformers.py and test_compat_qwen_tts.py.
 """
 
 import inspect
 import json
 import logging
-import types
 
 import numpy as np
 import pytest
 import torch
 
-from morph import compat
+from morph import compat, compat_qwen_tts
 
 try:
     qwen_tts = compat.import_qwen_tts()
@@ -27,179 +25,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 import transformers
 from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration
 
-# ------------------------------------------------------------------ shims on fakes (any transformers)
-
-
-def _decorator_5x(func):  # the shape of check_model_inputs on transformers >= 5.4
-    func.decorated = True
-    return func
-
-
-def _decorator_457(tie_last_hidden_states=True):  # the shape on 4.57: always called
-    return _decorator_5x
-
-
-def test_feature_detection_tells_the_two_decorator_signatures_apart():
-    assert compat._needs_func_argument(_decorator_5x)
-    assert not compat._needs_func_argument(_decorator_457)
-
-
-def test_wrapped_decorator_accepts_both_call_forms():
-    wrapped = compat.accepts_both_call_forms(_decorator_5x)
-
-    @wrapped
-    def bare():
-        pass
-
-    @wrapped()
-    def called():
-        pass
-
-    @wrapped(tie_last_hidden_states=False)
-    def with_kwargs():
-        pass
-
-    assert bare.decorated and called.decorated and with_kwargs.decorated
-    with pytest.raises(TypeError):
-        _decorator_5x()  # what qwen-tts's `@check_model_inputs()` hits without the shim
-
-
-@pytest.fixture(autouse=True)
-def _own_rebinding_record(monkeypatch):
-    """Each test's check_model_inputs rebinding is its own (monkeypatch restores transformers' attribute)."""
-    monkeypatch.setattr(compat, "_rebound", [])
-
-
-def test_check_model_inputs_shim_patches_a_5x_decorator_once(monkeypatch):
-    from transformers.utils import generic
-
-    monkeypatch.setattr(generic, "check_model_inputs", _decorator_5x)
-    assert compat._shim_check_model_inputs()
-    patched = generic.check_model_inputs
-    assert patched is not _decorator_5x
-    assert patched()(lambda: None).decorated
-    assert not compat._shim_check_model_inputs()  # idempotent
-    assert generic.check_model_inputs is patched
-
-
-def test_check_model_inputs_shim_leaves_a_457_decorator_alone(monkeypatch):
-    from transformers.utils import generic
-
-    monkeypatch.setattr(generic, "check_model_inputs", _decorator_457)
-    assert not compat._shim_check_model_inputs()
-    assert generic.check_model_inputs is _decorator_457
-
-
-def test_check_model_inputs_shim_restores_a_removed_decorator(monkeypatch):
-    from transformers.utils import generic
-
-    monkeypatch.delattr(generic, "check_model_inputs", raising=False)
-    monkeypatch.setattr(generic, "merge_with_config_defaults", _decorator_5x, raising=False)
-    assert compat._shim_check_model_inputs()
-    assert generic.check_model_inputs()(lambda: None).decorated
-
-
-def test_legacy_mask_kwargs_are_translated_for_a_5x_signature():
-    seen = {}
-
-    def create_causal_mask(config, inputs_embeds, attention_mask, past_key_values, position_ids=None):
-        seen.update(config=config, inputs_embeds=inputs_embeds, past_key_values=past_key_values)
-        return "mask"
-
-    wrapped = compat.accept_legacy_mask_kwargs(create_causal_mask)
-    out = wrapped(config="c", input_embeds="e", attention_mask=None, cache_position="p", past_key_values="kv")
-    assert out == "mask" and seen == {"config": "c", "inputs_embeds": "e", "past_key_values": "kv"}
-
-
-def test_legacy_mask_kwargs_pass_through_for_a_457_signature():
-    def create_causal_mask(config, input_embeds, attention_mask, cache_position, past_key_values, position_ids=None):
-        return input_embeds, cache_position
-
-    wrapped = compat.accept_legacy_mask_kwargs(create_causal_mask)
-    kwargs = dict(config=None, input_embeds="e", attention_mask=None, cache_position="p", past_key_values=None)
-    assert wrapped(**kwargs) == ("e", "p")
-
-
-class _FakeCache:
-    def get_seq_length(self):
-        return 7
-
-
-def test_cache_position_is_filled_in_from_the_cache_length():
-    def prepare(self, input_ids, **kwargs):  # a 5.x prepare_inputs_for_generation: no cache_position
-        return {"input_ids": input_ids, "inputs_embeds": None, "past_key_values": _FakeCache()}
-
-    wrapped = compat.pass_cache_position(prepare)
-    inputs = wrapped(None, torch.zeros(2, 3, dtype=torch.long))
-    assert inputs["cache_position"].tolist() == [7, 8, 9]
-
-    def prepare_457(self, input_ids, **kwargs):  # 4.57 passed it: keep theirs
-        return {"input_ids": input_ids, "cache_position": torch.tensor([42])}
-
-    assert compat.pass_cache_position(prepare_457)(None, torch.zeros(1, 1)).__getitem__("cache_position").tolist() == [42]
-
-
-def test_guarded_init_weights_keeps_loaded_tensors_and_refills_rope_buffers():
-    calls = []
-    guarded = compat.guard_init_weights(lambda self, module: calls.append(module))
-
-    loaded = torch.nn.Linear(2, 2)
-    for p in loaded.parameters():
-        p._is_hf_initialized = True  # what 5.x's loader sets on tensors it read from the checkpoint
-    fresh = torch.nn.Linear(2, 2)
-    guarded(None, loaded)
-    guarded(None, fresh)
-    assert calls == [fresh]
-
-    config = types.SimpleNamespace(rope_theta=10000.0, head_dim=8, hidden_size=32, num_attention_heads=4)
-    rotary = torch.nn.Module()
-    rotary.config, rotary.rope_init_fn = config, compat.compute_default_rope_parameters
-    rotary.register_buffer("inv_freq", torch.full((4,), float("nan")), persistent=False)
-    guarded(None, rotary)
-    assert torch.equal(rotary.inv_freq, 1.0 / 10000.0 ** (torch.arange(0, 8, 2).float() / 8))
-    assert calls == [fresh]
-
-
-def test_rope_parameters_saved_by_5x_load_as_rope_scaling():
-    seen = {}
-
-    def init(self, rope_theta=10000, rope_scaling=None, **kwargs):  # the shape of qwen-tts's talker config
-        seen.update(rope_theta=rope_theta, rope_scaling=rope_scaling, kwargs=kwargs)
-
-    wrapped = compat.accept_saved_rope_parameters(init)
-    wrapped(None, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e6})
-    assert seen == {"rope_theta": 1e6, "rope_scaling": {"rope_type": "default", "mrope_section": [2, 3, 3]}, "kwargs": {}}
-    wrapped(None, rope_theta=5.0, rope_scaling={"rope_type": "default"})  # a 4.57 config.json: untouched
-    assert seen == {"rope_theta": 5.0, "rope_scaling": {"rope_type": "default"}, "kwargs": {}}
-
-
-def test_default_rope_matches_transformers_457_where_it_exists():
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    config = types.SimpleNamespace(rope_theta=1e6, head_dim=16, hidden_size=64, num_attention_heads=4)
-    ours, scale = compat.compute_default_rope_parameters(config)
-    assert scale == 1.0 and ours.shape == (8,)
-    if "default" in ROPE_INIT_FUNCTIONS:  # 4.x
-        theirs, _ = ROPE_INIT_FUNCTIONS["default"](config)
-        assert torch.equal(ours, theirs)
-
-
 # ------------------------------------------------------------------ the module API
-
-
-def test_check_model_inputs_is_given_back_after_the_import(monkeypatch):
-    from transformers.utils import generic
-
-    monkeypatch.setattr(generic, "check_model_inputs", _decorator_5x)
-    assert compat._shim_check_model_inputs() and generic.check_model_inputs is not _decorator_5x
-    compat._restore_check_model_inputs()
-    assert generic.check_model_inputs is _decorator_5x
-    monkeypatch.delattr(generic, "check_model_inputs")
-    monkeypatch.setattr(generic, "merge_with_config_defaults", _decorator_5x, raising=False)
-    assert compat._shim_check_model_inputs()
-    compat._restore_check_model_inputs()
-    assert not hasattr(generic, "check_model_inputs")  # removed again, as this transformers has it
-
 
 FRESH_IMPORT = """
 import sys, transformers.utils.generic as generic
@@ -244,37 +70,15 @@ def test_a_wrapper_left_by_another_pack_is_logged(caplog):
         assert not compat.note_foreign_wrapper(original, "Qwen3TTSTalkerConfig.__init__")
         assert not compat.note_foreign_wrapper(transformers.PreTrainedModel._init_weights, "an inherited method")
         assert not caplog.records
-        assert not compat.note_foreign_wrapper(compat.accept_saved_rope_parameters(original), "x")
+        assert not compat.note_foreign_wrapper(compat_qwen_tts.accept_saved_rope_parameters(original), "x")
         assert compat.note_foreign_wrapper(theirs, "Qwen3TTSTalkerConfig.__init__")  # wraps copied the module
         assert compat.note_foreign_wrapper(lambda self: None, "Qwen3TTSTalkerConfig.__init__")
     assert len(caplog.records) == 2
     assert "Qwen3TTSTalkerConfig.__init__ was already replaced by another package" in caplog.records[0].getMessage()
 
 
-def test_quiet_drops_only_the_known_messages(capsys, caplog):
-    import warnings
-
-    from morph.quiet import quiet_third_party
-
-    other = logging.getLogger("transformers.some_module")
-    with caplog.at_level(logging.WARNING), warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        with quiet_third_party():
-            print("\n********\nWarning: flash-attn is not installed. Will only run the manual PyTorch version.\n****")
-            print("[ERROR] `cache_position` is part of X.forward's signature, but not documented. Make sure")
-            print("a real message")
-            logging.getLogger("sox").warning("SoX could not be found!")
-            other.warning("The `check_model_inputs` decorator is deprecated in favor of x")
-            other.warning("a real warning")
-            warnings.warn("`rope_scaling` is deprecated and will be removed", FutureWarning)
-            warnings.warn("a real FutureWarning", FutureWarning)
-    assert capsys.readouterr().out == "a real message\n"
-    assert [r.getMessage() for r in caplog.records] == ["a real warning"]
-    assert [str(w.message) for w in seen] == ["a real FutureWarning"]
-
-
 def test_no_shims_on_457_and_the_core_ones_on_5x():
-    applied = set(compat.applied_shims())
+    applied = set(compat._applied)
     major = int(transformers.__version__.split(".")[0])
     if major < 5:
         assert applied == set()
@@ -443,10 +247,10 @@ def test_from_pretrained_reproduces_the_codes(tiny_model, saved_dir, attn):
 
 def test_loaded_rope_buffers_are_the_computed_ones(saved_dir):
     loaded = Qwen3TTSForConditionalGeneration.from_pretrained(saved_dir)
-    expected, _ = compat.compute_default_rope_parameters(loaded.config.talker_config)
+    expected, _ = compat_qwen_tts.compute_default_rope_parameters(loaded.config.talker_config)
     assert torch.equal(loaded.talker.model.rotary_emb.inv_freq, expected)
     decoder_rotary = loaded.speech_tokenizer.model.decoder.pre_transformer.rotary_emb
-    expected, _ = compat.compute_default_rope_parameters(loaded.speech_tokenizer.model.config.decoder_config)
+    expected, _ = compat_qwen_tts.compute_default_rope_parameters(loaded.speech_tokenizer.model.config.decoder_config)
     assert torch.equal(decoder_rotary.inv_freq, expected)
 
 
