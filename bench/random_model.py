@@ -140,6 +140,16 @@ def _write_text_tokenizer(out: Path) -> None:
     (out / "preprocessor_config.json").write_text(json.dumps({"processor_class": "Qwen3TTSProcessor"}))
 
 
+def _write_rope_as_released(saved: dict, raw: dict) -> None:
+    """Put RoPE back the way the released config.json files (written by transformers 4.57) hold it:
+    `rope_theta` and `rope_scaling`, no `rope_parameters`. transformers 5.x saves them as `rope_parameters`
+    only, and a loader that reads `rope_scaling` itself gets None: qwen-tts-hf (faster-qwen3-tts's
+    qwen_tts) then loses the talker's mrope_section. Every loader reads the released form."""
+    saved.pop("rope_parameters", None)
+    saved["rope_theta"] = raw["rope_theta"]
+    saved["rope_scaling"] = raw.get("rope_scaling")
+
+
 def build_random_model(out_dir: str | os.PathLike, size: str = "tiny", variant: str = "base",
                        seed: int = 0, dtype: torch.dtype = torch.float32) -> Path:
     """Write a random-weight checkpoint directory and return its path."""
@@ -164,6 +174,8 @@ def build_random_model(out_dir: str | os.PathLike, size: str = "tiny", variant: 
     # config class takes only its own keys, so write the plain dict as the released files do.
     saved = json.loads((out / "config.json").read_text())
     saved["speaker_encoder_config"] = raw["speaker_encoder_config"] or {}
+    _write_rope_as_released(saved["talker_config"], raw["talker_config"])
+    _write_rope_as_released(saved["talker_config"]["code_predictor_config"], raw["talker_config"]["code_predictor_config"])
     (out / "config.json").write_text(json.dumps(saved, indent=2))
     (out / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2))
     _write_text_tokenizer(out)
