@@ -38,6 +38,12 @@ _TOKENIZER_12HZ_CONFIG = "qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_t
 _TOKENIZER_25HZ = "qwen_tts.core.tokenizer_25hz.modeling_qwen3_tts_tokenizer_v1"
 
 
+def _classes(module: str, *names: str) -> list[type]:
+    """The named classes of a qwen_tts module, once it has been imported."""
+    loaded = sys.modules.get(module)
+    return [getattr(loaded, name) for name in names] if loaded is not None else []
+
+
 def _wrap_methods(classes, attr: str, wrap) -> bool:
     """Replace `attr` on each class with wrap(it), unless already ours; note other packs' wrappers."""
     done = False
@@ -53,11 +59,10 @@ def _wrap_methods(classes, attr: str, wrap) -> bool:
 def _shim_pad_token_id() -> bool:
     from transformers import PretrainedConfig
 
-    configs = sys.modules.get(_CONFIGS)
-    if configs is None or hasattr(PretrainedConfig(), "pad_token_id"):
+    if hasattr(PretrainedConfig(), "pad_token_id"):
         return False
     done = False
-    for cls in (configs.Qwen3TTSTalkerConfig, configs.Qwen3TTSTalkerCodePredictorConfig):
+    for cls in _classes(_CONFIGS, "Qwen3TTSTalkerConfig", "Qwen3TTSTalkerCodePredictorConfig"):
         if "pad_token_id" not in cls.__dict__:
             cls.pad_token_id = None  # 4.57's default; a value in config.json still wins (instance attribute)
             done = True
@@ -92,11 +97,8 @@ def _shim_rope_parameters() -> bool:
 
     if not isinstance(inspect.getattr_static(PretrainedConfig, "rope_scaling", None), property):  # 4.x
         return False
-    targets = []
-    if (configs := sys.modules.get(_CONFIGS)) is not None:
-        targets += [configs.Qwen3TTSTalkerConfig, configs.Qwen3TTSTalkerCodePredictorConfig]
-    if (tokenizer := sys.modules.get(_TOKENIZER_12HZ_CONFIG)) is not None:
-        targets += [tokenizer.Qwen3TTSTokenizerV2DecoderConfig]
+    targets = (_classes(_CONFIGS, "Qwen3TTSTalkerConfig", "Qwen3TTSTalkerCodePredictorConfig")
+               + _classes(_TOKENIZER_12HZ_CONFIG, "Qwen3TTSTokenizerV2DecoderConfig"))
     return _wrap_methods(targets, "__init__", accept_saved_rope_parameters)
 
 
@@ -104,12 +106,10 @@ def compute_default_rope_parameters(config, device=None, seq_len=None, **_):
     """transformers 4.57.3's ``_compute_default_rope_parameters`` (plain RoPE), removed in 5.0."""
     import torch
 
-    base = config.rope_theta
-    partial_rotary_factor = getattr(config, "partial_rotary_factor", 1.0)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    dim = int(head_dim * partial_rotary_factor)
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim))
-    return inv_freq, 1.0
+    dim = int(head_dim * getattr(config, "partial_rotary_factor", 1.0))
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim
+    return 1.0 / (config.rope_theta ** exponents), 1.0
 
 
 def _shim_rope_default() -> bool:
@@ -162,11 +162,8 @@ def guard_init_weights(init_weights):
 def _shim_init_weights() -> bool:
     if importlib.util.find_spec("transformers.initialization") is None:  # 4.x: initialise, then load
         return False
-    targets = []
-    if (models := sys.modules.get(_MODELS)) is not None:
-        targets += [models.Qwen3TTSPreTrainedModel, models.Qwen3TTSTalkerTextPreTrainedModel]
-    if (tokenizer := sys.modules.get(_TOKENIZER_12HZ)) is not None:
-        targets += [tokenizer.Qwen3TTSTokenizerV2DecoderPreTrainedModel]
+    targets = (_classes(_MODELS, "Qwen3TTSPreTrainedModel", "Qwen3TTSTalkerTextPreTrainedModel")
+               + _classes(_TOKENIZER_12HZ, "Qwen3TTSTokenizerV2DecoderPreTrainedModel"))
     return _wrap_methods(targets, "_init_weights", guard_init_weights)
 
 
@@ -223,27 +220,23 @@ def pass_cache_position(prepare_inputs_for_generation):
 def _shim_cache_position() -> bool:
     from transformers import GenerationMixin
 
-    models = sys.modules.get(_MODELS)
-    if models is None or "cache_position" in inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters:
+    if "cache_position" in inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters:
         return False
-    targets = [models.Qwen3TTSTalkerForConditionalGeneration,
-               models.Qwen3TTSTalkerCodePredictorModelForConditionalGeneration]
+    targets = _classes(_MODELS, "Qwen3TTSTalkerForConditionalGeneration",
+                       "Qwen3TTSTalkerCodePredictorModelForConditionalGeneration")
     return _wrap_methods(targets, "prepare_inputs_for_generation", pass_cache_position)
 
 
 def _shim_mimi_properties() -> bool:
-    tokenizer = sys.modules.get(_TOKENIZER_12HZ)
-    if tokenizer is None:
-        return False
-    encoder = tokenizer.Qwen3TTSTokenizerV2Encoder
     done = False
-    for attr in ("upsample", "decoder_transformer"):
-        inherited = inspect.getattr_static(encoder, attr, None)
-        if isinstance(inherited, property) and inherited.fset is None:
-            # The encoder sets these to None to drop Mimi's decoder half; 5.x derives them from
-            # self.decoder, which it also sets to None. Reads give None, as on 4.57.
-            setattr(encoder, attr, property(lambda self: None, lambda self, value: None))
-            done = True
+    for encoder in _classes(_TOKENIZER_12HZ, "Qwen3TTSTokenizerV2Encoder"):
+        for attr in ("upsample", "decoder_transformer"):
+            inherited = inspect.getattr_static(encoder, attr, None)
+            if isinstance(inherited, property) and inherited.fset is None:
+                # The encoder sets these to None to drop Mimi's decoder half; 5.x derives them from
+                # self.decoder, which it also sets to None. Reads give None, as on 4.57.
+                setattr(encoder, attr, property(lambda self: None, lambda self, value: None))
+                done = True
     return done
 
 
