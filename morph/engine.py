@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from .batch import BatchTTS, Line, OnStep
-from .loading import DEFAULT_MODEL, load_qwen_tts, locate_checkpoint, place, resolve_attention, resolve_device, \
-    resolve_dtype
+from .checkpoints import DEFAULT_MODEL, locate_checkpoint
+from .loading import load_qwen_tts, place, resolve_attention, resolve_device, resolve_dtype
 from .patch import MorphPatch
 from .reference_audio import prepare_reference
 from .settings import SAMPLE_RATE, GenerationSettings

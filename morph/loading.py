@@ -7,7 +7,6 @@ from pathlib import Path
 
 import torch
 
-from .checkpoints import DEFAULT_MODEL, locate_checkpoint  # noqa: F401  (the engine imports them from here)
 from .quiet import quiet_third_party
 
 log = logging.getLogger(__name__)
@@ -16,16 +15,13 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def resolve_device(device: str = "auto") -> torch.device:
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
     if device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
+        return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps else "cpu")
     kind = torch.device(device).type
     if kind == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} is not available: this PyTorch sees no CUDA GPU; choose auto or cpu")
-    if kind == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+    if kind == "mps" and not mps:
         raise ValueError(f"device {device!r} is not available: MPS needs an Apple-silicon Mac with a PyTorch built "
                          "for it; choose auto or cpu")
     return torch.device(device)
