@@ -49,9 +49,9 @@ def _quiet_popen(cmd, mode="r", buffering=-1):
 
 @contextlib.contextmanager
 def quiet_third_party():
-    handlers = {h for name in _LOGGERS for h in logging.getLogger(name).handlers}
-    drop = _DropKnown()
     loggers = [logging.getLogger(name) for name in _LOGGERS]
+    handlers = {h for logger in loggers for h in logger.handlers}
+    drop = _DropKnown()
     for target in (*handlers, *loggers):
         target.addFilter(drop)
     popen = os.popen

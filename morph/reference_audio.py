@@ -16,8 +16,6 @@ MIN_SECONDS = 1.0
 MAX_SECONDS = 30.0
 SILENCE_RMS = 1e-4  # -80 dBFS: nothing a speaker encoder can use
 INT16_FULL_SCALE = 32768.0
-
-
 MAX_CHANNELS = 8  # the short axis of a 2-D clip is its channels
 
 
@@ -69,13 +67,13 @@ def prepare_reference(waveform, sample_rate: int, who: str = "reference audio", 
     if int(sample_rate) != SAMPLE_RATE:
         g = gcd(int(sample_rate), SAMPLE_RATE)
         audio = resample_poly(audio, SAMPLE_RATE // g, int(sample_rate) // g)
-    if audio.size > MAX_SECONDS * SAMPLE_RATE and icl:
-        raise ValueError(f"{who}: the clip is {seconds:.1f} s long, and only its first {MAX_SECONDS:.0f} s can be "
-                         "used, but the transcript is for the whole clip (in-context cloning needs the words of "
-                         f"exactly the audio it hears). Trim the clip to {MAX_SECONDS:.0f} s or less (3 to 10 s works "
-                         "best) and transcribe that part, or clear the transcript (or turn on x_vector_only) to "
-                         f"clone from the first {MAX_SECONDS:.0f} s without it")
     if audio.size > MAX_SECONDS * SAMPLE_RATE:
+        if icl:
+            raise ValueError(f"{who}: the clip is {seconds:.1f} s long, and only its first {MAX_SECONDS:.0f} s can be "
+                             "used, but the transcript is for the whole clip (in-context cloning needs the words of "
+                             f"exactly the audio it hears). Trim the clip to {MAX_SECONDS:.0f} s or less (3 to 10 s "
+                             "works best) and transcribe that part, or clear the transcript (or turn on "
+                             f"x_vector_only) to clone from the first {MAX_SECONDS:.0f} s without it")
         log.warning("%s: the clip is %.1f s long; only its first %.0f s are used", who, seconds, MAX_SECONDS)
         audio = audio[: int(MAX_SECONDS * SAMPLE_RATE)]
     if float(np.sqrt(np.mean(audio**2))) < SILENCE_RMS:

@@ -53,11 +53,7 @@ def _quote(text: str, limit: int = 40) -> str:
 
 
 def parse_script(script: str, names: Iterable[str]) -> list[ScriptLine]:
-    """Parse a script against the known character names (display names; matched by `name_key`).
-
-    Returns the spoken lines in script order. Raises ValueError naming every bad line
-    (by number) and, for unknown names, the names that are known.
-    """
+    """The spoken lines in script order; `names` are the known display names, matched by `name_key`."""
     if not isinstance(script, str):
         raise ValueError(f"the script must be text, got {type(script).__name__}")
     known: dict[str, str] = {}
