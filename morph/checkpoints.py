@@ -31,18 +31,13 @@ FILE_LIST = ", ".join(FILES)
 
 def missing_files(folder: Path) -> list[str]:
     """The files of FILES that `folder` lacks (sharded *.safetensors weights count as model.safetensors)."""
-    missing = []
-    for name in FILES:
-        path = folder / name
+    def present(name: str) -> bool:
         if name.endswith("model.safetensors"):
-            present = any(path.parent.glob("*.safetensors"))
-        elif name in ("vocab.json", "merges.txt"):
-            present = path.is_file() or (folder / "tokenizer.json").is_file()
-        else:
-            present = path.is_file()
-        if not present:
-            missing.append(name)
-    return missing
+            return any((folder / name).parent.glob("*.safetensors"))
+        tokenizer_json = name in ("vocab.json", "merges.txt") and (folder / "tokenizer.json").is_file()
+        return tokenizer_json or (folder / name).is_file()
+
+    return [name for name in FILES if not present(name)]
 
 
 def is_hub_id(source: str) -> bool:
