@@ -1,12 +1,16 @@
 """Batch rendering throughput: many short lines one at a time against batched, in one process.
 
 The same `--lines` lines (about 5 s each: `--frames` frames, EOS held back so random weights
-cannot stop early; x-vector and ICL voices alternating) are rendered through morph/batch.py's
-BatchTTS at every batch size of `--batch-sizes` (1 = one line at a time) and every
-seq_groups of `--seq-groups`. Per configuration the JSON reports generation wall time,
-aggregate x real time (audio seconds of all lines / wall seconds), ms per decode step (one
-step advances every row of a batch by one frame), codec decode time (per line, reported
-apart and as end-to-end x real time), peak memory and the mode the talker ran in.
+cannot stop early; x-vector and ICL voices alternating, or one kind) are rendered through
+morph/batch.py's BatchTTS at every batch size of `--batch-sizes` (1 = one line at a time),
+every seq_groups of `--seq-groups` and every mode of `--modes`, measured two ways:
+- decode only: `BatchTTS.codes` (prefill and decode of each batch, no codec), as before;
+- end to end: what a user waits for, `BatchTTS.render`: text in, tokenize, prefill, decode,
+  codec decode, float32 audio out.
+Per configuration the JSON reports wall time, aggregate x real time (seconds of audio of all
+lines per wall second) and peak allocated memory both ways, ms per decode step (one step
+advances every row of a batch by one frame), the codec decode of all lines alone, and the
+mode the loop actually ran; the report starts with the project commit, device and versions.
 
     python -m bench.batch --size tiny --device cpu --lines 4 --frames 8                  # quick, on CPU
     python -m bench.batch --size 0.6b --device cuda --dtype bf16 --json out/batch.json    # random 0.6B dims
@@ -23,10 +27,11 @@ import time
 import numpy as np
 import torch
 
-from bench.common import add_model_args, emit, load_bench_model
-from bench.speed import REF_TEXT, _peak_bytes, _sync, device_name, eos_suppressed, model_dims, reference_wave
+from bench.common import add_model_args, emit, load_bench_model, run_info
+from bench.speed import REF_TEXT, _peak_bytes, _sync, eos_suppressed, model_dims, reference_wave
 from morph.batch import BatchTTS, Line
-from morph.settings import FRAMES_PER_SECOND, GenerationSettings
+from morph.runner import MODES, check_mode
+from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
 
 # About 5 s of speech each (60-75 characters).
 SENTENCES = [
@@ -51,8 +56,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     device = tts.device
     settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames + 1)
     chunks = [lines[i:i + size] for i in range(0, len(lines), size)]
-    if hasattr(tts.patch, "mode"):
-        tts.patch.mode = mode
+    tts.patch.mode = check_mode(mode, "bench.batch --modes")
     with eos_suppressed(tts, frames), torch.inference_mode():
         # warm-up at this batch size: allocator, kernels, and any CUDA graph for this shape
         warm = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=warm_frames + 1)
@@ -78,7 +82,20 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         batch.decode(codes, [line.voice for line in lines])
         _sync(device)
         decode_s = time.perf_counter() - start
+    with eos_suppressed(tts, frames):  # as a caller of the public API runs it: outside inference mode
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        e2e_walls, audio = [], []
+        for _ in range(repeats):
+            _sync(device)
+            start = time.perf_counter()
+            audio = batch.render(lines, settings, batch_size=size)
+            _sync(device)
+            e2e_walls.append(time.perf_counter() - start)
+        e2e_peak = _peak_bytes(device)
     wall = float(np.median(walls))
+    e2e_wall = float(np.median(e2e_walls))
+    e2e_audio_s = sum(a.size for a in audio) / SAMPLE_RATE
     got = [int(c.shape[0]) for c in codes]
     audio_s = sum(got) / FRAMES_PER_SECOND
     steps = len(chunks) * max(got)
@@ -86,10 +103,13 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         batch_size=size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=seq_groups,
         ran_as=tts.patch.last_run.get("mode"),
         frames_per_line=[min(got), max(got)], audio_s=round(audio_s, 2), wall_s=round(wall, 3),
-        x_real_time=round(audio_s / wall, 1), ms_per_step=round(1000 * wall / steps, 3),
+        x_real_time=round(audio_s / wall, 2), ms_per_step=round(1000 * wall / steps, 3),
         ms_per_line_frame=round(1000 * wall / sum(got), 3),
-        codec_decode_s=round(decode_s, 3), end_to_end_x_real_time=round(audio_s / (wall + decode_s), 1),
-        peak_memory_gib=round(peak / 2**30, 3), warmup_s=round(warm_s, 2), runs_s=[round(w, 3) for w in walls],
+        codec_decode_s=round(decode_s, 3), peak_memory_gib=round(peak / 2**30, 3), warmup_s=round(warm_s, 2),
+        runs_s=[round(w, 3) for w in walls],
+        end_to_end_ran_as=tts.patch.last_run.get("mode"), end_to_end_audio_s=round(e2e_audio_s, 2),
+        end_to_end_wall_s=round(e2e_wall, 3), end_to_end_x_real_time=round(e2e_audio_s / e2e_wall, 2),
+        end_to_end_peak_memory_gib=round(e2e_peak / 2**30, 3), end_to_end_runs_s=[round(w, 3) for w in e2e_walls],
     )
     if "capture_s" in last_run:
         row["capture_s"] = round(float(last_run["capture_s"]), 3)
@@ -103,9 +123,7 @@ def main(argv=None) -> dict:
     p.add_argument("--frames", type=int, default=62, help="frames per line (12.5 a second; 62 is about 5 s)")
     p.add_argument("--batch-sizes", default="1,8,16,32", help="comma list; 1 = one line at a time")
     p.add_argument("--seq-groups", default="15,5", help="comma list of seq_groups")
-    p.add_argument("--modes", default="auto",
-                   help="comma list of morph modes (auto = graphs on CUDA, eager elsewhere; eager, lean, graphs, "
-                        "compile)")
+    p.add_argument("--modes", default="auto", help=f"comma list of morph modes, of {', '.join(MODES)}")
     p.add_argument("--prompts", default="mixed", choices=["mixed", "xvector", "icl"],
                    help="voices of the lines: x-vector and ICL alternating, or all one kind")
     p.add_argument("--warm-frames", type=int, default=8)
@@ -137,11 +155,8 @@ def main(argv=None) -> dict:
                     and r.get("seq_groups") == row.get("seq_groups") and "wall_s" in r), None)
         if one is not None and "wall_s" in row:
             row["speedup_vs_one_at_a_time"] = round(one["wall_s"] / row["wall_s"], 2)
-    import transformers
-
     report = dict(
-        device=device_name(tts.device), torch=torch.__version__, transformers=transformers.__version__,
-        dtype=str(tts.tts.model.dtype).replace("torch.", ""), attention=args.attention,
+        run_info(tts.device), dtype=str(tts.tts.model.dtype).replace("torch.", ""), attention=args.attention,
         model=args.model or f"random weights, {args.size} dims", dims=model_dims(tts), lines=args.lines,
         frames_per_line=args.frames, seconds_per_line=round(args.frames / FRAMES_PER_SECOND, 2), prompts=args.prompts,
         results=results,

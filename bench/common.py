@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +38,40 @@ def load_bench_model(args, build_into: str | None = None) -> MorphTTS:
                                         dtype=DTYPES.get(args.dtype, torch.float32))
             print(f"built random {args.size} weights in {time.perf_counter() - start:.0f} s", file=sys.stderr)
         return MorphTTS.load(str(folder), args.device, args.dtype, args.attention)
+
+
+def project_commit() -> dict:
+    """The commit the run is made from, and the tracked files that differ from it. The device's copy of the
+    tree has no .git, so tools/bench_gpu.sh passes what it recorded here in PROJECT_COMMIT and
+    PROJECT_CHANGES; elsewhere git answers."""
+    if os.environ.get("PROJECT_COMMIT"):
+        return dict(commit=os.environ["PROJECT_COMMIT"],
+                    uncommitted_changes=os.environ.get("PROJECT_CHANGES", "").split())
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+
+    try:
+        return dict(commit=git("rev-parse", "HEAD").strip(),
+                    uncommitted_changes=[line[3:] for line in git("status", "--porcelain", "--untracked-files=no")
+                                         .splitlines()])
+    except (OSError, subprocess.CalledProcessError):
+        return dict(commit=None, uncommitted_changes=None)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def run_info(device: torch.device) -> dict:
+    """What every report starts with: the project commit, the device and the versions that shape the numbers."""
+    import transformers
+
+    return dict(project_commit(), device=device_name(device), torch=torch.__version__,
+                transformers=transformers.__version__, python=platform.python_version())
 
 
 def emit(report: dict, json_path: str | None) -> dict:

@@ -1,20 +1,27 @@
-"""Side-by-side decode speed: upstream qwen-tts against the morph stacks, in one process.
+"""Side-by-side speed of one line: upstream qwen-tts against the morph stacks, in one process.
 
-Every stack decodes the same fixed number of frames (EOS is held back, so random
-weights cannot stop early) from the same prompt. The JSON printed at the end (and
-written to --json) holds the device, torch version, model dims, and per stack and prompt:
-ms per frame, x real time, peak allocated memory, capture/compile seconds, the first
-call's wall time and GPU kernels per frame (torch.profiler kernel events only). It also
-holds the bf16 agreement with upstream under greedy decoding at seq_groups=15 and the
-top kernels of the fastest exact stack.
+Every stack speaks the same fixed number of frames (EOS is held back, so random weights
+cannot stop early) from the same prompt, measured two ways:
+- decode only: the model's generate on prepared inputs (prefill plus decode), as before;
+- end to end: what a user waits for, through the public API (MorphTTS.clone; upstream's
+  generate_voice_clone): text in, tokenize, prefill, decode, codec decode, audio out.
+The JSON printed at the end (and written to --json) holds the project commit, device, torch
+and transformers versions, model dims, and per stack and prompt: ms per frame and x real
+time both ways, peak allocated memory both ways, capture/compile seconds, the first call's
+wall time in this process, the mode the loop actually ran, and GPU kernels per frame
+(--profile). It can also hold the bf16 agreement with upstream under greedy decoding
+(--agreement).
 
-Stacks: "upstream" (qwen-tts generate) and MODE:K with MODE one of eager (upstream's
-talker + the morph predictor), lean (morph talker loop, no graphs), graphs (CUDA graphs)
-or compile (torch.compile'd stacks inside CUDA graphs).
+Stacks: "upstream" (qwen-tts generate) and MODE:K, MODE one of morph.runner.MODES.
+
+`--first-call MODES` measures instead what the first line costs a fresh process: per mode, two
+new processes (`--one-call`) that load the model and speak one line, the first with empty
+Triton and Inductor caches in a new temporary folder, the second reusing them.
 
     python -m bench.speed --size tiny --device cpu --frames 40 --stacks upstream,eager:15,eager:5
     python -m bench.speed --size 0.6b --device cuda --dtype bf16 --json out/speed.json   # random 0.6B dims
     python -m bench.speed --model /path/to/Qwen3-TTS-12Hz-0.6B-Base                      # a real checkpoint
+    python -m bench.speed --model DIR --device cuda --dtype bf16 --first-call auto,graphs --json out/first.json
 """
 
 from __future__ import annotations
@@ -23,23 +30,32 @@ import argparse
 import collections
 import contextlib
 import json
-import platform
+import os
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
 import torch
 
-from bench.common import add_model_args, emit, load_bench_model
+from bench.common import DTYPES, add_model_args, emit, load_bench_model, run_info
+from bench.common import device_name  # noqa: F401 - bench.numerics imports it from here
+from bench.random_model import build_random_model
 from morph.engine import MorphTTS
+from morph.loading import resolve_device
+from morph.runner import FAST_MODES, MODES, check_mode
 from morph.sampling import Sampling
-from morph.settings import FRAMES_PER_SECOND, GenerationSettings
+from morph.settings import DEFAULT_SEQ_GROUPS, FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
 
 TEXT = ("The river ran quietly past the old mill, and the children counted the boats until the sun went down "
         "behind the hills, then walked home along the towpath, telling stories about the people on board.")
 REF_TEXT = "The quick brown fox jumps over the lazy dog."
-DEFAULT_STACKS = "upstream,eager:15,eager:5,graphs:15,graphs:7,graphs:5,graphs:4,compile:15,compile:7,compile:5,compile:4"
+# Every mode the engine has, at the exact setting and the default one.
+DEFAULT_STACKS = ",".join(["upstream"] + [f"{mode}:{k}" for mode in MODES for k in (15, DEFAULT_SEQ_GROUPS)])
+SAMPLES_PER_FRAME = int(SAMPLE_RATE / FRAMES_PER_SECOND)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `python -m bench.speed` runs
 
 
 class _Stop(Exception):
@@ -85,10 +101,12 @@ def _peak_bytes(device: torch.device) -> int:
 
 
 class Runner:
-    """Builds one prompt's inputs once and runs model.generate on it under any stack."""
+    """Builds one prompt's inputs once and runs model.generate on it under any stack (decode only), or
+    speaks the whole line through the public API (end to end)."""
 
     def __init__(self, tts: MorphTTS, voice):
         self.tts = tts
+        self.voice = voice
         m = tts.tts
         self.ids = m._tokenize_texts([m._build_assistant_text(TEXT)])
         self.ref_ids = [m._tokenize_texts([m._build_ref_text(REF_TEXT)])[0] if voice.icl else None]
@@ -103,6 +121,17 @@ class Runner:
         codes, _ = self.tts.tts.model.generate(input_ids=self.ids, ref_ids=self.ref_ids, voice_clone_prompt=self.prompt,
                                                languages=["english"], **kwargs)
         return codes[0]
+
+    def speak(self, frames: int, seq_groups: int, upstream: bool) -> np.ndarray:
+        """Text in, audio out: MorphTTS.clone, or upstream's generate_voice_clone (under stack("upstream"))."""
+        settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames + 1)
+        if not upstream:
+            return self.tts.clone(TEXT, self.voice, "English", settings)
+        torch.manual_seed(settings.seed)
+        wavs, _ = self.tts.tts.generate_voice_clone(text=TEXT, language="English",
+                                                    voice_clone_prompt=[self.tts._prompt_item(self.voice)],
+                                                    **settings.upstream_kwargs(TEXT))
+        return wavs[0]
 
 
 @contextlib.contextmanager
@@ -130,7 +159,7 @@ def stack(tts: MorphTTS, spec: str):
             yield
         return
     mode, k = spec.split(":")
-    tts.patch.mode, tts.patch.seq_groups = mode, int(k)
+    tts.patch.mode, tts.patch.seq_groups = check_mode(mode, "bench.speed --stacks"), int(k)
     yield
 
 
@@ -202,44 +231,65 @@ def count_kernels(run_frames, a: int, b: int, top: int = 25) -> dict:
     )
 
 
-def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: int, profile: bool,
-               warm_frames: int) -> dict:
+def _timed(device: torch.device, run, repeats: int) -> tuple[list[float], int, object]:
+    """Wall seconds of each of `repeats` runs, the peak memory over them (allocated on CUDA), and the last result."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times, out = [], None
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        out = run()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return times, _peak_bytes(device), out
+
+
+def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: int, fast_repeats: int,
+               profile: bool, warm_frames: int) -> dict:
+    """One stack on one prompt: decode only (model.generate on prepared inputs), then end to end
+    (runner.speak). Stacks that ran in a fast mode are timed `fast_repeats` times (they are cheap)."""
     device = tts.device
     upstream = spec == "upstream"
+    seq_groups = 15 if upstream else int(spec.split(":")[1])
     row = {}
-    with stack(tts, spec), eos_suppressed(tts, frames), torch.inference_mode():
-        _sync(device)
-        start = time.perf_counter()
-        runner.generate(frames if not upstream and not spec.startswith("eager") else warm_frames)
-        _sync(device)
-        row["first_call_s"] = round(time.perf_counter() - start, 3)
-        if not upstream:
-            row["capture_or_compile_s"] = tts.patch.last_run.get("capture_s", 0.0)
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        times = []
-        for _ in range(repeats):
+    with stack(tts, spec), eos_suppressed(tts, frames):
+        with torch.inference_mode():
             _sync(device)
             start = time.perf_counter()
-            codes = runner.generate(frames)
+            runner.generate(frames if not upstream and not spec.startswith("eager") else warm_frames)
             _sync(device)
-            times.append(time.perf_counter() - start)
-        peak = _peak_bytes(device)
-        start = time.perf_counter()
-        tts.tts.model.speech_tokenizer.decode([{"audio_codes": codes}])
-        _sync(device)
-        decode_s = time.perf_counter() - start
+            row["first_call_s"] = round(time.perf_counter() - start, 3)
+            if not upstream:
+                row["capture_or_compile_s"] = tts.patch.last_run.get("capture_s", 0.0)
+                row["ran_as"] = tts.patch.last_run.get("mode")
+            n = fast_repeats if row.get("ran_as") in FAST_MODES else repeats
+            times, peak, codes = _timed(device, lambda: runner.generate(frames), n)
+            start = time.perf_counter()
+            tts.tts.model.speech_tokenizer.decode([{"audio_codes": codes}])
+            _sync(device)
+            decode_s = time.perf_counter() - start
+        # as a caller of the public API runs it: outside inference mode
+        e2e_times, e2e_peak, audio = _timed(device, lambda: runner.speak(frames, seq_groups, upstream), n)
+        if not upstream:
+            row["end_to_end_ran_as"] = tts.patch.last_run.get("mode")
         if profile and device.type == "cuda":
             def run_frames(n):
-                with stop_after(tts, n, upstream):
+                with stop_after(tts, n, upstream), torch.inference_mode():
                     runner.generate(frames)
             a, b = (2, 6) if upstream else (4, 24)
             row.update(count_kernels(run_frames, a, b))
     got = int(codes.shape[0])
     best = float(np.median(times))
+    e2e_frames = round(audio.size / SAMPLES_PER_FRAME)
+    e2e = float(np.median(e2e_times))
     row.update(frames=got, ms_per_frame=round(1000 * best / got, 3), x_real_time=round(got / FRAMES_PER_SECOND / best, 2),
                codec_decode_ms_per_frame=round(1000 * decode_s / got, 3), peak_memory_gib=round(peak / 2**30, 3),
-               runs_s=[round(t, 3) for t in times])
+               runs_s=[round(t, 3) for t in times],
+               end_to_end_frames=e2e_frames, end_to_end_ms_per_frame=round(1000 * e2e / e2e_frames, 3),
+               end_to_end_x_real_time=round(audio.size / SAMPLE_RATE / e2e, 2),
+               end_to_end_peak_memory_gib=round(e2e_peak / 2**30, 3),
+               end_to_end_runs_s=[round(t, 3) for t in e2e_times])
     return row
 
 
@@ -271,17 +321,77 @@ def model_dims(tts: MorphTTS) -> dict:
                 parameters_m=round(sum(p.numel() for p in tts.tts.model.parameters()) / 1e6, 1))
 
 
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-
-
 def stack_name(spec: str) -> str:
     if spec == "upstream":
         return "upstream qwen-tts"
     mode, k = spec.split(":")
     return f"morph {mode} k={k}"
+
+
+def one_call(args) -> dict:
+    """In a fresh process (spawned by first_call): load the model, make a voice and speak one line, as a user's
+    first call does, timing each step. `since_spawn_s`: from the parent's spawn to here (interpreter start and
+    imports); `cache_files_at_start`: files already in the Triton and Inductor caches (0 when cold)."""
+    since_spawn = time.time() - args.spawned_at
+    cached = sum(len(files) for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR") if os.environ.get(var)
+                 for _, _, files in os.walk(os.environ[var]))
+    start = time.perf_counter()
+    tts = MorphTTS.load(args.model, args.device, args.dtype, args.attention, mode=args.one_call)
+    _sync(tts.device)
+    load_s = time.perf_counter() - start
+    start = time.perf_counter()
+    prompt = args.prompts.split(",")[0]
+    voice = tts.make_voice(reference_wave(), SAMPLE_RATE, REF_TEXT if prompt == "icl" else None)
+    voice_s = time.perf_counter() - start
+    settings = GenerationSettings(seq_groups=args.first_call_seq_groups, seed=0, max_new_tokens=args.frames + 1)
+    if tts.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    with eos_suppressed(tts, args.frames):
+        _sync(tts.device)
+        start = time.perf_counter()
+        audio = tts.clone(TEXT, voice, "English", settings)
+        _sync(tts.device)
+        first_s = time.perf_counter() - start
+    run = tts.patch.last_run
+    return dict(mode=args.one_call, ran_as=run.get("mode"), seq_groups=settings.seq_groups, prompt=prompt,
+                cache_files_at_start=cached, since_spawn_s=round(since_spawn, 2), load_s=round(load_s, 2),
+                voice_s=round(voice_s, 2), first_generation_s=round(first_s, 2),
+                capture_or_compile_s=run.get("capture_s"), frames=round(audio.size / SAMPLES_PER_FRAME),
+                peak_memory_gib=round(_peak_bytes(tts.device) / 2**30, 3))
+
+
+def first_call(args, model: str) -> list[dict]:
+    """Per mode: a process with empty Triton and Inductor caches (a new temporary folder), then a second one
+    reusing them. Each row: the child's own timings (one_call), and the whole process's wall time."""
+    rows = []
+    for mode in (m for m in args.first_call.split(",") if m):
+        check_mode(mode, "bench.speed --first-call")
+        with tempfile.TemporaryDirectory(prefix="bench-first-call-") as caches:
+            env = dict(os.environ, TRITON_CACHE_DIR=os.path.join(caches, "triton"),
+                       TORCHINDUCTOR_CACHE_DIR=os.path.join(caches, "inductor"))
+            for cache in ("cold", "warm"):
+                command = [sys.executable, "-m", "bench.speed", "--one-call", mode, "--model", model,
+                           "--device", args.device, "--dtype", args.dtype, "--attention", args.attention,
+                           "--frames", str(args.frames), "--prompts", args.prompts,
+                           "--first-call-seq-groups", str(args.first_call_seq_groups),
+                           "--spawned-at", str(time.time())]
+                row = dict(mode=mode, caches=cache)
+                start = time.perf_counter()
+                try:
+                    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT,
+                                          timeout=args.first_call_timeout)
+                except subprocess.TimeoutExpired:
+                    row["error"] = f"timed out after {args.first_call_timeout} s"
+                else:
+                    lines = done.stdout.strip().splitlines()
+                    if done.returncode == 0 and lines:
+                        row.update(json.loads(lines[-1]))
+                    else:
+                        row["error"] = f"exit {done.returncode}: {done.stderr.strip()[-2000:]}"
+                row["process_s"] = round(time.perf_counter() - start, 2)
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
 
 
 def main(argv=None) -> dict:
@@ -290,17 +400,37 @@ def main(argv=None) -> dict:
     p.add_argument("--build-into", help="build the random model into this folder and keep it (for speed_faster)")
     p.add_argument("--frames", type=int, default=250)
     p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--graph-repeats", type=int, default=3, help="repeats for the graph stacks (they are cheap)")
+    p.add_argument("--graph-repeats", type=int, default=3, help="repeats for stacks that ran in a fast mode "
+                   f"({', '.join(FAST_MODES)}; they are cheap)")
     p.add_argument("--warm-frames", type=int, default=20, help="warm-up frames for upstream and eager stacks")
     p.add_argument("--prompts", default="xvector,icl")
     p.add_argument("--stacks", "--seq-groups", dest="stacks", default=DEFAULT_STACKS,
-                   help="comma list: 'upstream' and MODE:K (MODE eager, lean, graphs or compile); "
-                        "a bare K means eager:K")
+                   help=f"comma list: 'upstream' and MODE:K (MODE one of {', '.join(MODES)}); a bare K means eager:K")
     p.add_argument("--profile", action="store_true", help="count GPU kernels per frame (first prompt only)")
-    p.add_argument("--agreement", default="upstream-eager-attention,eager:15,lean:15,graphs:15,compile:15",
+    p.add_argument("--agreement",
+                   default=",".join(["upstream-eager-attention"] + [f"{m}:15" for m in MODES if m != "auto"]),
                    help="stacks whose greedy codes are compared with upstream's (empty: skip)")
+    p.add_argument("--first-call", metavar="MODES", help="instead of the stacks: the first line of a fresh process "
+                   "in each of these modes (comma list), with cold and then warm Triton/Inductor caches")
+    p.add_argument("--first-call-seq-groups", type=int, default=DEFAULT_SEQ_GROUPS)
+    p.add_argument("--first-call-timeout", type=int, default=600, help="seconds allowed to each fresh process")
+    p.add_argument("--one-call", metavar="MODE", help=argparse.SUPPRESS)  # the fresh process of --first-call
+    p.add_argument("--spawned-at", type=float, help=argparse.SUPPRESS)
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)
+
+    if args.one_call:
+        print(json.dumps(one_call(args)))
+        return {}
+    if args.first_call:
+        with tempfile.TemporaryDirectory() as tmp:
+            model = args.model or str(build_random_model(args.build_into or tmp, args.size, "base", seed=0,
+                                                         dtype=DTYPES.get(args.dtype, torch.float32)))
+            rows = first_call(args, model)
+        report = dict(run_info(resolve_device(args.device)), dtype=args.dtype, attention=args.attention,
+                      model=args.model or f"random weights, {args.size} dims", batch=1, frames=args.frames,
+                      seq_groups=args.first_call_seq_groups, first_call=rows)
+        return emit(report, args.json)
 
     tts = load_bench_model(args, args.build_into)
     voices = {"xvector": tts.make_voice(reference_wave(), 24000),
@@ -311,13 +441,10 @@ def main(argv=None) -> dict:
     for i, prompt in enumerate(args.prompts.split(",")):
         runner = Runner(tts, voices[prompt])
         for spec in specs:
-            graph_stack = spec.split(":")[0] in ("graphs", "compile")
             row = dict(stack=stack_name(spec), prompt=prompt)
             try:
-                row.update(time_stack(tts, runner, spec, args.frames, args.graph_repeats if graph_stack else args.repeats,
+                row.update(time_stack(tts, runner, spec, args.frames, args.repeats, args.graph_repeats,
                                       profile=args.profile and i == 0, warm_frames=args.warm_frames))
-                if spec != "upstream":
-                    row["ran_as"] = tts.patch.last_run.get("mode")
             except Exception as e:  # keep the other stacks' numbers
                 row["error"] = f"{type(e).__name__}: {e}"
             results.append(row)
@@ -329,11 +456,9 @@ def main(argv=None) -> dict:
             agreement = greedy_agreement(tts, Runner(tts, voices["xvector"]), args.frames, agreement_specs)
         except Exception as e:
             agreement = {"error": f"{type(e).__name__}: {e}"}
-    import transformers
 
     report = dict(
-        device=device_name(tts.device), torch=torch.__version__, transformers=transformers.__version__,
-        dtype=str(tts.tts.model.dtype).replace("torch.", ""), attention=args.attention,
+        run_info(tts.device), dtype=str(tts.tts.model.dtype).replace("torch.", ""), attention=args.attention,
         model=args.model or f"random weights, {args.size} dims", dims=model_dims(tts), batch=1, frames=args.frames,
         results=results, greedy_agreement_with_upstream=agreement,
     )
