@@ -64,7 +64,7 @@ from morph import graphs, lean, runner
 from morph.engine import MorphTTS
 from morph.settings import GenerationSettings
 
-STACKS = ("upstream", "lean", "graphs", "compile")
+STACKS = ("upstream", "lean", "graphs", "fused", "compile")
 YARDSTICK = "upstream"
 KS = (15, 5)
 GATE_FACTOR = 1.25
@@ -220,7 +220,7 @@ def hf_stack(talker, rec: Recording, ks, dtype) -> Logits:
 
 class _Runner:
     """Runs a step op by op ("lean"), or captured once per key in a CUDA graph and replayed
-    ("graphs", "compile"). A step reads only buffers that the caller refills before each run."""
+    ("graphs", "fused", "compile"). A step reads only buffers that the caller refills before each run."""
 
     def __init__(self, mode: str):
         self.mode = mode
@@ -280,19 +280,20 @@ def lean_stack(talker, rec: Recording, ks, dtype, mode: str, overrides: dict | N
         pk = [torch.zeros(1, pd.kv_heads, plen, pd.head_dim, device=dev, dtype=dtype) for _ in pw]
         pv = [torch.zeros(1, pd.kv_heads, plen, pd.head_dim, device=dev, dtype=dtype) for _ in pw]
         p_cos, p_sin = lean.rope_tables(cp.model.rotary_emb, plen, dev, dtype, multimodal=False)
-        bias = lean.causal_bias_table(plen, dev, dtype)
+        no_lo = torch.zeros(1, dtype=torch.long, device=dev)
         idx = [torch.arange(2, device=dev)] + [torch.tensor([g + 1], device=dev) for g in range(1, 15)]
         p_in = [torch.zeros(1, 2, talker.config.hidden_size, device=dev, dtype=dtype)] + \
             [torch.zeros(1, 1, talker.config.hidden_size, device=dev, dtype=dtype) for _ in range(1, 15)]
         talker_fn, pass_fn = run.fn(lean.talker_pass), run.fn(lean.predictor_pass)
+        fused = mode == "fused"
 
         def predictor_step(g):
-            h = pass_fn(p_in[g], proj_w, proj_b, pw, cp.model.norm.weight, pk, pv, p_cos, p_sin, idx[g], bias,
-                        pd)[:, -1]
+            h = pass_fn(p_in[g], proj_w, proj_b, pw, cp.model.norm.weight, pk, pv, p_cos, p_sin, idx[g], no_lo,
+                        pd, fused)[:, -1]
             return h, F.linear(h, cp.lm_head[g].weight)
 
         def talker_step():
-            h = talker_fn(t_in, tw, talker.model.norm.weight, tk, tv, t_cos, t_sin, slot, slot, no_pads, td)
+            h = talker_fn(t_in, tw, talker.model.norm.weight, tk, tv, t_cos, t_sin, slot, slot, no_pads, td, fused)
             return h, F.linear(h[:, -1], talker.codec_head.weight)
 
         talker_logits, group_logits, hiddens = [logits], [], []
@@ -361,8 +362,8 @@ def available(stack: str, device: torch.device) -> str | None:
     """None if the stack can run here, else why not."""
     if stack in runner.FAST_MODES and device.type != "cuda":
         return "needs CUDA"
-    if stack == "compile" and not graphs.compile_available():
-        return "torch.compile (Triton) is unavailable"
+    if stack in ("fused", "compile") and not graphs.triton_available():
+        return "Triton is unavailable"
     return None
 
 

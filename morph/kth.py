@@ -26,16 +26,11 @@ try:
     import triton.language as tl
 
     @triton.jit
-    def _kth_largest_kernel(x_addr, out_addr, n_cols, stride_row, k, BLOCK: tl.constexpr):
-        x_ptr = x_addr.to(tl.pointer_type(tl.float32))
-        out_ptr = out_addr.to(tl.pointer_type(tl.float32))
-        row = tl.program_id(0)
-        cols = tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols, other=float("-inf"))
+    def kth_largest_in_row(x, valid, k):
+        """The k-th largest of the valid entries of the float32 row x, by bisection over keys."""
         bits = x.to(tl.int32, bitcast=True)
         # order-preserving map float -> unsigned: negatives flip all bits, positives flip the sign bit
         key = tl.where(bits < 0, ~bits, bits ^ (-2147483648)).to(tl.uint32, bitcast=True)
-        valid = cols < n_cols
         t = tl.zeros((), dtype=tl.uint32)
         for i in tl.static_range(32):
             cand = t | (tl.full((), 1, tl.uint32) << (31 - i))
@@ -43,7 +38,16 @@ try:
             t = tl.where(count >= k, cand, t)
         sbits = t.to(tl.int32, bitcast=True)
         back = tl.where(sbits < 0, sbits ^ (-2147483648), ~sbits)
-        tl.store(out_ptr + row, back.to(tl.float32, bitcast=True))
+        return back.to(tl.float32, bitcast=True)
+
+    @triton.jit
+    def _kth_largest_kernel(x_addr, out_addr, n_cols, stride_row, k, BLOCK: tl.constexpr):
+        x_ptr = x_addr.to(tl.pointer_type(tl.float32))
+        out_ptr = out_addr.to(tl.pointer_type(tl.float32))
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols, other=float("-inf"))
+        tl.store(out_ptr + row, kth_largest_in_row(x, cols < n_cols, k))
 
     HAVE_TRITON = True
 except Exception:  # no Triton: torch.topk everywhere

@@ -13,8 +13,9 @@ function runs a whole stack against static KV buffers:
   which is what lets a CUDA graph (and torch.compile with static shapes) capture a step
   once and replay it at every position.
 
-`stack_step` is the single definition: run as it is (eager), captured in a CUDA graph, or
-compiled and then captured.
+`stack_step` is the single definition: run as it is (mode "lean"), captured in a CUDA graph
+("graphs"), or compiled and then captured ("compile"). morph/kernels.py implements the same
+contract in five fused Triton kernels per layer ("fused").
 """
 
 from __future__ import annotations
@@ -127,43 +128,47 @@ def layer_step(x: torch.Tensor, w: LayerW, k_cache: torch.Tensor, v_cache: torch
 
 def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
                v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
-               rope_pos: torch.Tensor, write_idx: torch.Tensor, bias: torch.Tensor, d: Dims) -> torch.Tensor:
-    """All layers plus the final norm. rope_pos [B, T] indexes the [L, D] cos/sin tables."""
+               rope_pos: torch.Tensor, write_idx: torch.Tensor, lo: torch.Tensor, d: Dims) -> torch.Tensor:
+    """All layers plus the final norm over T new positions per row. rope_pos [B, T] indexes
+    the [L, D] cos/sin tables; the tokens' K/V go to cache slots write_idx [T], and row b's
+    token t attends to slots lo[b] .. write_idx[t]."""
     cos, sin = cos_table[rope_pos].unsqueeze(1), sin_table[rope_pos].unsqueeze(1)  # [B, 1, T, D]
+    slots = torch.arange(k_caches[0].shape[2], device=x.device)
+    valid = (slots <= write_idx.unsqueeze(1)) & (slots >= lo.view(-1, 1, 1))  # [B, T, L]
+    bias = torch.zeros(valid.shape, dtype=x.dtype, device=x.device).masked_fill(~valid, torch.finfo(x.dtype).min)
     for w, kc, vc in zip(weights, k_caches, v_caches):
-        x = layer_step(x, w, kc, vc, cos, sin, write_idx, bias, d)
+        x = layer_step(x, w, kc, vc, cos, sin, write_idx, bias.unsqueeze(1), d)
     return rms_norm(x, norm_w, d.eps)
+
+
+def _stack_step(fused: bool):
+    if fused:  # Triton is imported only when the fused mode runs (morph/runner.py checks for it)
+        from .kernels import stack_step as fused_step
+        return fused_step
+    return stack_step
 
 
 def predictor_pass(x: torch.Tensor, proj_w: torch.Tensor | None, proj_b: torch.Tensor | None,
                    weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
                    v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
-                   write_idx: torch.Tensor, bias_table: torch.Tensor, d: Dims) -> torch.Tensor:
-    """A code-predictor pass: projection, then the stack at positions `write_idx` [T]."""
+                   write_idx: torch.Tensor, lo: torch.Tensor, d: Dims, fused: bool = False) -> torch.Tensor:
+    """A code-predictor pass: projection, then the stack at positions `write_idx` [T],
+    causal over the buffer (lo is zeros)."""
     if proj_w is not None:
         x = F.linear(x, proj_w, proj_b)
     rope_pos = write_idx.unsqueeze(0).expand(x.shape[0], -1)
-    bias = bias_table.index_select(0, write_idx)[None, None]  # [1, 1, T, L]: causal over the buffer
-    return stack_step(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos, write_idx, bias, d)
+    return _stack_step(fused)(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos, write_idx, lo,
+                              d)
 
 
 def talker_pass(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
                 v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
-                cache_pos: torch.Tensor, rope_pos: torch.Tensor, pads: torch.Tensor, d: Dims) -> torch.Tensor:
+                cache_pos: torch.Tensor, rope_pos: torch.Tensor, pads: torch.Tensor, d: Dims,
+                fused: bool = False) -> torch.Tensor:
     """A talker one-token step at cache slot `cache_pos` [1]; row b's rotary position is
     rope_pos[b] and its first `pads[b]` slots are left padding."""
-    slots = torch.arange(k_caches[0].shape[2], device=x.device)
-    valid = (slots <= cache_pos) & (slots >= pads.unsqueeze(1))  # [B, L]
-    bias = torch.zeros(valid.shape, dtype=x.dtype, device=x.device).masked_fill(~valid, torch.finfo(x.dtype).min)
-    return stack_step(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos.unsqueeze(1),
-                      cache_pos, bias[:, None, None], d)
-
-
-def causal_bias_table(length: int, device, dtype) -> torch.Tensor:
-    """Row p: 0 for slots <= p, the dtype's minimum after (as HF's eager causal mask)."""
-    slots = torch.arange(length, device=device)
-    return torch.zeros(length, length, device=device, dtype=dtype).masked_fill(
-        slots[None, :] > slots[:, None], torch.finfo(dtype).min)
+    return _stack_step(fused)(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos.unsqueeze(1),
+                              cache_pos, pads, d)
 
 
 def rope_tables(rotary_emb: torch.nn.Module, length: int, device, dtype, multimodal: bool):

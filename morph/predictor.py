@@ -12,9 +12,9 @@ einsum over the stacked lm_head weights (the "crossbar"). k = 15 is upstream exa
 `codes` is the one definition of that step. What runs the layers is passed in:
 - `hf_layers`: the modules' own forward over a cache that returns exactly what HF's
   DynamicCache would (mode "eager", the exact reference);
-- `lean_layers`: the lean layers of morph/lean.py over fixed-shape buffers with
-  device-side indices (modes "lean", "graphs", "compile"), so a whole frame can be
-  captured in one CUDA graph and replayed.
+- `lean_layers`: the lean layers of morph/lean.py (or their fused kernels) over
+  fixed-shape buffers with device-side indices (modes "lean", "graphs", "fused",
+  "compile"), so a whole frame can be captured in one CUDA graph and replayed.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class LeanState:
             self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in pred.cp.model.layers]
             self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in pred.cp.model.layers]
             self.cos, self.sin = lean.rope_tables(pred.cp.model.rotary_emb, length, device, dtype, multimodal=False)
-            self.bias = lean.causal_bias_table(length, device, dtype)
+            self.lo = torch.zeros(batch, dtype=torch.long, device=device)  # causal from slot 0
             # pass g writes positions 0,1 (g = 0, the 2-token prefill) or g + 1
             self.idx = [torch.arange(2, device=device)] + [torch.tensor([g + 1], device=device)
                                                              for g in range(1, pred.num_groups)]
@@ -169,12 +169,15 @@ class Predictor:
     def lean_state(self, batch: int, device: torch.device, dtype: torch.dtype) -> LeanState:
         return self._state(LeanState, batch, device, dtype)
 
-    def lean_layers(self, st: LeanState, compiled: bool) -> Layers:
+    def lean_layers(self, st: LeanState, kind: str) -> Layers:
+        """kind: "lean" (torch ops), "compile" (those compiled) or "fused" (morph/kernels.py)."""
         weights, norm_w, d = self.stack.weights(), self.cp.model.norm.weight, self.stack.dims
         proj = self.cp.small_to_mtp_projection
         proj_w, proj_b = (proj.weight, proj.bias) if isinstance(proj, torch.nn.Linear) else (None, None)
-        run = graphs.compiled(lean.predictor_pass) if compiled else lean.predictor_pass
-        return lambda x, g: run(x, proj_w, proj_b, weights, norm_w, st.k, st.v, st.cos, st.sin, st.idx[g], st.bias, d)
+        run = graphs.compiled(lean.predictor_pass) if kind == "compile" else lean.predictor_pass
+        fused = kind == "fused"
+        return lambda x, g: run(x, proj_w, proj_b, weights, norm_w, st.k, st.v, st.cos, st.sin, st.idx[g], st.lo, d,
+                                fused)
 
     def hf_layers(self, batch: int, device: torch.device, dtype: torch.dtype) -> Layers:
         """The modules' own layers, called as upstream's generate calls them, for one frame."""

@@ -5,10 +5,11 @@ Modes (what a user picks; `resolve` says what they mean on a device):
              to upstream qwen-tts at seq_groups 15 in fp32 on the CPU);
 - "lean":    the lean layers (morph/lean.py) op by op;
 - "graphs":  the lean step captured in a CUDA graph (captures in well under a second);
+- "fused":   the lean step in fused Triton kernels (morph/kernels.py), captured in a CUDA graph;
 - "compile": the lean step compiled by torch.compile, then captured in a CUDA graph;
-- "auto":    "graphs" on CUDA, "eager" elsewhere.
+- "auto":    "fused" on CUDA ("graphs" without Triton), "eager" elsewhere.
 
-The fast modes (graphs, compile) give the same codes as the lean step run op by op in
+The fast modes (graphs, fused, compile) give the same codes as the lean step run op by op in
 fp32 on a GPU. When a capture or compile fails for any reason other than memory, the
 run goes on op by op with the lean layers, the log says so in one line, and the next
 run tries the fast path again. A CUDA out-of-memory error is re-raised as it is, so
@@ -28,8 +29,8 @@ from .lean import LeanUnsupported
 
 log = logging.getLogger(__name__)
 
-MODES = ("auto", "eager", "lean", "graphs", "compile")
-FAST_MODES = ("graphs", "compile")
+MODES = ("auto", "eager", "lean", "graphs", "fused", "compile")
+FAST_MODES = ("graphs", "fused", "compile")
 
 
 def check_mode(mode: str, who: str = "morph") -> str:
@@ -52,13 +53,13 @@ def resolve(mode: str, device: torch.device, lean_check: Callable[[], None]) -> 
     checkpoint whose layers the lean path does not implement."""
     check_mode(mode)
     if mode == "auto":
-        mode = "graphs" if device.type == "cuda" else "eager"
+        mode = "fused" if device.type == "cuda" else "eager"
     if mode in FAST_MODES and device.type != "cuda":
         _log_once(f"morph: {mode} mode needs a CUDA GPU; running eager on {device.type}")
         return "eager"
-    if mode == "compile" and not graphs.compile_available():
-        _log_once("morph: torch.compile needs Triton, which is not installed; using CUDA graphs without compile "
-                  "(install triton, or triton-windows on Windows, for the compiled decoder)")
+    if mode in ("fused", "compile") and not graphs.triton_available():
+        _log_once(f"morph: the {mode} decoder needs Triton, which is not installed; using plain CUDA graphs, about "
+                  "3x slower (install triton, or triton-windows on Windows, for the fast decoder)")
         mode = "graphs"
     if mode != "eager":
         try:

@@ -122,7 +122,7 @@ def talker_scores(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_
 
 
 def talker_pick(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_mask, repetition_penalty: float,
-                sampling: Sampling) -> torch.Tensor:
-    """Upstream's talker logits processing, then the pick: one function for eager and compile."""
-    return pick(talker_scores(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_mask,
-                              repetition_penalty), sampling)
+                sampling: Sampling, pick_fn=pick) -> torch.Tensor:
+    """Upstream's talker logits processing, then the pick (`pick_fn`: pick or its fused twin)."""
+    return pick_fn(talker_scores(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_mask,
+                                 repetition_penalty), sampling)

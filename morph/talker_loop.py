@@ -23,6 +23,7 @@ one `(hidden, codes)` entry per step), so EOS trimming and audio decoding stay u
 from __future__ import annotations
 
 import collections
+import functools
 import time
 from types import SimpleNamespace
 from typing import Callable
@@ -34,6 +35,17 @@ from . import graphs, lean, runner
 from .predictor import Predictor
 from .talker_state import TalkerState, cache_tensors, capacity_for
 from .sampling import Sampling, TalkerRules, sample, talker_pick
+
+def _samplers(kind: str) -> tuple[Callable, Callable]:
+    """(code predictor's pick, talker's pick) for a kind of step."""
+    if kind == "compile":
+        return graphs.compiled(sample, exact_rng=True), graphs.compiled(talker_pick, exact_rng=True)
+    if kind == "fused":
+        from .kernels import pick as fused_pick  # Triton: imported only when the fused mode runs
+
+        return fused_pick, functools.partial(talker_pick, pick_fn=fused_pick)
+    return sample, talker_pick
+
 
 class HFTalker:
     """The talker's layers as upstream's HF generate calls them for one token (mode "eager")."""
@@ -89,6 +101,7 @@ class TalkerLoop:
             self._stack.release()
             self._stack = None
         self.predictor.release()
+        graphs.trim_graph_memory()
 
     def state(self, batch: int, needed: int, device, dtype, lean_kv: bool) -> TalkerState:
         if self._state is None or not self._state.matches(batch, needed, device, dtype, lean_kv):
@@ -112,18 +125,21 @@ class TalkerLoop:
         return (device, dtype, self.stack.fingerprint(), self.predictor.owner(), t.codec_head.weight.data_ptr(),
                 t.model.codec_embedding.weight.data_ptr(), t.model.norm.weight.data_ptr())
 
-    def lean_talker(self, compiled: bool) -> Callable:
-        run = graphs.compiled(lean.talker_pass) if compiled else lean.talker_pass
+    def lean_talker(self, kind: str) -> Callable:
+        """kind: "lean" (torch ops), "compile" (those compiled) or "fused" (morph/kernels.py)."""
+        run = graphs.compiled(lean.talker_pass) if kind == "compile" else lean.talker_pass
+        fused = kind == "fused"
         return lambda x, st: run(x, self.stack.weights(), self.talker.model.norm.weight, st.k, st.v, st.cos, st.sin,
-                                 st.cache_pos, st.rope_pos, st.pads, self.stack.dims)
+                                 st.cache_pos, st.rope_pos, st.pads, self.stack.dims, fused)
 
     # -- the step: one definition for every mode --------------------------------------------
     def frame_step(self, st: TalkerState, seq_groups: int, cp_sampling: Sampling, rules: TalkerRules,
-                   talker_layers: Callable, predictor_layers: Callable, compiled: bool = False) -> None:
-        """Decode frame `st.step` and sample the next code-0 token; all state is advanced in place."""
+                   talker_layers: Callable, predictor_layers: Callable, kind: str = "lean") -> None:
+        """Decode frame `st.step` and sample the next code-0 token; all state is advanced in place.
+        kind ("lean", "compile" or "fused") picks the samplers that go with the layers."""
         t = self.talker
         e0 = F.embedding(st.code0.unsqueeze(1), t.model.codec_embedding.weight)  # [B, 1, H]
-        pick = graphs.compiled(sample, exact_rng=True) if compiled else sample
+        pick, picker = _samplers(kind)
         codes = self.predictor.codes(torch.cat((st.past_hidden, e0), dim=1), seq_groups, cp_sampling,
                                      predictor_layers(), pick)  # [B, 15]
         st.frames.index_copy_(1, st.step, torch.cat((st.code0.unsqueeze(1), codes), dim=1).unsqueeze(1))
@@ -134,7 +150,6 @@ class TalkerLoop:
         nxt = st.step + 1
         st.past_hidden.copy_(h)
         st.hidden.index_copy_(1, nxt, h)
-        picker = graphs.compiled(talker_pick, exact_rng=True) if compiled else talker_pick
         token = rules.next_token(F.linear(h[:, -1], t.codec_head.weight), st.seen, nxt, st.min_new, picker)
         token = torch.where(st.unfinished, token, rules.eos)  # finished rows pad with EOS, as HF does
         st.tokens.index_copy_(1, nxt, token.unsqueeze(1))
@@ -175,10 +190,9 @@ class TalkerLoop:
             else:
                 pred_state = self.predictor.lean_state(batch, device, dtype)
 
-                def lean_step(compiled: bool = False):
-                    layers = self.predictor.lean_layers(pred_state, compiled)
-                    self.frame_step(st, seq_groups, cp_sampling, rules, self.lean_talker(compiled), lambda: layers,
-                                    compiled)
+                def lean_step(kind: str = "lean"):
+                    layers = self.predictor.lean_layers(pred_state, kind)
+                    self.frame_step(st, seq_groups, cp_sampling, rules, self.lean_talker(kind), lambda: layers, kind)
 
                 step = lean_step
                 if mode in runner.FAST_MODES:
@@ -188,7 +202,7 @@ class TalkerLoop:
                     if not known:
                         st.rewind()  # captured before the prefill: a capture's warm-up runs the step for real
                     start = time.perf_counter()
-                    run = runner.fast_step(self.graphs, key, lambda: lean_step(mode == "compile"), lean_step, mode,
+                    run = runner.fast_step(self.graphs, key, lambda: lean_step(mode), lean_step, mode,
                                            keep=(st, pred_state, rules))
                     capture_s = 0.0 if known else time.perf_counter() - start
             cache = self._prefill(st, rules, inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed,

@@ -1,4 +1,4 @@
-"""graphs and compile give the op-by-op (lean) codes in fp32 on the GPU, through the public API."""
+"""graphs, fused and compile give the op-by-op (lean) codes in fp32 on the GPU, through the public API."""
 
 import pytest
 import torch
@@ -25,7 +25,7 @@ def codes(tts, mode: str, k: int, sampled: bool, voice, batch: int) -> list[torc
         tts.patch.mode = "auto"
 
 
-@pytest.mark.parametrize("mode", ["graphs", "compile"])
+@pytest.mark.parametrize("mode", ["graphs", "fused", "compile"])
 @pytest.mark.parametrize("batch", [1, 4])
 @pytest.mark.parametrize("prompt", ["xvector", "icl"])
 @pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "seeded"])

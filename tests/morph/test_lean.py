@@ -49,12 +49,12 @@ def test_lean_stack_matches_hf_layers(tiny_tts, which):
     ks = [torch.zeros(batch, d.kv_heads, length, d.head_dim) for _ in model.layers]
     vs = [torch.zeros(batch, d.kv_heads, length, d.head_dim) for _ in model.layers]
     cos, sin = lean.rope_tables(model.rotary_emb, length, x.device, x.dtype, multimodal=which == "talker")
-    bias_table = lean.causal_bias_table(length, x.device, x.dtype)
+    causal = torch.zeros(batch, dtype=torch.long)
     outs = []
     for pos in [[0, 1]] + [[p] for p in range(2, 6)]:
         idx = torch.tensor(pos)
         outs.append(lean.predictor_pass(x[:, pos], None, None, stack.weights(), model.norm.weight, ks, vs, cos, sin,
-                                        idx, bias_table, d))
+                                        idx, causal, d))
     got = torch.cat(outs, dim=1)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     stack.release()

@@ -50,7 +50,7 @@ def test_lean_layers_give_the_hf_layers_codes(predictor, k):
     """fp32 on CPU the lean layers round differently (about 1e-6), never enough to flip a greedy pick here."""
     for batch in (1, 4):
         x = embeds(predictor, batch, seed=batch)
-        lean = predictor.lean_layers(predictor.lean_state(batch, x.device, x.dtype), compiled=False)
+        lean = predictor.lean_layers(predictor.lean_state(batch, x.device, x.dtype), "lean")
         assert torch.equal(predictor.codes(x, k, GREEDY, lean), predictor.codes(x, k, GREEDY, hf(predictor, x)))
         h_lean, h_hf = lean(x, 0), hf(predictor, x)(x, 0)
         assert (h_lean - h_hf).abs().max() < 1e-4

@@ -60,10 +60,18 @@ def sampled(k):
 
 
 def test_modes_on_cpu_run_eager():
-    for mode in ("auto", "eager", "graphs", "compile"):
+    for mode in ("auto", "eager", "graphs", "fused", "compile"):
         assert runner.resolve(mode, torch.device("cpu"), lambda: None) == "eager"
     assert runner.resolve("lean", torch.device("cpu"), lambda: None) == "lean"
-    assert runner.resolve("auto", torch.device("cuda"), lambda: None) == "graphs"
+    assert runner.resolve("auto", torch.device("cuda"), lambda: None) == "fused"
+
+
+def test_without_triton_the_triton_modes_run_plain_graphs(monkeypatch, caplog):
+    monkeypatch.setattr(runner.graphs, "triton_available", lambda: False)
+    monkeypatch.setattr(runner, "_logged", set())
+    for mode in ("auto", "fused", "compile"):
+        assert runner.resolve(mode, torch.device("cuda"), lambda: None) == "graphs"
+    assert "needs Triton" in caplog.text
     with pytest.raises(ValueError, match="mode must be one of"):
         runner.resolve("fast", torch.device("cpu"), lambda: None)
 
