@@ -25,11 +25,12 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import sys
 from typing import Callable
 
 import torch
 
-def compile_available() -> bool:
+def triton_available() -> bool:
     try:
         import triton  # noqa: F401
     except Exception:
@@ -149,6 +150,26 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2) -> CapturedS
             raise
         torch.cuda.synchronize()
     return CapturedStep(graph, outputs)
+
+
+def trim_graph_memory() -> None:
+    """Give the memory of destroyed graphs back to the device.
+
+    Under cudaMallocAsync, what a capture allocates lives in CUDA's graph memory pool, which
+    keeps it after the graph is destroyed until the pool is trimmed; torch.cuda.empty_cache
+    trims only the allocator's own pool. The trim releases only memory that no live graph
+    uses, so other packs' graphs keep theirs. (Under the native allocator, graph memory is in
+    torch's pools, which empty_cache releases.)
+    """
+    if not torch.cuda.is_initialized() or torch.cuda.get_allocator_backend() != "cudaMallocAsync":
+        return
+    try:
+        driver = ctypes.CDLL("nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1")
+    except OSError:  # no driver library under that name: nothing to trim through it
+        return
+    torch.cuda.synchronize()
+    for index in range(torch.cuda.device_count()):
+        driver.cuDeviceGraphMemTrim(index)
 
 
 # -- torch.compile of the lean stacks ---------------------------------------------------
