@@ -1,13 +1,15 @@
 """faster-qwen3-tts on the same model folder, settings and JSON fields as bench/speed.py.
 
-faster-qwen3-tts 0.5.4 needs transformers 5.15.1 and qwen-tts-hf (which installs the same
-import name `qwen_tts` as qwen-tts 0.1.1), so it runs in its own environment:
+faster-qwen3-tts 0.5.4 needs qwen-tts-hf (which installs the same import name `qwen_tts` as
+qwen-tts 0.1.1), so it runs in its own environment:
 
-    PYTHONPATH=/path/to/faster-env python -m bench.speed_faster --model DIR --json out/faster.json
+    PYTHONPATH=/path/to/faster-env:$PWD python -m bench.speed_faster --model DIR --json out/faster.json
 
-DIR is a folder bench/speed.py built (--build-into) or a real checkpoint. Same text,
-reference audio, prompts, 250 fixed frames (EOS held back through min_new_tokens), bf16,
-batch 1, sampling settings as upstream's defaults. Timing covers prefill plus decode.
+DIR is a folder bench/random_model.py built or a real checkpoint. Same text, reference audio,
+prompts, 250 fixed frames (EOS held back through min_new_tokens), bf16, batch 1, sampling
+settings as upstream's defaults. Two measurements, as in bench/speed.py: decode only (its
+fast_generate on prepared inputs: prefill plus decode) and end to end (its public
+generate_voice_clone: text in, audio out).
 """
 
 from __future__ import annotations
@@ -17,14 +19,66 @@ import contextlib
 import json
 import sys
 import time
+from importlib.metadata import version
 
 import numpy as np
 import torch
 
-from bench.common import emit
+from bench.common import emit, run_info
 from bench.speed import REF_TEXT, TEXT, _Stop, count_kernels, reference_wave
 
 FRAMES_PER_SECOND = 12.5
+SAMPLE_RATE = 24000
+
+
+def _rope_default_for_mimi(hf_default):
+    """qwen-tts-hf registers a `default` RoPE initialiser in transformers' own table that reads
+    `config.rope_theta`. On transformers 5.17 (the GPU machine's) Mimi's config keeps it in
+    `rope_parameters` only, so loading any Qwen3-TTS speech tokenizer fails; Mimi's own initialiser
+    reads it from there."""
+    from transformers.models.mimi.modeling_mimi import MimiRotaryEmbedding
+
+    def default(config, device=None, seq_len=None, layer_type=None):
+        if getattr(config, "rope_theta", None) is None:
+            return MimiRotaryEmbedding.compute_default_rope_parameters(config, device)
+        return hf_default(config, device, seq_len, layer_type)
+
+    return default
+
+
+def load_faster(model_dir: str):
+    """FasterQwen3TTS on model_dir (bf16, sdpa), its load seconds, and the shims the installed
+    transformers needed (recorded in the report, since they change the peer's code path)."""
+    import qwen_tts  # noqa: F401 - registers qwen-tts-hf's RoPE initialiser, which the shim wraps
+    from faster_qwen3_tts import FasterQwen3TTS
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.models.mimi.configuration_mimi import MimiConfig
+
+    shims = []
+    if getattr(MimiConfig(), "rope_theta", None) is None:
+        ROPE_INIT_FUNCTIONS["default"] = _rope_default_for_mimi(ROPE_INIT_FUNCTIONS["default"])
+        shims.append("RoPE 'default' initialiser reads Mimi's rope_theta from rope_parameters")
+    start = time.perf_counter()
+    model = FasterQwen3TTS.from_pretrained(model_dir, device="cuda", dtype=torch.bfloat16, attn_implementation="sdpa")
+    torch.cuda.synchronize()
+    return model, time.perf_counter() - start, shims
+
+
+def peer_info(*packages: str) -> dict:
+    return dict(run_info(torch.device("cuda")), packages={p: version(p) for p in packages})
+
+
+def _timed(run, repeats: int) -> tuple[list[float], int, object]:
+    """Wall seconds of each run, the peak allocated memory over them, and the last result."""
+    torch.cuda.reset_peak_memory_stats()
+    times, out = [], None
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = run()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return times, torch.cuda.max_memory_allocated(), out
 
 
 def main(argv=None) -> dict:
@@ -37,20 +91,15 @@ def main(argv=None) -> dict:
     p.add_argument("--json")
     args = p.parse_args(argv)
 
-    import faster_qwen3_tts
-    import transformers
-    from faster_qwen3_tts import FasterQwen3TTS
     from faster_qwen3_tts.generate import fast_generate
 
-    start = time.perf_counter()
-    model = FasterQwen3TTS.from_pretrained(args.model, device="cuda", dtype=torch.bfloat16, attn_implementation="sdpa")
-    load_s = time.perf_counter() - start
+    model, load_s, shims = load_faster(args.model)
     wave = reference_wave()
     results = []
     first = True
     for i, prompt in enumerate(args.prompts.split(",")):
         icl = prompt == "icl"
-        items = model.model.create_voice_clone_prompt(ref_audio=(wave, 24000), ref_text=REF_TEXT if icl else None,
+        items = model.model.create_voice_clone_prompt(ref_audio=(wave, SAMPLE_RATE), ref_text=REF_TEXT if icl else None,
                                                       x_vector_only_mode=not icl)
         start = time.perf_counter()
         m, talker, config, tie, tam, tth, tpe, _ = model._prepare_generation(
@@ -63,11 +112,17 @@ def main(argv=None) -> dict:
             codes, _ = fast_generate(talker=talker, talker_input_embeds=tie, attention_mask=tam,
                                      trailing_text_hiddens=tth, tts_pad_embed=tpe, config=config,
                                      predictor_graph=model.predictor_graph, talker_graph=model.talker_graph,
-                                     max_new_tokens=args.frames, min_new_tokens=args.frames, temperature=0.9,
+                                     max_new_tokens=frames, min_new_tokens=frames, temperature=0.9,
                                      top_k=50, top_p=1.0, do_sample=True, repetition_penalty=1.05)
             return codes
 
-        row = dict(stack="faster-qwen3-tts 0.5.4", prompt=prompt)
+        def speak():
+            torch.manual_seed(0)
+            wavs, _ = model.generate_voice_clone(text=TEXT, language="English", voice_clone_prompt=items,
+                                                 max_new_tokens=args.frames, min_new_tokens=args.frames)
+            return wavs[0]
+
+        row = dict(stack=f"faster-qwen3-tts {version('faster-qwen3-tts')}", prompt=prompt)
         with torch.inference_mode():
             torch.cuda.synchronize()
             start = time.perf_counter()
@@ -76,15 +131,7 @@ def main(argv=None) -> dict:
             row["first_call_s"] = round(time.perf_counter() - start + prepare_s, 3)
             row["capture_or_compile_s"] = round(prepare_s, 3) if first else 0.0
             first = False
-            torch.cuda.reset_peak_memory_stats()
-            times = []
-            for _ in range(args.repeats):
-                torch.cuda.synchronize()
-                start = time.perf_counter()
-                codes = run(args.frames)
-                torch.cuda.synchronize()
-                times.append(time.perf_counter() - start)
-            peak = torch.cuda.max_memory_allocated()
+            times, peak, codes = _timed(lambda: run(args.frames), args.repeats)
             if args.profile and i == 0:
                 graph = model.predictor_graph
                 original = graph.run
@@ -105,14 +152,21 @@ def main(argv=None) -> dict:
                         graph.run = original
 
                 row.update(count_kernels(run_frames, 4, 24))
+        # as a caller of the public API runs it: outside inference mode
+        e2e_times, e2e_peak, audio = _timed(speak, args.repeats)
         got = int(codes.shape[0])
         best = float(np.median(times))
+        e2e = float(np.median(e2e_times))
+        e2e_frames = round(audio.size / (SAMPLE_RATE / FRAMES_PER_SECOND))
         row.update(frames=got, ms_per_frame=round(1000 * best / got, 3), x_real_time=round(got / FRAMES_PER_SECOND / best, 2),
-                   peak_memory_gib=round(peak / 2**30, 3), runs_s=[round(t, 3) for t in times])
+                   peak_memory_gib=round(peak / 2**30, 3), runs_s=[round(t, 3) for t in times],
+                   end_to_end_frames=e2e_frames, end_to_end_ms_per_frame=round(1000 * e2e / e2e_frames, 3),
+                   end_to_end_x_real_time=round(audio.size / SAMPLE_RATE / e2e, 2),
+                   end_to_end_peak_memory_gib=round(e2e_peak / 2**30, 3),
+                   end_to_end_runs_s=[round(t, 3) for t in e2e_times])
         results.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    report = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, transformers=transformers.__version__,
-                  faster_qwen3_tts=faster_qwen3_tts.__version__, dtype="bfloat16", attention="sdpa",
+    report = dict(peer_info("faster-qwen3-tts", "qwen-tts-hf"), shims=shims, dtype="bfloat16", attention="sdpa",
                   model=args.model, load_s=round(load_s, 1), batch=1, frames=args.frames, results=results)
     return emit(report, args.json)
 
