@@ -9,7 +9,7 @@ from . import services
 from .common import CATEGORY, MODEL_TYPE, prefixed
 
 # The engine's modes a user picks between (morph/graphs.py also has "lean", a debugging aid).
-SPEED_MODES = ("auto", "compile", "graphs", "eager")
+SPEED_MODES = ("auto", "fused", "graphs", "compile", "eager")
 
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
@@ -46,10 +46,13 @@ class LoadModel:
                        "Where the model runs. auto = ComfyUI's device (honours --cpu and friends). A device this "
                        "machine lacks is refused with a message."}),
             "speed_mode": (list(SPEED_MODES), {"default": "auto", "tooltip":
-                           "How the decode loop runs. auto = CUDA graphs on a GPU, plain PyTorch elsewhere. "
-                           "compile = torch.compile inside the graphs: the fastest (about 3x graphs), but the "
-                           "first run in a ComfyUI session compiles for two to three minutes. eager = the "
-                           "checkpoint's own layers, op by op (bit-exact to qwen-tts at seq_groups 15)."}),
+                           "How the decode loop runs. auto = fused on a GPU (graphs without Triton), plain "
+                           "PyTorch elsewhere. fused = the pack's Triton kernels inside CUDA graphs: the fastest; "
+                           "the first run on a new machine compiles them in about 10 s, later ComfyUI starts "
+                           "reuse them. graphs = PyTorch ops inside CUDA graphs, about 3x slower, no Triton "
+                           "needed. compile = torch.compile inside the graphs: slower than fused and its first "
+                           "run takes minutes. eager = the checkpoint's own layers, op by op (bit-exact to "
+                           "qwen-tts at seq_groups 15)."}),
         }}
 
     def load(self, model, dtype, attention, device, speed_mode="auto"):
