@@ -3,10 +3,14 @@
 # GPU device machine's Python 3.12 on manylinux x86-64, so that tools/comfy_gpu_run.sh installs
 # offline there. Versions are pinned, so a rerun gives the same files; wheels of other versions
 # are removed, since two versions of one package stop the whole offline install.
-#   bash tools/fetch_device_wheels.sh [DEST]
+#   bash tools/fetch_device_wheels.sh [DEST [SECTION...]]
+# Only the named sections of the manifest; by default all but [peers], whose wheels go into a
+# folder of their own (qwen-tts-hf installs the import name qwen_tts, as qwen-tts does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=${1:-.whl/comfy}
+shift $(( $# > 0 ? 1 : 0 ))
+wanted=" $* "
 mkdir -p "$dest"
 python=${PYTHON:-python3}
 platforms=()
@@ -15,7 +19,10 @@ for tag in manylinux_2_35_x86_64 manylinux_2_34_x86_64 manylinux_2_31_x86_64 man
            manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
   platforms+=(--platform "$tag")
 done
-specs=$(sed -e 's/#.*//' -e 's/[[:space:]]//g' tools/device_wheels.txt | grep '==' )
+specs=$(sed -e 's/#.*//' -e 's/[[:space:]]//g' tools/device_wheels.txt | awk -v wanted="$wanted" '
+  /^\[.*\]$/ { section = substr($0, 2, length($0) - 2); next }
+  /==/ && (wanted == "  " ? section != "peers" : index(wanted, " " section " ")) { print }')
+[ -n "$specs" ] || { echo "no wheels in the manifest's sections:$wanted" >&2; exit 1; }
 keep=()
 for spec in $specs; do
   name=${spec%%==*}; version=${spec#*==}
