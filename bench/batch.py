@@ -27,7 +27,7 @@ import time
 import numpy as np
 import torch
 
-from bench.common import add_model_args, emit, load_bench_model, run_info
+from bench.common import add_model_args, emit, load_bench_model, run_info, save
 from bench.speed import REF_TEXT, _peak_bytes, _sync, eos_suppressed, model_dims, reference_wave
 from morph.batch import BatchTTS, Line
 from morph.runner import MODES, check_mode
@@ -139,6 +139,12 @@ def main(argv=None) -> dict:
     batch = BatchTTS(tts)
 
     results = []
+    report = dict(
+        run_info(tts.device), dtype=str(tts.tts.model.dtype).replace("torch.", ""), attention=args.attention,
+        model=args.model or f"random weights, {args.size} dims", dims=model_dims(tts), lines=args.lines,
+        frames_per_line=args.frames, seconds_per_line=round(args.frames / FRAMES_PER_SECOND, 2), prompts=args.prompts,
+        results=results, complete=False,
+    )
     for mode in args.modes.split(","):
         for k in (int(x) for x in args.seq_groups.split(",")):
             for size in (int(x) for x in args.batch_sizes.split(",")):
@@ -149,18 +155,14 @@ def main(argv=None) -> dict:
                     row.update(batch_size=size, seq_groups=k, error=f"{type(e).__name__}: {e}")
                 results.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
+                save(report, args.json)
 
     for row in results:  # speed-up over one line at a time, same mode and seq_groups
         one = next((r for r in results if r.get("batch_size") == 1 and r.get("mode") == row.get("mode")
                     and r.get("seq_groups") == row.get("seq_groups") and "wall_s" in r), None)
         if one is not None and "wall_s" in row:
             row["speedup_vs_one_at_a_time"] = round(one["wall_s"] / row["wall_s"], 2)
-    report = dict(
-        run_info(tts.device), dtype=str(tts.tts.model.dtype).replace("torch.", ""), attention=args.attention,
-        model=args.model or f"random weights, {args.size} dims", dims=model_dims(tts), lines=args.lines,
-        frames_per_line=args.frames, seconds_per_line=round(args.frames / FRAMES_PER_SECOND, 2), prompts=args.prompts,
-        results=results,
-    )
+    report["complete"] = True
     return emit(report, args.json)
 
 

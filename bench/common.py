@@ -74,11 +74,16 @@ def run_info(device: torch.device) -> dict:
                 transformers=transformers.__version__, python=platform.python_version())
 
 
-def emit(report: dict, json_path: str | None) -> dict:
-    """Print the report as JSON, and write it to json_path too when one is given."""
-    text = json.dumps(report, indent=2)
-    print(text)
+def save(report: dict, json_path: str | None) -> None:
+    """Write the report to json_path, when one is given. Benchmarks also save what they have after each row,
+    so a run stopped by a time limit keeps the rows it finished (`complete` says whether it got to the end)."""
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(text)
+        Path(json_path).write_text(json.dumps(report, indent=2))
+
+
+def emit(report: dict, json_path: str | None) -> dict:
+    """Print the report as JSON, and write it to json_path too when one is given."""
+    print(json.dumps(report, indent=2))
+    save(report, json_path)
     return report

@@ -40,7 +40,7 @@ import time
 import numpy as np
 import torch
 
-from bench.common import DTYPES, add_model_args, emit, load_bench_model, run_info
+from bench.common import DTYPES, add_model_args, emit, load_bench_model, run_info, save
 from bench.common import device_name  # noqa: F401 - bench.numerics imports it from here
 from bench.random_model import build_random_model
 from morph.engine import MorphTTS
@@ -437,6 +437,11 @@ def main(argv=None) -> dict:
               "icl": tts.make_voice(reference_wave(), 24000, REF_TEXT)}
 
     results = []
+    report = dict(
+        run_info(tts.device), dtype=str(tts.tts.model.dtype).replace("torch.", ""), attention=args.attention,
+        model=args.model or f"random weights, {args.size} dims", dims=model_dims(tts), batch=1, frames=args.frames,
+        results=results, complete=False,
+    )
     specs = [s if (s == "upstream" or ":" in s) else f"eager:{s}" for s in args.stacks.split(",") if s]
     for i, prompt in enumerate(args.prompts.split(",")):
         runner = Runner(tts, voices[prompt])
@@ -449,6 +454,7 @@ def main(argv=None) -> dict:
                 row["error"] = f"{type(e).__name__}: {e}"
             results.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
+            save(report, args.json)
     agreement = {}
     agreement_specs = [s for s in args.agreement.split(",") if s]
     if agreement_specs:
@@ -457,11 +463,7 @@ def main(argv=None) -> dict:
         except Exception as e:
             agreement = {"error": f"{type(e).__name__}: {e}"}
 
-    report = dict(
-        run_info(tts.device), dtype=str(tts.tts.model.dtype).replace("torch.", ""), attention=args.attention,
-        model=args.model or f"random weights, {args.size} dims", dims=model_dims(tts), batch=1, frames=args.frames,
-        results=results, greedy_agreement_with_upstream=agreement,
-    )
+    report.update(greedy_agreement_with_upstream=agreement, complete=True)
     return emit(report, args.json)
 
 

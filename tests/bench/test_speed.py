@@ -1,15 +1,10 @@
 """bench/speed.py's plumbing on the tiny random model, CPU: the fields a report must hold and what its
 end-to-end and first-call timings enclose. Random weights on a shared CPU: no speed claim."""
 
-import json
 import re
 
-import pytest
-
 from bench import speed
-from tests.bench.conftest import CODEC_DELAY_S
-
-FRAMES = 6
+from tests.bench.conftest import CODEC_DELAY_S, FIRST_CALL_FRAMES, FRAMES
 
 
 def check_run_info(report):
@@ -17,23 +12,13 @@ def check_run_info(report):
     assert report["device"].startswith("CPU") and report["torch"] and report["transformers"]
 
 
-@pytest.fixture(scope="module")
-def report(tiny_dir, tmp_path_factory, slow_codec):
-    path = tmp_path_factory.mktemp("speed") / "speed.json"
-    out = speed.main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--frames", str(FRAMES),
-                      "--warm-frames", "3", "--prompts", "xvector", "--stacks", "upstream,auto:15,nosuch:5",
-                      "--agreement", "", "--json", str(path)])
-    assert json.loads(path.read_text()) == out
-    return out
+def test_report_names_the_run(speed_report):
+    check_run_info(speed_report)
+    assert speed_report["batch"] == 1 and speed_report["frames"] == FRAMES and speed_report["complete"] is True
 
 
-def test_report_names_the_run(report):
-    check_run_info(report)
-    assert report["batch"] == 1 and report["frames"] == FRAMES
-
-
-def test_end_to_end_encloses_decode_only_and_audio_out(report):
-    upstream, auto = report["results"][:2]
+def test_end_to_end_encloses_decode_only_and_audio_out(speed_report):
+    upstream, auto = speed_report["results"][:2]
     assert upstream["stack"] == "upstream qwen-tts" and auto["stack"] == "morph auto k=15"
     for row in (upstream, auto):
         assert "error" not in row, row
@@ -47,14 +32,14 @@ def test_end_to_end_encloses_decode_only_and_audio_out(report):
         assert row["end_to_end_ms_per_frame"] > row["ms_per_frame"]
 
 
-def test_rows_record_the_mode_actually_run(report):
-    upstream, auto = report["results"][:2]
+def test_rows_record_the_mode_actually_run(speed_report):
+    upstream, auto = speed_report["results"][:2]
     assert "ran_as" not in upstream
     assert auto["ran_as"] == auto["end_to_end_ran_as"] == "eager"  # auto is eager on a CPU
 
 
-def test_an_unknown_mode_is_an_error_row_naming_the_modes(report):
-    row = report["results"][2]
+def test_an_unknown_mode_is_an_error_row_naming_the_modes(speed_report):
+    row = speed_report["results"][2]
     assert row["stack"] == "morph nosuch k=5" and "mode must be one of auto, eager" in row["error"]
     assert "ms_per_frame" not in row
 
@@ -65,16 +50,14 @@ def test_default_stacks_follow_the_engine_modes():
     assert speed.DEFAULT_STACKS.split(",") == ["upstream"] + [f"{m}:{k}" for m in MODES for k in (15, 5)]
 
 
-def test_first_call_runs_cold_then_warm_in_fresh_processes(tiny_dir, tmp_path):
-    out = speed.main(["--first-call", "auto", "--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32",
-                      "--frames", "4", "--prompts", "xvector", "--json", str(tmp_path / "first.json")])
-    check_run_info(out)
-    cold, warm = out["first_call"]
+def test_first_call_runs_cold_then_warm_in_fresh_processes(first_call_report):
+    check_run_info(first_call_report)
+    cold, warm = first_call_report["first_call"]
     assert (cold["caches"], warm["caches"]) == ("cold", "warm")
     for row in (cold, warm):
         assert "error" not in row, row
-        assert row["mode"] == "auto" and row["ran_as"] == "eager" and row["frames"] == 4
-        assert row["seq_groups"] == out["seq_groups"] == 5
+        assert row["mode"] == "auto" and row["ran_as"] == "eager" and row["frames"] == FIRST_CALL_FRAMES
+        assert row["seq_groups"] == first_call_report["seq_groups"] == 5
         for key in ("since_spawn_s", "load_s", "voice_s", "first_generation_s"):
             assert row[key] > 0, key
         # the child's own steps happen inside the process the parent timed
