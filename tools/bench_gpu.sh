@@ -39,6 +39,7 @@ fi
 out=${1:?usage: bash tools/bench_gpu.sh OUTDIR}
 mkdir -p "$out"
 exec > >(tee "$out/bench_gpu.log") 2>&1
+tee_pid=$!
 deadline=$(( $(date +%s) + ${DEADLINE_S:-450} ))
 parts=$(mktemp -d)
 PIP="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade"
@@ -89,3 +90,7 @@ step first_call 600 "$MAIN" python3 -m bench.speed --first-call "$(IFS=,; echo "
   --device cuda --dtype bf16 --prompts xvector --first-call-timeout "$(( per_process > 20 ? per_process : 20 ))" \
   --json "$parts/first_call.json"
 python3 -m bench.gpu_report "$parts" "$out/bench_gpu.json"
+status=$?
+exec >&- 2>&-  # let tee write the log's last lines before the device collects OUTDIR
+wait "$tee_pid"
+exit $status
