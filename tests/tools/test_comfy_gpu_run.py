@@ -24,7 +24,7 @@ def manifest():
 
 def test_manifest_pins_one_version_of_each_wheel():
     sections = manifest()
-    assert set(sections) == {"server", "pack", "tools"}
+    assert set(sections) == {"server", "pack", "tools", "peers"}
     specs = [s for entries in sections.values() for s in entries]
     assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==[A-Za-z0-9_.]+", s) for s in specs), specs
     names = [norm(s.split("==")[0]) for s in specs]
