@@ -44,8 +44,8 @@ class MorphTTS:
     def load(cls, source: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
              attention: str = "auto", search_dirs: list[Path] = (), download_dir: Path | None = None,
              mode: str = "auto") -> "MorphTTS":
-        """`mode` picks the decode path (morph/graphs.py): auto (fused on CUDA, eager elsewhere),
-        compile (fastest; about a minute of compiling on a process's first run), graphs, lean or eager."""
+        """`mode` picks the decode path: auto (fused on CUDA, eager elsewhere),
+        fused, graphs, compile, lean or eager (morph/runner.py says what each is)."""
         folder = locate_checkpoint(source, list(search_dirs), download_dir)
         dev = resolve_device(device)
         dt = resolve_dtype(dtype, dev)
