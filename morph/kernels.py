@@ -28,15 +28,12 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from . import sampling
-from .kth import kth_largest_in_row
-from .sampling import Sampling
 
-_TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
 
 @triton.jit
-def _ptr(addr, dtype: tl.constexpr):
+def as_ptr(addr, dtype: tl.constexpr):
     return addr.to(tl.pointer_type(dtype))
 
 
@@ -47,7 +44,7 @@ def _linear_kernel(x_addr, w_addr, nw_addr, r_addr, o_addr, M, N, eps, K: tl.con
     """out[M, N] = epilogue(norm(x)[M, K] @ w[N, K]^T) for M <= GEMV_ROWS, on CUDA cores; with
     SILU, w holds gate rows then up rows. Narrow column blocks spread the weight stream over
     every SM."""
-    x, w, o = _ptr(x_addr, DTYPE), _ptr(w_addr, DTYPE), _ptr(o_addr, DTYPE)
+    x, w, o = as_ptr(x_addr, DTYPE), as_ptr(w_addr, DTYPE), as_ptr(o_addr, DTYPE)
     rm = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     m_ok, n_ok = rm < M, rn < N
@@ -66,7 +63,7 @@ def _linear_kernel(x_addr, w_addr, nw_addr, r_addr, o_addr, M, N, eps, K: tl.con
         k_ok = rk < K
         xv = tl.load(x + rm[:, None] * K + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         if NORM:  # HF RMSNorm: weight * (x * rstd).to(dtype), the product in the model dtype
-            nw = tl.load(_ptr(nw_addr, DTYPE) + rk, mask=k_ok, other=0.0)
+            nw = tl.load(as_ptr(nw_addr, DTYPE) + rk, mask=k_ok, other=0.0)
             xv = (xv.to(tl.float32) * rstd[:, None]).to(DTYPE)
             xv = (nw[None, :].to(tl.float32) * xv.to(tl.float32)).to(DTYPE)
         wv = tl.load(w + rn[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
@@ -82,7 +79,7 @@ def _linear_kernel(x_addr, w_addr, nw_addr, r_addr, o_addr, M, N, eps, K: tl.con
     out_off = rm[:, None] * N + rn[None, :]
     out_ok = m_ok[:, None] & n_ok[None, :]
     if RESIDUAL:
-        r = tl.load(_ptr(r_addr, DTYPE) + out_off, mask=out_ok, other=0.0)
+        r = tl.load(as_ptr(r_addr, DTYPE) + out_off, mask=out_ok, other=0.0)
         y = (r.to(tl.float32) + y.to(tl.float32)).to(DTYPE)
     tl.store(o + out_off, y, mask=out_ok)
 
@@ -118,9 +115,9 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
     b, h = tl.program_id(0), tl.program_id(1)
     G: tl.constexpr = H // KVH
     width: tl.constexpr = (H + 2 * KVH) * D
-    qkv, kc, vc = _ptr(qkv_addr, DTYPE), _ptr(kc_addr, DTYPE), _ptr(vc_addr, DTYPE)
-    cos_t, sin_t = _ptr(cos_addr, DTYPE), _ptr(sin_addr, DTYPE)
-    pos_p, slot_p = _ptr(pos_addr, tl.int64), _ptr(slot_addr, tl.int64)
+    qkv, kc, vc = as_ptr(qkv_addr, DTYPE), as_ptr(kc_addr, DTYPE), as_ptr(vc_addr, DTYPE)
+    cos_t, sin_t = as_ptr(cos_addr, DTYPE), as_ptr(sin_addr, DTYPE)
+    pos_p, slot_p = as_ptr(pos_addr, tl.int64), as_ptr(slot_addr, tl.int64)
     d = tl.arange(0, D)
     d_rot = (d + D // 2) % D
     sign = tl.where(d < D // 2, -1.0, 1.0)
@@ -130,7 +127,7 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
     t = tl.arange(0, TP)
     t_ok = t < T
     row = (b * T + t)[:, None] * width
-    kn, kn_rot = tl.load(_ptr(kn_addr, DTYPE) + d), tl.load(_ptr(kn_addr, DTYPE) + d_rot)
+    kn, kn_rot = tl.load(as_ptr(kn_addr, DTYPE) + d), tl.load(as_ptr(kn_addr, DTYPE) + d_rot)
     pos = tl.load(pos_p + b * pos_sb + t * pos_st, mask=t_ok, other=0)[:, None] * D
     k_col = (H + h) * D
     k = tl.load(qkv + row + k_col + d[None, :], mask=t_ok[:, None], other=0.0)
@@ -148,14 +145,14 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
     r_ok = r < G * T
     tq = r % T
     q_off = ((b * T + tq) * width + (h * G + r // T) * D)[:, None]
-    qn, qn_rot = tl.load(_ptr(qn_addr, DTYPE) + d), tl.load(_ptr(qn_addr, DTYPE) + d_rot)
+    qn, qn_rot = tl.load(as_ptr(qn_addr, DTYPE) + d), tl.load(as_ptr(qn_addr, DTYPE) + d_rot)
     pos = tl.load(pos_p + b * pos_sb + tq * pos_st)[:, None] * D
     q = tl.load(qkv + q_off + d[None, :], mask=r_ok[:, None], other=0.0)
     q_rot = tl.load(qkv + q_off + d_rot[None, :], mask=r_ok[:, None], other=0.0)
     q = _norm_rope(q, q_rot, qn, qn_rot, sign, tl.load(cos_t + pos + d[None, :]), tl.load(sin_t + pos + d[None, :]),
                    eps, D, DTYPE)
     last = tl.load(slot_p + tq)  # each row sees slots up to its own token's
-    lo = tl.load(_ptr(lo_addr, tl.int64) + b)
+    lo = tl.load(as_ptr(lo_addr, tl.int64) + b)
     hi = tl.load(slot_p + T - 1) + 1
     m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([ROWS], dtype=tl.float32)
@@ -181,7 +178,7 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
             m_i = m_new
     out = (acc / l_i[:, None]).to(DTYPE)
     o_off = ((b * T + tq) * (H * D) + (h * G + r // T) * D)[:, None]
-    tl.store(_ptr(o_addr, DTYPE) + o_off + d[None, :], out, mask=r_ok[:, None])
+    tl.store(as_ptr(o_addr, DTYPE) + o_off + d[None, :], out, mask=r_ok[:, None])
 
 
 @triton.jit
@@ -189,34 +186,10 @@ def _rms_norm_kernel(x_addr, w_addr, o_addr, N, eps, DTYPE: tl.constexpr, BLOCK:
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     ok = cols < N
-    x = tl.load(_ptr(x_addr, DTYPE) + row * N + cols, mask=ok, other=0.0).to(tl.float32)
+    x = tl.load(as_ptr(x_addr, DTYPE) + row * N + cols, mask=ok, other=0.0).to(tl.float32)
     y = (x * tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)).to(DTYPE)
-    w = tl.load(_ptr(w_addr, DTYPE) + cols, mask=ok, other=0.0)
-    tl.store(_ptr(o_addr, DTYPE) + row * N + cols, (w.to(tl.float32) * y.to(tl.float32)).to(DTYPE), mask=ok)
-
-
-@triton.jit
-def _warp_softmax_kernel(x_addr, o_addr, V, temperature, k, X_DTYPE: tl.constexpr, BLOCK: tl.constexpr):
-    """HF's warpers for one row, then softmax: scores / temperature, all below the k-th
-    largest to -inf (k = V keeps every token), softmax in fp32 (morph/sampling.py's order)."""
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    ok = cols < V
-    x = tl.load(_ptr(x_addr, X_DTYPE) + row * V + cols, mask=ok, other=float("-inf")).to(tl.float32) / temperature
-    x = tl.where(x < kth_largest_in_row(x, ok, k), float("-inf"), x)
-    e = tl.exp(x - tl.max(x, axis=0))
-    tl.store(_ptr(o_addr, tl.float32) + row * V + cols, e / tl.sum(e, axis=0), mask=ok)
-
-
-@triton.jit
-def _race_kernel(p_addr, q_addr, o_addr, V, BLOCK: tl.constexpr):
-    """argmax(p / q) of one row: sampling.draw's exponential race (first index on ties)."""
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    ok = cols < V
-    p = tl.load(_ptr(p_addr, tl.float32) + row * V + cols, mask=ok, other=0.0)
-    q = tl.load(_ptr(q_addr, tl.float32) + row * V + cols, mask=ok, other=1.0)
-    tl.store(_ptr(o_addr, tl.int64) + row, tl.argmax(tl.where(ok, p / q, -1.0), axis=0).to(tl.int64))
+    w = tl.load(as_ptr(w_addr, DTYPE) + cols, mask=ok, other=0.0)
+    tl.store(as_ptr(o_addr, DTYPE) + row * N + cols, (w.to(tl.float32) * y.to(tl.float32)).to(DTYPE), mask=ok)
 
 
 # -- launchers ---------------------------------------------------------------------------
@@ -250,7 +223,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, norm_w: torch.Tensor | None = None,
     grid = (triton.cdiv(n, cfg["BLOCK_N"]), triton.cdiv(m, cfg["BLOCK_M"]))
     _linear_kernel[grid](x.data_ptr(), w.data_ptr(), norm_w.data_ptr() if norm_w is not None else 0,
                          residual.data_ptr() if residual is not None else 0, out.data_ptr(), m, n, eps, K=k,
-                         DTYPE=_TL[x.dtype], NORM=norm_w is not None, RESIDUAL=residual is not None, SILU=silu, **cfg)
+                         DTYPE=TL_DTYPES[x.dtype], NORM=norm_w is not None, RESIDUAL=residual is not None, SILU=silu, **cfg)
     return out
 
 
@@ -271,36 +244,16 @@ def attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, q
         cos_table.data_ptr(), sin_table.data_ptr(), rope_pos.data_ptr(), write_idx.data_ptr(), lo.data_ptr(),
         rope_pos.stride(0), rope_pos.stride(1), d.eps, d.scale, L=length,
         H=d.heads, KVH=d.kv_heads, D=hd, T=t, TP=triton.next_power_of_2(t), ROWS=rows, BLOCK_L=block_l,
-        DTYPE=_TL[qkv.dtype], num_warps=warps)
+        DTYPE=TL_DTYPES[qkv.dtype], num_warps=warps)
     return out
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     n = x.shape[-1]
     out = torch.empty_like(x)
-    _rms_norm_kernel[(x.numel() // n,)](x.data_ptr(), w.data_ptr(), out.data_ptr(), n, eps, DTYPE=_TL[x.dtype],
+    _rms_norm_kernel[(x.numel() // n,)](x.data_ptr(), w.data_ptr(), out.data_ptr(), n, eps, DTYPE=TL_DTYPES[x.dtype],
                                         BLOCK=triton.next_power_of_2(n), num_warps=4)
     return out
-
-
-def pick(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
-    """sampling.pick in three kernels instead of about nine: warpers and softmax, torch's own
-    exponential draw (so the random stream is the op-by-op step's), and the race. top-p
-    (a sort) and greedy picks stay with sampling.pick."""
-    if not s.do_sample or s.top_p < 1.0:
-        return sampling.pick(scores.float(), s)
-    v = scores.shape[-1]
-    flat = scores.reshape(-1, v).contiguous()
-    probs = torch.empty(flat.shape, device=flat.device, dtype=torch.float32)
-    block = triton.next_power_of_2(v)
-    warps = 4 if block <= 2048 else 8
-    k = min(int(s.top_k), v) if s.top_k and s.top_k > 0 else v
-    _warp_softmax_kernel[(flat.shape[0],)](flat.data_ptr(), probs.data_ptr(), v, float(s.temperature), k,
-                                           X_DTYPE=_TL[flat.dtype], BLOCK=block, num_warps=warps)
-    race = torch.empty_like(probs).exponential_(1)
-    out = torch.empty(flat.shape[0], device=flat.device, dtype=torch.long)
-    _race_kernel[(flat.shape[0],)](probs.data_ptr(), race.data_ptr(), out.data_ptr(), v, BLOCK=block, num_warps=warps)
-    return out.reshape(scores.shape[:-1])
 
 
 def stack_step(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos, write_idx, lo, d):

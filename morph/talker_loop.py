@@ -41,7 +41,7 @@ def _samplers(kind: str) -> tuple[Callable, Callable]:
     if kind == "compile":
         return graphs.compiled(sample, exact_rng=True), graphs.compiled(talker_pick, exact_rng=True)
     if kind == "fused":
-        from .kernels import pick as fused_pick  # Triton: imported only when the fused mode runs
+        from .fused_sampling import pick as fused_pick  # Triton: imported only when the fused mode runs
 
         return fused_pick, functools.partial(talker_pick, pick_fn=fused_pick)
     return sample, talker_pick
