@@ -33,7 +33,7 @@ def test_mode_is_checked(tiny_dir, bad):
     from morph.compat import import_qwen_tts
 
     tts = import_qwen_tts().Qwen3TTSModel.from_pretrained(str(tiny_dir), dtype=torch.float32)
-    with pytest.raises(ValueError, match="mode must be one of auto, eager, lean, graphs, compile"):
+    with pytest.raises(ValueError, match="mode must be one of auto, eager, lean, graphs, fused, compile"):
         patch(tts, mode=bad)
     assert "generate" not in vars(tts.model.talker)
 
