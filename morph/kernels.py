@@ -38,6 +38,12 @@ def as_ptr(addr, dtype: tl.constexpr):
 
 
 @triton.jit
+def _weighted(normed, w, DTYPE: tl.constexpr):
+    """HF RMSNorm's last step: weight * normed.to(dtype), the product rounded to the model dtype."""
+    return (w.to(tl.float32) * normed.to(DTYPE).to(tl.float32)).to(DTYPE)
+
+
+@triton.jit
 def _linear_kernel(x_addr, w_addr, nw_addr, r_addr, o_addr, M, N, eps, K: tl.constexpr,
                    DTYPE: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, SILU: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -62,10 +68,9 @@ def _linear_kernel(x_addr, w_addr, nw_addr, r_addr, o_addr, M, N, eps, K: tl.con
         rk = k0 + tl.arange(0, BLOCK_K)
         k_ok = rk < K
         xv = tl.load(x + rm[:, None] * K + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-        if NORM:  # HF RMSNorm: weight * (x * rstd).to(dtype), the product in the model dtype
+        if NORM:
             nw = tl.load(as_ptr(nw_addr, DTYPE) + rk, mask=k_ok, other=0.0)
-            xv = (xv.to(tl.float32) * rstd[:, None]).to(DTYPE)
-            xv = (nw[None, :].to(tl.float32) * xv.to(tl.float32)).to(DTYPE)
+            xv = _weighted(xv.to(tl.float32) * rstd[:, None], nw[None, :], DTYPE)
         wv = tl.load(w + rn[:, None] * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
         acc += tl.sum(xv[:, None, :].to(tl.float32) * wv[None, :, :].to(tl.float32), axis=2)
         if SILU:
@@ -98,8 +103,8 @@ def _norm_rope(x, x_rot, w, w_rot, sign, cos, sin, eps, D: tl.constexpr, DTYPE: 
     rotate_half positions, sign is -1 on the first half (HF: q * cos + rotate_half(q) * sin)."""
     xf = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(xf * xf, axis=1) / D + eps)[:, None]
-    xn = (w[None, :].to(tl.float32) * (xf * rstd).to(DTYPE).to(tl.float32)).to(DTYPE)
-    xr = (w_rot[None, :].to(tl.float32) * (x_rot.to(tl.float32) * rstd).to(DTYPE).to(tl.float32)).to(DTYPE)
+    xn = _weighted(xf * rstd, w[None, :], DTYPE)
+    xr = _weighted(x_rot.to(tl.float32) * rstd, w_rot[None, :], DTYPE)
     a = (xn.to(tl.float32) * cos.to(tl.float32)).to(DTYPE)
     b = ((sign[None, :] * xr.to(tl.float32)) * sin.to(tl.float32)).to(DTYPE)
     return (a.to(tl.float32) + b.to(tl.float32)).to(DTYPE)
@@ -187,9 +192,9 @@ def _rms_norm_kernel(x_addr, w_addr, o_addr, N, eps, DTYPE: tl.constexpr, BLOCK:
     cols = tl.arange(0, BLOCK)
     ok = cols < N
     x = tl.load(as_ptr(x_addr, DTYPE) + row * N + cols, mask=ok, other=0.0).to(tl.float32)
-    y = (x * tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)).to(DTYPE)
     w = tl.load(as_ptr(w_addr, DTYPE) + cols, mask=ok, other=0.0)
-    tl.store(as_ptr(o_addr, DTYPE) + row * N + cols, (w.to(tl.float32) * y.to(tl.float32)).to(DTYPE), mask=ok)
+    y = _weighted(x * tl.rsqrt(tl.sum(x * x, axis=0) / N + eps), w, DTYPE)
+    tl.store(as_ptr(o_addr, DTYPE) + row * N + cols, y, mask=ok)
 
 
 # -- launchers ---------------------------------------------------------------------------
@@ -223,7 +228,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, norm_w: torch.Tensor | None = None,
     grid = (triton.cdiv(n, cfg["BLOCK_N"]), triton.cdiv(m, cfg["BLOCK_M"]))
     _linear_kernel[grid](x.data_ptr(), w.data_ptr(), norm_w.data_ptr() if norm_w is not None else 0,
                          residual.data_ptr() if residual is not None else 0, out.data_ptr(), m, n, eps, K=k,
-                         DTYPE=TL_DTYPES[x.dtype], NORM=norm_w is not None, RESIDUAL=residual is not None, SILU=silu, **cfg)
+                         DTYPE=TL_DTYPES[x.dtype], NORM=norm_w is not None, RESIDUAL=residual is not None,
+                         SILU=silu, **cfg)
     return out
 
 
@@ -237,7 +243,7 @@ def attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, q
     t = write_idx.shape[0]
     out = torch.empty(qkv.shape[0], d.q_size, device=qkv.device, dtype=qkv.dtype)
     rows = max(16, triton.next_power_of_2(d.heads // d.kv_heads * t))
-    # the sweep above: the talker's long caches want wide blocks and 8 warps, the predictor's 16 slots one block
+    # measured (same sweep as _config): the talker's long caches want wide blocks and 8 warps
     block_l, warps = (16, 4) if length <= 16 else (128, 8)
     _attention_kernel[(b, d.kv_heads)](
         qkv.data_ptr(), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), q_norm.data_ptr(), k_norm.data_ptr(),
