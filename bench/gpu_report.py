@@ -33,6 +33,22 @@ def merge(parts_dir: str | os.PathLike) -> dict:
                 allocator=os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or "native", steps=steps, parts=parts)
 
 
+def _section(out: list, parts: dict, names, label, cells) -> None:
+    """One table of the summary: a line per result row of each named part, its label, then its cells."""
+    for name in names:
+        part = parts[name]
+        if "results" not in part:
+            out.append(f"  {name}: {part['error']}")
+            continue
+        for row in part["results"]:
+            if "error" in row:
+                out.append(f"  {label(part, row):52} ERROR {row['error'][:120]}")
+                continue
+            ran = f" ran {row['ran_as']}" if row.get("ran_as") else ""
+            out.append(f"  {label(part, row):52} {cells(row)}{ran}")
+        out += _stopped(name, part)
+
+
 def _num(value, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -48,37 +64,16 @@ def summary(report: dict) -> str:
     out = [f"commit {report.get('commit')}  {report.get('device')}  torch {report.get('torch')}  "
            f"transformers {report.get('transformers')}  allocator {report.get('allocator')}"]
     out.append("\none line, batch 1: ms/frame decode only | end to end, x real time end to end, peak GiB end to end")
-    for name in ("speed", "faster"):
-        part = parts[name]
-        if "results" not in part:
-            out.append(f"  {name}: {part['error']}")
-            continue
-        frames = part.get("frames")
-        for row in part["results"]:
-            label = f"{row['stack']} ({row.get('prompt')}, {frames} frames)"
-            if "error" in row:
-                out.append(f"  {label:52} ERROR {row['error'][:120]}")
-                continue
-            ran = f" ran {row['ran_as']}" if row.get("ran_as") else ""
-            out.append(f"  {label:52} {_num(row['ms_per_frame']):>8} | {_num(row['end_to_end_ms_per_frame']):>8}"
-                       f" {_num(row['end_to_end_x_real_time'], 1):>7}x {_num(row['end_to_end_peak_memory_gib'], 3):>7}"
-                       f"{ran}")
-        out += _stopped(name, part)
+    _section(out, parts, ("speed", "faster"),
+             lambda part, row: f"{row['stack']} ({row.get('prompt')}, {part.get('frames')} frames)",
+             lambda row: f"{_num(row['ms_per_frame']):>8} | {_num(row['end_to_end_ms_per_frame']):>8}"
+                         f" {_num(row['end_to_end_x_real_time'], 1):>7}x {_num(row['end_to_end_peak_memory_gib'], 3):>7}")
     out.append("\nbatch: seconds of audio per wall second, decode only | end to end, peak GiB end to end")
-    for name in ("batch", "faster_batch"):
-        part = parts[name]
-        if "results" not in part:
-            out.append(f"  {name}: {part['error']}")
-            continue
-        for row in part["results"]:
-            label = f"{row.get('stack') or 'morph ' + row['mode']} k={row['seq_groups']} batch {row['batch_size']}"
-            if "error" in row:
-                out.append(f"  {label:52} ERROR {row['error'][:120]}")
-                continue
-            ran = f" ran {row['ran_as']}" if row.get("ran_as") else ""
-            out.append(f"  {label:52} {_num(row['x_real_time'], 1):>8} | {_num(row['end_to_end_x_real_time'], 1):>8}"
-                       f" {_num(row['end_to_end_peak_memory_gib'], 3):>7}{ran}")
-        out += _stopped(name, part)
+    _section(out, parts, ("batch", "faster_batch"),
+             lambda part, row: f"{row.get('stack') or 'morph ' + row['mode']} k={row['seq_groups']} "
+                               f"batch {row['batch_size']}",
+             lambda row: f"{_num(row['x_real_time'], 1):>8} | {_num(row['end_to_end_x_real_time'], 1):>8}"
+                         f" {_num(row['end_to_end_peak_memory_gib'], 3):>7}")
     out.append("\nfirst call of a fresh process: seconds to load, make the voice, speak the line; whole process")
     part = parts["first_call"]
     for row in part.get("first_call", []):
