@@ -1,18 +1,21 @@
 """Attach the morph decode loop to one loaded `qwen_tts.Qwen3TTSModel`, and detach it.
 
-One seam: `talker.generate`, an instance attribute that shadows the class method for
-this model only (site-packages and other loaded models are untouched; deleting it
-restores upstream). Upstream's `Qwen3TTSForConditionalGeneration.generate` builds the
-prompt and calls it once per batch; the morph loop (morph/talker_loop.py) answers with
-the frames, in every mode (morph/runner.py).
+Two seams, both instance attributes that shadow a class method for this model only
+(site-packages and other loaded models are untouched; deleting them restores upstream):
+- `talker.generate`: upstream's `Qwen3TTSForConditionalGeneration.generate` builds the
+  prompt and calls it once per batch; the morph loop (morph/talker_loop.py) answers with
+  the frames, in every mode (morph/runner.py);
+- `forward` of the codec decoder's SnakeBeta activations, where Triton is installed: the
+  fused kernel of morph/snake.py, bit-identical to upstream's on CUDA tensors.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Callable
 
-from . import runner
+from . import graphs, runner
 from .compat import note_foreign_wrapper
 from .predictor import check_seq_groups
 from .talker_loop import TalkerLoop
@@ -47,6 +50,12 @@ class MorphPatch:
         # Called once per frame before decoding it: progress and cancel hook in here.
         self.on_step: StepCallback | None = None
         self.talker.generate = self._talker_generate
+        self.snakes = [m for m in tts.model.speech_tokenizer.model.modules() if type(m).__name__ == "SnakeBeta"]
+        if self.snakes and graphs.triton_available():
+            from . import snake  # Triton: imported only where it is installed
+
+            for m in self.snakes:
+                m.forward = functools.partial(snake.forward, m)
 
     def _talker_generate(self, *args, **kwargs):
         unexpected = sorted(set(kwargs) - _TALKER_KWARGS) + (["positional arguments"] if args else [])
@@ -63,6 +72,8 @@ class MorphPatch:
 
     def remove(self) -> None:
         vars(self.talker).pop("generate", None)
+        for m in self.snakes:
+            vars(m).pop("forward", None)
         self.loop.release()
 
 

@@ -104,3 +104,29 @@ def test_talker_steps_match_lean_with_left_padding(kernels, tiny_tts):
         got = lean.talker_pass(x[:, i:i + 1], *args, got_k, got_v, cos, sin, slot, rope, pads, d, fused=True)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     stack.release()
+
+
+def test_snake_matches_upstream_snakebeta(monkeypatch):
+    """The codec activation against qwen-tts's own module, in fp32. The interpreter has no libdevice,
+    so the kernel's sine is tl.sin here (numpy's, an ulp from torch's at times), and its bf16 casts do
+    not round as the GPU's do: tests/gpu checks every dtype for equality."""
+    import triton.language as tl
+
+    from morph import snake as snake_module
+    from morph.compat import import_qwen_tts
+    from morph.snake import snake
+
+    monkeypatch.setattr(snake_module, "libdevice", tl)
+
+    import_qwen_tts()
+    from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import SnakeBeta
+
+    g = torch.Generator().manual_seed(3)
+    module = SnakeBeta(48)
+    with torch.no_grad():
+        module.alpha.copy_(torch.randn(48, generator=g) * 0.5)
+        module.beta.copy_(torch.randn(48, generator=g) * 0.5)
+    x = torch.randn(2, 48, 1500, generator=g) * 3  # 1500 samples: a second, partial block
+    got = snake(x, module)
+    assert got.shape == x.shape and got.dtype == x.dtype
+    torch.testing.assert_close(got, module(x), rtol=1e-6, atol=2e-6)

@@ -1,8 +1,9 @@
-"""The one seam: talker.generate on one model instance, and nothing else."""
+"""The seams: talker.generate and the codec's SnakeBeta forwards on one model instance, and nothing else."""
 
 import pytest
 import torch
 
+from morph import graphs
 from morph.patch import patch
 
 
@@ -19,8 +20,14 @@ def test_patch_is_per_instance_and_removable(tiny_dir):
     assert type(a.model.talker).generate is cls_generate
     with pytest.raises(RuntimeError, match="already patched"):
         patch(a)
+    snakes = [m for m in a.model.speech_tokenizer.model.modules() if type(m).__name__ == "SnakeBeta"]
+    assert snakes and p.snakes == snakes
+    if graphs.triton_available():  # the fused activation, on this instance only
+        assert all("forward" in vars(m) for m in snakes)
+        assert not any("forward" in vars(m) for m in b.model.speech_tokenizer.model.modules())
     p.remove()
     assert "generate" not in vars(a.model.talker)
+    assert not any("forward" in vars(m) for m in snakes)
 
 
 def test_an_unknown_talker_argument_is_refused_not_ignored(tiny_tts):

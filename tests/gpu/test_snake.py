@@ -1,0 +1,47 @@
+"""The fused codec activation is bit-identical to qwen-tts's SnakeBeta on the GPU, alone and in a
+whole codec decode."""
+
+import numpy as np
+import pytest
+import torch
+
+from morph.batch import BatchTTS, Line
+from morph.compat import import_qwen_tts
+from morph.settings import GenerationSettings
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_equal_to_upstream_module(dtype):
+    from morph.snake import snake
+
+    import_qwen_tts()
+    from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import SnakeBeta
+
+    g = torch.Generator(device="cuda").manual_seed(5)
+    module = SnakeBeta(96).cuda()
+    with torch.no_grad():
+        module.alpha.normal_(0, 0.7, generator=g)
+        module.beta.normal_(0, 0.7, generator=g)
+    module.to(dtype)
+    for shape in ((1, 96, 7), (3, 96, 4000)):
+        x = (torch.randn(*shape, device="cuda", generator=g) * 4).to(dtype)
+        assert torch.equal(snake(x, module), module(x)), (dtype, shape)
+
+
+def test_codec_decode_is_unchanged_by_the_patch(cuda_tts, voices):
+    batch = BatchTTS(cuda_tts)
+    assert cuda_tts.patch.snakes and all("forward" in vars(m) for m in cuda_tts.patch.snakes)
+    codes = batch.codes([Line("Hello there.", voices["xvector"], "English")],
+                        GenerationSettings(seq_groups=5, seed=3, max_new_tokens=12))
+    for dtype in (torch.float32, torch.bfloat16):
+        codec = cuda_tts.tts.model.speech_tokenizer.model
+        codec.to(dtype)
+        try:
+            fused = batch.decode(codes, [voices["xvector"]])[0]
+            saved = {m: vars(m).pop("forward") for m in cuda_tts.patch.snakes}
+            plain = batch.decode(codes, [voices["xvector"]])[0]
+            for m, f in saved.items():
+                m.forward = f
+        finally:
+            codec.to(torch.float32)
+        assert fused.size and np.array_equal(fused, plain), dtype
