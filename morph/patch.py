@@ -6,7 +6,7 @@ Two seams, both instance attributes that shadow a class method for this model on
   prompt and calls it once per batch; the morph loop (morph/talker_loop.py) answers with
   the frames, in every mode (morph/runner.py);
 - `forward` of the codec decoder's SnakeBeta activations, where Triton is installed: the
-  fused kernel of morph/snake.py, bit-identical to upstream's on CUDA tensors.
+  fused kernel of morph/snake.py on CUDA tensors (upstream's to rounding).
 """
 
 from __future__ import annotations

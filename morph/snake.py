@@ -6,11 +6,13 @@ largest activations. On an H100 they were a third of the codec's GPU time (decod
 lines of 5 s: 153 ms of kernels, 107 ms with this one; bench/results/h100-2026-11-22c).
 
 The kernel runs the same five operations in the same order and rounds to the tensor's
-dtype after each one, as torch does for a bf16 op (computed in fp32, then rounded); its
-sine is libdevice's sinf, as torch's (tl.sin is a faster approximation). So its output is
-bit-identical to upstream's (tests/gpu).
-exp(alpha) and 1 / (exp(beta) + 1e-9) are per channel and computed by torch as upstream
-computes them. Like morph/kernels.py the kernel takes addresses.
+dtype after each one, as torch does for a bf16 op (computed in fp32, then rounded), with
+libdevice's sine. It matches upstream's to rounding, not bit for bit: on an H100 a few
+values differ by one unit in the last place (tests/gpu), where a sine or a fused
+multiply-add rounds differently from torch's kernels. Only audio on CUDA goes through it;
+the codes, and everything on the CPU, are untouched. exp(alpha) and 1 / (exp(beta) + 1e-9)
+are per channel and computed by torch as upstream computes them. Like morph/kernels.py the
+kernel takes addresses.
 """
 
 from __future__ import annotations
