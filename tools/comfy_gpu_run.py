@@ -304,11 +304,12 @@ def main() -> int:
     t_start = time.time()
     args.deadline_at = t_start + args.deadline
     commit, source = args.commit, "--commit / $PROJECT_COMMIT"
-    if not commit:
-        commit, source = git_head(), "git rev-parse HEAD"
-    staged = comfy / "project_commit.txt"  # written by tools/comfy_gpu_run_stage.sh: the device copy has no .git
+    # written by tools/comfy_gpu_run_stage.sh from this tree; a device copy's .git, if any, can be stale
+    staged = comfy / "project_commit.txt"
     if not commit and staged.is_file():
         commit, source = staged.read_text().strip(), str(staged)
+    if not commit:
+        commit, source = git_head(), "git rev-parse HEAD"
     report: dict = {"commit": commit or "unknown", "commit_source": source, "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "cpu_test_mode": args.cpu, "argv": sys.argv[1:], "steps": {}}
     pip_log: list = []

@@ -1,5 +1,5 @@
-"""The fused codec activation matches qwen-tts's SnakeBeta on the GPU to rounding (an ulp or two of the
-terms at most, nearly every value equal), alone and in a whole codec decode."""
+"""The fused codec activation matches qwen-tts's SnakeBeta on the GPU to rounding (no further from the
+exact function than upstream's own ops), alone and in a whole codec decode."""
 
 import numpy as np
 import pytest
@@ -26,10 +26,11 @@ def test_equal_to_upstream_module(dtype):
     for shape in ((1, 96, 7), (3, 96, 4000)):
         x = (torch.randn(*shape, device="cuda", generator=g) * 4).to(dtype)
         got, want = snake(x, module), module(x).detach()
-        # x + m can cancel, so an ulp of the terms (about |x|) bounds the difference, not one of the sum
-        ulp = torch.finfo(dtype).eps * x.abs().clamp_min(1.0)
-        assert ((got - want).abs() <= 2 * ulp).all(), (dtype, shape)
-        assert (got == want).float().mean() > 0.9, (dtype, shape)
+        # against the same formula in fp64: the kernel is as accurate as upstream's own ops
+        a, b, xd = module.alpha.double().exp()[:, None], module.beta.double().exp()[:, None], x.double()
+        exact = xd + 1.0 / (b + 1e-9) * torch.sin(xd * a) ** 2
+        err, upstream_err = (got.double() - exact).abs().max(), (want.double() - exact).abs().max()
+        assert err <= 1.5 * upstream_err, (dtype, shape, err.item(), upstream_err.item())
 
 
 def test_codec_decode_is_unchanged_by_the_patch(cuda_tts, voices):
