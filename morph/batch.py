@@ -30,7 +30,8 @@ across SIMD lanes; CPU sdpa depends on the row index). Bit-identical rows across
 per-row GEMVs and attention, that is, no batching; the differences are about 1e-7 on logits of
 order 1, so greedy codes agree unless two tokens are that close. The batched codec decode is the
 same: a row differs from its decode alone by rounding (about 5e-7 on samples in [-1, 1]) and is
-bit-identical to upstream decoding the same batch.
+bit-identical to upstream decoding the same batch (on CUDA the codec's activation is the fused
+kernel of morph/snake.py, which matches upstream's to rounding).
 
 Out of memory (generation, a CUDA graph capture or the codec): the batch is retried as two halves
 (logged) and later batches keep the smaller size, down to one row; a row that does not fit alone
