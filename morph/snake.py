@@ -9,10 +9,10 @@ The kernel runs the same five operations in the same order and rounds to the ten
 dtype after each one, as torch does for a bf16 op (computed in fp32, then rounded), with
 libdevice's sine. It matches upstream's to rounding, not bit for bit: on an H100 most
 values are equal and the rest are no further from the exact function than upstream's
-(tests/gpu), where a sine or a fused multiply-add rounds differently from torch's kernels. Only audio on CUDA goes through it;
-the codes, and everything on the CPU, are untouched. exp(alpha) and 1 / (exp(beta) + 1e-9)
-are per channel and computed by torch as upstream computes them. Like morph/kernels.py the
-kernel takes addresses.
+(tests/gpu), where a sine or a fused multiply-add rounds differently from torch's kernels.
+Only audio on CUDA goes through it; the codes, and everything on the CPU, are untouched.
+exp(alpha) and 1 / (exp(beta) + 1e-9) are per channel and computed by torch as upstream
+computes them. Like morph/kernels.py the kernel takes addresses.
 """
 
 from __future__ import annotations
