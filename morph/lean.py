@@ -7,7 +7,8 @@ function runs a whole stack against static KV buffers:
 - the q/k/v projections are one GEMM and gate/up another, through fused weight tensors
   that the modules' own parameters VIEW (`FusedStack`), so there is no second copy;
 - RMSNorm and rotary mirror HF's operations one for one (same upcasts, same order), so on
-  CPU the math matches the HF layer to rounding;
+  CPU the math matches the HF layer to rounding; attention scores and softmax are fp32, as in
+  the sdpa kernels upstream runs;
 - attention is a matmul + softmax over the whole static buffer with an additive mask, so
   every shape is fixed: write positions, rotary positions and masks are device tensors,
   which is what lets a CUDA graph (and torch.compile with static shapes) capture a step
@@ -102,9 +103,11 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: 
     b, _, t, hd = q.shape
     groups = d.heads // d.kv_heads
     qg = q.reshape(b, d.kv_heads, groups * t, hd)
-    scores = torch.matmul(qg, k_cache.transpose(2, 3)) * d.scale  # [B, kv, G*T, L]
+    # Scores in fp32, as upstream's sdpa kernels keep them: rounding them to bf16 (twice, with
+    # the scale) moved the bf16 logits measurably further from the fp32 reference (bench/numerics.py).
+    scores = torch.matmul(qg.float(), k_cache.transpose(2, 3).float()) * d.scale  # [B, kv, G*T, L]
     scores = (scores.view(b, d.kv_heads, groups, t, -1) + bias.unsqueeze(2)).view(b, d.kv_heads, groups * t, -1)
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    probs = torch.softmax(scores, dim=-1).to(q.dtype)
     out = torch.matmul(probs, v_cache)  # [B, kv, G*T, D]
     return out.view(b, d.heads, t, hd).transpose(1, 2).reshape(b, t, d.q_size)
 

@@ -14,6 +14,10 @@ fp32 on a GPU. When a capture or compile fails for any reason other than memory,
 run goes on op by op with the lean layers, the log says so in one line, and the next
 run tries the fast path again. A CUDA out-of-memory error is re-raised as it is, so
 callers handle it as any other (the batch front end halves the batch).
+
+Preparing a decoder the user has to wait for (PREPARE_TIME) is announced before it starts
+and when it is ready, as INFO records with `extra={"status": True}`: what a host shows
+the user while its progress bar stands still (the nodes show them on the running node).
 """
 
 from __future__ import annotations
@@ -31,6 +35,17 @@ log = logging.getLogger(__name__)
 
 MODES = ("auto", "eager", "lean", "graphs", "fused", "compile")
 FAST_MODES = ("graphs", "fused", "compile")
+
+# What the wait is, measured on an H100 (bench/results/h100-2026-11-22c and the issues'
+# figures). Triton's and Inductor's caches on disk make later starts fast; a plain CUDA
+# graph captures in well under a second and is not announced.
+PREPARE_TIME = {
+    "fused": "about 10 s the first time on this machine, while Triton compiles its kernels, and about 1 s "
+             "after that (they are cached on disk)",
+    "compile": "up to 3 minutes the first time on this machine, 15-30 s on later starts, and about a minute "
+               "for each new batch size",
+}
+_prepared: set[str] = set()  # modes prepared once in this process: their kernels are loaded
 
 
 def check_mode(mode: str, who: str = "morph") -> str:
@@ -75,6 +90,10 @@ def fast_step(cache: graphs.GraphCache, key, step: Callable[[], object], fallbac
     """The callable that runs one frame in a fast mode: the captured graph's replay, or
     `fallback` (the lean step, op by op) for this run when the compile or capture fails."""
     captured, start = key not in cache, time.perf_counter()
+    announce = captured and mode in PREPARE_TIME and (mode not in _prepared or mode == "compile")
+    if announce:
+        log.info("morph: preparing the %s decoder, %s; generation starts when it is ready", mode,
+                 PREPARE_TIME[mode], extra={"status": True})
     try:
         entry = cache.get(key, step)
     except torch.cuda.OutOfMemoryError:
@@ -88,6 +107,8 @@ def fast_step(cache: graphs.GraphCache, key, step: Callable[[], object], fallbac
                     "report it", mode, type(e).__name__, reason)
         return fallback
     if captured:
-        log.info("morph: captured the %s decoder in %.2f s", mode, time.perf_counter() - start)
+        _prepared.add(mode)
+        log.info("morph: the %s decoder is ready (prepared in %.1f s)", mode, time.perf_counter() - start,
+                 extra={"status": announce})
     entry.keep = keep
     return entry.replay

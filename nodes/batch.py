@@ -167,7 +167,7 @@ class RenderLines:
             store.save(i + 1, parsed[i].name, parsed[i].text, fingerprints[i], wav)
             audio[i] = wav
 
-        with services.warnings_on_node():
+        with services.messages_on_node():
             if todo:
                 rendering = [lines[i] for i in todo]
                 tts = model.ready(working_memory(model.tts, [(line.text, line.voice) for line in rendering], settings,

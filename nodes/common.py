@@ -101,10 +101,10 @@ def run_generation(model, generate, who: str, settings: GenerationSettings, text
                    instruct: str = "") -> dict:
     """Load the model through ComfyUI's memory manager with room for this text's run, run
     `generate(tts, on_step)` with per-step progress and cancel, and return the result as AUDIO.
-    Cancel raises ComfyUI's interrupt; warnings are shown on the node."""
+    Cancel raises ComfyUI's interrupt; warnings and status lines are shown on the node."""
     settings.validate(who)  # before the weights move
     services.check_interrupt()
-    with services.warnings_on_node():
+    with services.messages_on_node():
         tts = model.ready(working_memory(model.tts, [(str(text), voice)], settings, instruct=str(instruct)))
         reporter = services.step_callback()
         wav = generate(tts, reporter)

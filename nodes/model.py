@@ -61,7 +61,7 @@ class LoadModel:
         try:
             if device != "auto":
                 resolve_device(device)  # refuses a device this machine lacks, before anything loads
-            with services.warnings_on_node():
+            with services.messages_on_node():
                 return self._load(model, dtype, attention, device, speed_mode, where)
         except Exception as e:
             raise prefixed(e, who) from e

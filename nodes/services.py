@@ -18,7 +18,9 @@ service has a fallback for when ComfyUI is absent (tests, scripts):
 
   messages  server.PromptServer.instance.send_progress_text(text, node_id) for the running node
             (comfy_execution.utils.get_executing_context): every warning the pack logs while a node
-            runs is shown on that node too (`warnings_on_node`).             Fallback: the log only.
+            runs, and every status record (INFO with extra={"status": True}: "preparing the fused
+            decoder, about 10 s ..."), is shown on that node too (`messages_on_node`).
+                                                                         Fallback: the log only.
 
 The engine never imports ComfyUI: progress and cancel reach it as one `on_step(step, total)`
 callback (see `step_callback`), and its warnings through the `logging` module.
@@ -219,26 +221,32 @@ def show_text(text: str) -> bool:
     return True
 
 
-class _NodeWarnings(logging.Handler):
-    """Collects the warnings this thread logs and shows them, all so far, on the running node."""
+class _NodeMessages(logging.Handler):
+    """Collects the warnings and status lines this thread logs and shows them, all so far, on the running node."""
 
     def __init__(self):
-        super().__init__(logging.WARNING)
+        super().__init__(logging.INFO)
         self.thread = threading.get_ident()
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.thread != self.thread:
             return  # another thread's record (the server's), not this node's
-        self.lines.append(f"Warning: {record.getMessage()}")
+        if record.levelno >= logging.WARNING:
+            self.lines.append(f"Warning: {record.getMessage()}")
+        elif getattr(record, "status", False):
+            self.lines.append(record.getMessage())
+        else:
+            return
         show_text("\n".join(self.lines))
 
 
 @contextlib.contextmanager
-def warnings_on_node():
-    """Within this block, every warning the pack logs (transcript swaps, a trimmed clip, a halved batch) is
-    shown on the running node as well as in the log: a warning the user must act on is seen where they look."""
-    handler = _NodeWarnings()
+def messages_on_node():
+    """Within this block, every warning the pack logs (transcript swaps, a trimmed clip, a halved batch) and
+    every status line (a decoder being prepared) is shown on the running node as well as in the log: what
+    the user must act on, or is waiting for, is seen where they look."""
+    handler = _NodeMessages()
     logger = logging.getLogger(PACK_LOGGER)
     logger.addHandler(handler)
     try:

@@ -43,7 +43,7 @@ class VoicePrompt:
         if not isinstance(audio, dict) or "waveform" not in audio or "sample_rate" not in audio:
             raise ValueError(f"{who}: audio is not a ComfyUI AUDIO; connect Load Audio (or another audio output)")
         services.check_interrupt()
-        with services.warnings_on_node():
+        with services.messages_on_node():
             tts = model.ready()
             voice = tts.make_voice(audio["waveform"], int(audio["sample_rate"]), transcript=transcript,
                                    x_vector_only=bool(x_vector_only), who=who)

@@ -15,21 +15,26 @@ to test this script on a machine without a GPU. In order, it:
 3. starts ComfyUI and, through POST /prompt, runs every workflow in workflows/ (converted to the
    API form with the repo's converter against the live /object_info), a Render Lines job of
    --lines lines, an /interrupt in mid-generation and a rerun, and --runs generations in a row;
-4. records each node's wall time (websocket "executing" messages), VRAM before loading, while
-   loaded, after "Unload models" (/free) and after each of the repeated runs, and the server log;
-5. writes report.json and server.log into --out.
+4. records each node's wall time (websocket "executing" messages), the text each node shows
+   (warnings, "preparing the fused decoder"), VRAM before loading, while loaded, after "Unload
+   models" (/free) and after each of the repeated runs, and the server log;
+5. as a control, starts a fresh server and measures the same VRAM around one generation in
+   speed_mode eager (no CUDA graph, no fused decoder);
+6. writes report.json, server.log and server_control.log into --out.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import importlib.util
 import json
 import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -48,6 +53,7 @@ NOT_COPIED = {".git", ".whl", ".comfyui", ".gl", "__pycache__", ".pytest_cache",
 VARIANT_OF = {"Base": "base", "CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
 DEFAULT_VOICE = ROOT / "assets" / "default_voice.wav"
 MIB = 2**20
+BINARY_TEXT = struct.pack(">I", 3)  # ComfyUI's protocol.BinaryEventTypes.TEXT: a node's progress text
 # Sentences for the Render Lines job: 40-80 characters, the length of a typical dialogue line.
 SENTENCES = [
     "Did you hear that? Something moved in the garden.",
@@ -96,6 +102,13 @@ def run_logged(cmd, log: list, cwd=None, env=None, timeout=600) -> subprocess.Co
     return result
 
 
+def progress_text(data: bytes) -> dict:
+    """A binary TEXT message (send_progress_text: event type, node id length, node id, text) as a message dict."""
+    size = struct.unpack(">I", data[4:8])[0]
+    return {"type": "progress_text", "data": {"node": data[8:8 + size].decode(),
+                                              "text": data[8 + size:].decode(errors="replace")}}
+
+
 class Server:
     """A ComfyUI server process, its HTTP API and its websocket messages (timestamped)."""
 
@@ -105,6 +118,36 @@ class Server:
         self.messages: list[tuple[float, dict]] = []
         self.cond = threading.Condition()
         self.proc: subprocess.Popen | None = None
+        self.log = None
+
+    def start(self, cmd: list[str], cwd: Path, log_path: Path) -> dict:
+        """Start ComfyUI (`cmd` without its port), wait until it answers, listen; its /system_stats."""
+        self.log = open(log_path, "w")
+        port = self.base.rsplit(":", 1)[1]
+        self.proc = subprocess.Popen(cmd + ["--port", port], cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+        t0 = time.time()
+        while True:
+            try:
+                stats = self.get("/system_stats", timeout=5)
+                break
+            except Exception:
+                if self.proc.poll() is not None or time.time() - t0 > 240:
+                    raise RuntimeError(f"ComfyUI did not start: see {log_path.name}")
+                time.sleep(0.5)
+        self.listen()
+        return stats
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
     def get(self, path: str, timeout: float = 30):
         with urllib.request.urlopen(self.base + path, timeout=timeout) as r:
@@ -133,9 +176,14 @@ class Server:
                 async with session.ws_connect(url, max_msg_size=0, heartbeat=30) as ws:
                     async for msg in ws:
                         if msg.type == aiohttp.WSMsgType.TEXT:
-                            with self.cond:
-                                self.messages.append((time.time(), json.loads(msg.data)))
-                                self.cond.notify_all()
+                            message = json.loads(msg.data)
+                        elif msg.type == aiohttp.WSMsgType.BINARY and msg.data[:4] == BINARY_TEXT:
+                            message = progress_text(msg.data)
+                        else:
+                            continue
+                        with self.cond:
+                            self.messages.append((time.time(), message))
+                            self.cond.notify_all()
 
         threading.Thread(target=lambda: asyncio.run(loop()), daemon=True).start()
 
@@ -180,7 +228,13 @@ class Server:
             d = end["data"]
             result["error"] = {k: d.get(k) for k in ("node_id", "node_type", "exception_type", "exception_message")}
         result.update(self.node_times(pid, prompt, mark, t_end))
+        result["node_texts"] = self.node_texts(mark)
         return result
+
+    def node_texts(self, mark: int) -> dict:
+        """The last text each node showed (send_progress_text) since message `mark`: warnings, status lines."""
+        with self.cond:
+            return {m["data"]["node"]: m["data"]["text"] for _, m in self.messages[mark:] if m["type"] == "progress_text"}
 
     def node_times(self, pid: str, prompt: dict, mark: int, t_end: float) -> dict:
         with self.cond:
@@ -320,7 +374,6 @@ def main() -> int:
         (out / "report.json").write_text(json.dumps(report, indent=2))
 
     server = Server(f"http://127.0.0.1:{args.port}")
-    log_file = None
     try:
         # 1. ComfyUI's missing packages, then the pack as the README installs it, offline.
         wheels = Path(args.wheels).resolve()
@@ -385,7 +438,7 @@ def main() -> int:
         report["inputs"] = {n: "assets/default_voice.wav" for n in sorted(audio_names)}
 
         # 3. ComfyUI, started while the checkpoints build: the checkpoints are read only at the first run.
-        cmd = [python, "main.py", "--listen", "127.0.0.1", "--port", str(args.port),
+        cmd = [python, "main.py", "--listen", "127.0.0.1",
                # its nodes call paid online services, and this machine has no network
                "--disable-api-nodes"]
         if args.cpu:
@@ -396,22 +449,11 @@ def main() -> int:
             (stub / "index.html").write_text("<html>API only</html>")
             cmd += ["--front-end-root", str(stub)]
         report["server_cmd"] = " ".join(cmd)
-        log_file = open(out / "server.log", "w")
         t0 = time.time()
-        server.proc = subprocess.Popen(cmd, cwd=comfy, stdout=log_file, stderr=subprocess.STDOUT,
-                                       env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
-        while True:
-            try:
-                stats = server.get("/system_stats", timeout=5)
-                break
-            except Exception:
-                if server.proc.poll() is not None or time.time() - t0 > 240:
-                    raise RuntimeError("ComfyUI did not start: see server.log")
-                time.sleep(0.5)
+        stats = server.start(cmd, comfy, out / "server.log")
         report["steps"]["server_start_s"] = round(time.time() - t0, 1)
         report["system"] = stats.get("system", {})
         report["comfy_devices"] = [{k: d.get(k) for k in ("name", "type", "vram_total")} for d in stats.get("devices", [])]
-        server.listen()
         info = server.get("/object_info", timeout=120)
         if "Qwen3TTSMorphGenerate" not in info:
             raise RuntimeError("the pack's nodes are not in /object_info: its import failed (see server.log)")
@@ -482,6 +524,12 @@ def main() -> int:
         server.post("/free", {"unload_models": True, "free_memory": True})
         report["vram"]["after_free_memory"] = settle_vram(server, spid, args.cpu)
         report["vram"]["check"] = vram_check(report["vram"])
+        save()
+
+        # 9. The same measurement in a fresh server with speed_mode eager (no CUDA graph, no fused decoder).
+        server.stop()
+        report["vram_control_eager"] = (eager_control(cmd, comfy, out, args, copy.deepcopy(clone))
+                                        if clone and budget(args) >= 60 else {"status": "skipped"})
         report["ok"] = (all(r.get("status") == "success" for r in report.get("workflows", {}).values())
                         and report["render_lines"].get("status") in ("success", "skipped")
                         and report["interrupt"].get("status") in ("execution_interrupted", "skipped")
@@ -494,14 +542,8 @@ def main() -> int:
         print(report["fatal"], file=sys.stderr)
         report["ok"] = False
     finally:
-        if server.proc is not None and server.proc.poll() is None:
-            os.killpg(server.proc.pid, signal.SIGINT)
-            try:
-                server.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.proc.pid, signal.SIGKILL)
-        if log_file:
-            log_file.close()
+        server.stop()
+        if (out / "server.log").exists():
             report["server_log_findings"] = log_findings(out / "server.log")
         save()
     print_summary(report)
@@ -590,6 +632,29 @@ def repeated_runs(server: Server, prompt: dict, args, spid) -> dict:
             "generate_s_median": walls[len(walls) // 2] if walls else None}
 
 
+def eager_control(cmd: list[str], comfy: Path, out: Path, args, prompt: dict) -> dict:
+    """VRAM before loading, loaded and after "Unload models" around one generation in speed_mode eager:
+    with no CUDA graph and no fused decoder in the process, what stays after unloading is not theirs."""
+    control = Server(f"http://127.0.0.1:{args.port + 1}")
+    try:
+        control.start(cmd, comfy, out / "server_control.log")
+        pid = control.proc.pid
+        result = {"baseline": settle_vram(control, pid, args.cpu, 5)}
+        for _, node in find(prompt, "Qwen3TTSMorphLoadModel"):
+            node["inputs"]["speed_mode"] = "eager"
+        find(prompt, "Qwen3TTSMorphGenerate")[0][1]["inputs"].update(text=SENTENCES[2], seed=1,
+                                                                      max_new_tokens=args.run_frames)
+        run = control.queue(prompt, budget(args))
+        result["run"] = {k: run.get(k) for k in ("status", "wall_s", "node_times", "error")}
+        result["loaded"] = vram(control, pid, args.cpu)
+        control.post("/free", {"unload_models": True})
+        result["after_unload_models"] = settle_vram(control, pid, args.cpu)
+        result["check"] = vram_check(result)
+        return result
+    finally:
+        control.stop()
+
+
 def vram_check(v: dict) -> dict:
     """After unload, the process must be back within 64 MiB of its memory before the first load."""
     check = {"limit_mib": 64}
@@ -630,6 +695,7 @@ def print_summary(report: dict) -> None:
         print(f"repeated x{len(rep['runs'])}: all success {rep['all_success']}, median generate "
               f"{rep['generate_s_median']} s, growth {json.dumps(rep['growth'])}")
     print("vram", json.dumps(report.get("vram", {}).get("check")))
+    print("vram, eager control", json.dumps(report.get("vram_control_eager", {}).get("check")))
     if report.get("fatal"):
         print("FATAL", report["fatal"][-800:])
     print(f"total {report.get('total_s')} s, ok {report.get('ok')}")

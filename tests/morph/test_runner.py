@@ -129,3 +129,28 @@ def test_a_capture_out_of_memory_is_an_out_of_memory(fast_on_cpu, ref_audio, mon
     with pytest.raises(RuntimeError, match=r"ran out of memory rendering a single row .*CUDA out of memory \(injected\)"):
         tts.clone("Out of memory.", voice, "English", sampled(5))
     assert len(tts.patch.loop.graphs) == 0
+
+
+def test_a_slow_preparation_is_announced_before_it_starts(monkeypatch, caplog):
+    """The user waits through a first fused or compile capture: the status line says so first."""
+    monkeypatch.setattr(runner, "_prepared", set())
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "pool")
+    seen_before_capture = []
+
+    def capture(step, pool=None, warmup=2):
+        seen_before_capture.append([r.getMessage() for r in caplog.records if getattr(r, "status", False)])
+        return stand_in_capture(step, pool, warmup)
+
+    monkeypatch.setattr(graphs, "capture", capture)
+    cache = graphs.GraphCache()
+    with caplog.at_level(logging.INFO, logger="morph.runner"):
+        for key, mode in ((1, "fused"), (2, "fused"), (3, "graphs"), (4, "compile"), (5, "compile")):
+            runner.fast_step(cache, key, lambda: None, lambda: None, mode)
+    first_fused, second_fused, graphs_, first_compile, second_compile = seen_before_capture
+    assert len(first_fused) == 1 and first_fused[0].startswith("morph: preparing the fused decoder, about 10 s")
+    assert second_fused == graphs_ == first_fused + ["morph: the fused decoder is ready (prepared in 0.0 s)"]
+    assert "up to 3 minutes" in first_compile[-1]
+    assert "preparing the compile decoder" in second_compile[-1]  # a new compile key compiles again
+    plain = [r.getMessage() for r in caplog.records if not getattr(r, "status", False)]
+    assert plain == ["morph: the fused decoder is ready (prepared in 0.0 s)",
+                     "morph: the graphs decoder is ready (prepared in 0.0 s)"]

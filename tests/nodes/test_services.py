@@ -287,7 +287,7 @@ def test_a_warning_from_another_thread_is_not_shown_on_the_node(services, comfy)
     import logging
     import threading
 
-    with services.warnings_on_node():
+    with services.messages_on_node():
         other = threading.Thread(target=lambda: logging.getLogger(services.PACK_LOGGER).warning("not mine"))
         other.start()
         other.join()
@@ -295,6 +295,18 @@ def test_a_warning_from_another_thread_is_not_shown_on_the_node(services, comfy)
     assert comfy.texts == [("7", "Warning: mine")]
     logging.getLogger(services.PACK_LOGGER).warning("after the node")
     assert comfy.texts == [("7", "Warning: mine")]
+
+
+def test_a_status_line_is_shown_on_the_node_and_plain_info_is_not(services, comfy, caplog):
+    import logging
+
+    logger = logging.getLogger(services.PACK_LOGGER + ".morph.runner")
+    with caplog.at_level(logging.INFO), services.messages_on_node():  # INFO: ComfyUI's default log level
+        logger.info("morph: preparing the fused decoder, about 10 s", extra={"status": True})
+        logger.info("an ordinary info line")
+        logger.warning("mind this")
+    assert comfy.texts == [("7", "morph: preparing the fused decoder, about 10 s"),
+                           ("7", "morph: preparing the fused decoder, about 10 s\nWarning: mind this")]
 
 
 # -- devices ------------------------------------------------------------------------------------------

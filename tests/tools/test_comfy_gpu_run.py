@@ -73,3 +73,14 @@ def test_vram_verdict_is_64_mib_above_the_baseline():
     bad = run.vram_check({"baseline": {"process_mib": 500}, "after_unload_models": {"process_mib": 565}})
     assert ok["pass"] is True and bad["pass"] is False
     assert run.vram_check({"baseline": {}})["pass"] is None  # on CPU there is nothing to judge
+
+
+def test_the_text_a_node_shows_is_decoded_from_comfyuis_binary_message():
+    # as server.PromptServer.send_progress_text packs it, behind send_sync's event type
+    data = run.BINARY_TEXT + (2).to_bytes(4, "big") + b"12" + "morph: preparing the fused decoder…".encode()
+    message = run.progress_text(data)
+    assert message == {"type": "progress_text", "data": {"node": "12", "text": "morph: preparing the fused decoder…"}}
+    server = run.Server("http://127.0.0.1:1")
+    server.messages = [(0.0, {"type": "progress_text", "data": {"node": "3", "text": "old"}}), (1.0, message),
+                       (2.0, {"type": "progress_text", "data": {"node": "12", "text": "ready"}})]
+    assert server.node_texts(1) == {"12": "ready"}
