@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/speed.py, graphs and compile at k=15 and 5, under one allocator (arg 2: native | cudaMallocAsync);
-# with arg 3 "before", also graphs with morph/lean.py as it was before the fp32 attention scores (1c08353).
+# with arg 3 "before", also graphs with morph/lean.py as it was before the fp32 attention scores: the run used
+# .probe/lean_before.py = `git show 1c08353:morph/lean.py`, placed there (untracked) before the call.
 set -u
 out=$1; alloc=$2; mkdir -p "$out"
 export PYTHONPATH=/tmp/gpu-site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false PROJECT_COMMIT=$(cat .whl/COMMIT)
