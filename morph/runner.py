@@ -36,14 +36,14 @@ log = logging.getLogger(__name__)
 MODES = ("auto", "eager", "lean", "graphs", "fused", "compile")
 FAST_MODES = ("graphs", "fused", "compile")
 
-# What the wait is, measured on an H100 (bench/results/h100-2026-11-22c and the issues'
-# figures). Triton's and Inductor's caches on disk make later starts fast; a plain CUDA
-# graph captures in well under a second and is not announced.
+# What the wait is, measured on an H100 (bench/results/h100-2026-11-22d: fused 10-11 s with
+# empty Triton caches, 0.6-0.8 s with warm ones; compile 181-195 s). A plain CUDA graph
+# captures in well under a second and is not announced.
 PREPARE_TIME = {
     "fused": "about 10 s the first time on this machine, while Triton compiles its kernels, and about 1 s "
              "after that (they are cached on disk)",
-    "compile": "up to 3 minutes the first time on this machine, 15-30 s on later starts, and about a minute "
-               "for each new batch size",
+    "compile": "1 to 3 minutes while torch.compile builds it (less once Inductor's cache on disk is warm), and "
+               "again for each new batch size",
 }
 _prepared: set[str] = set()  # modes prepared once in this process: their kernels are loaded
 
