@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from bench import numerics
-from bench.common import add_model_args, emit, load_bench_model
+from bench.common import add_model_args, emit, load_bench_model, project_commit
 from morph.engine import MorphTTS
 from morph.settings import SAMPLE_RATE, GenerationSettings, default_max_frames
 
@@ -182,7 +182,7 @@ def main(argv=None) -> dict:
     tts = load_bench_model(args)
     report = evaluate(tts, load_clips(args.clips), texts, ks, [int(s) for s in args.seeds.split(",")],
                       args.max_new_tokens, local_asr(args.asr) if args.asr else None)
-    report = dict(commit=numerics.project_commit(), model=args.model or f"random weights, {args.size} dims",
+    report = dict(**project_commit(), model=args.model or f"random weights, {args.size} dims",
                   dtype=str(tts.tts.model.dtype).replace("torch.", ""), device=str(tts.device), asr=args.asr, **report)
     table = markdown(report)
     emit(report, args.json)

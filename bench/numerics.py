@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,7 +56,7 @@ from unittest import mock
 import torch
 import torch.nn.functional as F
 
-from bench.common import add_model_args, emit
+from bench.common import add_model_args, emit, project_commit
 from bench.random_model import build_random_model
 from bench.speed import REF_TEXT, TEXT, device_name, reference_wave
 from morph import graphs, lean, runner
@@ -449,14 +448,6 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def project_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def resolve_dtypes(dtype: str, ref_dtype: str, device: torch.device) -> tuple[torch.dtype, torch.dtype]:
     """auto: bf16 stacks against fp32 on CUDA, fp32 stacks against fp64 elsewhere."""
     low = DTYPES[dtype] if dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else torch.float32)
@@ -492,7 +483,7 @@ def main(argv=None) -> dict:
     dtype, ref_dtype = resolve_dtypes(args.dtype, args.ref_dtype, tts.device)
     report = compare(tts, dtype, ref_dtype, args.frames, [s for s in args.stacks.split(",") if s],
                      [int(k) for k in args.seq_groups.split(",")], args.prompts.split(","), margin=args.margin)
-    report = dict(commit=project_commit(), device=device_name(tts.device), torch=torch.__version__,
+    report = dict(**project_commit(), device=device_name(tts.device), torch=torch.__version__,
                   transformers=transformers.__version__, attention=args.attention,
                   model=args.model or f"random weights, {args.size} dims", **report)
     table = markdown(report)

@@ -8,7 +8,9 @@ import soundfile as sf
 from bench import fidelity
 
 
-def test_fidelity_end_to_end(tiny_dir, ref_audio, tmp_path):
+def test_fidelity_end_to_end(tiny_dir, ref_audio, tmp_path, monkeypatch):
+    # a device copy of the tree has no usable .git: the commit comes from what the caller recorded
+    monkeypatch.setenv("PROJECT_COMMIT", "0123abc")
     wave, sr = ref_audio
     clips = tmp_path / "clips"
     clips.mkdir()
@@ -22,6 +24,7 @@ def test_fidelity_end_to_end(tiny_dir, ref_audio, tmp_path):
                             "--texts", str(texts), "--seq-groups", "4", "--max-new-tokens", "4", "--json", str(out),
                             "--markdown", str(tmp_path / "fidelity.md")])
     assert json.loads(out.read_text())["summary"] == report["summary"]
+    assert report["commit"] == "0123abc"
     assert report["clips"] == ["icl", "xvec"] and report["texts"] == ["Hello there."]
     assert [(r["clip"], r["icl"], r["seq_groups"]) for r in report["rows"]] == \
         [("icl", True, 15), ("icl", True, 4), ("xvec", False, 15), ("xvec", False, 4)]
