@@ -109,7 +109,7 @@ def test_talker_steps_match_lean_with_left_padding(kernels, tiny_tts):
 def test_snake_matches_upstream_snakebeta(monkeypatch):
     """The codec activation against qwen-tts's own module, in fp32. The interpreter has no libdevice,
     so the kernel's sine is tl.sin here (numpy's, an ulp from torch's at times), and its bf16 casts do
-    not round as the GPU's do: tests/gpu checks every dtype for equality."""
+    not round as the GPU's do: tests/gpu checks every dtype against the exact function."""
     import triton.language as tl
 
     from morph import snake as snake_module
