@@ -1,15 +1,11 @@
 """Lean decoder layers for the one-token decode steps of the talker and the code predictor.
 
-The HF layers spend about 70 kernels per layer at batch 1 (RMSNorm in five pieces, masks,
-positions and caches built per call). Here one plain function runs a whole stack against
-static KV buffers:
+The HF layers spend about 70 kernels per layer at batch 1 (separate q/k/v and gate/up
+projections, RMSNorm in five pieces, masks and caches built per call). Here one plain
+function runs a whole stack against static KV buffers:
 
-- the weights come from `FusedStack`: q/k/v fused into one tensor and gate/up into another,
-  which the modules' own parameters VIEW, so there is no second copy. The fused kernels
-  (morph/kernels.py) read them whole; the lean step runs one GEMM per projection over row
-  slices, the same shapes as upstream's separate Linears, because one fused GEMM makes
-  cuBLAS pick other kernels (other split-K reductions) and at k=5 that moved the crossbar's
-  bf16 logits past the numerics gate (bench/numerics.py);
+- the q/k/v projections are one GEMM and gate/up another, through fused weight tensors
+  that the modules' own parameters VIEW (`FusedStack`), so there is no second copy;
 - RMSNorm and rotary mirror HF's operations one for one (same upcasts, same order), so on
   CPU the math matches the HF layer to rounding; attention scores and softmax are fp32, as in
   the sdpa kernels upstream runs;
@@ -121,7 +117,7 @@ def layer_step(x: torch.Tensor, w: LayerW, k_cache: torch.Tensor, v_cache: torch
     """One decoder layer over T new positions; writes their K/V at `write_idx` [T]."""
     b, t, _ = x.shape
     h = rms_norm(x, w.ln1, d.eps)
-    q, k, v = (F.linear(h, wp) for wp in w.wqkv.split([d.q_size, d.kv_size, d.kv_size]))
+    q, k, v = F.linear(h, w.wqkv).split([d.q_size, d.kv_size, d.kv_size], dim=-1)
     q = rms_norm(q.view(b, t, d.heads, d.head_dim), w.q_norm, d.eps).transpose(1, 2)
     k = rms_norm(k.view(b, t, d.kv_heads, d.head_dim), w.k_norm, d.eps).transpose(1, 2)
     v = v.view(b, t, d.kv_heads, d.head_dim).transpose(1, 2)
@@ -129,8 +125,7 @@ def layer_step(x: torch.Tensor, w: LayerW, k_cache: torch.Tensor, v_cache: torch
     k_cache.index_copy_(2, write_idx, k)
     v_cache.index_copy_(2, write_idx, v)
     x = x + F.linear(attend(q, k_cache, v_cache, bias, d), w.wo)
-    h = rms_norm(x, w.ln2, d.eps)
-    gate, up = (F.linear(h, wp) for wp in w.wgu.split([d.intermediate, d.intermediate]))
+    gate, up = F.linear(rms_norm(x, w.ln2, d.eps), w.wgu).split([d.intermediate, d.intermediate], dim=-1)
     return x + F.linear(F.silu(gate) * up, w.wd)
 
 
