@@ -57,6 +57,11 @@ def check_mode(mode: str, who: str = "morph") -> str:
 _logged: set[str] = set()
 
 
+def reason(e: BaseException) -> str:
+    """An exception as one log-line fragment: its type and the first line of its message."""
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+
+
 def _log_once(msg: str) -> None:
     if msg not in _logged:
         _logged.add(msg)
@@ -101,10 +106,9 @@ def fast_step(cache: graphs.GraphCache, key, step: Callable[[], object], fallbac
         raise
     except Exception as e:
         cache.clear()
-        reason = (str(e).strip().splitlines() or [""])[0][:200]
-        log.warning("morph: could not prepare the %s decoder (%s: %s); this run decodes op by op, several times "
+        log.warning("morph: could not prepare the %s decoder (%s); this run decodes op by op, several times "
                     "slower; the next run tries again. If this repeats, set speed_mode to graphs or eager and "
-                    "report it", mode, type(e).__name__, reason)
+                    "report it", mode, reason(e))
         return fallback
     if captured:
         _prepared.add(mode)

@@ -25,6 +25,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from .kernels import TL_DTYPES, as_ptr
+from .runner import reason
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,6 @@ def forward(module, x: torch.Tensor) -> torch.Tensor:
             raise
         except Exception as e:
             _failed.append(repr(e))
-            log.warning("morph: the fused codec activation failed (%s: %s); the codec runs upstream's from now on",
-                        type(e).__name__, (str(e).strip().splitlines() or [""])[0][:200])
+            log.warning("morph: the fused codec activation failed (%s); the codec runs upstream's from now on",
+                        reason(e))
     return type(module).forward(module, x)
