@@ -10,9 +10,10 @@ kernels, and a frame at seq_groups 15 runs 103 layers. Here a layer is five kern
     act   = linear(x, wgu, norm=ln2, silu=True)       gate and up, SiLU(gate) * up fused
     x     = linear(act, wd, residual=x)
 
-The math follows morph/lean.py (HF's order of upcasts and roundings: fp32 variance, the
-normed row rounded to the model dtype before the weight multiply, bf16 RoPE products),
-with fp32 accumulation throughout; in fp32 the results equal lean's to rounding.
+The math follows HF's order of upcasts and roundings (fp32 variance, the normed row rounded
+to the model dtype before the weight multiply, bf16 RoPE products, the residual stream in the
+model dtype), with fp32 accumulation throughout; in fp32 the results equal lean's to
+rounding. (In bf16 morph/lean.py rounds less: its residual stream is fp32.)
 
 Kernels compile in about a second each on first use and land in Triton's disk cache, so
 a new process starts in seconds. Like morph/kth.py they take addresses, not tensors:

@@ -41,8 +41,10 @@ def test_lean_layers_pass_the_kl_gate(report):
     assert _lean_failures(report, "kl") == []
 
 
-@pytest.mark.xfail(strict=True, reason="reported on issue 12: lean's max |logit error| in crossbar group 10 at k=5 is "
-                   "1.26x upstream's (2.0e-7 against 1.6e-7, both under 2 fp32 ulps of the logits)")
+@pytest.mark.xfail(strict=True, reason="in fp32 the lean layers round as upstream does, op for op, and one group's "
+                   "max |logit error| (crossbar group 10 at k=5, a single extreme value under 2 fp32 ulps of the "
+                   "logits) lands at 1.26x upstream's by chance. The bf16 regime the gate is meant for passes on "
+                   "the GPU with margin (bench/results/h100-2026-11-22e)")
 def test_lean_layers_pass_the_max_error_gate(report):
     assert _lean_failures(report, "max_err") == []
 
