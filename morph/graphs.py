@@ -179,21 +179,21 @@ _COMPILED: dict = {}
 def compiled(fn: Callable, exact_rng: bool = False) -> Callable:
     """`fn` compiled once per process with static shapes (one compile per shape set).
 
-    max-autotune-no-cudagraphs picks Triton GEMMs for the batch-1 GEMVs and tunes them
-    by coordinate descent; it leaves CUDA graphs to us, and the compiled kernels are
-    captured inside our own graphs. Under cudaMallocAsync the code is wrapped in C++
-    (see the module docstring); it runs as fast, but its first compile in a process takes
-    about a minute longer, so the native allocator keeps the Python wrapper. The options
-    are passed per function, so no global Inductor setting of the host process is
-    changed. exact_rng keeps ATen's random ops (Inductor's `fallback_random`), so a
-    compiled sampler draws the same numbers from the same generator state as the eager one.
+    Inductor's default options: it fuses the elementwise work around cuBLAS's GEMMs and
+    picks its kernels' launch configurations by rule, so every process builds the same
+    code. The max-autotune modes choose GEMM and block configurations by timing them while
+    compiling, and on an H100 that choice made the same step run 5.0 ms per frame in one
+    process and 6.3 in the next (k=5: 2.7 against 4.3) whenever one timing was disturbed;
+    they also took twice as long to compile (bench/results/h100-2026-11-22f). The compiled
+    kernels are captured inside our own CUDA graphs. Under cudaMallocAsync the code is
+    wrapped in C++ (see the module docstring). The options are passed per function, so no
+    global Inductor setting of the host process is changed. exact_rng keeps ATen's random
+    ops (Inductor's `fallback_random`), so a compiled sampler draws the same numbers from
+    the same generator state as the eager one.
     """
     key = (fn, exact_rng)
     if key not in _COMPILED:
-        from torch._inductor import list_mode_options
-
-        options = dict(list_mode_options("max-autotune-no-cudagraphs"))
-        options["cpp_wrapper"] = torch.cuda.get_allocator_backend() == "cudaMallocAsync"
+        options = {"cpp_wrapper": torch.cuda.get_allocator_backend() == "cudaMallocAsync"}
         if exact_rng:
             options["fallback_random"] = True
         _COMPILED[key] = torch.compile(fn, options=options, fullgraph=True, dynamic=False)

@@ -78,8 +78,19 @@ def load_qwen_tts(folder: Path, device: torch.device, dtype: torch.dtype, attent
 
 def place(tts, device: torch.device) -> None:
     """Move a loaded model to a device. The speech tokenizer is a plain attribute, not a
-    submodule, so `model.to()` alone would leave it (and the wrappers' device fields) behind."""
+    submodule, so `model.to()` alone would leave it (and the wrappers' device fields) behind.
+
+    Its encoder (transformers' Mimi) caches each codebook's embeddings in a plain attribute the
+    first time it encodes; `.to()` does not move that, so after "Unload models" 32 MiB of them
+    stayed on the GPU. They are dropped here and rebuilt where the weights are at the next encode.
+    """
+    from transformers.models.mimi.modeling_mimi import MimiEuclideanCodebook
+
     tts.model.to(device)
-    tts.model.speech_tokenizer.model.to(device)
-    tts.model.speech_tokenizer.device = torch.device(device)
+    codec = tts.model.speech_tokenizer
+    codec.model.to(device)
+    for module in codec.model.modules():
+        if isinstance(module, MimiEuclideanCodebook):
+            module._embed = None
+    codec.device = torch.device(device)
     tts.device = torch.device(device)

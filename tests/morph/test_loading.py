@@ -142,3 +142,17 @@ def test_devices_this_machine_lacks_are_refused(monkeypatch):
     with pytest.raises(ValueError, match="device 'mps' is not available: MPS needs an Apple-silicon Mac"):
         resolve_device("mps")
     assert resolve_device("auto") == torch.device("cpu")
+
+
+def test_moving_the_model_drops_the_codec_encoders_cached_codebooks(tiny_tts, ref_audio):
+    """Mimi caches its codebooks in a plain attribute that .to() does not move: after "Unload models"
+    they stayed on the GPU. Moving the model must drop them, and the next encode must rebuild them."""
+    from transformers.models.mimi.modeling_mimi import MimiEuclideanCodebook
+
+    codebooks = [m for m in tiny_tts.tts.model.speech_tokenizer.model.modules() if isinstance(m, MimiEuclideanCodebook)]
+    first = tiny_tts.make_voice(*ref_audio, transcript="A short reference sentence.")
+    assert codebooks and any(m._embed is not None for m in codebooks)
+    tiny_tts.to("cpu")
+    assert all(m._embed is None for m in codebooks)
+    again = tiny_tts.make_voice(*ref_audio, transcript="A short reference sentence.")
+    assert torch.equal(first.ref_code, again.ref_code)

@@ -75,6 +75,16 @@ def test_vram_verdict_is_64_mib_above_the_baseline():
     assert run.vram_check({"baseline": {}})["pass"] is None  # on CPU there is nothing to judge
 
 
+def test_the_second_cycle_is_judged_from_where_it_started():
+    v = {"baseline": {"process_mib": 500}, "after_unload_models": {"process_mib": 1000},
+         "after_free_memory": {"process_mib": 900}, "second_cycle": {"after_unload_models": {"process_mib": 964}}}
+    check = run.vram_check(v)
+    assert check["pass"] is False and check["second_cycle.process_mib_above_its_start"] == 64
+    assert check["second_cycle.pass"] is True
+    v["second_cycle"]["after_unload_models"]["process_mib"] = 965
+    assert run.vram_check(v)["second_cycle.pass"] is False
+
+
 def test_the_text_a_node_shows_is_decoded_from_comfyuis_binary_message():
     # as server.PromptServer.send_progress_text packs it, behind send_sync's event type
     data = run.BINARY_TEXT + (2).to_bytes(4, "big") + b"12" + "morph: preparing the fused decoder…".encode()
