@@ -80,13 +80,15 @@ def place(tts, device: torch.device) -> None:
     """Move a loaded model to a device. The speech tokenizer is a plain attribute, not a
     submodule, so `model.to()` alone would leave it (and the wrappers' device fields) behind.
 
-    Its encoder (transformers' Mimi) caches each codebook's embeddings in a plain attribute the
-    first time it encodes; `.to()` does not move that, so after "Unload models" 32 MiB of them
-    stayed on the GPU. They are dropped here and rebuilt where the weights are at the next encode.
+    `.to()` does not move plain tensor attributes either, and upstream keeps two: the talker's
+    last `rope_deltas` (every prefill sets it again) and each codebook's embeddings in the
+    codec's encoder (transformers' Mimi caches them at its first encode: 32 MiB that stayed on
+    the GPU after "Unload models"). Both are dropped here and rebuilt where the weights are.
     """
     from transformers.models.mimi.modeling_mimi import MimiEuclideanCodebook
 
     tts.model.to(device)
+    tts.model.talker.rope_deltas = None
     codec = tts.model.speech_tokenizer
     codec.model.to(device)
     for module in codec.model.modules():

@@ -1,8 +1,9 @@
 """Finding checkpoints (local folders, models folders, the Hugging Face cache, downloads), the offline
-error, and the device, dtype and attention choices."""
+error, the device, dtype and attention choices, and moving a loaded model."""
 
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -144,15 +145,22 @@ def test_devices_this_machine_lacks_are_refused(monkeypatch):
     assert resolve_device("auto") == torch.device("cpu")
 
 
-def test_moving_the_model_drops_the_codec_encoders_cached_codebooks(tiny_tts, ref_audio):
-    """Mimi caches its codebooks in a plain attribute that .to() does not move: after "Unload models"
-    they stayed on the GPU. Moving the model must drop them, and the next encode must rebuild them."""
+def test_moving_the_model_drops_the_tensors_upstream_keeps_outside_its_parameters(tiny_tts, ref_audio):
+    """Mimi's cached codebooks and the talker's rope_deltas are plain attributes that .to() does not
+    move: after "Unload models" they stayed on the GPU. Moving the model drops them; the next run
+    rebuilds them and gives the same result."""
     from transformers.models.mimi.modeling_mimi import MimiEuclideanCodebook
 
+    from morph.settings import GenerationSettings
+
     codebooks = [m for m in tiny_tts.tts.model.speech_tokenizer.model.modules() if isinstance(m, MimiEuclideanCodebook)]
-    first = tiny_tts.make_voice(*ref_audio, transcript="A short reference sentence.")
+    settings = GenerationSettings(seq_groups=5, seed=1, max_new_tokens=6)
+    voice = tiny_tts.make_voice(*ref_audio, transcript="A short reference sentence.")
+    audio = tiny_tts.clone("Moved, then run again.", voice, "English", settings)
     assert codebooks and any(m._embed is not None for m in codebooks)
+    assert tiny_tts.tts.model.talker.rope_deltas is not None
     tiny_tts.to("cpu")
-    assert all(m._embed is None for m in codebooks)
+    assert all(m._embed is None for m in codebooks) and tiny_tts.tts.model.talker.rope_deltas is None
     again = tiny_tts.make_voice(*ref_audio, transcript="A short reference sentence.")
-    assert torch.equal(first.ref_code, again.ref_code)
+    assert torch.equal(voice.ref_code, again.ref_code)
+    assert np.array_equal(audio, tiny_tts.clone("Moved, then run again.", again, "English", settings))
