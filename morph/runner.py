@@ -37,12 +37,13 @@ MODES = ("auto", "eager", "lean", "graphs", "fused", "compile")
 FAST_MODES = ("graphs", "fused", "compile")
 
 # What the wait is, measured on an H100 (bench/results/h100-2026-11-22d: fused 10-11 s with
-# empty Triton caches, 0.6-0.8 s with warm ones; h100-2026-11-22f: compile 73-79 s with an
-# empty Inductor cache). A plain CUDA graph captures in well under a second and is not announced.
+# empty Triton caches, 0.6-0.8 s with warm ones; h100-2026-11-22f: compile 63-79 s with an
+# empty Inductor cache, 165 s under cudaMallocAsync, whose C++ wrapper takes longer to build).
+# A plain CUDA graph captures in well under a second and is not announced.
 PREPARE_TIME = {
     "fused": "about 10 s the first time on this machine, while Triton compiles its kernels, and about 1 s "
              "after that (they are cached on disk)",
-    "compile": "1 to 2 minutes while torch.compile builds it (less once Inductor's cache on disk is warm), and "
+    "compile": "1 to 3 minutes while torch.compile builds it (less once Inductor's cache on disk is warm), and "
                "again for each new batch size",
 }
 _prepared: set[str] = set()  # modes prepared once in this process: their kernels are loaded
