@@ -527,13 +527,7 @@ def main() -> int:
         # 8b. Load, generate and unload once more: what one more cycle leaves, once CUDA has loaded the
         # kernels a generation uses (the first cycle's growth includes them, and no API unloads them).
         if clone and budget(args) >= 30:
-            cycle = with_defaults(clone, info)
-            find(cycle, "Qwen3TTSMorphGenerate")[0][1]["inputs"].update(text=SENTENCES[2], seed=2000,
-                                                                         max_new_tokens=args.run_frames)
-            again = server.queue(cycle, budget(args))
-            report["vram"]["second_cycle"] = {"status": again["status"], "loaded": vram(server, spid, args.cpu)}
-            server.post("/free", {"unload_models": True})
-            report["vram"]["second_cycle"]["after_unload_models"] = settle_vram(server, spid, args.cpu)
+            report["vram"]["second_cycle"] = generate_and_unload(server, spid, clone, 2000, args)
         report["vram"]["check"] = vram_check(report["vram"])
         save()
 
@@ -643,6 +637,19 @@ def repeated_runs(server: Server, prompt: dict, args, spid) -> dict:
             "generate_s_median": walls[len(walls) // 2] if walls else None}
 
 
+def generate_and_unload(server: Server, pid, prompt: dict, seed: int, args) -> dict:
+    """One generation (loading the model if it is not), then "Unload models": the run and the VRAM
+    while loaded and after unloading."""
+    find(prompt, "Qwen3TTSMorphGenerate")[0][1]["inputs"].update(text=SENTENCES[2], seed=seed,
+                                                                  max_new_tokens=args.run_frames)
+    run = server.queue(prompt, budget(args))
+    result = {"run": {k: run.get(k) for k in ("status", "wall_s", "node_times", "error")},
+              "loaded": vram(server, pid, args.cpu)}
+    server.post("/free", {"unload_models": True})
+    result["after_unload_models"] = settle_vram(server, pid, args.cpu)
+    return result
+
+
 def eager_control(cmd: list[str], comfy: Path, out: Path, args, prompt: dict) -> dict:
     """VRAM before loading, loaded and after "Unload models" around one generation in speed_mode eager:
     with no CUDA graph and no fused decoder in the process, what stays after unloading is not theirs."""
@@ -653,13 +660,7 @@ def eager_control(cmd: list[str], comfy: Path, out: Path, args, prompt: dict) ->
         result = {"baseline": settle_vram(control, pid, args.cpu, 5)}
         for _, node in find(prompt, "Qwen3TTSMorphLoadModel"):
             node["inputs"]["speed_mode"] = "eager"
-        find(prompt, "Qwen3TTSMorphGenerate")[0][1]["inputs"].update(text=SENTENCES[2], seed=1,
-                                                                      max_new_tokens=args.run_frames)
-        run = control.queue(prompt, budget(args))
-        result["run"] = {k: run.get(k) for k in ("status", "wall_s", "node_times", "error")}
-        result["loaded"] = vram(control, pid, args.cpu)
-        control.post("/free", {"unload_models": True})
-        result["after_unload_models"] = settle_vram(control, pid, args.cpu)
+        result.update(generate_and_unload(control, pid, prompt, 1, args))
         result["check"] = vram_check(result)
         return result
     finally:
