@@ -1,17 +1,20 @@
-"""tools/comfy_gpu_run.py's pieces that need no ComfyUI or GPU: the wheel manifest, per-node times from the
-websocket messages, the prompt edits, and the VRAM verdict. The run itself is checked by running it
-(`--cpu --size tiny` here, on the GPU device machine for real)."""
+"""tools/comfy_gpu_run.py's pieces (tools/comfy_gpu/) that need no ComfyUI or GPU: the wheel manifest, per-node
+times from the websocket messages, the prompt edits, a prompt ComfyUI rejects, and the VRAM verdict. The run
+itself is checked by running it (`--cpu --size tiny` here, on the GPU device machine for real)."""
 
 from __future__ import annotations
 
-import importlib.util
+import os
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
+
+from tools.comfy_gpu import install, report, runs, server
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("comfy_gpu_run", ROOT / "tools" / "comfy_gpu_run.py")
-run = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(run)
 
 
 def norm(name: str) -> str:
@@ -19,7 +22,7 @@ def norm(name: str) -> str:
 
 
 def manifest():
-    return run.read_manifest(ROOT / "tools" / "device_wheels.txt")
+    return install.read_manifest(ROOT / "tools" / "device_wheels.txt")
 
 
 def test_manifest_pins_one_version_of_each_wheel():
@@ -45,16 +48,16 @@ def test_manifest_brings_every_requirement_the_device_lacks():
 
 
 def test_node_times_come_from_consecutive_executing_messages():
-    server = run.Server("http://127.0.0.1:1")
+    comfy = server.Server("http://127.0.0.1:1")
     msg = lambda t, node: (t, {"type": "executing", "data": {"node": node, "prompt_id": "p"}})  # noqa: E731
-    server.messages = [
+    comfy.messages = [
         (0.5, {"type": "execution_cached", "data": {"nodes": ["1"], "prompt_id": "p"}}),
         msg(1.0, "2"), (1.5, {"type": "progress", "data": {"node": "2", "prompt_id": "p"}}),
         msg(3.0, "3"), msg(3.25, None),
         (4.0, {"type": "executing", "data": {"node": "9", "prompt_id": "other"}}),  # another prompt's: ignored
     ]
     prompt = {"2": {"class_type": "Gen"}, "3": {"class_type": "Save"}}
-    times = server.node_times("p", prompt, 0, 3.25)
+    times = comfy.node_times("p", prompt, 0, 3.25)
     assert times == {"node_times": [{"node": "2", "class_type": "Gen", "s": 2.0},
                                     {"node": "3", "class_type": "Save", "s": 0.25}], "cached": ["1"]}
 
@@ -62,35 +65,83 @@ def test_node_times_come_from_consecutive_executing_messages():
 def test_prompt_edits():
     info = {"Gen": {"input": {"required": {"text": ["STRING", {"default": "hi"}], "model": ["MODEL"]}}}}
     prompt = {"1": {"class_type": "Gen", "inputs": {"max_new_tokens": 0}}}
-    run.with_defaults(prompt, info)
+    runs.with_defaults(prompt, info)
     assert prompt["1"]["inputs"] == {"max_new_tokens": 0, "text": "hi"}
-    assert run.capped(prompt, 30)["1"]["inputs"]["max_new_tokens"] == 30
-    assert run.script_of(["A", "B"], 3).splitlines()[2].startswith("A: ")
+    assert runs.capped(prompt, 30)["1"]["inputs"]["max_new_tokens"] == 30
+    assert runs.script_of(["A", "B"], 3).splitlines()[2].startswith("A: ")
 
 
 def test_vram_verdict_is_64_mib_above_the_baseline():
-    ok = run.vram_check({"baseline": {"process_mib": 500}, "after_unload_models": {"process_mib": 564}})
-    bad = run.vram_check({"baseline": {"process_mib": 500}, "after_unload_models": {"process_mib": 565}})
+    ok = report.vram_check({"baseline": {"process_mib": 500}, "after_unload_models": {"process_mib": 564}})
+    bad = report.vram_check({"baseline": {"process_mib": 500}, "after_unload_models": {"process_mib": 565}})
     assert ok["pass"] is True and bad["pass"] is False
-    assert run.vram_check({"baseline": {}})["pass"] is None  # on CPU there is nothing to judge
+    assert report.vram_check({"baseline": {}})["pass"] is None  # on CPU there is nothing to judge
 
 
 def test_the_second_cycle_is_judged_from_where_it_started():
     v = {"baseline": {"process_mib": 500}, "after_unload_models": {"process_mib": 1000},
          "after_free_memory": {"process_mib": 900}, "second_cycle": {"after_unload_models": {"process_mib": 964}}}
-    check = run.vram_check(v)
+    check = report.vram_check(v)
     assert check["pass"] is False and check["second_cycle.process_mib_above_its_start"] == 64
     assert check["second_cycle.pass"] is True
     v["second_cycle"]["after_unload_models"]["process_mib"] = 965
-    assert run.vram_check(v)["second_cycle.pass"] is False
+    assert report.vram_check(v)["second_cycle.pass"] is False
 
 
 def test_the_text_a_node_shows_is_decoded_from_comfyuis_binary_message():
     # as server.PromptServer.send_progress_text packs it, behind send_sync's event type
-    data = run.BINARY_TEXT + (2).to_bytes(4, "big") + b"12" + "morph: preparing the fused decoder…".encode()
-    message = run.progress_text(data)
+    data = server.BINARY_TEXT + (2).to_bytes(4, "big") + b"12" + "morph: preparing the fused decoder…".encode()
+    message = server.progress_text(data)
     assert message == {"type": "progress_text", "data": {"node": "12", "text": "morph: preparing the fused decoder…"}}
-    server = run.Server("http://127.0.0.1:1")
-    server.messages = [(0.0, {"type": "progress_text", "data": {"node": "3", "text": "old"}}), (1.0, message),
+    comfy = server.Server("http://127.0.0.1:1")
+    comfy.messages = [(0.0, {"type": "progress_text", "data": {"node": "3", "text": "old"}}), (1.0, message),
                        (2.0, {"type": "progress_text", "data": {"node": "12", "text": "ready"}})]
-    assert server.node_texts(1) == {"12": "ready"}
+    assert comfy.node_texts(1) == {"12": "ready"}
+
+
+# ComfyUI's answer to POST /prompt when a value is over a node's max (execution.validate_inputs, server.post_prompt)
+OVER_MAX = {"http_error": 400, "body": {
+    "error": {"type": "prompt_outputs_failed_validation", "message": "Prompt outputs failed validation",
+              "details": "Value 128 bigger than max of 64: batch_size", "extra_info": {}},
+    "node_errors": {"5": {"errors": [{"type": "value_bigger_than_max", "message": "Value 128 bigger than max of 64",
+                                      "details": "batch_size", "extra_info": {"input_name": "batch_size"}}],
+                          "dependent_outputs": ["5"], "class_type": "Qwen3TTSMorphRenderLines"}}}}
+
+
+def test_a_rejected_prompt_is_reported_with_comfyuis_reasons():
+    assert server.rejected({"prompt_id": "p", "number": 0, "node_errors": {}}) is None
+    refused = server.rejected(OVER_MAX)
+    assert refused["status"] == "rejected" and refused["answer"] == OVER_MAX
+    assert refused["error"].splitlines() == [
+        "Prompt outputs failed validation: Value 128 bigger than max of 64: batch_size",
+        "node 5 (Qwen3TTSMorphRenderLines): Value 128 bigger than max of 64: batch_size"]
+    no_prompt = server.rejected({"http_error": 400, "body": {"error": "no prompt", "node_errors": []}})
+    assert no_prompt["error"] == "no prompt"
+
+
+def test_the_run_goes_on_past_a_rejected_prompt(capsys):
+    """A rejection once stopped the run with KeyError: 'wall_s'; now it is a result like any other."""
+    comfy = server.Server("http://127.0.0.1:1")
+    comfy.post = lambda path, body, timeout=30: OVER_MAX
+    args = SimpleNamespace(prompt_timeout=60, deadline_at=time.time() + 60, max_new_tokens=None, lines=128,
+                           batch_size=128)
+    prompt = {"5": {"class_type": "Qwen3TTSMorphRenderLines", "inputs": {}},
+              "6": {"class_type": "Qwen3TTSMorphVoiceBank", "inputs": {"name": "A"}}}
+    wt = SimpleNamespace(ui_to_api=lambda wf, info: prompt)
+    ui = {"dialogue": {"nodes": [{"type": "Qwen3TTSMorphRenderLines"}]}}
+    result = {"steps": {}}
+    runs.run_workflows(comfy, ui, {}, wt, args, result, save=lambda: None)
+    result["render_lines"] = runs.render_lines(comfy, ui, {}, wt, args)
+    for r in (result["workflows"]["dialogue"], result["render_lines"]):
+        assert r["status"] == "rejected" and "bigger than max of 64" in r["error"] and r["wall_s"] >= 0
+    assert result["render_lines"]["batch_size"] == 128
+    report.print_summary(result)
+    assert "dialogue                 rejected" in capsys.readouterr().out
+
+
+def test_the_entry_point_finds_its_parts_from_any_folder(tmp_path):
+    # tools/comfy_gpu_run.sh runs it as a script: its parts must import without the repository on sys.path
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "comfy_gpu_run.py"), "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, env={"PATH": os.environ.get("PATH", "")})
+    assert done.returncode == 0, done.stderr
+    assert "--batch-size" in done.stdout
