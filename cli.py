@@ -7,31 +7,41 @@ Every input is checked before the model loads; hub models are looked for in --mo
 Hugging Face cache, and downloaded into --models-dir when missing.
 """
 
-# Only the standard library and morph.checkpoints (itself torch-free) are imported up here, so that
+# Only the standard library and morph's torch-free checkpoints and settings are imported up here, so that
 # --help and argument errors answer at once; numpy, torch and qwen-tts come in after the arguments parse.
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
 
-from morph.checkpoints import DEFAULT_MODEL, LANGUAGES
+from morph.qwen.checkpoints import DEFAULT_MODEL, LANGUAGES
+from morph.settings import DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS, SAMPLE_RATE, GenerationSettings, Sampling
 
 ROOT = Path(__file__).resolve().parent
 ASSETS = ROOT / "assets"
 DEFAULT_VOICE = ASSETS / "default_voice.wav"
 DEFAULT_MODELS_DIR = ROOT / "models" / "qwen3-tts"
-# The engine's defaults (morph.settings.GenerationSettings, which imports torch); tests/test_cli.py
-# checks that they agree.
-DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS = 5, 15
-DEFAULT_SAMPLING = dict(temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05)
+MODELS_DIR_ENV = "QWEN3TTS_MODELS_DIR"  # the nodes' fallback folder too (nodes/services.py)
+_ENGINE = GenerationSettings()  # the engine's defaults
+DEFAULT_SAMPLING = dict(temperature=_ENGINE.temperature, top_k=_ENGINE.top_k, top_p=_ENGINE.top_p,
+                        repetition_penalty=_ENGINE.repetition_penalty)
 
 
 class CliError(Exception):
     """A bad input, reported as `error: ...` with exit status 2 and no traceback."""
+
+
+# The engine names settings as fields; here they are flags.
+_FLAGS = re.compile(r"\b(seq_groups|temperature|top_k|top_p|repetition_penalty|max_new_tokens)\b")
+
+
+def as_flags(message: str) -> str:
+    return _FLAGS.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--text", required=True, help="what to say; text over 500 characters is split at sentence ends")
     p.add_argument("--voice", type=Path, default=DEFAULT_VOICE,
-                   help="reference clip of the voice to clone (wav, flac or ogg; 3-10 s of clean speech)")
+                   help="reference clip of the voice to clone (wav, flac, ogg or mp3, any rate, mono or stereo; "
+                        "3-10 s of clean speech)")
     p.add_argument("--transcript", default=None,
                    help="what the reference clip says (in-context cloning, the closest match); without it the "
                         "voice is x-vector only. Defaults to the bundled clip's transcript when --voice is not given")
@@ -47,8 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="audio file to write (its folder is created; .wav is added when it has no extension)")
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help="a checkpoint folder, a folder name in --models-dir, or a hub id")
-    p.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR,
-                   help="where model folders are looked for, and where hub models are downloaded to")
+    p.add_argument("--models-dir", type=Path, default=Path(os.environ.get(MODELS_DIR_ENV) or DEFAULT_MODELS_DIR),
+                   help=f"where model folders are looked for, and where hub models are downloaded to; "
+                        f"${MODELS_DIR_ENV} sets the default")
     p.add_argument("--language", default="Auto", help=f"language of the text: {', '.join(LANGUAGES)}")
     p.add_argument("--seq-groups", type=int, default=DEFAULT_SEQ_GROUPS,
                    help=f"code groups decoded one by one (1-{MAX_SEQ_GROUPS}); {MAX_SEQ_GROUPS} is upstream-exact, "
@@ -100,7 +112,7 @@ def check_voice_file(path: Path) -> Path:
     try:
         sf.info(str(path))
     except Exception as e:  # soundfile raises its own error types for unreadable files
-        raise CliError(f"--voice: cannot read {path} as audio ({e}); give a wav, flac or ogg file") from e
+        raise CliError(f"--voice: cannot read {path} as audio ({e}); give a wav, flac, ogg or mp3 file") from e
     return path
 
 
@@ -188,29 +200,38 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     import soundfile as sf
 
-    from morph.engine import MorphTTS
-    from morph.loading import resolve_device
-    from morph.quiet import quiet_third_party
-    from morph.reference_audio import prepare_reference
-    from morph.sampling import Sampling
-    from morph.settings import SAMPLE_RATE, GenerationSettings
-    from morph.text_split import MAX_SEGMENT_CHARS, split_text
+    from morph.engine import VARIANT_NAMES, MorphTTS
+    from morph.lines.reference_audio import Fixes, prepare_reference
+    from morph.lines.text_split import MAX_SEGMENT_CHARS, split_text
+    from morph.qwen.loading import resolve_device
+    from morph.qwen.quiet import quiet_third_party
     from postprocess import DEFAULT_CUTOFF_HZ, DEFAULT_PEAK_DBFS, lowpass, peak_normalize
 
     sampling = Sampling(not args.greedy, args.temperature, args.top_k, args.top_p)
     settings = GenerationSettings(
         seq_groups=args.seq_groups, do_sample=not args.greedy, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, repetition_penalty=args.repetition_penalty, subtalker=sampling, seed=args.seed,
-        max_new_tokens=args.max_new_tokens).validate("cli.py")
+        max_new_tokens=args.max_new_tokens)
+    try:
+        settings.validate("cli.py")
+    except ValueError as e:
+        raise CliError(as_flags(str(e).removeprefix("cli.py: "))) from e
+    # libsndfile scales integer PCM into [-1, 1) and returns float files' own values, peaks over 1.0 included
     wave, rate = sf.read(str(voice_path), dtype="float32", always_2d=True)  # [T, C]
-    reference = prepare_reference(wave, rate, f"--voice {voice_path.name}", icl=bool((transcript or "").strip()))
+    fixes = Fixes(new_clip="give --voice a recording of the voice to clone", no_transcript="leave out --transcript")
+    clip = prepare_reference(wave, rate, f"--voice {voice_path.name}", icl=bool((transcript or "").strip()),
+                             fixes=fixes)
     resolve_device(args.device)
     segments = len(split_text(text)) if len(text) > MAX_SEGMENT_CHARS else 1
 
     print(f"loading {args.model} ...", file=sys.stderr)
+    no_loading_bars()
     tts = MorphTTS.load(args.model, args.device, args.dtype, args.attention, search_dirs=[args.models_dir],
                         download_dir=args.models_dir)
-    voice = tts.make_voice(reference, SAMPLE_RATE, transcript, who="--voice")
+    if tts.variant != "base":
+        raise CliError(f"--model: {args.model} is a {VARIANT_NAMES.get(tts.variant, tts.variant)} model; cloning a "
+                       f"voice needs a Base model, such as {DEFAULT_MODEL} (the default)")
+    voice = tts.voice_from_clip(clip, transcript, who="--voice")
     print(f"speaking {len(text)} characters in {segments} segment{'s' if segments != 1 else ''} on {tts.device}"
           + (f" (--max-new-tokens {args.max_new_tokens} applies to each segment)" if segments > 1
              and args.max_new_tokens else ""), file=sys.stderr)
@@ -228,6 +249,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def no_loading_bars() -> None:
+    """transformers' per-load bars ("Loading weights") say nothing on a load that takes seconds; this
+    process is the CLI's own, so they go for it. huggingface_hub's download bars stay (a first run
+    downloads 2 GB), unless the user's environment turned them off."""
+    import huggingface_hub.utils as hub
+    import transformers
+
+    hub_bars = not hub.are_progress_bars_disabled()
+    transformers.utils.logging.disable_progress_bar()  # turns the hub's off too
+    if hub_bars:
+        hub.enable_progress_bars()
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     # Our own notes (downloads, the attention kernel) and every library's warnings; not their INFO chatter.
@@ -238,6 +272,9 @@ def main(argv=None) -> int:
     except (CliError, ValueError, FileNotFoundError, RuntimeError, ImportError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: nothing has been written yet (--out is written last, in one go)
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

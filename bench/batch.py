@@ -2,7 +2,7 @@
 
 The same `--lines` lines (about 5 s each: `--frames` frames, EOS held back so random weights
 cannot stop early; x-vector and ICL voices alternating, or one kind) are rendered through
-morph/batch.py's BatchTTS at every batch size of `--batch-sizes` (1 = one line at a time),
+morph/scheduler.py's BatchTTS at every batch size of `--batch-sizes` (1 = one line at a time),
 every seq_groups of `--seq-groups` and every mode of `--modes`, measured two ways:
 - decode only: `BatchTTS.codes` (prefill and decode of each batch, no codec), as before;
 - end to end: what a user waits for, `BatchTTS.render`: text in, tokenize, prefill, decode,
@@ -29,8 +29,8 @@ import torch
 
 from bench.common import add_model_args, emit, load_bench_model, run_info, save
 from bench.speed import REF_TEXT, _peak_bytes, _sync, eos_suppressed, model_dims, reference_wave
-from morph.batch import BatchTTS, Line
-from morph.runner import MODES, check_mode
+from morph.scheduler import BatchTTS, Line
+from morph.decode.runner import MODES, check_mode
 from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
 
 # About 5 s of speech each (60-75 characters).
@@ -54,12 +54,12 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
                repeats: int, mode: str) -> dict:
     tts = batch.tts
     device = tts.device
-    settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames + 1)
+    settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames)
     chunks = [lines[i:i + size] for i in range(0, len(lines), size)]
     tts.patch.mode = check_mode(mode, "bench.batch --modes")
     with eos_suppressed(tts, frames), torch.inference_mode():
         # warm-up at this batch size: allocator, kernels, and any CUDA graph for this shape
-        warm = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=warm_frames + 1)
+        warm = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=warm_frames)
         start = time.perf_counter()
         batch.codes(chunks[0], warm)
         _sync(device)

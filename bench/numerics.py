@@ -20,10 +20,9 @@ Stacks, all in the low precision (--dtype) on one copy of the model's own module
 - upstream: qwen-tts's HF layers, prefill and DynamicCache decode as its generate runs them.
   morph's "eager" mode runs these same HF layers (bit-identical to upstream at k=15,
   tests/morph/test_exactness.py), so this row is eager's too.
-- lean:     the lean layers of morph/lean.py, op by op, the talker on static KV buffers
+- lean:     the lean layers of morph/decode/lean.py, op by op, the talker on static KV buffers
             after upstream's prefill (as the engine's talker loop does);
 - graphs:   the same calls captured in CUDA graphs (GPU only);
-- compile:  the lean stacks torch.compile'd, then captured (GPU only).
 
 seq_groups k: groups 1..k are the sequential passes above; at k<15 groups k+1..15 come from
 the crossbar, the hidden state that produced group k times the stacked lm_heads (one
@@ -59,11 +58,11 @@ import torch.nn.functional as F
 from bench.common import add_model_args, emit, project_commit
 from bench.random_model import build_random_model
 from bench.speed import REF_TEXT, TEXT, device_name, reference_wave
-from morph import graphs, lean, runner
+from morph.decode import graphs, lean, runner
 from morph.engine import MorphTTS
 from morph.settings import GenerationSettings
 
-STACKS = ("upstream", "lean", "graphs", "fused", "compile")
+STACKS = ("upstream", "lean", "graphs", "fused")
 YARDSTICK = "upstream"
 KS = (15, 5)
 GATE_FACTOR = 1.25
@@ -119,7 +118,7 @@ def record(tts: MorphTTS, voice, text: str, frames: int, settings: GenerationSet
         seen["result"] = type(talker).generate(talker, **kwargs)
         return seen["result"]
 
-    settings = replace(settings or GenerationSettings(seed=0), max_new_tokens=frames + 1)  # upstream returns one less
+    settings = replace(settings or GenerationSettings(seed=0), max_new_tokens=frames)
     with tts.upstream(), _eos_held_back(talker) if hold_eos else nullcontext():
         talker.generate = generate
         try:
@@ -219,15 +218,12 @@ def hf_stack(talker, rec: Recording, ks, dtype) -> Logits:
 
 class _Runner:
     """Runs a step op by op ("lean"), or captured once per key in a CUDA graph and replayed
-    ("graphs", "fused", "compile"). A step reads only buffers that the caller refills before each run."""
+    ("graphs", "fused"). A step reads only buffers that the caller refills before each run."""
 
     def __init__(self, mode: str):
         self.mode = mode
         self.entries = {}
         self.pool = torch.cuda.graph_pool_handle() if mode in runner.FAST_MODES else None
-
-    def fn(self, f):
-        return graphs.compiled(f) if self.mode == "compile" else f
 
     def __call__(self, key, step):
         if self.mode == "lean":
@@ -246,7 +242,7 @@ def _cache_pairs(cache):
 
 def lean_stack(talker, rec: Recording, ks, dtype, mode: str, overrides: dict | None = None) -> Logits:
     """The lean layers, teacher forced: upstream's prefill, then lean talker steps on static KV
-    buffers and lean predictor passes. `overrides` replaces morph.lean functions by name for the
+    buffers and lean predictor passes. `overrides` replaces morph.decode.lean functions by name for the
     run (a deliberately worse rms_norm, say), to check that the gate catches it."""
     cp = talker.code_predictor
     dev = rec.prompt.device
@@ -283,7 +279,7 @@ def lean_stack(talker, rec: Recording, ks, dtype, mode: str, overrides: dict | N
         idx = [torch.arange(2, device=dev)] + [torch.tensor([g + 1], device=dev) for g in range(1, 15)]
         p_in = [torch.zeros(1, 2, talker.config.hidden_size, device=dev, dtype=dtype)] + \
             [torch.zeros(1, 1, talker.config.hidden_size, device=dev, dtype=dtype) for _ in range(1, 15)]
-        talker_fn, pass_fn = run.fn(lean.talker_pass), run.fn(lean.predictor_pass)
+        talker_fn, pass_fn = lean.talker_pass, lean.predictor_pass
         fused = mode == "fused"
 
         def predictor_step(g):
@@ -361,7 +357,7 @@ def available(stack: str, device: torch.device) -> str | None:
     """None if the stack can run here, else why not."""
     if stack in runner.FAST_MODES and device.type != "cuda":
         return "needs CUDA"
-    if stack in ("fused", "compile") and not graphs.triton_available():
+    if stack == "fused" and not graphs.triton_available():
         return "Triton is unavailable"
     return None
 
@@ -374,7 +370,7 @@ def compare(tts: MorphTTS, dtype: torch.dtype, ref_dtype: torch.dtype, frames: i
             prompts=("xvector", "icl"), variants: dict | None = None, margin: float = MARGIN) -> dict:
     """Record, teacher force every stack, and score it against the reference: the report's core.
 
-    `variants` adds gated stacks: name -> {morph.lean function name: replacement}, each run as
+    `variants` adds gated stacks: name -> {morph.decode.lean function name: replacement}, each run as
     "lean" with those functions swapped in (a candidate fix, or a deliberately worse norm)."""
     device = tts.device
     voices = {"xvector": tts.make_voice(reference_wave(), 24000),

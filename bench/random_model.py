@@ -153,7 +153,7 @@ def _write_rope_as_released(saved: dict, raw: dict) -> None:
 def build_random_model(out_dir: str | os.PathLike, size: str = "tiny", variant: str = "base",
                        seed: int = 0, dtype: torch.dtype = torch.float32) -> Path:
     """Write a random-weight checkpoint directory and return its path."""
-    from morph.compat import import_qwen_tts
+    from morph.qwen.compat import import_qwen_tts
 
     import_qwen_tts()
     from qwen_tts.core import Qwen3TTSTokenizerV2Config, Qwen3TTSTokenizerV2Model

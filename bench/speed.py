@@ -12,7 +12,7 @@ wall time in this process, the mode the loop actually ran, and GPU kernels per f
 (--profile). It can also hold the bf16 agreement with upstream under greedy decoding
 (--agreement).
 
-Stacks: "upstream" (qwen-tts generate) and MODE:K, MODE one of morph.runner.MODES.
+Stacks: "upstream" (qwen-tts generate) and MODE:K, MODE one of morph.settings.MODES.
 
 `--first-call MODES` measures instead what the first line costs a fresh process: per mode, two
 new processes (`--one-call`) that load the model and speak one line, the first with empty
@@ -43,11 +43,10 @@ import torch
 from bench.common import DTYPES, add_model_args, emit, load_bench_model, run_info, save
 from bench.common import device_name  # noqa: F401 - bench.numerics imports it from here
 from bench.random_model import build_random_model
+from morph.decode.runner import FAST_MODES, check_mode
 from morph.engine import MorphTTS
-from morph.loading import resolve_device
-from morph.runner import FAST_MODES, MODES, check_mode
-from morph.sampling import Sampling
-from morph.settings import DEFAULT_SEQ_GROUPS, FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
+from morph.qwen.loading import resolve_device
+from morph.settings import DEFAULT_SEQ_GROUPS, FRAMES_PER_SECOND, MODES, SAMPLE_RATE, GenerationSettings, Sampling
 
 TEXT = ("The river ran quietly past the old mill, and the children counted the boats until the sun went down "
         "behind the hills, then walked home along the towpath, telling stories about the people on board.")
@@ -115,7 +114,7 @@ class Runner:
     def generate(self, frames: int, greedy: bool = False, seed: int = 0):
         sampling = Sampling(do_sample=not greedy)
         settings = GenerationSettings(seq_groups=15, do_sample=not greedy, subtalker=sampling,
-                                      max_new_tokens=frames + 1)
+                                      max_new_tokens=frames)
         kwargs = settings.upstream_kwargs(TEXT)
         torch.manual_seed(seed)
         codes, _ = self.tts.tts.model.generate(input_ids=self.ids, ref_ids=self.ref_ids, voice_clone_prompt=self.prompt,
@@ -124,7 +123,7 @@ class Runner:
 
     def speak(self, frames: int, seq_groups: int, upstream: bool) -> np.ndarray:
         """Text in, audio out: MorphTTS.clone, or upstream's generate_voice_clone (under stack("upstream"))."""
-        settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames + 1)
+        settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames)
         if not upstream:
             return self.tts.clone(TEXT, self.voice, "English", settings)
         torch.manual_seed(settings.seed)
@@ -343,7 +342,7 @@ def one_call(args) -> dict:
     prompt = args.prompts.split(",")[0]
     voice = tts.make_voice(reference_wave(), SAMPLE_RATE, REF_TEXT if prompt == "icl" else None)
     voice_s = time.perf_counter() - start
-    settings = GenerationSettings(seq_groups=args.first_call_seq_groups, seed=0, max_new_tokens=args.frames + 1)
+    settings = GenerationSettings(seq_groups=args.first_call_seq_groups, seed=0, max_new_tokens=args.frames)
     if tts.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     with eos_suppressed(tts, args.frames):

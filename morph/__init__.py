@@ -1,0 +1,17 @@
+"""Fast Qwen3-TTS voice cloning: `from morph import MorphTTS, GenerationSettings` (ARCHITECTURE.md maps the rest).
+
+Both are looked up on first use, so importing a light module such as morph.settings does not load the engine.
+"""
+
+_EXPORTS = {"MorphTTS": "engine", "GenerationSettings": "settings"}
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+
+
+__all__ = list(_EXPORTS)

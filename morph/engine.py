@@ -6,7 +6,7 @@
 
 Host services (progress, cancel) come in through `on_step(step, total)`, called once per
 frame before it is decoded; an exception raised there stops generation and propagates.
-Generation itself is morph/batch.py's: one line is a batch of one.
+Generation itself is morph/scheduler.py's: one line is a batch of one.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .batch import BatchTTS, Line, OnStep
-from .checkpoints import DEFAULT_MODEL, locate_checkpoint
-from .loading import load_qwen_tts, place, resolve_attention, resolve_device, resolve_dtype
-from .patch import MorphPatch
-from .reference_audio import prepare_reference
+from .decode.patch import MorphPatch
+from .lines.reference_audio import FOR_PYTHON, Fixes, prepare_reference
+from .lines.voice import Voice
+from .qwen.checkpoints import DEFAULT_MODEL, locate_checkpoint
+from .qwen.loading import load_qwen_tts, place, resolve_attention, resolve_device, resolve_dtype
+from .scheduler import BatchTTS, Line, OnStep
 from .settings import SAMPLE_RATE, GenerationSettings
-from .voice import Voice
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class MorphTTS:
              attention: str = "auto", search_dirs: list[Path] = (), download_dir: Path | None = None,
              mode: str = "auto") -> "MorphTTS":
         """`mode` picks the decode path: auto (fused on CUDA, eager elsewhere),
-        fused, graphs, compile, lean or eager (morph/runner.py says what each is)."""
+        fused, graphs, lean or eager (morph/decode/runner.py says what each is; the retired compile runs fused)."""
         folder = locate_checkpoint(source, list(search_dirs), download_dir)
         dev = resolve_device(device)
         dt = resolve_dtype(dtype, dev)
@@ -103,21 +103,31 @@ class MorphTTS:
 
     # -- voices ----------------------------------------------------------------------
     def make_voice(self, waveform, sample_rate: int, transcript: str | None = None, x_vector_only: bool = False,
-                   who: str = "Voice prompt") -> Voice:
-        """Build a voice from reference audio ([T], [C, T], [T, C] or [1, C, T]); without a transcript it is
-        x-vector only. With a transcript, a clip over 30 s is refused (trimming it would leave words in the
-        transcript that the model never hears); without one, it is trimmed with a warning."""
+                   who: str = "make_voice", fixes: Fixes = FOR_PYTHON) -> Voice:
+        """Build a voice from reference audio ([T], [C, T], [T, C] or [1, C, T]; integer PCM or float, any
+        rate); without a transcript it is x-vector only. With a transcript, a clip over 30 s is refused
+        (trimming it would leave words in the transcript that the model never hears); without one, it is
+        trimmed with a warning. Messages start with `who` and word their fixes as `fixes` does."""
+        self.require_variant("base", who)
+        icl = bool((transcript or "").strip()) and not x_vector_only
+        clip = prepare_reference(waveform, sample_rate, f"{who}: reference audio", icl=icl, fixes=fixes)
+        return self.voice_from_clip(clip, transcript, x_vector_only, who)
+
+    def voice_from_clip(self, clip: np.ndarray, transcript: str | None = None, x_vector_only: bool = False,
+                        who: str = "make_voice") -> Voice:
+        """make_voice for a clip that morph.lines.reference_audio.prepare_reference already prepared (mono float32
+        at 24 kHz, with icl=True when a transcript is given): the CLI checks its clip before the model loads."""
         self.require_variant("base", who)
         transcript = (transcript or "").strip() or None
         if transcript is None and not x_vector_only:
             log.info("%s: no transcript given, so the voice uses x-vector-only mode", who)
             x_vector_only = True
-        audio = prepare_reference(waveform, sample_rate, f"{who}: reference audio", icl=not x_vector_only)
-        if transcript and len(transcript) > MAX_TRANSCRIPT_CHARS_PER_SECOND * audio.size / SAMPLE_RATE:
+        seconds = clip.size / SAMPLE_RATE
+        if transcript and len(transcript) > MAX_TRANSCRIPT_CHARS_PER_SECOND * seconds:
             log.warning("%s: the transcript has %d characters for a %.1f s clip, more than anyone says in that time; "
                         "check that it is the transcript of this clip and not the text to speak",
-                        who, len(transcript), audio.size / SAMPLE_RATE)
-        item = self.tts.create_voice_clone_prompt(ref_audio=(audio, SAMPLE_RATE), ref_text=transcript,
+                        who, len(transcript), seconds)
+        item = self.tts.create_voice_clone_prompt(ref_audio=(clip, SAMPLE_RATE), ref_text=transcript,
                                                   x_vector_only_mode=x_vector_only)[0]
         return Voice(
             spk_embedding=item.ref_spk_embedding.detach().float().cpu(),
@@ -125,7 +135,7 @@ class MorphTTS:
             ref_text=transcript, model_size=self.model_size,
         )
 
-    # -- generation: one line through the batch front end (morph/batch.py) -------------
+    # -- generation: one line through the batch front end (morph/scheduler.py) -------------
     def clone(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,
               on_step: OnStep | None = None, who: str = "Generate", split_long_text: bool = True) -> np.ndarray:
         if voice is None:  # a Line without a voice is a VoiceDesign line

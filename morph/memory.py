@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .lines.text_split import MAX_SEGMENT_CHARS, split_text
+from .lines.voice import Voice
 from .settings import GenerationSettings
-from .text_split import MAX_SEGMENT_CHARS, split_text
-from .voice import Voice
 
 DECODE_ALLOWANCE = 512 * 2**20
 PROMPT_OVERHEAD_TOKENS = 32  # chat markup, codec control tokens, the speaker embedding

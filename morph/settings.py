@@ -1,23 +1,56 @@
-"""Generation settings, their bounds, and the text-derived frame limit."""
+"""Generation settings, their bounds, and the text-derived frame limit.
+
+Plain records and checks only, no torch: cli.py reads its defaults here, and loading them loads nothing of the engine
+(tests/test_layers.py checks it)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from .predictor import check_seq_groups
-from .sampling import Sampling
-
 FRAMES_PER_SECOND = 12.5  # one codec frame per 80 ms
 SAMPLE_RATE = 24000
 DEFAULT_SEQ_GROUPS = 5
 MAX_SEQ_GROUPS = 15
+# The decode modes MorphTTS.load and Load Model take (morph/decode/runner.py says what each means), and the
+# retired ones that still load, each running the mode it names.
+MODES = ("auto", "eager", "lean", "graphs", "fused")
+RETIRED_MODES = {"compile": "fused"}
 
 # A missed EOS must not run for minutes. Slow speech runs about 3 characters a second
 # (CJK: about 4 characters a second, each character counting once), so allow 0.35 s per
 # character plus 5 s of lead-in and trailing silence.
 SECONDS_PER_CHAR = 0.35
 EXTRA_SECONDS = 5.0
+
+
+def check_seq_groups(seq_groups, num_groups: int = MAX_SEQ_GROUPS, who: str = "morph") -> int:
+    """Return seq_groups as an int, or raise a ValueError that says the valid range."""
+    if isinstance(seq_groups, bool) or not isinstance(seq_groups, int) or not 1 <= seq_groups <= num_groups:
+        raise ValueError(
+            f"{who}: seq_groups must be an integer from 1 to {num_groups}, got {seq_groups!r}; "
+            f"use {num_groups} for upstream-exact output, or 5 (the default) for speed"
+        )
+    return seq_groups
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the code predictor picks each codec token (upstream's `subtalker_*` settings)."""
+
+    do_sample: bool = True
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+
+    def validate(self, who: str = "Sampling") -> "Sampling":
+        if not (self.temperature > 0):
+            raise ValueError(f"{who}: temperature must be > 0, got {self.temperature}; use 1.0 for none")
+        if int(self.top_k) < 0:
+            raise ValueError(f"{who}: top_k must be >= 0, got {self.top_k}; use 0 to switch top-k off")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"{who}: top_p must be in (0, 1], got {self.top_p}; use 1.0 to switch top-p off")
+        return self
 
 
 def default_max_frames(text: str) -> int:
@@ -47,11 +80,11 @@ class GenerationSettings:
             raise ValueError(f"{who}: repetition_penalty must be > 0, got {self.repetition_penalty}; 1.0 is none")
         if self.max_new_tokens is not None and int(self.max_new_tokens) < 1:
             raise ValueError(f"{who}: max_new_tokens must be >= 1, got {self.max_new_tokens}; "
-                             "use 0 in the node (or None here) for the automatic limit")
+                             "leave it out (None) for the automatic limit, which follows the text's length")
         return self
 
     def frame_limit(self, text: str) -> int:
-        """max_new_tokens for this text: the setting, or the text-derived default."""
+        """The most frames for this text: max_new_tokens, or the text-derived default."""
         return int(self.max_new_tokens or default_max_frames(text))
 
     def upstream_kwargs(self, text: str) -> dict:
@@ -61,5 +94,6 @@ class GenerationSettings:
             repetition_penalty=self.repetition_penalty,
             subtalker_dosample=self.subtalker.do_sample, subtalker_temperature=self.subtalker.temperature,
             subtalker_top_k=self.subtalker.top_k, subtalker_top_p=self.subtalker.top_p,
-            max_new_tokens=self.frame_limit(text),
+            # upstream's max_new_tokens counts code-0 tokens, and the last one sampled never becomes a frame
+            max_new_tokens=self.frame_limit(text) + 1,
         )

@@ -5,19 +5,15 @@ run resumes where it stopped."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
-import os
-import re
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..morph.batch import DEFAULT_BATCH_SIZE, BatchTTS, Line
+from ..morph.lines.script import check_name, name_key, parse_script
+from ..morph.lines.store import LineStore, fingerprint, join_clips, srt
 from ..morph.memory import working_memory
-from ..morph.script import check_name, name_key, parse_script
+from ..morph.scheduler import DEFAULT_BATCH_SIZE, BatchTTS, Line
 from ..morph.settings import SAMPLE_RATE
 from ..postprocess import lowpass, peak_normalize
 from . import services
@@ -28,9 +24,6 @@ log = logging.getLogger(__name__)
 
 BANK_TYPE = "QWEN3TTS_VOICE_BANK"  # {name_key(name): (display name, Voice)}
 MAX_BATCH_SIZE = 64
-MANIFEST_SUFFIX = "_lines.json"  # next to the line files: what each file was rendered from
-MANIFEST_VERSION = 1
-_UNSAFE = re.compile(r"[^\w\-]+")
 EXAMPLE_SCRIPT = ("# One spoken line per line, as  Name: text\n"
                   "Alice: Did you hear that? Something moved in the garden.\n"
                   "Bob: It's only the wind. Go back to sleep.")
@@ -141,7 +134,7 @@ class RenderLines:
             if not isinstance(pause_seconds, (int, float)) or not 0 <= pause_seconds <= 600:
                 raise ValueError(f"pause_seconds must be between 0 and 600, got {pause_seconds!r}")
             parsed = parse_script(script, [display for display, _ in bank.values()])
-            store = _LineStore(filename_prefix, who)
+            store = LineStore(services.output_dir(), filename_prefix, who)
         except ValueError as e:
             raise prefixed(e, who) from e
         services.check_interrupt()
@@ -149,7 +142,7 @@ class RenderLines:
         labels = [f"script line {p.number}, {p.name}" for p in parsed]
 
         context = _render_context(model, language, settings, smoothing)
-        fingerprints = [_fingerprint(context, p.name, line) for p, line in zip(parsed, lines)]
+        fingerprints = [fingerprint(context, p.name, line.text, line.voice) for p, line in zip(parsed, lines)]
         audio: dict[int, np.ndarray] = {}
         if resume:
             for i, p in enumerate(parsed):
@@ -177,48 +170,18 @@ class RenderLines:
                                      on_line=finished, who=who, labels=[labels[i] for i in todo])
                 reporter.finish()
             clips = [audio[i] for i in range(len(lines))]
-            dialogue, cues = _join(clips, float(pause_seconds))
-            srt = _srt([(start, end, p.name, p.text) for (start, end), p in zip(cues, parsed)])
-            store.finish(len(lines), srt)
-        return ([to_audio(c, SAMPLE_RATE) for c in clips], to_audio(dialogue, SAMPLE_RATE), srt)
+            dialogue, cues = join_clips(clips, float(pause_seconds))
+            subtitles = srt([(start, end, p.name, p.text) for (start, end), p in zip(cues, parsed)])
+            store.finish(len(lines), subtitles)
+        return ([to_audio(c, SAMPLE_RATE) for c in clips], to_audio(dialogue, SAMPLE_RATE), subtitles)
 
 
-# -- audio, timing, subtitles -----------------------------------------------------------------------
 def _smooth(wav: np.ndarray) -> np.ndarray:
     if wav.size == 0:
         return wav
     return np.ascontiguousarray(peak_normalize(lowpass(wav, SAMPLE_RATE)), dtype=np.float32)
 
 
-def _join(clips: list[np.ndarray], pause_seconds: float) -> tuple[np.ndarray, list[tuple[float, float]]]:
-    """The clips joined with pauses, and each clip's (start, end) in seconds in the joined clip."""
-    pause = np.zeros(int(round(pause_seconds * SAMPLE_RATE)), np.float32)
-    pieces, cues, at = [], [], 0
-    for i, clip in enumerate(clips):
-        if i:
-            pieces.append(pause)
-            at += pause.size
-        cues.append((at / SAMPLE_RATE, (at + clip.size) / SAMPLE_RATE))
-        pieces.append(clip.astype(np.float32, copy=False))
-        at += clip.size
-    return (np.concatenate(pieces) if pieces else np.zeros(0, np.float32)), cues
-
-
-def _timestamp(seconds: float) -> str:
-    ms = int(round(seconds * 1000))
-    h, ms = divmod(ms, 3_600_000)
-    m, ms = divmod(ms, 60_000)
-    s, ms = divmod(ms, 1000)
-    return f"{h:02d}:{m:02d}:{s:02d},{ms:03d}"
-
-
-def _srt(cues: list[tuple[float, float, str, str]]) -> str:
-    blocks = [f"{n}\n{_timestamp(start)} --> {_timestamp(end)}\n{name}: {text}\n"
-              for n, (start, end, name, text) in enumerate(cues, start=1)]
-    return "\n".join(blocks)
-
-
-# -- resume: the line files and what they were rendered from ---------------------------------------------
 def _render_context(model, language: str, settings, smoothing: bool) -> dict:
     """What, besides the line itself, decides a line's audio: the model as loaded (checkpoint, dtype, attention
     kernel, decode mode and the kind of device it runs on) and every generation setting but the seed (so a
@@ -230,106 +193,4 @@ def _render_context(model, language: str, settings, smoothing: bool) -> dict:
                 settings={k: v for k, v in dataclasses.asdict(settings).items() if k != "seed"})
 
 
-def _voice_digest(voice) -> str:
-    h = hashlib.sha256(voice.spk_embedding.detach().float().cpu().contiguous().numpy().tobytes())
-    if voice.ref_code is not None:
-        h.update(voice.ref_code.detach().long().cpu().contiguous().numpy().tobytes())
-    h.update(json.dumps(voice.ref_text).encode())
-    return h.hexdigest()
-
-
-def _fingerprint(context: dict, name: str, line: Line) -> str:
-    blob = json.dumps(dict(context, name=name, text=line.text, voice=_voice_digest(line.voice)), sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def file_name_part(name: str) -> str:
-    """A character name as it appears in a file name: letters, digits, '-' and '_' only."""
-    return _UNSAFE.sub("_", name).strip("_") or "line"
-
-
-class _LineStore:
-    """The files of one render in ComfyUI's output folder: `{prefix}_{index:04d}_{name}.wav` per line (float32
-    WAV, so a reused line is the exact audio), the subtitles `{prefix}.srt`, and a manifest `{prefix}_lines.json`
-    of what each line was rendered from, in script order. Every file is written atomically (temporary file,
-    then rename); a line's file and the manifest are written before the next batch starts."""
-
-    def __init__(self, prefix: str, who: str):
-        prefix = str(prefix).strip().replace("\\", "/")
-        parts = [p for p in prefix.split("/") if p not in ("", ".")]
-        if not parts or prefix.startswith("/") or ".." in parts or re.match(r"^[A-Za-z]:", prefix):
-            raise ValueError(f"filename_prefix {prefix!r} must be a relative name inside the output folder, "
-                             "e.g. qwen3-tts/scene1")
-        root = services.output_dir()
-        self.folder = root.joinpath(*parts[:-1])
-        self.stem = parts[-1]
-        self.manifest_path = self.folder / f"{self.stem}{MANIFEST_SUFFIX}"
-        self.who = who
-        self.lines: dict[int, dict] = {}  # this run's lines: reused or rendered
-        try:
-            manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-            assert manifest.get("version") == MANIFEST_VERSION and isinstance(manifest.get("lines"), dict)
-            self.earlier = {int(k): v for k, v in manifest["lines"].items()}
-        except FileNotFoundError:
-            self.earlier = {}
-        except (OSError, ValueError, AssertionError, AttributeError):
-            log.warning("%s: %s is unreadable; rendering every line again", who, self.manifest_path)
-            self.earlier = {}
-
-    def path(self, index: int, name: str) -> Path:
-        return self.folder / f"{self.stem}_{index:04d}_{file_name_part(name)}.wav"
-
-    def load(self, index: int, name: str, fingerprint: str) -> np.ndarray | None:
-        """The line's audio from an earlier run, or None when it must be rendered (again)."""
-        import soundfile
-
-        path = self.path(index, name)
-        entry = self.earlier.get(index)
-        if not path.is_file():
-            return None
-        if not isinstance(entry, dict) or entry.get("fingerprint") != fingerprint or entry.get("file") != path.name:
-            log.info("%s: %s was rendered from a different line or settings; rendering it again", self.who, path.name)
-            return None
-        try:
-            wav, rate = soundfile.read(str(path), dtype="float32", always_2d=False)
-        except Exception as e:  # soundfile raises its own error types for damaged files
-            log.warning("%s: cannot read %s (%s); rendering it again", self.who, path.name, e)
-            return None
-        if rate != SAMPLE_RATE or wav.ndim != 1:
-            log.warning("%s: %s is not mono %d Hz; rendering it again", self.who, path.name, SAMPLE_RATE)
-            return None
-        self.lines[index] = entry
-        return np.ascontiguousarray(wav, dtype=np.float32)
-
-    def save(self, index: int, name: str, text: str, fingerprint: str, wav: np.ndarray) -> None:
-        import soundfile
-
-        path = self.path(index, name)
-        self._write(path, lambda tmp: soundfile.write(str(tmp), wav, SAMPLE_RATE, subtype="FLOAT", format="WAV"))
-        self.lines[index] = dict(file=path.name, name=name, text=text, fingerprint=fingerprint)
-        self._write_manifest()
-
-    def finish(self, count: int, srt: str) -> None:
-        """The subtitles, and the manifest of exactly this script's lines."""
-        self.lines = {i: e for i, e in self.lines.items() if i <= count}
-        self._write(self.folder / f"{self.stem}.srt", lambda tmp: tmp.write_text(srt, encoding="utf-8"))
-        self._write_manifest()
-
-    def _write_manifest(self) -> None:
-        # Lines finish longest first; the manifest lists them in script order, whatever order they came in.
-        manifest = {"version": MANIFEST_VERSION, "lines": {f"{i:04d}": self.lines[i] for i in sorted(self.lines)}}
-        text = json.dumps(manifest, indent=1, ensure_ascii=False)
-        self._write(self.manifest_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-
-    def _write(self, path: Path, write) -> None:
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".part")
-            write(tmp)
-            os.replace(tmp, path)
-        except OSError as e:
-            raise OSError(f"{self.who}: could not write {path} ({e}); check the output folder's permissions and "
-                          "free space, or change filename_prefix") from e
-
-
-__all__ = ["BANK_TYPE", "RenderLines", "VoiceBank", "file_name_part"]
+__all__ = ["BANK_TYPE", "RenderLines", "VoiceBank"]

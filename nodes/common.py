@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..morph.checkpoints import LANGUAGES as RELEASED_LANGUAGES
+from ..morph.qwen.checkpoints import LANGUAGES as RELEASED_LANGUAGES
 from ..morph.memory import working_memory
-from ..morph.sampling import Sampling
-from ..morph.settings import DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS, SAMPLE_RATE, GenerationSettings
+from ..morph.settings import DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS, SAMPLE_RATE, GenerationSettings, Sampling
 from . import services
 
 CATEGORY = "audio/Qwen3-TTS"
@@ -34,8 +33,9 @@ def text_input(tooltip: str, default: str = "") -> tuple:
 
 def speech_text_input() -> tuple:
     return text_input("The words to speak (the NEW text, not the reference clip's transcript). "
-                      "Text over 500 characters is split at sentence ends and each part restarts from the same "
-                      "seed, so the voice stays the same throughout.",
+                      "Text over 500 characters is split at sentence ends and the parts are rendered together "
+                      "as one batch, in the same voice. The seed is set once per batch, not per part: the parts "
+                      "draw from one random stream, so a part can sound different from the same words alone.",
                       "Hello! This is Qwen3-TTS, speaking inside ComfyUI.")
 
 
@@ -77,8 +77,8 @@ def generation_inputs() -> dict:
 GENERATION_WIDGETS = tuple(generation_inputs())
 
 SPLIT_LONG_TEXT_INPUT = ("BOOLEAN", {"default": True, "tooltip":
-                         "Split text over 500 characters at sentence ends, render each part with the same voice "
-                         "and seed, and join them. Off: such text is refused with an error instead."})
+                         "Split text over 500 characters at sentence ends, render the parts together in the same "
+                         "voice (one batch, seeded once per batch), and join them with short pauses. Off: such text is refused with an error instead."})
 
 
 def split_generation_options(options: dict) -> tuple[str, GenerationSettings]:

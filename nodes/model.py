@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from ..morph.checkpoints import DEFAULT_MODEL, HUB_MODELS
-from ..morph.engine import MorphTTS
-from ..morph.loading import DTYPES, resolve_attention, resolve_device, resolve_dtype
+from ..morph.qwen.checkpoints import DEFAULT_MODEL, HUB_MODELS
+from ..morph.qwen.loading import DTYPES, resolve_attention, resolve_device, resolve_dtype
+from ..morph.settings import RETIRED_MODES
 from . import services
 from .common import CATEGORY, MODEL_TYPE, prefixed
 
-# The engine's modes a user picks between (morph/graphs.py also has "lean", a debugging aid).
-SPEED_MODES = ("auto", "fused", "graphs", "compile", "eager")
+# The engine's modes a user picks between, fastest first ("lean" is a debugging aid, not offered).
+SPEED_MODES = ("auto", "fused", "graphs", "eager")
 
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
@@ -50,10 +50,17 @@ class LoadModel:
                            "PyTorch elsewhere. fused = the pack's Triton kernels inside CUDA graphs: the fastest; "
                            "the first run on a new machine compiles them in about 10 s, later ComfyUI starts "
                            "reuse them. graphs = PyTorch ops inside CUDA graphs, about 3x slower, no Triton "
-                           "needed. compile = torch.compile inside the graphs: slower than fused and its first "
-                           "run takes minutes. eager = the checkpoint's own layers, op by op (bit-exact to "
+                           "needed. eager = the checkpoint's own layers, op by op (bit-exact to "
                            "qwen-tts at seq_groups 15)."}),
         }}
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, speed_mode):
+        # Replaces ComfyUI's "value in list" check for speed_mode: a workflow saved with a retired mode
+        # (compile) still queues, and the engine runs the mode that replaced it (and logs so).
+        if speed_mode in SPEED_MODES or speed_mode in RETIRED_MODES:
+            return True
+        return f"{cls.DISPLAY_NAME}: speed_mode {speed_mode!r} is not one of {', '.join(SPEED_MODES)}"
 
     def load(self, model, dtype, attention, device, speed_mode="auto"):
         who = self.DISPLAY_NAME
@@ -68,6 +75,8 @@ class LoadModel:
 
     @staticmethod
     def _load(model, dtype, attention, device, speed_mode, where):
+        from ..morph.engine import MorphTTS  # the decode path and its kernels load when a model does
+
         load_device, offload_device = services.choose_devices(device)
         if load_device is None:  # no ComfyUI: the engine places the model itself
             return (services.manage(MorphTTS.load(model, device=device, dtype=dtype, attention=attention,

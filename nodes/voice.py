@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import re
 
-from ..morph.voice import load_voice, save_voice
+from ..morph.lines.reference_audio import FOR_NODES
+from ..morph.lines.voice import load_voice, save_voice
 from . import services
 from .common import CATEGORY, VOICE_TYPE, model_input, text_input
 
@@ -46,7 +47,7 @@ class VoicePrompt:
         with services.messages_on_node():
             tts = model.ready()
             voice = tts.make_voice(audio["waveform"], int(audio["sample_rate"]), transcript=transcript,
-                                   x_vector_only=bool(x_vector_only), who=who)
+                                   x_vector_only=bool(x_vector_only), who=who, fixes=FOR_NODES)
         return (voice,)
 
 

@@ -23,7 +23,6 @@ mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu-site \
   .whl/comfy/*.whl || exit 1
 export PYTHONPATH=/tmp/gpu-site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/inductor-gpu-check}
 status=0
 for backend in ${BACKENDS:-cudaMallocAsync native}; do
   if [ "$backend" = native ]; then unset PYTORCH_CUDA_ALLOC_CONF; else export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; fi

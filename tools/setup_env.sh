@@ -12,8 +12,10 @@ python=${PYTHON:-python3}
 
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 pip="$venv/bin/python -m pip --disable-pip-version-check -q"
-# The registry's torchaudio wheels only import against their own torch build, so the pair is pinned.
-$venv/bin/python -c "import torch, torchaudio" 2>/dev/null || $pip install torch==2.11.0 torchaudio==2.11.0
+# A torch already in VENV (a CPU-only build, say) is kept, as a ComfyUI user's is; the pack needs no
+# torchaudio. Otherwise the tested pair, pinned together: the registry's torchaudio wheels only import
+# against their own torch build (the tests cover qwen-tts without a working torchaudio in a subprocess).
+$venv/bin/python -c "import torch" 2>/dev/null || $pip install torch==2.11.0 torchaudio==2.11.0
 case "$tf" in
   "") ;;
   newest) $pip install "transformers>=5,<6" ;;

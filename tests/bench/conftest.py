@@ -3,35 +3,47 @@
 import contextlib
 import json
 import time
+import types
 
 import pytest
 
 from bench import batch, speed
 
 CODEC_DELAY_S = 2.0
+TICK_S = 0.001  # the fake clock's step between two readings
 FRAMES = 6  # one line
 LINES, LINE_FRAMES = 2, 4  # batch
 FIRST_CALL_FRAMES = 4
 
 
 @contextlib.contextmanager
-def slow_codec():
-    """The codec decode (audio out) made CODEC_DELAY_S slower. End-to-end timings must grow by it and
-    decode-only ones must not: on this shared CPU two runs of the same work differ by more than the tiny
-    codec's own few milliseconds, so only a delay this size tells the two measurements apart reliably."""
-    from morph.compat import import_qwen_tts
+def fake_clock():
+    """bench's clock made of the work, not the machine: every reading of time.perf_counter in bench.speed
+    and bench.batch is TICK_S after the one before, and each codec decode (audio out) takes CODEC_DELAY_S.
+    A report's timings are then exact: end to end must be decode only plus the codec's delays, however
+    loaded the machine is, and a timer put around the wrong work shows as a wrong sum."""
+    from morph.qwen.compat import import_qwen_tts
 
     import_qwen_tts()  # qwen_tts is imported through the compat shims only
     from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer
 
+    now = [0.0]
+
+    def perf_counter():
+        now[0] += TICK_S
+        return now[0]
+
     original = Qwen3TTSTokenizer.decode
 
     def decode(self, *args, **kwargs):
-        time.sleep(CODEC_DELAY_S)
+        now[0] += CODEC_DELAY_S
         return original(self, *args, **kwargs)
 
+    clock = types.SimpleNamespace(perf_counter=perf_counter, time=time.time, sleep=time.sleep)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Qwen3TTSTokenizer, "decode", decode)
+        mp.setattr(speed, "time", clock)
+        mp.setattr(batch, "time", clock)
         yield
 
 
@@ -44,7 +56,7 @@ def _written(main, args: list[str], path) -> dict:
 
 @pytest.fixture(scope="session")
 def speed_report(tiny_dir, tmp_path_factory):
-    with slow_codec():
+    with fake_clock():
         return _written(speed.main, ["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32",
                                      "--frames", str(FRAMES), "--warm-frames", "3", "--prompts", "xvector",
                                      "--stacks", "upstream,auto:15,nosuch:5", "--agreement", ""],
@@ -53,7 +65,7 @@ def speed_report(tiny_dir, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def batch_report(tiny_dir, tmp_path_factory):
-    with slow_codec():
+    with fake_clock():
         return _written(batch.main, ["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32",
                                      "--lines", str(LINES), "--frames", str(LINE_FRAMES), "--warm-frames", "2",
                                      "--batch-sizes", "2", "--seq-groups", "5", "--modes", "auto,nosuch"],

@@ -13,8 +13,7 @@ import pytest
 import torch
 
 from bench import numerics
-from morph.sampling import Sampling
-from morph.settings import GenerationSettings
+from morph.settings import GenerationSettings, Sampling
 
 
 def fused_bf16_rms_norm(x, weight, eps):

@@ -1,10 +1,13 @@
 """bench/speed.py's plumbing on the tiny random model, CPU: the fields a report must hold and what its
-end-to-end and first-call timings enclose. Random weights on a shared CPU: no speed claim."""
+end-to-end timings enclose, on a fake clock (conftest.fake_clock), so nothing depends on the machine's load.
+Random weights on a shared CPU: no speed claim."""
 
 import re
 
+import pytest
+
 from bench import speed
-from tests.bench.conftest import CODEC_DELAY_S, FIRST_CALL_FRAMES, FRAMES
+from tests.bench.conftest import CODEC_DELAY_S, FIRST_CALL_FRAMES, FRAMES, TICK_S
 
 
 def check_run_info(report):
@@ -26,9 +29,10 @@ def test_end_to_end_encloses_decode_only_and_audio_out(speed_report):
         for key in ("ms_per_frame", "x_real_time", "peak_memory_gib", "end_to_end_ms_per_frame",
                     "end_to_end_x_real_time", "end_to_end_peak_memory_gib"):
             assert row[key] > 0, key
-        # the codec decode (CODEC_DELAY_S slower here) is in the end-to-end time and not in decode only
-        decode_s, e2e_s = sum(row["runs_s"]), sum(row["end_to_end_runs_s"])
-        assert e2e_s >= decode_s + CODEC_DELAY_S / 2
+        # the codec decode (CODEC_DELAY_S on the fake clock) is in every end-to-end run and in no decode-only one
+        assert row["runs_s"] == [TICK_S] * len(row["runs_s"])
+        assert row["end_to_end_runs_s"] == [TICK_S + CODEC_DELAY_S] * len(row["end_to_end_runs_s"])
+        assert row["codec_decode_ms_per_frame"] == pytest.approx(1000 * (TICK_S + CODEC_DELAY_S) / FRAMES, abs=1e-3)
         assert row["end_to_end_ms_per_frame"] > row["ms_per_frame"]
 
 
@@ -45,7 +49,7 @@ def test_an_unknown_mode_is_an_error_row_naming_the_modes(speed_report):
 
 
 def test_default_stacks_follow_the_engine_modes():
-    from morph.runner import MODES
+    from morph.decode.runner import MODES
 
     assert speed.DEFAULT_STACKS.split(",") == ["upstream"] + [f"{m}:{k}" for m in MODES for k in (15, 5)]
 
@@ -58,8 +62,7 @@ def test_first_call_runs_cold_then_warm_in_fresh_processes(first_call_report):
         assert "error" not in row, row
         assert row["mode"] == "auto" and row["ran_as"] == "eager" and row["frames"] == FIRST_CALL_FRAMES
         assert row["seq_groups"] == first_call_report["seq_groups"] == 5
-        for key in ("since_spawn_s", "load_s", "voice_s", "first_generation_s"):
-            assert row[key] > 0, key
-        # the child's own steps happen inside the process the parent timed
-        assert row["process_s"] > row["since_spawn_s"] + row["load_s"] + row["voice_s"] + row["first_generation_s"]
+        # real clocks in two processes: each is recorded, and none is compared (that would depend on the load)
+        for key in ("since_spawn_s", "load_s", "voice_s", "first_generation_s", "process_s"):
+            assert isinstance(row[key], float) and row[key] >= 0, key
     assert cold["cache_files_at_start"] == 0

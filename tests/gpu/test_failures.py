@@ -5,8 +5,8 @@ import logging
 
 import torch
 
-from morph import graphs, lean
-from morph.batch import BatchTTS, Line
+from morph.decode import graphs, lean
+from morph.scheduler import BatchTTS, Line
 from morph.settings import GenerationSettings
 
 SETTINGS = GenerationSettings(seq_groups=5, seed=3, max_new_tokens=16)
@@ -25,7 +25,7 @@ def test_an_injected_capture_failure_leaves_the_next_run_working(cuda_tts, voice
     cuda_tts.patch.mode = "graphs"
     try:
         monkeypatch.setattr(lean, "talker_pass", failing_inside_the_capture)
-        with caplog.at_level(logging.WARNING, logger="morph.runner"):
+        with caplog.at_level(logging.WARNING, logger="morph.decode.runner"):
             first = cuda_tts.clone("The capture fails this time.", voices["xvector"], "English", SETTINGS)
         assert first.size > 0 and cuda_tts.patch.last_run["mode"] == "graphs"
         assert any("could not prepare the graphs decoder" in r.message for r in caplog.records)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from morph import kth
+from morph.kernels import kth
 
 
 @pytest.mark.parametrize("cols", [2048, 3072, 100])
@@ -26,7 +26,7 @@ def test_rows_with_ties_negatives_and_masked_values():
         assert torch.equal(kth.kth_largest(scores, k), torch.topk(scores, k)[0][..., -1:]), k
 
 
-def test_it_is_the_registered_op_and_works_inside_a_graph():
+def test_it_works_inside_a_graph():
     scores = torch.randn(4, 2048, device="cuda")
     static_out = []
     graph = torch.cuda.CUDAGraph()
@@ -36,4 +36,3 @@ def test_it_is_the_registered_op_and_works_inside_a_graph():
     scores.copy_(torch.randn(4, 2048, device="cuda"))
     graph.replay()
     assert torch.equal(static_out[0], torch.topk(scores * 2, 50)[0][..., -1:])
-    assert hasattr(torch.ops.qwen3_tts_morph, "kth_largest_rows")

@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 import torch
 
-from morph.batch import BatchTTS, Line
-from morph.compat import import_qwen_tts
+from morph.scheduler import BatchTTS, Line
+from morph.qwen.compat import import_qwen_tts
 from morph.settings import GenerationSettings
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_equal_to_upstream_module(dtype):
-    from morph.snake import snake
+    from morph.kernels.snake import snake
 
     import_qwen_tts()
     from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import SnakeBeta

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from morph.sampling import Sampling
-from morph.settings import GenerationSettings, default_max_frames
+from morph.settings import GenerationSettings, Sampling, default_max_frames
 
 GREEDY = GenerationSettings(seq_groups=5, do_sample=False, subtalker=Sampling(do_sample=False), max_new_tokens=12)
 
@@ -35,7 +34,7 @@ def test_on_step_reports_every_frame(tiny_tts, ref_audio):
     audio = tiny_tts.clone("Count the steps.", voice, settings=GREEDY, on_step=lambda i, n: steps.append((i, n)))
     frames = audio.size // 1920
     assert [i for i, _ in steps] == list(range(1, len(steps) + 1))
-    assert {n for _, n in steps} == {11}  # max_new_tokens 12: at most 11 frames
+    assert {n for _, n in steps} == {12}  # max_new_tokens 12: at most 12 frames
     assert len(steps) >= frames
 
 
@@ -59,7 +58,7 @@ def test_cancel_in_on_step_propagates_and_the_next_run_is_clean(tiny_tts, ref_au
 
 def test_missed_eos_is_bounded_by_the_text_derived_limit(tiny_tts, ref_audio):
     """A model that never emits EOS stops at default_max_frames(text), not after minutes."""
-    from .test_batch import talker_logits
+    from .test_scheduler import talker_logits
 
     voice = tiny_tts.make_voice(*ref_audio)
     text = "Hi."
@@ -67,7 +66,7 @@ def test_missed_eos_is_bounded_by_the_text_derived_limit(tiny_tts, ref_audio):
         audio = tiny_tts.clone(text, voice, settings=GenerationSettings(do_sample=False,
                                                                         subtalker=Sampling(do_sample=False)))
     frames = audio.size // 1920
-    assert frames == default_max_frames(text) - 1  # upstream drops the last step's frame
+    assert frames == default_max_frames(text)
     assert default_max_frames(text) < 100
 
 
@@ -130,7 +129,7 @@ def test_without_transcript_the_voice_is_xvector_only(tiny_tts, ref_audio, caplo
 
 
 def test_long_text_is_split_into_the_rows_of_one_batch_and_joined(tiny_tts, ref_audio, monkeypatch):
-    from morph.text_split import MAX_SEGMENT_CHARS
+    from morph.lines.text_split import MAX_SEGMENT_CHARS
 
     voice = tiny_tts.make_voice(*ref_audio)
     text = " ".join(f"This is sentence number {i} of a very long chapter." for i in range(120))
@@ -155,7 +154,7 @@ def test_long_text_is_split_into_the_rows_of_one_batch_and_joined(tiny_tts, ref_
     assert " ".join(sorted(texts, key=text.index)) == text
     embeddings = calls[0]["voice_clone_prompt"]["ref_spk_embedding"]
     assert all(torch.equal(e, embeddings[0]) for e in embeddings)  # the same voice prompt throughout
-    assert set(steps) == {2 * len(texts)}  # max_new_tokens 3: 2 frames for each row
+    assert set(steps) == {3 * len(texts)}  # max_new_tokens 3: 3 frames for each row
     assert audio.size >= 0.2 * 24000 * (len(texts) - 1)  # pauses between the segments
     with pytest.raises(ValueError, match="^Generate: the text is .* over the 500-character limit of one segment; "
                                          "turn on split_long_text"):

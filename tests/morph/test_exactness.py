@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from morph.batch import BatchTTS, Line
-from morph.sampling import Sampling
-from morph.settings import GenerationSettings
+from morph.scheduler import BatchTTS, Line
+from morph.settings import GenerationSettings, Sampling
 
 from .helpers import recorded_codes
 

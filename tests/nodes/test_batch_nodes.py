@@ -149,15 +149,15 @@ def test_progress_counts_frames_across_batches_and_cancel_lands_within_one_step(
     comfy.modules["folder_paths"].get_output_directory = lambda: str(tmp_path / "comfy_output")
     render(nodes, base_model, bank, do_sample=False, subtalker_do_sample=False, filename_prefix="first/take")
     values, totals = [v for v, _ in comfy.progress], {t for _, t in comfy.progress}
-    assert totals == {(2 + 2 + 1) * 3}  # batches of 2, 2 and 1 lines, max_new_tokens 4 -> 3 frame steps
+    assert totals == {(2 + 2 + 1) * 4}  # batches of 2, 2 and 1 lines, max_new_tokens 4: 4 frame steps
     assert values == sorted(values) and values[-1] == totals.pop()
 
     checks = comfy.interrupt_checks
-    comfy.interrupt_at = checks + 5  # the run's first check is before loading; then one per step
+    comfy.interrupt_at = checks + 6  # the run's first check is before loading; then one per step
     mm = comfy.modules["comfy.model_management"]
     with pytest.raises(mm.InterruptProcessingException):
         render(nodes, base_model, bank, resume=True)
-    assert comfy.interrupt_checks == checks + 5
+    assert comfy.interrupt_checks == checks + 6
     assert base_model.tts.patch.on_step is None
     written = sorted(p.name for p in (tmp_path / "comfy_output" / "scene").glob("take_*.wav"))
     assert len(written) == 2, "the first batch's lines stay on disk after a cancel"
@@ -165,7 +165,7 @@ def test_progress_counts_frames_across_batches_and_cancel_lands_within_one_step(
 
 def test_resume_after_a_crash_renders_only_the_missing_lines(nodes, base_model, bank, out_dir, batch_nodes,
                                                              monkeypatch):
-    engine = sys.modules[batch_nodes.__name__.rsplit(".nodes.", 1)[0] + ".morph.batch"].BatchTTS
+    engine = sys.modules[batch_nodes.__name__.rsplit(".nodes.", 1)[0] + ".morph.scheduler"].BatchTTS
     real = engine._generate
     rows = []
 
@@ -226,7 +226,7 @@ def test_the_fingerprint_covers_dtype_attention_decode_mode_and_every_setting(no
 
     def fingerprint(model=base_model, settings=settings):
         context = batch_nodes._render_context(model, "English", settings, True)
-        return batch_nodes._fingerprint(context, "Alice", batch_nodes.Line("Hello.", voice, "English"))
+        return batch_nodes.fingerprint(context, "Alice", "Hello.", voice)
 
     voice = type("V", (), {"spk_embedding": torch.zeros(4), "ref_code": None, "ref_text": None})()
     before = fingerprint()
@@ -236,7 +236,7 @@ def test_the_fingerprint_covers_dtype_attention_decode_mode_and_every_setting(no
     elif change == "attention":
         monkeypatch.setattr(engine.tts.model.config, "_attn_implementation", "eager")
     elif change == "mode":
-        monkeypatch.setattr(engine.patch, "mode", "compile")
+        monkeypatch.setattr(engine.patch, "mode", "graphs")
     else:
         assert fingerprint(settings=split(gen_options(seed=12345))[1]) == before, "the seed does not count"
         settings = split(gen_options(subtalker_top_k=7))[1]
@@ -262,7 +262,7 @@ def test_character_lines_workflow(pack, batch_nodes):
     names = [n["inputs"]["name"] for _, n in banks]
     from importlib import import_module
 
-    script = import_module(pack.__name__ + ".morph.script")
+    script = import_module(pack.__name__ + ".morph.lines.script")
     lines = script.parse_script(render_node["inputs"]["script"], names)
     assert len(lines) == 10 and {line.name for line in lines} == set(names)
     # one audio file per line (Render Lines' own WAVs): the lines are previewed, only the dialogue is saved

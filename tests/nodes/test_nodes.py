@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.clips import clip_names, write_clip
+
 from .conftest import gen_options
 
 VC, CV, VD = "Qwen3TTSMorphGenerate", "Qwen3TTSMorphCustomVoice", "Qwen3TTSMorphVoiceDesign"
@@ -79,6 +81,32 @@ def test_voice_prompt_errors(nodes, base_model, custom_model, ref_clip):
         vp.make(base_model, short, "", False)
     with pytest.raises(ValueError, match=r"^Qwen3-TTS Voice Prompt: audio is not a ComfyUI AUDIO"):
         vp.make(base_model, ref_clip["waveform"], "", False)
+
+
+@pytest.mark.parametrize("name", clip_names())
+def test_voice_prompt_takes_every_common_clip_file_as_load_audio_gives_it(name, nodes, base_model, tmp_path, caplog):
+    """ComfyUI's AUDIO is float [1, C, T]: a float WAV over full scale is normalised with a note, and a
+    22.05 kHz clip at 0.9986 (which overshoots 1.0 once resampled) is no longer called silent."""
+    import logging
+
+    import soundfile as sf
+
+    caplog.set_level(logging.INFO)
+    wave, rate = sf.read(write_clip(name, tmp_path), dtype="float32", always_2d=True)
+    audio = {"waveform": torch.from_numpy(wave.T.copy())[None], "sample_rate": rate}
+    voice = nodes["Qwen3TTSMorphVoicePrompt"]().make(base_model, audio, "The words said in the clip.", False)[0]
+    assert voice.icl and torch.isfinite(voice.spk_embedding).all()
+    assert ("scaled down to peak at 1.0" in caplog.text) == (np.abs(wave).max() > 1.0)
+
+
+def test_voice_prompt_words_its_fixes_for_the_node(nodes, base_model):
+    silent = {"waveform": torch.zeros(1, 2, 48000), "sample_rate": 24000}
+    with pytest.raises(ValueError, match=r"^Qwen3-TTS Voice Prompt: reference audio: the clip is silent; connect a "
+                                         r"recording of the voice to clone$"):
+        nodes["Qwen3TTSMorphVoicePrompt"]().make(base_model, silent, "", False)
+    long = {"waveform": 0.3 * torch.sin(torch.arange(31 * 8000) / 5.0)[None, None], "sample_rate": 8000}
+    with pytest.raises(ValueError, match=r"or clear the transcript \(or turn on x_vector_only\) to clone"):
+        nodes["Qwen3TTSMorphVoicePrompt"]().make(base_model, long, "All of it.", False)
 
 
 # -- generation ---------------------------------------------------------------------------------

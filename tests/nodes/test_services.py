@@ -1,5 +1,5 @@
-"""The ComfyUI seam (nodes/services.py) with ComfyUI's services simulated: folders, progress, cancel,
-and the memory manager (ModelPatcher + load_models_gpu + "Unload models")."""
+"""The ComfyUI seam (nodes/services.py, and nodes/managed.py behind it) with ComfyUI's services simulated:
+folders, progress, cancel, and the memory manager (ModelPatcher + load_models_gpu + "Unload models")."""
 
 from __future__ import annotations
 
@@ -19,6 +19,11 @@ VC = "Qwen3TTSMorphGenerate"
 @pytest.fixture(scope="module")
 def services(pack):
     return sys.modules[pack.__name__ + ".nodes.services"]
+
+
+@pytest.fixture(scope="module")
+def managed(pack):
+    return sys.modules[pack.__name__ + ".nodes.managed"]
 
 
 @pytest.fixture
@@ -147,18 +152,18 @@ def test_devices_are_named_as_comfyui_names_them(services, comfy):
     assert services.choose_devices("cpu") == ("cpu", "cpu")
 
 
-def test_offload_releases_the_engines_device_state(nodes, comfy, comfy_models, base_voice, services, monkeypatch):
+def test_offload_releases_the_engines_device_state(nodes, comfy, comfy_models, base_voice, managed, monkeypatch):
     handle = load_under_comfy(nodes)
     nodes[VC]().generate(model=handle, voice=base_voice, text="Fill the caches.", **gen_options())
     released = []
-    monkeypatch.setattr(services, "release_engine_state", lambda tts: released.append(tts))
+    monkeypatch.setattr(managed, "release_engine_state", lambda tts: released.append(tts))
     comfy.modules["comfy.model_management"].unload_all_models()
     assert released == [handle.tts]
     handle.patcher.detach(unpatch_all=False)  # a patcher being garbage-collected: nothing moves
     assert released == [handle.tts]
 
 
-def test_release_engine_state_prefers_the_engines_own_method(services):
+def test_release_engine_state_prefers_the_engines_own_method(managed):
     calls = []
 
     class Part:
@@ -171,7 +176,7 @@ def test_release_engine_state_prefers_the_engines_own_method(services):
     class OldEngine:
         patch = type("P", (), {"loop": Part("loop"), "predictor": Part("predictor")})()
 
-    services.release_engine_state(OldEngine())
+    managed.release_engine_state(OldEngine())
     assert calls == ["loop", "predictor"]
 
     class NewEngine(OldEngine):
@@ -179,7 +184,7 @@ def test_release_engine_state_prefers_the_engines_own_method(services):
             calls.append("engine")
 
     calls.clear()
-    services.release_engine_state(NewEngine())
+    managed.release_engine_state(NewEngine())
     assert calls == ["engine"]
 
 
@@ -189,10 +194,9 @@ def test_progress_moves_every_step_and_completes(nodes, comfy, base_model, base_
                          **gen_options(max_new_tokens=5, do_sample=False, subtalker_do_sample=False))
     values = [v for v, _ in comfy.progress]
     totals = {t for _, t in comfy.progress}
-    # a limit of 5 is 4 decode steps: upstream's generate returns max_new_tokens - 1 frames
-    assert totals == {4} and len(comfy.bars) == 1
+    assert totals == {5} and len(comfy.bars) == 1  # a limit of 5 frames is 5 decode steps
     assert values[:-1] == list(range(1, len(values))), "one update per step, in order"
-    assert values[-1] == 4, "the bar is filled at the end even when EOS comes early"
+    assert values[-1] == 5, "the bar is filled at the end even when EOS comes early"
     assert comfy.interrupt_checks >= len(values) - 1 + 1, "a cancel check before every step"
 
 
@@ -203,7 +207,7 @@ def test_progress_total_is_the_text_bound_when_max_new_tokens_is_auto(nodes, com
     comfy.interrupt_at = 3  # only the reported total matters: stop after the first step
     with pytest.raises(comfy.modules["comfy.model_management"].InterruptProcessingException):
         nodes[VC]().generate(model=base_model, voice=base_voice, text=text, **gen_options(max_new_tokens=0))
-    assert comfy.progress == [(1, settings.default_max_frames(text) - 1)]
+    assert comfy.progress == [(1, settings.default_max_frames(text))]
 
 
 def test_cancel_lands_within_one_step_and_propagates(nodes, comfy, base_model, base_voice):
@@ -300,7 +304,7 @@ def test_a_warning_from_another_thread_is_not_shown_on_the_node(services, comfy)
 def test_a_status_line_is_shown_on_the_node_and_plain_info_is_not(services, comfy, caplog):
     import logging
 
-    logger = logging.getLogger(services.PACK_LOGGER + ".morph.runner")
+    logger = logging.getLogger(services.PACK_LOGGER + ".morph.decode.runner")
     with caplog.at_level(logging.INFO), services.messages_on_node():  # INFO: ComfyUI's default log level
         logger.info("morph: preparing the fused decoder, about 10 s", extra={"status": True})
         logger.info("an ordinary info line")

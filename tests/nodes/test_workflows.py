@@ -237,3 +237,18 @@ def test_load_voice_accepts_a_voice_saved_in_the_same_run_but_not_a_path(info):
     assert wt.validate_prompt(prompt, info) == []  # the file does not exist yet
     loader["inputs"]["voice"] = "../../secrets.safetensors"
     assert any("not a voice file name" in e for e in wt.validate_prompt(prompt, info))
+
+
+def test_speed_mode_offers_the_live_modes_and_a_workflow_saved_with_compile_still_queues(info):
+    from morph.decode import runner
+
+    modes = info["Qwen3TTSMorphLoadModel"]["input"]["required"]["speed_mode"][0]
+    assert modes == ["auto", "fused", "graphs", "eager"] and all(runner.check_mode(m) == m for m in modes)
+    prompt = wt.ui_to_api(load("Voice clone"), info)
+    loader = next(n for n in prompt.values() if n["class_type"] == "Qwen3TTSMorphLoadModel")
+    loader["inputs"]["speed_mode"] = "compile"  # retired: runs fused
+    assert wt.validate_prompt(prompt, info) == []
+    loader["inputs"]["speed_mode"] = "turbo"
+    assert wt.validate_prompt(prompt, info) == [
+        "#2 Qwen3TTSMorphLoadModel: custom validation failed: Qwen3-TTS Load Model: speed_mode 'turbo' is not one "
+        "of auto, fused, graphs, eager"]

@@ -1,0 +1,172 @@
+"""CUDA graphs for the decode step: capture once per key, replay many times.
+
+A step is captured lazily the first time its key (seq_groups, batch, capacity, dtype,
+sampling, ...) is asked for and replayed after that. Everything a replay reads or writes
+between frames lives in buffers allocated outside the capture, so the memory a graph
+takes from its pool is scratch only; all graphs of one model share one pool, and a
+bounded LRU keeps the number of graphs from growing when seq_groups or the batch size
+changes. A change of device, dtype or weight storage drops them all.
+
+Both CUDA allocator backends are supported, because ComfyUI picks one for the whole
+process (cudaMallocAsync by default, the native caching allocator with
+--disable-cuda-malloc). Under cudaMallocAsync, memory allocated during a capture is a
+node of the graph with no physical backing until the graph runs, which has two
+consequences handled here and in morph/kernels/kth.py:
+- kernel launchers that check their pointer arguments (Triton's) refuse such memory:
+  our own kernels take addresses;
+- freeing such memory after a capture that failed aborts the process from inside the
+  allocator. A failed capture's graph and everything its frames hold are therefore kept
+  for the life of the process (`_keep_forever`); it is address space only, no memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import sys
+from typing import Callable
+
+import torch
+
+
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+class CapturedStep:
+    """One captured graph and the outputs its capture returned (static tensors)."""
+
+    def __init__(self, graph, outputs):
+        self.graph = graph
+        self.outputs = outputs
+        self.keep = None  # the buffers the graph reads and writes, kept alive as long as the graph
+
+    def replay(self):
+        self.graph.replay()
+        return self.outputs
+
+
+class GraphCache:
+    """An LRU of captured steps sharing one memory pool."""
+
+    def __init__(self, max_graphs: int = 4):
+        self.max_graphs = max_graphs
+        self._graphs: collections.OrderedDict = collections.OrderedDict()
+        self._pool = None
+        self._owner = None  # (device, dtype, weights fingerprint) the graphs were captured against
+
+    def __len__(self) -> int:
+        return len(self._graphs)
+
+    def __contains__(self, key) -> bool:
+        return key in self._graphs
+
+    def bind(self, owner) -> None:
+        """Drop every graph if the device, dtype or weight storage changed since capture."""
+        if owner != self._owner:
+            self.clear()
+            self._owner = owner
+
+    def get(self, key, step: Callable[[], object]) -> CapturedStep:
+        entry = self._graphs.get(key)
+        if entry is not None:
+            self._graphs.move_to_end(key)
+            return entry
+        while len(self._graphs) >= self.max_graphs:
+            self._graphs.popitem(last=False)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        entry = capture(step, self._pool)
+        self._graphs[key] = entry
+        return entry
+
+    def clear(self) -> None:
+        self._graphs.clear()
+        self._pool = None
+        self._owner = None
+
+
+@contextlib.contextmanager
+def _rng_preserved(device: torch.device):
+    """Warm-up and capture run the step, which draws random numbers: put the generator
+    back so the user's seeded stream is the same whether a capture happened or not."""
+    state = torch.cuda.get_rng_state(device)
+    try:
+        yield
+    finally:
+        torch.cuda.set_rng_state(state, device)
+
+
+_STREAMS: dict = {}
+
+
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    """One warm-up/capture stream per device, reused by every capture: cuBLAS keeps a
+    workspace (32 MiB on Hopper) per stream it has seen, so a new stream per capture
+    would leak one workspace per graph."""
+    if device not in _STREAMS:
+        _STREAMS[device] = torch.cuda.Stream(device)
+    return _STREAMS[device]
+
+
+_FAILED_CAPTURES: list = []
+# The list itself must outlive interpreter shutdown too, when module globals are cleared.
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_FAILED_CAPTURES))
+
+
+def _keep_forever(*objects) -> None:
+    """See the module docstring: under cudaMallocAsync, what a failed capture allocated
+    must never be freed."""
+    if torch.cuda.get_allocator_backend() == "cudaMallocAsync":
+        _FAILED_CAPTURES.append(objects)
+
+
+def capture(step: Callable[[], object], pool=None, warmup: int = 2) -> CapturedStep:
+    """Warm `step` up on the side stream (Triton's kernel builds, cuBLAS handles), then capture it there.
+
+    The warm-up runs the exact call the capture records, so anything that can fail
+    outside a capture (a kernel that does not build, an unsupported layer) fails there, before any
+    capture has allocated memory.
+    """
+    device = torch.device("cuda", torch.cuda.current_device())
+    side = _side_stream(device)
+    with _rng_preserved(device):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, pool=pool, stream=side):
+                outputs = step()
+        except BaseException as e:
+            _keep_forever(graph, e, e.__traceback__)
+            raise
+        torch.cuda.synchronize()
+    return CapturedStep(graph, outputs)
+
+
+def trim_graph_memory() -> None:
+    """Give the memory of destroyed graphs back to the device.
+
+    Under cudaMallocAsync, what a capture allocates lives in CUDA's graph memory pool, which
+    keeps it after the graph is destroyed until the pool is trimmed; torch.cuda.empty_cache
+    trims only the allocator's own pool. The trim releases only memory that no live graph
+    uses, so other packs' graphs keep theirs. (Under the native allocator, graph memory is in
+    torch's pools, which empty_cache releases.)
+    """
+    if not torch.cuda.is_initialized() or torch.cuda.get_allocator_backend() != "cudaMallocAsync":
+        return
+    try:
+        driver = ctypes.CDLL("nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1")
+    except OSError:  # no driver library under that name: nothing to trim through it
+        return
+    torch.cuda.synchronize()
+    for index in range(torch.cuda.device_count()):
+        driver.cuDeviceGraphMemTrim(index)

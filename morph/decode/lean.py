@@ -1,0 +1,295 @@
+"""Lean decoder layers for the one-token decode steps of the talker and the code predictor.
+
+The HF layers spend about 70 kernels per layer at batch 1 (separate q/k/v and gate/up
+projections, RMSNorm in five pieces, masks and caches built per call). Here one plain
+function runs a whole stack against static KV buffers:
+
+- the q/k/v projections are one GEMM and gate/up another, through fused weight tensors
+  that the modules' own parameters VIEW (`FusedStack`), so there is no second copy;
+- in fp32 the math is HF's operation for operation, so on the CPU it matches the HF layer to
+  rounding. In bf16 it rounds less than HF: the residual stream stays fp32 through the
+  stack (each layer reads it through its RMSNorm, which rounds as HF's does), and attention
+  scores and softmax are fp32 (as in upstream's sdpa kernels). Op for op in bf16, these
+  layers drifted from the fp32 reference about as far as upstream's own bf16 run, and by
+  chance past it in one group or another (bench/numerics.py's gate,
+  bench/results/h100-2026-11-22e); the fp32 residual keeps them inside it, at no cost in
+  kernels;
+- attention is a matmul + softmax over the whole static buffer with an additive mask, so
+  every shape is fixed: write positions, rotary positions and masks are device tensors,
+  which is what lets a CUDA graph capture a step
+  once and replay it at every position.
+
+`stack_step` is the single definition: run as it is (mode "lean"), captured in a CUDA graph
+("graphs"). morph/kernels/layers.py implements the same
+contract in five fused Triton kernels per layer ("fused").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+
+class LayerW(NamedTuple):
+    """One decoder layer's weights (views of the module's own parameters)."""
+
+    ln1: torch.Tensor
+    wqkv: torch.Tensor  # [(heads + 2 kv_heads) * head_dim, hidden]
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+    wo: torch.Tensor
+    ln2: torch.Tensor
+    wgu: torch.Tensor  # [2 * intermediate, hidden]
+    wd: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Dims:
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    eps: float
+
+    @property
+    def q_size(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def scale(self) -> float:
+        return self.head_dim ** -0.5
+
+
+class LeanUnsupported(RuntimeError):
+    """The checkpoint's layers use something the lean path does not implement."""
+
+
+def dims_of(config) -> Dims:
+    if getattr(config, "hidden_act", "silu") != "silu":
+        raise LeanUnsupported(f"hidden_act {config.hidden_act!r} (lean layers implement silu)")
+    if getattr(config, "attention_bias", False):
+        raise LeanUnsupported("attention_bias=True (lean layers fuse bias-free projections)")
+    if getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None):
+        raise LeanUnsupported("sliding-window attention")
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return Dims(config.num_attention_heads, config.num_key_value_heads, head_dim, config.intermediate_size,
+                float(config.rms_norm_eps))
+
+
+# -- the math, op for op as in modeling_qwen3_tts ---------------------------------------
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF's RMSNorm, rounding the normed row to the weight's dtype (the model's) rather than
+    x's: x may be the fp32 residual stream."""
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + eps)
+    return weight * h.to(weight.dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x * cos) + (rotated * sin)
+
+
+def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: torch.Tensor,
+           d: Dims) -> torch.Tensor:
+    """q [B, heads, T, D] against the whole cache [B, kv_heads, L, D]; bias [B|1, 1, T, L].
+
+    Query heads j*G..j*G+G-1 share kv head j (HF's repeat_kv), so the G heads of a group
+    are folded into the query rows instead of repeating the cache.
+    """
+    b, _, t, hd = q.shape
+    groups = d.heads // d.kv_heads
+    qg = q.reshape(b, d.kv_heads, groups * t, hd)
+    # Scores in fp32, as upstream's sdpa kernels keep them: rounding them to bf16 (twice, with
+    # the scale) moved the bf16 logits measurably further from the fp32 reference (bench/numerics.py).
+    scores = torch.matmul(qg.float(), k_cache.transpose(2, 3).float()) * d.scale  # [B, kv, G*T, L]
+    scores = (scores.view(b, d.kv_heads, groups, t, -1) + bias.unsqueeze(2)).view(b, d.kv_heads, groups * t, -1)
+    probs = torch.softmax(scores, dim=-1).to(q.dtype)
+    out = torch.matmul(probs, v_cache)  # [B, kv, G*T, D]
+    return out.view(b, d.heads, t, hd).transpose(1, 2).reshape(b, t, d.q_size)
+
+
+def layer_step(x: torch.Tensor, w: LayerW, k_cache: torch.Tensor, v_cache: torch.Tensor, cos: torch.Tensor,
+               sin: torch.Tensor, write_idx: torch.Tensor, bias: torch.Tensor, d: Dims) -> torch.Tensor:
+    """One decoder layer over T new positions; writes their K/V at `write_idx` [T]."""
+    b, t, _ = x.shape
+    h = rms_norm(x, w.ln1, d.eps)
+    q, k, v = F.linear(h, w.wqkv).split([d.q_size, d.kv_size, d.kv_size], dim=-1)
+    q = rms_norm(q.view(b, t, d.heads, d.head_dim), w.q_norm, d.eps).transpose(1, 2)
+    k = rms_norm(k.view(b, t, d.kv_heads, d.head_dim), w.k_norm, d.eps).transpose(1, 2)
+    v = v.view(b, t, d.kv_heads, d.head_dim).transpose(1, 2)
+    q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+    k_cache.index_copy_(2, write_idx, k)
+    v_cache.index_copy_(2, write_idx, v)
+    x = x + F.linear(attend(q, k_cache, v_cache, bias, d), w.wo)
+    gate, up = F.linear(rms_norm(x, w.ln2, d.eps), w.wgu).split([d.intermediate, d.intermediate], dim=-1)
+    return x + F.linear(F.silu(gate) * up, w.wd)
+
+
+def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
+               v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
+               rope_pos: torch.Tensor, write_idx: torch.Tensor, lo: torch.Tensor, d: Dims) -> torch.Tensor:
+    """All layers plus the final norm over T new positions per row. rope_pos [B, T] indexes
+    the [L, D] cos/sin tables; the tokens' K/V go to cache slots write_idx [T], and row b's
+    token t attends to slots lo[b] .. write_idx[t]."""
+    x = x.to(torch.float32)  # the residual stream, rounded only where a layer reads it (rms_norm)
+    cos, sin = cos_table[rope_pos].unsqueeze(1), sin_table[rope_pos].unsqueeze(1)  # [B, 1, T, D]
+    slots = torch.arange(k_caches[0].shape[2], device=x.device)
+    valid = (slots <= write_idx.unsqueeze(1)) & (slots >= lo.view(-1, 1, 1))  # [B, T, L]
+    bias = torch.zeros(valid.shape, dtype=x.dtype, device=x.device).masked_fill(~valid, torch.finfo(x.dtype).min)
+    for w, kc, vc in zip(weights, k_caches, v_caches):
+        x = layer_step(x, w, kc, vc, cos, sin, write_idx, bias.unsqueeze(1), d)
+    return rms_norm(x, norm_w, d.eps)
+
+
+def _stack_step(fused: bool):
+    if fused:  # Triton is imported only when the fused mode runs (morph/decode/runner.py checks for it)
+        from ..kernels.layers import stack_step as fused_step
+        return fused_step
+    return stack_step
+
+
+def predictor_pass(x: torch.Tensor, proj_w: torch.Tensor | None, proj_b: torch.Tensor | None,
+                   weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
+                   v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
+                   write_idx: torch.Tensor, lo: torch.Tensor, d: Dims, fused: bool = False) -> torch.Tensor:
+    """A code-predictor pass: projection, then the stack at positions `write_idx` [T],
+    causal over the buffer (lo is zeros)."""
+    if proj_w is not None:
+        x = F.linear(x, proj_w, proj_b)
+    rope_pos = write_idx.unsqueeze(0).expand(x.shape[0], -1)
+    return _stack_step(fused)(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos, write_idx, lo,
+                              d)
+
+
+def talker_pass(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
+                v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
+                cache_pos: torch.Tensor, rope_pos: torch.Tensor, pads: torch.Tensor, d: Dims,
+                fused: bool = False) -> torch.Tensor:
+    """A talker one-token step at cache slot `cache_pos` [1]; row b's rotary position is
+    rope_pos[b] and its first `pads[b]` slots are left padding."""
+    return _stack_step(fused)(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos.unsqueeze(1),
+                              cache_pos, pads, d)
+
+
+def rope_tables(rotary_emb: torch.nn.Module, length: int, device, dtype, multimodal: bool):
+    """cos/sin [length, D] from the model's own rotary module, so values are HF's exactly.
+
+    The talker's multimodal rotary takes three position rows; for text (and every decode
+    step) the rows are equal, which makes it the plain 1-D rotary of row 0.
+    """
+    positions = torch.arange(length, device=device).unsqueeze(0)
+    if multimodal:
+        positions = positions.unsqueeze(0).expand(3, 1, -1)
+    probe = torch.zeros(1, device=device, dtype=dtype)
+    cos, sin = rotary_emb(probe, positions)
+    if multimodal:
+        cos, sin = cos[0], sin[0]
+    return cos[0].contiguous(), sin[0].contiguous()
+
+
+# -- fused weights that the modules view ----------------------------------------------
+def _fuse(linears: list[torch.nn.Linear]) -> torch.Tensor:
+    """Concatenate the linears' weights into one tensor and make each weight a view of it."""
+    with torch.inference_mode(False), torch.no_grad():
+        fused = torch.cat([m.weight.detach() for m in linears])
+        start = 0
+        for m in linears:
+            n = m.weight.shape[0]
+            m.weight = torch.nn.Parameter(fused[start:start + n], requires_grad=False)
+            start += n
+    return fused
+
+
+def _views_of(fused: torch.Tensor | None, linears: list[torch.nn.Linear]) -> bool:
+    if fused is None:
+        return False
+    start = 0
+    for m in linears:
+        w = m.weight
+        if (w.device != fused.device or w.dtype != fused.dtype
+                or w.data_ptr() != fused[start:start + w.shape[0]].data_ptr()):
+            return False
+        start += w.shape[0]
+    return start == fused.shape[0]
+
+
+def _unfuse(linears: list[torch.nn.Linear]) -> None:
+    with torch.inference_mode(False), torch.no_grad():
+        for m in linears:
+            m.weight = torch.nn.Parameter(m.weight.detach().clone(), requires_grad=False)
+
+
+class FusedStack:
+    """The layers of one decoder stack, with q/k/v and gate/up fused into one tensor each.
+
+    The modules keep working as before: their parameters are views into the fused
+    tensors. `weights()` re-fuses whenever that stopped being true (the model was moved
+    or cast by a memory manager), and `version` changes then, so cached CUDA graphs that
+    point at the old storage can be dropped.
+    """
+
+    def __init__(self, layers, norm: torch.nn.Module, config):
+        self.layers = list(layers)
+        self.norm = norm
+        self.dims = dims_of(config)
+        self._fused: list[tuple[torch.Tensor | None, torch.Tensor | None]] = [(None, None)] * len(self.layers)
+        self._weights: list[LayerW] | None = None
+        self.version = 0
+
+    @staticmethod
+    def _groups(layer):
+        a, m = layer.self_attn, layer.mlp
+        return [a.q_proj, a.k_proj, a.v_proj], [m.gate_proj, m.up_proj]
+
+    def weights(self) -> list[LayerW]:
+        stale = False
+        for i, layer in enumerate(self.layers):
+            qkv, gu = self._groups(layer)
+            fq, fg = self._fused[i]
+            if not (_views_of(fq, qkv) and _views_of(fg, gu)):
+                self._fused[i] = (_fuse(qkv), _fuse(gu))
+                stale = True
+        if stale or self._weights is None:
+            self.version += 1
+            self._weights = [
+                LayerW(layer.input_layernorm.weight, fq, layer.self_attn.q_norm.weight, layer.self_attn.k_norm.weight,
+                       layer.self_attn.o_proj.weight, layer.post_attention_layernorm.weight, fg,
+                       layer.mlp.down_proj.weight)
+                for layer, (fq, fg) in zip(self.layers, self._fused)
+            ]
+        # norms and the other projections can be replaced by a move too: re-read them
+        for i, (layer, w) in enumerate(zip(self.layers, self._weights)):
+            if w.ln1 is not layer.input_layernorm.weight or w.wo is not layer.self_attn.o_proj.weight \
+                    or w.wd is not layer.mlp.down_proj.weight or w.ln2 is not layer.post_attention_layernorm.weight:
+                self._weights[i] = w._replace(
+                    ln1=layer.input_layernorm.weight, q_norm=layer.self_attn.q_norm.weight,
+                    k_norm=layer.self_attn.k_norm.weight, wo=layer.self_attn.o_proj.weight,
+                    ln2=layer.post_attention_layernorm.weight, wd=layer.mlp.down_proj.weight)
+                self.version += 1
+        return self._weights
+
+    def fingerprint(self) -> tuple:
+        """Addresses of every tensor the step reads: equal fingerprints, same graphs."""
+        ws = self.weights()
+        return (self.version, self.norm.weight.data_ptr(), tuple(t.data_ptr() for w in ws for t in w))
+
+    def release(self) -> None:
+        """Give every projection its own storage again."""
+        for i, layer in enumerate(self.layers):
+            if self._fused[i][0] is not None:
+                qkv, gu = self._groups(layer)
+                _unfuse(qkv)
+                _unfuse(gu)
+        self._fused = [(None, None)] * len(self.layers)
+        self._weights = None
+        self.version += 1

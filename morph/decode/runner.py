@@ -1,0 +1,118 @@
+"""How a decode step runs, and what happens when the fast way fails: decided here only.
+
+Modes (what a user picks; `resolve` says what they mean on a device):
+- "eager":   the checkpoint's own HF layers, op by op: the exact reference (bit-identical
+             to upstream qwen-tts at seq_groups 15 in fp32 on the CPU);
+- "lean":    the lean layers (morph/decode/lean.py) op by op;
+- "graphs":  the lean step captured in a CUDA graph (captures in well under a second);
+- "fused":   the lean step in fused Triton kernels (morph/kernels/layers.py), captured in a CUDA graph;
+- "auto":    "fused" on CUDA ("graphs" without Triton), "eager" elsewhere.
+"compile" (torch.compile inside the graphs) is retired: slower than fused and minutes to build on
+its first call. Saved workflows and scripts that name it run fused (`check_mode` says so in the log).
+
+The fast modes (graphs, fused) give the same codes as the lean step run op by op in
+fp32 on a GPU. When a capture fails for any reason other than memory, the
+run goes on op by op with the lean layers, the log says so in one line, and the next
+run tries the fast path again. A CUDA out-of-memory error is re-raised as it is, so
+callers handle it as any other (the batch front end halves the batch).
+
+Preparing a decoder the user has to wait for (PREPARE_TIME) is announced before it starts
+and when it is ready, as INFO records with `extra={"status": True}`: what a host shows
+the user while its progress bar stands still (the nodes show them on the running node).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import torch
+
+from ..errors import reason
+from ..settings import MODES, RETIRED_MODES
+from . import graphs
+from .lean import LeanUnsupported
+
+log = logging.getLogger(__name__)
+
+FAST_MODES = ("graphs", "fused")
+
+# What the wait is, measured on an H100 (bench/results/h100-2026-11-22d: fused 10-11 s with
+# empty Triton caches, 0.6-0.8 s with warm ones). A plain CUDA graph captures in well under
+# a second and is not announced.
+PREPARE_TIME = {
+    "fused": "about 10 s the first time on this machine, while Triton compiles its kernels, and about 1 s "
+             "after that (they are cached on disk)",
+}
+_prepared: set[str] = set()  # modes prepared once in this process: their kernels are loaded
+
+
+def check_mode(mode: str, who: str = "morph") -> str:
+    """The mode to run: `mode` itself, or what runs in place of a retired one (logged)."""
+    if mode in RETIRED_MODES:
+        log.warning("%s: speed mode %r was retired (slower than %s, and minutes to build on its first call); "
+                    "running %s instead", who, mode, RETIRED_MODES[mode], RETIRED_MODES[mode])
+        return RETIRED_MODES[mode]
+    if mode not in MODES:
+        raise ValueError(f"{who}: mode must be one of {', '.join(MODES)}; got {mode!r}")
+    return mode
+
+
+_logged: set[str] = set()
+
+
+def _log_once(msg: str) -> None:
+    if msg not in _logged:
+        _logged.add(msg)
+        log.warning(msg)
+
+
+def resolve(mode: str, device: torch.device, lean_check: Callable[[], None]) -> str:
+    """What `mode` runs as on `device`. `lean_check` raises LeanUnsupported for a
+    checkpoint whose layers the lean path does not implement."""
+    mode = check_mode(mode)
+    if mode == "auto":
+        mode = "fused" if device.type == "cuda" else "eager"
+    if mode in FAST_MODES and device.type != "cuda":
+        _log_once(f"morph: {mode} mode needs a CUDA GPU; running eager on {device.type}")
+        return "eager"
+    if mode == "fused" and not graphs.triton_available():
+        _log_once(f"morph: the {mode} decoder needs Triton, which is not installed; using plain CUDA graphs, about "
+                  "3x slower (install triton, or triton-windows on Windows, for the fast decoder)")
+        mode = "graphs"
+    if mode != "eager":
+        try:
+            lean_check()
+        except LeanUnsupported as e:
+            _log_once(f"morph: the fast layers do not support this checkpoint ({e}); running eager")
+            return "eager"
+    return mode
+
+
+def fast_step(cache: graphs.GraphCache, key, step: Callable[[], object], fallback: Callable[[], object], mode: str,
+              keep=None) -> Callable[[], object]:
+    """The callable that runs one frame in a fast mode: the captured graph's replay, or
+    `fallback` (the lean step, op by op) for this run when the capture fails."""
+    captured, start = key not in cache, time.perf_counter()
+    announce = captured and mode in PREPARE_TIME and mode not in _prepared
+    if announce:
+        log.info("morph: preparing the %s decoder, %s; generation starts when it is ready", mode,
+                 PREPARE_TIME[mode], extra={"status": True})
+    try:
+        entry = cache.get(key, step)
+    except torch.cuda.OutOfMemoryError:
+        cache.clear()
+        raise
+    except Exception as e:
+        cache.clear()
+        log.warning("morph: could not prepare the %s decoder (%s); this run decodes op by op, several times "
+                    "slower; the next run tries again. If this repeats, set speed_mode to graphs or eager and "
+                    "report it", mode, reason(e))
+        return fallback
+    if captured:
+        _prepared.add(mode)
+        log.info("morph: the %s decoder is ready (prepared in %.1f s)", mode, time.perf_counter() - start,
+                 extra={"status": announce})
+    entry.keep = keep
+    return entry.replay

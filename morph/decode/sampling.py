@@ -1,0 +1,118 @@
+"""Token sampling with HF `generate` semantics, so seeded runs match upstream qwen-tts.
+
+HF applies its warpers in a fixed order (temperature, top-k, top-p), then softmax and
+one `torch.multinomial` per step. Matching that order, and the number and shape of the
+multinomial draws, is what keeps seeded sampling bit-identical to upstream.
+
+The draw itself is written out (`draw`): for one sample per row, ATen's multinomial is
+an exponential race, argmax(p / q) with q ~ Exp(1) drawn by one `exponential_` over a
+tensor shaped like p. Doing exactly that gives the same picks from the same generator
+state, and it never reads a value back to the host, so it can be captured in a CUDA
+graph (torch's own multinomial validates its input with host syncs on some versions).
+
+`TalkerRules` is the rest of the talker's HF logits processing in upstream's order:
+repetition penalty over the generated code-0 tokens, EOS held back before
+min_new_tokens, the suppressed codec ids, then the warpers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..kernels.kth import kth_largest
+from ..settings import Sampling
+
+
+def warp(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
+    """Apply temperature, top-k and top-p to float32 logits [..., V], as HF does."""
+    if s.temperature != 1.0:
+        scores = scores / s.temperature
+    if s.top_k and s.top_k > 0:
+        k = min(int(s.top_k), scores.size(-1))
+        kth = kth_largest(scores, k)  # == torch.topk(scores, k)[0][..., -1:], faster on CUDA
+        scores = scores.masked_fill(scores < kth, -float("inf"))
+    if s.top_p < 1.0:
+        sorted_logits, sorted_idx = torch.sort(scores, descending=False)
+        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        remove = cum <= (1 - s.top_p)
+        remove[..., -1:] = False
+        scores = scores.masked_fill(remove.scatter(-1, sorted_idx, remove), -float("inf"))
+    return scores
+
+
+def sample(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
+    """Pick one token per row of logits [..., V]; returns int64 [...].
+
+    All rows are drawn in one multinomial call, so for [B, V] this consumes the RNG
+    exactly as one HF generate step does.
+    """
+    return pick(logits.float(), s)
+
+
+def pick(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
+    """Greedy or warped sampling of float32 scores [..., V] (after any logits processing)."""
+    if not s.do_sample:
+        return scores.argmax(dim=-1)
+    probs = warp(scores, s).softmax(dim=-1)
+    return draw(probs.reshape(-1, probs.size(-1))).reshape(probs.shape[:-1])
+
+
+def fused_pick(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
+    """`pick` with the fused kernels of morph/kernels/sampling.py where they apply: a sampled draw without
+    top-p (a sort); greedy and top-p picks run op by op."""
+    if not s.do_sample or s.top_p < 1.0:
+        return pick(scores.float(), s)
+    from ..kernels.sampling import sample_warped  # Triton: imported only when the fused mode runs
+
+    return sample_warped(scores, s)
+
+
+def draw(probs: torch.Tensor) -> torch.Tensor:
+    """`torch.multinomial(probs, 1).squeeze(-1)` for 2-D probs, without host syncs."""
+    return probs.div(torch.empty_like(probs).exponential_(1)).argmax(dim=-1)
+
+
+class TalkerRules:
+    """The talker's logits processing before the warpers, as device tensors (graph-safe)."""
+
+    def __init__(self, vocab_size: int, eos_token_id: int, suppress_tokens, repetition_penalty: float,
+                 device, do_sample: bool, temperature: float, top_k: int, top_p: float):
+        self.eos = int(eos_token_id)
+        self.repetition_penalty = float(repetition_penalty)
+        self.sampling = Sampling(bool(do_sample), float(temperature), int(top_k or 0), float(top_p))
+        self.eos_mask = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+        self.eos_mask[self.eos] = True
+        self.suppress_mask = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+        suppress = [int(t) for t in (suppress_tokens or [])]
+        if suppress:
+            self.suppress_mask[torch.tensor(suppress, device=device)] = True
+        self.key = (self.eos, tuple(suppress), self.repetition_penalty, self.sampling)
+
+    def scores(self, logits: torch.Tensor, seen: torch.Tensor, n_generated: torch.Tensor,
+               min_new_tokens: torch.Tensor) -> torch.Tensor:
+        """Processed float32 scores [B, V]. seen [B, V] bool marks generated tokens;
+        n_generated and min_new_tokens are device scalars."""
+        return talker_scores(logits, seen, n_generated, min_new_tokens, self.eos_mask, self.suppress_mask,
+                             self.repetition_penalty)
+
+    def next_token(self, logits, seen, n_generated, min_new_tokens, picker=None) -> torch.Tensor:
+        """The next code-0 token [B]; `picker` is talker_pick or its fused twin."""
+        return (picker or talker_pick)(logits, seen, n_generated, min_new_tokens, self.eos_mask, self.suppress_mask,
+                                       self.repetition_penalty, self.sampling)
+
+
+def talker_scores(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_mask,
+                  repetition_penalty: float) -> torch.Tensor:
+    scores = logits.float()
+    if repetition_penalty != 1.0:
+        p = repetition_penalty
+        scores = torch.where(seen, torch.where(scores < 0, scores * p, scores / p), scores)
+    scores = torch.where(eos_mask & (n_generated < min_new_tokens), -float("inf"), scores)
+    return torch.where(suppress_mask, -float("inf"), scores)
+
+
+def talker_pick(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_mask, repetition_penalty: float,
+                sampling: Sampling, pick_fn=pick) -> torch.Tensor:
+    """Upstream's talker logits processing, then the pick (`pick_fn`: pick or its fused twin)."""
+    return pick_fn(talker_scores(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_mask,
+                                 repetition_penalty), sampling)

@@ -1,0 +1,291 @@
+"""The decode loop: the one talker loop and the one frame step, for every mode.
+
+Upstream `talker.generate` is HF generate: per frame, the code predictor's generate, a
+16-way embedding sum, one talker token through 28 HF layers with a DynamicCache, then
+the logits processors and a multinomial draw, with host syncs throughout. This loop owns
+that decode: it replaces `talker.generate` on one model instance and returns what
+upstream's `Qwen3TTSForConditionalGeneration.generate` reads from it (`hidden_states`,
+one `(hidden, codes)` entry per step), so EOS trimming and audio decoding stay upstream's.
+
+- Prefill is upstream's own `talker.forward` over the prompt.
+- Each frame is `frame_step`: the predictor's codes (morph/decode/predictor.py), the embedding
+  sum plus the trailing text (or tts_pad), one talker step, the codec head, and
+  upstream's logits rules (morph/decode/sampling.py). The frame index, cache slot and rotary
+  position are device tensors that the step advances itself.
+- Layers: in mode "eager" the talker step is the talker model's own forward with the
+  prefill's DynamicCache, called as HF generate calls it (exact); in the other modes it
+  is the lean stack over a static KV buffer with a device-side length mask, so one CUDA
+  graph replays at every position (morph/decode/runner.py decides how a step runs).
+- The host only replays, and reads back a "rows left" flag a few frames behind the GPU,
+  so the queue never drains; frames decoded past the last EOS are dropped.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import time
+from types import SimpleNamespace
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..settings import Sampling
+from . import graphs, lean, runner
+from .predictor import Predictor
+from .sampling import TalkerRules, fused_pick, sample, talker_pick
+from .talker_state import TalkerState, cache_tensors, capacity_for
+
+
+def _samplers(kind: str) -> tuple[Callable, Callable]:
+    """(code predictor's pick, talker's pick) for a kind of step."""
+    if kind == "fused":
+        return fused_pick, functools.partial(talker_pick, pick_fn=fused_pick)
+    return sample, talker_pick
+
+
+class HFTalker:
+    """The talker's layers as upstream's HF generate calls them for one token (mode "eager")."""
+
+    def __init__(self, talker, cache, attention_mask: torch.Tensor, prompt_len: int):
+        self.talker, self.cache, self.mask, self.position = talker, cache, attention_mask, prompt_len
+
+    def __call__(self, x: torch.Tensor, st: TalkerState) -> torch.Tensor:
+        batch, device = x.shape[0], x.device
+        self.mask = torch.cat([self.mask, self.mask.new_ones((batch, 1))], dim=-1)
+        cache_position = torch.tensor([self.position], device=device)
+        # Qwen3TTSTalkerForConditionalGeneration.forward's decode positions: the slot plus the prefill's rope deltas
+        delta = cache_position[0] + self.talker.rope_deltas
+        position_ids = torch.arange(1, device=device).view(1, -1).expand(batch, -1).add(delta)
+        out = self.talker.model(inputs_embeds=x, attention_mask=self.mask,
+                                position_ids=position_ids.unsqueeze(0).expand(3, -1, -1),
+                                past_key_values=self.cache, use_cache=True, cache_position=cache_position)
+        self.position += 1
+        return out.last_hidden_state
+
+
+class TalkerLoop:
+    """Owns the talker decode for one model: `generate` stands in for `talker.generate`."""
+
+    def __init__(self, talker: torch.nn.Module, max_graphs: int = 4):
+        self.talker = talker
+        self.config = talker.config
+        self.predictor = Predictor(talker.code_predictor)
+        self._stack: lean.FusedStack | None = None
+        self.graphs = graphs.GraphCache(max_graphs)
+        self._state: TalkerState | None = None
+        self._rules: collections.OrderedDict = collections.OrderedDict()
+        self.sync_lag = 4  # frames the host may run ahead of the GPU before it reads the EOS flag
+        self.min_new_tokens: int | None = None  # benchmarks: hold EOS back this long (fixed-length runs)
+        self.last_run: dict = {}
+
+    @property
+    def stack(self) -> lean.FusedStack:
+        if self._stack is None:
+            self._stack = lean.FusedStack(self.talker.model.layers, self.talker.model.norm, self.config)
+        return self._stack
+
+    def lean_check(self) -> None:
+        """Raises LeanUnsupported when the lean layers cannot run this checkpoint."""
+        self.stack.dims, self.predictor.stack.dims  # noqa: B018 - reading dims checks the configs
+
+    def release(self) -> None:
+        """Drop the graphs, buffers and fused weight storage; all rebuilt on the next call."""
+        self.graphs.clear()
+        self._state = None
+        self._rules.clear()
+        if self._stack is not None:
+            self._stack.release()
+            self._stack = None
+        self.predictor.release()
+        graphs.trim_graph_memory()
+
+    def state(self, batch: int, needed: int, device, dtype, lean_kv: bool) -> TalkerState:
+        if self._state is None or not self._state.matches(batch, needed, device, dtype, lean_kv):
+            self.graphs.clear()  # graphs point at the old buffers
+            self._state = None
+            self._state = TalkerState(self, batch, capacity_for(needed), device, dtype, lean_kv)
+        return self._state
+
+    def rules(self, device, **kw) -> TalkerRules:
+        key = (device, tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in kw.items())))
+        rules = self._rules.get(key)
+        if rules is None:
+            while len(self._rules) >= 8:
+                self._rules.popitem(last=False)
+            rules = self._rules[key] = TalkerRules(self.config.vocab_size, device=device, **kw)
+        self._rules.move_to_end(key)
+        return rules
+
+    def owner(self, device, dtype) -> tuple:
+        t = self.talker
+        return (device, dtype, self.stack.fingerprint(), self.predictor.owner(), t.codec_head.weight.data_ptr(),
+                t.model.codec_embedding.weight.data_ptr(), t.model.norm.weight.data_ptr())
+
+    def lean_talker(self, kind: str) -> Callable:
+        """kind: "lean" (torch ops) or "fused" (morph/kernels/layers.py)."""
+        fused = kind == "fused"
+        return lambda x, st: lean.talker_pass(x, self.stack.weights(), self.talker.model.norm.weight, st.k, st.v, st.cos, st.sin,
+                                 st.cache_pos, st.rope_pos, st.pads, self.stack.dims, fused)
+
+    # -- the step: one definition for every mode --------------------------------------------
+    def frame_step(self, st: TalkerState, seq_groups: int, cp_sampling: Sampling, rules: TalkerRules,
+                   talker_layers: Callable, predictor_layers: Callable, kind: str = "lean") -> None:
+        """Decode frame `st.step` and sample the next code-0 token; all state is advanced in place.
+        kind ("lean" or "fused") picks the samplers that go with the layers."""
+        t = self.talker
+        e0 = F.embedding(st.code0.unsqueeze(1), t.model.codec_embedding.weight)  # [B, 1, H]
+        pick, picker = _samplers(kind)
+        codes = self.predictor.codes(torch.cat((st.past_hidden, e0), dim=1), seq_groups, cp_sampling,
+                                     predictor_layers(), pick)  # [B, 15]
+        st.frames.index_copy_(1, st.step, torch.cat((st.code0.unsqueeze(1), codes), dim=1).unsqueeze(1))
+        # upstream: cat([codec_embedding(code0)] + [cp.codec_embedding[i](code_i)], 1).sum(1) + text
+        group_embeds = self.predictor.stacked_embeddings()[st.groups, codes]  # [B, 15, H]
+        x = torch.cat((e0, group_embeds), dim=1).sum(1, keepdim=True) + st.text.index_select(1, st.step)
+        h = talker_layers(x, st)  # [B, 1, H], normed
+        nxt = st.step + 1
+        st.past_hidden.copy_(h)
+        st.hidden.index_copy_(1, nxt, h)
+        token = rules.next_token(F.linear(h[:, -1], t.codec_head.weight), st.seen, nxt, st.min_new, picker)
+        token = torch.where(st.unfinished, token, rules.eos)  # finished rows pad with EOS, as HF does
+        st.tokens.index_copy_(1, nxt, token.unsqueeze(1))
+        st.seen.scatter_(1, token.unsqueeze(1), True)
+        st.unfinished &= token != rules.eos
+        st.any_left.copy_(st.unfinished.any())
+        st.code0.copy_(token)
+        st.step.add_(1)
+        st.cache_pos.add_(1)
+        st.rope_pos.add_(1)
+
+    # -- the loop -------------------------------------------------------------------------
+    def generate(self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, trailing_text_hidden: torch.Tensor,
+                 tts_pad_embed: torch.Tensor, *, seq_groups: int, mode: str, max_new_tokens: int,
+                 min_new_tokens: int = 2, do_sample: bool = True, top_k: int = 50, top_p: float = 1.0,
+                 temperature: float = 0.9, repetition_penalty: float = 1.0, eos_token_id: int = None,
+                 suppress_tokens=None, subtalker_dosample: bool = True, subtalker_top_k: int = 50,
+                 subtalker_top_p: float = 1.0, subtalker_temperature: float = 0.9,
+                 on_step: Callable[[], None] | None = None) -> SimpleNamespace:
+        device, dtype = inputs_embeds.device, inputs_embeds.dtype
+        batch, prompt_len = inputs_embeds.shape[:2]
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, prompt_len, dtype=torch.long, device=device)
+        mode = runner.resolve(mode, device, self.lean_check)
+        cp_sampling = Sampling(bool(subtalker_dosample), float(subtalker_temperature), int(subtalker_top_k or 0),
+                               float(subtalker_top_p))
+        with torch.inference_mode():
+            rules = self.rules(device, eos_token_id=eos_token_id if eos_token_id is not None
+                               else self.config.codec_eos_token_id, suppress_tokens=tuple(suppress_tokens or ()),
+                               repetition_penalty=repetition_penalty, do_sample=do_sample, temperature=temperature,
+                               top_k=top_k, top_p=top_p)
+            st = self.state(batch, prompt_len + max_new_tokens, device, dtype, lean_kv=mode != "eager")
+            run, talker_layers, capture_s = None, None, 0.0
+            if mode == "eager":
+                def step():
+                    self.frame_step(st, seq_groups, cp_sampling, rules, talker_layers,
+                                    lambda: self.predictor.hf_layers(batch, device, dtype))
+            else:
+                pred_state = self.predictor.lean_state(batch, device, dtype)
+
+                def lean_step(kind: str = "lean"):
+                    layers = self.predictor.lean_layers(pred_state, kind)
+                    self.frame_step(st, seq_groups, cp_sampling, rules, self.lean_talker(kind), lambda: layers, kind)
+
+                step = lean_step
+                if mode in runner.FAST_MODES:
+                    self.graphs.bind(self.owner(device, dtype))
+                    key = ("frame", seq_groups, batch, st.capacity, dtype, cp_sampling, rules.key, mode)
+                    known = key in self.graphs
+                    if not known:
+                        st.rewind()  # captured before the prefill: a capture's warm-up runs the step for real
+                    start = time.perf_counter()
+                    run = runner.fast_step(self.graphs, key, lambda: lean_step(mode), lean_step, mode,
+                                           keep=(st, pred_state, rules))
+                    capture_s = 0.0 if known else time.perf_counter() - start
+            cache = self._prefill(st, rules, inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed,
+                                  self.min_new_tokens if self.min_new_tokens is not None else min_new_tokens)
+            if mode == "eager":
+                talker_layers = HFTalker(self.talker, cache, attention_mask, prompt_len)
+            frames_run = self._decode(st, run or step, max_new_tokens - 1, on_step)
+            tokens = st.tokens[:, :frames_run + 1].cpu()
+        frames = self._frames_kept(tokens, rules.eos, frames_run)
+        codes = st.frames[:, :frames].clone()
+        hidden = st.hidden[:, :frames + 1].clone()
+        self.last_run = dict(mode=mode, frames_run=frames_run, frames=frames, capture_s=round(capture_s, 3),
+                             capacity=st.capacity)
+        steps = [((hidden[:, 0:1],), None)] + [((hidden[:, j + 1:j + 2],), codes[:, j]) for j in range(frames)]
+        return SimpleNamespace(hidden_states=steps, sequences=tokens[:, :frames + 1].to(device))
+
+    def _prefill(self, st: TalkerState, rules: TalkerRules, inputs_embeds, attention_mask, trailing_text_hidden,
+                 tts_pad_embed, min_new_tokens: int):
+        """Upstream's own prefill, then the state for frame 0; returns the prefill's DynamicCache."""
+        from transformers.cache_utils import DynamicCache
+
+        prompt_len = inputs_embeds.shape[1]
+        device = inputs_embeds.device
+        out = self.talker(inputs_embeds=inputs_embeds, attention_mask=attention_mask, past_key_values=DynamicCache(),
+                          use_cache=True, cache_position=torch.arange(prompt_len, device=device),
+                          trailing_text_hidden=trailing_text_hidden, tts_pad_embed=tts_pad_embed, return_dict=True)
+        if st.lean_kv:
+            for (k, v), kc, vc in zip(cache_tensors(out.past_key_values), st.k, st.v):
+                kc[:, :, :prompt_len].copy_(k)
+                vc[:, :, :prompt_len].copy_(v)
+        st.min_new.fill_(int(min_new_tokens))
+        st.seen.zero_()
+        token = rules.next_token(out.logits[:, -1], st.seen, torch.zeros_like(st.min_new), st.min_new)
+        pads = prompt_len - attention_mask.sum(-1).to(torch.long)
+        st.code0.copy_(token)
+        st.past_hidden.copy_(out.past_hidden)
+        st.step.zero_()
+        st.cache_pos.fill_(prompt_len)
+        st.pads.copy_(pads)
+        st.rope_pos.copy_(prompt_len - pads)
+        st.seen.scatter_(1, token.unsqueeze(1), True)
+        st.unfinished.copy_(token != rules.eos)
+        st.any_left.copy_(st.unfinished.any())
+        st.tokens[:, 0] = token
+        st.hidden[:, 0:1] = out.past_hidden
+        n_text = min(trailing_text_hidden.shape[1], st.capacity)
+        st.text[:, :n_text] = trailing_text_hidden[:, :n_text]
+        st.text[:, n_text:] = tts_pad_embed.reshape(1, 1, -1)
+        return out.past_key_values
+
+    def _decode(self, st: TalkerState, run: Callable[[], object], max_frames: int,
+                on_step: Callable[[], None] | None) -> int:
+        """Run up to max_frames steps; stop once every row has emitted EOS. Returns steps run."""
+        cuda = st.device.type == "cuda"
+        ring = self.sync_lag + 2
+        flags = torch.ones(ring, dtype=torch.bool, pin_memory=cuda)
+        pending: collections.deque = collections.deque()
+        frames = 0
+        if not bool(st.any_left):
+            return 0
+        for j in range(max_frames):
+            if on_step is not None:
+                on_step()
+            run()
+            frames += 1
+            if not cuda:
+                if not bool(st.any_left):
+                    break
+                continue
+            slot = flags[j % ring]
+            slot.copy_(st.any_left, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            pending.append((event, j % ring))
+            if len(pending) > self.sync_lag:
+                event, i = pending.popleft()
+                event.synchronize()
+                if not bool(flags[i]):
+                    break
+        return frames
+
+    @staticmethod
+    def _frames_kept(tokens: torch.Tensor, eos: int, frames_run: int) -> int:
+        """Frames upstream would have returned: HF stops once every row has sampled EOS."""
+        is_eos = tokens == eos  # [B, frames_run + 1]
+        if bool(is_eos.any(dim=1).all()):
+            first = is_eos.int().argmax(dim=1)
+            return min(int(first.max()), frames_run)
+        return frames_run

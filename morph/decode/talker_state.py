@@ -1,0 +1,77 @@
+"""The static state of the talker loop: every buffer a frame step reads or writes.
+
+Allocated once per (batch, capacity, layers) and written in place, so a CUDA graph
+captured against it replays at every position; the capacity is a power of two, so few
+graphs are captured (the capacity is part of a graph's key).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import lean
+
+MIN_CAPACITY = 256
+
+
+def capacity_for(needed: int) -> int:
+    """Static cache slots for a call that needs `needed`: the next power of two (so few
+    graphs are captured), at least MIN_CAPACITY."""
+    cap = MIN_CAPACITY
+    while cap < needed:
+        cap *= 2
+    return cap
+
+
+def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) per layer of an HF DynamicCache, across transformers versions."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache))
+
+
+class TalkerState:
+    """Every tensor a frame step reads or writes, allocated once per (batch, capacity, lean)."""
+
+    def __init__(self, loop, batch: int, capacity: int, device: torch.device, dtype: torch.dtype,
+                 lean_kv: bool):
+        cfg = loop.config
+        hidden, vocab, groups = cfg.hidden_size, cfg.vocab_size, cfg.num_code_groups
+        self.batch, self.capacity, self.device, self.dtype, self.lean_kv = batch, capacity, device, dtype, lean_kv
+        z = dict(device=device)
+        with torch.inference_mode(False), torch.no_grad():
+            self.k = self.v = None
+            if lean_kv:
+                d = loop.stack.dims
+                shape = (batch, d.kv_heads, capacity, d.head_dim)
+                self.k = [torch.zeros(shape, dtype=dtype, **z) for _ in range(cfg.num_hidden_layers)]
+                self.v = [torch.zeros(shape, dtype=dtype, **z) for _ in range(cfg.num_hidden_layers)]
+                self.cos, self.sin = lean.rope_tables(loop.talker.model.rotary_emb, capacity, device, dtype,
+                                                      multimodal=True)
+            self.groups = torch.arange(groups - 1, **z)
+            self.code0 = torch.zeros(batch, dtype=torch.long, **z)
+            self.past_hidden = torch.zeros(batch, 1, hidden, dtype=dtype, **z)
+            self.step = torch.zeros(1, dtype=torch.long, **z)  # frame index j
+            self.cache_pos = torch.zeros(1, dtype=torch.long, **z)  # slot of frame j's talker token
+            self.rope_pos = torch.zeros(batch, dtype=torch.long, **z)
+            self.pads = torch.zeros(batch, dtype=torch.long, **z)
+            self.min_new = torch.zeros(1, dtype=torch.long, **z)
+            self.seen = torch.zeros(batch, vocab, dtype=torch.bool, **z)
+            self.unfinished = torch.ones(batch, dtype=torch.bool, **z)
+            self.any_left = torch.ones((), dtype=torch.bool, **z)
+            self.text = torch.zeros(batch, capacity, hidden, dtype=dtype, **z)
+            self.frames = torch.zeros(batch, capacity, groups, dtype=torch.long, **z)
+            self.tokens = torch.zeros(batch, capacity, dtype=torch.long, **z)
+            self.hidden = torch.zeros(batch, capacity, hidden, dtype=dtype, **z)
+
+    def rewind(self) -> None:
+        """Point every index at slot 0: a capture's warm-up runs the step for real, and stale
+        indices near the end of the buffers would write out of bounds."""
+        for t in (self.step, self.cache_pos, self.rope_pos, self.pads):
+            t.zero_()
+
+    def matches(self, batch: int, needed: int, device, dtype, lean_kv: bool) -> bool:
+        return (self.batch == batch and self.device == device and self.dtype == dtype and self.lean_kv == lean_kv
+                and needed <= self.capacity <= 2 * capacity_for(needed))
+
+

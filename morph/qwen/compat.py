@@ -1,0 +1,148 @@
+"""Run qwen-tts 0.1.1 (written against transformers 4.57.3) on transformers 5.x, without editing site-packages.
+
+Use ``import_qwen_tts()`` instead of ``import qwen_tts``. Each shim is feature-detected and applied only when
+the installed transformers needs it: none on 4.57.x. Before the import, on transformers names
+(morph/qwen/compat_transformers.py); after it, on qwen-tts's own classes and module globals
+(morph/qwen/compat_qwen_tts.py); each module's docstring says which release needs which shim and why. Checked on
+every release from 5.0.0 to 5.23.0: with these shims, a tiny random model gives the same codes as on 4.57.3
+(greedy and seeded sampling, sdpa and eager, batched with left padding, ICL prompts, after
+save_pretrained/from_pretrained), and the same 12 Hz decode.
+
+Not shimmed, on purpose: from 5.3 transformers' Mimi honours ``sliding_window`` (250 frames = 10 s for the 12 Hz
+tokenizer) under sdpa/eager, as 4.57 did only under flash-attention-2. So encoding reference audio longer than
+10 s gives different codes than 4.57.3 with sdpa; shorter references encode identically.
+
+Deleting the compat modules: once a qwen-tts release supports transformers 5 (dict ``_tied_weights_keys``,
+guarded ``_init_weights`` that fills ``inv_freq``, no ``cache_position`` dependence, the 5.x mask and Mimi APIs),
+require it, replace ``import_qwen_tts()`` with ``import qwen_tts``, and delete them and their tests. Until then,
+run tests/morph/test_compat*.py under any new transformers release before allowing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import logging
+import sys
+import types
+
+from .quiet import quiet_third_party
+
+logger = logging.getLogger(__name__)
+
+# What `import qwen_tts` needs (pip names = import names). sox, onnxruntime and einops are only imported because
+# qwen_tts/__init__ imports the 25 Hz tokenizer; 12 Hz models never call them. So is torchaudio, which
+# _without_torchaudio() stands in for when it is missing or broken.
+_IMPORT_DEPS = ("transformers", "huggingface_hub", "numpy", "librosa", "soundfile", "sox", "onnxruntime", "einops")
+_KALDI = "torchaudio.compliance.kaldi"  # the one torchaudio module qwen-tts imports (25 Hz tokenizer)
+
+_applied: list[str] = []
+
+
+def _apply(shims: dict) -> list[str]:
+    new = [name for name, shim in shims.items() if shim()]
+    _applied.extend(n for n in new if n not in _applied)
+    return new
+
+
+_logged = False
+
+
+def _log(new: list[str]) -> None:
+    """One line the first time, then only when something new was applied."""
+    global _logged
+    if _logged and not new:
+        return
+    _logged = True
+    import transformers
+
+    applied = ", ".join(_applied) or "none needed"
+    logger.info("qwen-tts compat shims for transformers %s: %s", transformers.__version__, applied)
+
+
+@contextlib.contextmanager
+def _without_torchaudio():
+    """While qwen_tts is imported: stand-in modules for torchaudio.compliance.kaldi when the real one does not
+    import (torchaudio absent, or built for another torch: ImportError, OSError or RuntimeError). Only qwen-tts's
+    25 Hz tokenizer module keeps a reference to them, and using it raises; sys.modules holds them only during
+    the import, so other packs never see a fake torchaudio. A working torchaudio is imported as it would be."""
+    if "qwen_tts" in sys.modules:  # imported already: nothing will import torchaudio
+        yield
+        return
+    before = {name for name in sys.modules if name.partition(".")[0] == "torchaudio"}
+    try:
+        importlib.import_module(_KALDI)
+    except Exception as exc:  # a torchaudio for another torch or CUDA raises OSError or RuntimeError too
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    else:
+        yield
+        return
+    for name in [n for n in sys.modules if n.partition(".")[0] == "torchaudio" and n not in before]:
+        del sys.modules[name]  # what a failed import left half done
+    logger.info("qwen-tts: torchaudio is unavailable (%s), so its 25 Hz tokenizer is off; 12 Hz models never "
+                "use it", reason)
+
+    def unavailable(name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise ImportError(f"torchaudio is unavailable ({reason}), so qwen-tts's 25 Hz tokenizer cannot run; this "
+                          "pack runs 12 Hz models only")
+
+    parts = _KALDI.split(".")
+    names = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    # a torchaudio that imported but whose kaldi module fails keeps its own modules; the import finds ours
+    # in sys.modules below them
+    stand_ins = {name: types.ModuleType(name) for name in names if name not in sys.modules}
+    for name, module in stand_ins.items():
+        module.__path__ = []  # a package, so that its submodule's import is found in sys.modules
+        parent, _, child = name.rpartition(".")
+        if parent in stand_ins:
+            setattr(stand_ins[parent], child, module)
+    stand_ins[_KALDI].__getattr__ = unavailable
+    sys.modules.update(stand_ins)
+    try:
+        yield
+    finally:
+        for name, module in stand_ins.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+
+
+def _import_advice(exc: ImportError) -> str:
+    """What to install: qwen-tts when it is missing, and the packages its import needs that are missing."""
+    pip = f"{sys.executable} -m pip install"
+    missing = [name for name in _IMPORT_DEPS if importlib.util.find_spec(name) is None]
+    steps = [f"{pip} {' '.join(missing)}"] if missing else []
+    if importlib.util.find_spec("qwen_tts") is None:
+        missing.insert(0, "qwen-tts==0.1.1 (with --no-deps, so it keeps your transformers)")
+        steps.insert(0, f"{pip} --no-deps qwen-tts==0.1.1")
+    if not steps:
+        return (f"Could not import qwen_tts ({exc}): qwen-tts and the packages it imports are installed, but one "
+                "of them failed to import; reinstall the one the message names (the pack's requirements.txt "
+                "lists what qwen-tts needs)")
+    return (f"Could not import qwen_tts ({exc}). missing: {', '.join(missing)}. Fix, with the Python that runs "
+            f"ComfyUI: {' && '.join(steps)} (--no-deps keeps your torch and transformers: 4.57.x and 5.x both "
+            "work; the pack's requirements.txt lists what qwen-tts needs besides).")
+
+
+def import_qwen_tts():
+    """Apply the compat shims, import qwen_tts, patch its classes, and return the module.
+
+    Raises ImportError naming the packages to install if qwen_tts or an import-time dependency is missing.
+    """
+    from . import compat_qwen_tts, compat_transformers  # imported here: their shims load transformers
+
+    # Before the first import: check_model_inputs is used as a decorator while qwen-tts's classes are defined.
+    new = [] if "qwen_tts" in sys.modules else _apply(compat_transformers.SHIMS)
+    try:
+        if importlib.util.find_spec("qwen_tts") is None:
+            raise ModuleNotFoundError("No module named 'qwen_tts'", name="qwen_tts")
+        with quiet_third_party(), _without_torchaudio():
+            qwen_tts = importlib.import_module("qwen_tts")
+    except ImportError as exc:
+        raise ImportError(_import_advice(exc)) from exc
+    finally:
+        compat_transformers.restore_check_model_inputs()
+    _log(new + _apply(compat_qwen_tts.SHIMS))
+    return qwen_tts

@@ -1,0 +1,252 @@
+"""The compat shims applied after ``import qwen_tts``, on its own classes and module globals (nothing else in
+the process sees them; morph/qwen/compat.py applies them):
+  pad_token_id        5.0+   ``PreTrainedConfig`` no longer defines ``pad_token_id``; the talker and code
+                             predictor read it (None) when built.
+  rope_parameters     5.0+   ``rope_scaling`` is saved as ``rope_parameters``: see accept_saved_rope_parameters.
+  rope_default        5.0+   ``ROPE_INIT_FUNCTIONS["default"]`` was removed; qwen-tts looks it up for every
+                             rotary embedding. Its modules get a view of the table that adds 4.57's function.
+  tied_weights_keys   5.0+   ``_tied_weights_keys`` must be a dict; qwen-tts's lists crash ``save_pretrained``.
+                             They never tied anything (tie_word_embeddings is False), so they become None.
+  init_weights        5.0+   ``from_pretrained`` builds on the meta device, loads, then runs ``_init_weights``
+                             on what it thinks is missing. Nothing refilled qwen-tts's non-persistent RoPE
+                             ``inv_freq`` buffers (left as uninitialised memory), and before 5.13 qwen-tts's
+                             unguarded ``.data.normal_()`` also re-randomised the loaded weights. Silent: no
+                             error, wrong audio.
+  mask_kwargs         5.9+   ``create_causal_mask`` renamed ``input_embeds`` to ``inputs_embeds`` (alias until
+                             5.8) and dropped ``cache_position``.
+  cache_position      5.4+   ``generate`` stopped passing ``cache_position`` to the model; the talker keys its
+                             multimodal RoPE positions on it (None makes it rebuild them for the whole sequence
+                             every step: shape errors, or wrong positions with left padding).
+  mimi_properties     5.21+  ``MimiModel.upsample``/``decoder_transformer`` became read-only properties; the
+                             qwen-tts encoder subclass sets them to None to drop Mimi's decoder half.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import importlib.util
+import inspect
+import sys
+
+from .marks import mark, marked, note_foreign_wrapper
+
+_MODELS = "qwen_tts.core.models.modeling_qwen3_tts"
+_CONFIGS = "qwen_tts.core.models.configuration_qwen3_tts"
+_TOKENIZER_12HZ = "qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2"
+_TOKENIZER_12HZ_CONFIG = "qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2"
+_TOKENIZER_25HZ = "qwen_tts.core.tokenizer_25hz.modeling_qwen3_tts_tokenizer_v1"
+
+
+def _classes(module: str, *names: str) -> list[type]:
+    """The named classes of a qwen_tts module, once it has been imported."""
+    loaded = sys.modules.get(module)
+    return [getattr(loaded, name) for name in names] if loaded is not None else []
+
+
+def _wrap_methods(classes, attr: str, wrap) -> bool:
+    """Replace `attr` on each class with wrap(it), unless already ours; note other packs' wrappers."""
+    done = False
+    for cls in classes:
+        method = getattr(cls, attr)
+        if not marked(method):
+            note_foreign_wrapper(method, f"{cls.__name__}.{attr}")
+            setattr(cls, attr, wrap(method))
+            done = True
+    return done
+
+
+def _shim_pad_token_id() -> bool:
+    from transformers import PretrainedConfig
+
+    if hasattr(PretrainedConfig(), "pad_token_id"):
+        return False
+    done = False
+    for cls in _classes(_CONFIGS, "Qwen3TTSTalkerConfig", "Qwen3TTSTalkerCodePredictorConfig"):
+        if "pad_token_id" not in cls.__dict__:
+            cls.pad_token_id = None  # 4.57's default; a value in config.json still wins (instance attribute)
+            done = True
+    return done
+
+
+def accept_saved_rope_parameters(init):
+    """Wrap a qwen-tts config ``__init__`` so a config.json written by 5.x loads like one written by 4.57.
+
+    5.x saves ``rope_scaling`` as ``rope_parameters``. qwen-tts's ``__init__`` then passed that on to 5.x's
+    validation (which on some releases demands a ``rope_theta`` inside it) and afterwards assigned its own
+    ``rope_scaling=None`` default over it, losing the talker's mrope_section. Configs written by 4.57 (all
+    released checkpoints) were fine.
+    """
+    params = inspect.signature(init).parameters
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        rope = kwargs.pop("rope_parameters", None)
+        if isinstance(rope, dict):
+            if "rope_theta" in params and "rope_theta" not in kwargs and "rope_theta" in rope:
+                kwargs["rope_theta"] = rope["rope_theta"]
+            if "rope_scaling" in params and kwargs.get("rope_scaling") is None:
+                kwargs["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}  # as 4.57 saved it
+        init(self, *args, **kwargs)
+
+    return mark(__init__)
+
+
+def _shim_rope_parameters() -> bool:
+    from transformers import PretrainedConfig
+
+    if not isinstance(inspect.getattr_static(PretrainedConfig, "rope_scaling", None), property):  # 4.x
+        return False
+    targets = (_classes(_CONFIGS, "Qwen3TTSTalkerConfig", "Qwen3TTSTalkerCodePredictorConfig")
+               + _classes(_TOKENIZER_12HZ_CONFIG, "Qwen3TTSTokenizerV2DecoderConfig"))
+    return _wrap_methods(targets, "__init__", accept_saved_rope_parameters)
+
+
+def compute_default_rope_parameters(config, device=None, seq_len=None, **_):
+    """transformers 4.57.3's ``_compute_default_rope_parameters`` (plain RoPE), removed in 5.0."""
+    import torch
+
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    dim = int(head_dim * getattr(config, "partial_rotary_factor", 1.0))
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim
+    return 1.0 / (config.rope_theta ** exponents), 1.0
+
+
+def _shim_rope_default() -> bool:
+    done = False
+    for name in (_MODELS, _TOKENIZER_12HZ):
+        module = sys.modules.get(name)
+        table = getattr(module, "ROPE_INIT_FUNCTIONS", None)
+        if table is None or "default" in table:
+            continue
+        # A view over transformers' live table plus "default", seen only by this qwen_tts module.
+        module.ROPE_INIT_FUNCTIONS = collections.ChainMap({"default": compute_default_rope_parameters}, table)
+        done = True
+    return done
+
+
+def _shim_tied_weights_keys() -> bool:
+    from transformers import PreTrainedModel
+
+    if not hasattr(PreTrainedModel, "get_expanded_tied_weights_keys"):  # 4.x: lists are the format
+        return False
+    done = False
+    for name in (_MODELS, _TOKENIZER_12HZ, _TOKENIZER_25HZ):
+        module = sys.modules.get(name)
+        for cls in vars(module).values() if module else ():
+            if isinstance(cls, type) and isinstance(cls.__dict__.get("_tied_weights_keys"), list):
+                cls._tied_weights_keys = None
+                done = True
+    return done
+
+
+def guard_init_weights(init_weights):
+    """Wrap a qwen-tts ``_init_weights`` for transformers 5's load-then-initialise order."""
+
+    @functools.wraps(init_weights)
+    def _init_weights(self, module):
+        if hasattr(module, "rope_init_fn") and hasattr(module, "inv_freq"):
+            # Non-persistent buffer: not in the checkpoint, and 5.x does not keep the value computed in __init__.
+            inv_freq, _ = module.rope_init_fn(module.config, module.inv_freq.device)
+            module.inv_freq.copy_(inv_freq)
+            module.original_inv_freq = module.inv_freq
+            return
+        own = list(module.parameters(recurse=False))
+        if own and all(getattr(p, "_is_hf_initialized", False) for p in own):
+            return  # loaded from the checkpoint (4.57 skipped such modules too)
+        init_weights(self, module)
+
+    return mark(_init_weights)
+
+
+def _shim_init_weights() -> bool:
+    if importlib.util.find_spec("transformers.initialization") is None:  # 4.x: initialise, then load
+        return False
+    targets = (_classes(_MODELS, "Qwen3TTSPreTrainedModel", "Qwen3TTSTalkerTextPreTrainedModel")
+               + _classes(_TOKENIZER_12HZ, "Qwen3TTSTokenizerV2DecoderPreTrainedModel"))
+    return _wrap_methods(targets, "_init_weights", guard_init_weights)
+
+
+def accept_legacy_mask_kwargs(create_mask):
+    """Let a 5.x ``create_*_mask`` take 4.57's ``input_embeds=`` and ``cache_position=``."""
+    params = inspect.signature(create_mask).parameters
+
+    @functools.wraps(create_mask)
+    def wrapper(*args, **kwargs):
+        if "input_embeds" in kwargs and "input_embeds" not in params:
+            kwargs["inputs_embeds"] = kwargs.pop("input_embeds")
+        if "cache_position" not in params:
+            # 5.x derives it from past_key_values; qwen-tts's is always arange(past_len, past_len + q_len)
+            kwargs.pop("cache_position", None)
+        return create_mask(*args, **kwargs)
+
+    return mark(wrapper)
+
+
+def _shim_mask_kwargs() -> bool:
+    done = False
+    for name in (_MODELS, _TOKENIZER_12HZ):
+        module = sys.modules.get(name)
+        for attr in ("create_causal_mask", "create_sliding_window_causal_mask"):
+            fn = getattr(module, attr, None)
+            if fn is None or marked(fn):
+                continue
+            params = inspect.signature(fn).parameters
+            if "input_embeds" in params and "cache_position" in params:
+                continue
+            note_foreign_wrapper(fn, f"{name}.{attr}")
+            setattr(module, attr, accept_legacy_mask_kwargs(fn))
+            done = True
+    return done
+
+
+def pass_cache_position(prepare_inputs_for_generation):
+    """Wrap ``prepare_inputs_for_generation`` to pass ``cache_position`` again, as 4.57's generate did."""
+    import torch
+
+    @functools.wraps(prepare_inputs_for_generation)
+    def wrapper(self, *args, **kwargs):
+        inputs = prepare_inputs_for_generation(self, *args, **kwargs)
+        if inputs.get("cache_position") is None:
+            past = inputs.get("past_key_values")
+            seen = past.get_seq_length() if past is not None else 0
+            new = inputs["inputs_embeds"] if inputs.get("inputs_embeds") is not None else inputs["input_ids"]
+            inputs["cache_position"] = torch.arange(seen, seen + new.shape[1], device=new.device)
+        return inputs
+
+    return mark(wrapper)
+
+
+def _shim_cache_position() -> bool:
+    from transformers import GenerationMixin
+
+    if "cache_position" in inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters:
+        return False
+    targets = _classes(_MODELS, "Qwen3TTSTalkerForConditionalGeneration",
+                       "Qwen3TTSTalkerCodePredictorModelForConditionalGeneration")
+    return _wrap_methods(targets, "prepare_inputs_for_generation", pass_cache_position)
+
+
+def _shim_mimi_properties() -> bool:
+    done = False
+    for encoder in _classes(_TOKENIZER_12HZ, "Qwen3TTSTokenizerV2Encoder"):
+        for attr in ("upsample", "decoder_transformer"):
+            inherited = inspect.getattr_static(encoder, attr, None)
+            if isinstance(inherited, property) and inherited.fset is None:
+                # The encoder sets these to None to drop Mimi's decoder half; 5.x derives them from
+                # self.decoder, which it also sets to None. Reads give None, as on 4.57.
+                setattr(encoder, attr, property(lambda self: None, lambda self, value: None))
+                done = True
+    return done
+
+
+SHIMS = {
+    "pad_token_id": _shim_pad_token_id,
+    "rope_parameters": _shim_rope_parameters,
+    "rope_default": _shim_rope_default,
+    "tied_weights_keys": _shim_tied_weights_keys,
+    "init_weights": _shim_init_weights,
+    "mask_kwargs": _shim_mask_kwargs,
+    "cache_position": _shim_cache_position,
+    "mimi_properties": _shim_mimi_properties,
+}

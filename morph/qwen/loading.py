@@ -1,0 +1,98 @@
+"""Load a Qwen3-TTS checkpoint folder (found by morph/qwen/checkpoints.py) on a device, in a dtype."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from .quiet import quiet_third_party
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps else "cpu")
+    kind = torch.device(device).type
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} is not available: this PyTorch sees no CUDA GPU; choose auto or cpu")
+    if kind == "mps" and not mps:
+        raise ValueError(f"device {device!r} is not available: MPS needs an Apple-silicon Mac with a PyTorch built "
+                         "for it; choose auto or cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32  # half precision on CPU is slow and lossy
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of auto, {', '.join(DTYPES)}; got {dtype!r}")
+    return DTYPES[dtype]
+
+
+def flash_attn_available() -> bool:
+    try:
+        import flash_attn  # noqa: F401
+    except Exception:  # a broken flash-attn build raises more than ImportError
+        return False
+    return True
+
+
+def resolve_attention(attention: str, device: torch.device, dtype: torch.dtype) -> str:
+    if attention == "auto":
+        fa = device.type == "cuda" and dtype != torch.float32 and flash_attn_available()
+        attention = "flash_attention_2" if fa else "sdpa"
+    elif attention == "flash_attention_2" and not flash_attn_available():
+        raise RuntimeError("attention 'flash_attention_2' needs the flash-attn package, which does not import "
+                           "here; choose auto or sdpa (same output, no extra install)")
+    elif attention not in ("sdpa", "eager", "flash_attention_2"):
+        raise ValueError(f"attention must be auto, sdpa, flash_attention_2 or eager; got {attention!r}")
+    log.info("Qwen3-TTS attention: %s", attention)
+    return attention
+
+
+def load_qwen_tts(folder: Path, device: torch.device, dtype: torch.dtype, attention: str):
+    """Load a checkpoint folder with qwen-tts, turning its failures into clear messages."""
+    from .compat import import_qwen_tts
+
+    qwen_tts = import_qwen_tts()
+    try:
+        with quiet_third_party():
+            tts = qwen_tts.Qwen3TTSModel.from_pretrained(str(folder), dtype=dtype, attn_implementation=attention)
+    except Exception as e:
+        raise RuntimeError(f"loading the Qwen3-TTS checkpoint in {folder} failed ({type(e).__name__}: {e}); "
+                           "the files may be incomplete or corrupt, or not a Qwen3-TTS-12Hz checkpoint: "
+                           "download it again") from e
+    place(tts, device)
+    if tts.model.tokenizer_type != "qwen3_tts_tokenizer_12hz":
+        raise ValueError(f"{folder} is a {tts.model.tokenizer_type} model; this pack runs the 12 Hz models only")
+    return tts
+
+
+def place(tts, device: torch.device) -> None:
+    """Move a loaded model to a device. The speech tokenizer is a plain attribute, not a
+    submodule, so `model.to()` alone would leave it (and the wrappers' device fields) behind.
+
+    `.to()` does not move plain tensor attributes either, and upstream keeps two: the talker's
+    last `rope_deltas` (every prefill sets it again) and each codebook's embeddings in the
+    codec's encoder (transformers' Mimi caches them at its first encode: 32 MiB that stayed on
+    the GPU after "Unload models"). Both are dropped here and rebuilt where the weights are.
+    """
+    from transformers.models.mimi.modeling_mimi import MimiEuclideanCodebook
+
+    tts.model.to(device)
+    tts.model.talker.rope_deltas = None
+    codec = tts.model.speech_tokenizer
+    codec.model.to(device)
+    for module in codec.model.modules():
+        if isinstance(module, MimiEuclideanCodebook):
+            module._embed = None
+    codec.device = torch.device(device)
+    tts.device = torch.device(device)

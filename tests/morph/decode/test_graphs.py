@@ -1,0 +1,22 @@
+"""The graph cache's bookkeeping, checked on CPU with a stand-in capture (tests/gpu/ captures for real)."""
+
+import torch
+
+from morph.decode import graphs
+
+
+def test_graph_cache_is_an_lru_and_drops_everything_when_its_owner_changes(monkeypatch):
+    monkeypatch.setattr(graphs, "capture", lambda step, pool: graphs.CapturedStep(None, step()))
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "pool")
+    cache = graphs.GraphCache(max_graphs=3)
+    cache.bind("weights@1")
+    for k in range(1, 16):
+        cache.get(("frame", k), lambda: k)
+    assert len(cache) == 3 and all(("frame", k) in cache for k in (13, 14, 15))
+    assert cache.get(("frame", 13), lambda: None).outputs == 13  # a hit is not captured again
+    cache.get(("frame", 16), lambda: 16)  # ... and moved to the back, so 14 is the oldest now
+    assert ("frame", 13) in cache and ("frame", 14) not in cache
+    cache.bind("weights@1")
+    assert len(cache) == 3
+    cache.bind("weights@2")  # moved, cast or re-fused: every graph points at old storage
+    assert len(cache) == 0

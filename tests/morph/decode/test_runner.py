@@ -1,0 +1,167 @@
+"""The runner policy on CPU: what each mode runs as, and what a failed capture does.
+
+A real capture needs a GPU (tests/gpu/). Here `graphs.capture` is replaced by a stand-in
+that runs the step's warm-ups like the real one and replays by calling the step again,
+so everything around the capture (static buffers, rewinding, keys, fallbacks, OOM) runs
+for real through the public API.
+"""
+
+import logging
+
+import pytest
+import torch
+
+from morph.decode import graphs, runner
+from morph.settings import GenerationSettings, Sampling
+
+from ..helpers import recorded_codes
+
+
+class StandInGraph:
+    def __init__(self, step):
+        self.step = step
+
+    def replay(self):
+        return self.step()
+
+
+def stand_in_capture(step, pool=None, warmup=2):
+    state = torch.get_rng_state()
+    for _ in range(warmup):
+        step()
+    torch.set_rng_state(state)
+    return graphs.CapturedStep(StandInGraph(step), None)
+
+
+@pytest.fixture
+def fast_on_cpu(monkeypatch, tiny_tts):
+    """Let the fast modes run on CPU through the stand-in capture."""
+    real_resolve = runner.resolve
+    monkeypatch.setattr(runner, "resolve", lambda mode, device, check: mode if mode in ("graphs", "lean")
+                        else real_resolve(mode, device, check))
+    monkeypatch.setattr(graphs, "capture", stand_in_capture)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "pool")
+    yield tiny_tts
+    tiny_tts.patch.mode = "auto"
+    tiny_tts.release_device_state()
+
+
+def codes(tts, voice, mode, settings, text="Graphs and op by op agree."):
+    tts.patch.mode = mode
+    with recorded_codes(tts.tts) as rec:
+        tts.clone(text, voice, "English", settings)
+    return rec[0][0]
+
+
+def sampled(k):
+    return GenerationSettings(seq_groups=k, do_sample=True, subtalker=Sampling(do_sample=True), seed=99,
+                              max_new_tokens=14)
+
+
+def test_modes_on_cpu_run_eager():
+    for mode in ("auto", "eager", "graphs", "fused"):
+        assert runner.resolve(mode, torch.device("cpu"), lambda: None) == "eager"
+    assert runner.resolve("lean", torch.device("cpu"), lambda: None) == "lean"
+    assert runner.resolve("auto", torch.device("cuda"), lambda: None) == "fused"
+
+
+def test_without_triton_the_triton_modes_run_plain_graphs(monkeypatch, caplog):
+    monkeypatch.setattr(runner.graphs, "triton_available", lambda: False)
+    monkeypatch.setattr(runner, "_logged", set())
+    for mode in ("auto", "fused"):
+        assert runner.resolve(mode, torch.device("cuda"), lambda: None) == "graphs"
+    assert "needs Triton" in caplog.text
+    with pytest.raises(ValueError, match="mode must be one of"):
+        runner.resolve("fast", torch.device("cpu"), lambda: None)
+
+
+def test_the_retired_compile_mode_runs_fused_and_says_so(tiny_dir, caplog):
+    from morph.engine import MorphTTS
+
+    with caplog.at_level(logging.WARNING, logger="morph.decode.runner"):
+        assert runner.check_mode("compile") == "fused"
+        tts = MorphTTS.load(str(tiny_dir), device="cpu", dtype="fp32", attention="sdpa", mode="compile")
+    assert tts.patch.mode == "fused"
+    assert [r.getMessage() for r in caplog.records] == [
+        "morph: speed mode 'compile' was retired (slower than fused, and minutes to build on its first call); "
+        "running fused instead"] * 2
+    with pytest.raises(ValueError, match="mode must be one of auto, eager, lean, graphs, fused;"):
+        runner.check_mode("fast")
+
+
+def test_a_checkpoint_the_lean_layers_cannot_run_goes_eager():
+    from morph.decode.lean import LeanUnsupported
+
+    def unsupported():
+        raise LeanUnsupported("hidden_act 'gelu'")
+
+    assert runner.resolve("graphs", torch.device("cuda"), unsupported) == "eager"
+
+
+def test_the_captured_step_gives_the_op_by_op_codes(fast_on_cpu, ref_audio):
+    tts = fast_on_cpu
+    voice = tts.make_voice(*ref_audio, transcript="A short reference sentence.")
+    for k in (15, 5, 15):
+        assert torch.equal(codes(tts, voice, "graphs", sampled(k)), codes(tts, voice, "lean", sampled(k))), k
+        assert len(tts.patch.loop.graphs) <= 4
+    tts.patch.mode = "graphs"
+    tts.clone("Once more.", voice, "English", sampled(5))
+    assert tts.patch.last_run["mode"] == "graphs"
+
+
+def test_a_failed_capture_runs_op_by_op_once_and_the_next_run_captures(fast_on_cpu, ref_audio, monkeypatch,
+                                                                       caplog):
+    tts = fast_on_cpu
+    voice = tts.make_voice(*ref_audio)
+    expected = codes(tts, voice, "lean", sampled(5))
+
+    def broken(step, pool=None, warmup=2):
+        raise RuntimeError("injected capture failure")
+
+    monkeypatch.setattr(graphs, "capture", broken)
+    with caplog.at_level(logging.WARNING, logger="morph.decode.runner"):
+        assert torch.equal(codes(tts, voice, "graphs", sampled(5)), expected)
+    [record] = [r for r in caplog.records if r.name == "morph.decode.runner"]
+    assert "could not prepare the graphs decoder (RuntimeError: injected capture failure)" in record.message
+    assert "the next run tries again" in record.message
+    monkeypatch.setattr(graphs, "capture", stand_in_capture)
+    assert torch.equal(codes(tts, voice, "graphs", sampled(5)), expected)
+    assert len(tts.patch.loop.graphs) == 1  # captured this time
+
+
+def test_a_capture_out_of_memory_is_an_out_of_memory(fast_on_cpu, ref_audio, monkeypatch):
+    tts = fast_on_cpu
+    voice = tts.make_voice(*ref_audio)
+
+    def oom(step, pool=None, warmup=2):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+
+    monkeypatch.setattr(graphs, "capture", oom)
+    tts.patch.mode = "graphs"
+    # not swallowed as "graphs unavailable": the front end's out-of-memory handling sees it
+    with pytest.raises(RuntimeError, match=r"ran out of memory rendering a single row .*CUDA out of memory \(injected\)"):
+        tts.clone("Out of memory.", voice, "English", sampled(5))
+    assert len(tts.patch.loop.graphs) == 0
+
+
+def test_a_slow_preparation_is_announced_before_it_starts(monkeypatch, caplog):
+    """The user waits through a first fused capture: the status line says so first."""
+    monkeypatch.setattr(runner, "_prepared", set())
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "pool")
+    seen_before_capture = []
+
+    def capture(step, pool=None, warmup=2):
+        seen_before_capture.append([r.getMessage() for r in caplog.records if getattr(r, "status", False)])
+        return stand_in_capture(step, pool, warmup)
+
+    monkeypatch.setattr(graphs, "capture", capture)
+    cache = graphs.GraphCache()
+    with caplog.at_level(logging.INFO, logger="morph.decode.runner"):
+        for key, mode in ((1, "fused"), (2, "fused"), (3, "graphs")):
+            runner.fast_step(cache, key, lambda: None, lambda: None, mode)
+    first_fused, second_fused, graphs_ = seen_before_capture
+    assert len(first_fused) == 1 and first_fused[0].startswith("morph: preparing the fused decoder, about 10 s")
+    assert second_fused == graphs_ == first_fused + ["morph: the fused decoder is ready (prepared in 0.0 s)"]
+    plain = [r.getMessage() for r in caplog.records if not getattr(r, "status", False)]
+    assert plain == ["morph: the fused decoder is ready (prepared in 0.0 s)",
+                     "morph: the graphs decoder is ready (prepared in 0.0 s)"]

@@ -1,0 +1,59 @@
+"""Sampling follows HF generate: same warper order, same RNG use, same picks."""
+
+import pytest
+import torch
+
+from morph.decode.sampling import sample, warp
+from morph.settings import Sampling
+
+
+def hf_pick(scores, s):
+    from transformers.generation.logits_process import (LogitsProcessorList, TemperatureLogitsWarper,
+                                                        TopKLogitsWarper, TopPLogitsWarper)
+
+    procs = LogitsProcessorList()
+    if s.temperature != 1.0:
+        procs.append(TemperatureLogitsWarper(s.temperature))
+    if s.top_k:
+        procs.append(TopKLogitsWarper(s.top_k))
+    if s.top_p < 1.0:
+        procs.append(TopPLogitsWarper(s.top_p))
+    probs = procs(None, scores).softmax(-1)
+    return torch.multinomial(probs, 1).squeeze(1)
+
+
+@pytest.mark.parametrize("s", [Sampling(True, 0.9, 50, 1.0), Sampling(True, 0.7, 0, 0.8),
+                               Sampling(True, 1.0, 5, 0.5), Sampling(True, 1.3, 2048, 0.95)])
+def test_seeded_sampling_matches_hf_warpers(s):
+    scores = torch.randn(4, 2048) * 3
+    torch.manual_seed(11)
+    expected = hf_pick(scores, s)
+    torch.manual_seed(11)
+    assert torch.equal(sample(scores, s), expected)
+
+
+def test_greedy_is_argmax_and_draws_nothing():
+    scores = torch.randn(3, 100)
+    state = torch.get_rng_state()
+    assert torch.equal(sample(scores, Sampling(do_sample=False)), scores.argmax(-1))
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_top_k_keeps_k_and_top_p_keeps_the_nucleus():
+    scores = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]])
+    assert torch.isfinite(warp(scores, Sampling(True, 1.0, 2, 1.0))).sum() == 2
+    kept = torch.isfinite(warp(scores, Sampling(True, 1.0, 0, 0.7)))
+    assert kept.tolist() == [[True, True, False, False, False]]
+
+
+def test_batched_groups_sample_every_row():
+    torch.manual_seed(0)
+    picks = sample(torch.randn(2, 10, 64), Sampling(True, 0.9, 50, 1.0))
+    assert picks.shape == (2, 10) and picks.dtype == torch.int64
+
+
+@pytest.mark.parametrize("bad, match", [(Sampling(temperature=0), "temperature"), (Sampling(top_k=-1), "top_k"),
+                                        (Sampling(top_p=0.0), "top_p"), (Sampling(top_p=1.5), "top_p")])
+def test_out_of_range_sampling_is_a_clear_error(bad, match):
+    with pytest.raises(ValueError, match=f"Generate: {match}"):
+        bad.validate("Generate")

@@ -1,0 +1,133 @@
+"""The fused Triton kernels against the lean layers, on CPU through Triton's interpreter.
+
+Run by test_kernels.py in a process of its own with TRITON_INTERPRET=1, which Triton
+reads when it is first imported. fp32, so the kernels (IEEE dots, fp32 softmax) and
+lean's torch ops may differ only by rounding. tests/gpu checks the compiled kernels.
+"""
+
+import os
+
+import pytest
+import torch
+
+from morph.decode import lean
+
+assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/morph/kernels/test_kernels.py"
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    import morph.kernels.layers
+
+    return morph.kernels.layers
+
+
+def _buffers(stack, batch, length, garbage=0.0):
+    d = stack.dims
+    shape = (batch, d.kv_heads, length, d.head_dim)
+    return [torch.full(shape, garbage) for _ in stack.layers], [torch.full(shape, garbage) for _ in stack.layers]
+
+
+def test_linear_fuses_norm_silu_and_residual(kernels):
+    g = torch.Generator().manual_seed(0)
+    x, w, nw = torch.randn(3, 64, generator=g), torch.randn(96, 64, generator=g), torch.randn(64, generator=g)
+    r = torch.randn(3, 48, generator=g)
+    torch.testing.assert_close(kernels.linear(x, w, norm_w=nw, eps=1e-6), lean.rms_norm(x, nw, 1e-6) @ w.T)
+    gate, up = (x @ w.T).split(48, dim=-1)
+    torch.testing.assert_close(kernels.linear(x, w, silu=True), torch.nn.functional.silu(gate) * up)
+    torch.testing.assert_close(kernels.linear(x, w[:48], residual=r), r + x @ w[:48].T)
+    torch.testing.assert_close(kernels.rms_norm(x, nw, 1e-6), lean.rms_norm(x, nw, 1e-6))
+    x6, r6 = torch.randn(6, 64, generator=g), torch.randn(6, 48, generator=g)  # batched rows: cuBLAS and torch ops
+    torch.testing.assert_close(kernels.linear(x6, w, norm_w=nw, eps=1e-6), lean.rms_norm(x6, nw, 1e-6) @ w.T)
+    gate, up = (x6 @ w.T).split(48, dim=-1)
+    torch.testing.assert_close(kernels.linear(x6, w, silu=True), torch.nn.functional.silu(gate) * up)
+    torch.testing.assert_close(kernels.linear(x6, w[:48], residual=r6), r6 + x6 @ w[:48].T)
+
+
+@pytest.mark.parametrize("top_k", [50, 0, 3000])
+def test_pick_draws_what_sampling_pick_draws(top_k):
+    """Same generator state, same tokens: the warpers and the race match sampling.pick."""
+    from morph.decode import sampling
+    from morph.settings import Sampling
+
+    s = Sampling(do_sample=True, temperature=0.7, top_k=top_k)
+    scores = torch.randn(3, 2048, generator=torch.Generator().manual_seed(4)) * 3
+    scores[1, :100] = -float("inf")  # suppressed tokens, as the talker's rules leave them
+    torch.manual_seed(5)
+    want = sampling.pick(scores, s)
+    from morph.kernels.sampling import sample_warped
+
+    torch.manual_seed(5)
+    assert torch.equal(sample_warped(scores, s), want)
+
+
+def test_predictor_passes_match_lean(kernels, tiny_tts):
+    """A 2-token prefill, then one token per group, causal over the buffer."""
+    model = tiny_tts.tts.model.talker.code_predictor.model
+    stack = lean.FusedStack(model.layers, model.norm, model.config)
+    d, batch, length = stack.dims, 2, 8
+    x = torch.randn(batch, 6, model.config.hidden_size, generator=torch.Generator().manual_seed(1))
+    cos, sin = lean.rope_tables(model.rotary_emb, length, x.device, x.dtype, multimodal=False)
+    lo = torch.zeros(batch, dtype=torch.long)
+    ref_k, ref_v = _buffers(stack, batch, length)
+    got_k, got_v = _buffers(stack, batch, length)
+    for pos in [[0, 1], [2], [3], [4], [5]]:
+        idx = torch.tensor(pos)
+        rope = idx.unsqueeze(0).expand(batch, -1)
+        args = (stack.weights(), model.norm.weight)
+        want = lean.stack_step(x[:, pos], *args, ref_k, ref_v, cos, sin, rope, idx, lo, d)
+        got = kernels.stack_step(x[:, pos], *args, got_k, got_v, cos, sin, rope, idx, lo, d)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(got_k + got_v, ref_k + ref_v):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    stack.release()
+
+
+def test_talker_steps_match_lean_with_left_padding(kernels, tiny_tts):
+    """Steps across an attention block boundary over a filled cache; row 1's first 3
+    slots are left padding."""
+    model = tiny_tts.tts.model.talker.model
+    stack = lean.FusedStack(model.layers, model.norm, model.config)
+    d, batch, length = stack.dims, 2, 80  # two attention blocks of 64 slots
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(batch, 4, model.config.hidden_size, generator=g)
+    cos, sin = lean.rope_tables(model.rotary_emb, length, x.device, x.dtype, multimodal=True)
+    pads = torch.tensor([0, 3])
+    ref_k, ref_v = _buffers(stack, batch, length)
+    for t in ref_k + ref_v:
+        t.normal_(generator=g)
+    got_k, got_v = [t.clone() for t in ref_k], [t.clone() for t in ref_v]
+    for i, pos in enumerate(range(62, 66)):
+        slot = torch.tensor([pos])
+        rope = slot - pads
+        args = (stack.weights(), model.norm.weight)
+        want = lean.talker_pass(x[:, i:i + 1], *args, ref_k, ref_v, cos, sin, slot, rope, pads, d)
+        got = lean.talker_pass(x[:, i:i + 1], *args, got_k, got_v, cos, sin, slot, rope, pads, d, fused=True)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    stack.release()
+
+
+def test_snake_matches_upstream_snakebeta(monkeypatch):
+    """The codec activation against qwen-tts's own module, in fp32. The interpreter has no libdevice,
+    so the kernel's sine is tl.sin here (numpy's, an ulp from torch's at times), and its bf16 casts do
+    not round as the GPU's do: tests/gpu checks every dtype against the exact function."""
+    import triton.language as tl
+
+    from morph.kernels import snake as snake_module
+    from morph.qwen.compat import import_qwen_tts
+    from morph.kernels.snake import snake
+
+    monkeypatch.setattr(snake_module, "libdevice", tl)
+
+    import_qwen_tts()
+    from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import SnakeBeta
+
+    g = torch.Generator().manual_seed(3)
+    module = SnakeBeta(48)
+    with torch.no_grad():
+        module.alpha.copy_(torch.randn(48, generator=g) * 0.5)
+        module.beta.copy_(torch.randn(48, generator=g) * 0.5)
+    x = torch.randn(2, 48, 1500, generator=g) * 3  # 1500 samples: a second, partial block
+    got = snake(x, module)
+    assert got.shape == x.shape and got.dtype == x.dtype
+    torch.testing.assert_close(got, module(x), rtol=1e-6, atol=2e-6)
