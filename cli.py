@@ -127,12 +127,20 @@ def check_output(path: Path) -> Path:
         path = path.with_suffix(".wav")
     if path.suffix[1:].upper() not in sf.available_formats():
         raise CliError(f"--out: cannot write {path.suffix} files; use .wav (or .flac or .ogg)")
+    existed = path.exists()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise CliError(f"--out: cannot create the folder {path.parent} ({e})") from e
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise CliError(f"--out: {path} is not writable; choose another place")
+    # Tried, not asked: os.access says yes to root everywhere, /proc included, and a network or read-only
+    # mount can refuse what the mode bits allow.
+    try:
+        with open(path, "ab"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as e:
+        raise CliError(f"--out: cannot write {path} ({e.strerror or e}); choose another place") from e
     return path
 
 

@@ -103,6 +103,21 @@ def test_an_output_folder_that_cannot_be_made_is_refused_before_loading(tmp_path
     assert fails(["--text", "Hi", "--out", str(tmp_path)], capsys).startswith(f"error: --out: {tmp_path} is a folder")
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where nobody may create a file")
+def test_an_output_place_nobody_can_write_is_refused_before_loading(capsys, no_load):
+    # /proc refuses new files even to root, whom the mode bits (os.access) let through
+    err = fails(["--text", "Hi", "--out", "/proc/x.wav"], capsys)
+    assert err.startswith("error: --out: cannot write /proc/x.wav (") and "choose another place" in err
+    assert not Path("/proc/x.wav").exists()
+
+
+def test_checking_the_output_leaves_no_file_and_keeps_an_existing_one(tmp_path):
+    assert cli.check_output(tmp_path / "new.wav") == tmp_path / "new.wav" and not (tmp_path / "new.wav").exists()
+    (tmp_path / "old.wav").write_bytes(b"take one")
+    cli.check_output(tmp_path / "old.wav")
+    assert (tmp_path / "old.wav").read_bytes() == b"take one"
+
+
 def test_an_output_path_gets_its_folder_and_wav_extension_before_loading(tmp_path, capsys, no_load):
     with pytest.raises(AssertionError, match="loaded before"):  # every check passed, then the load
         cli.main(["--text", "Hi", "--out", str(tmp_path / "a" / "b" / "take1")])
