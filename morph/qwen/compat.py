@@ -37,6 +37,9 @@ logger = logging.getLogger(__name__)
 _IMPORT_DEPS = ("transformers", "huggingface_hub", "numpy", "librosa", "soundfile", "sox", "onnxruntime", "einops")
 _KALDI = "torchaudio.compliance.kaldi"  # the one torchaudio module qwen-tts imports (25 Hz tokenizer)
 
+QWEN_TTS_VERSION = "0.1.1"  # the release the pack is tested on (its exact mode reproduces it bit for bit)
+_INSTALL = f"-m pip install --no-deps qwen-tts=={QWEN_TTS_VERSION}"
+
 _applied: list[str] = []
 
 
@@ -115,8 +118,8 @@ def _import_advice(exc: ImportError) -> str:
     missing = [name for name in _IMPORT_DEPS if importlib.util.find_spec(name) is None]
     steps = [f"{pip} {' '.join(missing)}"] if missing else []
     if importlib.util.find_spec("qwen_tts") is None:
-        missing.insert(0, "qwen-tts==0.1.1 (with --no-deps, so it keeps your transformers)")
-        steps.insert(0, f"{pip} --no-deps qwen-tts==0.1.1")
+        missing.insert(0, f"qwen-tts=={QWEN_TTS_VERSION} (with --no-deps, so it keeps your transformers)")
+        steps.insert(0, f"{sys.executable} {_INSTALL}")
     if not steps:
         return (f"Could not import qwen_tts ({exc}): qwen-tts and the packages it imports are installed, but one "
                 "of them failed to import; reinstall the one the message names (the pack's requirements.txt "
@@ -126,10 +129,38 @@ def _import_advice(exc: ImportError) -> str:
             "work; the pack's requirements.txt lists what qwen-tts needs besides).")
 
 
+def _check_origin(qwen_tts) -> None:
+    """Refuse to run on any qwen_tts but the installed qwen-tts 0.1.1: another pack may have put its own modified
+    copy first on sys.path and imported it (ComfyUI-Qwen-TTS does, at start-up), and the pack's claims (seq_groups
+    15 = upstream exactly, the compat shims) hold for 0.1.1 alone. One process holds one module named qwen_tts, and
+    qwen-tts registers its model types with transformers once, so the two cannot both run: the message says so."""
+    from importlib import metadata
+    from pathlib import Path
+
+    got = Path(getattr(qwen_tts, "__file__", None) or "?").resolve().parent
+    try:
+        dist = metadata.distribution("qwen-tts")
+    except metadata.PackageNotFoundError:
+        dist = None
+    installed = Path(dist.locate_file("qwen_tts")).resolve() if dist else None
+    if installed != got:
+        where = f"qwen-tts {dist.version} is installed in {installed.parent}" if dist else "qwen-tts is not installed"
+        raise ImportError(
+            f"qwen_tts was imported from {got}, not from the installed qwen-tts ({where}): another custom node pack "
+            "(ComfyUI-Qwen-TTS bundles its own modified qwen_tts and puts its folder first) loaded its copy, and this "
+            f"pack runs only on qwen-tts {QWEN_TTS_VERSION}, which cannot be loaded beside it in one process. Fix: "
+            f"disable the pack that holds {got.parent} (ComfyUI-Manager, or move it out of custom_nodes) and restart "
+            f"ComfyUI" + ("" if dist else f", after {sys.executable} {_INSTALL}"))
+    if dist.version != QWEN_TTS_VERSION:
+        raise ImportError(f"qwen-tts {dist.version} is installed ({installed}); this pack is tested on "
+                          f"{QWEN_TTS_VERSION} only. Fix, with the Python that runs ComfyUI: {sys.executable} {_INSTALL}")
+
+
 def import_qwen_tts():
     """Apply the compat shims, import qwen_tts, patch its classes, and return the module.
 
-    Raises ImportError naming the packages to install if qwen_tts or an import-time dependency is missing.
+    Raises ImportError naming the packages to install if qwen_tts or an import-time dependency is missing, and
+    naming the fix if the qwen_tts imported is not the installed qwen-tts 0.1.1 (another pack's copy).
     """
     from . import compat_qwen_tts, compat_transformers  # imported here: their shims load transformers
 
@@ -144,5 +175,6 @@ def import_qwen_tts():
         raise ImportError(_import_advice(exc)) from exc
     finally:
         compat_transformers.restore_check_model_inputs()
+    _check_origin(qwen_tts)
     _log(new + _apply(compat_qwen_tts.SHIMS))
     return qwen_tts
