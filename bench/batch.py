@@ -8,7 +8,8 @@ every seq_groups of `--seq-groups` and every mode of `--modes`, measured two way
 - end to end: what a user waits for, `BatchTTS.render`: text in, tokenize, prefill, decode,
   codec decode, float32 audio out.
 Per configuration the JSON reports wall time, aggregate x real time (seconds of audio of all
-lines per wall second) and peak allocated memory both ways, ms per decode step (one step
+lines per wall second) and peak allocated memory both ways, the weights and what morph/memory.py declares
+for the render (on CUDA also its ratio to the end-to-end peak above the weights), ms per decode step (one step
 advances every row of a batch by one frame), the codec decode of all lines alone, and the
 mode the loop actually ran; the report starts with the project commit, device and versions.
 
@@ -29,6 +30,7 @@ import torch
 
 from bench.common import add_model_args, emit, load_bench_model, run_info, save
 from bench.speed import REF_TEXT, _peak_bytes, _sync, eos_suppressed, model_dims, reference_wave
+from morph.memory import working_memory
 from morph.scheduler import BatchTTS, Line
 from morph.decode.runner import MODES, check_mode
 from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
@@ -48,6 +50,13 @@ SENTENCES = [
 
 def script(n: int) -> list[str]:
     return [SENTENCES[i % len(SENTENCES)] for i in range(n)]
+
+
+def weight_bytes(tts) -> int:
+    """The model's parameters and buffers, the codec's included (a plain attribute, not a submodule)."""
+    model = tts.tts.model
+    modules = [model, model.speech_tokenizer.model]
+    return sum(t.numel() * t.element_size() for m in modules for t in [*m.parameters(), *m.buffers()])
 
 
 def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int, warm_frames: int,
@@ -99,6 +108,8 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     got = [int(c.shape[0]) for c in codes]
     audio_s = sum(got) / FRAMES_PER_SECOND
     steps = len(chunks) * max(got)
+    declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, size)
+    weights = weight_bytes(tts)
     row = dict(
         batch_size=size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=seq_groups,
         ran_as=tts.patch.last_run.get("mode"),
@@ -110,7 +121,10 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         end_to_end_ran_as=tts.patch.last_run.get("mode"), end_to_end_audio_s=round(e2e_audio_s, 2),
         end_to_end_wall_s=round(e2e_wall, 3), end_to_end_x_real_time=round(e2e_audio_s / e2e_wall, 2),
         end_to_end_peak_memory_gib=round(e2e_peak / 2**30, 3), end_to_end_runs_s=[round(w, 3) for w in e2e_walls],
+        weights_gib=round(weights / 2**30, 3), declared_memory_gib=round(declared / 2**30, 3),
     )
+    if device.type == "cuda":  # what ComfyUI is told (morph/memory.py) against what the render took above the weights
+        row["declared_over_measured"] = round(declared / max(e2e_peak - weights, 1), 3)
     if "capture_s" in last_run:
         row["capture_s"] = round(float(last_run["capture_s"]), 3)
     return row

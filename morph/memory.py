@@ -1,24 +1,33 @@
-"""How much device memory a run needs beyond the weights, for a host's memory manager to make room.
+"""What a run needs on the device beyond the weights, for a host's memory manager to make room (ComfyUI's
+`memory_required`). Counted from the loaded model's shape, as the run allocates it:
 
-An estimate on the high side, from the loaded model's shape:
-  - the talker's KV cache: every row keeps keys and values for its prompt and its frames
-    (2 x layers x kv heads x head dim per token; the code predictor's 16-position cache is negligible);
-  - the prefill's activations: each row's prompt through one MLP at a time;
-  - DECODE_ALLOWANCE for the 12 Hz codec decoding a line (chunks of 300 frames) and the kernels' workspaces.
-Measured on an H200 (0.6B, bf16): Render Lines at batch 32 with 5 s lines peaked 1.45 GiB above the weights;
-this estimate gives about 2.3 GiB for such lines.
+  - state: the decode's static buffers (morph/decode/talker_state.py), kept between runs of one shape: per row
+    and per slot of the cache's capacity (prompt + frames, rounded up to a power of two, at least 256), the
+    talker's keys and values in every layer, and the step's and the text's hidden states;
+  - prefill: while the prompt runs, upstream's own KV cache for it, one MLP's activations per token and the
+    attention scores, every row padded to the longest prompt;
+  - codec: the largest codec call, which morph/codec.py bounds at DECODE_ROW_FRAMES row-frames whatever the
+    batch, CODEC_VALUES_PER_ROW_FRAME activations each;
+  - WORKSPACE: cuBLAS's workspaces, the CUDA graphs' pool, the sampler's and the code predictor's scratch.
+
+Prefill and codec never run at once, so a run needs state + the larger of the two + WORKSPACE.
+bench/memory.py measures the peak against this declaration.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+from .codec import DECODE_ROW_FRAMES, row_frames
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
-from .settings import GenerationSettings
+from .settings import GenerationSettings, capacity_for
 
-DECODE_ALLOWANCE = 512 * 2**20
 PROMPT_OVERHEAD_TOKENS = 32  # chat markup, codec control tokens, the speaker embedding
+# The 12 Hz decoder's live activations per frame of a row, at its widest (the upsampling stages near 24 kHz,
+# 1920 samples a frame), in values of the codec's dtype: measured on an H100 in bf16 (bench/memory.py).
+CODEC_VALUES_PER_ROW_FRAME = 1_500_000
+WORKSPACE = 256 * 2**20
 
 
 def prompt_tokens(text: str, voice: Voice | None = None, instruct: str = "") -> int:
@@ -29,27 +38,51 @@ def prompt_tokens(text: str, voice: Voice | None = None, instruct: str = "") -> 
     return tokens
 
 
-def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: GenerationSettings | None = None,
-                   batch_size: int | None = None, instruct: str = "") -> int:
-    """Bytes that rendering `lines` ((text, voice) pairs), `batch_size` rows at a time (None: all at once),
-    needs beyond the weights. A text over MAX_SEGMENT_CHARS counts as its segments, each a row of its own.
-    """
-    settings = settings or GenerationSettings()
+def _rows(lines, settings: GenerationSettings, instruct: str) -> list[tuple[int, int, int]]:
+    """(prompt tokens, frames, codec frames) of every row: a text over MAX_SEGMENT_CHARS is its segments."""
     rows = []
     for text, voice in lines:
         text = text.strip()
+        ref = int(voice.ref_code.shape[0]) if voice is not None and voice.icl else 0
         for segment in split_text(text) if len(text) > MAX_SEGMENT_CHARS else [text]:
-            frames = settings.upstream_kwargs(segment)["max_new_tokens"]
-            rows.append((prompt_tokens(segment, voice, instruct), frames))
+            frames = settings.frame_limit(segment)
+            rows.append((prompt_tokens(segment, voice, instruct), frames, ref + frames))
+    return rows
+
+
+def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: GenerationSettings | None = None,
+                   batch_size: int | None = None, instruct: str = "") -> int:
+    """Bytes that rendering `lines` ((text, voice) pairs), `batch_size` rows at a time (None: all at once),
+    needs beyond the weights, for the batch that needs the most."""
+    rows = _rows(lines, settings or GenerationSettings(), instruct)
     if not rows:
         return 0
     rows.sort(key=lambda r: -(r[0] + r[1]))
     width = len(rows) if batch_size is None else min(max(int(batch_size), 1), len(rows))
-    config = tts.tts.model.config.talker_config
-    itemsize = tts.tts.model.dtype.itemsize
+    batch = rows[:width]  # the largest rows, batched together
+    model = tts.tts.model
+    config, itemsize = model.config.talker_config, model.dtype.itemsize
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * itemsize
-    batch = rows[:width]  # the largest rows, batched together
-    cache = kv_per_token * width * max(p + f for p, f in batch)
-    prefill = width * max(p for p, _ in batch) * (3 * config.intermediate_size + 4 * config.hidden_size) * itemsize
-    return int(cache + prefill + DECODE_ALLOWANCE)
+    prompt = max(p for p, _, _ in batch)
+
+    slots = capacity_for(max(p + f for p, f, _ in batch) + 1)
+    state = width * slots * (kv_per_token + 2 * config.hidden_size * itemsize)
+    prefill = width * prompt * (kv_per_token + (3 * config.intermediate_size + 4 * config.hidden_size) * itemsize
+                                + config.num_attention_heads * prompt * 4)
+    codec = CODEC_VALUES_PER_ROW_FRAME * _codec_itemsize(model) * _largest_codec_call([c for _, _, c in rows], width)
+    return int(state + max(prefill, codec) + WORKSPACE)
+
+
+def _largest_codec_call(codec_frames: list[int], width: int) -> int:
+    """Row-frames of the heaviest codec call morph/codec.py can make of batches of `width` of these rows: at most
+    its budget, unless one row alone is heavier, and never more than a whole batch holds."""
+    heaviest = row_frames(max(codec_frames))
+    return min(width * heaviest, max(DECODE_ROW_FRAMES, heaviest))
+
+
+def _codec_itemsize(model) -> int:
+    codec = getattr(model, "speech_tokenizer", None)
+    weights = getattr(getattr(codec, "model", None), "parameters", None)
+    first = next(weights(), None) if weights else None
+    return first.dtype.itemsize if first is not None else model.dtype.itemsize

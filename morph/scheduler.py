@@ -14,7 +14,8 @@ SEGMENT_PAUSE_SECONDS of silence.
 A batch builds its prompt inputs as upstream's generate_voice_clone, generate_custom_voice and
 generate_voice_design do and runs upstream's batched `Qwen3TTSForConditionalGeneration.generate`
 once (left-padded prompts, each row stopped at its own EOS); the morph decode answers inside it
-through the model's patch. The codec decodes the batch in one call, as upstream does. A finished
+through the model's patch. The codec decodes the batch's rows in pieces of bounded size (morph/codec.py),
+so its memory does not grow with the batch. A finished
 row keeps its slot until its batch ends, so rows are sorted by frame limit, longest first. Each
 row keeps its own frame limit: the batch runs to the largest and cuts each row to its own.
 
@@ -31,7 +32,7 @@ across SIMD lanes; CPU sdpa depends on the row index). Bit-identical rows across
 per-row GEMVs and attention, that is, no batching; the differences are about 1e-7 on logits of
 order 1, so greedy codes agree unless two tokens are that close. The batched codec decode is the
 same: a row differs from its decode alone by rounding (about 5e-7 on samples in [-1, 1]) and is
-bit-identical to upstream decoding the same batch (on CUDA the codec's activation is the fused
+bit-identical to upstream decoding the same rows together (on CUDA the codec's activation is the fused
 kernel of morph/kernels/snake.py, which matches upstream's to rounding).
 
 Out of memory (generation, a CUDA graph capture or the codec): the batch is retried as two halves
@@ -50,6 +51,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from .codec import decode_rows
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice, check_voice_fits
 from .settings import SAMPLE_RATE, GenerationSettings
@@ -179,20 +181,11 @@ class BatchTTS:
         return self._generate(rows, settings, _Progress(on_step, _allotment(rows))) if rows else []
 
     def decode(self, codes: Sequence[torch.Tensor], voices: Sequence[Voice | None]) -> list[np.ndarray]:
-        """Audio of each row's codes (voices[i]: row i's Voice, None without one), decoded together in
-        one codec call as upstream's generate_* decode a batch: an ICL voice's reference codes go in
-        front of its row, and the audio they make is cut off again. A row without frames is silent."""
+        """Audio of each row's codes (voices[i]: row i's Voice, None without one), as upstream's generate_*
+        decode a batch (an ICL voice's reference codes in front of its row, their audio cut off again), in
+        codec calls of bounded size (morph/codec.py). A row without frames is silent."""
         refs = [None if v is None else v.ref_code for v in voices]
-        full = [c if r is None else torch.cat([r.to(c.device), c]) for c, r in zip(codes, refs)]
-        audio = [np.zeros(0, np.float32) for _ in codes]
-        spoken = [i for i, c in enumerate(codes) if c.shape[0]]  # the codec cannot decode an empty batch
-        if spoken:
-            wavs, sr = self.tts.tts.model.speech_tokenizer.decode([{"audio_codes": full[i]} for i in spoken])
-            assert sr == SAMPLE_RATE, f"the 12 Hz codec decodes at {SAMPLE_RATE} Hz, got {sr}"
-            for i, wav in zip(spoken, wavs):
-                cut = 0 if refs[i] is None else int(refs[i].shape[0] / full[i].shape[0] * wav.shape[0])
-                audio[i] = np.asarray(wav[cut:], dtype=np.float32)
-        return audio
+        return decode_rows(self.tts.tts.model.speech_tokenizer, codes, refs)
 
     # -- checks and rows --------------------------------------------------------------
     def _rows(self, lines: Sequence[Line], settings: GenerationSettings, who: str, split_long_text: bool,

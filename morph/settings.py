@@ -24,6 +24,19 @@ SECONDS_PER_CHAR = 0.35
 EXTRA_SECONDS = 5.0
 
 
+MIN_CAPACITY = 256  # the fewest cache slots the decode's static state reserves per row
+
+
+def capacity_for(needed: int) -> int:
+    """Static cache slots per row for a call that needs `needed` (prompt and frames): the next power of two, so
+    few CUDA graphs are captured (the capacity is part of a graph's key), at least MIN_CAPACITY. Here, not in
+    morph/decode/, because morph/memory.py declares the same slots without loading the decode path."""
+    cap = MIN_CAPACITY
+    while cap < needed:
+        cap *= 2
+    return cap
+
+
 def check_seq_groups(seq_groups, num_groups: int = MAX_SEQ_GROUPS, who: str = "morph") -> int:
     """Return seq_groups as an int, or raise a ValueError that says the valid range."""
     if isinstance(seq_groups, bool) or not isinstance(seq_groups, int) or not 1 <= seq_groups <= num_groups:

@@ -35,7 +35,8 @@ from ..settings import Sampling
 from . import graphs, lean, runner
 from .predictor import Predictor
 from .sampling import TalkerRules, fused_pick, sample, talker_pick
-from .talker_state import TalkerState, cache_tensors, capacity_for
+from ..settings import capacity_for
+from .talker_state import TalkerState, cache_tensors
 
 
 def _samplers(kind: str) -> tuple[Callable, Callable]:

@@ -9,18 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from ..settings import capacity_for
 from . import lean
-
-MIN_CAPACITY = 256
-
-
-def capacity_for(needed: int) -> int:
-    """Static cache slots for a call that needs `needed`: the next power of two (so few
-    graphs are captured), at least MIN_CAPACITY."""
-    cap = MIN_CAPACITY
-    while cap < needed:
-        cap *= 2
-    return cap
 
 
 def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:

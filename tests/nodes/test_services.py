@@ -239,27 +239,44 @@ def test_each_run_declares_its_working_memory_to_comfyui(nodes, comfy, comfy_mod
     nodes[VC]().generate(model=handle, voice=base_voice, text="A much longer line than that. " * 10,
                          **gen_options(max_new_tokens=0))
     long = comfy.loads[-1]["memory_required"]
-    assert memory.DECODE_ALLOWANCE < short < long
+    assert memory.WORKSPACE < short < long
     settings = sys.modules[pack.__name__ + ".nodes.common"].split_generation_options(gen_options())[1]
     assert short == memory.working_memory(handle.tts, [("Short.", base_voice)], settings)
 
 
-def test_working_memory_grows_with_the_batch_and_counts_the_kv_cache(tiny_tts):
-    from morph.memory import DECODE_ALLOWANCE, PROMPT_OVERHEAD_TOKENS, working_memory
-    from morph.settings import GenerationSettings
+def test_working_memory_counts_the_cache_per_row_and_one_bounded_codec_call(tiny_tts):
+    from morph.codec import DECODE_ROW_FRAMES
+    from morph.memory import CODEC_VALUES_PER_ROW_FRAME, PROMPT_OVERHEAD_TOKENS, WORKSPACE, working_memory
+    from morph.settings import GenerationSettings, capacity_for
 
     settings = GenerationSettings(max_new_tokens=100)
-    lines = [("Hello there.", None)] * 8
-    one, eight = working_memory(tiny_tts, lines, settings, 1), working_memory(tiny_tts, lines, settings, 8)
     c = tiny_tts.tts.model.config.talker_config  # 2 layers, 2 kv heads, head dim 16, fp32
     kv = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4
-    tokens = len("Hello there.") + PROMPT_OVERHEAD_TOKENS + 100
-    assert one - DECODE_ALLOWANCE > kv * tokens and eight - DECODE_ALLOWANCE == 8 * (one - DECODE_ALLOWANCE)
-    assert working_memory(tiny_tts, lines, settings, 64) == eight  # no more rows than lines
-    assert working_memory(tiny_tts, lines, settings) == eight  # no batch size: every row at once
+    state = capacity_for(len("Hello there.") + PROMPT_OVERHEAD_TOKENS + 101) * (kv + 2 * c.hidden_size * 4)
+    codec_frame = CODEC_VALUES_PER_ROW_FRAME * 4  # fp32
+
+    def need(lines, batch_size):
+        return working_memory(tiny_tts, [("Hello there.", None)] * lines, settings, batch_size) - WORKSPACE
+
+    # one row: its cache slots and its own codec call (the codec outweighs this tiny model's prefill)
+    assert need(1, 1) == state + 100 * codec_frame
+    # a batch: the cache per row, the codec at most its budget whatever the batch
+    for rows in (8, 64, 256):
+        assert need(rows, rows) == rows * state + DECODE_ROW_FRAMES * codec_frame
+    assert need(8, 64) == need(8, 8) == need(8, None)  # no more rows than lines; None: every row at once
     long = "A sentence of some length. " * 40  # over 500 characters: its segments are rows of one batch
-    together, alone = (working_memory(tiny_tts, [(long, None)], settings, b) - DECODE_ALLOWANCE for b in (None, 1))
-    assert together == 3 * alone
+    assert working_memory(tiny_tts, [(long, None)], settings) > working_memory(tiny_tts, [(long, None)], settings, 1)
+
+
+def test_an_icl_voice_counts_its_reference_in_the_prompt_and_the_codec(tiny_tts):
+    from morph.memory import working_memory
+    from morph.settings import GenerationSettings
+
+    rng = np.random.RandomState(0)
+    clip = (0.3 * np.sin(np.arange(48000) / 9.0) + 0.01 * rng.randn(48000)).astype(np.float32)
+    icl, xvec = tiny_tts.make_voice(clip, 24000, transcript="Some words."), tiny_tts.make_voice(clip, 24000)
+    settings = GenerationSettings(max_new_tokens=20)
+    assert working_memory(tiny_tts, [("Hi.", icl)], settings, 1) > working_memory(tiny_tts, [("Hi.", xvec)], settings, 1)
 
 
 # -- messages on the node -----------------------------------------------------------------------------

@@ -1,0 +1,60 @@
+"""The 12 Hz codec's decode of finished rows, in pieces of bounded size.
+
+Upstream decodes a whole batch in one codec call, each row padded to the longest and an ICL voice's reference
+codes in front of its row. The decoder's activations grow with rows x frames (upsampled 1920 times to 24 kHz),
+so that one call, not the talker, set the peak: 7.7 GiB at batch 32 for 2.2 GiB of weights, 13.2 at 64 (H100,
+0.6B, 5 s lines). Here rows go to the codec in pieces of at most DECODE_ROW_FRAMES row-frames, rows of similar
+length together, so its peak is bounded whatever the batch. A row counts at most CODEC_WINDOW frames: upstream's
+decoder (chunked_decode) runs 300 frames and 25 of left context at a time, whatever the row's length.
+
+A row's audio is its one-call decode to rounding (another padding and batch shape change the convolutions'
+reduction order), as the one-call decode was each row's decode alone.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .settings import SAMPLE_RATE
+
+CODEC_WINDOW = 325  # frames the decoder runs at once: upstream's chunk of 300 plus 25 of left context
+DECODE_ROW_FRAMES = 512  # the most row-frames of one codec call
+
+
+def row_frames(frames: int) -> int:
+    """What one row of `frames` frames weighs in a codec call."""
+    return min(int(frames), CODEC_WINDOW)
+
+
+def pieces(lengths: Sequence[int], budget: int = DECODE_ROW_FRAMES) -> list[list[int]]:
+    """Row indices grouped for codec calls, rows of similar length together: a piece's rows times its longest
+    row (as row_frames counts it) stay within `budget`; a row heavier than the budget is a piece of its own.
+    Rows without frames are in no piece."""
+    order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * row_frames(lengths[i]) <= budget:
+            groups[-1].append(i)  # the order is ascending, so row i is this piece's longest
+        else:
+            groups.append([i])
+    return [sorted(group) for group in groups]  # rows in the order given, as one upstream call would hold them
+
+
+def decode_rows(tokenizer, codes: Sequence[torch.Tensor], refs: Sequence[torch.Tensor | None],
+                budget: int = DECODE_ROW_FRAMES) -> list[np.ndarray]:
+    """Float32 24 kHz audio of each row's codes [frames, 16] through `tokenizer` (qwen-tts's 12 Hz speech
+    tokenizer), `budget` row-frames per call. refs[i], an ICL voice's reference codes, go in front of row i as
+    upstream decodes them, and the audio they make is cut off again. A row without frames is silent."""
+    full = [c if r is None else torch.cat([r.to(c.device), c]) for c, r in zip(codes, refs)]
+    audio = [np.zeros(0, np.float32) for _ in codes]
+    # a row without frames goes to no piece: the codec cannot decode an empty batch
+    for piece in pieces([f.shape[0] if c.shape[0] else 0 for f, c in zip(full, codes)], budget):
+        wavs, sr = tokenizer.decode([{"audio_codes": full[i]} for i in piece])
+        assert sr == SAMPLE_RATE, f"the 12 Hz codec decodes at {SAMPLE_RATE} Hz, got {sr}"
+        for i, wav in zip(piece, wavs):
+            cut = 0 if refs[i] is None else int(refs[i].shape[0] / full[i].shape[0] * wav.shape[0])
+            audio[i] = np.asarray(wav[cut:], dtype=np.float32)
+    return audio
