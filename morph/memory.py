@@ -10,8 +10,9 @@
     batch, CODEC_VALUES_PER_ROW_FRAME activations each;
   - WORKSPACE: cuBLAS's workspaces, the CUDA graphs' pool, the sampler's and the code predictor's scratch.
 
-Prefill and codec never run at once, so a run needs state + the larger of the two + WORKSPACE.
-bench/memory.py measures the peak against this declaration.
+Prefill and codec never run at once, so a run needs state + the larger of the two + WORKSPACE. The prefill
+counts a token per character (a CJK text's count), so for English it is on the high side; bench/batch.py
+reports this declaration beside the measured peak.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from .lines.voice import Voice
 from .settings import GenerationSettings, capacity_for
 
 PROMPT_OVERHEAD_TOKENS = 32  # chat markup, codec control tokens, the speaker embedding
-# The 12 Hz decoder's live activations per frame of a row, at its widest (the upsampling stages near 24 kHz,
-# 1920 samples a frame), in values of the codec's dtype: measured on an H100 in bf16 (bench/memory.py).
-CODEC_VALUES_PER_ROW_FRAME = 1_500_000
-WORKSPACE = 256 * 2**20
+# Fit to the peaks of tests/gpu/test_memory.py on an H100 (0.6B dims, bf16, fused, 5 s lines, x-vector and ICL,
+# batch 1 to 64; bench/results/h100-2026-11-23/memory/): above the weights, 29 MiB per row (the state) plus
+# 2.38 MiB per row-frame of the largest codec call plus 137 MiB, to within 2% at every point. This declaration
+# then gives 1.01-1.02x those peaks for x-vector voices and 1.01-1.23x for ICL ones (its prefill is on the high side).
+CODEC_VALUES_PER_ROW_FRAME = 1_250_000  # the decoder's live activations per frame of a row, in its dtype's values
+WORKSPACE = 144 * 2**20
 
 
 def prompt_tokens(text: str, voice: Voice | None = None, instruct: str = "") -> int:
