@@ -4,23 +4,19 @@ run resumes where it stopped."""
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-
 import numpy as np
 import torch
 
 from ..morph.lines.script import check_name, name_key, parse_script
-from ..morph.lines.store import LineStore, fingerprint, join_clips, srt
+from ..morph.lines.store import LineStore
 from ..morph.memory import working_memory
-from ..morph.scheduler import DEFAULT_BATCH_SIZE, BatchTTS, Line
+from ..morph.scheduler import DEFAULT_BATCH_SIZE, Line
+from ..morph.script_job import ScriptJob, render_context
 from ..morph.settings import SAMPLE_RATE
 from ..postprocess import lowpass, peak_normalize
 from . import services
 from .common import CATEGORY, VOICE_TYPE, generation_inputs, model_input, prefixed, split_generation_options, \
     text_input, to_audio
-
-log = logging.getLogger(__name__)
 
 BANK_TYPE = "QWEN3TTS_VOICE_BANK"  # {name_key(name): (display name, Voice)}
 MAX_BATCH_SIZE = 64
@@ -139,58 +135,26 @@ class RenderLines:
             raise prefixed(e, who) from e
         services.check_interrupt()
         lines = [Line(p.text, bank[name_key(p.name)][1], language) for p in parsed]
-        labels = [f"script line {p.number}, {p.name}" for p in parsed]
+        context = render_context(model.tts, torch.device(model.load_device).type, language, settings, smoothing)
+        job = ScriptJob(parsed, lines, store, context)
 
-        context = _render_context(model, language, settings, smoothing)
-        fingerprints = [fingerprint(context, p.name, line.text, line.voice) for p, line in zip(parsed, lines)]
-        audio: dict[int, np.ndarray] = {}
-        if resume:
-            for i, p in enumerate(parsed):
-                kept = store.load(i + 1, p.name, fingerprints[i])
-                if kept is not None:
-                    audio[i] = kept
-            if audio:
-                log.info("%s: %d of %d lines already rendered in %s; rendering the other %d", who, len(audio),
-                         len(lines), store.folder, len(lines) - len(audio))
-        todo = [i for i in range(len(lines)) if i not in audio]
-
-        def finished(k: int, wav: np.ndarray) -> None:
-            i = todo[k]
-            wav = _smooth(wav) if smoothing else wav
-            store.save(i + 1, parsed[i].name, parsed[i].text, fingerprints[i], wav)
-            audio[i] = wav
+        def prepare(rendering: list[Line]):
+            return model.ready(working_memory(model.tts, [(line.text, line.voice) for line in rendering], settings,
+                                              int(batch_size)))
 
         with services.messages_on_node():
-            if todo:
-                rendering = [lines[i] for i in todo]
-                tts = model.ready(working_memory(model.tts, [(line.text, line.voice) for line in rendering], settings,
-                                                 int(batch_size)))
-                reporter = services.step_callback()
-                BatchTTS(tts).render(rendering, settings, batch_size=int(batch_size), on_step=reporter,
-                                     on_line=finished, who=who, labels=[labels[i] for i in todo])
-                reporter.finish()
-            clips = [audio[i] for i in range(len(lines))]
-            dialogue, cues = join_clips(clips, float(pause_seconds))
-            subtitles = srt([(start, end, p.name, p.text) for (start, end), p in zip(cues, parsed)])
-            store.finish(len(lines), subtitles)
-        return ([to_audio(c, SAMPLE_RATE) for c in clips], to_audio(dialogue, SAMPLE_RATE), subtitles)
+            reporter = services.step_callback()
+            result = job.run(prepare, settings, int(batch_size), float(pause_seconds), bool(resume),
+                             finish_line=_smooth if smoothing else None, on_step=reporter, who=who)
+            reporter.finish()
+        return ([to_audio(c, SAMPLE_RATE) for c in result.clips], to_audio(result.dialogue, SAMPLE_RATE),
+                result.subtitles)
 
 
 def _smooth(wav: np.ndarray) -> np.ndarray:
     if wav.size == 0:
         return wav
     return np.ascontiguousarray(peak_normalize(lowpass(wav, SAMPLE_RATE)), dtype=np.float32)
-
-
-def _render_context(model, language: str, settings, smoothing: bool) -> dict:
-    """What, besides the line itself, decides a line's audio: the model as loaded (checkpoint, dtype, attention
-    kernel, decode mode and the kind of device it runs on) and every generation setting but the seed (so a
-    randomized seed still resumes; the batch size is left out too)."""
-    tts = model.tts
-    return dict(model=str(tts.source), model_size=tts.model_size, dtype=str(tts.tts.model.dtype),
-                attention=str(tts.tts.model.config._attn_implementation), mode=str(tts.patch.mode),
-                device=torch.device(model.load_device).type, language=language, smoothing=bool(smoothing),
-                settings={k: v for k, v in dataclasses.asdict(settings).items() if k != "seed"})
 
 
 __all__ = ["BANK_TYPE", "RenderLines", "VoiceBank"]

@@ -52,8 +52,10 @@ def _quote(text: str, limit: int = 40) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def parse_script(script: str, names: Iterable[str]) -> list[ScriptLine]:
-    """The spoken lines in script order; `names` are the known display names, matched by `name_key`."""
+def parse_script(script: str, names: Iterable[str],
+                 add_names: str = "add a Voice Bank node for each missing character") -> list[ScriptLine]:
+    """The spoken lines in script order; `names` are the known display names, matched by `name_key`.
+    `add_names` says, in the front end's words, how to give a voice to a missing character."""
     if not isinstance(script, str):
         raise ValueError(f"the script must be text, got {type(script).__name__}")
     known: dict[str, str] = {}
@@ -90,8 +92,7 @@ def parse_script(script: str, names: Iterable[str]) -> list[ScriptLine]:
             shown.append(f"and {len(problems) - MAX_REPORTED} more")
         message = "the script has problems: " + "; ".join(shown)
         if unknown:
-            message += (f". Known characters (from the voice bank): {known_list}; fix the spelling or add a "
-                        "Voice Bank node for each missing character")
+            message += f". Known characters: {known_list}; fix the spelling or {add_names}"
         raise ValueError(message)
     if not lines:
         raise ValueError("the script has no spoken lines; write one line per spoken line as Name: text "

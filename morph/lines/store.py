@@ -34,11 +34,16 @@ def voice_digest(voice) -> str:
     return h.hexdigest()
 
 
-def fingerprint(context: dict, name: str, text: str, voice) -> str:
+def fingerprint(context: dict, name: str, text: str, voice=None, speaker: str | None = None, instruct: str = "") -> str:
     """One line's fingerprint: the render context (model and settings, chosen by the front end), the
-    character's name, the text and the voice."""
-    blob = json.dumps(dict(context, name=name, text=text, voice=voice_digest(voice)), sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    character's name, the text, and who speaks it: a cloned voice, or a CustomVoice speaker and an instruct, or a
+    VoiceDesign instruct (a voice line's fingerprint holds only the voice, as it always has)."""
+    line = dict(context, name=name, text=text)
+    if voice is not None:
+        line["voice"] = voice_digest(voice)
+    else:
+        line.update(speaker=speaker, instruct=instruct)
+    return hashlib.sha256(json.dumps(line, sort_keys=True).encode()).hexdigest()
 
 
 def file_name_part(name: str) -> str:

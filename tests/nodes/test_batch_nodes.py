@@ -132,7 +132,7 @@ def test_smoothing_normalises_each_line(nodes, base_model, bank, out_dir):
 
 def test_script_and_input_errors_name_the_node(nodes, base_model, bank, out_dir):
     with pytest.raises(ValueError, match=r"^Qwen3-TTS Render Lines: the script has problems: line 2: unknown "
-                                         r"character 'Carol'.*Known characters \(from the voice bank\): Alice, Bob"):
+                                         r"character 'Carol'.*Known characters: Alice, Bob"):
         render(nodes, base_model, bank, script="Alice: Hi.\nCarol: Who?")
     with pytest.raises(ValueError, match=r"^Qwen3-TTS Render Lines: the script has problems: "
                                          r"line 1 \('no colon here'\) does not start with 'Name:'"):
@@ -221,12 +221,14 @@ def test_the_manifest_is_in_script_order_even_while_lines_finish_longest_first(n
 @pytest.mark.parametrize("change", ["dtype", "attention", "mode", "settings"])
 def test_the_fingerprint_covers_dtype_attention_decode_mode_and_every_setting(nodes, base_model, batch_nodes, change,
                                                                              monkeypatch):
-    split = sys.modules[batch_nodes.__name__.rsplit(".", 1)[0] + ".common"].split_generation_options
+    pack = batch_nodes.__name__.rsplit(".", 2)[0]
+    split = sys.modules[pack + ".nodes.common"].split_generation_options
     settings = split(gen_options())[1]
+    job, store = sys.modules[pack + ".morph.script_job"], sys.modules[pack + ".morph.lines.store"]
 
     def fingerprint(model=base_model, settings=settings):
-        context = batch_nodes._render_context(model, "English", settings, True)
-        return batch_nodes.fingerprint(context, "Alice", "Hello.", voice)
+        context = job.render_context(model.tts, torch.device(model.load_device).type, "English", settings, True)
+        return store.fingerprint(context, "Alice", "Hello.", voice)
 
     voice = type("V", (), {"spk_embedding": torch.zeros(4), "ref_code": None, "ref_text": None})()
     before = fingerprint()

@@ -36,7 +36,7 @@ def test_unknown_name_lists_the_line_and_the_known_names():
         parse_script("Alice: Hi.\n\nCarol: Who am I?", NAMES)
     message = str(e.value)
     assert "line 3: unknown character 'Carol'" in message
-    assert "Known characters (from the voice bank): Alice, Bob, Old Man, Zoë" in message
+    assert "Known characters: Alice, Bob, Old Man, Zoë; fix the spelling or add a Voice Bank node" in message
 
 
 def test_a_line_without_a_name_is_an_error_with_its_number():

@@ -1,0 +1,91 @@
+"""A script rendered into a folder: every front end that renders a script (the Render Lines node, `cli.py render`,
+the Python API) runs it here, so each writes the same files and resumes the same way.
+
+    job = ScriptJob(parsed, lines, LineStore(out_dir, "scene1", who), render_context(tts, tts.device.type, ...))
+    result = job.run(lambda todo: tts, settings, batch_size=32, pause_seconds=0.4, resume=True)
+
+Each line is fingerprinted (morph/lines/store.py) from what decides its audio; with `resume`, a line whose file and
+fingerprint an earlier run left is read back instead of rendered. The others go to the scheduler in one render, and
+each is written (after the front end's `finish_line`, e.g. smoothing) the moment it is complete, so a crash or a
+cancel loses only lines still in flight. Then the subtitles and the manifest of exactly this script.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .lines.script import ScriptLine
+from .lines.store import LineStore, fingerprint, join_clips, srt
+from .scheduler import BatchTTS, Line, OnLine, OnStep
+from .settings import GenerationSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ScriptResult:
+    clips: list[np.ndarray]  # every line's audio, in script order
+    dialogue: np.ndarray  # the lines joined with pauses
+    subtitles: str  # SRT of the dialogue
+    reused: int  # lines read back from an earlier run instead of rendered
+
+
+def render_context(tts, device_type: str, language: str, settings: GenerationSettings, smoothing: bool) -> dict:
+    """What, besides the line itself, decides a line's audio: the model as loaded (checkpoint, dtype, attention
+    kernel, decode mode and the kind of device it runs on) and every generation setting but the seed (so a
+    randomized seed still resumes; the batch size is left out too)."""
+    return dict(model=str(tts.source), model_size=tts.model_size, dtype=str(tts.tts.model.dtype),
+                attention=str(tts.tts.model.config._attn_implementation), mode=str(tts.patch.mode),
+                device=str(device_type), language=language, smoothing=bool(smoothing),
+                settings={k: v for k, v in dataclasses.asdict(settings).items() if k != "seed"})
+
+
+class ScriptJob:
+    def __init__(self, parsed: Sequence[ScriptLine], lines: Sequence[Line], store: LineStore, context: dict):
+        self.parsed, self.lines, self.store = list(parsed), list(lines), store
+        self.fingerprints = [fingerprint(context, p.name, line.text, line.voice, line.speaker, line.instruct)
+                             for p, line in zip(self.parsed, self.lines)]
+
+    def run(self, prepare: Callable[[list[Line]], object], settings: GenerationSettings, batch_size: int,
+            pause_seconds: float, resume: bool = True, finish_line: Callable[[np.ndarray], np.ndarray] | None = None,
+            on_step: OnStep | None = None, on_line: OnLine | None = None, who: str = "Render lines") -> ScriptResult:
+        """Render what is missing and write everything. `prepare(lines to render)` returns the engine to render
+        them on (a memory manager can make room first); it is not called when every line is reused.
+        `on_line(i, audio)` follows each line's file, i indexing the script's lines."""
+        audio = self._reuse() if resume else {}
+        if audio:
+            log.info("%s: %d of %d lines already rendered in %s; rendering the other %d", who, len(audio),
+                     len(self.lines), self.store.folder, len(self.lines) - len(audio))
+        todo = [i for i in range(len(self.lines)) if i not in audio]
+
+        def finished(k: int, wav: np.ndarray) -> None:
+            i = todo[k]
+            wav = finish_line(wav) if finish_line is not None else wav
+            self.store.save(i + 1, self.parsed[i].name, self.parsed[i].text, self.fingerprints[i], wav)
+            audio[i] = wav
+            if on_line is not None:
+                on_line(i, wav)
+
+        if todo:
+            rendering = [self.lines[i] for i in todo]
+            labels = [f"script line {self.parsed[i].number}, {self.parsed[i].name}" for i in todo]
+            BatchTTS(prepare(rendering)).render(rendering, settings, batch_size=batch_size, on_step=on_step,
+                                                on_line=finished, who=who, labels=labels)
+        clips = [audio[i] for i in range(len(self.lines))]
+        dialogue, cues = join_clips(clips, float(pause_seconds))
+        subtitles = srt([(start, end, p.name, p.text) for (start, end), p in zip(cues, self.parsed)])
+        self.store.finish(len(self.lines), subtitles)
+        return ScriptResult(clips, dialogue, subtitles, len(self.lines) - len(todo))
+
+    def _reuse(self) -> dict[int, np.ndarray]:
+        kept = {}
+        for i, p in enumerate(self.parsed):
+            wav = self.store.load(i + 1, p.name, self.fingerprints[i])
+            if wav is not None:
+                kept[i] = wav
+        return kept
