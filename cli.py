@@ -1,4 +1,5 @@
-"""Speak text in a cloned voice: text (+ reference clip) in, 24 kHz wav out.
+"""Speak text in a cloned voice: text (+ reference clip) in, 24 kHz wav out; `cli.py render` renders a whole script
+(cli_render.py).
 
     python cli.py --text "Hello there."                       # the bundled default voice
     python cli.py --text "Hello." --voice me.wav --transcript "What I say in me.wav."
@@ -7,46 +8,24 @@ Every input is checked before the model loads; hub models are looked for in --mo
 Hugging Face cache, and downloaded into --models-dir when missing.
 """
 
-# Only the standard library and morph's torch-free checkpoints and settings are imported up here, so that
-# --help and argument errors answer at once; numpy, torch and qwen-tts come in after the arguments parse.
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import re
 import sys
 import time
 from pathlib import Path
 
-from morph.qwen.checkpoints import DEFAULT_MODEL, LANGUAGES
-from morph.settings import DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS, SAMPLE_RATE, GenerationSettings, Sampling
+from cli_common import (DEFAULT_MODEL, CliError, Progress, add_generation_options, add_model_options, check_language,
+                        check_output, check_voice_file, guarded, load_model, settings_from)
+from morph.settings import SAMPLE_RATE
 
-ROOT = Path(__file__).resolve().parent
-ASSETS = ROOT / "assets"
+ASSETS = Path(__file__).resolve().parent / "assets"
 DEFAULT_VOICE = ASSETS / "default_voice.wav"
-DEFAULT_MODELS_DIR = ROOT / "models" / "qwen3-tts"
-MODELS_DIR_ENV = "QWEN3TTS_MODELS_DIR"  # the nodes' fallback folder too (nodes/services.py)
-_ENGINE = GenerationSettings()  # the engine's defaults
-DEFAULT_SAMPLING = dict(temperature=_ENGINE.temperature, top_k=_ENGINE.top_k, top_p=_ENGINE.top_p,
-                        repetition_penalty=_ENGINE.repetition_penalty)
-
-
-class CliError(Exception):
-    """A bad input, reported as `error: ...` with exit status 2 and no traceback."""
-
-
-# The engine names settings as fields; here they are flags.
-_FLAGS = re.compile(r"\b(seq_groups|temperature|top_k|top_p|repetition_penalty|max_new_tokens)\b")
-
-
-def as_flags(message: str) -> str:
-    return _FLAGS.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="A whole script: python cli.py render "
+                                "--help", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--text", required=True, help="what to say; text over 500 characters is split at sentence ends")
     p.add_argument("--voice", type=Path, default=DEFAULT_VOICE,
                    help="reference clip of the voice to clone (wav, flac, ogg or mp3, any rate, mono or stereo; "
@@ -56,33 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "voice is x-vector only. Defaults to the bundled clip's transcript when --voice is not given")
     p.add_argument("--out", type=Path, default=Path("out.wav"),
                    help="audio file to write (its folder is created; .wav is added when it has no extension)")
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help="a checkpoint folder, a folder name in --models-dir, or a hub id")
-    p.add_argument("--models-dir", type=Path, default=Path(os.environ.get(MODELS_DIR_ENV) or DEFAULT_MODELS_DIR),
-                   help=f"where model folders are looked for, and where hub models are downloaded to; "
-                        f"${MODELS_DIR_ENV} sets the default")
-    p.add_argument("--language", default="Auto", help=f"language of the text: {', '.join(LANGUAGES)}")
-    p.add_argument("--seq-groups", type=int, default=DEFAULT_SEQ_GROUPS,
-                   help=f"code groups decoded one by one (1-{MAX_SEQ_GROUPS}); {MAX_SEQ_GROUPS} is upstream-exact, "
-                        "lower is faster")
-    p.add_argument("--seed", type=int, default=None, help="random seed: the same seed and text give the same audio")
-    p.add_argument("--greedy", action="store_true", help="no sampling anywhere (deterministic, may loop or hum)")
-    p.add_argument("--temperature", type=float, default=DEFAULT_SAMPLING["temperature"],
-                   help="sampling temperature (talker and code predictor)")
-    p.add_argument("--top-k", type=int, default=DEFAULT_SAMPLING["top_k"], help="top-k sampling; 0 is off")
-    p.add_argument("--top-p", type=float, default=DEFAULT_SAMPLING["top_p"], help="top-p sampling; 1.0 is off")
-    p.add_argument("--repetition-penalty", type=float, default=DEFAULT_SAMPLING["repetition_penalty"],
-                   help="penalty on repeated talker tokens; 1.0 is none")
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="frame limit of each segment (12.5 frames a second); default: 5 s plus 0.35 s per character "
-                        "of the segment")
-    p.add_argument("--no-smooth", action="store_true", help="skip the low-pass filter and the -3 dBFS normalisation")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu", "mps"],
-                   help="where the model runs; auto is CUDA when available, else the CPU")
-    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
-                   help="weight precision; auto is bf16 on GPUs that support it, fp32 on the CPU")
-    p.add_argument("--attention", default="auto", choices=["auto", "sdpa", "flash_attention_2", "eager"],
-                   help="attention kernel; auto is flash-attention 2 when flash_attn imports, else sdpa")
+    add_model_options(p)
+    add_generation_options(p)
     return p
 
 
@@ -90,107 +44,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return build_parser().parse_args(argv)
 
 
-# -- checks that need no model ---------------------------------------------------------------------
 def check_text(text: str) -> str:
     if not text.strip():
         raise CliError("--text is empty; give the words to speak")
     return text.strip()
-
-
-def check_language(language: str) -> str:
-    for known in LANGUAGES:
-        if known.lower() == language.strip().lower():
-            return known
-    raise CliError(f"--language {language!r} is not one of {', '.join(LANGUAGES)}")
-
-
-def check_voice_file(path: Path) -> Path:
-    import soundfile as sf
-
-    if not path.is_file():
-        raise CliError(f"--voice: file not found: {path}" + (" (it is a folder)" if path.is_dir() else ""))
-    try:
-        sf.info(str(path))
-    except Exception as e:  # soundfile raises its own error types for unreadable files
-        raise CliError(f"--voice: cannot read {path} as audio ({e}); give a wav, flac, ogg or mp3 file") from e
-    return path
-
-
-def check_output(path: Path) -> Path:
-    """The file to write: .wav added when there is no extension, a format soundfile writes, and a
-    folder that exists (created here) and is writable. Checked now, not after the generation."""
-    import soundfile as sf
-
-    if path.is_dir():
-        raise CliError(f"--out: {path} is a folder; give a file name such as {path / 'out.wav'}")
-    if not path.suffix:
-        path = path.with_suffix(".wav")
-    if path.suffix[1:].upper() not in sf.available_formats():
-        raise CliError(f"--out: cannot write {path.suffix} files; use .wav (or .flac or .ogg)")
-    existed = path.exists()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CliError(f"--out: cannot create the folder {path.parent} ({e})") from e
-    # Tried, not asked: os.access says yes to root everywhere, /proc included, and a network or read-only
-    # mount can refuse what the mode bits allow.
-    try:
-        with open(path, "ab"):
-            pass
-        if not existed:
-            path.unlink()
-    except OSError as e:
-        raise CliError(f"--out: cannot write {path} ({e.strerror or e}); choose another place") from e
-    return path
-
-
-# -- progress ----------------------------------------------------------------------------------------
-class Progress:
-    """The engine's on_step(step, total) as a progress line on stderr: frames done of at most `total`,
-    the number of segments, speed, and how long it can still take (EOS usually ends a segment sooner)."""
-
-    def __init__(self, segments: int, stream=None):
-        self.segments, self.stream = segments, stream or sys.stderr
-        self.tty = self.stream.isatty()
-        self.start = self.shown_at = None
-        self.step = self.total = 0
-        self.shown_tenth = -1
-
-    def __call__(self, step: int, total: int) -> None:
-        now = time.perf_counter()
-        if self.start is None:
-            self.start = now
-        self.step, self.total = step, total
-        tenth = 10 * step // max(total, 1)
-        if self.tty and (self.shown_at is None or now - self.shown_at > 0.1):
-            self.stream.write("\r" + self.line(now))
-        elif not self.tty and tenth > self.shown_tenth:
-            self.stream.write(self.line(now) + "\n")
-            self.shown_tenth = tenth
-        else:
-            return
-        self.shown_at = now
-        self.stream.flush()
-
-    def line(self, now: float) -> str:
-        elapsed = now - self.start
-        rate = self.step / elapsed if elapsed > 0 and self.step > 1 else 0.0
-        left = f"at most {_clock((self.total - self.step) / rate)} left" if rate else "estimating"
-        width = 24
-        done = width * self.step // max(self.total, 1)
-        segments = f"{self.segments} segment{'s' if self.segments != 1 else ''}"
-        return (f"[{'#' * done}{'.' * (width - done)}] frame {self.step} of at most {self.total} | {segments} | "
-                f"{rate:.1f} frames/s | {left}  ")
-
-    def finish(self) -> None:
-        if self.tty and self.start is not None:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-def _clock(seconds: float) -> str:
-    m, s = divmod(int(round(seconds)), 60)
-    return f"{m}:{s:02d}"
 
 
 # -- the main job ------------------------------------------------------------------------------------
@@ -199,8 +56,7 @@ def run(args: argparse.Namespace) -> int:
     language = check_language(args.language)
     voice_path = check_voice_file(args.voice)
     out = check_output(args.out)
-    if args.seed is not None and args.seed < 0:
-        raise CliError(f"--seed must be >= 0, got {args.seed}")
+    settings = settings_from(args)
     transcript = args.transcript
     if transcript is None and args.voice == DEFAULT_VOICE:
         transcript = (ASSETS / "default_voice.txt").read_text(encoding="utf-8").strip()
@@ -208,22 +64,13 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     import soundfile as sf
 
-    from morph.engine import VARIANT_NAMES, MorphTTS
+    from morph.engine import VARIANT_NAMES
     from morph.lines.reference_audio import Fixes, prepare_reference
     from morph.lines.text_split import MAX_SEGMENT_CHARS, split_text
     from morph.qwen.loading import resolve_device
     from morph.qwen.quiet import quiet_third_party
     from postprocess import DEFAULT_CUTOFF_HZ, DEFAULT_PEAK_DBFS, lowpass, peak_normalize
 
-    sampling = Sampling(not args.greedy, args.temperature, args.top_k, args.top_p)
-    settings = GenerationSettings(
-        seq_groups=args.seq_groups, do_sample=not args.greedy, temperature=args.temperature, top_k=args.top_k,
-        top_p=args.top_p, repetition_penalty=args.repetition_penalty, subtalker=sampling, seed=args.seed,
-        max_new_tokens=args.max_new_tokens)
-    try:
-        settings.validate("cli.py")
-    except ValueError as e:
-        raise CliError(as_flags(str(e).removeprefix("cli.py: "))) from e
     # libsndfile scales integer PCM into [-1, 1) and returns float files' own values, peaks over 1.0 included
     wave, rate = sf.read(str(voice_path), dtype="float32", always_2d=True)  # [T, C]
     fixes = Fixes(new_clip="give --voice a recording of the voice to clone", no_transcript="leave out --transcript")
@@ -232,10 +79,7 @@ def run(args: argparse.Namespace) -> int:
     resolve_device(args.device)
     segments = len(split_text(text)) if len(text) > MAX_SEGMENT_CHARS else 1
 
-    print(f"loading {args.model} ...", file=sys.stderr)
-    no_loading_bars()
-    tts = MorphTTS.load(args.model, args.device, args.dtype, args.attention, search_dirs=[args.models_dir],
-                        download_dir=args.models_dir)
+    tts = load_model(args)
     if tts.variant != "base":
         raise CliError(f"--model: {args.model} is a {VARIANT_NAMES.get(tts.variant, tts.variant)} model; cloning a "
                        f"voice needs a Base model, such as {DEFAULT_MODEL} (the default)")
@@ -257,32 +101,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def no_loading_bars() -> None:
-    """transformers' per-load bars ("Loading weights") say nothing on a load that takes seconds; this
-    process is the CLI's own, so they go for it. huggingface_hub's download bars stay (a first run
-    downloads 2 GB), unless the user's environment turned them off."""
-    import huggingface_hub.utils as hub
-    import transformers
-
-    hub_bars = not hub.are_progress_bars_disabled()
-    transformers.utils.logging.disable_progress_bar()  # turns the hub's off too
-    if hub_bars:
-        hub.enable_progress_bars()
-
-
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    # Our own notes (downloads, the attention kernel) and every library's warnings; not their INFO chatter.
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    logging.getLogger("morph").setLevel(logging.INFO)
-    try:
-        return run(args)
-    except (CliError, ValueError, FileNotFoundError, RuntimeError, ImportError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # Ctrl-C: nothing has been written yet (--out is written last, in one go)
-        print("interrupted", file=sys.stderr)
-        return 130
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["render"]:  # a whole script: cli_render.py
+        from cli_render import main as render_main
+
+        return render_main(argv[1:])
+    return guarded(run, parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -2,10 +2,11 @@
 the Python API) runs it here, so each writes the same files and resumes the same way.
 
     job = ScriptJob(parsed, lines, LineStore(out_dir, "scene1", who), render_context(tts, tts.device.type, ...))
-    result = job.run(lambda todo: tts, settings, batch_size=32, pause_seconds=0.4, resume=True)
+    job.reuse()                                             # resume: what an earlier run left
+    result = job.run(lambda todo: tts, settings, batch_size=32, pause_seconds=0.4)
 
-Each line is fingerprinted (morph/lines/store.py) from what decides its audio; with `resume`, a line whose file and
-fingerprint an earlier run left is read back instead of rendered. The others go to the scheduler in one render, and
+Each line is fingerprinted (morph/lines/store.py) from what decides its audio; `reuse()` reads back a line whose file
+and fingerprint an earlier run left instead of rendering it again. The others go to the scheduler in one render, and
 each is written (after the front end's `finish_line`, e.g. smoothing) the moment it is complete, so a crash or a
 cancel loses only lines still in flight. Then the subtitles and the manifest of exactly this script.
 """
@@ -50,17 +51,26 @@ class ScriptJob:
         self.parsed, self.lines, self.store = list(parsed), list(lines), store
         self.fingerprints = [fingerprint(context, p.name, line.text, line.voice, line.speaker, line.instruct)
                              for p, line in zip(self.parsed, self.lines)]
+        self.audio: dict[int, np.ndarray] = {}  # script index -> audio, reused or rendered
+
+    def reuse(self) -> int:
+        """Read back the lines an earlier run left with this fingerprint (resume); returns how many."""
+        for i, p in enumerate(self.parsed):
+            wav = self.store.load(i + 1, p.name, self.fingerprints[i])
+            if wav is not None:
+                self.audio[i] = wav
+        if self.audio:
+            log.info("%s: %d of %d lines already rendered in %s; rendering the other %d", self.store.who,
+                     len(self.audio), len(self.lines), self.store.folder, len(self.lines) - len(self.audio))
+        return len(self.audio)
 
     def run(self, prepare: Callable[[list[Line]], object], settings: GenerationSettings, batch_size: int,
-            pause_seconds: float, resume: bool = True, finish_line: Callable[[np.ndarray], np.ndarray] | None = None,
+            pause_seconds: float, finish_line: Callable[[np.ndarray], np.ndarray] | None = None,
             on_step: OnStep | None = None, on_line: OnLine | None = None, who: str = "Render lines") -> ScriptResult:
-        """Render what is missing and write everything. `prepare(lines to render)` returns the engine to render
-        them on (a memory manager can make room first); it is not called when every line is reused.
-        `on_line(i, audio)` follows each line's file, i indexing the script's lines."""
-        audio = self._reuse() if resume else {}
-        if audio:
-            log.info("%s: %d of %d lines already rendered in %s; rendering the other %d", who, len(audio),
-                     len(self.lines), self.store.folder, len(self.lines) - len(audio))
+        """Render every line not reused and write everything. `prepare(lines to render)` returns the engine to
+        render them on (a memory manager can make room first); it is not called when every line was reused.
+        `on_line(i, audio)` follows each rendered line's file, i indexing the script's lines."""
+        audio, kept = self.audio, len(self.audio)
         todo = [i for i in range(len(self.lines)) if i not in audio]
 
         def finished(k: int, wav: np.ndarray) -> None:
@@ -80,12 +90,4 @@ class ScriptJob:
         dialogue, cues = join_clips(clips, float(pause_seconds))
         subtitles = srt([(start, end, p.name, p.text) for (start, end), p in zip(cues, self.parsed)])
         self.store.finish(len(self.lines), subtitles)
-        return ScriptResult(clips, dialogue, subtitles, len(self.lines) - len(todo))
-
-    def _reuse(self) -> dict[int, np.ndarray]:
-        kept = {}
-        for i, p in enumerate(self.parsed):
-            wav = self.store.load(i + 1, p.name, self.fingerprints[i])
-            if wav is not None:
-                kept[i] = wav
-        return kept
+        return ScriptResult(clips, dialogue, subtitles, kept)

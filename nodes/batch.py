@@ -143,8 +143,10 @@ class RenderLines:
                                               int(batch_size)))
 
         with services.messages_on_node():
+            if resume:
+                job.reuse()
             reporter = services.step_callback()
-            result = job.run(prepare, settings, int(batch_size), float(pause_seconds), bool(resume),
+            result = job.run(prepare, settings, int(batch_size), float(pause_seconds),
                              finish_line=_smooth if smoothing else None, on_step=reporter, who=who)
             reporter.finish()
         return ([to_audio(c, SAMPLE_RATE) for c in result.clips], to_audio(result.dialogue, SAMPLE_RATE),

@@ -51,3 +51,14 @@ def ref_audio():
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def no_load(monkeypatch):
+    """For the CLI's checks: every one must fail before the model loads."""
+    from morph.engine import MorphTTS
+
+    def load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the inputs were checked")
+
+    monkeypatch.setattr(MorphTTS, "load", load)

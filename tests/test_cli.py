@@ -12,6 +12,7 @@ import pytest
 import soundfile as sf
 
 import cli
+import cli_common
 from tests.clips import clip_names, write_clip
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,17 +51,6 @@ def test_a_stereo_voice_file_clones(tiny_dir, tmp_path, capsys):
                      *quick(model=tiny_dir)])
     assert code == 0, capsys.readouterr().err
     assert sf.info(str(out)).format == "FLAC"
-
-
-@pytest.fixture
-def no_load(monkeypatch):
-    """Every check must fail before the model loads."""
-    from morph.engine import MorphTTS
-
-    def load(*args, **kwargs):
-        raise AssertionError("the model was loaded before the inputs were checked")
-
-    monkeypatch.setattr(MorphTTS, "load", load)
 
 
 def fails(argv, capsys) -> str:
@@ -112,9 +102,9 @@ def test_an_output_place_nobody_can_write_is_refused_before_loading(capsys, no_l
 
 
 def test_checking_the_output_leaves_no_file_and_keeps_an_existing_one(tmp_path):
-    assert cli.check_output(tmp_path / "new.wav") == tmp_path / "new.wav" and not (tmp_path / "new.wav").exists()
+    assert cli_common.check_output(tmp_path / "new.wav") == tmp_path / "new.wav" and not (tmp_path / "new.wav").exists()
     (tmp_path / "old.wav").write_bytes(b"take one")
-    cli.check_output(tmp_path / "old.wav")
+    cli_common.check_output(tmp_path / "old.wav")
     assert (tmp_path / "old.wav").read_bytes() == b"take one"
 
 
@@ -122,7 +112,7 @@ def test_an_output_path_gets_its_folder_and_wav_extension_before_loading(tmp_pat
     with pytest.raises(AssertionError, match="loaded before"):  # every check passed, then the load
         cli.main(["--text", "Hi", "--out", str(tmp_path / "a" / "b" / "take1")])
     assert (tmp_path / "a" / "b").is_dir()
-    assert cli.check_output(tmp_path / "take1") == tmp_path / "take1.wav"
+    assert cli_common.check_output(tmp_path / "take1") == tmp_path / "take1.wav"
 
 
 def test_a_transcript_for_a_clip_over_30_s_is_refused_before_loading(tmp_path, capsys, no_load):
@@ -165,7 +155,7 @@ def test_the_cli_defaults_are_the_engines():
     args, engine = cli.parse_args(["--text", "Hi"]), GenerationSettings()
     assert (args.seq_groups, args.temperature, args.top_k, args.top_p, args.repetition_penalty) == (
         engine.seq_groups, engine.temperature, engine.top_k, engine.top_p, engine.repetition_penalty)
-    assert cli.DEFAULT_MODELS_DIR == ROOT / "models" / "qwen3-tts"
+    assert cli_common.DEFAULT_MODELS_DIR == ROOT / "models" / "qwen3-tts"
 
 
 def test_a_successful_run_prints_nothing_alarming(tiny_dir, tmp_path):
@@ -229,15 +219,15 @@ def test_max_new_tokens_is_the_number_of_frames(tiny_dir, tmp_path, capsys, neve
 
 
 def test_the_models_dir_defaults_to_the_environment_variable(tiny_dir, tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv(cli.MODELS_DIR_ENV, raising=False)
-    assert cli.parse_args(["--text", "Hi"]).models_dir == cli.DEFAULT_MODELS_DIR
+    monkeypatch.delenv(cli_common.MODELS_DIR_ENV, raising=False)
+    assert cli.parse_args(["--text", "Hi"]).models_dir == cli_common.DEFAULT_MODELS_DIR
     mine = tmp_path / "my-models"
     (mine / "tiny").mkdir(parents=True)
     for item in Path(tiny_dir).iterdir():
         (mine / "tiny" / item.name).symlink_to(item)
-    monkeypatch.setenv(cli.MODELS_DIR_ENV, str(mine))
+    monkeypatch.setenv(cli_common.MODELS_DIR_ENV, str(mine))
     assert cli.parse_args(["--text", "Hi"]).models_dir == mine
-    assert f"${cli.MODELS_DIR_ENV} sets the default" in " ".join(cli.build_parser().format_help().split())
+    assert f"${cli_common.MODELS_DIR_ENV} sets the default" in " ".join(cli.build_parser().format_help().split())
     args = ["--text", "Hi.", "--out", str(tmp_path / "o.wav"), *quick(model="tiny")]  # a folder name in it
     assert cli.main(args) == 0, capsys.readouterr().err
 
@@ -247,7 +237,7 @@ def test_ctrl_c_ends_with_one_line_and_writes_nothing(tiny_dir, tmp_path, capsys
         if step == 3:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli.Progress, "__call__", interrupt)
+    monkeypatch.setattr(cli_common.Progress, "__call__", interrupt)
     out = tmp_path / "o.wav"
     assert cli.main(["--text", "Hello there, how are you?", "--out", str(out), *quick(model=tiny_dir)]) == 130
     err = capsys.readouterr().err

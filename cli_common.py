@@ -1,0 +1,237 @@
+"""What the CLI's commands share (cli.py speaks a text, cli_render.py renders a script): the model and generation
+options, the checks that need no model, the progress line, model loading, and how an error or Ctrl-C ends a command.
+
+Only the standard library and morph's torch-free checkpoints and settings are imported up here, so that --help and
+argument errors answer at once; numpy, torch and qwen-tts come in after the arguments parse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+from morph.qwen.checkpoints import DEFAULT_MODEL, LANGUAGES
+from morph.settings import DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS, GenerationSettings, Sampling
+
+ROOT = Path(__file__).resolve().parent
+DEFAULT_MODELS_DIR = ROOT / "models" / "qwen3-tts"
+MODELS_DIR_ENV = "QWEN3TTS_MODELS_DIR"  # the nodes' fallback folder too (nodes/services.py)
+_ENGINE = GenerationSettings()  # the engine's defaults
+DEFAULT_SAMPLING = dict(temperature=_ENGINE.temperature, top_k=_ENGINE.top_k, top_p=_ENGINE.top_p,
+                        repetition_penalty=_ENGINE.repetition_penalty)
+
+
+class CliError(Exception):
+    """A bad input, reported as `error: ...` with exit status 2 and no traceback."""
+
+
+# The engine names settings as fields; here they are flags.
+_FLAGS = re.compile(r"\b(seq_groups|temperature|top_k|top_p|repetition_penalty|max_new_tokens)\b")
+
+
+def as_flags(message: str) -> str:
+    return _FLAGS.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="a checkpoint folder, a folder name in --models-dir, or a hub id")
+    p.add_argument("--models-dir", type=Path, default=Path(os.environ.get(MODELS_DIR_ENV) or DEFAULT_MODELS_DIR),
+                   help=f"where model folders are looked for, and where hub models are downloaded to; "
+                        f"${MODELS_DIR_ENV} sets the default")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu", "mps"],
+                   help="where the model runs; auto is CUDA when available, else the CPU")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
+                   help="weight precision; auto is bf16 on GPUs that support it, fp32 on the CPU")
+    p.add_argument("--attention", default="auto", choices=["auto", "sdpa", "flash_attention_2", "eager"],
+                   help="attention kernel; auto is flash-attention 2 when flash_attn imports, else sdpa")
+
+
+def add_generation_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--language", default="Auto", help=f"language of the text: {', '.join(LANGUAGES)}")
+    p.add_argument("--seq-groups", type=int, default=DEFAULT_SEQ_GROUPS,
+                   help=f"code groups decoded one by one (1-{MAX_SEQ_GROUPS}); {MAX_SEQ_GROUPS} is upstream-exact, "
+                        "lower is faster")
+    p.add_argument("--seed", type=int, default=None, help="random seed: the same seed and text give the same audio")
+    p.add_argument("--greedy", action="store_true", help="no sampling anywhere (deterministic, may loop or hum)")
+    p.add_argument("--temperature", type=float, default=DEFAULT_SAMPLING["temperature"],
+                   help="sampling temperature (talker and code predictor)")
+    p.add_argument("--top-k", type=int, default=DEFAULT_SAMPLING["top_k"], help="top-k sampling; 0 is off")
+    p.add_argument("--top-p", type=float, default=DEFAULT_SAMPLING["top_p"], help="top-p sampling; 1.0 is off")
+    p.add_argument("--repetition-penalty", type=float, default=DEFAULT_SAMPLING["repetition_penalty"],
+                   help="penalty on repeated talker tokens; 1.0 is none")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="frame limit of each segment (12.5 frames a second); default: 5 s plus 0.35 s per character "
+                        "of the segment")
+    p.add_argument("--no-smooth", action="store_true", help="skip the low-pass filter and the -3 dBFS normalisation")
+
+
+def settings_from(args: argparse.Namespace) -> GenerationSettings:
+    """The generation settings the flags give, checked, with messages that name the flags."""
+    if args.seed is not None and args.seed < 0:
+        raise CliError(f"--seed must be >= 0, got {args.seed}")
+    sampling = Sampling(not args.greedy, args.temperature, args.top_k, args.top_p)
+    settings = GenerationSettings(
+        seq_groups=args.seq_groups, do_sample=not args.greedy, temperature=args.temperature, top_k=args.top_k,
+        top_p=args.top_p, repetition_penalty=args.repetition_penalty, subtalker=sampling, seed=args.seed,
+        max_new_tokens=args.max_new_tokens)
+    try:
+        return settings.validate("cli.py")
+    except ValueError as e:
+        raise CliError(as_flags(str(e).removeprefix("cli.py: "))) from e
+
+
+# -- checks that need no model ---------------------------------------------------------------------
+def check_language(language: str) -> str:
+    for known in LANGUAGES:
+        if known.lower() == language.strip().lower():
+            return known
+    raise CliError(f"--language {language!r} is not one of {', '.join(LANGUAGES)}")
+
+
+def check_voice_file(path: Path) -> Path:
+    import soundfile as sf
+
+    if not path.is_file():
+        raise CliError(f"--voice: file not found: {path}" + (" (it is a folder)" if path.is_dir() else ""))
+    try:
+        sf.info(str(path))
+    except Exception as e:  # soundfile raises its own error types for unreadable files
+        raise CliError(f"--voice: cannot read {path} as audio ({e}); give a wav, flac, ogg or mp3 file") from e
+    return path
+
+
+def check_output(path: Path) -> Path:
+    """The file to write: .wav added when there is no extension, a format soundfile writes, and a
+    folder that exists (created here) and is writable. Checked now, not after the generation."""
+    import soundfile as sf
+
+    if path.is_dir():
+        raise CliError(f"--out: {path} is a folder; give a file name such as {path / 'out.wav'}")
+    if not path.suffix:
+        path = path.with_suffix(".wav")
+    if path.suffix[1:].upper() not in sf.available_formats():
+        raise CliError(f"--out: cannot write {path.suffix} files; use .wav (or .flac or .ogg)")
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"--out: cannot create the folder {path.parent} ({e})") from e
+    # Tried, not asked: os.access says yes to root everywhere, /proc included, and a network or read-only
+    # mount can refuse what the mode bits allow.
+    try:
+        with open(path, "ab"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as e:
+        raise CliError(f"--out: cannot write {path} ({e.strerror or e}); choose another place") from e
+    return path
+
+
+# -- progress ----------------------------------------------------------------------------------------
+class ProgressLine:
+    """One progress line on stderr: rewritten in place on a terminal (at most ten times a second), else written
+    anew at each tenth of the work. Subclasses say what the line holds (`text`)."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.start = self.shown_at = None
+        self.shown_tenth = -1
+
+    def show(self, fraction: float) -> None:
+        now = time.perf_counter()
+        self.start = self.start or now
+        tenth = int(10 * fraction)
+        if self.tty and (self.shown_at is None or now - self.shown_at > 0.1):
+            self.stream.write("\r" + self.text(now - self.start))
+        elif not self.tty and tenth > self.shown_tenth:
+            self.stream.write(self.text(now - self.start) + "\n")
+            self.shown_tenth = tenth
+        else:
+            return
+        self.shown_at = now
+        self.stream.flush()
+
+    def text(self, elapsed: float) -> str:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        if self.tty and self.start is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class Progress(ProgressLine):
+    """The engine's on_step(step, total): frames done of at most `total`, the number of segments, speed, and how
+    long it can still take (EOS usually ends a segment sooner)."""
+
+    def __init__(self, segments: int, stream=None):
+        super().__init__(stream)
+        self.segments, self.step, self.total = segments, 0, 0
+
+    def __call__(self, step: int, total: int) -> None:
+        self.step, self.total = step, total
+        self.show(step / max(total, 1))
+
+    def text(self, elapsed: float) -> str:
+        rate = self.step / elapsed if elapsed > 0 and self.step > 1 else 0.0
+        left = f"at most {clock((self.total - self.step) / rate)} left" if rate else "estimating"
+        segments = f"{self.segments} segment{'s' if self.segments != 1 else ''}"
+        return (f"{bar(self.step / max(self.total, 1))} frame {self.step} of at most {self.total} | {segments} | "
+                f"{rate:.1f} frames/s | {left}  ")
+
+
+def bar(fraction: float, width: int = 24) -> str:
+    done = int(width * min(max(fraction, 0.0), 1.0))
+    return f"[{'#' * done}{'.' * (width - done)}]"
+
+
+def clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m}:{s:02d}"
+
+
+def load_model(args: argparse.Namespace):
+    """The MorphTTS that --model and its options name, loaded quietly."""
+    from morph.engine import MorphTTS
+
+    print(f"loading {args.model} ...", file=sys.stderr)
+    no_loading_bars()
+    return MorphTTS.load(args.model, args.device, args.dtype, args.attention, search_dirs=[args.models_dir],
+                         download_dir=args.models_dir)
+
+
+def no_loading_bars() -> None:
+    """transformers' per-load bars ("Loading weights") say nothing on a load that takes seconds; this
+    process is the CLI's own, so they go for it. huggingface_hub's download bars stay (a first run
+    downloads 2 GB), unless the user's environment turned them off."""
+    import huggingface_hub.utils as hub
+    import transformers
+
+    hub_bars = not hub.are_progress_bars_disabled()
+    transformers.utils.logging.disable_progress_bar()  # turns the hub's off too
+    if hub_bars:
+        hub.enable_progress_bars()
+
+
+def guarded(job, args: argparse.Namespace) -> int:
+    """Run a command with the CLI's logging; a bad input or a failure is one `error:` line (exit status 2), Ctrl-C
+    one `interrupted` line (130)."""
+    # Our own notes (downloads, the attention kernel) and every library's warnings; not their INFO chatter.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    logging.getLogger("morph").setLevel(logging.INFO)
+    try:
+        return job(args)
+    except (CliError, ValueError, FileNotFoundError, RuntimeError, ImportError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C: speaking writes --out last, in one go; a script keeps its finished lines
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,237 @@
+"""Render a dialogue script into a folder: one WAV per line, the joined dialogue, SRT subtitles and a manifest.
+
+    python cli.py render scene1.txt --voice Alice=alice.wav --transcript "Alice=What alice.wav says." \
+        --voice Bob=bob.safetensors --out renders --prefix scene1
+    python cli.py render scene1.txt --speaker Alice=Vivian --model Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice --out renders
+    python cli.py render scene1.txt --design "Alice=A warm, low voice" --model Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign
+
+The script is what Render Lines reads (`Name: text` per line, `#` comments); the files are the ones it writes, and
+a rerun of the same command renders only the lines that are missing or changed (the manifest says which).
+Everything is checked before the model loads: the script against the characters, every voice file, the folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from cli_common import (CliError, ProgressLine, add_generation_options, add_model_options, bar, check_language,
+                        check_voice_file, clock, guarded, load_model, settings_from)
+from morph.settings import SAMPLE_RATE
+
+KINDS = {"voice": "base", "speaker": "custom_voice", "design": "voice_design"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cli.py render", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("script", type=Path, help="the script: one 'Name: text' line per spoken line (UTF-8)")
+    p.add_argument("--voice", action="append", default=[], metavar="NAME=FILE",
+                   help="a character cloned from a clip (wav, flac, ogg, mp3) or a saved voice (.safetensors); "
+                        "Base models")
+    p.add_argument("--transcript", action="append", default=[], metavar="NAME=TEXT",
+                   help="what a --voice clip says (in-context cloning); without it that voice is x-vector only")
+    p.add_argument("--speaker", action="append", default=[], metavar="NAME=SPEAKER",
+                   help="a character spoken by a built-in speaker; CustomVoice models")
+    p.add_argument("--instruct", action="append", default=[], metavar="NAME=TEXT",
+                   help="how a --speaker character speaks (1.7B CustomVoice models)")
+    p.add_argument("--design", action="append", default=[], metavar="NAME=DESCRIPTION",
+                   help="a character's voice described in words; VoiceDesign models")
+    p.add_argument("--out", type=Path, default=Path("renders"), help="the folder the files go into (created)")
+    p.add_argument("--prefix", default="dialogue",
+                   help="file names: PREFIX_0001_Name.wav per line, PREFIX.wav, PREFIX.srt, PREFIX_lines.json")
+    p.add_argument("--batch-size", type=int, default=16, help="lines rendered at once; more is faster, needs more VRAM")
+    p.add_argument("--pause", type=float, default=0.4, help="seconds of silence between lines in PREFIX.wav")
+    p.add_argument("--no-resume", action="store_true", help="render every line again, even those already in --out")
+    add_model_options(p)
+    add_generation_options(p)
+    return p
+
+
+def pairs(values: list[str], flag: str) -> dict[str, str]:
+    """{name key: value} of NAME=VALUE options, refusing a malformed or repeated one."""
+    from morph.lines.script import check_name, name_key
+
+    found: dict[str, str] = {}
+    for raw in values:
+        name, eq, value = raw.partition("=")
+        if not eq or not value.strip():
+            raise CliError(f"{flag} {raw!r}: write it as {flag} NAME=VALUE, e.g. {flag} Alice=...")
+        key = name_key(check_name(name, flag))
+        if key in found:
+            raise CliError(f"{flag}: {name.strip()!r} is given twice")
+        found[key] = value.strip()
+    return found
+
+
+def characters(args) -> tuple[str, dict[str, tuple[str, str]]]:
+    """The model variant the characters need, and {name key: (display name, what the option gave)}."""
+    from morph.lines.script import name_key
+
+    given = {kind: pairs(getattr(args, kind), f"--{kind}") for kind in KINDS}
+    used = [kind for kind in KINDS if given[kind]]
+    if not used:
+        raise CliError("give each character of the script a voice: --voice NAME=FILE (Base models), "
+                       "--speaker NAME=SPEAKER (CustomVoice) or --design NAME=DESCRIPTION (VoiceDesign)")
+    if len(used) > 1:
+        raise CliError(f"--{used[0]} and --{used[1]} need different models; one script renders on one model")
+    for flag, extra, owner in (("--transcript", args.transcript, "voice"), ("--instruct", args.instruct, "speaker")):
+        stray = set(pairs(extra, flag)) - set(given[owner])
+        if stray:
+            raise CliError(f"{flag}: {', '.join(sorted(stray))} has no --{owner}")
+    shown = {name_key(raw.partition("=")[0]): " ".join(raw.partition("=")[0].split()) for raw in getattr(args, used[0])}
+    return KINDS[used[0]], {key: (shown[key], value) for key, value in given[used[0]].items()}
+
+
+def check_folder(folder: Path) -> Path:
+    """The output folder, created, after a file was written into it and removed: checked before any work."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise CliError(f"--out: cannot write into {folder} ({e.strerror or e}); choose another folder") from e
+    return folder
+
+
+class ScriptProgress(ProgressLine):
+    """Lines done, seconds of audio, speed and time left; the time left follows the frame slots the scheduler
+    reports (on_step), the lines and their audio come as each line is written (on_line)."""
+
+    def __init__(self, lines: int, stream=None):
+        super().__init__(stream)
+        self.lines, self.done, self.audio_s, self.fraction = lines, 0, 0.0, 0.0
+
+    def step(self, done: int, total: int) -> None:
+        self.fraction = done / max(total, 1)
+        self.show(self.fraction)
+
+    def line(self, index: int, wav) -> None:
+        self.done += 1
+        self.audio_s += wav.size / SAMPLE_RATE
+        self.show(self.fraction)
+
+    def text(self, elapsed: float) -> str:
+        left = f"about {clock(elapsed * (1 - self.fraction) / self.fraction)} left" if self.fraction > 0.02 \
+            else "estimating"
+        return (f"{bar(self.fraction)} {self.done} of {self.lines} lines | {self.audio_s:.1f} s of audio | "
+                f"{self.audio_s / max(elapsed, 1e-9):.1f}x real time | {left}  ")
+
+
+def run(args: argparse.Namespace) -> int:
+    from morph.lines.script import parse_script
+
+    variant, cast = characters(args)
+    if not args.script.is_file():
+        raise CliError(f"script: file not found: {args.script}")
+    try:
+        parsed = parse_script(args.script.read_text(encoding="utf-8"), [name for name, _ in cast.values()],
+                              add_names="give the missing character a --voice, --speaker or --design")
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CliError(f"script {args.script}: {e}") from e
+    language = check_language(args.language)
+    settings = settings_from(args)
+    if args.batch_size < 1 or not 0 <= args.pause <= 600:
+        raise CliError("--batch-size must be >= 1 and --pause between 0 and 600 seconds")
+    check_folder(args.out)
+    from morph.lines.store import LineStore
+
+    try:
+        store = LineStore(args.out, args.prefix, "cli.py render")
+    except ValueError as e:
+        raise CliError(f"--prefix: {e}") from e
+    clips = read_voices(cast) if variant == "base" else {}  # every clip checked before the load
+    transcripts = pairs(args.transcript, "--transcript")
+    tts = load_model(args)
+    if tts.variant != variant:
+        from morph.engine import VARIANT_NAMES
+
+        flag = next(f"--{k}" for k, v in KINDS.items() if v == variant)
+        raise CliError(f"--model: {args.model} is a {VARIANT_NAMES.get(tts.variant, tts.variant)} model; {flag} "
+                       f"needs a {VARIANT_NAMES.get(variant, variant)} model")
+    lines = script_lines(tts, variant, cast, clips, transcripts, pairs(args.instruct, "--instruct"), parsed, language)
+    return render(tts, parsed, lines, store, language, settings, args)
+
+
+def read_voices(cast: dict) -> dict:
+    """{name key: a saved Voice, or (a prepared clip, its file name)} for every --voice, checked whole."""
+    import soundfile as sf
+
+    from morph.lines.reference_audio import Fixes, prepare_reference
+    from morph.lines.voice import load_voice
+
+    voices = {}
+    for key, (name, value) in cast.items():
+        path, who = Path(value), f"--voice {name}={value}"
+        if path.suffix.lower() == ".safetensors":
+            if not path.is_file():
+                raise CliError(f"{who}: file not found")
+            voices[key] = load_voice(path)
+            continue
+        check_voice_file(path)
+        wave, rate = sf.read(str(path), dtype="float32", always_2d=True)
+        fixes = Fixes(new_clip=f"give {name} another recording", no_transcript=f"leave out --transcript {name}=...")
+        voices[key] = (prepare_reference(wave, rate, who, icl=False, fixes=fixes), path.name)
+    return voices
+
+
+def script_lines(tts, variant, cast, clips, transcripts, instructs, parsed, language) -> list:
+    """One scheduler Line per script line, each character's voice made once."""
+    from morph.lines.script import name_key
+    from morph.scheduler import Line
+
+    made = {}
+    for key, (name, value) in cast.items():
+        if variant == "base":
+            saved = clips[key]
+            made[key] = dict(voice=saved if not isinstance(saved, tuple) else tts.voice_from_clip(
+                saved[0], transcripts.get(key), who=f"--voice {name}={saved[1]}"))
+        elif variant == "custom_voice":
+            made[key] = dict(speaker=value, instruct=instructs.get(key, ""))
+        else:
+            made[key] = dict(instruct=value)
+    return [Line(p.text, language=language, **made[name_key(p.name)]) for p in parsed]
+
+
+def render(tts, parsed, lines, store, language, settings, args) -> int:
+    import numpy as np
+    import soundfile as sf
+
+    from morph.qwen.quiet import quiet_third_party
+    from morph.script_job import ScriptJob, render_context
+    from postprocess import lowpass, peak_normalize
+
+    def smooth(wav):
+        return wav if wav.size == 0 else np.ascontiguousarray(peak_normalize(lowpass(wav, SAMPLE_RATE)), np.float32)
+
+    job = ScriptJob(parsed, lines, store, render_context(tts, tts.device.type, language, settings, not args.no_smooth))
+    kept = job.reuse() if not args.no_resume else 0
+    progress = ScriptProgress(len(lines) - kept)
+    print(f"rendering {len(lines) - kept} of {len(lines)} lines on {tts.device}, {args.batch_size} at a time"
+          + (f" ({kept} already in {store.folder})" if kept else ""), file=sys.stderr)
+    start = time.perf_counter()
+    try:
+        with quiet_third_party():  # transformers' note on the repetition penalty, at the first generate
+            result = job.run(lambda todo: tts, settings, args.batch_size, args.pause, finish_line=None if
+                             args.no_smooth else smooth, on_step=progress.step, on_line=progress.line,
+                             who="cli.py render")
+    except KeyboardInterrupt:
+        progress.finish()
+        print(f"interrupted: {progress.done + kept} of {len(lines)} lines are in {store.folder}; the same command "
+              "renders the rest", file=sys.stderr)
+        return 130
+    progress.finish()
+    took = time.perf_counter() - start
+    dialogue = store.folder / f"{store.stem}.wav"
+    sf.write(str(dialogue), result.dialogue, SAMPLE_RATE, subtype="FLOAT")
+    print(f"wrote {len(lines)} lines ({kept} reused), {progress.audio_s:.1f} s of new audio in {took:.1f} s, "
+          f"the dialogue {dialogue}, {store.stem}.srt and {store.manifest_path.name} in {store.folder}")
+    return 0
+
+
+def main(argv=None) -> int:
+    return guarded(run, build_parser().parse_args(argv))

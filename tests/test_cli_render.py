@@ -1,0 +1,114 @@
+"""`cli.py render`: a whole script into a folder, on the tiny models (CPU), for the three model kinds; resume; Ctrl-C
+keeps what is done; every bad input refused before the model loads, in the CLI's words."""
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+import cli
+import cli_render
+from tests.test_cli import NODE_WORDS, fails, speech
+
+SCRIPT = "# scene one\nAlice: Hello there, Bob.\nBob: Hi Alice! How are you?\nAlice: Fine, thanks.\n"
+
+
+def options(model, out, *more):
+    return ["--model", str(model), "--device", "cpu", "--greedy", "--max-new-tokens", "6", "--out", str(out), *more]
+
+
+@pytest.fixture
+def cast(tmp_path, tiny_tts):
+    """Alice from a clip with its transcript, Bob from a saved voice."""
+    from morph.lines.voice import save_voice
+
+    sf.write(tmp_path / "alice.wav", speech(2.0, 22050, channels=2), 22050)
+    save_voice(tiny_tts.make_voice(speech(2.0), 24000), tmp_path / "bob.safetensors")
+    (tmp_path / "scene.txt").write_text(SCRIPT, encoding="utf-8")
+    return ["--voice", f"Alice={tmp_path / 'alice.wav'}", "--transcript", "alice=A short reference sentence.",
+            "--voice", f"bob={tmp_path / 'bob.safetensors'}"]
+
+
+def test_a_script_renders_every_file_and_a_rerun_renders_only_what_changed(tiny_dir, tmp_path, cast, capsys):
+    out = tmp_path / "renders"
+    assert cli.main(["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast, "--prefix", "s1")]) == 0
+    captured = capsys.readouterr()
+    names = ["s1_0001_Alice.wav", "s1_0002_bob.wav", "s1_0003_Alice.wav"]  # as the options spell the names
+    assert sorted(p.name for p in out.iterdir()) == sorted(names + ["s1.wav", "s1.srt", "s1_lines.json"])
+    for name in names:
+        audio, rate = sf.read(out / name)
+        assert rate == 24000 and audio.ndim == 1 and audio.size > 0
+    assert "bob: Hi Alice! How are you?" in (out / "s1.srt").read_text()
+    assert list(json.loads((out / "s1_lines.json").read_text())["lines"]) == ["0001", "0002", "0003"]
+    assert "3 of 3 lines" in captured.err and "wrote 3 lines (0 reused)" in captured.out
+    first = {name: sf.read(out / name)[0] for name in names}
+
+    (tmp_path / "scene.txt").write_text(SCRIPT.replace("Fine, thanks.", "Fine, thank you."), encoding="utf-8")
+    assert cli.main(["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast, "--prefix", "s1")]) == 0
+    captured = capsys.readouterr()
+    assert "rendering 1 of 3 lines" in captured.err and "wrote 3 lines (2 reused)" in captured.out
+    for name in names[:2]:
+        np.testing.assert_array_equal(sf.read(out / name)[0], first[name])
+
+
+@pytest.mark.parametrize("variant, flags", [
+    ("custom_voice", ["--speaker", "Alice=Vivian", "--speaker", "Bob=ryan", "--instruct", "Bob=Cheerful."]),
+    ("voice_design", ["--design", "Alice=A warm, low voice.", "--design", "Bob=A bright young voice."])])
+def test_speakers_and_designed_voices_render_a_script(variant, flags, model_dirs, tmp_path, capsys):
+    (tmp_path / "scene.txt").write_text(SCRIPT, encoding="utf-8")
+    out = tmp_path / variant
+    assert cli.main(["render", str(tmp_path / "scene.txt"), *options(model_dirs("tiny", variant), out, *flags)]) == 0
+    assert len(list(out.glob("dialogue_000*.wav"))) == 3 and (out / "dialogue.srt").is_file()
+
+
+def test_ctrl_c_keeps_the_finished_lines_and_the_same_command_renders_the_rest(tiny_dir, tmp_path, cast, capsys,
+                                                                               monkeypatch):
+    line = cli_render.ScriptProgress.line
+
+    def interrupt_after_the_first(self, index, wav):
+        line(self, index, wav)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_render.ScriptProgress, "line", interrupt_after_the_first)
+    argv = ["render", str(tmp_path / "scene.txt"), *options(tiny_dir, tmp_path / "r", *cast, "--batch-size", "1")]
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith("interrupted: 1 of 3 lines are in ") and "Traceback" not in err
+    assert len(list((tmp_path / "r").glob("dialogue_000*.wav"))) == 1
+    monkeypatch.undo()
+    assert cli.main(argv) == 0
+    assert "rendering 2 of 3 lines" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--voice", "Alice=a.wav"], "unknown character 'Bob'. Known characters: Alice; fix the spelling or give the "
+                                 "missing character a --voice, --speaker or --design"),
+    (["--voice", "Alice=a.wav", "--voice", "Bob=missing.wav"], "--voice: file not found: missing.wav"),
+    (["--voice", "Alice=a.wav", "--speaker", "Bob=Vivian"], "--voice and --speaker need different models"),
+    (["--voice", "Alice", "--voice", "Bob=a.wav"], "--voice 'Alice': write it as --voice NAME=VALUE"),
+    (["--voice", "Alice=a.wav", "--voice", "alice=a.wav"], "--voice: 'alice' is given twice"),
+    (["--voice", "Alice=a.wav", "--voice", "Bob=a.wav", "--transcript", "Carol=Hi."], "--transcript: carol has no --voice"),
+    (["--voice", "Alice=a.wav", "--voice", "Bob=a.wav", "--seq-groups", "0"], "--seq-groups must be an integer"),
+    (["--voice", "Alice=a.wav", "--voice", "Bob=a.wav", "--prefix", "../up"], "--prefix: filename_prefix"),
+    ([], "give each character of the script a voice"),
+])
+def test_bad_input_is_refused_before_loading(flags, message, tmp_path, capsys, no_load, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sf.write("a.wav", speech(2.0), 24000)
+    (tmp_path / "scene.txt").write_text(SCRIPT, encoding="utf-8")
+    err = fails(["render", "scene.txt", "--out", str(tmp_path / "o"), *flags], capsys)
+    assert err.startswith("error: ") and message in err, err
+    assert not any(word in err for word in NODE_WORDS), err
+
+
+def test_an_unwritable_folder_and_a_silent_clip_are_refused_before_loading(tmp_path, capsys, no_load, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sf.write("a.wav", speech(2.0), 24000)
+    sf.write("quiet.wav", np.zeros(48000, np.float32), 24000)
+    (tmp_path / "scene.txt").write_text(SCRIPT, encoding="utf-8")
+    if (tmp_path / "/proc/self").exists():
+        err = fails(["render", "scene.txt", "--voice", "Alice=a.wav", "--voice", "Bob=a.wav", "--out", "/proc/x"], capsys)
+        assert err.startswith("error: --out: cannot write into /proc/x (")
+    err = fails(["render", "scene.txt", "--voice", "Alice=a.wav", "--voice", "Bob=quiet.wav"], capsys)
+    assert "--voice Bob=quiet.wav: the clip is silent; give Bob another recording" in err
