@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from ..morph.qwen.checkpoints import DEFAULT_MODEL, HUB_MODELS
 from ..morph.qwen.loading import DTYPES, resolve_attention, resolve_device, resolve_dtype
 from ..morph.settings import RETIRED_MODES
@@ -12,6 +14,7 @@ from .common import CATEGORY, MODEL_TYPE, prefixed
 SPEED_MODES = ("auto", "fused", "graphs", "eager")
 
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+log = logging.getLogger(__name__)
 
 
 class LoadModel:
@@ -75,13 +78,17 @@ class LoadModel:
 
     @staticmethod
     def _load(model, dtype, attention, device, speed_mode, where):
+        from ..morph.decode.runner import device_note
         from ..morph.engine import MorphTTS  # the decode path and its kernels load when a model does
 
         load_device, offload_device = services.choose_devices(device)
+        target = resolve_device(load_device or device)
+        note = device_note(speed_mode, target)
+        if note:  # said here, where the mode is chosen, at every load
+            log.warning("speed_mode: %s; auto picks the fastest mode this device runs", note)
         if load_device is None:  # no ComfyUI: the engine places the model itself
             return (services.manage(MorphTTS.load(model, device=device, dtype=dtype, attention=attention,
                                                   mode=speed_mode, **where)),)
-        target = resolve_device(load_device)
         if offload_device != str(target):
             # Load onto the offload device with the precision and kernel meant for the load device:
             # before each run ComfyUI frees room for the model and moves it.

@@ -68,18 +68,30 @@ def _log_once(msg: str) -> None:
         log.warning(msg)
 
 
+def device_note(mode: str, device: torch.device) -> str | None:
+    """Why `mode` will not run as picked on `device`, in one line; None when it will. For the place where the
+    mode is chosen (Load Model says it at load); `resolve` logs the same once per process."""
+    mode = RETIRED_MODES.get(mode, mode)
+    if mode in FAST_MODES and device.type != "cuda":
+        return f"{mode} mode needs a CUDA GPU; on {device.type} it runs eager (op by op, several times slower)"
+    if mode in ("fused", "auto") and device.type == "cuda" and not graphs.triton_available():
+        return ("the fused decoder needs Triton, which is not installed; using plain CUDA graphs, about 3x slower "
+                "(install triton, or triton-windows on Windows, for the fast decoder)")
+    return None
+
+
 def resolve(mode: str, device: torch.device, lean_check: Callable[[], None]) -> str:
     """What `mode` runs as on `device`. `lean_check` raises LeanUnsupported for a
     checkpoint whose layers the lean path does not implement."""
     mode = check_mode(mode)
+    note = device_note(mode, device)
+    if note:
+        _log_once(f"morph: {note}")
     if mode == "auto":
         mode = "fused" if device.type == "cuda" else "eager"
     if mode in FAST_MODES and device.type != "cuda":
-        _log_once(f"morph: {mode} mode needs a CUDA GPU; running eager on {device.type}")
         return "eager"
     if mode == "fused" and not graphs.triton_available():
-        _log_once(f"morph: the {mode} decoder needs Triton, which is not installed; using plain CUDA graphs, about "
-                  "3x slower (install triton, or triton-windows on Windows, for the fast decoder)")
         mode = "graphs"
     if mode != "eager":
         try:

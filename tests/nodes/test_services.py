@@ -298,6 +298,20 @@ def test_warnings_the_user_must_act_on_are_shown_on_the_node(nodes, comfy, comfy
     assert any("the same as the voice's transcript" in text for _, text in comfy.texts)
 
 
+def test_a_speed_mode_the_device_cannot_run_is_said_on_load_model_at_every_load(nodes, comfy, comfy_models):
+    comfy.node_id = "2"
+    for _ in range(2):  # every load, not once per process
+        comfy.texts.clear()
+        nodes["Qwen3TTSMorphLoadModel"]().load(model="tiny-base", dtype="fp32", attention="sdpa", device="cpu",
+                                               speed_mode="fused")
+        assert comfy.texts and comfy.texts[-1][0] == "2"
+        assert comfy.texts[-1][1].startswith("Warning: speed_mode: fused mode needs a CUDA GPU; on cpu it runs eager")
+    comfy.texts.clear()
+    nodes["Qwen3TTSMorphLoadModel"]().load(model="tiny-base", dtype="fp32", attention="sdpa", device="cpu",
+                                           speed_mode="auto")
+    assert not any("CUDA" in text for _, text in comfy.texts)
+
+
 def test_save_voice_shows_where_it_saved(nodes, comfy, base_voice, models_root):
     comfy.node_id = "3"
     nodes["Qwen3TTSMorphSaveVoice"]().save(base_voice, "shown")
