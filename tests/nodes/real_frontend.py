@@ -185,6 +185,7 @@ def main() -> int:
     ap.add_argument("--json", help="write every workflow's node boxes after load here")
     ap.add_argument("--screenshots", help="folder for one PNG per workflow as it opens, and the template browser")
     ap.add_argument("--fitted", action="store_true", help="also fit each workflow into view as the frontend does")
+    ap.add_argument("--open-template", help="with --screenshots: then open this workflow from Browse Templates")
     ap.add_argument("--thumbnails", action="store_true", help="write workflows/<name>.jpg (the template card images)")
     ap.add_argument("--record-fixture", action="store_true", help=f"write {FIXTURE.relative_to(ROOT)}")
     ap.add_argument("--api", help="folder for each workflow's API form from app.graphToPrompt()")
@@ -235,6 +236,12 @@ def main() -> int:
                 page.get_by_text(PACK_FOLDER).first.click()
                 time.sleep(4)
                 save_png(page, shots / "template_browser.png")
+                if args.open_template:  # open one from its card, as a person does (frontend 1.49+ fits it)
+                    page.get_by_text(args.open_template, exact=True).last.click()  # the card, not the tab
+                    time.sleep(4)
+                    result["from_templates"] = {"name": args.open_template, "ds": page.evaluate(DS_JS),
+                                                "problems": page.evaluate(PROBLEMS_JS)}
+                    save_png(page, shots / f"{args.open_template} (from templates).png")
             browser.close()
     finally:
         os.killpg(server.pid, 15)

@@ -119,15 +119,6 @@ def test_workflow_opens_readable_when_fitted_as_a_template(path, sizes):
     assert wt.fitted_scale(json.loads(path.read_text()), sizes) >= wt.READABLE_FIT
 
 
-@pytest.fixture
-def fresh_info(pack, monkeypatch, tmp_path):
-    """object_info of a fresh install: no saved voices yet."""
-    monkeypatch.setenv("QWEN3TTS_MODELS_DIR", str(tmp_path / "empty"))
-    info = wt.combined_object_info(pack.NODE_CLASS_MAPPINGS, pack.NODE_DISPLAY_NAME_MAPPINGS)
-    assert info["Qwen3TTSMorphLoadVoice"]["input"]["required"]["voice"][0] == []
-    return info
-
-
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
 def test_no_combo_value_is_reported_as_a_missing_model(path, fresh_info):
     """On a fresh install, nothing in the workflow looks like a missing model file to the frontend:
@@ -164,6 +155,7 @@ def node_by_type(wf, type_):
     (lambda wf: node_by_type(wf, "SaveAudio")["pos"].__setitem__(1, 1100), "under the minimap"),
     (lambda wf: wf["groups"].append({"title": "g", "bounding": [1700, 900, 300, 300]}), "group 'g' reaches under"),
     (lambda wf: node_by_type(wf, "PreviewAudio")["pos"].__setitem__(0, 1900), "nodes draw without text"),
+    (lambda wf: node_by_type(wf, "SaveAudio")["pos"].__setitem__(1, 800), "under the minimap in the fitted view"),
 ])
 def test_layout_check_catches_what_the_frontend_would_show(sizes, mutate, expected):
     wf = load("Character lines")

@@ -409,17 +409,22 @@ def stale_sizes(info: dict, sizes: dict, types) -> list[str]:
 READABLE_FIT = 0.62
 
 
-def fitted_scale(wf: dict, sizes: dict, boxes: dict | None = None) -> float:
-    """The zoom a workflow opens at from Browse Templates in frontend 1.49+: app.loadGraphData calls
-    useLitegraphService().fitView() for a template, which fits the nodes' bounds (10 px padding) into
-    the canvas with ds.fitToBounds at its default zoom of 0.75."""
+def fitted_view(wf: dict, sizes: dict, boxes: dict | None = None) -> tuple[float, float, float]:
+    """(scale, offset x, offset y) a workflow opens at from Browse Templates in frontend 1.49+:
+    app.loadGraphData calls useLitegraphService().fitView() for a template, which centres the nodes'
+    bounds (10 px padding) in the canvas with ds.fitToBounds at its default zoom of 0.75."""
     boxes = boxes if boxes is not None else node_boxes(wf, sizes)
     x0 = min(x for x, y, w, h in boxes.values()) - 10
     y0 = min(y for x, y, w, h in boxes.values()) - 10
     x1 = max(x + w for x, y, w, h in boxes.values()) + 10
     y1 = max(y + h for x, y, w, h in boxes.values()) + 10
     view = sizes["viewport"]
-    return 0.75 * min(view["width"] / max(x1 - x0, 300), view["height"] / max(y1 - y0, 300))
+    scale = 0.75 * min(view["width"] / max(x1 - x0, 300), view["height"] / max(y1 - y0, 300))
+    return scale, view["width"] / 2 / scale - (x0 + x1) / 2, view["height"] / 2 / scale - (y0 + y1) / 2
+
+
+def fitted_scale(wf: dict, sizes: dict, boxes: dict | None = None) -> float:
+    return fitted_view(wf, sizes, boxes)[0]
 
 
 def layout_problems(wf: dict, sizes: dict, boxes: dict | None = None, gap: float = 10) -> list[str]:
@@ -457,9 +462,13 @@ def layout_problems(wf: dict, sizes: dict, boxes: dict | None = None, gap: float
         if minimap and sx < minimap[2] + gap and minimap[0] - gap < sx1 and sy < minimap[3] + gap \
                 and minimap[1] - gap < sy1:
             problems.append(f"{name} reaches under the minimap (screen {minimap[0]:.0f}, {minimap[1]:.0f} and below)")
-    fit = fitted_scale(wf, sizes, boxes)
+    fit, fx, fy = fitted_view(wf, sizes, boxes)
     if fit < READABLE_FIT:
         problems.append(f"fitted zoom {fit:.2f} (a template's view) is below {READABLE_FIT}: nodes draw without text")
+    for nid, (x, y, w, h) in boxes.items():
+        if minimap and (x + fx) * fit < minimap[2] and minimap[0] < (x + w + fx) * fit \
+                and (y + fy) * fit < minimap[3] and minimap[1] < (y + h + fy) * fit:
+            problems.append(f"{titles[nid]} lies under the minimap in the fitted view (a template's view)")
     for group in wf.get("groups", []):
         gx, gy, gw, gh = group["bounding"]
         for nid, (x, y, w, h) in boxes.items():
