@@ -119,6 +119,15 @@ def test_workflow_opens_readable_when_fitted_as_a_template(path, sizes):
     assert wt.fitted_scale(json.loads(path.read_text()), sizes) >= wt.READABLE_FIT
 
 
+@pytest.fixture
+def fresh_info(pack, monkeypatch, tmp_path):
+    """object_info of a fresh install: no saved voices yet."""
+    monkeypatch.setenv("QWEN3TTS_MODELS_DIR", str(tmp_path / "empty"))
+    info = wt.combined_object_info(pack.NODE_CLASS_MAPPINGS, pack.NODE_DISPLAY_NAME_MAPPINGS)
+    assert info["Qwen3TTSMorphLoadVoice"]["input"]["required"]["voice"][0] == []
+    return info
+
+
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
 def test_no_combo_value_is_reported_as_a_missing_model(path, fresh_info):
     """On a fresh install, nothing in the workflow looks like a missing model file to the frontend:
