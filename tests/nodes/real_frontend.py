@@ -40,7 +40,7 @@ OVERLAYS_JS = """() => {
           minimap: rect('.litegraph-minimap')};
 }"""
 # What a person sees as wrong right after opening: toasts (e.g. "... is missing") and nodes drawn with an error.
-PROBLEMS_JS = """() => ({toasts: [...new Set([...document.querySelectorAll('.p-toast-message, [role=alert]')]
+PROBLEMS_JS = """() => ({toasts: [...new Set([...document.querySelectorAll('.p-toast-message, [role=alert], [role=status]')]
                                   .map(e => e.innerText.trim()).filter(t => t))],
   error_nodes: window.app.graph.nodes.filter(n => n.has_errors).map(n => n.id)})"""
 NODES_JS = """() => window.app.graph.nodes.map(n => ({id: n.id, type: n.type, title: n.title,
@@ -181,7 +181,8 @@ def main() -> int:
     ap.add_argument("--comfyui", default=os.environ.get("COMFYUI_PATH"))
     ap.add_argument("--python", default=os.environ.get("COMFYUI_PYTHON", sys.executable))
     ap.add_argument("--port", type=int, default=8199)
-    ap.add_argument("--front-end-root", help="serve this frontend (an unpacked comfyui-frontend-package's static/)")
+    ap.add_argument("--front-end-root", default=os.environ.get("COMFYUI_FRONT_END_ROOT"),
+                    help="serve this frontend (an unpacked comfyui-frontend-package's static/); $COMFYUI_FRONT_END_ROOT")
     ap.add_argument("--json", help="write every workflow's node boxes after load here")
     ap.add_argument("--screenshots", help="folder for one PNG per workflow as it opens, and the template browser")
     ap.add_argument("--fitted", action="store_true", help="also fit each workflow into view as the frontend does")

@@ -2,7 +2,9 @@
 interrupt): runs only when COMFYUI_PATH points at a ComfyUI checkout (CI has none).
 
     COMFYUI_PATH=/path/to/ComfyUI [COMFYUI_PYTHON=/path/to/its/python] pytest tests/nodes/test_real_comfy.py
-"""
+
+COMFYUI_FRONT_END_ROOT=<unpacked comfyui-frontend-package>/static serves another frontend build (the
+recorded sizes are frontend 1.35.9's, ComfyUI 0.8.0's pin)."""
 
 from __future__ import annotations
 
