@@ -63,6 +63,14 @@ def voice_file_name(name: str, who: str) -> str:
     return stem + services.VOICE_SUFFIX
 
 
+def voice_file(name) -> str:
+    """Load Voice's value as a file name: a bare voice name (what Save Voice's name widget holds) gains
+    .safetensors. The example workflow saves the bare name: ComfyUI's frontend flags a combo value that
+    ends in a model suffix and is not in the node's list as a missing model (missingModelScan.ts)."""
+    name = str(name or "").strip()
+    return name if not name or name.lower().endswith(services.VOICE_SUFFIX) else name + services.VOICE_SUFFIX
+
+
 class SaveVoice:
     NODE_ID = "Qwen3TTSMorphSaveVoice"
     DISPLAY_NAME = "Qwen3-TTS Save Voice"
@@ -116,7 +124,8 @@ class LoadVoice:
         return {
             "required": {
                 "voice": (services.list_voice_files(), {"tooltip":
-                          "A saved voice in models/qwen3-tts/voices. Empty until you save one with Save Voice "
+                          "A saved voice in models/qwen3-tts/voices (a bare name, as Save Voice's name, means "
+                          "<name>.safetensors). Empty until you save one with Save Voice "
                           "(press R to refresh the list after saving)."}),
             },
             "optional": {
@@ -130,19 +139,20 @@ class LoadVoice:
     def VALIDATE_INPUTS(cls, voice):
         # Replaces ComfyUI's "value in list" check: a voice saved earlier in the same run is not in the
         # list yet. Whether the file exists is checked when loading.
-        if not isinstance(voice, str) or not voice.endswith(services.VOICE_SUFFIX) or "/" in voice or "\\" in voice:
+        if not isinstance(voice, str) or not voice.strip() or "/" in voice or "\\" in voice \
+                or voice.strip().startswith("."):
             return (f"{cls.DISPLAY_NAME}: {voice!r} is not a voice file name; pick a voice from the list, "
                     "or save one with Qwen3-TTS Save Voice first")
         return True
 
     @classmethod
     def IS_CHANGED(cls, voice, file_name=None):
-        path = services.find_voice_file(file_name or voice)
+        path = services.find_voice_file(voice_file(file_name or voice))
         return "missing" if path is None else f"{path}:{path.stat().st_mtime_ns}"
 
     def load(self, voice, file_name=None):
         who = self.DISPLAY_NAME
-        name = (file_name or voice or "").strip()
+        name = voice_file(file_name or voice)
         path = services.find_voice_file(name)
         if path is None:
             folders = ", ".join(str(d) for d in services.voices_dirs())

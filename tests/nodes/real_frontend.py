@@ -2,7 +2,8 @@
 the frontend's recorded node sizes (tests/fixtures/frontend_node_sizes.json) for the CPU layout check.
 
     python tests/nodes/real_frontend.py --comfyui /path/to/ComfyUI [--python /path/to/its/python]
-        [--json boxes.json] [--screenshots DIR] [--thumbnails] [--record-fixture]
+        [--json boxes.json] [--screenshots DIR] [--fitted] [--thumbnails] [--record-fixture]
+        [--front-end-root DIR/static]
 
 Starts ComfyUI (--cpu) with this repository as a custom node, opens its frontend in headless Chromium
 (playwright's Python client, Debian's chromium: $CHROMIUM, default /usr/bin/chromium) and loads each
@@ -35,10 +36,25 @@ OVERLAYS_JS = """() => {
   const rect = (sel) => { const e = document.querySelector(sel); if (!e) return null;
                           const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
   return {sidebar: rect('.side-tool-bar-container'), tabs: rect('.workflow-tabs-container'),
-          breadcrumb: rect('.subgraph-breadcrumb'), actionbar: rect('.actionbar-container')};
+          breadcrumb: rect('.subgraph-breadcrumb'), actionbar: rect('.actionbar-container'),
+          minimap: rect('.litegraph-minimap')};
 }"""
+# What a person sees as wrong right after opening: toasts (e.g. "... is missing") and nodes drawn with an error.
+PROBLEMS_JS = """() => ({toasts: [...new Set([...document.querySelectorAll('.p-toast-message, [role=alert], [role=status]')]
+                                  .map(e => e.innerText.trim()).filter(t => t))],
+  error_nodes: window.app.graph.nodes.filter(n => n.has_errors).map(n => n.id)})"""
 NODES_JS = """() => window.app.graph.nodes.map(n => ({id: n.id, type: n.type, title: n.title,
   pos: [n.pos[0], n.pos[1]], size: [n.size[0], n.size[1]]}))"""
+# The frontend's own "fit view" (useLitegraphService().fitView: the nodes' bounds, ds.fitToBounds at its
+# default zoom of 0.75), as when a template opens without a usable saved view.
+FIT_VIEW_JS = """() => {
+  const b = [Infinity, Infinity, -Infinity, -Infinity];
+  for (const n of window.app.graph.nodes) { const r = n.boundingRect;
+    b[0] = Math.min(b[0], r[0]); b[1] = Math.min(b[1], r[1]); b[2] = Math.max(b[2], r[0] + r[2]); b[3] = Math.max(b[3], r[1] + r[3]); }
+  window.app.canvas.ds.fitToBounds([b[0] - 10, b[1] - 10, b[2] - b[0] + 20, b[3] - b[1] + 20]);
+  window.app.canvas.setDirty(true, true);
+  return window.app.canvas.ds.scale;
+}"""
 DS_JS = "() => ({offset: [window.app.canvas.ds.offset[0], window.app.canvas.ds.offset[1]], scale: window.app.canvas.ds.scale})"
 # Scale and pan so that every node and group fits the canvas with a margin.
 FIT_JS = """() => {
@@ -70,7 +86,7 @@ SIZES_JS = """(types) => {
 }"""
 
 
-def start_server(comfyui: Path, python: str, port: int, work: Path) -> subprocess.Popen:
+def start_server(comfyui: Path, python: str, port: int, work: Path, front_end_root: str | None = None) -> subprocess.Popen:
     """ComfyUI on CPU with this repo linked in as custom_nodes/comfyui-qwen3-tts-morph (its README name)."""
     nodes = work / "custom_nodes"
     nodes.mkdir(parents=True, exist_ok=True)
@@ -86,7 +102,8 @@ def start_server(comfyui: Path, python: str, port: int, work: Path) -> subproces
     proc = subprocess.Popen([python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port),
                              "--disable-api-nodes", "--extra-model-paths-config", str(work / "extra.yaml"),
                              "--input-directory", str(inputs), "--output-directory", str(work / "output"),
-                             "--user-directory", str(work / "user")],
+                             "--user-directory", str(work / "user")]
+                            + (["--front-end-root", front_end_root] if front_end_root else []),
                             cwd=comfyui, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     t0 = time.time()
     while True:
@@ -122,9 +139,11 @@ def close_dialogs(page) -> None:
 
 
 def load(page, wf: dict, name: str) -> dict:
+    page.evaluate("() => document.querySelectorAll('.p-toast-close-button').forEach(b => b.click())")
     page.evaluate("async ([wf, name]) => { await window.app.loadGraphData(wf, true, true, name); }", [wf, name])
-    time.sleep(1.5)  # let the canvas draw (widgets are laid out on the first frame)
-    return {"nodes": page.evaluate(NODES_JS), "ds": page.evaluate(DS_JS), "overlays": page.evaluate(OVERLAYS_JS)}
+    time.sleep(2.5)  # let the canvas draw (widgets are laid out on the first frame) and the missing-file checks end
+    return {"nodes": page.evaluate(NODES_JS), "ds": page.evaluate(DS_JS), "overlays": page.evaluate(OVERLAYS_JS),
+            "problems": page.evaluate(PROBLEMS_JS)}
 
 
 def save_png(page, path: Path) -> None:
@@ -162,8 +181,12 @@ def main() -> int:
     ap.add_argument("--comfyui", default=os.environ.get("COMFYUI_PATH"))
     ap.add_argument("--python", default=os.environ.get("COMFYUI_PYTHON", sys.executable))
     ap.add_argument("--port", type=int, default=8199)
+    ap.add_argument("--front-end-root", default=os.environ.get("COMFYUI_FRONT_END_ROOT"),
+                    help="serve this frontend (an unpacked comfyui-frontend-package's static/); $COMFYUI_FRONT_END_ROOT")
     ap.add_argument("--json", help="write every workflow's node boxes after load here")
     ap.add_argument("--screenshots", help="folder for one PNG per workflow as it opens, and the template browser")
+    ap.add_argument("--fitted", action="store_true", help="also fit each workflow into view as the frontend does")
+    ap.add_argument("--open-template", help="with --screenshots: then open this workflow from Browse Templates")
     ap.add_argument("--thumbnails", action="store_true", help="write workflows/<name>.jpg (the template card images)")
     ap.add_argument("--record-fixture", action="store_true", help=f"write {FIXTURE.relative_to(ROOT)}")
     ap.add_argument("--api", help="folder for each workflow's API form from app.graphToPrompt()")
@@ -172,7 +195,7 @@ def main() -> int:
 
     workflows = sorted((ROOT / "workflows").glob("*.json"))
     work = Path(tempfile.mkdtemp(prefix="real-frontend-"))
-    server = start_server(Path(args.comfyui), args.python, args.port, work)
+    server = start_server(Path(args.comfyui), args.python, args.port, work, args.front_end_root)
     result = {}
     try:
         with sync_playwright() as p:
@@ -196,6 +219,11 @@ def main() -> int:
                 result[path.stem] = load(page, wf, path.stem)
                 if args.screenshots:
                     save_png(page, shots / f"{path.stem}.png")
+                if args.fitted:
+                    result[path.stem]["fitted_scale"] = page.evaluate(FIT_VIEW_JS)
+                    time.sleep(1.0)
+                    if args.screenshots:
+                        save_png(page, shots / f"{path.stem} (fitted).png")
                 if args.api:
                     Path(args.api).mkdir(parents=True, exist_ok=True)
                     api = page.evaluate("async () => (await window.app.graphToPrompt()).output")
@@ -209,6 +237,12 @@ def main() -> int:
                 page.get_by_text(PACK_FOLDER).first.click()
                 time.sleep(4)
                 save_png(page, shots / "template_browser.png")
+                if args.open_template:  # open one from its card, as a person does (frontend 1.49+ fits it)
+                    page.get_by_text(args.open_template, exact=True).last.click()  # the card, not the tab
+                    time.sleep(4)
+                    result["from_templates"] = {"name": args.open_template, "ds": page.evaluate(DS_JS),
+                                                "problems": page.evaluate(PROBLEMS_JS)}
+                    save_png(page, shots / f"{args.open_template} (from templates).png")
             browser.close()
     finally:
         os.killpg(server.pid, 15)

@@ -183,6 +183,16 @@ def test_save_then_load_a_voice(nodes, base_voice, models_root):
     os.utime(voices_dir(models_root) / name, ns=(1, 1))
     assert loader.IS_CHANGED(voice=name) != before
     assert loader.VALIDATE_INPUTS(voice=name) is True
+    # the bare name, as Save Voice's name widget holds it (what the example workflow keeps in the list)
+    assert loader.VALIDATE_INPUTS(voice="my test voice") is True
+    assert torch.equal(loader().load(voice="my test voice")[0].spk_embedding, base_voice.spk_embedding)
+    assert loader.IS_CHANGED(voice="my test voice") == loader.IS_CHANGED(voice=name)
+
+
+@pytest.mark.parametrize("value", ["", "  ", "../x", "a/b.safetensors", "a\\b", ".hidden", None])
+def test_load_voice_rejects_paths_and_empty_names(nodes, value):
+    result = nodes["Qwen3TTSMorphLoadVoice"].VALIDATE_INPUTS(voice=value)
+    assert isinstance(result, str) and result.startswith("Qwen3-TTS Load Voice: ") and "not a voice file name" in result
 
 
 def test_saved_voice_drives_generation(nodes, base_model, base_voice):

@@ -2,7 +2,9 @@
 interrupt): runs only when COMFYUI_PATH points at a ComfyUI checkout (CI has none).
 
     COMFYUI_PATH=/path/to/ComfyUI [COMFYUI_PYTHON=/path/to/its/python] pytest tests/nodes/test_real_comfy.py
-"""
+
+COMFYUI_FRONT_END_ROOT=<unpacked comfyui-frontend-package>/static serves another frontend build (the
+recorded sizes are frontend 1.35.9's, ComfyUI 0.8.0's pin)."""
 
 from __future__ import annotations
 
@@ -42,8 +44,8 @@ def _frontend_tools(python: str) -> str | None:
 
 @pytest.mark.skipif(not COMFYUI, reason="set COMFYUI_PATH to a ComfyUI checkout to run against its real frontend")
 def test_workflows_open_cleanly_in_the_real_frontend(tmp_path):
-    """Every workflow, loaded by the real frontend: no overlaps, clear of the sidebar and top bars, and node
-    sizes as the CPU check (recorded sizes) predicts them."""
+    """Every workflow, loaded by the real frontend: no overlaps, on screen and clear of the sidebar, top bars and
+    minimap, nothing flagged, and node sizes as the CPU check (recorded sizes) predicts them."""
     python = os.environ.get("COMFYUI_PYTHON", sys.executable)
     missing = _frontend_tools(python)
     if missing:
@@ -61,6 +63,8 @@ def test_workflows_open_cleanly_in_the_real_frontend(tmp_path):
         th = sizes["title_height"]
         boxes = {n["id"]: (n["pos"][0], n["pos"][1] - th, n["size"][0], n["size"][1] + th) for n in real[path.stem]["nodes"]}
         assert wt.layout_problems(wf, sizes, boxes) == [], path.stem
+        # nothing flagged on open: no toast (e.g. "my_voice.safetensors is missing"), no node outlined red
+        assert real[path.stem]["problems"] == {"toasts": [], "error_nodes": []}, path.stem
         predicted = wt.node_boxes(wf, sizes)
         for nid, (x, y, w, h) in boxes.items():
             px, py, pw, ph = predicted[nid]

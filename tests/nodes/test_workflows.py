@@ -82,7 +82,9 @@ def test_workflow_contents(info):
     _, loader = by_type["Qwen3TTSMorphLoadVoice"]
     _, gen = by_type["Qwen3TTSMorphGenerate"]
     assert loader["inputs"]["file_name"] == [save_id, 0]  # loads after saving, in the same run
-    assert loader["inputs"]["voice"] == save["inputs"]["name"] + ".safetensors"
+    # the bare name, as Save Voice's name: a value ending in .safetensors that is not in the list yet would be
+    # reported by the frontend as a missing model (test_no_combo_value_is_reported_as_a_missing_model)
+    assert loader["inputs"]["voice"] == save["inputs"]["name"]
     assert reuse[gen["inputs"]["voice"][0]]["class_type"] == "Qwen3TTSMorphLoadVoice"
 
     cv = wt.ui_to_api(load("CustomVoice speaker"), info)
@@ -110,6 +112,42 @@ def test_workflow_opens_without_overlaps_and_clear_of_the_sidebar(path, sizes):
     assert wt.layout_problems(json.loads(path.read_text()), sizes) == []
 
 
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
+def test_workflow_opens_readable_when_fitted_as_a_template(path, sizes):
+    """Frontend 1.49+ opens a template fitted into the window; "Save and reuse a voice" opened at 57% there,
+    below the zoom that draws text."""
+    assert wt.fitted_scale(json.loads(path.read_text()), sizes) >= wt.READABLE_FIT
+
+
+@pytest.fixture
+def fresh_info(pack, monkeypatch, tmp_path):
+    """object_info of a fresh install: no saved voices yet."""
+    monkeypatch.setenv("QWEN3TTS_MODELS_DIR", str(tmp_path / "empty"))
+    info = wt.combined_object_info(pack.NODE_CLASS_MAPPINGS, pack.NODE_DISPLAY_NAME_MAPPINGS)
+    assert info["Qwen3TTSMorphLoadVoice"]["input"]["required"]["voice"][0] == []
+    return info
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
+def test_no_combo_value_is_reported_as_a_missing_model(path, fresh_info):
+    """On a fresh install, nothing in the workflow looks like a missing model file to the frontend:
+    "Save and reuse a voice" kept my_voice.safetensors in Load Voice, and frontend 1.49 showed
+    "my_voice.safetensors is missing" although the workflow's own Save Voice writes it."""
+    assert wt.missing_model_flags(json.loads(path.read_text()), fresh_info) == []
+
+
+def test_missing_model_check_flags_what_the_frontend_flags(fresh_info):
+    info = fresh_info
+    wf = load("Save and reuse a voice")
+    loader = node_by_type(wf, "Qwen3TTSMorphLoadVoice")
+    loader["widgets_values"][0] = "my_voice.safetensors"
+    assert wt.missing_model_flags(wf, info) == [
+        f"node {loader['id']} (Qwen3TTSMorphLoadVoice) voice='my_voice.safetensors': the frontend reports a "
+        "missing model"]
+    loader["mode"] = 4  # bypassed: not scanned
+    assert wt.missing_model_flags(wf, info) == []
+
+
 def node_by_type(wf, type_):
     return next(n for n in wf["nodes"] if n["type"] == type_)
 
@@ -122,6 +160,11 @@ def node_by_type(wf, type_):
     (lambda wf: node_by_type(wf, "LoadAudio")["pos"].__setitem__(0, 40), "under the sidebar"),
     (lambda wf: wf["extra"]["ds"].__setitem__("offset", [0, -60]), "under the top bars"),
     (lambda wf: wf["groups"].append({"title": "g", "bounding": [0, 0, 300, 300]}), "straddles"),
+    (lambda wf: node_by_type(wf, "SaveAudio")["pos"].__setitem__(0, 2000), "off the 1600x900 window"),
+    (lambda wf: node_by_type(wf, "SaveAudio")["pos"].__setitem__(1, 1100), "under the minimap"),
+    (lambda wf: wf["groups"].append({"title": "g", "bounding": [1700, 900, 300, 300]}), "group 'g' reaches under"),
+    (lambda wf: node_by_type(wf, "PreviewAudio")["pos"].__setitem__(0, 1900), "nodes draw without text"),
+    (lambda wf: node_by_type(wf, "SaveAudio")["pos"].__setitem__(1, 800), "under the minimap in the fitted view"),
 ])
 def test_layout_check_catches_what_the_frontend_would_show(sizes, mutate, expected):
     wf = load("Character lines")

@@ -335,6 +335,31 @@ def validate_prompt(prompt: dict, info: dict) -> list[str]:
     return errors
 
 
+# -- the frontend's missing-model check (frontend 1.49+, src/platform/missingModel/missingModelScan.ts) -------
+# scanComboWidget: on load, a COMBO widget whose value ends in a model file suffix and is not among the
+# widget's options is reported as a missing model (a toast, the node outlined red, a warning on Run),
+# whatever the node is. Widgets whose input is linked and muted or bypassed nodes are skipped.
+MODEL_FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".sft", ".onnx", ".gguf")
+
+
+def missing_model_flags(wf: dict, info: dict) -> list[str]:
+    """The combo values the frontend would flag as missing models when `info` lists what is installed."""
+    flags = []
+    for node in wf["nodes"]:
+        if node["type"] in FRONTEND_ONLY or node.get("mode", 0) in (2, 4):
+            continue
+        linked = {i.get("widget", {}).get("name") for i in node.get("inputs", []) if i.get("link") is not None}
+        values = iter(node.get("widgets_values", []))
+        for name, kind, t, opts in widget_layout(info[node["type"]]):
+            value = next(values, None)
+            options = combo_options(t, opts)
+            if kind != "input" or options is None or name in linked or not isinstance(value, str):
+                continue
+            if value.lower().endswith(MODEL_FILE_SUFFIXES) and value not in options:
+                flags.append(f"node {node['id']} ({node['type']}) {name}={value!r}: the frontend reports a missing model")
+    return flags
+
+
 # -- layout: node boxes as ComfyUI's frontend draws them after loading a workflow -------------------
 # On load the frontend widens every node to at least node.computeSize(): the title's width plus
 # padding, the widest slot label and the widgets' minimums (app.loadGraphData in frontend 1.35.9).
@@ -378,9 +403,35 @@ def stale_sizes(info: dict, sizes: dict, types) -> list[str]:
     return problems
 
 
+# LiteGraph draws nodes without text below the zoom where their 14 px text would be under 8 px
+# (LiteGraph.Canvas.MinFontSizeForLOD, default 8: 8 / 14 = 0.571), and a template opens fitted (below):
+# keep every example's fitted zoom a little above that, where the text is still legible.
+READABLE_FIT = 0.62
+
+
+def fitted_view(wf: dict, sizes: dict, boxes: dict | None = None) -> tuple[float, float, float]:
+    """(scale, offset x, offset y) a workflow opens at from Browse Templates in frontend 1.49+:
+    app.loadGraphData calls useLitegraphService().fitView() for a template, which centres the nodes'
+    bounds (10 px padding) in the canvas with ds.fitToBounds at its default zoom of 0.75."""
+    boxes = boxes if boxes is not None else node_boxes(wf, sizes)
+    x0 = min(x for x, y, w, h in boxes.values()) - 10
+    y0 = min(y for x, y, w, h in boxes.values()) - 10
+    x1 = max(x + w for x, y, w, h in boxes.values()) + 10
+    y1 = max(y + h for x, y, w, h in boxes.values()) + 10
+    view = sizes["viewport"]
+    scale = 0.75 * min(view["width"] / max(x1 - x0, 300), view["height"] / max(y1 - y0, 300))
+    return scale, view["width"] / 2 / scale - (x0 + x1) / 2, view["height"] / 2 / scale - (y0 + y1) / 2
+
+
+def fitted_scale(wf: dict, sizes: dict, boxes: dict | None = None) -> float:
+    return fitted_view(wf, sizes, boxes)[0]
+
+
 def layout_problems(wf: dict, sizes: dict, boxes: dict | None = None, gap: float = 10) -> list[str]:
-    """Nodes that overlap (closer than `gap`), sit under the sidebar or the top bars when the workflow
-    opens at its saved view (extra.ds), or straddle a group's border."""
+    """Nodes that overlap (closer than `gap`), sit under the sidebar or the top bars, run off the window
+    or lie under the minimap when the workflow opens at its saved view (extra.ds; frontend 1.35 and any
+    load that is not a template), or straddle a group's border; and a fitted zoom (a template's view in
+    frontend 1.49+) too small to draw text."""
     boxes = boxes if boxes is not None else node_boxes(wf, sizes)
     titles = {n["id"]: f"node {n['id']} ({n.get('title') or n['type']})" for n in wf["nodes"]}
     problems = []
@@ -396,12 +447,28 @@ def layout_problems(wf: dict, sizes: dict, boxes: dict | None = None, gap: float
     over = sizes["overlays"]
     left = over["sidebar"][2] + gap
     top = max(over["tabs"][3], over["breadcrumb"][3], over["actionbar"][3]) + gap
+    view, minimap = sizes["viewport"], over.get("minimap")
+    shown = [(titles[nid], box) for nid, box in boxes.items()]
+    shown += [(f"group {g.get('title')!r}", g["bounding"]) for g in wf.get("groups", [])]
+    for name, (x, y, w, h) in shown:
+        sx, sy, sx1, sy1 = (x + ox) * scale, (y + oy) * scale, (x + w + ox) * scale, (y + h + oy) * scale
+        if sx < left and not name.startswith("group"):
+            problems.append(f"{name} starts at screen x {sx:.0f}, under the sidebar (clear from {left:.0f})")
+        if sy < top and not name.startswith("group"):
+            problems.append(f"{name} starts at screen y {sy:.0f}, under the top bars (clear from {top:.0f})")
+        if sx1 > view["width"] - gap or sy1 > view["height"] - gap:
+            problems.append(f"{name} ends at screen ({sx1:.0f}, {sy1:.0f}), off the {view['width']}x{view['height']} "
+                            "window")
+        if minimap and sx < minimap[2] + gap and minimap[0] - gap < sx1 and sy < minimap[3] + gap \
+                and minimap[1] - gap < sy1:
+            problems.append(f"{name} reaches under the minimap (screen {minimap[0]:.0f}, {minimap[1]:.0f} and below)")
+    fit, fx, fy = fitted_view(wf, sizes, boxes)
+    if fit < READABLE_FIT:
+        problems.append(f"fitted zoom {fit:.2f} (a template's view) is below {READABLE_FIT}: nodes draw without text")
     for nid, (x, y, w, h) in boxes.items():
-        sx, sy = (x + ox) * scale, (y + oy) * scale
-        if sx < left:
-            problems.append(f"{titles[nid]} starts at screen x {sx:.0f}, under the sidebar (clear from {left:.0f})")
-        if sy < top:
-            problems.append(f"{titles[nid]} starts at screen y {sy:.0f}, under the top bars (clear from {top:.0f})")
+        if minimap and (x + fx) * fit < minimap[2] and minimap[0] < (x + w + fx) * fit \
+                and (y + fy) * fit < minimap[3] and minimap[1] < (y + h + fy) * fit:
+            problems.append(f"{titles[nid]} lies under the minimap in the fitted view (a template's view)")
     for group in wf.get("groups", []):
         gx, gy, gw, gh = group["bounding"]
         for nid, (x, y, w, h) in boxes.items():
