@@ -59,10 +59,12 @@ class ScriptJob:
             wav = self.store.load(i + 1, p.name, self.fingerprints[i])
             if wav is not None:
                 self.audio[i] = wav
-        if self.audio:
-            log.info("%s: %d of %d lines already rendered in %s; rendering the other %d", self.store.who,
-                     len(self.audio), len(self.lines), self.store.folder, len(self.lines) - len(self.audio))
-        return len(self.audio)
+        kept, changed = len(self.audio), self.store.changed
+        if kept or changed:  # one line, shown where the user looks (a status line), not one per file
+            log.info("%s: %d of %d lines already rendered in %s%s; rendering %d", self.store.who, kept, len(self.lines),
+                     self.store.folder, f"; {changed} were rendered from another text, voice, model or settings"
+                     if changed else "", len(self.lines) - kept, extra={"status": True})
+        return kept
 
     def run(self, prepare: Callable[[list[Line]], object], settings: GenerationSettings, batch_size: int,
             pause_seconds: float, finish_line: Callable[[np.ndarray], np.ndarray] | None = None,

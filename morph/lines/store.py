@@ -99,6 +99,7 @@ class LineStore:
         self.manifest_path = self.folder / f"{self.stem}{MANIFEST_SUFFIX}"
         self.who = who
         self.lines: dict[int, dict] = {}  # this run's lines: reused or rendered
+        self.changed = 0  # lines whose file an earlier run left from another text, voice, model or settings
         try:
             manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
             assert manifest.get("version") == MANIFEST_VERSION and isinstance(manifest.get("lines"), dict)
@@ -121,7 +122,8 @@ class LineStore:
         if not path.is_file():
             return None
         if not isinstance(entry, dict) or entry.get("fingerprint") != fingerprint or entry.get("file") != path.name:
-            log.info("%s: %s was rendered from a different line or settings; rendering it again", self.who, path.name)
+            log.debug("%s: %s was rendered from a different line or settings; rendering it again", self.who, path.name)
+            self.changed += 1
             return None
         try:
             wav, rate = soundfile.read(str(path), dtype="float32", always_2d=False)

@@ -4,6 +4,7 @@ seam): outputs, SRT, progress and cancel, resume after a crash, and the characte
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 
@@ -207,6 +208,19 @@ def test_resume_after_a_crash_renders_only_the_missing_lines(nodes, base_model, 
     edited = SCRIPT.replace("Only the wind.", "Only the wind, I promise.")
     render(nodes, base_model, bank, script=edited, resume=True)
     assert rows == [1], "an edited line is rendered again, the others are reused"
+
+
+def test_what_a_resumed_render_reuses_and_redoes_is_said_on_the_node_in_one_line(nodes, comfy, base_model, bank,
+                                                                                out_dir, caplog):
+    render(nodes, base_model, bank, resume=True)
+    comfy.node_id, comfy.texts[:] = "8", []
+    with caplog.at_level(logging.INFO):  # ComfyUI's default log level
+        render(nodes, base_model, bank, resume=True, top_k=7)  # a setting changed: every line is rendered again
+    texts = [text for node, text in comfy.texts if node == "8"]
+    n = len(SPOKEN)
+    assert texts and texts[0].startswith(f"Qwen3-TTS Render Lines: 0 of {n} lines already rendered in ")
+    assert texts[0].endswith(f"; {n} were rendered from another text, voice, model or settings; rendering {n}")
+    assert all("rendering it again" not in text for text in texts)  # not a line per file
 
 
 def test_the_manifest_is_in_script_order_even_while_lines_finish_longest_first(nodes, base_model, bank, out_dir):
