@@ -212,15 +212,25 @@ def step_callback() -> StepReporter:
 PACK_LOGGER = __name__.rsplit(".nodes.", 1)[0]  # the pack's root logger: the engine's and the nodes' records
 
 
-def show_text(text: str) -> bool:
-    """Show `text` on the node that is running; False when there is no ComfyUI frontend to show it."""
+def _running_node() -> tuple[object, str] | None:
+    """ComfyUI's server and the id of the node that is running, or None outside a ComfyUI run."""
     server, utils = _import("server"), _import("comfy_execution.utils")
     instance = getattr(getattr(server, "PromptServer", None), "instance", None)
     context = utils.get_executing_context() if utils is not None else None
-    if instance is None or context is None:
+    return None if instance is None or context is None else (instance, context.node_id)
+
+
+def show_text(text: str) -> bool:
+    """Show `text` on the node that is running; False when there is no ComfyUI frontend to show it."""
+    running = _running_node()
+    if running is None:
         return False
-    instance.send_progress_text(text, context.node_id)
+    instance, node = running
+    instance.send_progress_text(text, node)
     return True
+
+
+_warned: set[str] = set()  # nodes whose last run left messages on them
 
 
 class _NodeMessages(logging.Handler):
@@ -247,7 +257,8 @@ class _NodeMessages(logging.Handler):
 def messages_on_node():
     """Within this block, every warning the pack logs (transcript swaps, a trimmed clip, a halved batch) and
     every status line (a decoder being prepared) is shown on the running node as well as in the log: what
-    the user must act on, or is waiting for, is seen where they look."""
+    the user must act on, or is waiting for, is seen where they look. A run that ends clean after one that
+    showed messages replaces them with a line saying so."""
     handler = _NodeMessages()
     logger = logging.getLogger(PACK_LOGGER)
     logger.addHandler(handler)
@@ -255,6 +266,15 @@ def messages_on_node():
         yield
     finally:
         logger.removeHandler(handler)
+    # The frontend keeps a node's last text until another comes (it ignores an empty one): a clean run says so,
+    # or an old warning would stay on the node after its cause was fixed.
+    running = _running_node()
+    node = running[1] if running else None
+    if handler.lines:
+        _warned.add(node)
+    elif node in _warned:
+        _warned.discard(node)
+        show_text("No warnings in this run.")
 
 
 # -- memory management ----------------------------------------------------------------------

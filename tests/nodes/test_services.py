@@ -297,6 +297,14 @@ def test_warnings_the_user_must_act_on_are_shown_on_the_node(nodes, comfy, comfy
     nodes[VC]().generate(model=handle, voice=voice, text="Say this.", **gen_options())
     assert any("the same as the voice's transcript" in text for _, text in comfy.texts)
 
+    # fixed: the next clean run replaces the old warning, which the frontend would otherwise keep showing
+    comfy.texts.clear()
+    nodes[VC]().generate(model=handle, voice=voice, text="Something else.", **gen_options())
+    assert comfy.texts == [("12", "No warnings in this run.")]
+    comfy.texts.clear()
+    nodes[VC]().generate(model=handle, voice=voice, text="Something else again.", **gen_options())
+    assert comfy.texts == []  # nothing to replace: a clean node stays quiet
+
 
 def test_a_speed_mode_the_device_cannot_run_is_said_on_load_model_at_every_load(nodes, comfy, comfy_models):
     comfy.node_id = "2"
