@@ -25,8 +25,13 @@ shutil.copytree(installed, pack / "qwen_tts")
 init = pack / "qwen_tts" / "__init__.py"
 init.write_text(init.read_text() + "\nBUNDLED_BY_ANOTHER_PACK = True\n")  # the other pack's modification
 sys.path.insert(0, str(pack))
-if when == "imported":
-    import qwen_tts
+if when == "imported":  # that pack imports its modified copy at start-up; ours needs the shims on transformers 5
+    from morph.qwen.compat import import_qwen_tts
+    try:
+        import_qwen_tts()
+    except ImportError:
+        pass
+    assert sys.modules["qwen_tts"].BUNDLED_BY_ANOTHER_PACK
 
 from morph.qwen.compat import import_qwen_tts
 
