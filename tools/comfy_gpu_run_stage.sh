@@ -46,7 +46,8 @@ repo=$(( tracked + ${untracked:-0} ))
 checkout=$(du -sb "$dest" | cut -f1)
 # What each call may add to the repository: 64 MiB less 1 MiB for what du does not count (file metadata).
 cap=$(( 63 * 1048576 - repo ))
-python3 tools/comfy_gpu/wheels.py split ".whl/pool-$version" .whl/comfy "$cap" "$checkout"
+# The checkout names the staging its parts come from: parts a warm machine kept from another are not used.
+python3 tools/comfy_gpu/wheels.py split ".whl/pool-$version" .whl/comfy "$cap" "$checkout" "$dest/wheel_parts.txt"
 parts=$(ls .whl/comfy | sort -n | tail -1)
 echo "ComfyUI $version: repository $(( repo / 1048576 )) MiB, $dest $(( checkout / 1048576 )) MiB; device calls, back to back:"
 for i in $(seq 1 "$parts"); do

@@ -80,15 +80,17 @@ def test_the_device_side_sees_which_parts_have_arrived(tmp_path):
     pool.mkdir()
     for name, size in (("a-1-py3-none-any.whl", 600), ("b-1-py3-none-any.whl", 500), ("c-1-py3-none-any.whl", 100)):
         (pool / name).write_bytes(b"x" * size)
-    parts = wheels.split(pool, dest, cap=700, checkout=50)
-    assert len(parts) == 2 and (dest / "2" / "part.txt").read_text().startswith("2 2\n")
-    folders, missing = wheels.parts(dest)
+    parts, stamp = wheels.split(pool, dest, cap=700, checkout=50)
+    assert len(parts) == 2 and (dest / "2" / "part.txt").read_text().startswith(f"2 2 {stamp}\n")
+    folders, missing = wheels.parts(dest, stamp)
     assert folders == [dest / "1", dest / "2"] and missing == []
+    # a part a warm machine kept from another staging is not used
+    assert wheels.parts(dest, "another") == ([], ["every part of staging another"])
     # as on the device after the first call only
     for f in (dest / "2").iterdir():
         f.unlink()
     (dest / "2").rmdir()
-    assert wheels.parts(dest)[1] == ["part 2 of 2"]
+    assert wheels.parts(dest, stamp)[1] == ["part 2 of 2"]
     (dest / "1" / parts[0][0]).unlink()
     assert f"1/{parts[0][0]}" in wheels.parts(dest)[1]
     flat = tmp_path / "flat"

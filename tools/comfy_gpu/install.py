@@ -55,7 +55,9 @@ def install(python: str, comfy: Path, args, log: list) -> dict:
     manifest = manifest_for(version)
     wheels = Path(args.wheels).resolve()
     # The wheels may have come in parts, over several device calls (tools/comfy_gpu_run_stage.sh): all must be here.
-    folders, missing = parts(wheels) if wheels.is_dir() else ([], [])
+    stamp_file = comfy / "wheel_parts.txt"
+    stamp = stamp_file.read_text().strip() if stamp_file.is_file() else None
+    folders, missing = parts(wheels, stamp) if wheels.is_dir() else ([], [])
     if missing:
         raise RuntimeError(f"wheels missing from {wheels}: {', '.join(missing)}; make the device call carrying each first")
     find_links = ["--no-index"] + [arg for folder in folders for arg in ("--find-links", str(folder))]

@@ -5,12 +5,13 @@ Standard library only, so that the staging scripts run it with any python3:
     python3 tools/comfy_gpu/wheels.py version CHECKOUT          # the checkout's ComfyUI version
     python3 tools/comfy_gpu/wheels.py specs VERSION [SECTION...] # name==version lines (default: all but peers)
     python3 tools/comfy_gpu/wheels.py strip WHEEL...            # drop the files a CUDA device never loads
-    python3 tools/comfy_gpu/wheels.py split POOL DEST CAP_BYTES CHECKOUT_BYTES
+    python3 tools/comfy_gpu/wheels.py split POOL DEST CAP_BYTES CHECKOUT_BYTES STAMP_FILE
     python3 tools/comfy_gpu/wheels.py parts DEST                # which parts have arrived (on the device)
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -105,11 +106,13 @@ def plan(sizes: dict[str, int], cap: int, checkout: int) -> list[list[str]]:
     return [sorted(n for n in b[1] if n is not None) for b in bins]
 
 
-def split(pool: Path, dest: Path, cap: int, checkout: int) -> list[list[str]]:
+def split(pool: Path, dest: Path, cap: int, checkout: int) -> tuple[list[list[str]], str]:
     """DEST/1, DEST/2, ...: the pool's wheels in parts (hard links where possible), each with a part.txt
-    saying which part of how many it is and what it holds."""
+    saying which part of how many it is, of which staging (a stamp: the hash of the plan), and what it
+    holds; the parts and the stamp."""
     wheels = {p.name: p.stat().st_size for p in Path(pool).glob("*.whl")}
     parts = plan(wheels, cap, checkout)
+    stamp = hashlib.sha256(repr(parts).encode()).hexdigest()[:12]
     shutil.rmtree(dest, ignore_errors=True)
     for i, names in enumerate(parts, 1):
         folder = Path(dest) / str(i)
@@ -119,18 +122,24 @@ def split(pool: Path, dest: Path, cap: int, checkout: int) -> list[list[str]]:
                 os.link(Path(pool) / name, folder / name)
             except OSError:
                 shutil.copy2(Path(pool) / name, folder / name)
-        (folder / PART_FILE).write_text(f"{i} {len(parts)}\n" + "".join(n + "\n" for n in names))
-    return parts
+        (folder / PART_FILE).write_text(f"{i} {len(parts)} {stamp}\n" + "".join(n + "\n" for n in names))
+    return parts, stamp
 
 
-def parts(dest: Path) -> tuple[list[Path], list[str]]:
-    """The folders pip finds the wheels in and what is missing. A folder without parts is one flat folder."""
-    found = {}
-    for f in Path(dest).glob(f"*/{PART_FILE}"):
-        index, total = map(int, f.read_text().split("\n", 1)[0].split())
-        found[index] = (f.parent, total, f.read_text().splitlines()[1:])
-    if not found:
+def parts(dest: Path, stamp: str | None = None) -> tuple[list[Path], list[str]]:
+    """The folders pip finds the wheels in and what is missing. A folder without parts is one flat folder.
+    With a stamp (the checkout carried in the last call names its staging's), parts a machine kept from
+    another staging are left out."""
+    files = list(Path(dest).glob(f"*/{PART_FILE}"))
+    if not files:
         return [Path(dest)], []
+    found = {}
+    for f in files:
+        index, total, its_stamp = f.read_text().split("\n", 1)[0].split()
+        if stamp is None or its_stamp == stamp:
+            found[int(index)] = (f.parent, int(total), f.read_text().splitlines()[1:])
+    if not found:
+        return [], [f"every part of staging {stamp}"]
     total = max(t for _, t, _ in found.values())
     missing = [f"part {i} of {total}" for i in range(1, total + 1) if i not in found]
     missing += [f"{folder.name}/{w}" for folder, _, names in found.values() for w in names
@@ -152,9 +161,11 @@ def main(argv: list[str]) -> int:
             if Path(wheel).name.split("-")[0].lower() in NOT_LOADED:
                 print(f"{Path(wheel).name}: {saved / 2**20:.1f} MiB dropped, {Path(wheel).stat().st_size / 2**20:.1f} MiB")
     elif cmd == "split":
-        for i, names in enumerate(split(Path(rest[0]), Path(rest[1]), int(rest[2]), int(rest[3])), 1):
+        plan_, stamp = split(Path(rest[0]), Path(rest[1]), int(rest[2]), int(rest[3]))
+        for i, names in enumerate(plan_, 1):
             size = sum((Path(rest[1]) / str(i) / n).stat().st_size for n in names)
             print(f"part {i}: {len(names)} wheels, {size / 2**20:.1f} MiB")
+        Path(rest[4]).write_text(stamp + "\n")
     elif cmd == "parts":
         folders, missing = parts(Path(rest[0]))
         print("present: " + " ".join(str(f) for f in folders) + ("; missing: " + ", ".join(missing) if missing else ""))
