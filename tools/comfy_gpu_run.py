@@ -7,9 +7,9 @@ ComfyUI is started with its own defaults (its CUDA allocator choice included); -
 to test this script on a machine without a GPU. In order, it:
 
 1. installs the ComfyUI server's missing wheels (tools/device_wheels/comfyui-VERSION.txt, the checkout's
-   version unless --comfyui-version names another) and the
-   pack as the README says: a copy in custom_nodes/, `pip install -r requirements.txt` and
-   `pip install --no-deps qwen-tts==0.1.1`, offline from the wheels folder;
+   version unless --comfyui-version names another) and the pack as the README says: a copy in
+   custom_nodes/, `pip install -r requirements.txt` and `pip install --no-deps qwen-tts==0.1.1`,
+   offline from the wheels folder (or from all its parts, carried over several calls: wheels.py);
 2. builds random-weight checkpoints (bench/random_model.py) into models/qwen3-tts under the folder
    names the workflows ask for, and puts the bundled default voice into input/ under each file
    name a workflow loads;
@@ -27,7 +27,8 @@ to test this script on a machine without a GPU. In order, it:
 
 A prompt ComfyUI refuses (a value over a node's max, say) is recorded as status "rejected" with ComfyUI's
 reasons, and the run goes on. This file keeps the order of the steps; tools/comfy_gpu/ holds them:
-install.py (1 and 2), server.py (the server, its messages, its VRAM), runs.py (3 to 5), report.py (6).
+install.py (1 and 2), wheels.py (the manifests and parts), server.py (the server, its messages, its VRAM),
+runs.py (3 to 5), report.py (6).
 """
 
 from __future__ import annotations
