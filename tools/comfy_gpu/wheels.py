@@ -152,7 +152,11 @@ def main(argv: list[str]) -> int:
     if cmd == "version":
         print(comfyui_version(Path(rest[0])))
     elif cmd == "specs":
-        sections = manifest_for(rest[0])
+        try:
+            sections = manifest_for(rest[0])
+        except FileNotFoundError as e:
+            print(e, file=sys.stderr)
+            return 1
         wanted = rest[1:] or [s for s in sections if s != "peers"]
         print("\n".join(s for name in wanted for s in sections.get(name, [])))
     elif cmd == "strip":
