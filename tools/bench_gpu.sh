@@ -2,7 +2,7 @@
 # What users wait for, measured in one GPU device call (under 9.5 minutes on one H100), peers beside the pack:
 #
 #   bash tools/bench_gpu.sh            # here, with network: fill .whl/bench with the pack's wheels (sections pack,
-#                                      # tools of tools/device_wheels.txt), .whl/bench/peers with the peers' (section
+#                                      # tools of tools/device_wheels/common.txt), .whl/bench/peers with the peers' (section
 #                                      # peers), and record the commit and the changed files there
 #   bash tools/bench_gpu.sh OUTDIR     # on the GPU machine (no network), carrying .whl/bench: writes
 #                                      # OUTDIR/bench_gpu.json (every part, bench/gpu_report.py) and OUTDIR/bench_gpu.log

@@ -6,15 +6,17 @@ On the GPU device machine tools/comfy_gpu_run.sh calls this with the carried che
 ComfyUI is started with its own defaults (its CUDA allocator choice included); --cpu exists only
 to test this script on a machine without a GPU. In order, it:
 
-1. installs the ComfyUI server's missing wheels (tools/device_wheels.txt, section server) and the
-   pack as the README says: a copy in custom_nodes/, `pip install -r requirements.txt` and
-   `pip install --no-deps qwen-tts==0.1.1`, offline from the wheels folder;
+1. installs the ComfyUI server's missing wheels (tools/device_wheels/comfyui-VERSION.txt, the checkout's
+   version unless --comfyui-version names another) and the pack as the README says: a copy in
+   custom_nodes/, `pip install -r requirements.txt` and `pip install --no-deps qwen-tts==0.1.1`,
+   offline from the wheels folder (or from all its parts, carried over several calls: wheels.py);
 2. builds random-weight checkpoints (bench/random_model.py) into models/qwen3-tts under the folder
    names the workflows ask for, and puts the bundled default voice into input/ under each file
    name a workflow loads;
 3. starts ComfyUI and, through POST /prompt, runs every workflow in workflows/ (converted to the
    API form with the repo's converter against the live /object_info), a Render Lines job of
-   --lines lines, an /interrupt in mid-generation and a rerun, and --runs generations in a row;
+   --lines lines at each of --batch-sizes, one at a batch_size over the node's max (ComfyUI must refuse
+   it), an /interrupt in mid-generation and a rerun, and --runs generations in a row;
 4. records each node's wall time (websocket "executing" messages), the text each node shows
    (warnings, "preparing the fused decoder"), VRAM before loading, while loaded, after "Unload
    models" (/free), after one more load-generate-unload cycle and after each of the repeated runs,
@@ -25,7 +27,8 @@ to test this script on a machine without a GPU. In order, it:
 
 A prompt ComfyUI refuses (a value over a node's max, say) is recorded as status "rejected" with ComfyUI's
 reasons, and the run goes on. This file keeps the order of the steps; tools/comfy_gpu/ holds them:
-install.py (1 and 2), server.py (the server, its messages, its VRAM), runs.py (3 to 5), report.py (6).
+install.py (1 and 2), wheels.py (the manifests and parts), server.py (the server, its messages, its VRAM),
+runs.py (3 to 5), report.py (6).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from pathlib import Path
 from comfy_gpu.install import (ROOT, finish_checkpoints, git_head, install, load_workflow_tools, loaded_names,
                                stage_voices, start_checkpoints)
 from comfy_gpu.report import log_findings, passed, print_summary, vram_check
-from comfy_gpu.runs import (budget, cloning_prompt, eager_control, generate_and_unload, interrupt_test,
+from comfy_gpu.runs import (budget, cloning_prompt, eager_control, generate_and_unload, interrupt_test, over_max,
                             render_lines, repeated_runs, run_workflows, with_defaults)
 from comfy_gpu.server import Server, server_command, settle_vram, vram
 
@@ -53,14 +56,16 @@ def main() -> int:
     ap.add_argument("--comfyui", default=os.environ.get("COMFYUI_PATH"), help="ComfyUI checkout (default $COMFYUI_PATH)")
     ap.add_argument("--out", required=True, help="folder for report.json and server.log")
     ap.add_argument("--wheels", default=str(ROOT / ".whl" / "comfy"), help="folder of wheels pip installs from, offline")
-    ap.add_argument("--manifest", default=str(ROOT / "tools" / "device_wheels.txt"))
+    ap.add_argument("--comfyui-version", default=None,
+                    help="whose wheel manifest to install (tools/device_wheels/; default: the checkout's version)")
     ap.add_argument("--commit", default=os.environ.get("PROJECT_COMMIT"), help="project commit (default $PROJECT_COMMIT, else git)")
     ap.add_argument("--cpu", action="store_true", help="only for testing this script without a GPU: ComfyUI --cpu")
     ap.add_argument("--size", default="0.6b", help="random checkpoint dims for 0.6B names (tiny to test on CPU)")
     ap.add_argument("--size-1.7b", dest="size_17", default=None,
                     help="dims for 1.7B names (default: 1.7b, or --size when it is tiny)")
-    ap.add_argument("--lines", type=int, default=32, help="lines of the Render Lines job")
-    ap.add_argument("--batch-size", type=int, default=32, help="Render Lines batch_size for that job")
+    ap.add_argument("--lines", type=int, default=256, help="lines of each Render Lines job")
+    ap.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[16, 64],
+                    help="a Render Lines job at each of these batch_size values (default 16,64: the node's default and max)")
     ap.add_argument("--runs", type=int, default=20, help="generations in a row")
     ap.add_argument("--run-frames", type=int, default=200, help="max_new_tokens of each of those generations")
     ap.add_argument("--max-new-tokens", type=int, default=None,
@@ -132,8 +137,10 @@ def main() -> int:
         # 4. Every workflow, as the frontend would queue it.
         run_workflows(server, ui, info, wt, args, report, save)
 
-        # 5. A Render Lines job of --lines lines, from the dialogue workflow's graph.
+        # 5. A Render Lines job of --lines lines at each batch size, from the dialogue workflow's graph; then
+        # one over the node's max, which ComfyUI must refuse without stopping this run.
         report["render_lines"] = render_lines(server, ui, info, wt, args)
+        report["over_max"] = over_max(server, ui, info, wt, args)
         save()
 
         # 6. /interrupt in mid-generation, then the same graph again.

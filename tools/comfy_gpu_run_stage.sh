@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Prepare what tools/comfy_gpu_run.sh needs on the device machine, which has no network: a lean
-# copy of an existing ComfyUI checkout in .comfyui/ and the wheels in .whl/comfy/, both ignored by
-# git and carried by the device call (a call carries 64 MiB in all, the repository included).
-#   COMFYUI_PATH=/path/to/ComfyUI bash tools/comfy_gpu_run_stage.sh
+# copy of an existing ComfyUI checkout in .comfyui/ and the wheels its version needs
+# (tools/device_wheels/comfyui-VERSION.txt and common.txt) in .whl/comfy/1, .whl/comfy/2, ..., parts
+# that each fit one device call beside the repository (a call carries 64 MiB in all). All ignored by git.
+#   COMFYUI_PATH=/path/to/ComfyUI [COMFYUI_VERSION=0.33.0] bash tools/comfy_gpu_run_stage.sh
+# The version is the checkout's (comfyui_version.py) unless COMFYUI_VERSION names another manifest.
 # It copies what the server runs (Python files and small data), not tests, CI files, models,
 # outputs or the tokenizer files of image/video text encoders, which load only with those models.
+# It ends by printing the device calls to make, in order, with what each carries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=${COMFYUI_PATH:?set COMFYUI_PATH to a ComfyUI checkout}
@@ -34,9 +37,23 @@ PY
 { git rev-parse HEAD; } > "$dest/project_commit.txt"
 dirty=$(git status --porcelain --untracked-files=no | wc -l)
 [ "$dirty" -eq 0 ] || echo "note: $dirty tracked files differ from HEAD; the run uses the working tree"
-bash tools/fetch_device_wheels.sh
+version=${COMFYUI_VERSION:-$(python3 tools/comfy_gpu/wheels.py version "$src")}
+# The downloads are kept per version, so that switching versions and back downloads nothing again.
+COMFYUI_VERSION=$version bash tools/fetch_device_wheels.sh ".whl/pool-$version"
 tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
 untracked=$(git ls-files -z --others --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
-total=$(( tracked + ${untracked:-0} + $(du -sb "$dest" | cut -f1) + $(du -sb .whl/comfy | cut -f1) ))
-echo "travels: $(( total / 1048576 )) MiB of 64 (repository, untracked files, $dest, .whl/comfy)"
-[ "$total" -lt $(( 64 * 1048576 )) ] || { echo "over the 64 MiB a device call carries" >&2; exit 1; }
+repo=$(( tracked + ${untracked:-0} ))
+checkout=$(du -sb "$dest" | cut -f1)
+# What each call may add to the repository: 64 MiB less 1 MiB for what du does not count (file metadata).
+cap=$(( 63 * 1048576 - repo ))
+# The checkout names the staging its parts come from: parts a warm machine kept from another are not used.
+python3 tools/comfy_gpu/wheels.py split ".whl/pool-$version" .whl/comfy "$cap" "$checkout" "$dest/wheel_parts.txt"
+parts=$(ls .whl/comfy | sort -n | tail -1)
+echo "ComfyUI $version: repository $(( repo / 1048576 )) MiB, $dest $(( checkout / 1048576 )) MiB; device calls, back to back:"
+for i in $(seq 1 "$parts"); do
+  if [ "$i" -lt "$parts" ]; then
+    echo "  $i. carry [\".whl/comfy/$i\"]  command: python3 tools/comfy_gpu/wheels.py parts .whl/comfy"
+  else
+    echo "  $i. carry [\"$dest\", \".whl/comfy/$i\"]  command: bash tools/comfy_gpu_run.sh \"\$OUT/comfy\""
+  fi
+done

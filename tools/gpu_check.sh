@@ -1,27 +1,28 @@
 #!/usr/bin/env bash
 # The GPU checks (tests/gpu) under both CUDA allocator backends, on a machine with an NVIDIA GPU.
 #
-#   bash tools/gpu_check.sh            # here, with network: fill .whl/comfy from tools/device_wheels.txt
+#   bash tools/gpu_check.sh            # here, with network: fill .whl/gpu from tools/device_wheels/common.txt
 #   bash tools/gpu_check.sh OUTDIR     # on the GPU machine (no network): install those wheels, run the
 #                                      # tests under cudaMallocAsync (ComfyUI's default) and the native
 #                                      # allocator, and write OUTDIR/gpu_check.json with the project commit
 #                                      # (BACKENDS="native" runs one of them)
 #
-# The GPU machine gets this tree with .whl carried along (its wheels are pinned in the manifest,
+# The GPU machine gets this tree with .whl/gpu carried along (its wheels are pinned in the manifest,
 # so a refill gives the same files). The project commit is written next to them here, because
 # the copy on the GPU machine may have no .git.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v nvidia-smi >/dev/null 2>&1; then
-  bash tools/fetch_device_wheels.sh .whl/comfy || exit 1
-  git rev-parse HEAD > .whl/COMMIT
-  echo "wheels ready; on the GPU machine run: bash tools/gpu_check.sh \$OUT (carry .whl)"
+  # The tests need the pack's wheels only, not a ComfyUI server's (tools/comfy_gpu_run_stage.sh fills .whl/comfy).
+  bash tools/fetch_device_wheels.sh .whl/gpu pack tools || exit 1
+  git rev-parse HEAD > .whl/gpu/COMMIT
+  echo "wheels ready; on the GPU machine run: bash tools/gpu_check.sh \$OUT (carry .whl/gpu)"
   exit 0
 fi
 out=${1:?usage: bash tools/gpu_check.sh OUTDIR}
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu-site \
-  .whl/comfy/*.whl || exit 1
+  .whl/gpu/*.whl || exit 1
 export PYTHONPATH=/tmp/gpu-site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 status=0
 for backend in ${BACKENDS:-cudaMallocAsync native}; do
@@ -38,7 +39,7 @@ python3 - "$out" <<'EOF'
 import json, pathlib, platform, sys, xml.etree.ElementTree as ET
 import torch
 out = pathlib.Path(sys.argv[1])
-commit = pathlib.Path(".whl/COMMIT")
+commit = pathlib.Path(".whl/gpu/COMMIT")
 report = {"commit": commit.read_text().strip() if commit.exists() else None,
           "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
           "backends": {}}

@@ -9,10 +9,13 @@ import re
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
-from tools.comfy_gpu import install, report, runs, server
+import pytest
+
+from tools.comfy_gpu import install, report, runs, server, wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,18 +24,41 @@ def norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def manifest():
-    return install.read_manifest(ROOT / "tools" / "device_wheels.txt")
+VERSIONS = ("0.8.0", "0.33.0")
 
 
-def test_manifest_pins_one_version_of_each_wheel():
-    sections = manifest()
+def manifest(version="0.8.0"):
+    return wheels.manifest_for(version)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_manifest_pins_one_version_of_each_wheel(version):
+    sections = manifest(version)
     assert set(sections) == {"server", "pack", "tools", "peers"}
     specs = [s for entries in sections.values() for s in entries]
     assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==[A-Za-z0-9_.]+", s) for s in specs), specs
     names = [norm(s.split("==")[0]) for s in specs]
     assert len(names) == len(set(names)), "two versions of one package stop the offline install"
     assert "qwen-tts==0.1.1" in sections["pack"]
+
+
+def test_each_version_has_its_own_server_wheels_and_shares_the_rest():
+    old, new = manifest("0.8.0"), manifest("0.33.0")
+    assert {k: v for k, v in old.items() if k != "server"} == {k: v for k, v in new.items() if k != "server"}
+    added = {s.split("==")[0] for s in new["server"]} - {s.split("==")[0] for s in old["server"]}
+    assert added == {"comfy-aimdo", "comfy-kitchen", "simpleeval", "blake3"}
+    # 0.33.0's requirements.txt pins these two: a user's install gets exactly them
+    assert {"comfy-kitchen==0.2.31", "comfy-aimdo==0.4.13"} <= set(new["server"])
+
+
+def test_the_version_comes_from_the_checkout_and_an_unknown_one_is_refused(tmp_path):
+    (tmp_path / "comfyui_version.py").write_text('# generated\n__version__ = "0.33.0"\n')
+    assert wheels.comfyui_version(tmp_path) == "0.33.0"
+    with pytest.raises(FileNotFoundError, match="0.8.0, 0.33.0|0.33.0, 0.8.0"):
+        wheels.manifest_for("0.9.1")
+    printed = subprocess.run([sys.executable, str(ROOT / "tools" / "comfy_gpu" / "wheels.py"), "specs", "0.33.0",
+                              "server"], capture_output=True, text=True, check=True).stdout.split()
+    assert printed == manifest("0.33.0")["server"]
 
 
 def test_manifest_brings_every_requirement_the_device_lacks():
@@ -124,7 +150,7 @@ def test_the_run_goes_on_past_a_rejected_prompt(capsys):
     comfy = server.Server("http://127.0.0.1:1")
     comfy.post = lambda path, body, timeout=30: OVER_MAX
     args = SimpleNamespace(prompt_timeout=60, deadline_at=time.time() + 60, max_new_tokens=None, lines=128,
-                           batch_size=128)
+                           batch_sizes=[16, 128])
     prompt = {"5": {"class_type": "Qwen3TTSMorphRenderLines", "inputs": {}},
               "6": {"class_type": "Qwen3TTSMorphVoiceBank", "inputs": {"name": "A"}}}
     wt = SimpleNamespace(ui_to_api=lambda wf, info: prompt)
@@ -132,11 +158,26 @@ def test_the_run_goes_on_past_a_rejected_prompt(capsys):
     result = {"steps": {}}
     runs.run_workflows(comfy, ui, {}, wt, args, result, save=lambda: None)
     result["render_lines"] = runs.render_lines(comfy, ui, {}, wt, args)
-    for r in (result["workflows"]["dialogue"], result["render_lines"]):
+    info = {"Qwen3TTSMorphRenderLines": {"input": {"required": {"batch_size": ["INT", {"default": 16, "max": 64}]}}}}
+    result["over_max"] = runs.over_max(comfy, ui, info, wt, args)
+    for r in (result["workflows"]["dialogue"], *result["render_lines"], result["over_max"]):
         assert r["status"] == "rejected" and "bigger than max of 64" in r["error"] and r["wall_s"] >= 0
-    assert result["render_lines"]["batch_size"] == 128
+    assert [r["batch_size"] for r in result["render_lines"]] == [16, 128]
+    assert result["over_max"]["batch_size"] == 65 and result["over_max"]["expected"] == "rejected"
     report.print_summary(result)
-    assert "dialogue                 rejected" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "dialogue                 rejected" in out
+    assert "render lines x128 batch 128: rejected" in out
+    assert "batch_size 65 (over max): rejected  ['node 5 (Qwen3TTSMorphRenderLines): Value 128" in out
+
+
+def test_the_run_passes_only_when_comfyui_refused_the_batch_over_the_max():
+    done = {"workflows": {"a": {"status": "success"}}, "interrupt": {"status": "execution_interrupted"},
+            "render_lines": [{"status": "success"}, {"status": "skipped"}], "repeated": {"all_success": True},
+            "over_max": {"status": "rejected"}}
+    assert report.passed(done)
+    assert not report.passed({**done, "over_max": {"status": "success"}})
+    assert not report.passed({**done, "render_lines": [{"status": "success"}, {"status": "error"}]})
 
 
 def test_the_entry_point_finds_its_parts_from_any_folder(tmp_path):
@@ -144,4 +185,4 @@ def test_the_entry_point_finds_its_parts_from_any_folder(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "comfy_gpu_run.py"), "--help"], cwd=tmp_path,
                           capture_output=True, text=True, env={"PATH": os.environ.get("PATH", "")})
     assert done.returncode == 0, done.stderr
-    assert "--batch-size" in done.stdout
+    assert "--batch-sizes" in done.stdout and "--comfyui-version" in done.stdout

@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+from .wheels import comfyui_version, manifest_for, parts
+
 ROOT = Path(__file__).resolve().parents[2]
 PACK_FOLDER = "comfyui-qwen3-tts-morph"  # the folder name the README's install gives the pack
 # What a user's clone does not hold: build outputs, environments, the carried checkout and wheels.
@@ -27,21 +29,6 @@ def load_workflow_tools():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def read_manifest(path: Path) -> dict[str, list[str]]:
-    """{section: ["name==version", ...]} from tools/device_wheels.txt ("[section]" lines start one)."""
-    sections: dict[str, list[str]] = {}
-    current = "default"
-    for raw in path.read_text().splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            current = line[1:-1]
-            continue
-        sections.setdefault(current, []).append(line)
-    return sections
 
 
 def run_logged(cmd, log: list, cwd=None, env=None, timeout=600) -> subprocess.CompletedProcess:
@@ -64,10 +51,17 @@ def git_head() -> str | None:
 
 def install(python: str, comfy: Path, args, log: list) -> dict:
     """ComfyUI's missing packages, then the pack as the README installs it, offline; the versions it runs on."""
+    version = args.comfyui_version or comfyui_version(comfy)
+    manifest = manifest_for(version)
     wheels = Path(args.wheels).resolve()
-    find_links = ["--no-index"] + (["--find-links", str(wheels)] if wheels.is_dir() else [])
+    # The wheels may have come in parts, over several device calls (tools/comfy_gpu_run_stage.sh): all must be here.
+    stamp_file = comfy / "wheel_parts.txt"
+    stamp = stamp_file.read_text().strip() if stamp_file.is_file() else None
+    folders, missing = parts(wheels, stamp) if wheels.is_dir() else ([], [])
+    if missing:
+        raise RuntimeError(f"wheels missing from {wheels}: {', '.join(missing)}; make the device call carrying each first")
+    find_links = ["--no-index"] + [arg for folder in folders for arg in ("--find-links", str(folder))]
     pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-cache-dir"] + find_links
-    manifest = read_manifest(Path(args.manifest))
     if manifest.get("server"):
         run_logged(pip + ["--no-deps"] + manifest["server"], log)
     pack = comfy / "custom_nodes" / PACK_FOLDER
@@ -83,7 +77,7 @@ def install(python: str, comfy: Path, args, log: list) -> dict:
         run_logged(pip + ["--no-deps"] + manifest["tools"], log)
     versions = run_logged([python, "-c", "import sys, torch, transformers; print(sys.version.split()[0], "
                            "torch.__version__, transformers.__version__)"], log).stdout.split()
-    return dict(zip(("python", "torch", "transformers"), versions[:3]))
+    return {"comfyui": version, **dict(zip(("python", "torch", "transformers"), versions[:3]))}
 
 
 def loaded_names(ui: dict) -> tuple[set[str], set[str]]:

@@ -9,10 +9,12 @@ from pathlib import Path
 
 
 def passed(report: dict) -> bool:
-    """Every workflow succeeded, the Render Lines job and the rerun after /interrupt succeeded (or were
-    skipped), the interrupt stopped the prompt, and every repeated run succeeded."""
+    """Every workflow succeeded, the Render Lines jobs and the rerun after /interrupt succeeded (or were
+    skipped), ComfyUI refused the batch size over the max, the interrupt stopped the prompt, and every
+    repeated run succeeded."""
     return (all(r.get("status") == "success" for r in report.get("workflows", {}).values())
-            and report["render_lines"].get("status") in ("success", "skipped")
+            and all(r.get("status") in ("success", "skipped") for r in report["render_lines"])
+            and report["over_max"].get("status") in ("rejected", "skipped")
             and report["interrupt"].get("status") in ("execution_interrupted", "skipped")
             and report["interrupt"].get("rerun", {}).get("status", "success") == "success"
             and report["repeated"]["all_success"])
@@ -52,11 +54,16 @@ def print_summary(report: dict) -> None:
         print("  " + line)
     for name, r in report.get("workflows", {}).items():
         times = ", ".join(f"{n['class_type']} {n['s']:.2f}" for n in r.get("node_times", []))
-        print(f"{name:24} {r['status']:11} {r['wall_s']:7.2f} s  {times}  {r.get('error', '')}")
-    for key in ("render_lines", "interrupt"):
-        if key in report:
-            r = report[key]
-            print(f"{key:24} {r.get('status')}  wall {r.get('wall_s')}  latency {r.get('latency_s')}")
+        print(f"{name:24} {r['status']:11} {r.get('wall_s') or 0:7.2f} s  {times}  {r.get('error', '')}")
+    for r in report.get("render_lines", []):
+        print(f"render lines x{r.get('lines')} batch {r.get('batch_size')}: {r.get('status')}  wall {r.get('wall_s')}"
+              f"  {r.get('error', '')}")
+    if "over_max" in report:
+        r = report["over_max"]
+        print(f"batch_size {r.get('batch_size')} (over max): {r.get('status')}  {str(r.get('error', '')).splitlines()[-1:]}")
+    if "interrupt" in report:
+        r = report["interrupt"]
+        print(f"interrupt                {r.get('status')}  wall {r.get('wall_s')}  latency {r.get('latency_s')}")
     if "repeated" in report:
         rep = report["repeated"]
         print(f"repeated x{len(rep['runs'])}: all success {rep['all_success']}, median generate "

@@ -66,20 +66,47 @@ def run_workflows(server: Server, ui: dict, info: dict, wt, args, report: dict, 
         save()
 
 
-def render_lines(server: Server, ui: dict, info: dict, wt, args) -> dict:
-    """A Render Lines job of --lines lines in batches of --batch-size, from the dialogue workflow's graph."""
+def lines_prompt(ui: dict, info: dict, wt, lines: int, batch_size: int) -> dict | None:
+    """The dialogue workflow's graph with a Render Lines script of `lines` lines in batches of `batch_size`."""
     base = next((wt.ui_to_api(wf, info) for wf in ui.values()
                  if any(n["type"] == "Qwen3TTSMorphRenderLines" for n in wf["nodes"])), None)
-    if base is None or budget(args) < 30:
-        return {"status": "skipped", "reason": "deadline" if base else "no Render Lines workflow"}
+    if base is None:
+        return None
     prompt = with_defaults(base, info)
     names = [n["inputs"]["name"] for _, n in find(prompt, "Qwen3TTSMorphVoiceBank")]
     for _, node in find(prompt, "Qwen3TTSMorphRenderLines"):
-        node["inputs"].update(script=script_of(names, args.lines), batch_size=args.batch_size,
-                              filename_prefix="comfy_gpu_run/lines", seed=7, resume=False)
-    result = server.queue(capped(prompt, args.max_new_tokens), budget(args))
-    result.update(lines=args.lines, batch_size=args.batch_size, outputs=outputs_of(server, result.get("prompt_id")))
-    print(f"render lines x{args.lines}: {result['status']} in {result['wall_s']} s", flush=True)
+        node["inputs"].update(script=script_of(names, lines), batch_size=batch_size,
+                              filename_prefix=f"comfy_gpu_run/lines_b{batch_size}", seed=7, resume=False)
+    return prompt
+
+
+def render_lines(server: Server, ui: dict, info: dict, wt, args) -> list[dict]:
+    """A Render Lines job of --lines lines at each of --batch-sizes, from the dialogue workflow's graph."""
+    jobs = []
+    for size in args.batch_sizes:
+        prompt = lines_prompt(ui, info, wt, args.lines, size)
+        if prompt is None or budget(args) < 30:
+            jobs.append({"status": "skipped", "lines": args.lines, "batch_size": size,
+                         "reason": "deadline" if prompt else "no Render Lines workflow"})
+            continue
+        result = server.queue(capped(prompt, args.max_new_tokens), budget(args))
+        result.update(lines=args.lines, batch_size=size, outputs=outputs_of(server, result.get("prompt_id")))
+        print(f"render lines x{args.lines} batch {size}: {result['status']} in {result['wall_s']} s", flush=True)
+        jobs.append(result)
+    return jobs
+
+
+def over_max(server: Server, ui: dict, info: dict, wt, args) -> dict:
+    """A Render Lines prompt with batch_size one over the node's max: ComfyUI must refuse it at /prompt, and
+    the run must record its reasons (status "rejected") and go on."""
+    spec = info.get("Qwen3TTSMorphRenderLines", {}).get("input", {}).get("required", {}).get("batch_size", [None, {}])
+    size = spec[1].get("max", 64) + 1
+    prompt = lines_prompt(ui, info, wt, 4, size)
+    if prompt is None:
+        return {"status": "skipped", "reason": "no Render Lines workflow"}
+    result = server.queue(prompt, budget(args))
+    result.update(batch_size=size, expected="rejected")
+    print(f"batch_size {size} (over the max): {result['status']}", flush=True)
     return result
 
 

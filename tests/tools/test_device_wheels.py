@@ -1,0 +1,98 @@
+"""tools/comfy_gpu/wheels.py: comfy-kitchen's wheel rewritten without its ROCm library still installs with pip,
+and the wheels split into parts that each fit one device call, which the device side finds complete or not."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from tools.comfy_gpu import wheels
+
+HIP = "comfy_kitchen/backends/hip/_C.abi3.so"
+FILES = {"comfy_kitchen/__init__.py": b"VERSION = '0.2.31'\n", "comfy_kitchen/backends/cuda/_C.abi3.so": b"\x7fELF cuda",
+         HIP: b"\x7fELF rocm" * 1000}
+DIST = "comfy_kitchen-0.2.31.dist-info"
+
+
+def digest(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def fake_kitchen(folder):
+    """A wheel laid out as comfy-kitchen 0.2.31's: the package, its CUDA and ROCm libraries, a RECORD of them."""
+    files = {**FILES, f"{DIST}/METADATA": b"Metadata-Version: 2.1\nName: comfy-kitchen\nVersion: 0.2.31\n",
+             f"{DIST}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp312-abi3-any\n"}
+    record = "".join(f"{name},{digest(data)},{len(data)}\n" for name, data in files.items()) + f"{DIST}/RECORD,,\n"
+    path = folder / "comfy_kitchen-0.2.31-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+        z.writestr(f"{DIST}/RECORD", record)
+    return path
+
+
+def test_the_rocm_library_is_dropped_and_the_wheel_still_installs(tmp_path):
+    wheel = fake_kitchen(tmp_path)
+    assert wheels.strip(wheel) > 0
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        record = [line.split(",") for line in z.read(f"{DIST}/RECORD").decode().splitlines()]
+        # every RECORD line names a member, with its hash, and every member is in RECORD
+        assert {r[0] for r in record} == names
+        assert all(r[1] == digest(z.read(r[0])) for r in record if r[1])
+    assert HIP not in names and "comfy_kitchen/backends/cuda/_C.abi3.so" in names
+    assert wheels.strip(wheel) == 0, "a rerun rewrites nothing"
+    target = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile",
+                           "--disable-pip-version-check", "--target", str(target), str(wheel)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (target / "comfy_kitchen" / "backends" / "cuda" / "_C.abi3.so").is_file()
+    assert not (target / "comfy_kitchen" / "backends" / "hip").exists()
+
+
+def test_other_wheels_are_left_as_they_are(tmp_path):
+    other = tmp_path / "av-18.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(other, "w") as z:
+        z.writestr(HIP, b"not comfy-kitchen's")
+    before = other.read_bytes()
+    assert wheels.strip(other) == 0 and other.read_bytes() == before
+
+
+def test_the_parts_fit_the_cap_and_the_checkout_goes_in_the_last():
+    sizes = {"kitchen.whl": 46, "av.whl": 34, "sqlalchemy.whl": 5, "small.whl": 1}
+    parts = wheels.plan(sizes, cap=57, checkout=11)
+    assert sorted(n for p in parts for n in p) == sorted(sizes)
+    loads = [sum(sizes[n] for n in p) for p in parts]
+    assert loads[-1] + 11 <= 57 and all(load <= 57 for load in loads)
+    assert len(parts) == 2
+    with pytest.raises(ValueError, match="alone is over"):
+        wheels.plan({"huge.whl": 58}, cap=57, checkout=1)
+
+
+def test_the_device_side_sees_which_parts_have_arrived(tmp_path):
+    pool, dest = tmp_path / "pool", tmp_path / "comfy"
+    pool.mkdir()
+    for name, size in (("a-1-py3-none-any.whl", 600), ("b-1-py3-none-any.whl", 500), ("c-1-py3-none-any.whl", 100)):
+        (pool / name).write_bytes(b"x" * size)
+    parts, stamp = wheels.split(pool, dest, cap=700, checkout=50)
+    assert len(parts) == 2 and (dest / "2" / "part.txt").read_text().startswith(f"2 2 {stamp}\n")
+    folders, missing = wheels.parts(dest, stamp)
+    assert folders == [dest / "1", dest / "2"] and missing == []
+    # a part a warm machine kept from another staging is not used
+    assert wheels.parts(dest, "another") == ([], ["every part of staging another"])
+    # as on the device after the first call only
+    for f in (dest / "2").iterdir():
+        f.unlink()
+    (dest / "2").rmdir()
+    assert wheels.parts(dest, stamp)[1] == ["part 2 of 2"]
+    (dest / "1" / parts[0][0]).unlink()
+    assert f"1/{parts[0][0]}" in wheels.parts(dest)[1]
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    assert wheels.parts(flat) == ([flat], [])
