@@ -198,15 +198,11 @@ def script_lines(tts, variant, cast, clips, transcripts, instructs, parsed, lang
 
 
 def render(tts, parsed, lines, store, language, settings, args) -> int:
-    import numpy as np
     import soundfile as sf
 
     from morph.qwen.quiet import quiet_third_party
     from morph.script_job import ScriptJob, render_context
-    from postprocess import lowpass, peak_normalize
-
-    def smooth(wav):
-        return wav if wav.size == 0 else np.ascontiguousarray(peak_normalize(lowpass(wav, SAMPLE_RATE)), np.float32)
+    from postprocess import smooth
 
     job = ScriptJob(parsed, lines, store, render_context(tts, tts.device.type, language, settings, not args.no_smooth))
     kept = job.reuse() if not args.no_resume else 0
@@ -217,7 +213,7 @@ def render(tts, parsed, lines, store, language, settings, args) -> int:
     try:
         with quiet_third_party():  # transformers' note on the repetition penalty, at the first generate
             result = job.run(lambda todo: tts, settings, args.batch_size, args.pause, finish_line=None if
-                             args.no_smooth else smooth, on_step=progress.step, on_line=progress.line,
+                             args.no_smooth else lambda wav: smooth(wav, SAMPLE_RATE), on_step=progress.step, on_line=progress.line,
                              who="cli.py render")
     except KeyboardInterrupt:
         progress.finish()

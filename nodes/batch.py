@@ -4,7 +4,6 @@ run resumes where it stopped."""
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ..morph.lines.script import check_name, name_key, parse_script
@@ -13,7 +12,7 @@ from ..morph.memory import working_memory
 from ..morph.scheduler import DEFAULT_BATCH_SIZE, Line
 from ..morph.script_job import ScriptJob, render_context
 from ..morph.settings import SAMPLE_RATE
-from ..postprocess import lowpass, peak_normalize
+from ..postprocess import smooth
 from . import services
 from .common import CATEGORY, VOICE_TYPE, generation_inputs, model_input, prefixed, split_generation_options, \
     text_input, to_audio
@@ -147,16 +146,10 @@ class RenderLines:
                 job.reuse()
             reporter = services.step_callback()
             result = job.run(prepare, settings, int(batch_size), float(pause_seconds),
-                             finish_line=_smooth if smoothing else None, on_step=reporter, who=who)
+                             finish_line=(lambda wav: smooth(wav, SAMPLE_RATE)) if smoothing else None, on_step=reporter, who=who)
             reporter.finish()
         return ([to_audio(c, SAMPLE_RATE) for c in result.clips], to_audio(result.dialogue, SAMPLE_RATE),
                 result.subtitles)
-
-
-def _smooth(wav: np.ndarray) -> np.ndarray:
-    if wav.size == 0:
-        return wav
-    return np.ascontiguousarray(peak_normalize(lowpass(wav, SAMPLE_RATE)), dtype=np.float32)
 
 
 __all__ = ["BANK_TYPE", "RenderLines", "VoiceBank"]

@@ -5,6 +5,7 @@ Depends only on numpy and scipy.
 
 from .lowpass import DEFAULT_CUTOFF_HZ, DEFAULT_ORDER, design_lowpass, lowpass
 from .normalize import DEFAULT_PEAK_DBFS, peak_normalize
+from .smooth import smooth
 
 __all__ = [
     "DEFAULT_CUTOFF_HZ",
@@ -13,4 +14,5 @@ __all__ = [
     "design_lowpass",
     "lowpass",
     "peak_normalize",
+    "smooth",
 ]
