@@ -144,8 +144,8 @@ def run(args: argparse.Namespace) -> int:
         store = LineStore(args.out, args.prefix, "cli.py render")
     except ValueError as e:
         raise CliError(f"--prefix: {e}") from e
-    clips = read_voices(cast) if variant == "base" else {}  # every clip checked before the load
     transcripts = pairs(args.transcript, "--transcript")
+    clips = read_voices(cast, transcripts) if variant == "base" else {}  # every clip checked before the load
     tts = load_model(args)
     if tts.variant != variant:
         from morph.engine import VARIANT_NAMES
@@ -157,8 +157,9 @@ def run(args: argparse.Namespace) -> int:
     return render(tts, parsed, lines, store, language, settings, args)
 
 
-def read_voices(cast: dict) -> dict:
-    """{name key: a saved Voice, or (a prepared clip, its file name)} for every --voice, checked whole."""
+def read_voices(cast: dict, transcripts: dict) -> dict:
+    """{name key: a saved Voice, or (a prepared clip, its file name)} for every --voice, checked whole; a clip with
+    a --transcript as in-context cloning checks it (over 30 s it is refused, not trimmed under its transcript)."""
     import soundfile as sf
 
     from morph.lines.reference_audio import Fixes, prepare_reference
@@ -175,7 +176,7 @@ def read_voices(cast: dict) -> dict:
         check_voice_file(path)
         wave, rate = sf.read(str(path), dtype="float32", always_2d=True)
         fixes = Fixes(new_clip=f"give {name} another recording", no_transcript=f"leave out --transcript {name}=...")
-        voices[key] = (prepare_reference(wave, rate, who, icl=False, fixes=fixes), path.name)
+        voices[key] = (prepare_reference(wave, rate, who, icl=key in transcripts, fixes=fixes), path.name)
     return voices
 
 

@@ -112,3 +112,14 @@ def test_an_unwritable_folder_and_a_silent_clip_are_refused_before_loading(tmp_p
         assert err.startswith("error: --out: cannot write into /proc/x (")
     err = fails(["render", "scene.txt", "--voice", "Alice=a.wav", "--voice", "Bob=quiet.wav"], capsys)
     assert "--voice Bob=quiet.wav: the clip is silent; give Bob another recording" in err
+
+
+def test_a_transcript_for_a_clip_over_30_s_is_refused_before_loading(tmp_path, capsys, no_load, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sf.write("a.wav", speech(2.0), 24000)
+    sf.write("long.wav", speech(31.0, 16000), 16000)
+    (tmp_path / "scene.txt").write_text(SCRIPT, encoding="utf-8")
+    err = fails(["render", "scene.txt", "--voice", "Alice=a.wav", "--voice", "Bob=long.wav", "--transcript",
+                 "Bob=All of it."], capsys)
+    assert err.startswith("error: --voice Bob=long.wav: the clip is 31.0 s long, and only its first 30 s can be used")
+    assert "or leave out --transcript Bob=... to clone from the first 30 s" in err
