@@ -85,7 +85,5 @@ def _largest_codec_call(codec_frames: list[int], width: int) -> int:
 
 
 def _codec_itemsize(model) -> int:
-    codec = getattr(model, "speech_tokenizer", None)
-    weights = getattr(getattr(codec, "model", None), "parameters", None)
-    first = next(weights(), None) if weights else None
-    return first.dtype.itemsize if first is not None else model.dtype.itemsize
+    """The codec's own precision: it is loaded apart from the talker (a plain attribute, not a submodule)."""
+    return next(model.speech_tokenizer.model.parameters()).dtype.itemsize

@@ -269,11 +269,12 @@ def messages_on_node():
     # The frontend keeps a node's last text until another comes (it ignores an empty one): a clean run says so,
     # or an old warning would stay on the node after its cause was fixed.
     running = _running_node()
-    node = running[1] if running else None
+    if running is None:  # no ComfyUI run: nothing was shown, nothing to replace
+        return
     if handler.lines:
-        _warned.add(node)
-    elif node in _warned:
-        _warned.discard(node)
+        _warned.add(running[1])
+    elif running[1] in _warned:
+        _warned.discard(running[1])
         show_text("No warnings in this run.")
 
 
