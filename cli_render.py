@@ -50,26 +50,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def pairs(values: list[str], flag: str) -> dict[str, str]:
-    """{name key: value} of NAME=VALUE options, refusing a malformed or repeated one."""
+def pairs(values: list[str], flag: str) -> dict[str, tuple[str, str]]:
+    """{name key: (name as given, value)} of NAME=VALUE options, refusing a malformed or repeated one."""
     from morph.lines.script import check_name, name_key
 
-    found: dict[str, str] = {}
+    found: dict[str, tuple[str, str]] = {}
     for raw in values:
         name, eq, value = raw.partition("=")
         if not eq or not value.strip():
             raise CliError(f"{flag} {raw!r}: write it as {flag} NAME=VALUE, e.g. {flag} Alice=...")
-        key = name_key(check_name(name, flag))
-        if key in found:
+        shown = check_name(name, flag)
+        if name_key(shown) in found:
             raise CliError(f"{flag}: {name.strip()!r} is given twice")
-        found[key] = value.strip()
+        found[name_key(shown)] = (shown, value.strip())
     return found
 
 
 def characters(args) -> tuple[str, dict[str, tuple[str, str]]]:
     """The model variant the characters need, and {name key: (display name, what the option gave)}."""
-    from morph.lines.script import name_key
-
     given = {kind: pairs(getattr(args, kind), f"--{kind}") for kind in KINDS}
     used = [kind for kind in KINDS if given[kind]]
     if not used:
@@ -81,8 +79,7 @@ def characters(args) -> tuple[str, dict[str, tuple[str, str]]]:
         stray = set(pairs(extra, flag)) - set(given[owner])
         if stray:
             raise CliError(f"{flag}: {', '.join(sorted(stray))} has no --{owner}")
-    shown = {name_key(raw.partition("=")[0]): " ".join(raw.partition("=")[0].split()) for raw in getattr(args, used[0])}
-    return KINDS[used[0]], {key: (shown[key], value) for key, value in given[used[0]].items()}
+    return KINDS[used[0]], given[used[0]]
 
 
 def check_folder(folder: Path) -> Path:
@@ -144,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         store = LineStore(args.out, args.prefix, "cli.py render")
     except ValueError as e:
         raise CliError(f"--prefix: {e}") from e
-    transcripts = pairs(args.transcript, "--transcript")
+    transcripts = {key: text for key, (_, text) in pairs(args.transcript, "--transcript").items()}
     clips = read_voices(cast, transcripts) if variant == "base" else {}  # every clip checked before the load
     tts = load_model(args)
     if tts.variant != variant:
@@ -153,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
         flag = next(f"--{k}" for k, v in KINDS.items() if v == variant)
         raise CliError(f"--model: {args.model} is a {VARIANT_NAMES.get(tts.variant, tts.variant)} model; {flag} "
                        f"needs a {VARIANT_NAMES.get(variant, variant)} model")
-    lines = script_lines(tts, variant, cast, clips, transcripts, pairs(args.instruct, "--instruct"), parsed, language)
+    instructs = {key: text for key, (_, text) in pairs(args.instruct, "--instruct").items()}
+    lines = script_lines(tts, variant, cast, clips, transcripts, instructs, parsed, language)
     return render(tts, parsed, lines, store, language, settings, args)
 
 
