@@ -11,7 +11,9 @@ import argparse
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -227,6 +229,7 @@ def guarded(job, args: argparse.Namespace) -> int:
     # Our own notes (downloads, the attention kernel) and every library's warnings; not their INFO chatter.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     logging.getLogger("morph").setLevel(logging.INFO)
+    previous = interrupt_on_terminate()
     try:
         return job(args)
     except (CliError, ValueError, FileNotFoundError, RuntimeError, ImportError, OSError) as e:
@@ -235,3 +238,19 @@ def guarded(job, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C: speaking writes --out last, in one go; a script keeps its finished lines
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def interrupt_on_terminate():
+    """`kill PID` ends a command as Ctrl-C does (finished lines kept, a Ray cluster it started stopped), not
+    abruptly. Returns the handler it replaced (None off the main thread, where none can be set); `guarded` puts
+    that back after the command."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt

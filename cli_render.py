@@ -13,12 +13,13 @@ Everything is checked before the model loads: the script against the characters,
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
 
 from cli_common import (CliError, ProgressLine, add_generation_options, add_model_options, bar, check_language,
-                        check_voice_file, clock, guarded, load_model, settings_from)
+                        check_voice_file, clock, guarded, interrupt_on_terminate, load_model, settings_from)
 from morph.settings import SAMPLE_RATE
 
 KINDS = {"voice": "base", "speaker": "custom_voice", "design": "voice_design"}
@@ -45,6 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=16, help="lines rendered at once; more is faster, needs more VRAM")
     p.add_argument("--pause", type=float, default=0.4, help="seconds of silence between lines in PREFIX.wav")
     p.add_argument("--no-resume", action="store_true", help="render every line again, even those already in --out")
+    p.add_argument("--gpus", type=int, default=None, metavar="N",
+                   help="render over N GPUs with Ray, one worker each (a local cluster, or the one --address names); "
+                        "with --device cpu, N CPU workers")
+    p.add_argument("--address", default=None, metavar="HEAD:PORT",
+                   help="join a running Ray cluster (ray start --head on one machine, ray start --address on the "
+                        "others; 'auto' for the one this machine joined) and render over its GPUs; --out must be a "
+                        "folder every machine can write")
     add_model_options(p)
     add_generation_options(p)
     return p
@@ -108,8 +116,12 @@ class ScriptProgress(ProgressLine):
         self.show(self.fraction)
 
     def line(self, index: int, wav) -> None:
-        self.done += 1
-        self.audio_s += wav.size / SAMPLE_RATE
+        self.lines_done([(index, wav.size)])
+
+    def lines_done(self, rendered: list[tuple[int, int]]) -> None:
+        """Lines written, as (script index, samples)."""
+        self.done += len(rendered)
+        self.audio_s += sum(samples for _, samples in rendered) / SAMPLE_RATE
         self.show(self.fraction)
 
     def text(self, elapsed: float) -> str:
@@ -134,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if args.batch_size < 1 or not 0 <= args.pause <= 600:
         raise CliError("--batch-size must be >= 1 and --pause between 0 and 600 seconds")
+    if args.gpus is not None and args.gpus < 1:
+        raise CliError(f"--gpus {args.gpus}: give the number of GPUs to render over, 1 or more")
     check_folder(args.out)
     from morph.lines.store import LineStore
 
@@ -143,7 +157,31 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--prefix: {e}") from e
     transcripts = {key: text for key, (_, text) in pairs(args.transcript, "--transcript").items()}
     clips = read_voices(cast, transcripts) if variant == "base" else {}  # every clip checked before the load
-    tts = load_model(args)
+    if args.gpus is None and args.address is None:
+        return render(load_model(args), variant, cast, clips, transcripts, parsed, store, language, settings, args)
+    with start_pool(args) as pool:
+        return render(pool, variant, cast, clips, transcripts, parsed, store, language, settings, args)
+
+
+def start_pool(args):
+    """Workers on a Ray cluster, each with the model loaded (downloaded once, here, before they start)."""
+    from morph.distributed.job import WorkerPool, import_ray
+    from morph.qwen.checkpoints import locate_checkpoint
+
+    import_ray("--gpus" if args.address is None else "--address")  # before a download
+    print(f"loading {args.model} ...", file=sys.stderr)
+    locate_checkpoint(args.model, [args.models_dir], args.models_dir)
+    load = dict(source=args.model, device=args.device, dtype=args.dtype, attention=args.attention,
+                search_dirs=[args.models_dir], download_dir=args.models_dir)
+    import postprocess  # the workers smooth their lines
+
+    pool = WorkerPool(args.gpus, load, args.address, who="cli.py render", packages=[postprocess])  # logs its workers
+    interrupt_on_terminate()  # ray.init put in its own SIGTERM handler, which exits at once
+    return pool
+
+
+def render(tts, variant, cast, clips, transcripts, parsed, store, language, settings, args) -> int:
+    """The script on `tts`: a MorphTTS in this process, or a WorkerPool."""
     if tts.variant != variant:
         from morph.engine import VARIANT_NAMES
 
@@ -152,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
                        f"needs a {VARIANT_NAMES.get(variant, variant)} model")
     instructs = {key: text for key, (_, text) in pairs(args.instruct, "--instruct").items()}
     lines = script_lines(tts, variant, cast, clips, transcripts, instructs, parsed, language)
-    return render(tts, parsed, lines, store, language, settings, args)
+    return write(tts, parsed, lines, store, language, settings, args)
 
 
 def read_voices(cast: dict, transcripts: dict) -> dict:
@@ -196,33 +234,43 @@ def script_lines(tts, variant, cast, clips, transcripts, instructs, parsed, lang
     return [Line(p.text, language=language, **made[name_key(p.name)]) for p in parsed]
 
 
-def render(tts, parsed, lines, store, language, settings, args) -> int:
+def write(tts, parsed, lines, store, language, settings, args) -> int:
     import soundfile as sf
 
     from morph.qwen.quiet import quiet_third_party
     from morph.script_job import ScriptJob, render_context
     from postprocess import smooth
 
-    job = ScriptJob(parsed, lines, store, render_context(tts, tts.device.type, language, settings, not args.no_smooth))
-    kept = job.reuse() if not args.no_resume else 0
+    pool = args.gpus is not None or args.address is not None  # a WorkerPool: its workers write the files
+    smoothing = not args.no_smooth
+    context = tts.context(language, settings, smoothing) if pool else \
+        render_context(tts, tts.device.type, language, settings, smoothing)
+    job = ScriptJob(parsed, lines, store, context)
+    kept = job.reuse(keep_audio=not pool) if not args.no_resume else 0
     progress = ScriptProgress(len(lines) - kept)
-    print(f"rendering {len(lines) - kept} of {len(lines)} lines on {tts.device}, {args.batch_size} at a time"
+    where = f"{len(tts.actors)} workers" if pool else str(tts.device)
+    print(f"rendering {len(lines) - kept} of {len(lines)} lines on {where}, {args.batch_size} at a time"
           + (f" ({kept} already in {store.folder})" if kept else ""), file=sys.stderr)
+    finish_line = functools.partial(smooth, sample_rate=SAMPLE_RATE) if smoothing else None
     start = time.perf_counter()
     try:
         with quiet_third_party():  # transformers' note on the repetition penalty, at the first generate
-            result = job.run(lambda todo: tts, settings, args.batch_size, args.pause, finish_line=None if
-                             args.no_smooth else lambda wav: smooth(wav, SAMPLE_RATE), on_step=progress.step, on_line=progress.line,
-                             who="cli.py render")
+            if pool:
+                tts.render(job, settings, args.batch_size, args.pause, finish_line, on_step=progress.step,
+                           on_lines=progress.lines_done)
+            else:
+                result = job.run(lambda todo: tts, settings, args.batch_size, args.pause, finish_line=finish_line,
+                                 on_step=progress.step, on_line=progress.line, who="cli.py render")
     except KeyboardInterrupt:
         progress.finish()
-        print(f"interrupted: {progress.done + kept} of {len(lines)} lines are in {store.folder}; the same command "
+        print(f"interrupted: {len(job.lengths)} of {len(lines)} lines are in {store.folder}; the same command "
               "renders the rest", file=sys.stderr)
         return 130
     progress.finish()
     took = time.perf_counter() - start
     dialogue = store.folder / f"{store.stem}.wav"
-    sf.write(str(dialogue), result.dialogue, SAMPLE_RATE, subtype="FLOAT")
+    if not pool:
+        sf.write(str(dialogue), result.dialogue, SAMPLE_RATE, subtype="FLOAT")
     print(f"wrote {len(lines)} lines ({kept} reused), {progress.audio_s:.1f} s of new audio in {took:.1f} s, "
           f"the dialogue {dialogue}, {store.stem}.srt and {store.manifest_path.name} in {store.folder}")
     return 0

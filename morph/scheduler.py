@@ -5,19 +5,17 @@
     audio = batch.render(lines, GenerationSettings(seq_groups=5, seed=1), batch_size=16,
                          on_step=progress, on_line=save_one)  # float32 24 kHz arrays, in order
 
-`MorphTTS.clone`, `custom_voice` and `voice_design` render one line: validation, splitting,
-seeding, progress, out-of-memory handling and decoding are here only, and only this module sets
-the patch's per-call inputs (seq_groups, on_step). A text over
-MAX_SEGMENT_CHARS is split at sentence ends into rows of the same render, and joined again with
-SEGMENT_PAUSE_SECONDS of silence.
+`MorphTTS.clone`, `custom_voice` and `voice_design` render one line: validation, splitting, seeding, progress,
+out-of-memory handling and decoding are here only, and only this module sets the patch's per-call inputs
+(seq_groups, on_step). A text over MAX_SEGMENT_CHARS is split at sentence ends into rows of the same render, and
+joined again with SEGMENT_PAUSE_SECONDS of silence.
 
 A batch builds its prompt inputs as upstream's generate_voice_clone, generate_custom_voice and
 generate_voice_design do and runs upstream's batched `Qwen3TTSForConditionalGeneration.generate`
 once (left-padded prompts, each row stopped at its own EOS); the morph decode answers inside it
-through the model's patch. The codec decodes the batch's rows in pieces of bounded size (morph/codec.py),
-so its memory does not grow with the batch. A finished
-row keeps its slot until its batch ends, so rows are sorted by frame limit, longest first. Each
-row keeps its own frame limit: the batch runs to the largest and cuts each row to its own.
+through the model's patch. The codec decodes the batch's rows in pieces of bounded size (morph/codec.py), so its
+memory does not grow with the batch. A finished row keeps its slot until its batch ends, so rows are sorted by
+frame limit, longest first. Each row keeps its own frame limit: the batch runs to the largest and cuts each row.
 
 Seeds: one per generate call. `torch.manual_seed(settings.seed)` runs right before every batched
 generate (retries included), which makes a batch of one single-segment line upstream's generate_*
@@ -143,7 +141,7 @@ class BatchTTS:
         if not rows:
             return []
         cap = batch_size or len(rows)
-        order = sorted(rows, key=lambda r: (-r.limit, -len(r.text))) if sort else rows
+        order = sorted(rows, key=lambda r: longest_first(r.limit, r.text)) if sort else rows
         planned = [order[s:s + cap] for s in range(0, len(order), cap)]
         progress = _Progress(on_step, sum(_allotment(b) for b in planned))
 
@@ -186,6 +184,11 @@ class BatchTTS:
         codec calls of bounded size (morph/codec.py). A row without frames is silent."""
         refs = [None if v is None else v.ref_code for v in voices]
         return decode_rows(self.tts.tts.model.speech_tokenizer, codes, refs)
+
+    def check(self, lines: Sequence[Line], settings: GenerationSettings, who: str,
+              labels: Sequence[str] | None = None) -> None:
+        """Refuse a line this model cannot speak (as render would, before any work), naming it as labels do."""
+        self._rows(lines, settings.validate(who), who, True, labels)
 
     # -- checks and rows --------------------------------------------------------------
     def _rows(self, lines: Sequence[Line], settings: GenerationSettings, who: str, split_long_text: bool,
@@ -284,6 +287,11 @@ class BatchTTS:
         if variant == "custom_voice":
             inputs["speakers"] = [r.line.speaker for r in rows]
         return inputs
+
+
+def longest_first(limit: int, text: str) -> tuple[int, int]:
+    """The order rows are batched in: a batch runs to its longest row, so rows of like length go together."""
+    return -limit, -len(text)
 
 
 def join_with_pauses(pieces: list[np.ndarray]) -> np.ndarray:

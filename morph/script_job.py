@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .lines.script import ScriptLine
-from .lines.store import LineStore, fingerprint, join_clips, srt
+from .lines.store import LineStore, cues, fingerprint, join_clips, srt
 from .scheduler import BatchTTS, Line, OnLine, OnStep
 from .settings import GenerationSettings
 
@@ -51,45 +51,67 @@ class ScriptJob:
         self.parsed, self.lines, self.store = list(parsed), list(lines), store
         self.fingerprints = [fingerprint(context, p.name, line.text, line.voice, line.speaker, line.instruct)
                              for p, line in zip(self.parsed, self.lines)]
-        self.audio: dict[int, np.ndarray] = {}  # script index -> audio, reused or rendered
+        self.audio: dict[int, np.ndarray] = {}  # script index -> audio, reused or rendered (in this process)
+        self.lengths: dict[int, int] = {}  # script index -> samples of every line done, wherever it was rendered
 
-    def reuse(self) -> int:
-        """Read back the lines an earlier run left with this fingerprint (resume); returns how many."""
+    def reuse(self, keep_audio: bool = True) -> int:
+        """Read back the lines an earlier run left with this fingerprint (resume); returns how many. A job that
+        joins its dialogue from the files (a distributed one) keeps only their lengths."""
         for i, p in enumerate(self.parsed):
             wav = self.store.load(i + 1, p.name, self.fingerprints[i])
             if wav is not None:
-                self.audio[i] = wav
-        kept, changed = len(self.audio), self.store.changed
+                self.lengths[i] = wav.size
+                if keep_audio:
+                    self.audio[i] = wav
+        kept, changed = len(self.lengths), self.store.changed
         if kept or changed:  # one line, shown where the user looks (a status line), not one per file
             log.info("%s: %d of %d lines already rendered in %s%s; rendering %d", self.store.who, kept, len(self.lines),
                      self.store.folder, f"; {changed} were rendered from another text, voice, model or settings"
                      if changed else "", len(self.lines) - kept, extra={"status": True})
         return kept
 
+    def todo(self) -> list[int]:
+        """The script indices still to render."""
+        return [i for i in range(len(self.lines)) if i not in self.lengths]
+
+    def written(self, done: list[tuple[int, int]]) -> None:
+        """Lines whose files are written, as (script index, samples): into the manifest, in one write."""
+        self.store.record([(i + 1, self.parsed[i].name, self.parsed[i].text, self.fingerprints[i]) for i, _ in done])
+        self.lengths.update(done)
+
+    def finish(self, pause_seconds: float) -> str:
+        """The subtitles and the manifest of exactly this script, once every line is done; returns the SRT."""
+        timed = cues([self.lengths[i] for i in range(len(self.lines))], float(pause_seconds))
+        subtitles = srt([(start, end, p.name, p.text) for (start, end), p in zip(timed, self.parsed)])
+        self.store.finish(len(self.lines), subtitles)
+        return subtitles
+
     def run(self, prepare: Callable[[list[Line]], object], settings: GenerationSettings, batch_size: int,
             pause_seconds: float, finish_line: Callable[[np.ndarray], np.ndarray] | None = None,
             on_step: OnStep | None = None, on_line: OnLine | None = None, who: str = "Render lines") -> ScriptResult:
-        """Render every line not reused and write everything. `prepare(lines to render)` returns the engine to
-        render them on (a memory manager can make room first); it is not called when every line was reused.
-        `on_line(i, audio)` follows each rendered line's file, i indexing the script's lines."""
-        audio, kept = self.audio, len(self.audio)
-        todo = [i for i in range(len(self.lines)) if i not in audio]
+        """Render every line not reused, in this process, and write everything. `prepare(lines to render)` returns
+        the engine to render them on (a memory manager can make room first); it is not called when every line was
+        reused. `on_line(i, audio)` follows each rendered line's file, i indexing the script's lines."""
+        audio, kept = self.audio, len(self.lengths)
+        todo = self.todo()
 
         def finished(k: int, wav: np.ndarray) -> None:
             i = todo[k]
             wav = finish_line(wav) if finish_line is not None else wav
-            self.store.save(i + 1, self.parsed[i].name, self.parsed[i].text, self.fingerprints[i], wav)
+            self.store.write_line(i + 1, self.parsed[i].name, wav)
+            self.written([(i, wav.size)])
             audio[i] = wav
             if on_line is not None:
                 on_line(i, wav)
 
         if todo:
             rendering = [self.lines[i] for i in todo]
-            labels = [f"script line {self.parsed[i].number}, {self.parsed[i].name}" for i in todo]
             BatchTTS(prepare(rendering)).render(rendering, settings, batch_size=batch_size, on_step=on_step,
-                                                on_line=finished, who=who, labels=labels)
+                                                on_line=finished, who=who, labels=self.labels(todo))
         clips = [audio[i] for i in range(len(self.lines))]
-        dialogue, cues = join_clips(clips, float(pause_seconds))
-        subtitles = srt([(start, end, p.name, p.text) for (start, end), p in zip(cues, self.parsed)])
-        self.store.finish(len(self.lines), subtitles)
-        return ScriptResult(clips, dialogue, subtitles, kept)
+        dialogue, _ = join_clips(clips, float(pause_seconds))
+        return ScriptResult(clips, dialogue, self.finish(pause_seconds), kept)
+
+    def labels(self, indices: Sequence[int]) -> list[str]:
+        """How messages name these script lines."""
+        return [f"script line {self.parsed[i].number}, {self.parsed[i].name}" for i in indices]

@@ -1,8 +1,9 @@
 """The line store of a rendered script: one WAV per finished line, the subtitles, and the manifest that lets a
 rerun after a crash or cancel render only the lines that are missing or changed.
 
-Shared by every front end that renders a script to a folder (the Render Lines node today; the CLI and a
-distributed job next): it knows files, names and fingerprints, nothing of ComfyUI or the engine.
+Shared by every front end that renders a script to a folder (the Render Lines node, `cli.py render`, and the
+workers of a distributed job, which write their lines' files while one process keeps the manifest): it knows
+files, names and fingerprints, nothing of ComfyUI or the engine.
 """
 
 from __future__ import annotations
@@ -52,18 +53,22 @@ def file_name_part(name: str) -> str:
 
 
 # -- the joined dialogue and its subtitles -----------------------------------------------------------------
+def cues(lengths: list[int], pause_seconds: float) -> list[tuple[float, float]]:
+    """Each clip's (start, end) in seconds once clips of these lengths (samples) are joined with pauses."""
+    pause, at, found = int(round(pause_seconds * SAMPLE_RATE)), 0, []
+    for i, n in enumerate(lengths):
+        at += pause if i else 0
+        found.append((at / SAMPLE_RATE, (at + n) / SAMPLE_RATE))
+        at += n
+    return found
+
+
 def join_clips(clips: list[np.ndarray], pause_seconds: float) -> tuple[np.ndarray, list[tuple[float, float]]]:
     """The clips joined with pauses, and each clip's (start, end) in seconds in the joined clip."""
     pause = np.zeros(int(round(pause_seconds * SAMPLE_RATE)), np.float32)
-    pieces, cues, at = [], [], 0
-    for i, clip in enumerate(clips):
-        if i:
-            pieces.append(pause)
-            at += pause.size
-        cues.append((at / SAMPLE_RATE, (at + clip.size) / SAMPLE_RATE))
-        pieces.append(clip.astype(np.float32, copy=False))
-        at += clip.size
-    return (np.concatenate(pieces) if pieces else np.zeros(0, np.float32)), cues
+    pieces = [part for i, clip in enumerate(clips) for part in ((pause,) if i else ()) + (clip,)]
+    joined = np.concatenate(pieces).astype(np.float32, copy=False) if pieces else np.zeros(0, np.float32)
+    return joined, cues([clip.size for clip in clips], pause_seconds)
 
 
 def _timestamp(seconds: float) -> str:
@@ -82,11 +87,11 @@ def srt(cues: list[tuple[float, float, str, str]]) -> str:
 
 
 # -- the files ---------------------------------------------------------------------------------------------
-class LineStore:
-    """The files of one render under `root` (the node's: ComfyUI's output folder): `{prefix}_{index:04d}_{name}.wav`
-    per line (float32 WAV, so a reused line is the exact audio), the subtitles `{prefix}.srt`, and a manifest
-    `{prefix}_lines.json` of what each line was rendered from, in script order. Every file is written atomically (temporary file,
-    then rename); a line's file and the manifest are written before the next batch starts."""
+class LineFiles:
+    """Where one render's files go under `root` (the node's: ComfyUI's output folder): `{prefix}_{index:04d}_{name}.wav`
+    per line (float32 WAV, so a reused line is the exact audio), `{prefix}.wav` and `{prefix}.srt`, every file written
+    atomically (temporary file, then rename). A worker of a distributed job writes its lines through this, without
+    the manifest, which one process keeps (LineStore)."""
 
     def __init__(self, root: Path, prefix: str, who: str):
         prefix = str(prefix).strip().replace("\\", "/")
@@ -94,10 +99,57 @@ class LineStore:
         if not parts or prefix.startswith("/") or ".." in parts or re.match(r"^[A-Za-z]:", prefix):
             raise ValueError(f"filename_prefix {prefix!r} must be a relative name inside the output folder, "
                              "e.g. qwen3-tts/scene1")
+        self.root, self.prefix = Path(root), prefix
         self.folder = Path(root).joinpath(*parts[:-1])
         self.stem = parts[-1]
-        self.manifest_path = self.folder / f"{self.stem}{MANIFEST_SUFFIX}"
         self.who = who
+
+    def path(self, index: int, name: str) -> Path:
+        return self.folder / f"{self.stem}_{index:04d}_{file_name_part(name)}.wav"
+
+    def write_line(self, index: int, name: str, wav: np.ndarray) -> Path:
+        import soundfile
+
+        path = self.path(index, name)
+        self._write(path, lambda tmp: soundfile.write(str(tmp), wav, SAMPLE_RATE, subtype="FLOAT", format="WAV"))
+        return path
+
+    def join_lines(self, names: list[str], pause_seconds: float) -> Path:
+        """`{prefix}.wav`: the line files of lines 1..len(names) joined with pauses, one file at a time (a long
+        script's dialogue need not fit in memory)."""
+        import soundfile
+
+        pause = np.zeros(int(round(pause_seconds * SAMPLE_RATE)), np.float32)
+
+        def join(tmp: Path) -> None:
+            with soundfile.SoundFile(str(tmp), "w", SAMPLE_RATE, 1, subtype="FLOAT", format="WAV") as out:
+                for i, name in enumerate(names):
+                    if i:
+                        out.write(pause)
+                    out.write(soundfile.read(str(self.path(i + 1, name)), dtype="float32")[0])
+
+        path = self.folder / f"{self.stem}.wav"
+        self._write(path, join)
+        return path
+
+    def _write(self, path: Path, write) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".part")
+            write(tmp)
+            os.replace(tmp, path)
+        except OSError as e:
+            raise OSError(f"{self.who}: could not write {path} ({e}); check the output folder's permissions and "
+                          "free space, or change filename_prefix") from e
+
+
+class LineStore(LineFiles):
+    """The line files and the manifest `{prefix}_lines.json` of what each line was rendered from, in script order;
+    a line's file and the manifest are written before the next batch starts."""
+
+    def __init__(self, root: Path, prefix: str, who: str):
+        super().__init__(root, prefix, who)
+        self.manifest_path = self.folder / f"{self.stem}{MANIFEST_SUFFIX}"
         self.lines: dict[int, dict] = {}  # this run's lines: reused or rendered
         self.changed = 0  # lines whose file an earlier run left from another text, voice, model or settings
         try:
@@ -109,9 +161,6 @@ class LineStore:
         except (OSError, ValueError, AssertionError, AttributeError):
             log.warning("%s: %s is unreadable; rendering every line again", who, self.manifest_path)
             self.earlier = {}
-
-    def path(self, index: int, name: str) -> Path:
-        return self.folder / f"{self.stem}_{index:04d}_{file_name_part(name)}.wav"
 
     def load(self, index: int, name: str, fingerprint: str) -> np.ndarray | None:
         """The line's audio from an earlier run, or None when it must be rendered (again)."""
@@ -136,12 +185,10 @@ class LineStore:
         self.lines[index] = entry
         return np.ascontiguousarray(wav, dtype=np.float32)
 
-    def save(self, index: int, name: str, text: str, fingerprint: str, wav: np.ndarray) -> None:
-        import soundfile
-
-        path = self.path(index, name)
-        self._write(path, lambda tmp: soundfile.write(str(tmp), wav, SAMPLE_RATE, subtype="FLOAT", format="WAV"))
-        self.lines[index] = dict(file=path.name, name=name, text=text, fingerprint=fingerprint)
+    def record(self, written: list[tuple[int, str, str, str]]) -> None:
+        """Line files already written, as (index, name, text, fingerprint): into the manifest, written once."""
+        for index, name, text, fingerprint in written:
+            self.lines[index] = dict(file=self.path(index, name).name, name=name, text=text, fingerprint=fingerprint)
         self._write_manifest()
 
     def finish(self, count: int, srt: str) -> None:
@@ -155,13 +202,3 @@ class LineStore:
         manifest = {"version": MANIFEST_VERSION, "lines": {f"{i:04d}": self.lines[i] for i in sorted(self.lines)}}
         text = json.dumps(manifest, indent=1, ensure_ascii=False)
         self._write(self.manifest_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-
-    def _write(self, path: Path, write) -> None:
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".part")
-            write(tmp)
-            os.replace(tmp, path)
-        except OSError as e:
-            raise OSError(f"{self.who}: could not write {path} ({e}); check the output folder's permissions and "
-                          "free space, or change filename_prefix") from e

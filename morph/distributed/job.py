@@ -1,0 +1,205 @@
+"""A script over many GPUs and machines with Ray: a pool of workers, one per GPU, and one driver that plans.
+
+    with WorkerPool(2, dict(source="Qwen/Qwen3-TTS-12Hz-0.6B-Base")) as pool:        # a local cluster, 2 GPUs
+        voice = pool.voice_from_clip(clip, "what the clip says", who="Alice")
+        job = ScriptJob(parsed, lines, LineStore(out, "scene1", who), pool.context("English", settings, True))
+        job.reuse(keep_audio=False)
+        pool.render(job, settings, batch_size=32, pause_seconds=0.4, finish_line=smoothing)
+
+The driver plans the batches as the one-GPU scheduler would (longest first, `batch_size` lines each, so a greedy
+line gets the same codes as in one process) and hands them out one at a time as workers free up: long and short
+batches mixed over the GPUs, every GPU busy until the queue is empty, and all finish within about one batch of each
+other. Each worker writes its lines' files; the driver keeps the manifest, so a rerun resumes as it does in one
+process, and at the end joins the dialogue from the files and writes the subtitles.
+
+Faults: a worker whose process dies (killed, out of host memory, a lost machine) is restarted by Ray (up to
+MAX_RESTARTS times) and its batch goes back to the front of the queue, to whichever worker frees up first; its
+lines' files are written again under the same names, so none appears twice. A batch lost MAX_TRIES times, or a pool
+with no worker left, stops the job with the lines done kept (rerun to resume). An error inside a render (a bad
+line) is raised as itself. A local cluster started here is shut down when the pool closes, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..lines.store import LineFiles
+from ..scheduler import Line, OnStep, longest_first
+from ..script_job import ScriptJob
+from ..settings import GenerationSettings
+from .worker import LineWorker
+
+log = logging.getLogger(__name__)
+
+RAY_INSTALL = "pip install 'ray>=2.40' (or pip install '.[ray]' in the pack's folder), with the same Python"
+MAX_RESTARTS = 2  # a worker process that dies is started again (the model reloaded) this often
+MAX_TRIES = 3  # a batch lost with its worker this often stops the job
+IN_FLIGHT = 2  # batches queued at each worker, so it never waits for the driver between two
+PROBE_SECONDS = 1.0  # how often a restarting worker is asked whether it is back
+
+
+def plan(indices: Sequence[int], lines: Sequence[Line], settings: GenerationSettings,
+         batch_size: int) -> list[list[int]]:
+    """The batches of these lines, as lists of their indices: longest first, `batch_size` each (the one-GPU
+    scheduler's order, so a line's batch is the same whether one process renders the script or many)."""
+    order = sorted(indices, key=lambda i: longest_first(settings.frame_limit(lines[i].text.strip()),
+                                                        lines[i].text.strip()))
+    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+
+
+def import_ray(flag: str):
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError(f"{flag} needs Ray, which is not installed here: {RAY_INSTALL}") from e
+    return ray
+
+
+class WorkerPool:
+    """`workers` LineWorkers on a Ray cluster, each with one GPU (or one CPU when `load` says device="cpu"): a local
+    cluster started here, or the one at `address` ("auto" for the one this machine joined with `ray start`);
+    `workers=None` takes every GPU of that cluster. `load` is MorphTTS.load's keyword arguments; `packages` are the
+    front end's own packages that the workers import (where `finish_line` lives), shipped with morph itself."""
+
+    def __init__(self, workers: int | None, load: dict, address: str | None = None, who: str = "Render lines",
+                 packages: Sequence = ()):
+        ray = self.ray = import_ray("--gpus" if address is None else "--address")
+        self.who, self.started = who, address is None
+        cpu = load.get("device") == "cpu"
+        if ray.is_initialized():
+            raise RuntimeError(f"{who}: Ray is already initialized in this process; one pool at a time")
+        import morph
+
+        # The pack's code travels with the job (Ray copies it to every node); the model and its libraries must be
+        # installed on each node.
+        modules = [str(Path(m.__file__).parent) for m in (morph, *packages)]
+        ray.init(address=address, num_cpus=max(workers or 1, os.cpu_count() or 1) if self.started else None,
+                 include_dashboard=False, logging_level=logging.WARNING, runtime_env={"py_modules": modules})
+        try:
+            have = int(ray.cluster_resources().get("CPU" if cpu else "GPU", 0))
+            kind = "CPUs" if cpu else "GPUs"
+            workers = workers or have
+            if workers < 1 or workers > have:
+                raise RuntimeError(f"{who}: {workers} workers asked for, and the Ray cluster has {have} {kind}; "
+                                   f"ask for at most {have}" + ("" if cpu or have else ", or render with --device cpu"))
+            remote = ray.remote(LineWorker).options(num_gpus=0 if cpu else 1, num_cpus=1, max_restarts=MAX_RESTARTS,
+                                                     max_task_retries=0)
+            self.actors = [remote.remote(load) for _ in range(workers)]
+            self.about = ray.get([a.about.remote() for a in self.actors])  # every model loaded, or its error
+        except BaseException:
+            self.close()
+            raise
+        log.info("%s: %d workers ready (%s)", who, workers,
+                 ", ".join(f"{a['device']} on {a['host']}" for a in self.about))
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the workers, and the local cluster if this pool started one."""
+        for actor in getattr(self, "actors", ()):
+            self.ray.kill(actor)
+        self.ray.shutdown()
+
+    # -- what the first worker answers for all ------------------------------------------------------------
+    @property
+    def variant(self) -> str:
+        return self.about[0]["variant"]
+
+    def context(self, language: str, settings: GenerationSettings, smoothing: bool) -> dict:
+        return self._first("context", language, settings, smoothing)
+
+    def voice_from_clip(self, clip: np.ndarray, transcript: str | None = None, who: str = "make_voice"):
+        return self._first("voice_from_clip", clip, transcript, who)
+
+    def _first(self, method: str, *args):
+        try:
+            return self.ray.get(getattr(self.actors[0], method).remote(*args))
+        except self.ray.exceptions.RayTaskError as e:
+            raise e.cause from None  # the engine's own error (a bad clip, say), with its message
+
+    # -- the job ------------------------------------------------------------------------------------------
+    def render(self, job: ScriptJob, settings: GenerationSettings, batch_size: int, pause_seconds: float,
+               finish_line: Callable[[np.ndarray], np.ndarray] | None = None, on_step: OnStep | None = None,
+               on_lines: Callable[[list[tuple[int, int]]], None] | None = None) -> str:
+        """Render the job's lines still to do over the pool, then write its dialogue, subtitles and manifest;
+        returns the subtitles. `on_lines([(script index, samples)])` follows each batch's files, `on_step(done,
+        total)` counts frame slots as the one-GPU scheduler does. `finish_line` runs on the workers (picklable)."""
+        ray, who, todo = self.ray, self.who, job.todo()
+        if todo:
+            self._first("check", [job.lines[i] for i in todo], settings, who, job.labels(todo))
+        queue = deque(plan(todo, job.lines, settings, batch_size))
+        slots = {tuple(b): len(b) * max(settings.frame_limit(job.lines[i].text.strip()) for i in b) for b in queue}
+        total, done = max(sum(slots.values()), 1), 0
+        files = LineFiles(job.store.root, job.store.prefix, who)
+        pending, tries, actors = {}, {}, list(self.actors)  # pending: call -> (worker, its batch; None: a probe)
+        restarting: dict = {}  # worker -> when to ask again whether Ray has started it again
+
+        def fill(actor) -> None:
+            while queue and sum(1 for a, b in pending.values() if a is actor and b is not None) < IN_FLIGHT:
+                batch = queue.popleft()
+                rows = [(i, job.parsed[i].name, job.lines[i]) for i in batch]
+                pending[actor.render.remote(rows, files, settings, finish_line, who, job.labels(batch))] = (actor, batch)
+
+        for actor in actors:
+            fill(actor)
+        while queue or any(batch is not None for _, batch in pending.values()):
+            for actor, at in list(restarting.items()):
+                if at <= time.monotonic():
+                    del restarting[actor]
+                    pending[actor.about.remote()] = (actor, None)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=PROBE_SECONDS if restarting else None)
+            if not ready:
+                continue
+            actor, batch = pending.pop(ready[0])
+            try:
+                rendered = ray.get(ready[0])
+            except ray.exceptions.RayTaskError as e:
+                raise e.cause from None
+            except ray.exceptions.RayActorError as e:
+                reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                if batch is not None:
+                    tries[tuple(batch)] = tries.get(tuple(batch), 0) + 1
+                    if tries[tuple(batch)] >= MAX_TRIES:
+                        raise RuntimeError(self._stopped(job, f"a batch of {len(batch)} lines was lost with its "
+                                                              f"worker {MAX_TRIES} times ({reason})")) from None
+                    log.warning("%s: a worker was lost (%s); its %d lines go back to the queue", who, reason,
+                                len(batch))
+                    queue.appendleft(batch)  # to the first other worker with room, or the next that frees up
+                    for other in actors:
+                        if other is not actor and other not in restarting:
+                            fill(other)
+                if isinstance(e, ray.exceptions.ActorUnavailableError) or batch is not None:
+                    restarting[actor] = time.monotonic() + PROBE_SECONDS  # Ray is starting it again
+                elif actor in actors:  # Ray has given up on it
+                    actors.remove(actor)
+                    restarting.pop(actor, None)
+                    log.warning("%s: a worker is gone for good (%s); %d left", who, reason, len(actors))
+                    if not actors:
+                        raise RuntimeError(self._stopped(job, "every worker was lost")) from None
+                continue
+            if batch is not None:
+                job.written(rendered)
+                done += slots[tuple(batch)]
+                if on_step is not None:
+                    on_step(done, total)
+                if on_lines is not None:
+                    on_lines(rendered)
+            if actor not in restarting:
+                fill(actor)
+        files.join_lines([p.name for p in job.parsed], pause_seconds)
+        return job.finish(pause_seconds)
+
+    def _stopped(self, job: ScriptJob, why: str) -> str:
+        return (f"{self.who}: stopped: {why}; {len(job.lengths)} of {len(job.lines)} lines are in {job.store.folder}; "
+                "run the same command again to render the rest")
