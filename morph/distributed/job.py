@@ -68,6 +68,8 @@ class WorkerPool:
     `workers=None` takes every GPU of that cluster. `load` is MorphTTS.load's keyword arguments; `packages` are the
     front end's own packages that the workers import (where `finish_line` lives), shipped with morph itself."""
 
+    worker = LineWorker  # what each actor runs (a benchmark's subclass holds EOS back on random weights)
+
     def __init__(self, workers: int | None, load: dict, address: str | None = None, who: str = "Render lines",
                  packages: Sequence = ()):
         ray = self.ray = import_ray("--gpus" if address is None else "--address")
@@ -89,7 +91,7 @@ class WorkerPool:
             if workers < 1 or workers > have:
                 raise RuntimeError(f"{who}: {workers} workers asked for, and the Ray cluster has {have} {kind}; "
                                    f"ask for at most {have}" + ("" if cpu or have else ", or render with --device cpu"))
-            remote = ray.remote(LineWorker).options(num_gpus=0 if cpu else 1, num_cpus=1, max_restarts=MAX_RESTARTS,
+            remote = ray.remote(self.worker).options(num_gpus=0 if cpu else 1, num_cpus=1, max_restarts=MAX_RESTARTS,
                                                      max_task_retries=0)
             self.actors = [remote.remote(load) for _ in range(workers)]
             self.about = ray.get([a.about.remote() for a in self.actors])  # every model loaded, or its error

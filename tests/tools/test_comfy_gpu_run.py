@@ -34,7 +34,7 @@ def manifest(version="0.8.0"):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_manifest_pins_one_version_of_each_wheel(version):
     sections = manifest(version)
-    assert set(sections) == {"server", "pack", "tools", "peers"}
+    assert set(sections) == {"server", "pack", "tools", "ray", "peers"}
     specs = [s for entries in sections.values() for s in entries]
     assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==[A-Za-z0-9_.]+", s) for s in specs), specs
     names = [norm(s.split("==")[0]) for s in specs]

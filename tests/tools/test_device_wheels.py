@@ -56,6 +56,27 @@ def test_the_rocm_library_is_dropped_and_the_wheel_still_installs(tmp_path):
     assert not (target / "comfy_kitchen" / "backends" / "hip").exists()
 
 
+def test_rays_unused_folders_are_dropped_whole(tmp_path):
+    """A folder in NOT_LOADED goes with everything under it, and only that: ray/tune/ but not ray/tuned.py."""
+    dist = "ray-2.60.0.dist-info"
+    files = {"ray/__init__.py": b"", "ray/tuned.py": b"x", "ray/tune/__init__.py": b"t" * 500,
+             "ray/dashboard/client/build/index.html": b"<html>" * 100, "ray/dashboard/agent.py": b"a",
+             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: py3-none-any\n",
+             f"{dist}/METADATA": b"Metadata-Version: 2.1\nName: ray\nVersion: 2.60.0\n"}
+    wheel = tmp_path / "ray-2.60.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+        z.writestr(f"{dist}/RECORD", "".join(f"{n},{digest(d)},{len(d)}\n" for n, d in files.items()) +
+                   f"{dist}/RECORD,,\n")
+    assert wheels.strip(wheel) > 0
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        assert {line.split(",")[0] for line in z.read(f"{dist}/RECORD").decode().splitlines()} == names
+    assert names == {"ray/__init__.py", "ray/tuned.py", "ray/dashboard/agent.py", f"{dist}/WHEEL",
+                     f"{dist}/METADATA", f"{dist}/RECORD"}
+
+
 def test_other_wheels_are_left_as_they_are(tmp_path):
     other = tmp_path / "av-18.1.0-py3-none-any.whl"
     with zipfile.ZipFile(other, "w") as z:

@@ -3,7 +3,7 @@ rewritten without its ROCm library, and the wheels split into parts that each fi
 
 Standard library only, so that the staging scripts run it with any python3:
     python3 tools/comfy_gpu/wheels.py version CHECKOUT          # the checkout's ComfyUI version
-    python3 tools/comfy_gpu/wheels.py specs VERSION [SECTION...] # name==version lines (default: all but peers)
+    python3 tools/comfy_gpu/wheels.py specs VERSION [SECTION...] # name==version lines (default: all but the optional)
     python3 tools/comfy_gpu/wheels.py strip WHEEL...            # drop the files a CUDA device never loads
     python3 tools/comfy_gpu/wheels.py split POOL DEST CAP_BYTES CHECKOUT_BYTES STAMP_FILE
     python3 tools/comfy_gpu/wheels.py parts DEST                # which parts have arrived (on the device)
@@ -20,9 +20,14 @@ import zipfile
 from pathlib import Path
 
 MANIFESTS = Path(__file__).resolve().parents[1] / "device_wheels"
-# Members a CUDA device never loads, by wheel: comfy-kitchen's ROCm build (10.6 MB of its 58 MB).
-NOT_LOADED = {"comfy_kitchen": ("comfy_kitchen/backends/hip/_C.abi3.so",)}
+# Members a CUDA device never loads, by wheel (a name ending in "/" is a folder): comfy-kitchen's ROCm build
+# (10.6 MB of its 58 MB); Ray's Java jars, dashboard web client and libraries the pack's plain actors never import
+# (the 79 MB wheel would not fit one device call).
+NOT_LOADED = {"comfy_kitchen": ("comfy_kitchen/backends/hip/_C.abi3.so",),
+              "ray": ("ray/jars/", "ray/dashboard/client/", "ray/rllib/", "ray/tune/", "ray/train/", "ray/serve/",
+                      "ray/llm/")}
 PART_FILE = "part.txt"
+OPTIONAL = ("peers", "ray")  # manifest sections fetched only when named
 
 
 def comfyui_version(checkout: Path) -> str:
@@ -50,7 +55,7 @@ def read_manifest(path: Path) -> dict[str, list[str]]:
 
 
 def manifest_for(version: str, folder: Path = MANIFESTS) -> dict[str, list[str]]:
-    """common.txt's sections (pack, tools, peers) and comfyui-VERSION.txt's (server). A version without a
+    """common.txt's sections (pack, tools, and the optional ray and peers) and comfyui-VERSION.txt's (server). A version without a
     file of its own is refused: its server may import packages no manifest names."""
     own = Path(folder) / f"comfyui-{version}.txt"
     if not own.is_file():
@@ -70,19 +75,22 @@ def strip(wheel: Path) -> int:
     drop = NOT_LOADED.get(wheel.name.split("-")[0].lower(), ())
     if not drop:
         return 0
+    def dropped(name: str) -> bool:
+        return any(name.startswith(d) if d.endswith("/") else name == d for d in drop)
+
     with zipfile.ZipFile(wheel) as src:
-        if not any(name in drop for name in src.namelist()):
+        if not any(dropped(name) for name in src.namelist()):
             return 0
         before = wheel.stat().st_size
         tmp = wheel.with_suffix(".tmp")
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as out:
             for info in src.infolist():
-                if info.filename in drop:
+                if dropped(info.filename):
                     continue
                 data = src.read(info)
                 if info.filename.endswith(".dist-info/RECORD"):
                     data = "".join(line for line in data.decode().splitlines(keepends=True)
-                                   if line.split(",", 1)[0] not in drop).encode()
+                                   if not dropped(line.split(",", 1)[0])).encode()
                 out.writestr(info, data, compress_type=info.compress_type)
     os.replace(tmp, wheel)
     return before - wheel.stat().st_size
@@ -157,7 +165,7 @@ def main(argv: list[str]) -> int:
         except FileNotFoundError as e:
             print(e, file=sys.stderr)
             return 1
-        wanted = rest[1:] or [s for s in sections if s != "peers"]
+        wanted = rest[1:] or [s for s in sections if s not in OPTIONAL]
         print("\n".join(s for name in wanted for s in sections.get(name, [])))
     elif cmd == "strip":
         for wheel in rest:

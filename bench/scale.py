@@ -1,0 +1,148 @@
+"""A script over several GPUs against one, in one call: what `cli.py render --gpus N` gains.
+
+The script: `--lines` lines of mixed length, two x-vector voices alternating. Each text has 1 to 29 characters, so
+its frame limit (the engine's default for that text) spans about 5.4 to 15.2 s; EOS is held back, so random
+weights end every row exactly at its own limit, as real speech ends each line at its own frame.
+- one GPU: `MorphTTS.load` and `ScriptJob.run` in this process (what `cli.py render` runs without --gpus), over the
+  first `--baseline-lines` lines;
+- N GPUs: `WorkerPool` and its render (what `cli.py render --gpus N` runs) over all `--lines`.
+Each side is reported two ways: with start-up (from before its model load to its last file: model load, warm-up,
+and for the pool Ray's start) and steady (from its first batch handed out to its last file). Seconds of audio
+per wall second, the speed-up of N GPUs over one, and per side the lines, audio seconds and walls. Files go to
+`--out` (a temporary folder by default) and are removed after each side. Repeat with `--repeats`.
+
+    python -m bench.scale --size tiny --device cpu --lines 48 --baseline-lines 24 --gpus 2 --batch-size 8
+    python -m bench.scale --model /tmp/model-0.6b --dtype bf16 --lines 20480 --baseline-lines 4096 --gpus 2 \\
+        --batch-size 64 --json out/scale.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import bench
+from bench.common import add_model_args, emit, run_info, save
+from bench.random_model import build_random_model
+from bench.speed import eos_suppressed, reference_wave
+from morph.distributed.job import WorkerPool
+from morph.distributed.worker import LineWorker
+from morph.engine import MorphTTS
+from morph.lines.script import parse_script
+from morph.lines.store import LineStore
+from morph.scheduler import Line
+from morph.script_job import ScriptJob, render_context
+from morph.settings import SAMPLE_RATE, GenerationSettings, default_max_frames
+
+WORDS = "we should leave before the rain comes back and the road floods again tonight "
+HOLD = 1000  # frames EOS is held back: past every row's limit
+
+
+def script(n: int) -> str:
+    rng = np.random.default_rng(0)
+    return "".join(f"{'AB'[i % 2]}: {WORDS[:int(rng.integers(1, 30))].strip() or 'we'}\n" for i in range(n))
+
+
+class HeldEOSWorker(LineWorker):
+    """A pool's worker with EOS held back, as the one-GPU side runs."""
+
+    def __init__(self, load: dict):
+        super().__init__(load)
+        self._held = eos_suppressed(self.tts, HOLD)
+        self._held.__enter__()
+
+
+class HeldEOSPool(WorkerPool):
+    worker = HeldEOSWorker
+
+
+def one_gpu(args, folder: Path, parsed, settings: GenerationSettings, out: Path) -> dict:
+    start = time.perf_counter()
+    tts = MorphTTS.load(str(folder), args.device, args.dtype, args.attention)
+    voices = make_voices(tts.make_voice)
+    lines = [Line(p.text, voices[p.name], "English") for p in parsed]
+    job = ScriptJob(parsed, lines, LineStore(out, "one", "bench"), render_context(tts, tts.device.type, "English",
+                                                                                   settings, False))
+    with eos_suppressed(tts, HOLD):
+        steady = time.perf_counter()
+        result = job.run(lambda todo: tts, settings, args.batch_size, 0.0, who="bench")
+    end = time.perf_counter()
+    audio = sum(clip.size for clip in result.clips) / SAMPLE_RATE
+    del tts, job, result
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return side(len(parsed), audio, end - start, end - steady)
+
+
+def n_gpus(args, folder: Path, parsed, settings: GenerationSettings, out: Path) -> dict:
+    start = time.perf_counter()
+    load = dict(source=str(folder), device=args.device, dtype=args.dtype, attention=args.attention)
+    with HeldEOSPool(args.gpus, load, who="bench", packages=[bench]) as pool:
+        voices = make_voices(lambda wave, rate: pool.voice_from_clip(wave, None, "bench"))
+        lines = [Line(p.text, voices[p.name], "English") for p in parsed]
+        job = ScriptJob(parsed, lines, LineStore(out, "pool", "bench"), pool.context("English", settings, False))
+        steady = time.perf_counter()
+        pool.render(job, settings, args.batch_size, 0.0)
+        end = time.perf_counter()
+        devices = [a["device"] for a in pool.about]
+    return dict(side(len(parsed), sum(job.lengths.values()) / SAMPLE_RATE, end - start, end - steady),
+                workers=devices)
+
+
+def make_voices(make) -> dict:
+    wave = reference_wave()
+    return {"A": make(wave, SAMPLE_RATE), "B": make(wave[::-1].copy(), SAMPLE_RATE)}
+
+
+def side(lines: int, audio_s: float, with_start_s: float, steady_s: float) -> dict:
+    return dict(lines=lines, audio_s=round(audio_s, 1), with_start_s=round(with_start_s, 2),
+                steady_s=round(steady_s, 2), x_real_time_with_start=round(audio_s / with_start_s, 1),
+                x_real_time_steady=round(audio_s / steady_s, 1))
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_model_args(p)
+    p.add_argument("--lines", type=int, default=20480)
+    p.add_argument("--baseline-lines", type=int, default=4096)
+    p.add_argument("--gpus", type=int, default=2, help="workers (GPUs; CPU workers with --device cpu)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--seq-groups", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--out", type=Path, default=None, help="where the files go while a side runs (removed after)")
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    parsed = parse_script(script(args.lines), ["A", "B"])
+    settings = GenerationSettings(seq_groups=args.seq_groups)
+    limits = [default_max_frames(x.text) for x in parsed]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(args.model or build_random_model(Path(tmp) / "model", args.size, "base", seed=0))
+        device = torch.device("cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
+        report = dict(run_info(device), gpus=args.gpus, batch_size=args.batch_size, seq_groups=args.seq_groups,
+                      line_frames=dict(min=min(limits), max=max(limits), mean=round(float(np.mean(limits)), 1)),
+                      runs=[], complete=False)
+        out = args.out or Path(tmp) / "out"
+        for _ in range(args.repeats):
+            run = {}
+            for name, render, count in (("one_gpu", one_gpu, args.baseline_lines), ("n_gpus", n_gpus, args.lines)):
+                run[name] = render(args, folder, parsed[:count], settings, out)
+                shutil.rmtree(out, ignore_errors=True)
+                print(name, run[name], file=sys.stderr)
+            run["speedup_steady"] = round(run["n_gpus"]["x_real_time_steady"] / run["one_gpu"]["x_real_time_steady"], 3)
+            run["speedup_with_start"] = round(run["n_gpus"]["x_real_time_with_start"] /
+                                              run["one_gpu"]["x_real_time_with_start"], 3)
+            report["runs"].append(run)
+            save(report, args.json)
+        report["complete"] = True
+    return emit(report, args.json)
+
+
+if __name__ == "__main__":
+    main()
