@@ -88,13 +88,21 @@ class WorkerPool:
             have = int(ray.cluster_resources().get("CPU" if cpu else "GPU", 0))
             kind = "CPUs" if cpu else "GPUs"
             workers = workers or have
+            if not have:
+                raise RuntimeError(f"{who}: the Ray cluster has no GPU; render with --device cpu (CPU workers), or "
+                                   "join a cluster with GPUs (--address)")
             if workers < 1 or workers > have:
                 raise RuntimeError(f"{who}: {workers} workers asked for, and the Ray cluster has {have} {kind}; "
-                                   f"ask for at most {have}" + ("" if cpu or have else ", or render with --device cpu"))
+                                   f"ask for at most {have}")
             remote = ray.remote(self.worker).options(num_gpus=0 if cpu else 1, num_cpus=1, max_restarts=MAX_RESTARTS,
                                                      max_task_retries=0)
             self.actors = [remote.remote(load) for _ in range(workers)]
-            self.about = ray.get([a.about.remote() for a in self.actors])  # every model loaded, or its error
+            try:
+                self.about = ray.get([a.about.remote() for a in self.actors])  # every model loaded, or its error
+            except ray.exceptions.RayActorError as e:  # the load failed (Ray tried it MAX_RESTARTS times more)
+                cause = [line for line in str(e).splitlines() if line.strip()][-1].strip()
+                raise RuntimeError(f"{who}: a worker could not load the model: {cause}; on a cluster, the model "
+                                   "and the pack's requirements must be on every machine") from None
         except BaseException:
             self.close()
             raise

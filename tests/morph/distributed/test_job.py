@@ -199,3 +199,9 @@ def test_a_terminated_job_stops_its_cluster_and_keeps_its_lines(design_dir, tmp_
             break
         time.sleep(0.5)
     assert raylets() == []
+
+
+def test_a_worker_that_cannot_load_the_model_says_so(tmp_path):
+    with pytest.raises(RuntimeError, match=r"^test: a worker could not load the model: .*model.*; on a cluster"):
+        WorkerPool(1, dict(source=str(tmp_path / "no-model"), device="cpu"), who="test")
+    assert not ray.is_initialized()
