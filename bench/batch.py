@@ -1,7 +1,8 @@
 """Batch rendering throughput: many short lines one at a time against batched, in one process.
 
 The same `--lines` lines (about 5 s each: `--frames` frames, EOS held back so random weights
-cannot stop early; x-vector and ICL voices alternating, or one kind) are rendered through
+cannot stop early; or, with `--lengths mixed`, a script's spread of lengths, each row ending at its own frame:
+bench.common.mixed_texts; x-vector and ICL voices alternating, or one kind) are rendered through
 morph/scheduler.py's BatchTTS at every batch size of `--batch-sizes` (1 = one line at a time),
 every seq_groups of `--seq-groups` and every mode of `--modes`, measured two ways:
 - decode only: `BatchTTS.codes` (prefill and decode of each batch, no codec), as before;
@@ -10,10 +11,11 @@ every seq_groups of `--seq-groups` and every mode of `--modes`, measured two way
 Per configuration the JSON reports wall time, aggregate x real time (seconds of audio of all
 lines per wall second) and peak allocated memory both ways, the weights and what morph/memory.py declares
 for the render (on CUDA also its ratio to the end-to-end peak above the weights), ms per decode step (one step
-advances every row of a batch by one frame), the codec decode of all lines alone, and the
-mode the loop actually ran; the report starts with the project commit, device and versions.
+advances every row of a batch by one frame), the codec decode of all lines alone and its share of the end-to-end
+wall, and the mode the loop actually ran; the report starts with the project commit, device and versions.
 
     python -m bench.batch --size tiny --device cpu --lines 4 --frames 8                  # quick, on CPU
+    python -m bench.batch --size 0.6b --device cuda --dtype bf16 --lines 256 --lengths mixed --batch-sizes 16,64
     python -m bench.batch --size 0.6b --device cuda --dtype bf16 --json out/batch.json    # random 0.6B dims
     python -m bench.batch --model /tmp/model-0.6b --device cuda --dtype bf16               # weights built already
 """
@@ -28,10 +30,10 @@ import time
 import numpy as np
 import torch
 
-from bench.common import add_model_args, emit, load_bench_model, run_info, save
+from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, mixed_texts, run_info, save
 from bench.speed import REF_TEXT, _peak_bytes, _sync, eos_suppressed, model_dims, reference_wave
 from morph.memory import working_memory
-from morph.scheduler import BatchTTS, Line
+from morph.scheduler import BatchTTS, Line, longest_first
 from morph.decode.runner import MODES, check_mode
 from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
 
@@ -59,14 +61,18 @@ def weight_bytes(tts) -> int:
     return sum(t.numel() * t.element_size() for m in modules for t in [*m.parameters(), *m.buffers()])
 
 
-def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int, warm_frames: int,
+def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int | None, warm_frames: int,
                repeats: int, mode: str) -> dict:
+    """`frames=None`: every row ends at its own limit (the engine's default for its text)."""
     tts = batch.tts
     device = tts.device
+    held = frames or HELD_FRAMES
     settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames)
-    chunks = [lines[i:i + size] for i in range(0, len(lines), size)]
+    # decode only in the scheduler's batches: longest first, as render forms them
+    ordered = sorted(lines, key=lambda line: longest_first(settings.frame_limit(line.text), line.text))
+    chunks = [ordered[i:i + size] for i in range(0, len(ordered), size)]
     tts.patch.mode = check_mode(mode, "bench.batch --modes")
-    with eos_suppressed(tts, frames), torch.inference_mode():
+    with eos_suppressed(tts, held), torch.inference_mode():
         # warm-up at this batch size: allocator, kernels, and any CUDA graph for this shape
         warm = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=warm_frames)
         start = time.perf_counter()
@@ -88,10 +94,10 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         peak = _peak_bytes(device)
         _sync(device)
         start = time.perf_counter()
-        batch.decode(codes, [line.voice for line in lines])
+        batch.decode(codes, [line.voice for line in ordered])
         _sync(device)
         decode_s = time.perf_counter() - start
-    with eos_suppressed(tts, frames):  # as a caller of the public API runs it: outside inference mode
+    with eos_suppressed(tts, held):  # as a caller of the public API runs it: outside inference mode
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         e2e_walls, audio = [], []
@@ -107,7 +113,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     e2e_audio_s = sum(a.size for a in audio) / SAMPLE_RATE
     got = [int(c.shape[0]) for c in codes]
     audio_s = sum(got) / FRAMES_PER_SECOND
-    steps = len(chunks) * max(got)
+    steps = sum(max(int(c.shape[0]) for c in codes[i:i + size]) for i in range(0, len(codes), size))
     declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, size)
     weights = weight_bytes(tts)
     row = dict(
@@ -116,7 +122,8 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         frames_per_line=[min(got), max(got)], audio_s=round(audio_s, 2), wall_s=round(wall, 3),
         x_real_time=round(audio_s / wall, 2), ms_per_step=round(1000 * wall / steps, 3),
         ms_per_line_frame=round(1000 * wall / sum(got), 3),
-        codec_decode_s=round(decode_s, 3), peak_memory_gib=round(peak / 2**30, 3), warmup_s=round(warm_s, 2),
+        codec_decode_s=round(decode_s, 3), codec_share_of_end_to_end=round(decode_s / e2e_wall, 3),
+        peak_memory_gib=round(peak / 2**30, 3), warmup_s=round(warm_s, 2),
         runs_s=[round(w, 3) for w in walls],
         end_to_end_ran_as=tts.patch.last_run.get("mode"), end_to_end_audio_s=round(e2e_audio_s, 2),
         end_to_end_wall_s=round(e2e_wall, 3), end_to_end_x_real_time=round(e2e_audio_s / e2e_wall, 2),
@@ -135,6 +142,9 @@ def main(argv=None) -> dict:
     add_model_args(p)
     p.add_argument("--lines", type=int, default=32)
     p.add_argument("--frames", type=int, default=62, help="frames per line (12.5 a second; 62 is about 5 s)")
+    p.add_argument("--lengths", default="uniform", choices=["uniform", "mixed"],
+                   help="uniform: every line --frames long; mixed: a script's spread, each row ending at its own "
+                        "frame (about 5.4 to 15.2 s; --frames is ignored)")
     p.add_argument("--batch-sizes", default="1,8,16,32", help="comma list; 1 = one line at a time")
     p.add_argument("--seq-groups", default="15,5", help="comma list of seq_groups")
     p.add_argument("--modes", default="auto", help=f"comma list of morph modes, of {', '.join(MODES)}")
@@ -149,14 +159,17 @@ def main(argv=None) -> dict:
     voices = {"xvector": tts.make_voice(reference_wave(), 24000),
               "icl": tts.make_voice(reference_wave(), 24000, REF_TEXT)}
     kinds = ["xvector", "icl"] if args.prompts == "mixed" else [args.prompts]
-    lines = [Line(text, voices[kinds[i % len(kinds)]], "English") for i, text in enumerate(script(args.lines))]
+    texts = mixed_texts(args.lines) if args.lengths == "mixed" else script(args.lines)
+    frames = None if args.lengths == "mixed" else args.frames
+    lines = [Line(text, voices[kinds[i % len(kinds)]], "English") for i, text in enumerate(texts)]
     batch = BatchTTS(tts)
 
     results = []
     report = dict(
         run_info(tts.device), dtype=str(tts.tts.model.dtype).replace("torch.", ""), attention=args.attention,
         model=args.model or f"random weights, {args.size} dims", dims=model_dims(tts), lines=args.lines,
-        frames_per_line=args.frames, seconds_per_line=round(args.frames / FRAMES_PER_SECOND, 2), prompts=args.prompts,
+        lengths=args.lengths, frames_per_line=frames,
+        seconds_per_line=None if frames is None else round(frames / FRAMES_PER_SECOND, 2), prompts=args.prompts,
         results=results, complete=False,
     )
     for mode in args.modes.split(","):
@@ -164,7 +177,7 @@ def main(argv=None) -> dict:
             for size in (int(x) for x in args.batch_sizes.split(",")):
                 row = dict(mode=mode)
                 try:
-                    row.update(run_config(batch, lines, size, k, args.frames, args.warm_frames, args.repeats, mode))
+                    row.update(run_config(batch, lines, size, k, frames, args.warm_frames, args.repeats, mode))
                 except Exception as e:  # keep the other configurations' numbers
                     row.update(batch_size=size, seq_groups=k, error=f"{type(e).__name__}: {e}")
                 results.append(row)

@@ -17,6 +17,17 @@ from bench.random_model import build_random_model
 from morph.engine import MorphTTS
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_WORDS = "we should leave before the rain comes back and the road floods again tonight "
+HELD_FRAMES = 1000  # EOS held back this long in a mixed-length run: past every row's own limit
+
+
+def mixed_texts(n: int) -> list[str]:
+    """n texts of 1 to 29 characters (a fixed draw): with no max_new_tokens and EOS held back, each row ends at its
+    own frame limit, the engine's default for its text, about 5.4 to 15.2 s: a script's spread of line lengths."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return [_WORDS[:int(rng.integers(1, 30))].strip() or "we" for _ in range(n)]
 
 
 def add_model_args(p) -> None:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 import bench
-from bench.common import add_model_args, emit, run_info, save
+from bench.common import HELD_FRAMES, add_model_args, emit, mixed_texts, run_info, save
 from bench.random_model import build_random_model
 from bench.speed import eos_suppressed, reference_wave
 from morph.distributed.job import WorkerPool
@@ -41,13 +41,8 @@ from morph.scheduler import Line
 from morph.script_job import ScriptJob, render_context
 from morph.settings import SAMPLE_RATE, GenerationSettings, default_max_frames
 
-WORDS = "we should leave before the rain comes back and the road floods again tonight "
-HOLD = 1000  # frames EOS is held back: past every row's limit
-
-
 def script(n: int) -> str:
-    rng = np.random.default_rng(0)
-    return "".join(f"{'AB'[i % 2]}: {WORDS[:int(rng.integers(1, 30))].strip() or 'we'}\n" for i in range(n))
+    return "".join(f"{'AB'[i % 2]}: {text}\n" for i, text in enumerate(mixed_texts(n)))
 
 
 class HeldEOSWorker(LineWorker):
@@ -55,7 +50,7 @@ class HeldEOSWorker(LineWorker):
 
     def __init__(self, load: dict):
         super().__init__(load)
-        self._held = eos_suppressed(self.tts, HOLD)
+        self._held = eos_suppressed(self.tts, HELD_FRAMES)
         self._held.__enter__()
 
 
@@ -70,7 +65,7 @@ def one_gpu(args, folder: Path, parsed, settings: GenerationSettings, out: Path)
     lines = [Line(p.text, voices[p.name], "English") for p in parsed]
     job = ScriptJob(parsed, lines, LineStore(out, "one", "bench"), render_context(tts, tts.device.type, "English",
                                                                                    settings, False))
-    with eos_suppressed(tts, HOLD):
+    with eos_suppressed(tts, HELD_FRAMES):
         steady = time.perf_counter()
         result = job.run(lambda todo: tts, settings, args.batch_size, 0.0, who="bench")
     end = time.perf_counter()

@@ -32,3 +32,23 @@ def test_end_to_end_encloses_decode_only_and_audio_out(batch_report):
 def test_an_unknown_mode_is_an_error_row_naming_the_modes(batch_report):
     row = batch_report["results"][1]
     assert row["mode"] == "nosuch" and "mode must be one of auto, eager" in row["error"]
+
+
+def test_mixed_lengths_end_each_row_at_its_own_limit(tiny_dir, tmp_path):
+    """--lengths mixed: a script's spread of lengths, each row cut at its own frame, in both timings."""
+    from bench import batch
+    from bench.common import mixed_texts
+    from morph.settings import default_max_frames
+    from tests.bench.conftest import _written, fake_clock
+
+    with fake_clock():
+        report = _written(batch.main, ["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--lines", "3",
+                                       "--lengths", "mixed", "--warm-frames", "2", "--batch-sizes", "2",
+                                       "--seq-groups", "5"], tmp_path / "mixed.json")
+    limits = [default_max_frames(text) for text in mixed_texts(3)]
+    row = report["results"][0]
+    assert report["lengths"] == "mixed" and report["frames_per_line"] is None and len(set(limits)) > 1
+    assert row["frames_per_line"] == [min(limits), max(limits)]
+    assert row["audio_s"] == pytest.approx(sum(limits) * 0.08, abs=0.01)
+    assert row["end_to_end_audio_s"] == pytest.approx(row["audio_s"], abs=0.01)
+    assert row["codec_share_of_end_to_end"] == round(row["codec_decode_s"] / row["end_to_end_wall_s"], 3) > 0
