@@ -9,4 +9,5 @@ is imported relatively: ComfyUI has a top-level module named `nodes` of its own.
 if __package__:
     from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
 
-    __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]
+    WEB_DIRECTORY = "./nodes/web"  # the frontend extension that keeps the pack's messages on their node
+    __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "WEB_DIRECTORY"]

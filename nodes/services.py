@@ -17,10 +17,11 @@ service has a fallback for when ComfyUI is absent (tests, scripts):
             (nodes/managed.py, which is handed these two modules).
             Fallback: the model stays where it was loaded.
 
-  messages  server.PromptServer.instance.send_progress_text(text, node_id) for the running node
+  messages  server.PromptServer.instance.send_sync(MESSAGES_EVENT, {node, text}) for the running node
             (comfy_execution.utils.get_executing_context): every warning the pack logs while a node
             runs, and every status record (INFO with extra={"status": True}: "preparing the fused
-            decoder, about 10 s ..."), is shown on that node too (`messages_on_node`).
+            decoder, about 10 s ..."), is shown on that node too (`messages_on_node`), by the pack's
+            frontend extension (nodes/web/messages.js), which keeps it after the job.
                                                                          Fallback: the log only.
 
 The engine never imports ComfyUI: progress and cancel reach it as one `on_step(step, total)`
@@ -220,13 +221,18 @@ def _running_node() -> tuple[object, str] | None:
     return None if instance is None or context is None else (instance, context.node_id)
 
 
+MESSAGES_EVENT = "qwen3tts-morph.messages"  # nodes/web/messages.js listens for it
+CLEAN_RUN = "No warnings in this run."
+
+
 def show_text(text: str) -> bool:
-    """Show `text` on the node that is running; False when there is no ComfyUI frontend to show it."""
+    """Show `text` on the node that is running (in place of what it showed); False when there is no ComfyUI
+    frontend to show it."""
     running = _running_node()
     if running is None:
         return False
     instance, node = running
-    instance.send_progress_text(text, node)
+    instance.send_sync(MESSAGES_EVENT, {"node": node, "text": text}, getattr(instance, "client_id", None))
     return True
 
 
@@ -257,8 +263,8 @@ class _NodeMessages(logging.Handler):
 def messages_on_node():
     """Within this block, every warning the pack logs (transcript swaps, a trimmed clip, a halved batch) and
     every status line (a decoder being prepared) is shown on the running node as well as in the log: what
-    the user must act on, or is waiting for, is seen where they look. A run that ends clean after one that
-    showed messages replaces them with a line saying so."""
+    the user must act on, or is waiting for, is seen where they look, and stays after the job. A clean run
+    after one that showed messages replaces them with a line saying so."""
     handler = _NodeMessages()
     logger = logging.getLogger(PACK_LOGGER)
     logger.addHandler(handler)
@@ -266,8 +272,6 @@ def messages_on_node():
         yield
     finally:
         logger.removeHandler(handler)
-    # The frontend keeps a node's last text until another comes (it ignores an empty one): a clean run says so,
-    # or an old warning would stay on the node after its cause was fixed.
     running = _running_node()
     if running is None:  # no ComfyUI run: nothing was shown, nothing to replace
         return
@@ -275,7 +279,7 @@ def messages_on_node():
         _warned.add(running[1])
     elif running[1] in _warned:
         _warned.discard(running[1])
-        show_text("No warnings in this run.")
+        show_text(CLEAN_RUN)
 
 
 # -- memory management ----------------------------------------------------------------------

@@ -6,7 +6,7 @@ on it: ProgressBar.update_absolute, throw_exception_if_processing_interrupted (c
 raises InterruptProcessingException), ModelPatcher(model, load_device, offload_device) whose
 detach(unpatch_all=True) moves the module to the offload device and then runs ON_DETACH callbacks,
 load_models_gpu([...]) moving each patcher's module to its load device, unload_all_models,
-PromptServer.instance.send_progress_text(text, node_id) and comfy_execution.utils.get_executing_context().
+PromptServer.instance.send_sync(event, data, sid) and comfy_execution.utils.get_executing_context().
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Recorder:
         self.interrupt_checks = 0
         self.interrupt_at: int | None = None  # raise on this (1-based) check
         self.loads: list[dict] = []  # one per load_models_gpu call
-        self.texts: list[tuple[str, str]] = []  # (node id, text) per send_progress_text
+        self.texts: list[tuple[str, str]] = []  # (node id, text) per messages event the pack sent
         self.node_id = "7"  # the node get_executing_context() reports as running
         self.loaded: list = []  # patchers currently loaded
         self.patchers: list = []
@@ -136,8 +136,11 @@ def install(models_dir: str) -> Recorder:
     class PromptServer:
         instance = None
 
-        def send_progress_text(self, text, node_id, sid=None):
-            rec.texts.append((str(node_id), text))
+        client_id = "the client that queued the prompt"
+
+        def send_sync(self, event, data, sid=None):
+            assert event == "qwen3tts-morph.messages" and sid == self.client_id, (event, sid)
+            rec.texts.append((str(data["node"]), data["text"]))
 
     PromptServer.instance = PromptServer()
     server.PromptServer = PromptServer

@@ -86,8 +86,10 @@ SIZES_JS = """(types) => {
 }"""
 
 
-def start_server(comfyui: Path, python: str, port: int, work: Path, front_end_root: str | None = None) -> subprocess.Popen:
-    """ComfyUI on CPU with this repo linked in as custom_nodes/comfyui-qwen3-tts-morph (its README name)."""
+def start_server(comfyui: Path, python: str, port: int, work: Path, front_end_root: str | None = None,
+                 models: Path | None = None) -> subprocess.Popen:
+    """ComfyUI on CPU with this repo linked in as custom_nodes/comfyui-qwen3-tts-morph (its README name), and
+    `models` (if given) as one more qwen3-tts model folder."""
     nodes = work / "custom_nodes"
     nodes.mkdir(parents=True, exist_ok=True)
     (nodes / PACK_FOLDER).symlink_to(ROOT, target_is_directory=True)
@@ -97,7 +99,7 @@ def start_server(comfyui: Path, python: str, port: int, work: Path, front_end_ro
     # A returning user's settings: on a first visit the frontend opens the template browser over the canvas.
     (work / "user" / "default").mkdir(parents=True, exist_ok=True)
     (work / "user" / "default" / "comfy.settings.json").write_text(json.dumps({"Comfy.TutorialCompleted": True}))
-    (work / "extra.yaml").write_text(f"pack:\n  custom_nodes: {nodes}\n")
+    (work / "extra.yaml").write_text(f"pack:\n  custom_nodes: {nodes}\n" + (f"  qwen3-tts: {models}\n" if models else ""))
     log = open(work / "server.log", "w")
     proc = subprocess.Popen([python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port),
                              "--disable-api-nodes", "--extra-model-paths-config", str(work / "extra.yaml"),

@@ -70,3 +70,24 @@ def test_workflows_open_cleanly_in_the_real_frontend(tmp_path):
             px, py, pw, ph = predicted[nid]
             # the recorded character widths ignore kerning, so long titles come out up to a few px wider
             assert -0.5 <= pw - w <= 0.01 * w + 1 and abs(ph - h) < 0.5, (path.stem, nid, (pw, ph), (w, h))
+
+
+@pytest.mark.skipif(not COMFYUI, reason="set COMFYUI_PATH to a ComfyUI checkout to run against its real frontend")
+def test_messages_stay_on_their_node_after_the_job_in_the_real_frontend(tmp_path):
+    """nodes/web/messages.js in the real frontend: a warning still shown, whole, once the job has ended (newer
+    frontends clear progress text then), replaced after a clean run, never saved into the workflow."""
+    python = os.environ.get("COMFYUI_PYTHON", sys.executable)
+    missing = _frontend_tools(python)
+    if missing:
+        pytest.skip(missing)
+    out = tmp_path / "messages.json"
+    result = subprocess.run([python, str(ROOT / "tests" / "nodes" / "real_frontend_messages.py"), "--comfyui", COMFYUI,
+                             "--python", python, "--json", str(out)], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    [swapped], [clean] = report["swapped"], report["clean"]
+    assert swapped["type"] == clean["type"] == "Qwen3TTSMorphGenerate"
+    assert swapped["text"].startswith("Warning: ") and "the text to speak is the same as the voice's transcript" \
+        in swapped["text"] and swapped["on_screen"] and swapped["whole"]
+    assert clean["text"] == "No warnings in this run." and clean["on_screen"] and clean["whole"]
+    assert report["saved_widgets_values"] == 16 and report["console_errors"] == []

@@ -114,14 +114,19 @@ def test_the_second_cycle_is_judged_from_where_it_started():
     assert report.vram_check(v)["second_cycle.pass"] is False
 
 
-def test_the_text_a_node_shows_is_decoded_from_comfyuis_binary_message():
-    # as server.PromptServer.send_progress_text packs it, behind send_sync's event type
-    data = server.BINARY_TEXT + (2).to_bytes(4, "big") + b"12" + "morph: preparing the fused decoder…".encode()
-    message = server.progress_text(data)
-    assert message == {"type": "progress_text", "data": {"node": "12", "text": "morph: preparing the fused decoder…"}}
+MESSAGES_EVENT = "qwen3tts-morph.messages"
+
+
+def test_the_text_a_node_shows_is_the_packs_last_messages_event():
+    root = Path(__file__).resolve().parents[2]
+    sent = re.search(r'MESSAGES_EVENT = "([^"]+)"', (root / "nodes" / "services.py").read_text()).group(1)
+    drawn = re.search(r'const EVENT = "([^"]+)"', (root / "nodes" / "web" / "messages.js").read_text()).group(1)
+    assert server.MESSAGES_EVENT == sent == drawn == MESSAGES_EVENT
     comfy = server.Server("http://127.0.0.1:1")
-    comfy.messages = [(0.0, {"type": "progress_text", "data": {"node": "3", "text": "old"}}), (1.0, message),
-                       (2.0, {"type": "progress_text", "data": {"node": "12", "text": "ready"}})]
+    comfy.messages = [(0.0, {"type": MESSAGES_EVENT, "data": {"node": "3", "text": "old"}}),
+                      (1.0, {"type": MESSAGES_EVENT, "data": {"node": "12", "text": "morph: preparing …"}}),
+                      (1.5, {"type": "progress", "data": {"node": "12", "value": 1, "max": 2}}),
+                      (2.0, {"type": MESSAGES_EVENT, "data": {"node": "12", "text": "ready"}})]
     assert comfy.node_texts(1) == {"12": "ready"}
 
 

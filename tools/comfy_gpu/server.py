@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import signal
-import struct
 import subprocess
 import tempfile
 import threading
@@ -19,7 +18,6 @@ import uuid
 from pathlib import Path
 
 MIB = 2**20
-BINARY_TEXT = struct.pack(">I", 3)  # ComfyUI's protocol.BinaryEventTypes.TEXT: a node's progress text
 
 
 def server_command(python: str, cpu: bool) -> list[str]:
@@ -57,11 +55,7 @@ def reason(error: dict) -> str:
     return ": ".join(str(error[k]) for k in ("message", "details") if error.get(k))
 
 
-def progress_text(data: bytes) -> dict:
-    """A binary TEXT message (send_progress_text: event type, node id length, node id, text) as a message dict."""
-    size = struct.unpack(">I", data[4:8])[0]
-    return {"type": "progress_text", "data": {"node": data[8:8 + size].decode(),
-                                              "text": data[8 + size:].decode(errors="replace")}}
+MESSAGES_EVENT = "qwen3tts-morph.messages"  # nodes/services.py's
 
 
 class Server:
@@ -130,12 +124,9 @@ class Server:
             async with aiohttp.ClientSession() as session:
                 async with session.ws_connect(url, max_msg_size=0, heartbeat=30) as ws:
                     async for msg in ws:
-                        if msg.type == aiohttp.WSMsgType.TEXT:
-                            message = json.loads(msg.data)
-                        elif msg.type == aiohttp.WSMsgType.BINARY and msg.data[:4] == BINARY_TEXT:
-                            message = progress_text(msg.data)
-                        else:
-                            continue
+                        if msg.type != aiohttp.WSMsgType.TEXT:
+                            continue  # previews and progress text, in ComfyUI's binary frames
+                        message = json.loads(msg.data)
                         with self.cond:
                             self.messages.append((time.time(), message))
                             self.cond.notify_all()
@@ -188,9 +179,10 @@ class Server:
         return result
 
     def node_texts(self, mark: int) -> dict:
-        """The last text each node showed (send_progress_text) since message `mark`: warnings, status lines."""
+        """The last text the pack showed on each node since message `mark` (its messages event, which
+        nodes/web/messages.js draws): warnings, status lines."""
         with self.cond:
-            return {m["data"]["node"]: m["data"]["text"] for _, m in self.messages[mark:] if m["type"] == "progress_text"}
+            return {m["data"]["node"]: m["data"]["text"] for _, m in self.messages[mark:] if m["type"] == MESSAGES_EVENT}
 
     def node_times(self, pid: str, prompt: dict, mark: int, t_end: float) -> dict:
         with self.cond:
