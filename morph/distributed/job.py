@@ -159,7 +159,8 @@ class WorkerPool:
             while queue and sum(1 for a, b in pending.values() if a is actor and b is not None) < IN_FLIGHT:
                 batch = queue.popleft()
                 rows = [(i, job.parsed[i].name, job.lines[i]) for i in batch]
-                pending[actor.render.remote(rows, files, settings, finish_line, who, job.labels(batch))] = (actor, batch)
+                call = actor.render.remote(rows, files, settings, finish_line, who, job.labels(batch))
+                pending[call] = (actor, batch)
 
         for actor in actors:
             fill(actor)
@@ -199,6 +200,14 @@ class WorkerPool:
                         raise RuntimeError(self._stopped(job, "every worker was lost")) from None
                 continue
             if batch is not None:
+                unseen = [files.path(i + 1, job.parsed[i].name) for i, _ in rendered]
+                unseen = [path.name for path in unseen if not path.is_file()]
+                if unseen:  # a worker on another machine wrote into its own disk
+                    host = self.about[self.actors.index(actor)]["host"]
+                    raise RuntimeError(f"{who}: the worker on {host} wrote {unseen[0]} where this machine does not "
+                                       f"see it: --out must be a folder every machine of the cluster shares (an NFS or "
+                                       f"other shared mount); {len(job.lengths)} of {len(job.lines)} lines are in "
+                                       f"{job.store.folder}")
                 job.written(rendered)
                 done += slots[tuple(batch)]
                 if on_step is not None:

@@ -205,3 +205,18 @@ def test_a_worker_that_cannot_load_the_model_says_so(tmp_path):
     with pytest.raises(RuntimeError, match=r"^test: a worker could not load the model: .*model.*; on a cluster"):
         WorkerPool(1, dict(source=str(tmp_path / "no-model"), device="cpu"), who="test")
     assert not ray.is_initialized()
+
+
+def test_an_output_folder_the_workers_do_not_share_is_refused_at_the_first_batch(design_dir, tmp_path):
+    import tests
+    from tests.morph.distributed.elsewhere import ElsewherePool
+
+    settings = GenerationSettings(do_sample=False, subtalker=Sampling(do_sample=False), max_new_tokens=4)
+    parsed = parse_script(SCRIPT, ["Alice", "Bob"])
+    load = dict(source=str(design_dir), device="cpu", dtype="fp32", attention="sdpa")
+    with ElsewherePool(1, load, who="test", packages=[tests]) as pool:
+        job = script_job(tmp_path / "out", parsed, pool.context("Auto", settings, False))
+        with pytest.raises(RuntimeError, match=r"^test: the worker on .+ wrote s_00\d\d_\w+\.wav where this machine does "
+                                               r"not see it: --out must be a folder every machine of the cluster shares"):
+            pool.render(job, settings, batch_size=5, pause_seconds=0.1)
+    assert not (tmp_path / "out" / "s_lines.json").exists()  # nothing recorded as done
