@@ -82,8 +82,14 @@ class WorkerPool:
         # The pack's code travels with the job (Ray copies it to every node); the model and its libraries must be
         # installed on each node.
         modules = [str(Path(m.__file__).parent) for m in (morph, *packages)]
-        ray.init(address=address, num_cpus=max(workers or 1, os.cpu_count() or 1) if self.started else None,
-                 include_dashboard=False, logging_level=logging.WARNING, runtime_env={"py_modules": modules})
+        try:
+            ray.init(address=address, num_cpus=max(workers or 1, os.cpu_count() or 1) if self.started else None,
+                     include_dashboard=False, logging_level=logging.WARNING, runtime_env={"py_modules": modules})
+        except ConnectionError as e:  # Ray 2.59+ clusters started by `ray start` want their token
+            raise ConnectionError(f"{who}: could not join the Ray cluster at {address} ({e}); a cluster started with "
+                                  "`ray start --head` (Ray 2.59 and later) checks a token: on this machine set "
+                                  "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN to what `ray get-auth-token` prints on the "
+                                  "head") from None
         try:
             have = int(ray.cluster_resources().get("CPU" if cpu else "GPU", 0))
             kind = "CPUs" if cpu else "GPUs"

@@ -220,3 +220,36 @@ def test_an_output_folder_the_workers_do_not_share_is_refused_at_the_first_batch
                                                r"not see it: --out must be a folder every machine of the cluster shares"):
             pool.render(job, settings, batch_size=5, pause_seconds=0.1)
     assert not (tmp_path / "out" / "s_lines.json").exists()  # nothing recorded as done
+
+
+def test_address_joins_a_running_cluster_and_leaves_it_running(design_dir, tmp_path):
+    """`--address`: the multi-machine way (`ray start --head`, then the job joins it), here with one machine. The
+    cluster checks a token (Ray 2.59+), which this machine has in ~/.ray/auth_token: RAY_AUTH_MODE=token, set before
+    Ray is imported (so in a process of its own), sends it."""
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    env = dict(os.environ, RAY_AUTH_MODE="token")
+    started = subprocess.run([ray_cli, "start", "--head", "--port", str(port), "--num-cpus", "2",
+                              "--include-dashboard=false", "--disable-usage-stats"], capture_output=True, text=True,
+                             env=env)
+    assert started.returncode == 0, started.stderr[-2000:]
+    try:
+        (tmp_path / "scene.txt").write_text(SCRIPT, encoding="utf-8")
+        command = [sys.executable, "cli.py", "render", str(tmp_path / "scene.txt"), "--design", "Alice=Warm.",
+                   "--design", "Bob=Bright.", *options(design_dir, tmp_path / "r", "--batch-size", "4", "--address",
+                                                       f"127.0.0.1:{port}")]
+        job = subprocess.run(command, cwd=Path(cli.__file__).parent, capture_output=True, text=True, env=env,
+                             timeout=300)
+        assert job.returncode == 0, job.stderr[-3000:]
+        assert "rendering 10 of 10 lines on 2 workers" in job.stderr  # every CPU of the cluster
+        assert len(list((tmp_path / "r").glob("dialogue_00*.wav"))) == 10
+        status = subprocess.run([ray_cli, "status", "--address", f"127.0.0.1:{port}"], capture_output=True,
+                                text=True, env=env)
+        assert status.returncode == 0, status.stderr[-2000:]  # the job let go of the cluster and left it running
+    finally:
+        subprocess.run([ray_cli, "stop", "--force"], capture_output=True)
