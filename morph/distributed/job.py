@@ -86,10 +86,10 @@ class WorkerPool:
             ray.init(address=address, num_cpus=max(workers or 1, os.cpu_count() or 1) if self.started else None,
                      include_dashboard=False, logging_level=logging.WARNING, runtime_env={"py_modules": modules})
         except ConnectionError as e:  # Ray 2.59+ clusters started by `ray start` want their token
-            raise ConnectionError(f"{who}: could not join the Ray cluster at {address} ({e}); a cluster started with "
-                                  "`ray start --head` (Ray 2.59 and later) checks a token: on this machine set "
-                                  "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN to what `ray get-auth-token` prints on the "
-                                  "head") from None
+            raise ConnectionError(f"{who}: could not join the Ray cluster at {address} ({e}); if its `ray start "
+                                  "--head` said token authentication is enabled (Ray 2.59 and later), set "
+                                  "RAY_AUTH_MODE=token here, and RAY_AUTH_TOKEN to what `ray get-auth-token` prints "
+                                  "on the head") from None
         try:
             have = int(ray.cluster_resources().get("CPU" if cpu else "GPU", 0))
             kind = "CPUs" if cpu else "GPUs"

@@ -223,9 +223,9 @@ def test_an_output_folder_the_workers_do_not_share_is_refused_at_the_first_batch
 
 
 def test_address_joins_a_running_cluster_and_leaves_it_running(design_dir, tmp_path):
-    """`--address`: the multi-machine way (`ray start --head`, then the job joins it), here with one machine. The
-    cluster checks a token (Ray 2.59+), which this machine has in ~/.ray/auth_token: RAY_AUTH_MODE=token, set before
-    Ray is imported (so in a process of its own), sends it."""
+    """`--address`: the multi-machine way (`ray start --head`, then the job joins it), here with one machine, with
+    Ray's token authentication on as README says to run it: a token in the (test's own) ~/.ray, RAY_AUTH_MODE=token
+    set before Ray is imported (so the job runs in a process of its own)."""
     import socket
     import subprocess
 
@@ -233,7 +233,9 @@ def test_address_joins_a_running_cluster_and_leaves_it_running(design_dir, tmp_p
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ray_cli = str(Path(sys.executable).parent / "ray")
-    env = dict(os.environ, RAY_AUTH_MODE="token")
+    env = dict(os.environ, RAY_AUTH_MODE="token", HOME=str(tmp_path / "home"))
+    token = subprocess.run([ray_cli, "get-auth-token", "--generate"], capture_output=True, text=True, env=env)
+    assert token.returncode == 0 and (tmp_path / "home" / ".ray" / "auth_token").is_file(), token.stderr[-2000:]
     started = subprocess.run([ray_cli, "start", "--head", "--port", str(port), "--num-cpus", "2",
                               "--include-dashboard=false", "--disable-usage-stats"], capture_output=True, text=True,
                              env=env)
