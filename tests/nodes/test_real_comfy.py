@@ -42,20 +42,24 @@ def _frontend_tools(python: str) -> str | None:
     return None if probe.returncode == 0 else f"{python} cannot import playwright and Pillow"
 
 
-@pytest.mark.skipif(not COMFYUI, reason="set COMFYUI_PATH to a ComfyUI checkout to run against its real frontend")
-def test_workflows_open_cleanly_in_the_real_frontend(tmp_path):
-    """Every workflow, loaded by the real frontend: no overlaps, on screen and clear of the sidebar, top bars and
-    minimap, nothing flagged, and node sizes as the CPU check (recorded sizes) predicts them."""
+def _frontend_report(script: str, tmp_path) -> dict:
+    """The JSON report of one of the real-frontend drivers beside this file, run with ComfyUI's Python."""
     python = os.environ.get("COMFYUI_PYTHON", sys.executable)
     missing = _frontend_tools(python)
     if missing:
         pytest.skip(missing)
-    out = tmp_path / "boxes.json"
-    result = subprocess.run([python, str(ROOT / "tests" / "nodes" / "real_frontend.py"), "--comfyui", COMFYUI,
-                             "--python", python, "--json", str(out)],
-                            capture_output=True, text=True, timeout=900)
+    out = tmp_path / "report.json"
+    result = subprocess.run([python, str(ROOT / "tests" / "nodes" / script), "--comfyui", COMFYUI, "--python", python,
+                             "--json", str(out)], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    real = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+@pytest.mark.skipif(not COMFYUI, reason="set COMFYUI_PATH to a ComfyUI checkout to run against its real frontend")
+def test_workflows_open_cleanly_in_the_real_frontend(tmp_path):
+    """Every workflow, loaded by the real frontend: no overlaps, on screen and clear of the sidebar, top bars and
+    minimap, nothing flagged, and node sizes as the CPU check (recorded sizes) predicts them."""
+    real = _frontend_report("real_frontend.py", tmp_path)
     sizes = wt.frontend_sizes()
     assert real["frontend_version"] == sizes["frontend"]
     for path in sorted((ROOT / "workflows").glob("*.json")):
@@ -76,15 +80,7 @@ def test_workflows_open_cleanly_in_the_real_frontend(tmp_path):
 def test_messages_stay_on_their_node_after_the_job_in_the_real_frontend(tmp_path):
     """nodes/web/messages.js in the real frontend: a warning still shown, whole, once the job has ended (newer
     frontends clear progress text then), replaced after a clean run, never saved into the workflow."""
-    python = os.environ.get("COMFYUI_PYTHON", sys.executable)
-    missing = _frontend_tools(python)
-    if missing:
-        pytest.skip(missing)
-    out = tmp_path / "messages.json"
-    result = subprocess.run([python, str(ROOT / "tests" / "nodes" / "real_frontend_messages.py"), "--comfyui", COMFYUI,
-                             "--python", python, "--json", str(out)], capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = json.loads(out.read_text())
+    report = _frontend_report("real_frontend_messages.py", tmp_path)
     [swapped], [clean] = report["swapped"], report["clean"]
     assert swapped["type"] == clean["type"] == "Qwen3TTSMorphGenerate"
     assert swapped["text"].startswith("Warning: ") and "the text to speak is the same as the voice's transcript" \
