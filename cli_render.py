@@ -268,7 +268,7 @@ def write(tts, parsed, lines, store, language, settings, args) -> int:
         return 130
     progress.finish()
     took = time.perf_counter() - start
-    dialogue = store.folder / f"{store.stem}.wav"
+    dialogue = store.dialogue_path  # the workers' files were joined into it already
     if not pool:
         sf.write(str(dialogue), result.dialogue, SAMPLE_RATE, subtype="FLOAT")
     print(f"wrote {len(lines)} lines ({kept} reused), {progress.audio_s:.1f} s of new audio in {took:.1f} s, "

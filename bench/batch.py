@@ -33,7 +33,7 @@ import torch
 from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, mixed_texts, run_info, save
 from bench.speed import REF_TEXT, _peak_bytes, _sync, eos_suppressed, model_dims, reference_wave
 from morph.memory import working_memory
-from morph.scheduler import BatchTTS, Line, longest_first
+from morph.scheduler import BatchTTS, Line, plan_batches
 from morph.decode.runner import MODES, check_mode
 from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
 
@@ -69,8 +69,9 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     held = frames or HELD_FRAMES
     settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames)
     # decode only in the scheduler's batches: longest first, as render forms them
-    ordered = sorted(lines, key=lambda line: longest_first(settings.frame_limit(line.text), line.text))
-    chunks = [ordered[i:i + size] for i in range(0, len(ordered), size)]
+    batches = plan_batches([(settings.frame_limit(line.text.strip()), line.text.strip()) for line in lines], size)
+    chunks = [[lines[i] for i in batch] for batch in batches]
+    ordered = [line for chunk in chunks for line in chunk]
     tts.patch.mode = check_mode(mode, "bench.batch --modes")
     with eos_suppressed(tts, held), torch.inference_mode():
         # warm-up at this batch size: allocator, kernels, and any CUDA graph for this shape

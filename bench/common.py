@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from bench.random_model import build_random_model
@@ -24,8 +25,6 @@ HELD_FRAMES = 1000  # EOS held back this long in a mixed-length run: past every 
 def mixed_texts(n: int) -> list[str]:
     """n texts of 1 to 29 characters (a fixed draw): with no max_new_tokens and EOS held back, each row ends at its
     own frame limit, the engine's default for its text, about 5.4 to 15.2 s: a script's spread of line lengths."""
-    import numpy as np
-
     rng = np.random.default_rng(0)
     return [_WORDS[:int(rng.integers(1, 30))].strip() or "we" for _ in range(n)]
 

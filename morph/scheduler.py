@@ -17,25 +17,23 @@ through the model's patch. The codec decodes the batch's rows in pieces of bound
 memory does not grow with the batch. A finished row keeps its slot until its batch ends, so rows are sorted by
 frame limit, longest first. Each row keeps its own frame limit: the batch runs to the largest and cuts each row.
 
-Seeds: one per generate call. `torch.manual_seed(settings.seed)` runs right before every batched
-generate (retries included), which makes a batch of one single-segment line upstream's generate_*
-seeded the same way, bit for bit (tests/morph/test_exactness.py). All rows of a batch draw from
-that stream, so with sampling a row's take depends on its companions and position (a long line's
-segments are not each restarted from the seed). `seed=None` reseeds nothing.
+Seeds: one per generate call. `torch.manual_seed(settings.seed)` runs right before every batched generate (retries
+included), which makes a batch of one single-segment line upstream's generate_* seeded the same way, bit for bit
+(tests/morph/test_exactness.py). All rows of a batch draw from that stream, so with sampling a row's take depends on
+its companions and position (a long line's segments are not each restarted from the seed); `seed=None` reseeds none.
 
-Batch invariance (greedy, fp32, CPU; tests/morph/test_scheduler.py): a row never sees its companions'
-data (for a fixed batch shape and row position its logits are bit-identical whatever they hold),
-but the shape changes the low bits (GEMM reduction order depends on M; left padding shifts keys
-across SIMD lanes; CPU sdpa depends on the row index). Bit-identical rows across shapes would need
-per-row GEMVs and attention, that is, no batching; the differences are about 1e-7 on logits of
-order 1, so greedy codes agree unless two tokens are that close. The batched codec decode is the
-same: a row differs from its decode alone by rounding (about 5e-7 on samples in [-1, 1]) and is
-bit-identical to upstream decoding the same rows together (on CUDA the codec's activation is the fused
-kernel of morph/kernels/snake.py, which matches upstream's to rounding).
+Batch invariance (greedy, fp32, CPU; tests/morph/test_scheduler.py): a row never sees its companions' data (for a
+fixed batch shape and row position its logits are bit-identical whatever they hold), but the shape changes the low
+bits (GEMM reduction order depends on M; left padding shifts keys across SIMD lanes; CPU sdpa depends on the row
+index). Bit-identical rows across shapes would need per-row GEMVs and attention, that is, no batching; the
+differences are about 1e-7 on logits of order 1, so greedy codes agree unless two tokens are that close. The batched
+codec decode is the same: a row differs from its decode alone by rounding (about 5e-7 on samples in [-1, 1]) and is
+bit-identical to upstream decoding the same rows together (on CUDA the codec's activation is the fused kernel of
+morph/kernels/snake.py, which matches upstream's to rounding).
 
-Out of memory (generation, a CUDA graph capture or the codec): the batch is retried as two halves
-(logged) and later batches keep the smaller size, down to one row; a row that does not fit alone
-is a RuntimeError that names the node and what to change.
+Out of memory (generation, a CUDA graph capture or the codec): the batch is retried as two halves (logged) and later
+batches keep the smaller size, down to one row; a row that does not fit alone is a RuntimeError that names the node
+and what to change.
 """
 
 from __future__ import annotations
@@ -141,8 +139,7 @@ class BatchTTS:
         if not rows:
             return []
         cap = batch_size or len(rows)
-        order = sorted(rows, key=lambda r: longest_first(r.limit, r.text)) if sort else rows
-        planned = [order[s:s + cap] for s in range(0, len(order), cap)]
+        planned = [[rows[i] for i in batch] for batch in plan_batches([(r.limit, r.text) for r in rows], cap, sort)]
         progress = _Progress(on_step, sum(_allotment(b) for b in planned))
 
         parts = {i: [None] * n for i, n in Counter(r.index for r in rows).items()}  # each line's segments
@@ -289,9 +286,12 @@ class BatchTTS:
         return inputs
 
 
-def longest_first(limit: int, text: str) -> tuple[int, int]:
-    """The order rows are batched in: a batch runs to its longest row, so rows of like length go together."""
-    return -limit, -len(text)
+def plan_batches(shapes: Sequence[tuple[int, str]], size: int, longest_first: bool = True) -> list[list[int]]:
+    """Batches of at most `size` rows, as indices into `shapes` (each row's frame limit and text), longest first
+    unless told otherwise: a batch runs to its longest row, so rows of like length go together."""
+    order = sorted(range(len(shapes)), key=lambda i: (-shapes[i][0], -len(shapes[i][1]))) if longest_first else \
+        list(range(len(shapes)))
+    return [order[s:s + size] for s in range(0, len(order), size)]
 
 
 def join_with_pauses(pieces: list[np.ndarray]) -> np.ndarray:

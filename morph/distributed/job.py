@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..lines.store import LineFiles
-from ..scheduler import Line, OnStep, longest_first
+from ..scheduler import Line, OnStep, plan_batches
 from ..script_job import ScriptJob
 from ..settings import GenerationSettings
 from .worker import LineWorker
@@ -47,11 +47,12 @@ PROBE_SECONDS = 1.0  # how often a restarting worker is asked whether it is back
 
 def plan(indices: Sequence[int], lines: Sequence[Line], settings: GenerationSettings,
          batch_size: int) -> list[list[int]]:
-    """The batches of these lines, as lists of their indices: longest first, `batch_size` each (the one-GPU
-    scheduler's order, so a line's batch is the same whether one process renders the script or many)."""
-    order = sorted(indices, key=lambda i: longest_first(settings.frame_limit(lines[i].text.strip()),
-                                                        lines[i].text.strip()))
-    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+    """The batches of these lines, as lists of their indices, planned as the one-GPU scheduler plans its rows
+    (plan_batches), so a line's batch is the same whether one process renders the script or many."""
+    indices = list(indices)
+    texts = [lines[i].text.strip() for i in indices]
+    batches = plan_batches([(settings.frame_limit(text), text) for text in texts], batch_size)
+    return [[indices[k] for k in batch] for batch in batches]
 
 
 def import_ray(flag: str):

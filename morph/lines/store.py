@@ -66,8 +66,12 @@ def cues(lengths: list[int], pause_seconds: float) -> list[tuple[float, float]]:
 def join_clips(clips: list[np.ndarray], pause_seconds: float) -> tuple[np.ndarray, list[tuple[float, float]]]:
     """The clips joined with pauses, and each clip's (start, end) in seconds in the joined clip."""
     pause = np.zeros(int(round(pause_seconds * SAMPLE_RATE)), np.float32)
-    pieces = [part for i, clip in enumerate(clips) for part in ((pause,) if i else ()) + (clip,)]
-    joined = np.concatenate(pieces).astype(np.float32, copy=False) if pieces else np.zeros(0, np.float32)
+    pieces = []
+    for i, clip in enumerate(clips):
+        if i:
+            pieces.append(pause)
+        pieces.append(clip.astype(np.float32, copy=False))
+    joined = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
     return joined, cues([clip.size for clip in clips], pause_seconds)
 
 
@@ -107,6 +111,10 @@ class LineFiles:
     def path(self, index: int, name: str) -> Path:
         return self.folder / f"{self.stem}_{index:04d}_{file_name_part(name)}.wav"
 
+    @property
+    def dialogue_path(self) -> Path:
+        return self.folder / f"{self.stem}.wav"
+
     def write_line(self, index: int, name: str, wav: np.ndarray) -> Path:
         import soundfile
 
@@ -128,9 +136,8 @@ class LineFiles:
                         out.write(pause)
                     out.write(soundfile.read(str(self.path(i + 1, name)), dtype="float32")[0])
 
-        path = self.folder / f"{self.stem}.wav"
-        self._write(path, join)
-        return path
+        self._write(self.dialogue_path, join)
+        return self.dialogue_path
 
     def _write(self, path: Path, write) -> None:
         try:
