@@ -6,8 +6,9 @@
 #                                              # pack never imports, so that it fits a device call), record the commit
 #   bash tools/scale_gpu.sh OUTDIR [OPTION...] # on the GPU machine (no network), carrying .whl/scale: install them
 #                                              # offline, build random 0.6B bf16 weights, run bench/scale.py with the
-#                                              # OPTIONs (default: 20,480 lines, 4,096 on one GPU, every GPU, batch
-#                                              # 64, 2 repeats) and write OUTDIR/scale.json and OUTDIR/scale.log
+#                                              # OPTIONs (default: 20,480 lines, 2,048 on one GPU, every GPU, batch
+#                                              # 64, 1 repeat: about 430 s on two H200s; repeat the call)
+#                                              # and write OUTDIR/scale.json and OUTDIR/scale.log
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v nvidia-smi >/dev/null 2>&1; then
@@ -35,6 +36,8 @@ PROJECT_CHANGES=$(cat .whl/scale/CHANGES 2>/dev/null || true)
 export PROJECT_COMMIT PROJECT_CHANGES
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 gpus=$(nvidia-smi --list-gpus | wc -l)
-python3 -m bench.random_model --size 0.6b --dtype bfloat16 --out /tmp/model-0.6b || exit 1
-[ $# -gt 0 ] || set -- --lines 20480 --baseline-lines 4096 --gpus "$gpus" --batch-size 64 --repeats 2
-python3 -m bench.scale --model /tmp/model-0.6b --device cuda --dtype bf16 --json "$out/scale.json" "$@"
+# a folder of its own per call: a warm machine keeps the last call's /tmp, and the builder refuses a full folder
+model=$(mktemp -d)/model-0.6b
+python3 -m bench.random_model --size 0.6b --dtype bfloat16 --out "$model" || exit 1
+[ $# -gt 0 ] || set -- --lines 20480 --baseline-lines 2048 --gpus "$gpus" --batch-size 64 --repeats 1
+python3 -m bench.scale --model "$model" --device cuda --dtype bf16 --json "$out/scale.json" "$@"

@@ -22,3 +22,9 @@ def test_each_side_renders_every_line_to_its_own_limit(tmp_path):
     assert run["one_gpu"]["audio_s"] == round(sum(seconds[:3]), 1) and run["one_gpu"]["lines"] == 3
     assert run["n_gpus"]["audio_s"] == round(sum(seconds), 1) and run["n_gpus"]["workers"] == ["cpu", "cpu"]
     assert run["speedup_steady"] > 0 and json.loads((tmp_path / "s.json").read_text())["complete"] is True
+
+
+def test_same_script_charges_one_gpu_its_start_up_once_and_its_steady_rate_for_all_the_audio():
+    one = dict(with_start_s=40.0, steady_s=30.0, audio_s=100.0)
+    many = dict(with_start_s=100.0, audio_s=1000.0)
+    assert scale.same_script(one, many) == 3.1  # (10 s start-up + 30 s x 10) / 100 s
