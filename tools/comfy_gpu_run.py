@@ -23,12 +23,15 @@ to test this script on a machine without a GPU. In order, it:
    and the server log;
 5. as a control, starts a fresh server and measures the same VRAM around one generation in
    speed_mode eager (no CUDA graph, no fused decoder);
-6. writes report.json, server.log and server_control.log into --out.
+6. under memory pressure, in a fresh server whose --reserve-vram leaves room for one model, not two: our clone,
+   then a VoiceDesign model beside it that ComfyUI must evict ours to load, then ours loaded back, whose take
+   must equal the first; with ComfyUI's defaults and with --disable-dynamic-vram where it has that flag;
+7. writes report.json, server.log, server_control.log and server_eviction_*.log into --out.
 
 A prompt ComfyUI refuses (a value over a node's max, say) is recorded as status "rejected" with ComfyUI's
 reasons, and the run goes on. This file keeps the order of the steps; tools/comfy_gpu/ holds them:
 install.py (1 and 2), wheels.py (the manifests and parts), server.py (the server, its messages, its VRAM),
-runs.py (3 to 5), report.py (6).
+runs.py (3 to 5), eviction.py (6), report.py (7).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import traceback
 from pathlib import Path
 
 # Run as a script, Python puts tools/ first on sys.path: the parts are the comfy_gpu package beside this file.
+from comfy_gpu.eviction import eviction_test
 from comfy_gpu.install import (ROOT, finish_checkpoints, git_head, install, load_workflow_tools, loaded_names,
                                stage_voices, start_checkpoints)
 from comfy_gpu.report import log_findings, passed, print_summary, vram_check
@@ -171,6 +175,15 @@ def main() -> int:
         server.stop()
         report["vram_control_eager"] = (eager_control(cmd, comfy, out, args, copy.deepcopy(clone))
                                         if clone and budget(args) >= 60 else {"status": "skipped"})
+
+        # 10. Memory pressure: a fresh server with room for one model, not two; a VoiceDesign model beside our clone
+        # makes ComfyUI evict ours, then ours is loaded back and must give the same take (comfy_gpu/eviction.py).
+        design = next((wt.ui_to_api(wf, info) for wf in ui.values()
+                       if any(n["type"] == "Qwen3TTSMorphVoiceDesign" for n in wf["nodes"])), None)
+        total = (report.get("comfy_devices") or [{}])[0].get("vram_total")
+        report["eviction"] = (eviction_test(cmd, comfy, out, args, clone, design, info, total)
+                              if clone and design and budget(args) >= 90 else {"status": "skipped"})
+        save()
         report["ok"] = passed(report)
     except Exception:
         report["fatal"] = traceback.format_exc()[-4000:]

@@ -191,3 +191,41 @@ def test_the_entry_point_finds_its_parts_from_any_folder(tmp_path):
                           capture_output=True, text=True, env={"PATH": os.environ.get("PATH", "")})
     assert done.returncode == 0, done.stderr
     assert "--batch-sizes" in done.stdout and "--comfyui-version" in done.stdout
+
+
+def test_the_reserve_leaves_room_for_the_larger_model_and_its_run_not_for_both():
+    from tools.comfy_gpu import eviction
+
+    total, ours, second = 80 * 2 ** 30, int(2.2 * 2 ** 30), int(4.1 * 2 ** 30)
+    budget = total / 2 ** 30 - eviction.reserve_gib(total, [ours, second])  # what ComfyUI may use, GiB
+    need = lambda size: 1.1 * size / 2 ** 30 + 0.8  # noqa: E731 (model_management.load_models_gpu's rule)
+    assert need(second) < budget < need(second) + ours / 2 ** 30
+
+
+def test_the_second_graph_sits_beside_ours_with_its_links_renamed():
+    from tools.comfy_gpu import eviction
+
+    graph = {"1": {"class_type": "Load", "inputs": {"model": "x"}}, "2": {"class_type": "Gen", "inputs": {
+        "model": ["1", 0], "text": "hi", "pair": [3, 4]}}}
+    moved = eviction.prefixed(graph, "second_")
+    assert set(moved) == {"second_1", "second_2"}
+    assert moved["second_2"]["inputs"] == {"model": ["second_1", 0], "text": "hi", "pair": [3, 4]}
+    assert graph["2"]["inputs"]["model"] == ["1", 0]
+
+
+def test_only_comfyuis_model_management_lines_since_the_mark_are_kept(tmp_path):
+    from tools.comfy_gpu import eviction
+
+    log = tmp_path / "server.log"
+    log.write_text("Requested to load TTSWeights\nprompt executed\n")
+    lines, mark = eviction.memory_lines(log, 0)
+    log.write_text(log.read_text() + "loaded completely 4100 MB\n2 models unloaded.\nPrompt executed in 1 s\n")
+    assert lines == ["Requested to load TTSWeights"]
+    assert eviction.memory_lines(log, mark)[0] == ["loaded completely 4100 MB", "2 models unloaded."]
+
+
+def test_the_run_fails_when_our_model_comes_back_with_another_take():
+    ok = dict(workflows={}, render_lines=[], over_max={"status": "rejected"}, interrupt={"status": "skipped"},
+              repeated={"all_success": True})
+    assert report.passed({**ok, "eviction": {"status": "skipped"}})
+    assert not report.passed({**ok, "eviction": {"ok": False, "variants": {}}})
