@@ -229,3 +229,16 @@ def test_the_run_fails_when_our_model_comes_back_with_another_take():
               repeated={"all_success": True})
     assert report.passed({**ok, "eviction": {"status": "skipped"}})
     assert not report.passed({**ok, "eviction": {"ok": False, "variants": {}}})
+
+
+def test_a_partial_unload_is_an_eviction_and_a_complete_load_brings_ours_back():
+    from tools.comfy_gpu import eviction
+
+    # the lines ComfyUI 0.33.0 wrote on an H100 (bench/results/h100-2026-11-23b/comfyui-0.33-gpu)
+    second = ["Requested to load TTSWeights", "Unloaded partially: 1095.60 MB freed, 1128.29 MB remains loaded, "
+              "18.00 MB buffer reserved, lowvram patches: 0", "loaded completely;  4102.99 MB loaded, full load: True"]
+    again = ["Unloaded partially: 1372.46 MB freed, 2762.65 MB remains loaded, 24.01 MB buffer reserved, lowvram "
+             "patches: 0", "loaded completely;  2191.76 MB loaded, full load: True"]
+    assert eviction.judged(second, again) == {"evicted": True, "loaded_back": True}
+    assert eviction.judged(second[:1] + second[2:], again[1:]) == {"evicted": False, "loaded_back": True}
+    assert eviction.judged(["0 models unloaded."], [])["evicted"] is False

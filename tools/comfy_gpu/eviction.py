@@ -57,6 +57,15 @@ def memory_lines(log_path: Path, start: int) -> tuple[list[str], int]:
     return [line[:200] for line in text[start:].splitlines() if MEMORY_LINES.search(line)][:20], len(text)
 
 
+def judged(second_loads: list[str], ours_again: list[str]) -> dict:
+    """Whether ComfyUI evicted ours to load the second model, and loaded ours back, from its log lines. ComfyUI
+    unloads only what it needs: "Unloaded partially" moves part of a model's weights to the CPU and keeps the model
+    in its list (so loading it back logs no new "Requested to load"); a whole unload is a debug line, counted in
+    "N models unloaded" when its second pass runs."""
+    evicted = any(re.search(r"(?i)unloaded partially|[1-9]\d* models unloaded", line) for line in second_loads)
+    return {"evicted": evicted, "loaded_back": any("loaded completely" in line for line in ours_again)}
+
+
 def samples(comfy: Path, server: Server, pid: str, node: str):
     """The audio the Save node `node` wrote in prompt `pid`, decoded (the file's metadata names its prompt, so the
     bytes of two equal takes differ)."""
@@ -124,12 +133,11 @@ def one_variant(cmd: list[str], comfy: Path, log_path: Path, args, clone: dict, 
             same_shape = first.shape == again.shape
             result["audio_equal"] = bool(same_shape and np.array_equal(first, again))
             result["max_abs_diff"] = float(np.abs(first - again).max()) if same_shape else None
-        # ComfyUI logs "Requested to load" only for a model it does not hold (its unloads are debug lines): in the
-        # last step the second chain is cached and only ours runs, so the line means ours had been evicted.
-        result["evicted"] = None if args.cpu or len(steps) < 3 else any(
-            "Requested to load" in line for line in steps[2]["memory_log"])
+        if not args.cpu and len(steps) == 3:
+            result.update(judged(steps[1]["memory_log"], steps[2]["memory_log"]))
         result["ok"] = (len(steps) == 3 and all(s["status"] == "success" for s in steps)
-                        and result.get("audio_equal") is True and result["evicted"] is not False)
+                        and result.get("audio_equal") is True and result.get("evicted") is not False
+                        and result.get("loaded_back") is not False)
         return result
     finally:
         server.stop()
