@@ -5,9 +5,9 @@ defaults (DynamicVRAM where the version has it) and with --disable-dynamic-vram 
 The sequence, one graph as a user builds it (our clone beside a 1.7B VoiceDesign model):
 1. the clone chain alone, seed S: the reference take, on a model loaded without pressure;
 2. both chains, the clone with another seed: the clone runs (cached model), then the VoiceDesign model loads and
-   ComfyUI must evict ours to fit it;
-3. both chains, the clone with seed S again: ComfyUI loads ours back (evicting the other) and the take must be
-   the reference's, sample for sample.
+   ComfyUI must evict ours, in part or whole, to fit it;
+3. both chains, the clone with seed S again: ComfyUI loads ours back whole (unloading the other as needed) and
+   the take must be the reference's, sample for sample.
 ComfyUI's node cache keeps our Load Model output across the three prompts (same node, same inputs), so step 3
 reloads the very model step 2 evicted, as a graph that holds both models does.
 """
