@@ -16,7 +16,7 @@ Before either side, one batch is rendered and thrown away, so that Triton's on-d
 Files go to `--out` (a temporary folder by default) and are removed after each side. Repeat with `--repeats`.
 
     python -m bench.scale --size tiny --device cpu --lines 48 --baseline-lines 24 --gpus 2 --batch-size 8
-    python -m bench.scale --model /tmp/model-0.6b --dtype bf16 --lines 20480 --baseline-lines 4096 --gpus 2 \\
+    python -m bench.scale --model /tmp/model-0.6b --dtype bf16 --lines 20480 --baseline-lines 2048 --gpus 2 \\
         --batch-size 64 --json out/scale.json
 """
 
@@ -117,11 +117,12 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_model_args(p)
     p.add_argument("--lines", type=int, default=20480)
-    p.add_argument("--baseline-lines", type=int, default=4096)
+    p.add_argument("--baseline-lines", type=int, default=2048)
     p.add_argument("--gpus", type=int, default=2, help="workers (GPUs; CPU workers with --device cpu)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--seq-groups", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=2)
+    # one repeat fits a device call (about 430 s on two H200s); repeat the call for a second figure
+    p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--out", type=Path, default=None, help="where the files go while a side runs (removed after)")
     p.add_argument("--json")
     args = p.parse_args(argv)

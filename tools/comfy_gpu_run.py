@@ -51,7 +51,7 @@ from comfy_gpu.install import (ROOT, finish_checkpoints, git_head, install, load
                                stage_voices, start_checkpoints)
 from comfy_gpu.report import log_findings, passed, print_summary, vram_check
 from comfy_gpu.runs import (budget, cloning_prompt, eager_control, generate_and_unload, interrupt_test, over_max,
-                            render_lines, repeated_runs, run_workflows, with_defaults)
+                            render_lines, repeated_runs, run_workflows, with_defaults, workflow_with)
 from comfy_gpu.server import Server, server_command, settle_vram, vram
 
 
@@ -178,8 +178,7 @@ def main() -> int:
 
         # 10. Memory pressure: a fresh server with room for one model, not two; a VoiceDesign model beside our clone
         # makes ComfyUI evict ours, then ours is loaded back and must give the same take (comfy_gpu/eviction.py).
-        design = next((wt.ui_to_api(wf, info) for wf in ui.values()
-                       if any(n["type"] == "Qwen3TTSMorphVoiceDesign" for n in wf["nodes"])), None)
+        design = workflow_with(ui, info, wt, "Qwen3TTSMorphVoiceDesign")
         total = (report.get("comfy_devices") or [{}])[0].get("vram_total")
         report["eviction"] = (eviction_test(cmd, comfy, out, args, clone, design, info, total)
                               if clone and design and budget(args) >= 90 else {"status": "skipped"})

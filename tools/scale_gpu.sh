@@ -6,9 +6,9 @@
 #                                              # pack never imports, so that it fits a device call), record the commit
 #   bash tools/scale_gpu.sh OUTDIR [OPTION...] # on the GPU machine (no network), carrying .whl/scale: install them
 #                                              # offline, build random 0.6B bf16 weights, run bench/scale.py with the
-#                                              # OPTIONs (default: 20,480 lines, 2,048 on one GPU, every GPU, batch
-#                                              # 64, 1 repeat: about 430 s on two H200s; repeat the call)
-#                                              # and write OUTDIR/scale.json and OUTDIR/scale.log
+#                                              # OPTIONs (default: every GPU, and bench/scale.py's defaults: 20,480
+#                                              # lines, 2,048 on one GPU, batch 64, 1 repeat, about 430 s on two
+#                                              # H200s; repeat the call) and write OUTDIR/scale.json and scale.log
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v nvidia-smi >/dev/null 2>&1; then
@@ -39,5 +39,5 @@ gpus=$(nvidia-smi --list-gpus | wc -l)
 # a folder of its own per call: a warm machine keeps the last call's /tmp, and the builder refuses a full folder
 model=$(mktemp -d)/model-0.6b
 python3 -m bench.random_model --size 0.6b --dtype bfloat16 --out "$model" || exit 1
-[ $# -gt 0 ] || set -- --lines 20480 --baseline-lines 2048 --gpus "$gpus" --batch-size 64 --repeats 1
+[ $# -gt 0 ] || set -- --gpus "$gpus"  # bench/scale.py's defaults for the rest
 python3 -m bench.scale --model "$model" --device cuda --dtype bf16 --json "$out/scale.json" "$@"

@@ -127,16 +127,16 @@ def one_variant(cmd: list[str], comfy: Path, log_path: Path, args, clone: dict, 
             if run["status"] != "success":
                 break
         result["steps"] = steps
-        if len(steps) == 3 and all(s["status"] == "success" for s in steps) and save_node:
+        done = len(steps) == 3 and all(s["status"] == "success" for s in steps)
+        if done and save_node:
             first = samples(comfy, server, steps[0]["prompt_id"], save_node)
             again = samples(comfy, server, steps[2]["prompt_id"], save_node)
             same_shape = first.shape == again.shape
             result["audio_equal"] = bool(same_shape and np.array_equal(first, again))
             result["max_abs_diff"] = float(np.abs(first - again).max()) if same_shape else None
-        if not args.cpu and len(steps) == 3:
+        if done and not args.cpu:
             result.update(judged(steps[1]["memory_log"], steps[2]["memory_log"]))
-        result["ok"] = (len(steps) == 3 and all(s["status"] == "success" for s in steps)
-                        and result.get("audio_equal") is True and result.get("evicted") is not False
+        result["ok"] = (done and result.get("audio_equal") is True and result.get("evicted") is not False
                         and result.get("loaded_back") is not False)
         return result
     finally:

@@ -66,10 +66,15 @@ def run_workflows(server: Server, ui: dict, info: dict, wt, args, report: dict, 
         save()
 
 
+def workflow_with(ui: dict, info: dict, wt, node_type: str) -> dict | None:
+    """The API prompt of the first workflow that holds a node of `node_type`, or None."""
+    return next((wt.ui_to_api(wf, info) for wf in ui.values() if any(n["type"] == node_type for n in wf["nodes"])),
+                None)
+
+
 def lines_prompt(ui: dict, info: dict, wt, lines: int, batch_size: int) -> dict | None:
     """The dialogue workflow's graph with a Render Lines script of `lines` lines in batches of `batch_size`."""
-    base = next((wt.ui_to_api(wf, info) for wf in ui.values()
-                 if any(n["type"] == "Qwen3TTSMorphRenderLines" for n in wf["nodes"])), None)
+    base = workflow_with(ui, info, wt, "Qwen3TTSMorphRenderLines")
     if base is None:
         return None
     prompt = with_defaults(base, info)
