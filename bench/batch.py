@@ -30,7 +30,7 @@ import time
 import numpy as np
 import torch
 
-from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, mixed_texts, run_info, save
+from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, mixed_texts, run_info, save, script_lines
 from bench.speed import REF_TEXT, _peak_bytes, _sync, eos_suppressed, model_dims, reference_wave
 from morph.memory import working_memory
 from morph.scheduler import BatchTTS, Line, plan_batches
@@ -62,13 +62,13 @@ def weight_bytes(tts) -> int:
 
 
 def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int | None, warm_frames: int,
-               repeats: int, mode: str) -> dict:
-    """`frames=None`: every row ends at its own limit (the engine's default for its text)."""
+               repeats: int, mode: str, continuous: bool) -> dict:
+    """`frames=None`: every row ends at its own frame (batch.stop) or limit (the engine's default for its text)."""
     tts = batch.tts
     device = tts.device
     held = frames or HELD_FRAMES
     settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames)
-    # decode only in the scheduler's batches: longest first, as render forms them
+    # static batches as render forms them: longest first
     batches = plan_batches([(settings.frame_limit(line.text.strip()), line.text.strip()) for line in lines], size)
     chunks = [[lines[i] for i in batch] for batch in batches]
     ordered = [line for chunk in chunks for line in chunk]
@@ -77,7 +77,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         # warm-up at this batch size: allocator, kernels, and any CUDA graph for this shape
         warm = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=warm_frames)
         start = time.perf_counter()
-        batch.codes(chunks[0], warm)
+        batch.codes(chunks[0], warm, batch_size=size, continuous=continuous)
         _sync(device)
         warm_s = time.perf_counter() - start
         last_run = dict(getattr(tts.patch, "last_run", {}) or {})
@@ -85,13 +85,12 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
             torch.cuda.reset_peak_memory_stats()
         walls, codes = [], []
         for _ in range(repeats):
-            codes = []
             _sync(device)
             start = time.perf_counter()
-            for chunk in chunks:
-                codes += batch.codes(chunk, settings)
+            codes = batch.codes(ordered, settings, batch_size=size, continuous=continuous)
             _sync(device)
             walls.append(time.perf_counter() - start)
+        steps = tts.patch.last_run.get("frames_run") if continuous else None
         peak = _peak_bytes(device)
         _sync(device)
         start = time.perf_counter()
@@ -105,7 +104,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         for _ in range(repeats):
             _sync(device)
             start = time.perf_counter()
-            audio = batch.render(lines, settings, batch_size=size)
+            audio = batch.render(lines, settings, batch_size=size, continuous=continuous)
             _sync(device)
             e2e_walls.append(time.perf_counter() - start)
         e2e_peak = _peak_bytes(device)
@@ -114,11 +113,12 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     e2e_audio_s = sum(a.size for a in audio) / SAMPLE_RATE
     got = [int(c.shape[0]) for c in codes]
     audio_s = sum(got) / FRAMES_PER_SECOND
-    steps = sum(max(int(c.shape[0]) for c in codes[i:i + size]) for i in range(0, len(codes), size))
+    if steps is None:  # static: each batch runs to its longest row
+        steps = sum(max(int(c.shape[0]) for c in codes[i:i + size]) for i in range(0, len(codes), size))
     declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, size)
     weights = weight_bytes(tts)
     row = dict(
-        batch_size=size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=seq_groups,
+        batching="continuous" if continuous else "static", batch_size=size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=seq_groups,
         ran_as=tts.patch.last_run.get("mode"),
         frames_per_line=[min(got), max(got)], audio_s=round(audio_s, 2), wall_s=round(wall, 3),
         x_real_time=round(audio_s / wall, 2), ms_per_step=round(1000 * wall / steps, 3),
@@ -143,11 +143,14 @@ def main(argv=None) -> dict:
     add_model_args(p)
     p.add_argument("--lines", type=int, default=32)
     p.add_argument("--frames", type=int, default=62, help="frames per line (12.5 a second; 62 is about 5 s)")
-    p.add_argument("--lengths", default="uniform", choices=["uniform", "mixed"],
-                   help="uniform: every line --frames long; mixed: a script's spread, each row ending at its own "
-                        "frame (about 5.4 to 15.2 s; --frames is ignored)")
+    p.add_argument("--lengths", default="uniform", choices=["uniform", "mixed", "script"],
+                   help="uniform: every line --frames long; mixed: each row ending at its text-derived limit "
+                        "(about 5.4 to 15.2 s); script: a realistic script, 1-15 s lines each ending at its own "
+                        "frame, not where its text length says (bench.common.script_lines); --frames is ignored "
+                        "but for uniform")
     p.add_argument("--batch-sizes", default="1,8,16,32", help="comma list; 1 = one line at a time")
     p.add_argument("--seq-groups", default="15,5", help="comma list of seq_groups")
+    p.add_argument("--batching", default="continuous,static", help="comma list: continuous, static")
     p.add_argument("--modes", default="auto", help=f"comma list of morph modes, of {', '.join(MODES)}")
     p.add_argument("--prompts", default="mixed", choices=["mixed", "xvector", "icl"],
                    help="voices of the lines: x-vector and ICL alternating, or all one kind")
@@ -160,34 +163,41 @@ def main(argv=None) -> dict:
     voices = {"xvector": tts.make_voice(reference_wave(), 24000),
               "icl": tts.make_voice(reference_wave(), 24000, REF_TEXT)}
     kinds = ["xvector", "icl"] if args.prompts == "mixed" else [args.prompts]
-    texts = mixed_texts(args.lines) if args.lengths == "mixed" else script(args.lines)
-    frames = None if args.lengths == "mixed" else args.frames
+    ends = dict(script_lines(args.lines)) if args.lengths == "script" else {}
+    texts = (list(ends) if ends else mixed_texts(args.lines) if args.lengths == "mixed" else script(args.lines))
+    frames = args.frames if args.lengths == "uniform" else None
     lines = [Line(text, voices[kinds[i % len(kinds)]], "English") for i, text in enumerate(texts)]
     batch = BatchTTS(tts)
+    if ends:  # random weights never stop on their own: each row ends where its speech would (EOS held back before)
+        batch.stop = lambda row: min(row.limit, ends[row.text])
 
     results = []
     report = dict(
         run_info(tts.device), dtype=str(tts.tts.model.dtype).replace("torch.", ""), attention=args.attention,
         model=args.model or f"random weights, {args.size} dims", dims=model_dims(tts), lines=args.lines,
         lengths=args.lengths, frames_per_line=frames,
+        script_frames=[min(ends.values()), max(ends.values()), sum(ends.values())] if ends else None,
         seconds_per_line=None if frames is None else round(frames / FRAMES_PER_SECOND, 2), prompts=args.prompts,
         results=results, complete=False,
     )
     for mode in args.modes.split(","):
         for k in (int(x) for x in args.seq_groups.split(",")):
             for size in (int(x) for x in args.batch_sizes.split(",")):
-                row = dict(mode=mode)
-                try:
-                    row.update(run_config(batch, lines, size, k, frames, args.warm_frames, args.repeats, mode))
-                except Exception as e:  # keep the other configurations' numbers
-                    row.update(batch_size=size, seq_groups=k, error=f"{type(e).__name__}: {e}")
-                results.append(row)
-                print(json.dumps(row), file=sys.stderr, flush=True)
-                save(report, args.json)
+                for way in args.batching.split(","):
+                    row = dict(mode=mode)
+                    try:
+                        row.update(run_config(batch, lines, size, k, frames, args.warm_frames, args.repeats, mode,
+                                              way == "continuous"))
+                    except Exception as e:  # keep the other configurations' numbers
+                        row.update(batching=way, batch_size=size, seq_groups=k, error=f"{type(e).__name__}: {e}")
+                    results.append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+                    save(report, args.json)
 
     for row in results:  # speed-up over one line at a time, same mode and seq_groups
         one = next((r for r in results if r.get("batch_size") == 1 and r.get("mode") == row.get("mode")
-                    and r.get("seq_groups") == row.get("seq_groups") and "wall_s" in r), None)
+                    and r.get("seq_groups") == row.get("seq_groups") and r.get("batching") == row.get("batching")
+                    and "wall_s" in r), None)
         if one is not None and "wall_s" in row:
             row["speedup_vs_one_at_a_time"] = round(one["wall_s"] / row["wall_s"], 2)
     report["complete"] = True

@@ -29,6 +29,21 @@ def mixed_texts(n: int) -> list[str]:
     return [_WORDS[:int(rng.integers(1, 30))].strip() or "we" for _ in range(n)]
 
 
+def script_lines(n: int) -> list[tuple[str, int]]:
+    """n lines of a realistic script (a fixed draw): (text, the frame its speech ends at). Durations from 1 to 15 s,
+    log-uniform (dialogue is mostly short lines), about 14 characters a second of text, and each line spoken at its
+    own rate (0.8-1.2x), so where it ends is not where its text length says: as with real speech, which ends at
+    EOS well before the text-derived frame limit that batches are sorted by."""
+    rng = np.random.default_rng(1)
+    lines = []
+    for i in range(n):
+        seconds = float(np.exp(rng.uniform(np.log(1.0), np.log(15.0))))
+        chars = max(2, int(round(14 * seconds)))
+        text = (f"{i} " + _WORDS * (chars // len(_WORDS) + 1))[:chars].strip()
+        lines.append((text, max(1, int(round(seconds * 12.5 * rng.uniform(0.8, 1.2))))))
+    return lines
+
+
 def add_model_args(p) -> None:
     """The arguments load_bench_model reads: which model, on what, in which precision."""
     p.add_argument("--model", help="a checkpoint folder (real or built); default: build random weights at --size")

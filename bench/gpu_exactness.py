@@ -20,7 +20,7 @@ import torch
 from bench.common import emit
 from bench.speed import REF_TEXT, Runner, eos_suppressed, reference_wave, stack
 from morph.engine import MorphTTS
-from morph.decode.sampling import draw
+from morph.decode.sampling import draw, torch_noise
 
 
 def multinomial_matches_draw() -> bool:
@@ -28,7 +28,7 @@ def multinomial_matches_draw() -> bool:
     torch.manual_seed(7)
     a = torch.multinomial(probs, 1).squeeze(1)
     torch.manual_seed(7)
-    b = draw(probs)
+    b = draw(probs, torch_noise(probs))
     return bool(torch.equal(a, b))
 
 

@@ -10,7 +10,10 @@
     batch, CODEC_VALUES_PER_ROW_FRAME activations each;
   - WORKSPACE: cuBLAS's workspaces, the CUDA graphs' pool, the sampler's and the code predictor's scratch.
 
-Prefill and codec never run at once, so a run needs state + the larger of the two + WORKSPACE. The prefill
+In a static batch (eager mode) prefill and codec never run at once, so a run needs state + the larger of the
+two + WORKSPACE. The continuous batch (every other mode, morph/continuous.py) sizes its state for twice the
+largest row's slots (rows join at the running position), and decodes ended rows on the codec worker while
+rows join, so it needs state + prefill + codec + WORKSPACE. The prefill
 counts a token per character (a CJK text's count), so for English it is on the high side; bench/batch.py
 reports this declaration beside the measured peak.
 """
@@ -20,25 +23,18 @@ from __future__ import annotations
 from typing import Sequence
 
 from .codec import DECODE_ROW_FRAMES, row_frames
+from .continuous import runs_continuous
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
+from .prompts import prompt_tokens
 from .settings import GenerationSettings, capacity_for
 
-PROMPT_OVERHEAD_TOKENS = 32  # chat markup, codec control tokens, the speaker embedding
 # Fit to the peaks of tests/gpu/test_memory.py on an H100 (0.6B dims, bf16, fused, 5 s lines, x-vector and ICL,
 # batch 1 to 64; bench/results/h100-2026-11-23/memory/): above the weights, 29 MiB per row (the state) plus
 # 2.38 MiB per row-frame of the largest codec call plus 137 MiB, to within 2% at every point. This declaration
 # then gives 1.01-1.02x those peaks for x-vector voices and 1.01-1.23x for ICL ones (its prefill is on the high side).
 CODEC_VALUES_PER_ROW_FRAME = 1_250_000  # the decoder's live activations per frame of a row, in its dtype's values
 WORKSPACE = 144 * 2**20
-
-
-def prompt_tokens(text: str, voice: Voice | None = None, instruct: str = "") -> int:
-    """At most one token per character of text, plus an ICL voice's transcript and reference frames."""
-    tokens = len(text) + len(instruct) + PROMPT_OVERHEAD_TOKENS
-    if voice is not None and voice.icl:
-        tokens += len(voice.ref_text or "") + int(voice.ref_code.shape[0])
-    return tokens
 
 
 def _rows(lines, settings: GenerationSettings, instruct: str) -> list[tuple[int, int, int]]:
@@ -69,12 +65,14 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * itemsize
     prompt = max(p for p, _, _ in batch)
 
-    slots = capacity_for(max(p + f for p, f, _ in batch) + 1)
+    continuous = runs_continuous(tts)
+    need = max(p + f for p, f, _ in rows) + 1
+    slots = capacity_for(2 * need) if continuous else capacity_for(max(p + f for p, f, _ in batch) + 1)
     state = width * slots * (kv_per_token + 2 * config.hidden_size * itemsize)
     prefill = width * prompt * (kv_per_token + (3 * config.intermediate_size + 4 * config.hidden_size) * itemsize
                                 + config.num_attention_heads * prompt * 4)
     codec = CODEC_VALUES_PER_ROW_FRAME * _codec_itemsize(model) * _largest_codec_call([c for _, _, c in rows], width)
-    return int(state + max(prefill, codec) + WORKSPACE)
+    return int(state + (prefill + codec if continuous else max(prefill, codec)) + WORKSPACE)
 
 
 def _largest_codec_call(codec_frames: list[int], width: int) -> int:

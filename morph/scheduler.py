@@ -1,4 +1,4 @@
-"""The batch loop every front end feeds: every line, alone or in a script, is a row of a batch.
+"""The batch front end every caller feeds: every line, alone or in a script, is a row of a batch.
 
     batch = BatchTTS(tts)                                   # tts: a loaded MorphTTS
     lines = [Line("Hello there.", alice, "English"), Line("Hi!", bob, "English"), ...]
@@ -7,33 +7,32 @@
 
 `MorphTTS.clone`, `custom_voice` and `voice_design` render one line: validation, splitting, seeding, progress,
 out-of-memory handling and decoding are here only, and only this module sets the patch's per-call inputs
-(seq_groups, on_step). A text over MAX_SEGMENT_CHARS is split at sentence ends into rows of the same render, and
-joined again with SEGMENT_PAUSE_SECONDS of silence.
+(seq_groups, on_step, row_stops). A text over MAX_SEGMENT_CHARS is split at sentence ends into rows of the same
+render, and joined again with SEGMENT_PAUSE_SECONDS of silence.
 
-A batch builds its prompt inputs as upstream's generate_voice_clone, generate_custom_voice and
-generate_voice_design do and runs upstream's batched `Qwen3TTSForConditionalGeneration.generate`
-once (left-padded prompts, each row stopped at its own EOS); the morph decode answers inside it
-through the model's patch. The codec decodes the batch's rows in pieces of bounded size (morph/codec.py), so its
-memory does not grow with the batch. A finished row keeps its slot until its batch ends, so rows are sorted by
-frame limit, longest first. Each row keeps its own frame limit: the batch runs to the largest and cuts each row.
-
-Seeds: one per generate call. `torch.manual_seed(settings.seed)` runs right before every batched generate (retries
-included), which makes a batch of one single-segment line upstream's generate_* seeded the same way, bit for bit
-(tests/morph/test_exactness.py). All rows of a batch draw from that stream, so with sampling a row's take depends on
-its companions and position (a long line's segments are not each restarted from the seed); `seed=None` reseeds none.
+Two ways to run the rows, picked by the decode mode (morph/decode/runner.py says what a mode runs as):
+- continuous (every mode but eager; morph/continuous.py): one running batch of `batch_size` slots; a row that ends
+  gives its slot to the next row at once, and its audio is decoded on a worker thread while the batch goes on.
+  Each row draws from its own random stream, keyed by the seed and the row itself (morph/decode/streams.py), so a
+  seeded line's take is the same alone, in any batch, at any position, and after a resume, up to the rounding a
+  different batch shape brings (below).
+- static (eager, the exact reference): upstream's batched `Qwen3TTSForConditionalGeneration.generate` per batch of
+  rows of like length (longest first), each row ending at its own EOS or limit, the codec after it. Seeds as
+  upstream: `torch.manual_seed(settings.seed)` right before every batched generate (retries included), so a batch
+  of one single-segment line is upstream's generate_* seeded the same way, bit for bit
+  (tests/morph/test_exactness.py); all rows draw from that one stream, so a row's take depends on its companions.
+  `seed=None` reseeds none.
 
 Batch invariance (greedy, fp32, CPU; tests/morph/test_scheduler.py): a row never sees its companions' data (for a
 fixed batch shape and row position its logits are bit-identical whatever they hold), but the shape changes the low
 bits (GEMM reduction order depends on M; left padding shifts keys across SIMD lanes; CPU sdpa depends on the row
 index). Bit-identical rows across shapes would need per-row GEMVs and attention, that is, no batching; the
-differences are about 1e-7 on logits of order 1, so greedy codes agree unless two tokens are that close. The batched
-codec decode is the same: a row differs from its decode alone by rounding (about 5e-7 on samples in [-1, 1]) and is
-bit-identical to upstream decoding the same rows together (on CUDA the codec's activation is the fused kernel of
-morph/kernels/snake.py, which matches upstream's to rounding).
+differences are about 1e-7 on logits of order 1, so greedy codes agree unless two tokens are that close. The codec
+decodes rows in pieces of bounded size (morph/codec.py): a row differs from its decode alone by rounding.
 
-Out of memory (generation, a CUDA graph capture or the codec): the batch is retried as two halves (logged) and later
-batches keep the smaller size, down to one row; a row that does not fit alone is a RuntimeError that names the node
-and what to change.
+Out of memory (generation, a CUDA graph capture or the codec): the rows not yet rendered are retried with half the
+batch (logged), down to one row; a row that does not fit alone is a RuntimeError that names the node and what to
+change. Rows already rendered are kept.
 """
 
 from __future__ import annotations
@@ -41,15 +40,16 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import Counter
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from .codec import decode_rows
-from .lines.text_split import MAX_SEGMENT_CHARS, split_text
-from .lines.voice import Voice, check_voice_fits
+from .continuous import run_rows, runs_continuous
+from .lines.line import Line, Row
+from .lines.voice import Voice
+from .prompts import make_rows, prompt_inputs
 from .settings import SAMPLE_RATE, GenerationSettings
 
 log = logging.getLogger(__name__)
@@ -58,38 +58,6 @@ DEFAULT_BATCH_SIZE = 16
 SEGMENT_PAUSE_SECONDS = 0.2  # between the segments of a long text
 OnStep = Callable[[int, int], None]  # (done frame slots, total frame slots)
 OnLine = Callable[[int, np.ndarray], None]  # (index into the lines given, float32 24 kHz audio)
-
-
-@dataclass(frozen=True)
-class Line:
-    """One text of upstream's generate_*, in its language: by a Voice (Base model; x-vector and ICL
-    mix freely), a built-in speaker with an optional instruct (CustomVoice), or an instruct alone
-    (VoiceDesign)."""
-
-    text: str
-    voice: Voice | None = None
-    language: str = "Auto"
-    speaker: str | None = None
-    instruct: str = ""
-
-    @property
-    def variant(self) -> str:
-        """The model variant this line needs."""
-        if self.voice is not None:
-            return "base"
-        return "voice_design" if self.speaker is None else "custom_voice"
-
-
-@dataclass(frozen=True)
-class _Row:
-    """One row of a batch: a line, or one segment of a line too long for one pass."""
-
-    index: int  # into the lines given
-    segment: int
-    text: str
-    line: Line
-    where: str  # the node, and which line, for messages
-    limit: int  # the most frames of this row alone (max_new_tokens)
 
 
 class _Progress:
@@ -106,7 +74,7 @@ class _Progress:
             self.on_step(self.done, self.total)
 
 
-def _allotment(rows: Sequence[_Row]) -> int:
+def _allotment(rows: Sequence[Row]) -> int:
     return len(rows) * max(r.limit for r in rows)
 
 
@@ -121,59 +89,85 @@ class BatchTTS:
     def render(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
                batch_size: int | None = DEFAULT_BATCH_SIZE, on_step: OnStep | None = None,
                on_line: OnLine | None = None, who: str = "Render lines", split_long_text: bool = True,
-               sort: bool = True, labels: Sequence[str] | None = None) -> list[np.ndarray]:
+               sort: bool = True, labels: Sequence[str] | None = None,
+               continuous: bool | None = None) -> list[np.ndarray]:
         """Speak every line; returns float32 24 kHz audio per line, in the order given.
 
-        Rows (lines and segments) are rendered `batch_size` at a time, all at once when None
-        (longest first when `sort`). `on_line(i, audio)` is called as soon as line i is complete,
-        before the next batch starts, so a caller can keep finished lines when a later batch fails
-        or is cancelled. `on_step(done, total)` is called before every decode step with frame slots
-        across the whole render (see `_Progress`); an exception raised there (a cancel) stops the
-        render and propagates. Messages name line i as `labels[i]`, as "line i+1" when there are
-        several lines and no labels, and a single line not at all.
+        Rows (lines and segments) are rendered `batch_size` at a time, all at once when None (static batches:
+        longest first when `sort`). `on_line(i, audio)`
+        is called as soon as line i is complete, so a caller keeps finished lines when a later row fails or the
+        render is cancelled. `on_step(done, total)` is called before every decode step with frame slots across
+        the whole render (see `_Progress`); an exception raised there (a cancel) stops the render and propagates.
+        Messages name line i as `labels[i]`, as "line i+1" when there are several lines and no labels, and a
+        single line not at all. `continuous` (None: every mode but eager) picks the way the rows run (module
+        docstring); False runs static batches in any mode (what bench/batch.py compares against).
         """
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):  # True is no size
             raise ValueError(f"{who}: batch_size must be an integer >= 1, got {batch_size!r}; 16 suits most GPUs")
         settings = (settings or GenerationSettings()).validate(who)
-        rows = self._rows(lines, settings, who, split_long_text, labels)
+        rows = make_rows(self.tts, lines, settings, who, split_long_text, labels)
         if not rows:
             return []
         cap = batch_size or len(rows)
-        planned = [[rows[i] for i in batch] for batch in plan_batches([(r.limit, r.text) for r in rows], cap, sort)]
-        progress = _Progress(on_step, sum(_allotment(b) for b in planned))
-
         parts = {i: [None] * n for i, n in Counter(r.index for r in rows).items()}  # each line's segments
         results: list[np.ndarray | None] = [None] * len(lines)
-        for batch in planned:
-            start, pending = progress.done, batch
-            while pending:
-                chunk, pending = pending[:cap], pending[cap:]
-                audio = self._attempt(chunk, settings, progress)
-                if audio is None:  # out of memory: halve and go on at that size
-                    cap = (len(chunk) + 1) // 2
-                    log.warning("%s: out of GPU memory with a batch of %d rows; retrying in batches of %d",
-                                who, len(chunk), cap)
-                    pending = chunk + pending
-                    continue
-                for row, wav in zip(chunk, audio):
-                    parts[row.index][row.segment] = wav
-                    if all(part is not None for part in parts[row.index]):
-                        results[row.index] = join_with_pauses(parts.pop(row.index))
-                        if on_line is not None:
-                            on_line(row.index, results[row.index])
-            progress.done = start + _allotment(batch)  # rows that ended early leave the rest of it unused
+
+        def deliver(row: Row, wav: np.ndarray) -> None:
+            parts[row.index][row.segment] = wav
+            if all(part is not None for part in parts[row.index]):
+                results[row.index] = join_with_pauses(parts.pop(row.index))
+                if on_line is not None:
+                    on_line(row.index, results[row.index])
+
+        run = self._continuous if (runs_continuous(self.tts) if continuous is None else continuous) else self._static
+        pending = rows
+        while pending:
+            kept = {(r.index, r.segment) for r in pending if r.index in parts and parts[r.index][r.segment] is None}
+            pending = [r for r in pending if (r.index, r.segment) in kept]
+            if not pending:
+                break
+            try:
+                run(pending, settings, cap, on_step, deliver, sort)
+                break
+            except torch.cuda.OutOfMemoryError as e:
+                oom = str(e).splitlines()[0] if str(e) else "CUDA out of memory"
+            # Outside the except block, so the failed attempt's tensors (held by the traceback) are released
+            # before the cache is emptied.
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            width = min(cap, len(pending))
+            if width == 1:
+                raise RuntimeError(_too_large(pending[0], oom))
+            cap = (width + 1) // 2
+            log.warning("%s: out of GPU memory with a batch of %d rows; retrying in batches of %d",
+                        who, width, cap)
         if batch_size is not None and cap < batch_size:
             log.warning("%s: finished with batches of at most %d rows after running out of GPU memory at %d; "
                         "set batch_size to %d to skip the failed attempts next time", who, cap, batch_size, cap)
         return results
 
     def codes(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
-              on_step: OnStep | None = None, who: str = "Render lines") -> list[torch.Tensor]:
-        """The codec codes [frames, 16] of each line from ONE batched generate, rows in the order given.
-        Every line must fit one pass (at most MAX_SEGMENT_CHARS characters)."""
+              on_step: OnStep | None = None, who: str = "Render lines", batch_size: int | None = None,
+              continuous: bool | None = None) -> list[torch.Tensor]:
+        """The codec codes [frames, 16] of each line, in the order given, without the codec: the decode alone.
+        Every line must fit one pass (at most MAX_SEGMENT_CHARS characters); all lines in one batch when
+        batch_size is None (static: ONE batched generate, rows in the order given)."""
         settings = (settings or GenerationSettings()).validate(who)
-        rows = self._rows(lines, settings, who, split_long_text=False)
-        return self._generate(rows, settings, _Progress(on_step, _allotment(rows))) if rows else []
+        rows = make_rows(self.tts, lines, settings, who, split_long_text=False)
+        if not rows:
+            return []
+        out: list[torch.Tensor | None] = [None] * len(rows)
+        width = batch_size or len(rows)
+        if runs_continuous(self.tts) if continuous is None else continuous:
+            progress = _Progress(on_step, sum(r.limit for r in rows))
+            run_rows(self.tts, rows, settings, width, self.stop, lambda r, c: out.__setitem__(r.index, c),
+                     lambda live: progress.report(progress.done + live), audio=False)
+            return out
+        for batch in plan_batches([(r.limit, r.text) for r in rows], width, longest_first=False):
+            chunk = [rows[i] for i in batch]
+            for row, c in zip(chunk, self._generate(chunk, settings, _Progress(on_step, _allotment(chunk)))):
+                out[row.index] = c
+        return out
 
     def decode(self, codes: Sequence[torch.Tensor], voices: Sequence[Voice | None]) -> list[np.ndarray]:
         """Audio of each row's codes (voices[i]: row i's Voice, None without one), as upstream's generate_*
@@ -185,75 +179,43 @@ class BatchTTS:
     def check(self, lines: Sequence[Line], settings: GenerationSettings, who: str,
               labels: Sequence[str] | None = None) -> None:
         """Refuse a line this model cannot speak (as render would, before any work), naming it as labels do."""
-        self._rows(lines, settings.validate(who), who, True, labels)
+        make_rows(self.tts, lines, settings.validate(who), who, True, labels)
 
-    # -- checks and rows --------------------------------------------------------------
-    def _rows(self, lines: Sequence[Line], settings: GenerationSettings, who: str, split_long_text: bool,
-              labels: Sequence[str] | None = None) -> list[_Row]:
-        rows = []
-        for i, line in enumerate(lines):
-            where = f"{who} ({labels[i]})" if labels else f"{who} (line {i + 1})" if len(lines) > 1 else who
-            if not isinstance(line, Line):
-                raise TypeError(f"{where}: expected a morph.scheduler.Line, got {type(line).__name__}")
-            self._check(line, who, where)
-            text = line.text.strip()
-            pieces = split_text(text, MAX_SEGMENT_CHARS) if len(text) > MAX_SEGMENT_CHARS else [text]
-            if len(pieces) > 1 and not split_long_text:
-                raise ValueError(f"{where}: the text is {len(text)} characters, over the {MAX_SEGMENT_CHARS}-character "
-                                 "limit of one segment; turn on split_long_text or shorten the text")
-            if len(pieces) > 1:
-                log.info("%s: a %d-character text is rendered as %d segments", where, len(text), len(pieces))
-            rows += [_Row(i, s, piece, line, where, settings.frame_limit(piece)) for s, piece in enumerate(pieces)]
-        return rows
+    def stop(self, row: Row) -> int:
+        """The frame at which a row ends at the latest: its limit. (A benchmark on random weights, which never
+        end on their own, ends rows where speech would instead.)"""
+        return row.limit
 
-    def _check(self, line: Line, who: str, where: str) -> None:
-        tts = self.tts
-        tts.require_variant(line.variant, who)
-        if not isinstance(line.text, str) or not line.text.strip():
-            raise ValueError(f"{where}: text is empty; type the words to speak")
-        if not isinstance(line.language, str) or line.language.lower() not in {x.lower() for x in tts.languages}:
-            raise ValueError(f"{where}: language {line.language!r} is not supported by this model; "
-                             f"choose one of {', '.join(tts.languages)}")
-        if line.variant == "base":
-            check_voice_fits(line.voice, tts.hidden_size, tts.model_size, where)
-            ref_text = line.voice.ref_text
-            # the text to speak and the reference transcript are easy to swap, and a swap fails silently
-            if ref_text and " ".join(ref_text.split()).lower() == " ".join(line.text.split()).lower():
-                log.warning("%s: the text to speak is the same as the voice's transcript; if they were swapped, "
-                            "put the words of the reference clip in the Voice prompt's transcript", where)
-        if line.variant == "custom_voice" and str(line.speaker).lower() not in {s.lower() for s in tts.speakers}:
-            raise ValueError(f"{where}: unknown speaker {line.speaker!r}; this model has {', '.join(tts.speakers)}")
+    # -- the two ways to run rows ------------------------------------------------------
+    def _continuous(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,
+                    deliver, sort: bool) -> None:
+        """One running batch of `width` slots (rows join longest first whatever `sort`)."""
+        progress = _Progress(on_step, sum(r.limit for r in rows))
+        run_rows(self.tts, rows, settings, width, self.stop, deliver,
+                 lambda live: progress.report(progress.done + live))
 
-    # -- one batch ---------------------------------------------------------------------
-    def _attempt(self, rows: list[_Row], settings: GenerationSettings, progress: _Progress) -> list[np.ndarray] | None:
-        """The rows' audio, or None when the GPU ran out of memory (progress rewound, cache emptied);
-        a single row that does not fit is an error."""
-        base = progress.done
-        try:
-            return self.decode(self._generate(rows, settings, progress), [r.line.voice for r in rows])
-        except torch.cuda.OutOfMemoryError as e:
-            oom = str(e).splitlines()[0] if str(e) else "CUDA out of memory"
-        # Outside the except block, so the failed attempt's tensors (held by the traceback) are
-        # already released when the cache is emptied.
-        progress.done = base
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        if len(rows) == 1:
-            row = rows[0]
-            raise RuntimeError(
-                f"{row.where}: the GPU ran out of memory rendering a single row ({len(row.text)} characters, up to "
-                f"{row.limit} frames): {oom}; free VRAM (ComfyUI's Unload models), set max_new_tokens lower, "
-                "shorten the text, or load the model in bf16")
-        return None
+    def _static(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,
+                deliver, sort: bool) -> None:
+        """Batches of like length, longest first (when `sort`); each generated, then decoded, before the next."""
+        planned = [[rows[i] for i in batch]
+                   for batch in plan_batches([(r.limit, r.text) for r in rows], width, sort)]
+        progress = _Progress(on_step, sum(_allotment(b) for b in planned))
+        for batch in planned:
+            start = progress.done
+            codes = self._generate(batch, settings, progress)
+            for row, wav in zip(batch, self.decode(codes, [r.line.voice for r in batch])):
+                deliver(row, wav)
+            progress.done = start + _allotment(batch)  # rows that ended early leave the rest of it unused
 
-    def _generate(self, rows: list[_Row], settings: GenerationSettings, progress: _Progress) -> list[torch.Tensor]:
+    def _generate(self, rows: list[Row], settings: GenerationSettings, progress: _Progress) -> list[torch.Tensor]:
         """One batched upstream generate with the morph patch; codes [frames, 16] per row, cut to its limit."""
         model = self.tts.tts
         longest = max(rows, key=lambda r: r.limit)
         kwargs = model._merge_generate_kwargs(**settings.upstream_kwargs(longest.text))
-        inputs = self._prompt_inputs(rows)
+        inputs = prompt_inputs(self.tts, rows)
         patch = self.tts.patch
         patch.seq_groups = settings.seq_groups
+        patch.row_stops = [self.stop(r) for r in rows]
         if progress.on_step is not None:
             base, width, step = progress.done, len(rows), itertools.count(1)
             patch.on_step = lambda: progress.report(base + width * next(step))
@@ -262,28 +224,14 @@ class BatchTTS:
                 torch.manual_seed(settings.seed)
             codes, _ = model.model.generate(languages=[r.line.language for r in rows], **inputs, **kwargs)
         finally:
-            patch.on_step = None
+            patch.on_step = patch.row_stops = None
         return [c[: r.limit] for c, r in zip(codes, rows)]
 
-    def _prompt_inputs(self, rows: list[_Row]) -> dict:
-        """What upstream's generate_voice_clone, generate_custom_voice or generate_voice_design passes
-        to model.generate besides the languages and sampling settings, built the way they build it."""
-        model, variant = self.tts.tts, rows[0].line.variant
-        inputs = dict(input_ids=model._tokenize_texts([model._build_assistant_text(r.text) for r in rows]))
-        if variant == "base":
-            items = [self.tts._prompt_item(r.line.voice) for r in rows]
-            return dict(inputs, voice_clone_prompt=model._prompt_items_to_voice_clone_prompt(items),
-                        ref_ids=[model._tokenize_texts([model._build_ref_text(it.ref_text)])[0] if it.ref_text
-                                 else None for it in items],
-                        non_streaming_mode=False)
-        # upstream drops the instruct for 0.6B CustomVoice models, which were trained without one
-        drop = variant == "custom_voice" and self.tts.model_size == "0b6"
-        instructs = ["" if drop else r.line.instruct.strip() for r in rows]
-        inputs.update(instruct_ids=[model._tokenize_texts([model._build_instruct_text(t)])[0] if t else None
-                                    for t in instructs], non_streaming_mode=True)
-        if variant == "custom_voice":
-            inputs["speakers"] = [r.line.speaker for r in rows]
-        return inputs
+
+def _too_large(row: Row, oom: str) -> str:
+    return (f"{row.where}: the GPU ran out of memory rendering a single row ({len(row.text)} characters, up to "
+            f"{row.limit} frames): {oom}; free VRAM (ComfyUI's Unload models), set max_new_tokens lower, "
+            "shorten the text, or load the model in bf16")
 
 
 def plan_batches(shapes: Sequence[tuple[int, str]], size: int, longest_first: bool = True) -> list[list[int]]:

@@ -34,6 +34,14 @@ _TALKER_KWARGS = {
 }
 
 
+class _Captured(Exception):
+    """Carries the talker's keywords out of upstream's generate (MorphPatch.prompt_of)."""
+
+    def __init__(self, kwargs: dict):
+        super().__init__("prompt captured")
+        self.kwargs = kwargs
+
+
 class MorphPatch:
     """The live patch on one model. Change `seq_groups`, `mode` or `on_step` between calls freely."""
 
@@ -49,6 +57,8 @@ class MorphPatch:
         self.mode = runner.check_mode(mode)
         # Called once per frame before decoding it: progress and cancel hook in here.
         self.on_step: StepCallback | None = None
+        self.row_stops: list[int] | None = None  # the next call's rows end at these frames (TalkerLoop.generate)
+        self._capture = False
         self.talker.generate = self._talker_generate
         self.snakes = [m for m in tts.model.speech_tokenizer.model.modules() if type(m).__name__ == "SnakeBeta"]
         if self.snakes and graphs.triton_available():
@@ -63,7 +73,23 @@ class MorphPatch:
             raise RuntimeError(f"morph: talker.generate was called with {', '.join(unexpected)}, which this qwen-tts "
                                "version does not pass; install qwen-tts 0.1.1 (see the README)")
         loop_kwargs = {k: v for k, v in kwargs.items() if k not in ("output_hidden_states", "return_dict_in_generate")}
-        return self.loop.generate(**loop_kwargs, seq_groups=self.seq_groups, mode=self.mode, on_step=self.on_step)
+        if self._capture:
+            raise _Captured(loop_kwargs)
+        return self.loop.generate(**loop_kwargs, seq_groups=self.seq_groups, mode=self.mode, on_step=self.on_step,
+                                  row_stops=self.row_stops)
+
+    def prompt_of(self, generate: Callable[[], object]) -> dict:
+        """What `generate()` (upstream's generate on this model) passes the talker, without decoding: the prompt
+        of its batch (left-padded embeddings, mask, trailing text) and its sampling settings, as keywords of
+        TalkerLoop.generate. The continuous batch (morph/decode/slots.py) prefills rows from it."""
+        self._capture = True
+        try:
+            generate()
+        except _Captured as got:
+            return got.kwargs
+        finally:
+            self._capture = False
+        raise RuntimeError("morph: upstream's generate returned without calling the talker; install qwen-tts 0.1.1")
 
     @property
     def last_run(self) -> dict:

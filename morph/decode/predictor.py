@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from . import lean
 from ..settings import Sampling
-from .sampling import sample
+from .sampling import Noise, sample, torch_noise
 
 Layers = Callable[[torch.Tensor, int], torch.Tensor]  # (embeds [B, n, H], group) -> normed hidden [B, n, H]
 
@@ -89,6 +89,7 @@ class Predictor:
     def __init__(self, code_predictor: torch.nn.Module):
         self.cp = code_predictor
         self.num_groups = code_predictor.config.num_code_groups - 1
+        self.vocab_size = int(code_predictor.config.vocab_size)
         self.max_len = self.num_groups + 1  # a 2-token prefill, then one position per later group
         self._stacked: torch.Tensor | None = None
         self._stacked_emb: torch.Tensor | None = None
@@ -190,8 +191,9 @@ class Predictor:
 
     # -- the step: one definition for every mode ------------------------------------------
     def codes(self, inputs_embeds: torch.Tensor, seq_groups: int, sampling: Sampling, layers: Layers,
-              pick: Callable = sample) -> torch.Tensor:
-        """Codes of groups 1..15 for one frame: inputs_embeds [B, 2, H] -> int64 [B, 15]; no host syncs."""
+              pick: Callable = sample, noise: Noise = torch_noise) -> torch.Tensor:
+        """Codes of groups 1..15 for one frame: inputs_embeds [B, 2, H] -> int64 [B, 15]; no host syncs.
+        Group g draws at slot g + 1 of the frame's stream (slot 0 is the talker's)."""
         heads, embeddings = self.stacked_heads(), self.stacked_embeddings()
         codes: list[torch.Tensor] = []
         h = layers(inputs_embeds, 0)
@@ -199,8 +201,8 @@ class Predictor:
             if g:
                 h = layers(F.embedding(codes[-1].unsqueeze(1), embeddings[g - 1]), g)
             # upstream projects every position of the pass, then keeps the last one
-            codes.append(pick(F.linear(h, heads[g])[:, -1], sampling))
+            codes.append(pick(F.linear(h, heads[g])[:, -1], sampling, noise, g + 1))
         if seq_groups < self.num_groups:
             crossbar = torch.einsum("bh,gvh->bgv", h[:, -1], heads[seq_groups:])
-            codes.extend(pick(crossbar, sampling).unbind(1))
+            codes.extend(pick(crossbar, sampling, noise, seq_groups + 1).unbind(1))
         return torch.stack(codes, dim=1)

@@ -10,6 +10,10 @@ tensor shaped like p. Doing exactly that gives the same picks from the same gene
 state, and it never reads a value back to the host, so it can be captured in a CUDA
 graph (torch's own multinomial validates its input with host syncs on some versions).
 
+Where the race's Exp(1) values come from is the `noise` argument: `torch_noise` is torch's own
+generator, as upstream draws (the exact mode, and every run of upstream's batched generate);
+morph/decode/streams.py gives every row its own stream (the continuous batch).
+
 `TalkerRules` is the rest of the talker's HF logits processing in upstream's order:
 repetition penalty over the generated code-0 tokens, EOS held back before
 min_new_tokens, the suppressed codec ids, then the warpers.
@@ -17,10 +21,22 @@ min_new_tokens, the suppressed codec ids, then the warpers.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from ..kernels.kth import kth_largest
 from ..settings import Sampling
+
+
+# (probs [B, V] or [B, n, V], index of the row's first draw this frame) -> Exp(1) values shaped like probs
+Noise = Callable[[torch.Tensor, int], torch.Tensor]
+
+
+def torch_noise(probs: torch.Tensor, slot: int = 0) -> torch.Tensor:
+    """Upstream's stream: torch's generator, one `exponential_` over a tensor shaped like probs (the slot is
+    not used: the generator's state is the position in the stream)."""
+    return torch.empty_like(probs).exponential_(1)
 
 
 def warp(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
@@ -40,36 +56,37 @@ def warp(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
     return scores
 
 
-def sample(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
-    """Pick one token per row of logits [..., V]; returns int64 [...].
+def sample(logits: torch.Tensor, s: Sampling, noise: Noise = torch_noise, slot: int = 0) -> torch.Tensor:
+    """Pick one token per row of logits [B, (n,) V]; returns int64 [B, (n)].
 
-    All rows are drawn in one multinomial call, so for [B, V] this consumes the RNG
-    exactly as one HF generate step does.
+    All rows are drawn in one multinomial call, so for [B, V] and torch_noise this consumes the
+    RNG exactly as one HF generate step does.
     """
-    return pick(logits.float(), s)
+    return pick(logits.float(), s, noise, slot)
 
 
-def pick(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
-    """Greedy or warped sampling of float32 scores [..., V] (after any logits processing)."""
+def pick(scores: torch.Tensor, s: Sampling, noise: Noise = torch_noise, slot: int = 0) -> torch.Tensor:
+    """Greedy or warped sampling of float32 scores [B, (n,) V] (after any logits processing)."""
     if not s.do_sample:
         return scores.argmax(dim=-1)
     probs = warp(scores, s).softmax(dim=-1)
-    return draw(probs.reshape(-1, probs.size(-1))).reshape(probs.shape[:-1])
+    return draw(probs, noise(probs, slot))
 
 
-def fused_pick(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
+def fused_pick(scores: torch.Tensor, s: Sampling, noise: Noise = torch_noise, slot: int = 0) -> torch.Tensor:
     """`pick` with the fused kernels of morph/kernels/sampling.py where they apply: a sampled draw without
     top-p (a sort); greedy and top-p picks run op by op."""
     if not s.do_sample or s.top_p < 1.0:
-        return pick(scores.float(), s)
+        return pick(scores.float(), s, noise, slot)
     from ..kernels.sampling import sample_warped  # Triton: imported only when the fused mode runs
 
-    return sample_warped(scores, s)
+    return sample_warped(scores, s, noise, slot)
 
 
-def draw(probs: torch.Tensor) -> torch.Tensor:
-    """`torch.multinomial(probs, 1).squeeze(-1)` for 2-D probs, without host syncs."""
-    return probs.div(torch.empty_like(probs).exponential_(1)).argmax(dim=-1)
+def draw(probs: torch.Tensor, exponentials: torch.Tensor) -> torch.Tensor:
+    """`torch.multinomial(probs, 1).squeeze(-1)` without host syncs, given Exp(1) values shaped like probs
+    (for [B, V] and torch_noise, the very values multinomial draws)."""
+    return probs.div(exponentials).argmax(dim=-1)
 
 
 class TalkerRules:
@@ -95,10 +112,11 @@ class TalkerRules:
         return talker_scores(logits, seen, n_generated, min_new_tokens, self.eos_mask, self.suppress_mask,
                              self.repetition_penalty)
 
-    def next_token(self, logits, seen, n_generated, min_new_tokens, picker=None) -> torch.Tensor:
+    def next_token(self, logits, seen, n_generated, min_new_tokens, picker=None,
+                   noise: Noise = torch_noise) -> torch.Tensor:
         """The next code-0 token [B]; `picker` is talker_pick or its fused twin."""
         return (picker or talker_pick)(logits, seen, n_generated, min_new_tokens, self.eos_mask, self.suppress_mask,
-                                       self.repetition_penalty, self.sampling)
+                                       self.repetition_penalty, self.sampling, noise=noise)
 
 
 def talker_scores(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_mask,
@@ -107,12 +125,14 @@ def talker_scores(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_
     if repetition_penalty != 1.0:
         p = repetition_penalty
         scores = torch.where(seen, torch.where(scores < 0, scores * p, scores / p), scores)
-    scores = torch.where(eos_mask & (n_generated < min_new_tokens), -float("inf"), scores)
+    # n_generated is one count [1] or a row's own count [B] (rows that joined a running batch later)
+    scores = torch.where(eos_mask & (n_generated < min_new_tokens).unsqueeze(-1), -float("inf"), scores)
     return torch.where(suppress_mask, -float("inf"), scores)
 
 
 def talker_pick(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_mask, repetition_penalty: float,
-                sampling: Sampling, pick_fn=pick) -> torch.Tensor:
-    """Upstream's talker logits processing, then the pick (`pick_fn`: pick or its fused twin)."""
+                sampling: Sampling, pick_fn=pick, noise: Noise = torch_noise) -> torch.Tensor:
+    """Upstream's talker logits processing, then the pick (`pick_fn`: pick or its fused twin); the talker's
+    draw is its frame's slot 0."""
     return pick_fn(talker_scores(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_mask,
-                                 repetition_penalty), sampling)
+                                 repetition_penalty), sampling, noise, 0)

@@ -34,7 +34,8 @@ import torch.nn.functional as F
 from ..settings import Sampling
 from . import graphs, lean, runner
 from .predictor import Predictor
-from .sampling import TalkerRules, fused_pick, sample, talker_pick
+from .sampling import TalkerRules, fused_pick, sample, talker_pick, torch_noise
+from .streams import RowStreams
 from ..settings import capacity_for
 from .talker_state import TalkerState, cache_tensors
 
@@ -79,6 +80,7 @@ class TalkerLoop:
         self._rules: collections.OrderedDict = collections.OrderedDict()
         self.sync_lag = 4  # frames the host may run ahead of the GPU before it reads the EOS flag
         self.min_new_tokens: int | None = None  # benchmarks: hold EOS back this long (fixed-length runs)
+        self._streams: RowStreams | None = None
         self.last_run: dict = {}
 
     @property
@@ -96,6 +98,7 @@ class TalkerLoop:
         self.graphs.clear()
         self._state = None
         self._rules.clear()
+        self._streams = None
         if self._stack is not None:
             self._stack.release()
             self._stack = None
@@ -108,6 +111,12 @@ class TalkerLoop:
             self._state = None
             self._state = TalkerState(self, batch, capacity_for(needed), device, dtype, lean_kv)
         return self._state
+
+    def row_streams(self, device) -> RowStreams:
+        if self._streams is None or self._streams.tokens.device != torch.device(device):
+            vocab = max(self.config.vocab_size, self.predictor.vocab_size)
+            self._streams = RowStreams(vocab, device)
+        return self._streams
 
     def rules(self, device, **kw) -> TalkerRules:
         key = (device, tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in kw.items())))
@@ -132,14 +141,18 @@ class TalkerLoop:
 
     # -- the step: one definition for every mode --------------------------------------------
     def frame_step(self, st: TalkerState, seq_groups: int, cp_sampling: Sampling, rules: TalkerRules,
-                   talker_layers: Callable, predictor_layers: Callable, kind: str = "lean") -> None:
+                   talker_layers: Callable, predictor_layers: Callable, kind: str = "lean",
+                   streams: RowStreams | None = None) -> None:
         """Decode frame `st.step` and sample the next code-0 token; all state is advanced in place.
-        kind ("lean" or "fused") picks the samplers that go with the layers."""
+        kind ("lean" or "fused") picks the samplers that go with the layers; with `streams` every row draws
+        from its own random stream (morph/decode/streams.py), else all from torch's generator as upstream."""
         t = self.talker
+        own = st.step - st.start  # each row's own frame index (rows of a continuous batch join late)
+        noise = torch_noise if streams is None else streams.frame(st.keys, own)
         e0 = F.embedding(st.code0.unsqueeze(1), t.model.codec_embedding.weight)  # [B, 1, H]
         pick, picker = _samplers(kind)
         codes = self.predictor.codes(torch.cat((st.past_hidden, e0), dim=1), seq_groups, cp_sampling,
-                                     predictor_layers(), pick)  # [B, 15]
+                                     predictor_layers(), pick, noise)  # [B, 15]
         st.frames.index_copy_(1, st.step, torch.cat((st.code0.unsqueeze(1), codes), dim=1).unsqueeze(1))
         # upstream: cat([codec_embedding(code0)] + [cp.codec_embedding[i](code_i)], 1).sum(1) + text
         group_embeds = self.predictor.stacked_embeddings()[st.groups, codes]  # [B, 15, H]
@@ -148,7 +161,9 @@ class TalkerLoop:
         nxt = st.step + 1
         st.past_hidden.copy_(h)
         st.hidden.index_copy_(1, nxt, h)
-        token = rules.next_token(F.linear(h[:, -1], t.codec_head.weight), st.seen, nxt, st.min_new, picker)
+        token = rules.next_token(F.linear(h[:, -1], t.codec_head.weight), st.seen, own + 1, st.min_new, picker,
+                                 noise)
+        token = torch.where(nxt >= st.stop, rules.eos, token)  # a row's frame limit ends it as an EOS would
         token = torch.where(st.unfinished, token, rules.eos)  # finished rows pad with EOS, as HF does
         st.tokens.index_copy_(1, nxt, token.unsqueeze(1))
         st.seen.scatter_(1, token.unsqueeze(1), True)
@@ -166,7 +181,9 @@ class TalkerLoop:
                  temperature: float = 0.9, repetition_penalty: float = 1.0, eos_token_id: int = None,
                  suppress_tokens=None, subtalker_dosample: bool = True, subtalker_top_k: int = 50,
                  subtalker_top_p: float = 1.0, subtalker_temperature: float = 0.9,
-                 on_step: Callable[[], None] | None = None) -> SimpleNamespace:
+                 on_step: Callable[[], None] | None = None, row_stops: list[int] | None = None) -> SimpleNamespace:
+        """Upstream's talker.generate for one batch; row_stops[i]: the frame at which row i ends (EOS forced),
+        max_new_tokens where not given."""
         device, dtype = inputs_embeds.device, inputs_embeds.dtype
         batch, prompt_len = inputs_embeds.shape[:2]
         if attention_mask is None:
@@ -203,8 +220,10 @@ class TalkerLoop:
                     run = runner.fast_step(self.graphs, key, lambda: lean_step(mode), lean_step, mode,
                                            keep=(st, pred_state, rules))
                     capture_s = 0.0 if known else time.perf_counter() - start
+            st.start.zero_()
+            st.stop.copy_(torch.as_tensor(row_stops or [max_new_tokens] * batch, device=device))
             cache = self._prefill(st, rules, inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed,
-                                  self.min_new_tokens if self.min_new_tokens is not None else min_new_tokens)
+                                  self.hold(min_new_tokens))
             if mode == "eager":
                 talker_layers = HFTalker(self.talker, cache, attention_mask, prompt_len)
             frames_run = self._decode(st, run or step, max_new_tokens - 1, on_step)
@@ -217,16 +236,24 @@ class TalkerLoop:
         steps = [((hidden[:, 0:1],), None)] + [((hidden[:, j + 1:j + 2],), codes[:, j]) for j in range(frames)]
         return SimpleNamespace(hidden_states=steps, sequences=tokens[:, :frames + 1].to(device))
 
-    def _prefill(self, st: TalkerState, rules: TalkerRules, inputs_embeds, attention_mask, trailing_text_hidden,
-                 tts_pad_embed, min_new_tokens: int):
-        """Upstream's own prefill, then the state for frame 0; returns the prefill's DynamicCache."""
+    def hold(self, min_new_tokens: int) -> int:
+        """Frames before EOS may be drawn: upstream's min_new_tokens, or a benchmark's hold."""
+        return self.min_new_tokens if self.min_new_tokens is not None else min_new_tokens
+
+    def prefill(self, inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed):
+        """Upstream's own talker forward over a (left-padded) prompt batch, with a fresh DynamicCache."""
         from transformers.cache_utils import DynamicCache
 
         prompt_len = inputs_embeds.shape[1]
-        device = inputs_embeds.device
-        out = self.talker(inputs_embeds=inputs_embeds, attention_mask=attention_mask, past_key_values=DynamicCache(),
-                          use_cache=True, cache_position=torch.arange(prompt_len, device=device),
-                          trailing_text_hidden=trailing_text_hidden, tts_pad_embed=tts_pad_embed, return_dict=True)
+        return self.talker(inputs_embeds=inputs_embeds, attention_mask=attention_mask, past_key_values=DynamicCache(),
+                           use_cache=True, cache_position=torch.arange(prompt_len, device=inputs_embeds.device),
+                           trailing_text_hidden=trailing_text_hidden, tts_pad_embed=tts_pad_embed, return_dict=True)
+
+    def _prefill(self, st: TalkerState, rules: TalkerRules, inputs_embeds, attention_mask, trailing_text_hidden,
+                 tts_pad_embed, min_new_tokens: int):
+        """Upstream's own prefill, then the state for frame 0; returns the prefill's DynamicCache."""
+        prompt_len = inputs_embeds.shape[1]
+        out = self.prefill(inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed)
         if st.lean_kv:
             for (k, v), kc, vc in zip(cache_tensors(out.past_key_values), st.k, st.v):
                 kc[:, :, :prompt_len].copy_(k)

@@ -46,6 +46,11 @@ class TalkerState:
             self.rope_pos = torch.zeros(batch, dtype=torch.long, **z)
             self.pads = torch.zeros(batch, dtype=torch.long, **z)
             self.min_new = torch.zeros(1, dtype=torch.long, **z)
+            # per row: the slot of its frame 0, the slot whose token is forced to EOS (its frame limit), and its
+            # random stream's key (morph/decode/streams.py; rows of a continuous batch join at any frame)
+            self.start = torch.zeros(batch, dtype=torch.long, **z)
+            self.stop = torch.zeros(batch, dtype=torch.long, **z)
+            self.keys = torch.zeros(batch, dtype=torch.long, **z)
             self.seen = torch.zeros(batch, vocab, dtype=torch.bool, **z)
             self.unfinished = torch.ones(batch, dtype=torch.bool, **z)
             self.any_left = torch.ones((), dtype=torch.bool, **z)

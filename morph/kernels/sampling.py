@@ -41,10 +41,10 @@ def _race_kernel(p_addr, q_addr, o_addr, V, BLOCK: tl.constexpr):
     tl.store(as_ptr(o_addr, tl.int64) + row, tl.argmax(tl.where(ok, p / q, -1.0), axis=0).to(tl.int64))
 
 
-def sample_warped(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
+def sample_warped(scores: torch.Tensor, s: Sampling, noise, slot: int = 0) -> torch.Tensor:
     """sampling.pick for a sampled draw without top-p (morph/decode/sampling.py's fused_pick says when):
-    warpers and softmax, torch's own exponential draw (so the random stream is the op-by-op step's), and
-    the race."""
+    warpers and softmax, the Exp(1) values from `noise` (morph/decode/sampling.py's Noise, so the random stream
+    is the op-by-op step's), and the race."""
     v = scores.shape[-1]
     flat = scores.reshape(-1, v).contiguous()
     probs = torch.empty(flat.shape, device=flat.device, dtype=torch.float32)
@@ -53,7 +53,7 @@ def sample_warped(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
     k = min(int(s.top_k), v) if s.top_k and s.top_k > 0 else v
     _warp_softmax_kernel[(flat.shape[0],)](flat.data_ptr(), probs.data_ptr(), v, float(s.temperature), k,
                                            X_DTYPE=TL_DTYPES[flat.dtype], BLOCK=block, num_warps=warps)
-    race = torch.empty_like(probs).exponential_(1)
+    race = noise(probs.view(scores.shape), slot).reshape(probs.shape).contiguous()
     out = torch.empty(flat.shape[0], device=flat.device, dtype=torch.long)
     _race_kernel[(flat.shape[0],)](probs.data_ptr(), race.data_ptr(), out.data_ptr(), v, BLOCK=block, num_warps=warps)
     return out.reshape(scores.shape[:-1])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-import morph.scheduler as batch_module
+import morph.prompts as prompts_module
 from morph.scheduler import SEGMENT_PAUSE_SECONDS, BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 
@@ -288,7 +288,7 @@ def test_out_of_memory_on_a_single_row_is_a_clear_error(tiny_tts, batch, lines, 
 
 
 def test_a_line_too_long_for_one_pass_is_rendered_in_segments(batch, voices, monkeypatch):
-    monkeypatch.setattr(batch_module, "MAX_SEGMENT_CHARS", 30)
+    monkeypatch.setattr(prompts_module, "MAX_SEGMENT_CHARS", 30)
     text = "The first sentence is here. And then a second one follows."
     settings = greedy(frames=5)
     whole = batch.render([Line(text, voices["xvec"])], settings)[0]

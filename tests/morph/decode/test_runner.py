@@ -11,10 +11,11 @@ import logging
 import pytest
 import torch
 
+from morph.scheduler import BatchTTS, Line
+
 from morph.decode import graphs, runner
 from morph.settings import GenerationSettings, Sampling
 
-from ..helpers import recorded_codes
 
 
 class StandInGraph:
@@ -48,9 +49,7 @@ def fast_on_cpu(monkeypatch, tiny_tts):
 
 def codes(tts, voice, mode, settings, text="Graphs and op by op agree."):
     tts.patch.mode = mode
-    with recorded_codes(tts.tts) as rec:
-        tts.clone(text, voice, "English", settings)
-    return rec[0][0]
+    return BatchTTS(tts).codes([Line(text, voice, "English")], settings)[0]
 
 
 def sampled(k):

@@ -1,0 +1,51 @@
+"""A line to speak, and a row: what one pass of the decoder speaks (a line, or one segment of a long one)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from .voice import Voice
+
+
+@dataclass(frozen=True)
+class Line:
+    """One text of upstream's generate_*, in its language: by a Voice (Base model; x-vector and ICL
+    mix freely), a built-in speaker with an optional instruct (CustomVoice), or an instruct alone
+    (VoiceDesign)."""
+
+    text: str
+    voice: Voice | None = None
+    language: str = "Auto"
+    speaker: str | None = None
+    instruct: str = ""
+
+    @property
+    def variant(self) -> str:
+        """The model variant this line needs."""
+        if self.voice is not None:
+            return "base"
+        return "voice_design" if self.speaker is None else "custom_voice"
+
+    def identity(self) -> tuple:
+        """What makes this line itself, for its random stream: who speaks it, how, in which language
+        (not the text, which a row adds with its segment)."""
+        voice = None
+        if self.voice is not None:
+            h = hashlib.blake2b(self.voice.spk_embedding.float().numpy().tobytes(), digest_size=8)
+            if self.voice.ref_code is not None:
+                h.update(self.voice.ref_code.numpy().tobytes())
+            voice = (h.hexdigest(), self.voice.ref_text)
+        return voice, self.language, self.speaker, self.instruct
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a batch: a line, or one segment of a line too long for one pass."""
+
+    index: int  # into the lines given
+    segment: int
+    text: str
+    line: Line
+    where: str  # the node, and which line, for messages
+    limit: int  # the most frames of this row (max_new_tokens)
