@@ -96,7 +96,7 @@ class ContinuousBatch:
             return step
         loop.graphs.bind(loop.owner(self.device, dtype))
         key = ("rows", self.seq_groups, self.width, st.capacity, dtype, self.cp_sampling, self.rules.key, mode)
-        return runner.fast_step(loop.graphs, key, lambda: step(mode), step, mode, keep=(st, pred_state, self.rules))
+        return runner.fast_step(loop.graphs, key, lambda: step(mode), step, mode, keep=(st, pred_state, self.rules, self.streams))
 
     # -- the host loop ---------------------------------------------------------------------
     def run(self, next_group: Callable[[int], Group | None], finished: Callable[[object, torch.Tensor], None],

@@ -80,7 +80,7 @@ class TalkerLoop:
         self._rules: collections.OrderedDict = collections.OrderedDict()
         self.sync_lag = 4  # frames the host may run ahead of the GPU before it reads the EOS flag
         self.min_new_tokens: int | None = None  # benchmarks: hold EOS back this long (fixed-length runs)
-        self._streams: RowStreams | None = None
+        self._streams: tuple[str, RowStreams] | None = None
         self.last_run: dict = {}
 
     @property
@@ -113,10 +113,11 @@ class TalkerLoop:
         return self._state
 
     def row_streams(self, device) -> RowStreams:
-        if self._streams is None or self._streams.tokens.device != torch.device(device):
-            vocab = max(self.config.vocab_size, self.predictor.vocab_size)
-            self._streams = RowStreams(vocab, device)
-        return self._streams
+        """One per loop and device: a captured step reads its tables at their addresses."""
+        key = str(device)
+        if self._streams is None or self._streams[0] != key:
+            self._streams = (key, RowStreams(max(self.config.vocab_size, self.predictor.vocab_size), device))
+        return self._streams[1]
 
     def rules(self, device, **kw) -> TalkerRules:
         key = (device, tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in kw.items())))
