@@ -15,9 +15,7 @@ import numpy as np
 import torch
 
 from .codec_worker import CodecWorker
-from .decode.slots import ContinuousBatch, Group
 from .lines.line import Row
-from .decode import runner
 from .prompts import prompt_inputs, prompt_tokens, stream_keys
 from .settings import GenerationSettings
 
@@ -26,6 +24,8 @@ _PROMPT = ("inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_e
 
 def runs_continuous(tts) -> bool:
     """Whether a render runs the continuous batch: in every mode but eager, as the mode runs on this device."""
+    from .decode import runner  # the decode path loads with a model, not with the nodes
+
     return runner.resolve(tts.patch.mode, tts.device, tts.patch.loop.lean_check) != "eager"
 
 
@@ -35,13 +35,15 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
     """Render `rows` `width` at a time; on_row(row, float32 audio) as each is decoded (with audio=False:
     on_row(row, codes [frames, 16]) as each ends, no codec); on_frames(live rows) before each frame. stop(row):
     the frame at which the row ends at the latest. A CUDA out-of-memory error propagates as it is."""
+    from .decode.slots import ContinuousBatch, Group  # the decode path loads with a model, not with the nodes
+
     model, patch = tts.tts, tts.patch
     pending = collections.deque(sorted(zip(rows, stream_keys(rows, settings.seed)),
                                        key=lambda rk: (-rk[0].limit, -len(rk[0].text))))
     need = max(prompt_tokens(r.text, r.line.voice, r.line.instruct) + stop(r) + 1 for r in rows)
     patch.seq_groups = settings.seq_groups
 
-    def capture(n: int) -> tuple[dict, Group] | None:
+    def capture(n: int) -> tuple[dict, "Group"] | None:
         chunk = [pending.popleft() for _ in range(min(n, len(pending)))]
         if not chunk:
             return None
@@ -59,7 +61,7 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
                             model.model.dtype)
     queued = [first[1]]
 
-    def next_group(n: int) -> Group | None:
+    def next_group(n: int) -> "Group | None":
         if queued:
             return queued.pop()
         got = capture(n)

@@ -3,12 +3,12 @@ each row's random stream key."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Sequence
 
 import torch
 
-from .decode.streams import line_key
 from .lines.line import Line, Row
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice, check_voice_fits
@@ -77,6 +77,12 @@ def prompt_inputs(tts, rows: list[Row]) -> dict:
     if variant == "custom_voice":
         inputs["speakers"] = [r.line.speaker for r in rows]
     return inputs
+
+
+def line_key(seed: int, *parts) -> int:
+    """A row's 32-bit key from the seed and what identifies the line (its text, segment, voice, language)."""
+    digest = hashlib.blake2b(repr((int(seed), *parts)).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little")
 
 
 def stream_keys(rows: Sequence[Row], seed: int | None) -> list[int]:

@@ -2,8 +2,8 @@
 
 Upstream draws every row of a batch from torch's one generator, so a row's take depends on its companions and
 its position; in a continuous batch, where lines join and leave at any frame, nothing would be reproducible.
-Serving engines seed each request instead. Here each row has a 32-bit key (`line_key`: the seed and what the
-line says, in whose voice), and the Exp(1) values of its exponential race (morph/decode/sampling.py's `draw`)
+Serving engines seed each request instead. Here each row has a 32-bit key (morph/prompts.py's `line_key`: the
+seed and what the line says, in whose voice), and the Exp(1) values of its exponential race (morph/decode/sampling.py's `draw`)
 are a counter-based hash of (key, frame, draw slot, token): the same values whatever the batch, the row's slot
 in it, or how many frames the batch ran before the row joined. Device tensors only, no generator state, so a
 CUDA graph replays it. Slot 0 of a frame is the talker's draw (frame -1 is the prefill's), slots 1..15 the code
@@ -12,18 +12,10 @@ predictor's groups.
 
 from __future__ import annotations
 
-import hashlib
-
 import torch
 
 SLOTS = 16  # draws per frame: the talker's and the predictor's 15 groups
 _MASK = 0xFFFFFFFF
-
-
-def line_key(seed: int, *parts) -> int:
-    """A row's 32-bit key from the seed and what identifies the line (its text, segment, voice, language)."""
-    digest = hashlib.blake2b(repr((int(seed), *parts)).encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "little")
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:
