@@ -10,10 +10,8 @@
     batch, CODEC_VALUES_PER_ROW_FRAME activations each;
   - WORKSPACE: cuBLAS's workspaces, the CUDA graphs' pool, the sampler's and the code predictor's scratch.
 
-In a static batch (eager mode) prefill and codec never run at once, so a run needs state + the larger of the
-two + WORKSPACE. The continuous batch (every other mode, morph/continuous.py) sizes its state for twice the
-largest row's slots (rows join at the running position), and decodes ended rows on the codec worker while
-rows join, so it needs state + prefill + codec + WORKSPACE. The prefill
+Prefill and codec never run at once in a static batch (what render runs unless asked for the continuous batch,
+which no node does), so a run needs state + the larger of the two + WORKSPACE. The prefill
 counts a token per character (a CJK text's count), so for English it is on the high side; bench/batch.py
 reports this declaration beside the measured peak.
 """
@@ -23,7 +21,6 @@ from __future__ import annotations
 from typing import Sequence
 
 from .codec import DECODE_ROW_FRAMES, row_frames
-from .continuous import runs_continuous
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .prompts import prompt_tokens
@@ -65,14 +62,12 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * itemsize
     prompt = max(p for p, _, _ in batch)
 
-    continuous = runs_continuous(tts)
-    need = max(p + f for p, f, _ in rows) + 1
-    slots = capacity_for(2 * need) if continuous else capacity_for(max(p + f for p, f, _ in batch) + 1)
+    slots = capacity_for(max(p + f for p, f, _ in batch) + 1)
     state = width * slots * (kv_per_token + 2 * config.hidden_size * itemsize)
     prefill = width * prompt * (kv_per_token + (3 * config.intermediate_size + 4 * config.hidden_size) * itemsize
                                 + config.num_attention_heads * prompt * 4)
     codec = CODEC_VALUES_PER_ROW_FRAME * _codec_itemsize(model) * _largest_codec_call([c for _, _, c in rows], width)
-    return int(state + (prefill + codec if continuous else max(prefill, codec)) + WORKSPACE)
+    return int(state + max(prefill, codec) + WORKSPACE)
 
 
 def _largest_codec_call(codec_frames: list[int], width: int) -> int:

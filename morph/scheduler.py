@@ -10,13 +10,15 @@ out-of-memory handling and decoding are here only, and only this module sets the
 (seq_groups, on_step, row_stops). A text over MAX_SEGMENT_CHARS is split at sentence ends into rows of the same
 render, and joined again with SEGMENT_PAUSE_SECONDS of silence.
 
-Two ways to run the rows, picked by the decode mode (morph/decode/runner.py says what a mode runs as):
-- continuous (every mode but eager; morph/continuous.py): one running batch of `batch_size` slots; a row that ends
+Two ways to run the rows (`continuous`):
+- continuous (opt-in, every mode but eager; morph/continuous.py): one running batch of `batch_size` slots; a row that ends
   gives its slot to the next row at once, and its audio is decoded on a worker thread while the batch goes on.
   Each row draws from its own random stream, keyed by the seed and the row itself (morph/decode/streams.py), so a
   seeded line's take is the same alone, in any batch, at any position, and after a resume, up to the rounding a
   different batch shape brings (below).
-- static (eager, the exact reference): upstream's batched `Qwen3TTSForConditionalGeneration.generate` per batch of
+  Not the default: on an H100 it measured slower than static batches (README), and its codec worker holds
+  about 33 MiB more after every render (bench/results/h100-2026-11-24/NOTES.md).
+- static (the default; the exact reference in eager mode): upstream's batched `Qwen3TTSForConditionalGeneration.generate` per batch of
   rows of like length (longest first), each row ending at its own EOS or limit, the codec after it. Seeds as
   upstream: `torch.manual_seed(settings.seed)` right before every batched generate (retries included), so a batch
   of one single-segment line is upstream's generate_* seeded the same way, bit for bit
@@ -90,7 +92,7 @@ class BatchTTS:
                batch_size: int | None = DEFAULT_BATCH_SIZE, on_step: OnStep | None = None,
                on_line: OnLine | None = None, who: str = "Render lines", split_long_text: bool = True,
                sort: bool = True, labels: Sequence[str] | None = None,
-               continuous: bool | None = None) -> list[np.ndarray]:
+               continuous: bool = False) -> list[np.ndarray]:
         """Speak every line; returns float32 24 kHz audio per line, in the order given.
 
         Rows (lines and segments) are rendered `batch_size` at a time, all at once when None (static batches:
@@ -99,8 +101,7 @@ class BatchTTS:
         render is cancelled. `on_step(done, total)` is called before every decode step with frame slots across
         the whole render (see `_Progress`); an exception raised there (a cancel) stops the render and propagates.
         Messages name line i as `labels[i]`, as "line i+1" when there are several lines and no labels, and a
-        single line not at all. `continuous` (None: every mode but eager) picks the way the rows run (module
-        docstring); False runs static batches in any mode (what bench/batch.py compares against).
+        single line not at all. `continuous=True` runs the continuous batch (module docstring; not in eager mode).
         """
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):  # True is no size
             raise ValueError(f"{who}: batch_size must be an integer >= 1, got {batch_size!r}; 16 suits most GPUs")
@@ -119,7 +120,10 @@ class BatchTTS:
                 if on_line is not None:
                     on_line(row.index, results[row.index])
 
-        run = self._continuous if (runs_continuous(self.tts) if continuous is None else continuous) else self._static
+        if continuous and not runs_continuous(self.tts):
+            raise ValueError(f"{who}: continuous batching runs the lean layers; set the speed mode to fused, graphs "
+                             "or lean (eager runs upstream's static batches)")
+        run = self._continuous if continuous else self._static
         pending = rows
         while pending:
             kept = {(r.index, r.segment) for r in pending if r.index in parts and parts[r.index][r.segment] is None}
@@ -148,7 +152,7 @@ class BatchTTS:
 
     def codes(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
               on_step: OnStep | None = None, who: str = "Render lines", batch_size: int | None = None,
-              continuous: bool | None = None) -> list[torch.Tensor]:
+              continuous: bool = False) -> list[torch.Tensor]:
         """The codec codes [frames, 16] of each line, in the order given, without the codec: the decode alone.
         Every line must fit one pass (at most MAX_SEGMENT_CHARS characters); all lines in one batch when
         batch_size is None (static: ONE batched generate, rows in the order given)."""
@@ -158,7 +162,7 @@ class BatchTTS:
             return []
         out: list[torch.Tensor | None] = [None] * len(rows)
         width = batch_size or len(rows)
-        if runs_continuous(self.tts) if continuous is None else continuous:
+        if continuous:
             progress = _Progress(on_step, sum(r.limit for r in rows))
             run_rows(self.tts, rows, settings, width, self.stop, lambda r, c: out.__setitem__(r.index, c),
                      lambda live: progress.report(progress.done + live), audio=False)

@@ -68,7 +68,7 @@ def test_rows_join_as_others_end_and_give_each_lines_codes(tiny_tts, lean, scrip
 
     monkeypatch.setattr(ContinuousBatch, "_move_down", spy)
     ends = {line.text: 5 + (7 * i) % 23 for i, line in enumerate(script)}
-    got = Ends(tiny_tts, ends).batch.codes(script * 2, settings(frames=30), batch_size=3)
+    got = Ends(tiny_tts, ends).batch.codes(script * 2, settings(frames=30), batch_size=3, continuous=True)
     run = dict(tiny_tts.patch.last_run)
     assert run["mode"] == "lean" and run["rows"] == 40 and run["width"] == 3
     assert sum(1 for live, shift in moves if live and shift > 0) >= 1  # running rows were moved down
@@ -83,18 +83,21 @@ def test_a_seeded_line_draws_the_same_take_anywhere(lean, script):
     """Its own random stream: the same codes alone, in a batch at another position, after a 'resume' of the
     rest of a script; another seed gives another take."""
     s = settings(frames=10, sampled=True, seed=7)
-    together = lean.codes(script[:6], s, batch_size=4)
+    together = lean.codes(script[:6], s, batch_size=4, continuous=True)
     for i in (0, 3, 5):
-        assert torch.equal(lean.codes([script[i]], s)[0], together[i]), i
-    assert all(torch.equal(a, b) for a, b in zip(lean.codes(script[3:6], s, batch_size=2), together[3:]))
-    other = lean.codes(script[:6], settings(frames=10, sampled=True, seed=8), batch_size=4)
+        assert torch.equal(lean.codes([script[i]], s, continuous=True)[0], together[i]), i
+    assert all(torch.equal(a, b) for a, b in zip(lean.codes(script[3:6], s, batch_size=2, continuous=True), together[3:]))
+    other = lean.codes(script[:6], settings(frames=10, sampled=True, seed=8), batch_size=4, continuous=True)
     assert not any(torch.equal(a, b) for a, b in zip(other, together))
 
 
-def test_the_eager_mode_keeps_upstreams_one_stream(tiny_tts, script):
-    """Eager renders static batches drawing from torch's generator: a row's take depends on its companions."""
+def test_static_batches_keep_upstreams_one_stream(tiny_tts, script):
+    """Static batches (the default) draw from torch's generator: a row's take depends on its companions; eager
+    mode has no continuous batch."""
     batch = BatchTTS(tiny_tts)
     assert not runs_continuous(tiny_tts)
+    with pytest.raises(ValueError, match="continuous batching runs the lean layers"):
+        batch.render([script[0]], settings(), continuous=True)
     s = settings(frames=10, sampled=True, seed=7)
     alone = batch.codes([script[1]], s)[0]
     assert not torch.equal(batch.codes([script[0], script[1]], s)[1], alone)
@@ -103,8 +106,8 @@ def test_the_eager_mode_keeps_upstreams_one_stream(tiny_tts, script):
 def test_render_decodes_each_row_as_the_codec_would(lean, script):
     """The worker's audio of every line is its codes' decode, in the order given, whatever the batch."""
     s = settings(frames=9)
-    audio = lean.render(script[:7], s, batch_size=3)
-    codes = lean.codes(script[:7], s, batch_size=3)
+    audio = lean.render(script[:7], s, batch_size=3, continuous=True)
+    codes = lean.codes(script[:7], s, batch_size=3, continuous=True)
     decoded = lean.decode(codes, [line.voice for line in script[:7]])
     for got, want in zip(audio, decoded):
         assert got.dtype == np.float32
@@ -121,7 +124,7 @@ def test_a_cancel_keeps_the_lines_already_rendered(lean, script):
             raise InterruptedError("cancelled")
 
     with pytest.raises(InterruptedError):
-        lean.render(script, settings(frames=6), batch_size=2, on_step=on_step,
+        lean.render(script, settings(frames=6), batch_size=2, on_step=on_step, continuous=True,
                     on_line=lambda i, wav: got.__setitem__(i, wav))
     assert 2 <= len(got) < len(script) and all(wav.size for wav in got.values())
 
@@ -134,4 +137,4 @@ def test_a_codec_failure_is_raised_in_the_caller(tiny_tts, lean, script, monkeyp
 
     monkeypatch.setattr(tokenizer, "decode", broken)
     with pytest.raises(ValueError, match="codec broke"):
-        lean.render(script[:3], settings(frames=5), batch_size=2)
+        lean.render(script[:3], settings(frames=5), batch_size=2, continuous=True)
