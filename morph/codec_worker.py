@@ -20,9 +20,10 @@ from .codec import decode_rows
 
 
 class CodecWorker:
-    def __init__(self, tokenizer, device: torch.device):
+    def __init__(self, tokenizer, stream: "torch.cuda.Stream | None"):
+        """stream: the CUDA stream to decode on (None on the CPU)."""
         self.tokenizer = tokenizer
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.stream = stream
         self._inbox: queue.Queue = queue.Queue()
         self._outbox: queue.Queue = queue.Queue()
         self._error: BaseException | None = None

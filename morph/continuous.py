@@ -70,7 +70,8 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
     if not audio:
         batch.run(next_group, on_row, on_frames)
         return
-    worker = CodecWorker(model.model.speech_tokenizer, tts.device)
+    cuda = tts.device.type == "cuda"
+    worker = CodecWorker(model.model.speech_tokenizer, patch.codec_stream(tts.device) if cuda else None)
 
     def ended(row: Row, codes: torch.Tensor) -> None:
         worker.submit(row, codes, None if row.line.voice is None else row.line.voice.ref_code)

@@ -8,8 +8,9 @@ the slots before them from attention, its rotary positions count from its own pr
 at P and its frame limit is the slot `stop`. So the step is the static batch's step, rows only start at other
 slots, and the attention kernels skip the blocks below a row's bound.
 
-- Joining costs a prefill, about as long for several rows as for one (a few ms of launches), so rows join in
-  groups: when at least `width / REFILL_DIVISOR` slots are free, or no row runs.
+- A prefill takes about as long for `width` rows as for one (launches), so rows are prefilled `width` at a
+  time, ahead of need, and join from there: a join is a few copies and the first token's draw. Rows join when
+  at least `width / REFILL_DIVISOR` slots are free, or no row runs.
 - P grows by one a frame. When a joining group would run past the capacity, the pipeline is drained and every
   live row's slots move down by the same amount (to the oldest live row's first slot): positions within a row,
   and so its rotary positions and its attention, stay as they were. The capacity is twice the largest row's need,
@@ -32,7 +33,7 @@ from . import runner
 from .streams import RowStreams
 from .talker_state import TalkerState, cache_tensors
 
-REFILL_DIVISOR = 8  # rows join when width / REFILL_DIVISOR slots are free (or none runs)
+REFILL_DIVISOR = 16  # rows join when width / REFILL_DIVISOR slots are free (or none runs)
 
 
 @dataclass
@@ -44,6 +45,31 @@ class Group:
     prompt: dict
     stops: list[int]
     keys: list[int]
+
+
+@dataclass
+class _Prefill:
+    """A group's prefill, kept until its last row has joined: per layer (keys, values) [m, kv_heads, L, D], the
+    last position's logits [m, V] and hidden state [m, 1, H], the trailing text [m, T, H] and its pad [1, 1, H]."""
+
+    kv: list
+    logits: torch.Tensor
+    past_hidden: torch.Tensor
+    text: torch.Tensor
+    pad: torch.Tensor
+    length: int
+
+
+@dataclass
+class _Ahead:
+    """A prefilled row waiting for a slot."""
+
+    shared: _Prefill
+    index: int  # its row in the prefill
+    name: object
+    stop: int
+    key: int
+    pad: int  # left padding of its prompt
 
 
 @dataclass
@@ -78,6 +104,7 @@ class ContinuousBatch:
         self.live: dict[int, _Live] = {}
         self.free = list(range(width))
         self.ended = 0  # rows handed over so far
+        self._ahead: list[_Ahead] = []  # prefilled rows, in order
         self._step = self._build_step(dtype)
 
     def _build_step(self, dtype) -> Callable[[], object]:
@@ -101,27 +128,29 @@ class ContinuousBatch:
     # -- the host loop ---------------------------------------------------------------------
     def run(self, next_group: Callable[[int], Group | None], finished: Callable[[object, torch.Tensor], None],
             on_step: Callable[[int], None] | None = None) -> None:
-        """Decode until next_group(n) (up to n rows, None when there are no more) is spent and every row has
-        ended; finished(name, codes [frames, 16], a copy on the device) as each row ends; on_step(live rows)
+        """Decode until next_group(n) (the next up to n rows, None when there are no more) is spent and every row
+        has ended; finished(name, codes [frames, 16], a copy on the device) as each row ends; on_step(live rows)
         before every frame (an exception there stops the batch and propagates)."""
         cuda = self.device.type == "cuda"
         lag = self.loop.sync_lag if cuda else 0
         flags = torch.ones(lag + 2, self.width, dtype=torch.bool, pin_memory=cuda)
         queue: collections.deque = collections.deque()  # (event, flag row, P after the step)
-        waiting, spent, frame, tried = None, False, 0, -1
+        spent, frame, tried = False, 0, -1
         with torch.inference_mode():
             while True:
-                # a group that did not fit is tried again only after a row has ended (each try drains the queue)
-                ready = waiting is None or self.ended > tried
-                if ready and not spent and self.free and (not self.live or len(self.free) >= self.refill):
-                    group = waiting or next_group(len(self.free))
-                    waiting = None
-                    if group is None:
-                        spent = True
-                    elif not self._join(group, queue, flags, finished):
-                        waiting, tried = group, self.ended
+                # rows that did not fit are tried again only after a row has ended (each try drains the queue)
+                ready = tried < 0 or self.ended > tried
+                if ready and self.free and (not self.live or len(self.free) >= self.refill):
+                    if not self._ahead and not spent:
+                        group = next_group(self.width)
+                        if group is None:
+                            spent = True
+                        else:
+                            self._ahead = self._prefill(group)
+                    if self._ahead:
+                        tried = -1 if self._join(queue, flags, finished) else self.ended
                 if not self.live:
-                    if spent:
+                    if spent and not self._ahead:
                         self.loop.last_run = dict(mode=self.mode, frames_run=frame, rows=self.ended,
                                                   capacity=self.st.capacity, width=self.width)
                         return
@@ -158,46 +187,60 @@ class ContinuousBatch:
             self._settle(queue.popleft(), flags, finished)
 
     # -- joining ------------------------------------------------------------------------------
-    def _join(self, group: Group, queue, flags, finished) -> bool:
-        """Prefill the group into free slots at P; False when it cannot fit behind P or before the capacity yet."""
-        st, p = self.st, group.prompt
-        embeds, mask = p["inputs_embeds"], p["attention_mask"]
-        length, needed = embeds.shape[1], max(group.stops) + 1
-        assert len(group.names) <= len(self.free), "next_group returned more rows than slots"
+    def _prefill(self, group: Group) -> list[_Ahead]:
+        """Upstream's talker forward over a group's prompts at once (about as long for `width` rows as for one);
+        the rows then join from it, a few at a time, as slots free up."""
+        p = group.prompt
+        out = self.loop.prefill(p["inputs_embeds"], p["attention_mask"], p["trailing_text_hidden"], p["tts_pad_embed"])
+        length = p["inputs_embeds"].shape[1]
+        pads = (length - p["attention_mask"].sum(-1)).tolist()  # one host sync a group
+        shared = _Prefill([(k, v) for k, v in cache_tensors(out.past_key_values)], out.logits[:, -1].clone(),
+                          out.past_hidden.clone(), p["trailing_text_hidden"], p["tts_pad_embed"].reshape(1, 1, -1), length)
+        return [_Ahead(shared, i, name, stop, key, pad)
+                for i, (name, stop, key, pad) in enumerate(zip(group.names, group.stops, group.keys, pads))]
+
+    def _join(self, queue, flags, finished) -> bool:
+        """Rows of the oldest prefilled group into free slots at P; False when they cannot fit behind P or before
+        the capacity yet."""
+        st, shared = self.st, self._ahead[0].shared
+        rows_in = [a for a in self._ahead if a.shared is shared][:len(self.free)]
+        length, needed = shared.length, max(a.stop for a in rows_in) + 1
         if self.position < length or self.position + needed > st.capacity:
             self._drain(queue, flags, finished)  # a move needs every pending snapshot read first
             if not self._move_down(length, needed):
                 return False
-        out = self.loop.prefill(embeds, mask, p["trailing_text_hidden"], p["tts_pad_embed"])
-        n, at = len(group.names), self.position
-        rows = torch.tensor(self.free[:n], device=self.device)
-        pads = length - mask.sum(-1).to(torch.long)
-        firsts = [at - length + pad for pad in pads.tolist()]  # each row's first prompt slot
-        for (k, v), kc, vc in zip(cache_tensors(out.past_key_values), st.k, st.v):
-            kc[rows, :, at - length:at] = k
-            vc[rows, :, at - length:at] = v
-        keys = torch.tensor(group.keys, dtype=torch.long, device=self.device)
-        seen = torch.zeros(n, st.seen.shape[1], dtype=torch.bool, device=self.device)
-        first = torch.full((n,), -1, dtype=torch.long, device=self.device)
-        token = self.rules.next_token(out.logits[:, -1], seen, first + 1, st.min_new,
+        n, at, dev = len(rows_in), self.position, self.device
+        slots = self.free[:n]
+        rows = torch.tensor(slots, device=dev)
+        idx = torch.tensor([a.index for a in rows_in], device=dev)
+        for (k, v), kc, vc in zip(shared.kv, st.k, st.v):
+            kc[rows, :, at - length:at] = k[idx]
+            vc[rows, :, at - length:at] = v[idx]
+        keys = torch.tensor([a.key for a in rows_in], dtype=torch.long, device=dev)
+        pads = torch.tensor([a.pad for a in rows_in], dtype=torch.long, device=dev)
+        seen = torch.zeros(n, st.seen.shape[1], dtype=torch.bool, device=dev)
+        first = torch.full((n,), -1, dtype=torch.long, device=dev)
+        token = self.rules.next_token(shared.logits[idx], seen, first + 1, st.min_new,
                                       noise=self.streams.frame(keys, first))
         seen.scatter_(1, token.unsqueeze(1), True)
         st.pads[rows] = at - length + pads
         st.rope_pos[rows] = length - pads
         st.start[rows] = at
-        st.stop[rows] = at + torch.tensor(group.stops, dtype=torch.long, device=self.device)
+        st.stop[rows] = at + torch.tensor([a.stop for a in rows_in], dtype=torch.long, device=dev)
         st.keys[rows] = keys
         st.seen[rows] = seen
         st.code0[rows] = token
-        st.past_hidden[rows] = out.past_hidden
+        st.past_hidden[rows] = shared.past_hidden[idx]
         st.unfinished[rows] = token != self.rules.eos
         st.tokens[rows, at] = token
-        text = p["trailing_text_hidden"][:, :st.capacity - at]
-        st.text[rows, at:] = p["tts_pad_embed"].reshape(1, 1, -1)
+        text = shared.text[idx, :st.capacity - at]
+        st.text[rows, at:] = shared.pad
         st.text[rows, at:at + text.shape[1]] = text
-        for s, name, lo in zip(self.free[:n], group.names, firsts):
-            self.live[s] = _Live(name, at, lo)
+        for s, a in zip(slots, rows_in):
+            self.live[s] = _Live(a.name, at, at - length + a.pad)
         del self.free[:n]
+        joined = {id(a) for a in rows_in}
+        self._ahead = [a for a in self._ahead if id(a) not in joined]
         return True
 
     def _move_down(self, length: int, needed: int) -> bool:

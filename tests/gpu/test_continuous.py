@@ -1,0 +1,53 @@
+"""The continuous batch on the GPU (fp32, through the public API): the fast modes give the op-by-op codes with
+per-row streams, rows give their single-line take, and memory stays flat render after render."""
+
+import pytest
+import torch
+
+from morph.scheduler import BatchTTS, Line
+from morph.settings import GenerationSettings, Sampling
+
+TEXTS = ["The first line, and the longest of the six in this batch.", "A short one.", "Number three here.",
+         "And the fourth.", "Five is a little longer than four.", "Six."]
+
+
+def settings(k: int, seed=7, frames=24) -> GenerationSettings:
+    return GenerationSettings(seq_groups=k, do_sample=True, subtalker=Sampling(do_sample=True), seed=seed,
+                              max_new_tokens=frames)
+
+
+def codes(tts, mode: str, k: int, voice, texts, width: int) -> list[torch.Tensor]:
+    tts.patch.mode = mode
+    try:
+        lines = [Line(text, voice, "English") for text in texts]
+        return [c.cpu() for c in BatchTTS(tts).codes(lines, settings(k), batch_size=width, continuous=True)]
+    finally:
+        tts.patch.mode = "auto"
+
+
+@pytest.mark.parametrize("mode", ["graphs", "fused"])
+@pytest.mark.parametrize("prompt", ["xvector", "icl"])
+@pytest.mark.parametrize("k", [15, 5])
+def test_continuous_fast_mode_equals_op_by_op(cuda_tts, voices, mode, prompt, k):
+    """Six seeded lines through four slots: rows join as others end, in a captured step."""
+    fast = codes(cuda_tts, mode, k, voices[prompt], TEXTS, 4)
+    assert cuda_tts.patch.last_run["mode"] == mode and cuda_tts.patch.last_run["rows"] == 6
+    lean = codes(cuda_tts, "lean", k, voices[prompt], TEXTS, 4)
+    assert all(c.shape[0] > 3 for c in fast)
+    assert all(torch.equal(a, b) for a, b in zip(fast, lean))
+    alone = codes(cuda_tts, mode, k, voices[prompt], TEXTS[2:3], 1)[0]
+    assert torch.equal(alone, fast[2])  # its own stream: the same take alone
+
+
+def test_twenty_continuous_renders_do_not_grow_allocated_memory(cuda_tts, voices):
+    cuda_tts.patch.mode = "graphs"
+    try:
+        after = []
+        for i in range(20):
+            BatchTTS(cuda_tts).render([Line(t, voices["icl"], "English") for t in TEXTS[:3]], settings(5, seed=i, frames=20),
+                                      batch_size=2, continuous=True)
+            torch.cuda.synchronize()
+            after.append(torch.cuda.memory_allocated())
+    finally:
+        cuda_tts.patch.mode = "auto"
+    assert max(after[1:]) - after[0] <= 1 << 20, after
