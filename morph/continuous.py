@@ -1,5 +1,5 @@
-"""A render's rows through one running batch (morph/decode/slots.py), their audio through the codec worker
-(morph/codec_worker.py) as each row ends: what BatchTTS runs in every mode but eager.
+"""A render's rows through one running batch (morph/decode/slots.py), their audio through the codec stream
+(morph/codec_stream.py) as each row ends: what BatchTTS.render(continuous=True) runs (not in eager mode).
 
 Rows join longest first, in groups as slots free up; each group's prompt is built by upstream's own generate
 (MorphPatch.prompt_of), and each row draws from its own random stream (morph/decode/streams.py), keyed by the
@@ -11,10 +11,9 @@ from __future__ import annotations
 import collections
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
 
-from .codec_worker import CodecWorker
+from .codec_stream import CodecStream
 from .lines.line import Row
 from .prompts import prompt_inputs, prompt_tokens, stream_keys
 from .settings import GenerationSettings
@@ -71,13 +70,13 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
         batch.run(next_group, on_row, on_frames)
         return
     cuda = tts.device.type == "cuda"
-    worker = CodecWorker(model.model.speech_tokenizer, patch.codec_stream(tts.device) if cuda else None)
+    codec = CodecStream(model.model.speech_tokenizer, patch.codec_stream(tts.device) if cuda else None)
 
     def ended(row: Row, codes: torch.Tensor) -> None:
-        worker.submit(row, codes, None if row.line.voice is None else row.line.voice.ref_code)
+        codec.submit(row, codes, None if row.line.voice is None else row.line.voice.ref_code)
 
     def frame(live: int) -> None:
-        for row, wav in worker.ready():
+        for row, wav in codec.pump():
             on_row(row, wav)
         if on_frames is not None:
             on_frames(live)
@@ -85,5 +84,5 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
     try:
         batch.run(next_group, ended, frame)
     finally:  # rows that ended before a failure or a cancel are still decoded and handed over
-        for row, wav in worker.close():
-            on_row(row, np.asarray(wav, dtype=np.float32))
+        for row, wav in codec.pump(flush=True):
+            on_row(row, wav)

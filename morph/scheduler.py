@@ -12,7 +12,7 @@ render, and joined again with SEGMENT_PAUSE_SECONDS of silence.
 
 Two ways to run the rows (`continuous`):
 - continuous (opt-in, every mode but eager; morph/continuous.py): one running batch of `batch_size` slots; a row that ends
-  gives its slot to the next row at once, and its audio is decoded on a worker thread while the batch goes on.
+  gives its slot to the next row at once, and its audio is decoded on a stream of its own while the batch goes on.
   Each row draws from its own random stream, keyed by the seed and the row itself (morph/decode/streams.py), so a
   seeded line's take is the same alone, in any batch, at any position, and after a resume, up to the rounding a
   different batch shape brings (below).

@@ -95,7 +95,7 @@ class MorphPatch:
         raise RuntimeError("morph: upstream's generate returned without calling the talker; install qwen-tts 0.1.1")
 
     def codec_stream(self, device):
-        """The CUDA stream ended rows are decoded on beside the frame loop (morph/codec_worker.py): one per model,
+        """The CUDA stream ended rows are decoded on beside the frame loop (morph/codec_stream.py): one per model,
         so the allocator's blocks cached for it serve every render (a new stream a render measured +33 MiB
         allocated after each, bench/results/h100-2026-11-24)."""
         if self._codec_stream is None:

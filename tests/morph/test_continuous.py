@@ -104,7 +104,7 @@ def test_static_batches_keep_upstreams_one_stream(tiny_tts, script):
 
 
 def test_render_decodes_each_row_as_the_codec_would(lean, script):
-    """The worker's audio of every line is its codes' decode, in the order given, whatever the batch."""
+    """The codec stream's audio of every line is its codes' decode, in the order given, whatever the batch."""
     s = settings(frames=9)
     audio = lean.render(script[:7], s, batch_size=3, continuous=True)
     codes = lean.codes(script[:7], s, batch_size=3, continuous=True)
@@ -130,11 +130,11 @@ def test_a_cancel_keeps_the_lines_already_rendered(lean, script):
 
 
 def test_a_codec_failure_is_raised_in_the_caller(tiny_tts, lean, script, monkeypatch):
-    tokenizer = tiny_tts.tts.model.speech_tokenizer
+    decoder = tiny_tts.tts.model.speech_tokenizer.model.decoder
 
-    def broken(items):
+    def broken(codes):
         raise ValueError("codec broke")
 
-    monkeypatch.setattr(tokenizer, "decode", broken)
+    monkeypatch.setattr(decoder, "chunked_decode", broken)
     with pytest.raises(ValueError, match="codec broke"):
         lean.render(script[:3], settings(frames=5), batch_size=2, continuous=True)
