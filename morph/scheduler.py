@@ -16,8 +16,8 @@ Two ways to run the rows (`continuous`):
   Each row draws from its own random stream, keyed by the seed and the row itself (morph/decode/streams.py), so a
   seeded line's take is the same alone, in any batch, at any position, and after a resume, up to the rounding a
   different batch shape brings (below).
-  Not the default: on an H100 it measured slower than static batches (README), and its codec worker holds
-  about 33 MiB more after every render (bench/results/h100-2026-11-24/NOTES.md).
+  Not the default: on an H100 it was not faster than static batches end to end (README;
+  bench/results/h100-2026-11-24/NOTES.md).
 - static (the default; the exact reference in eager mode): upstream's batched `Qwen3TTSForConditionalGeneration.generate` per batch of
   rows of like length (longest first), each row ending at its own EOS or limit, the codec after it. Seeds as
   upstream: `torch.manual_seed(settings.seed)` right before every batched generate (retries included), so a batch
