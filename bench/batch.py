@@ -150,7 +150,8 @@ def main(argv=None) -> dict:
                         "but for uniform")
     p.add_argument("--batch-sizes", default="1,8,16,32", help="comma list; 1 = one line at a time")
     p.add_argument("--seq-groups", default="15,5", help="comma list of seq_groups")
-    p.add_argument("--batching", default="continuous,static", help="comma list: continuous, static")
+    p.add_argument("--batching", default="static",
+                   help="comma list: static (render's default), continuous (not in eager mode)")
     p.add_argument("--modes", default="auto", help=f"comma list of morph modes, of {', '.join(MODES)}")
     p.add_argument("--prompts", default="mixed", choices=["mixed", "xvector", "icl"],
                    help="voices of the lines: x-vector and ICL alternating, or all one kind")

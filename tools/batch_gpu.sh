@@ -13,7 +13,7 @@ export PYTHONPATH=/tmp/gpu-site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=f
 export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync PROJECT_COMMIT=$(cat .whl/gpu/COMMIT 2>/dev/null)
 run() { name=$1; shift; echo "=== $name: $*"; python3 -m bench.batch --device cuda --dtype bf16 --seq-groups 5 --repeats 2 \
   --json "$out/$name.json" "$@" 2> "$out/$name.log" | tail -n 0; grep -h '^{' "$out/$name.log" | cut -c1-400; }
-run uniform32 --size 0.6b --lines 32 --batch-sizes 32
-run uniform128 --size 0.6b --lines 128 --batch-sizes 128
-run script256 --size 0.6b --lines 256 --lengths script --batch-sizes 16,64
+run uniform32 --batching continuous,static --size 0.6b --lines 32 --batch-sizes 32
+run uniform128 --batching continuous,static --size 0.6b --lines 128 --batch-sizes 128
+run script256 --batching continuous,static --size 0.6b --lines 256 --lengths script --batch-sizes 16,64
 run icl32-1.7b --size 1.7b --lines 32 --batch-sizes 32 --prompts icl --batching continuous
