@@ -1,5 +1,5 @@
 """A render's rows through one running batch (morph/decode/slots.py), their audio through the codec stream
-(morph/codec_stream.py) as each row ends: what BatchTTS.render(continuous=True) runs (not in eager mode).
+(morph/codec/stream.py) as each row ends: what BatchTTS.render(continuous=True) runs (not in eager mode).
 
 Rows join longest first, in groups as slots free up; each group's prompt is built by upstream's own generate
 (MorphPatch.prompt_of), and each row draws from its own random stream (morph/decode/streams.py), keyed by the
@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .codec_stream import CodecStream
+from .codec.stream import CodecStream
 from .lines.line import Row
 from .prompts import prompt_inputs, prompt_tokens, stream_keys
 from .settings import GenerationSettings
@@ -21,8 +21,9 @@ from .settings import GenerationSettings
 _PROMPT = ("inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_embed")
 
 
-def runs_continuous(tts) -> bool:
-    """Whether a render runs the continuous batch: in every mode but eager, as the mode runs on this device."""
+def runs_lean(tts) -> bool:
+    """Whether a render runs the lean path (the continuous batch, the lean codec): in every mode but eager, as the
+    mode runs on this device."""
     from .decode import runner  # the decode path loads with a model, not with the nodes
 
     return runner.resolve(tts.patch.mode, tts.device, tts.patch.loop.lean_check) != "eager"
@@ -70,7 +71,7 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
         batch.run(next_group, on_row, on_frames)
         return
     cuda = tts.device.type == "cuda"
-    codec = CodecStream(model.model.speech_tokenizer, patch.codec_stream(tts.device) if cuda else None)
+    codec = CodecStream(tts.codec, tts.device, tts.codec.side_stream(tts.device) if cuda else None)
 
     def ended(row: Row, codes: torch.Tensor) -> None:
         codec.submit(row, codes, None if row.line.voice is None else row.line.voice.ref_code)

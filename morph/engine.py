@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .codec.layers import LeanCodec
 from .decode.patch import MorphPatch
 from .lines.reference_audio import FOR_PYTHON, Fixes, prepare_reference
 from .lines.voice import Voice
@@ -39,6 +40,7 @@ class MorphTTS:
         self.tts = tts
         self.source = source
         self.patch = MorphPatch(tts, mode=mode)
+        self.codec = LeanCodec(tts.model.speech_tokenizer.model)  # the audio of every mode but eager
 
     @classmethod
     def load(cls, source: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
@@ -82,8 +84,10 @@ class MorphTTS:
 
     def release_device_state(self) -> None:
         """Drop what the engine keeps on the device besides the weights (KV buffers, CUDA graphs,
-        fused weight storage); it is rebuilt on the next call. For memory managers that offload."""
+        fused weight storage, the codec's tables and decoded voice references); it is rebuilt on the next call.
+        For memory managers that offload."""
         self.patch.loop.release()
+        self.codec.release()
 
     @contextlib.contextmanager
     def upstream(self):

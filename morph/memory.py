@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .codec import DECODE_ROW_FRAMES, row_frames
+from .codec.pieces import DECODE_ROW_FRAMES, row_frames
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .prompts import prompt_tokens

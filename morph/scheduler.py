@@ -30,7 +30,7 @@ fixed batch shape and row position its logits are bit-identical whatever they ho
 bits (GEMM reduction order depends on M; left padding shifts keys across SIMD lanes; CPU sdpa depends on the row
 index). Bit-identical rows across shapes would need per-row GEMVs and attention, that is, no batching; the
 differences are about 1e-7 on logits of order 1, so greedy codes agree unless two tokens are that close. The codec
-decodes rows in pieces of bounded size (morph/codec.py): a row differs from its decode alone by rounding.
+decodes rows in pieces of bounded size (morph/codec/): a row differs from its decode alone by rounding.
 
 Out of memory (generation, a CUDA graph capture or the codec): the rows not yet rendered are retried with half the
 batch (logged), down to one row; a row that does not fit alone is a RuntimeError that names the node and what to
@@ -47,8 +47,9 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .codec import decode_rows
-from .continuous import run_rows, runs_continuous
+from .codec.pieces import decode_rows
+from .codec.stream import RowsDecode
+from .continuous import run_rows, runs_lean
 from .lines.line import Line, Row
 from .lines.voice import Voice
 from .prompts import make_rows, prompt_inputs
@@ -120,7 +121,7 @@ class BatchTTS:
                 if on_line is not None:
                     on_line(row.index, results[row.index])
 
-        if continuous and not runs_continuous(self.tts):
+        if continuous and not runs_lean(self.tts):
             raise ValueError(f"{who}: continuous batching runs the lean layers; set the speed mode to fused, graphs "
                              "or lean (eager runs upstream's static batches)")
         run = self._continuous if continuous else self._static
@@ -176,9 +177,14 @@ class BatchTTS:
     def decode(self, codes: Sequence[torch.Tensor], voices: Sequence[Voice | None]) -> list[np.ndarray]:
         """Audio of each row's codes (voices[i]: row i's Voice, None without one), as upstream's generate_*
         decode a batch (an ICL voice's reference codes in front of its row, their audio cut off again), in
-        codec calls of bounded size (morph/codec.py). A row without frames is silent."""
+        codec calls of bounded size: the lean codec (morph/codec/stream.py) in every mode but eager, upstream's
+        own (morph/codec/pieces.py) in eager. A row without frames is silent."""
         refs = [None if v is None else v.ref_code for v in voices]
-        return decode_rows(self.tts.tts.model.speech_tokenizer, codes, refs)
+        if not runs_lean(self.tts):
+            return decode_rows(self.tts.tts.model.speech_tokenizer, codes, refs)
+        device = self.tts.device
+        stream = self.tts.codec.side_stream(device) if device.type == "cuda" else None
+        return RowsDecode.whole(self.tts.codec, codes, refs, device, stream).audio()
 
     def check(self, lines: Sequence[Line], settings: GenerationSettings, who: str,
               labels: Sequence[str] | None = None) -> None:
@@ -200,19 +206,45 @@ class BatchTTS:
 
     def _static(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,
                 deliver, sort: bool) -> None:
-        """Batches of like length, longest first (when `sort`); each generated, then decoded, before the next."""
+        """Batches of like length, longest first (when `sort`). In the lean modes a batch's audio decodes beside its
+        frame loop and is handed over once the next batch is under way; in eager, upstream's codec decodes each
+        batch after it."""
         planned = [[rows[i] for i in batch]
                    for batch in plan_batches([(r.limit, r.text) for r in rows], width, sort)]
         progress = _Progress(on_step, sum(_allotment(b) for b in planned))
-        for batch in planned:
-            start = progress.done
-            codes = self._generate(batch, settings, progress)
-            for row, wav in zip(batch, self.decode(codes, [r.line.voice for r in batch])):
-                deliver(row, wav)
-            progress.done = start + _allotment(batch)  # rows that ended early leave the rest of it unused
+        pending: tuple | None = None  # a batch whose audio is on its way: (rows, RowsDecode)
+        try:
+            for batch in planned:
+                start = progress.done
+                audio = self._audio(batch)
+                codes = self._generate(batch, settings, progress, audio)
+                if audio is None:
+                    for row, wav in zip(batch, self.decode(codes, [r.line.voice for r in batch])):
+                        deliver(row, wav)
+                else:
+                    audio.finish(codes)
+                previous, pending = pending, None if audio is None else (batch, audio)
+                if previous is not None:
+                    _hand_over(*previous, deliver)
+                progress.done = start + _allotment(batch)  # rows that ended early leave the rest of it unused
+        finally:  # a failure or a cancel in a later batch keeps the lines of those finished before it
+            if pending is not None:
+                _hand_over(*pending, deliver)
 
-    def _generate(self, rows: list[Row], settings: GenerationSettings, progress: _Progress) -> list[torch.Tensor]:
-        """One batched upstream generate with the morph patch; codes [frames, 16] per row, cut to its limit."""
+    def _audio(self, rows: list[Row]) -> RowsDecode | None:
+        """The lean codec's decode of a batch beside its frame loop (morph/codec/stream.py), or None in eager mode,
+        where upstream's codec decodes it after (the exact reference)."""
+        if not runs_lean(self.tts):
+            return None
+        device = self.tts.device
+        stream = self.tts.codec.side_stream(device) if device.type == "cuda" else None
+        return RowsDecode(self.tts.codec, [None if r.line.voice is None else r.line.voice.ref_code for r in rows],
+                          device, stream)
+
+    def _generate(self, rows: list[Row], settings: GenerationSettings, progress: _Progress,
+                  audio: RowsDecode | None = None) -> list[torch.Tensor]:
+        """One batched upstream generate with the morph patch; codes [frames, 16] per row, cut to its limit. `audio`
+        is fed the frames as the loop makes them."""
         model = self.tts.tts
         longest = max(rows, key=lambda r: r.limit)
         kwargs = model._merge_generate_kwargs(**settings.upstream_kwargs(longest.text))
@@ -220,6 +252,7 @@ class BatchTTS:
         patch = self.tts.patch
         patch.seq_groups = settings.seq_groups
         patch.row_stops = [self.stop(r) for r in rows]
+        patch.on_frames = None if audio is None else audio.feed
         if progress.on_step is not None:
             base, width, step = progress.done, len(rows), itertools.count(1)
             patch.on_step = lambda: progress.report(base + width * next(step))
@@ -228,8 +261,13 @@ class BatchTTS:
                 torch.manual_seed(settings.seed)
             codes, _ = model.model.generate(languages=[r.line.language for r in rows], **inputs, **kwargs)
         finally:
-            patch.on_step = patch.row_stops = None
+            patch.on_step = patch.row_stops = patch.on_frames = None
         return [c[: r.limit] for c, r in zip(codes, rows)]
+
+
+def _hand_over(rows: list[Row], audio: RowsDecode, deliver) -> None:
+    for row, wav in zip(rows, audio.audio()):
+        deliver(row, wav)
 
 
 def _too_large(row: Row, oom: str) -> str:

@@ -60,8 +60,8 @@ class MorphPatch:
         # Called once per frame before decoding it: progress and cancel hook in here.
         self.on_step: StepCallback | None = None
         self.row_stops: list[int] | None = None  # the next call's rows end at these frames (TalkerLoop.generate)
+        self.on_frames = None  # called with the frames buffer as the loop goes on (TalkerLoop.generate)
         self._capture = False
-        self._codec_stream = None
         self.talker.generate = self._talker_generate
         self.snakes = [m for m in tts.model.speech_tokenizer.model.modules() if type(m).__name__ == "SnakeBeta"]
         if self.snakes and graphs.triton_available():
@@ -79,7 +79,7 @@ class MorphPatch:
         if self._capture:
             raise _Captured(loop_kwargs)
         return self.loop.generate(**loop_kwargs, seq_groups=self.seq_groups, mode=self.mode, on_step=self.on_step,
-                                  row_stops=self.row_stops)
+                                  row_stops=self.row_stops, on_frames=self.on_frames)
 
     def prompt_of(self, generate: Callable[[], object]) -> dict:
         """What `generate()` (upstream's generate on this model) passes the talker, without decoding: the prompt
@@ -93,14 +93,6 @@ class MorphPatch:
         finally:
             self._capture = False
         raise RuntimeError("morph: upstream's generate returned without calling the talker; install qwen-tts 0.1.1")
-
-    def codec_stream(self, device):
-        """The CUDA stream ended rows are decoded on beside the frame loop (morph/codec_stream.py): one per model,
-        so the allocator's blocks cached for it serve every render (a new stream a render measured +33 MiB
-        allocated after each, bench/results/h100-2026-11-24)."""
-        if self._codec_stream is None:
-            self._codec_stream = torch.cuda.Stream(device)
-        return self._codec_stream
 
     @property
     def last_run(self) -> dict:

@@ -162,9 +162,11 @@ class TalkerLoop:
                  temperature: float = 0.9, repetition_penalty: float = 1.0, eos_token_id: int = None,
                  suppress_tokens=None, subtalker_dosample: bool = True, subtalker_top_k: int = 50,
                  subtalker_top_p: float = 1.0, subtalker_temperature: float = 0.9,
-                 on_step: Callable[[], None] | None = None, row_stops: list[int] | None = None) -> SimpleNamespace:
+                 on_step: Callable[[], None] | None = None, row_stops: list[int] | None = None,
+                 on_frames: Callable[[torch.Tensor, int], None] | None = None) -> SimpleNamespace:
         """Upstream's talker.generate for one batch; row_stops[i]: the frame at which row i ends (EOS forced),
-        max_new_tokens where not given."""
+        max_new_tokens where not given; on_frames(frames, n) after frame n - 1 is launched, frames [B, >= n, 16]
+        the device buffer it is written to (the codec decodes from there as the loop goes on)."""
         device, dtype = inputs_embeds.device, inputs_embeds.dtype
         batch, prompt_len = inputs_embeds.shape[:2]
         if attention_mask is None:
@@ -207,7 +209,7 @@ class TalkerLoop:
                                   self.hold(min_new_tokens))
             if mode == "eager":
                 talker_layers = HFTalker(self.talker, cache, attention_mask, prompt_len)
-            frames_run = self._decode(st, run or step, max_new_tokens - 1, on_step)
+            frames_run = self._decode(st, run or step, max_new_tokens - 1, on_step, on_frames)
             tokens = st.tokens[:, :frames_run + 1].cpu()
         frames = self._frames_kept(tokens, rules.eos, frames_run)
         codes = st.frames[:, :frames].clone()
@@ -260,7 +262,7 @@ class TalkerLoop:
         return out.past_key_values
 
     def _decode(self, st: TalkerState, run: Callable[[], object], max_frames: int,
-                on_step: Callable[[], None] | None) -> int:
+                on_step: Callable[[], None] | None, on_frames: Callable[[torch.Tensor, int], None] | None) -> int:
         """Run up to max_frames steps; stop once every row has emitted EOS. Returns steps run."""
         cuda = st.device.type == "cuda"
         ring = self.sync_lag + 2
@@ -274,6 +276,8 @@ class TalkerLoop:
                 on_step()
             run()
             frames += 1
+            if on_frames is not None:
+                on_frames(st.frames, frames)
             if not cuda:
                 if not bool(st.any_left):
                     break

@@ -33,28 +33,43 @@ BLOCK = 1024
 
 
 @triton.jit
-def _snake_kernel(x_addr, a_addr, inv_addr, o_addr, C, T, DTYPE: tl.constexpr, BLOCK: tl.constexpr):
-    row = tl.program_id(0)  # batch * C + channel
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    ok = cols < T
-    a = tl.load(as_ptr(a_addr, DTYPE) + row % C).to(tl.float32)
-    inv = tl.load(as_ptr(inv_addr, DTYPE) + row % C).to(tl.float32)
-    offs = row.to(tl.int64) * T + cols
+def _snake_kernel(x_addr, a_addr, inv_addr, o_addr, C, INNER, N, DTYPE: tl.constexpr, BLOCK: tl.constexpr,
+                  WIDE: tl.constexpr):
+    """x's element i belongs to channel (i // INNER) % C: INNER is T for [B, C, T] (upstream's layout), 1 for
+    [..., C] (channels last, the lean codec's, morph/codec/layers.py). Offsets are 64-bit only where they must be
+    (WIDE): the division is much cheaper in 32 bits."""
+    pid = tl.program_id(0).to(tl.int64) if WIDE else tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < N
+    channel = (offs // INNER) % C
+    a = tl.load(as_ptr(a_addr, DTYPE) + channel, mask=ok, other=0.0).to(tl.float32)
+    inv = tl.load(as_ptr(inv_addr, DTYPE) + channel, mask=ok, other=0.0).to(tl.float32)
     x = tl.load(as_ptr(x_addr, DTYPE) + offs, mask=ok, other=0.0).to(tl.float32)
     s = libdevice.sin((x * a).to(DTYPE).to(tl.float32)).to(DTYPE).to(tl.float32)
     m = (inv * (s * s).to(DTYPE).to(tl.float32)).to(DTYPE).to(tl.float32)
     tl.store(as_ptr(o_addr, DTYPE) + offs, (x + m).to(DTYPE), mask=ok)
 
 
+def _launch(x: torch.Tensor, alpha: torch.Tensor, inv: torch.Tensor, channels: int, inner: int) -> torch.Tensor:
+    out = torch.empty_like(x)
+    n = x.numel()
+    _snake_kernel[(triton.cdiv(n, BLOCK),)](x.data_ptr(), alpha.data_ptr(), inv.data_ptr(), out.data_ptr(), channels,
+                                            inner, n, DTYPE=TL_DTYPES[x.dtype], BLOCK=BLOCK, WIDE=n >= 2**31 - BLOCK,
+                                            num_warps=4)
+    return out
+
+
 def snake(x: torch.Tensor, module) -> torch.Tensor:
     """SnakeBeta `module` applied to x [B, C, T] (contiguous, the module's dtype)."""
     alpha = torch.exp(module.alpha)
     inv = 1.0 / (torch.exp(module.beta) + module.no_div_by_zero)
-    out = torch.empty_like(x)
-    b, c, t = x.shape
-    _snake_kernel[(b * c, triton.cdiv(t, BLOCK))](x.data_ptr(), alpha.data_ptr(), inv.data_ptr(), out.data_ptr(),
-                                                  c, t, DTYPE=TL_DTYPES[x.dtype], BLOCK=BLOCK, num_warps=4)
-    return out
+    return _launch(x, alpha, inv, x.shape[1], x.shape[2])
+
+
+def snake_last(x: torch.Tensor, alpha: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
+    """SnakeBeta of x [..., C] (contiguous, channels last) given exp(alpha) and 1 / (exp(beta) + 1e-9) per
+    channel, all in x's dtype."""
+    return _launch(x, alpha, inv, x.shape[-1], 1)
 
 
 _failed: list[str] = []

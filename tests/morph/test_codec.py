@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from morph.codec import CODEC_WINDOW, decode_rows, pieces
+from morph.codec.pieces import CODEC_WINDOW, decode_rows, pieces
 
 
 def test_pieces_keep_rows_times_the_longest_within_the_budget():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from morph.continuous import runs_continuous
+from morph.continuous import runs_lean
 from morph.scheduler import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 
@@ -95,7 +95,7 @@ def test_static_batches_keep_upstreams_one_stream(tiny_tts, script):
     """Static batches (the default) draw from torch's generator: a row's take depends on its companions; eager
     mode has no continuous batch."""
     batch = BatchTTS(tiny_tts)
-    assert not runs_continuous(tiny_tts)
+    assert not runs_lean(tiny_tts)
     with pytest.raises(ValueError, match="continuous batching runs the lean layers"):
         batch.render([script[0]], settings(), continuous=True)
     s = settings(frames=10, sampled=True, seed=7)
@@ -130,11 +130,9 @@ def test_a_cancel_keeps_the_lines_already_rendered(lean, script):
 
 
 def test_a_codec_failure_is_raised_in_the_caller(tiny_tts, lean, script, monkeypatch):
-    decoder = tiny_tts.tts.model.speech_tokenizer.model.decoder
-
-    def broken(codes):
+    def broken(codes, state):
         raise ValueError("codec broke")
 
-    monkeypatch.setattr(decoder, "chunked_decode", broken)
+    monkeypatch.setattr(tiny_tts.codec, "decode", broken)
     with pytest.raises(ValueError, match="codec broke"):
         lean.render(script[:3], settings(frames=5), batch_size=2, continuous=True)

@@ -206,7 +206,8 @@ def test_mode_survives_upstream_and_device_state_can_be_released(tiny_tts, ref_a
         tiny_tts.patch.mode = "auto"
     tiny_tts.release_device_state()
     assert np.array_equal(tiny_tts.clone("Release and rebuild.", voice, settings=GREEDY), before)
-    assert np.array_equal(lean, before)  # the lean loop gives the eager path's codes on CPU fp32
+    # the lean loop gives the eager path's codes on CPU fp32, and the lean codec upstream's audio to rounding
+    assert lean.shape == before.shape and np.abs(lean - before).max() < 1e-5
 
 
 def test_gpu_out_of_memory_becomes_a_clear_error(tiny_tts, ref_audio, monkeypatch):

@@ -245,7 +245,7 @@ def test_each_run_declares_its_working_memory_to_comfyui(nodes, comfy, comfy_mod
 
 
 def test_working_memory_counts_the_cache_per_row_and_one_bounded_codec_call(tiny_tts):
-    from morph.codec import DECODE_ROW_FRAMES
+    from morph.codec.pieces import DECODE_ROW_FRAMES
     from morph.memory import CODEC_VALUES_PER_ROW_FRAME, WORKSPACE, working_memory
     from morph.prompts import PROMPT_OVERHEAD_TOKENS
     from morph.settings import GenerationSettings, capacity_for

@@ -1,4 +1,4 @@
-"""The 12 Hz codec's decode of finished rows, in pieces of bounded size.
+"""Upstream's decode of finished rows, in pieces of bounded size (the exact reference, and long rows past its first window).
 
 Upstream decodes a whole batch in one codec call, each row padded to the longest and an ICL voice's reference
 codes in front of its row. The decoder's activations grow with rows x frames (upsampled 1920 times to 24 kHz),
@@ -17,8 +17,9 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
-from .settings import SAMPLE_RATE
+from ..settings import SAMPLE_RATE
 
 CODEC_WINDOW = 325  # frames the decoder runs at once: upstream's chunk of 300 plus 25 of left context
 DECODE_ROW_FRAMES = 512  # the most row-frames of one codec call
@@ -58,3 +59,24 @@ def decode_rows(tokenizer, codes: Sequence[torch.Tensor], refs: Sequence[torch.T
             cut = 0 if refs[i] is None else int(refs[i].shape[0] / full[i].shape[0] * wav.shape[0])
             audio[i] = np.asarray(wav[cut:], dtype=np.float32)
     return audio
+
+
+UPSTREAM_CHUNK, UPSTREAM_CONTEXT = 300, 25  # upstream's chunked_decode: 300 frames at a time, 25 before each
+
+
+def tail_audio(decoder, full: Sequence[torch.Tensor], budget: int = DECODE_ROW_FRAMES) -> list[torch.Tensor]:
+    """The audio of each row's frames from UPSTREAM_CHUNK on, as upstream's chunked_decode makes it: each later
+    window of 300 frames decoded apart, behind the 25 frames before it. `decoder`: the codec's decoder module;
+    full[i]: row i's codes [frames, 16] (any reference in front). Float32 device tensors, empty for short rows."""
+    windows = [(i, start) for i, f in enumerate(full) for start in range(UPSTREAM_CHUNK, f.shape[0], UPSTREAM_CHUNK)]
+    spans = [full[i][start - UPSTREAM_CONTEXT: start + UPSTREAM_CHUNK] for i, start in windows]
+    audio: dict[tuple[int, int], torch.Tensor] = {}
+    up = int(decoder.total_upsample)
+    for piece in pieces([s.shape[0] for s in spans], budget):
+        codes = pad_sequence([spans[j] for j in piece], batch_first=True, padding_value=0).clamp(min=0)
+        wav = decoder(codes.transpose(1, 2)).squeeze(1).float()
+        for row, j in enumerate(piece):
+            audio[windows[j]] = wav[row, UPSTREAM_CONTEXT * up: spans[j].shape[0] * up]
+    empty = torch.zeros(0, device=full[0].device) if full else None
+    return [torch.cat([audio[w] for w in windows if w[0] == i]) if any(w[0] == i for w in windows) else empty
+            for i in range(len(full))]

@@ -1,0 +1,283 @@
+"""The 12 Hz codec's decoder, lean and streaming: codes [rows, frames, 16] to 24 kHz audio a chunk at a time.
+
+Every layer of upstream's decoder (Qwen3TTSTokenizerV2Decoder, qwen-tts 0.1.1) is causal: convolutions pad on the
+left only, each transposed convolution's output block depends on its input and the one before, and the
+pre-transformer attends to the last `sliding_window` frames. So a row can be decoded chunk by chunk if it carries
+its left context from one chunk to the next (`CodecState`): per causal convolution its last (kernel - 1) x
+dilation inputs, per overlapping transposed convolution its last input, per transformer layer the keys and values
+of its last sliding_window - 1 frames, and the frames it has seen (its rotary position). Decoded that way, a row's
+audio is its one-call decode to rounding, whatever the chunks.
+
+The layers run channels last ([rows, time, channels]): cuDNN's tensor-core convolutions take that layout as it is,
+where upstream's [rows, channels, time] made it transpose every activation in and out of each convolution
+(13% of the codec's GPU time on an H100, bench/results/h100-2026-11-24b). The weights are upstream's modules'
+own; nothing is copied but per-channel tables (the codebooks divided out, each activation's exp(alpha) and
+1 / (exp(beta) + 1e-9)), rebuilt when the weights move.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import reason
+
+PRIMED_VOICES = 32  # ICL voices whose decoded reference is kept (about 2.6 MiB each at the real dims)
+
+
+class CodecState:
+    """Each row's left context: one tensor a slot, rows first, and each row's frames seen so far (`pos`)."""
+
+    def __init__(self, slots: list[torch.Tensor], pos: torch.Tensor):
+        self.slots, self.pos = slots, pos
+
+    def rows(self, start: int, stop: int) -> "CodecState":
+        """Rows start..stop as views: decoding them advances these rows of this state."""
+        return CodecState([s[start:stop] for s in self.slots], self.pos[start:stop])
+
+    @staticmethod
+    def cat(states: list["CodecState"]) -> "CodecState":
+        return CodecState([torch.cat(group) for group in zip(*(s.slots for s in states))],
+                          torch.cat([s.pos for s in states]))
+
+    def nbytes(self) -> int:
+        return sum(s.numel() * s.element_size() for s in self.slots)
+
+
+class _Cursor:
+    """The state's slots in the order the layers use them: each layer takes its context and puts the next."""
+
+    def __init__(self, state: CodecState):
+        self.state, self.i = state, 0
+
+    def swap(self, new: torch.Tensor) -> torch.Tensor:
+        old = self.state.slots[self.i]
+        old.copy_(new)  # in place: `state` may be rows of a larger one
+        self.i += 1
+        return old
+
+    def take(self) -> torch.Tensor:
+        return self.state.slots[self.i]
+
+
+def _conv_input(x: torch.Tensor) -> torch.Tensor:
+    """x [B, T, C] seen as [B, C, 1, T] with channels-last strides: what cuDNN's NHWC kernels read as they are."""
+    b, t, c = x.shape
+    return x.view(b, 1, t, c).permute(0, 3, 1, 2)
+
+
+def _conv_output(y: torch.Tensor) -> torch.Tensor:
+    b, c, _, t = y.shape
+    return y.permute(0, 2, 3, 1).reshape(b, t, c)
+
+
+class LeanCodec:
+    """The lean decoder over one loaded codec (qwen-tts's Qwen3TTSTokenizerV2Model)."""
+
+    def __init__(self, codec_model: torch.nn.Module):
+        self.model = codec_model
+        self.decoder = codec_model.decoder
+        cfg = self.decoder.config
+        self.window = int(cfg.sliding_window) - 1  # a frame attends to itself and the sliding_window - 1 before it
+        self.upsample = int(self.decoder.total_upsample)
+        self.heads = int(cfg.num_attention_heads)
+        self.kv_heads = int(cfg.num_key_value_heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+        self.codebook_size = int(cfg.codebook_size)
+        self._tables: tuple | None = None
+        self._snake_kernel = None  # morph/kernels/snake.py's snake_last where it runs, else False
+        self._primed: collections.OrderedDict = collections.OrderedDict()  # id(reference) -> (reference, state)
+        self._stream = None
+
+    # -- what the weights give, once per placement -------------------------------------------
+    def _fingerprint(self) -> tuple:
+        p = next(self.decoder.parameters())
+        return p.device, p.dtype, p.data_ptr()
+
+    def tables(self) -> dict:
+        """Per-codebook embeddings (upstream divides them out at every decode) and per-activation tables."""
+        if self._tables is None or self._tables[0] != self._fingerprint():
+            with torch.inference_mode():
+                q = self.decoder.quantizer
+                books = [layer._codebook for rvq in (q.rvq_first, q.rvq_rest) for layer in rvq.vq.layers]
+                codebooks = [b.embedding_sum / b.cluster_usage.clamp(min=b.epsilon)[:, None] for b in books]
+                snakes = {id(m): (torch.exp(m.alpha), 1.0 / (torch.exp(m.beta) + m.no_div_by_zero))
+                          for m in self.decoder.modules() if type(m).__name__ == "SnakeBeta"}
+            self._tables = (self._fingerprint(), dict(codebooks=codebooks, snakes=snakes))
+        return self._tables[1]
+
+    def release(self) -> None:
+        """Drop what is kept on the device besides the weights; rebuilt on the next decode."""
+        self._tables = None
+        self._primed.clear()
+        self._stream = None
+
+    def side_stream(self, device) -> "torch.cuda.Stream":
+        """The CUDA stream rows decode on beside the frame loop: one per model, so the allocator's blocks cached for
+        it serve every render (a new stream a render measured +33 MiB allocated after each,
+        bench/results/h100-2026-11-24)."""
+        if self._stream is None or self._stream.device != torch.device(device):
+            self._stream = torch.cuda.Stream(device)
+        return self._stream
+
+    # -- the state -------------------------------------------------------------------------------
+    def slot_shapes(self) -> list[tuple[int, int]]:
+        """(time, channels) of every slot, in the order decode uses them."""
+        d = self.decoder
+        shapes = [self._conv_context(d.pre_conv.conv)]
+        kv = (self.kv_heads * self.window, self.head_dim)
+        shapes += [kv, kv] * len(d.pre_transformer.layers)
+        shapes += [self._conv_context(block[1].dwconv.conv) for block in d.upsample]
+        shapes.append(self._conv_context(d.decoder[0].conv))
+        for block in d.decoder[1:-2]:
+            shapes.append((1, block.block[1].conv.in_channels))  # the transposed convolution's last input
+            shapes += [self._conv_context(unit.conv1.conv) for unit in block.block[2:]]
+        shapes.append(self._conv_context(d.decoder[-1].conv))
+        return shapes
+
+    @staticmethod
+    def _conv_context(conv: torch.nn.Conv1d) -> tuple[int, int]:
+        return (conv.kernel_size[0] - 1) * conv.dilation[0], conv.in_channels
+
+    def zero_state(self, rows: int, device, dtype) -> CodecState:
+        """Rows that have seen nothing: upstream's zero padding on the left."""
+        return CodecState([torch.zeros(rows, t, c, device=device, dtype=dtype) for t, c in self.slot_shapes()],
+                          torch.zeros(rows, dtype=torch.long, device=device))
+
+    def primed(self, ref: torch.Tensor | None, device) -> CodecState:
+        """One row's state after an ICL voice's reference codes [frames, 16] (zeros for none), as upstream decodes
+        the reference in front of the row: decoded once per voice (the PRIMED_VOICES most recent are kept)."""
+        dtype = next(self.decoder.parameters()).dtype
+        if ref is None:
+            return self.zero_state(1, device, dtype)
+        key = (id(ref), torch.device(device), self._fingerprint())
+        hit = self._primed.get(key)
+        if hit is None or hit[0] is not ref:
+            state = self.zero_state(1, device, dtype)
+            self.decode(ref.to(device)[None].clamp(0, self.codebook_size - 1), state)
+            hit = self._primed[key] = (ref, state)
+            while len(self._primed) > PRIMED_VOICES:
+                self._primed.popitem(last=False)
+        self._primed.move_to_end(key)
+        return hit[1]
+
+    # -- the decode ------------------------------------------------------------------------------
+    def decode(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
+        """codes [B, T, 16] (int, each in the codebook's range) that follow what `state`'s rows have seen ->
+        float32 audio [B, T * upsample]; `state` advanced past them."""
+        d, tabs, cur = self.decoder, self.tables(), _Cursor(state)
+        with torch.inference_mode():
+            x = self._quantized(codes, tabs["codebooks"])
+            x = self._conv(x, d.pre_conv.conv, cur)
+            x = self._transformer(x, state.pos, cur)
+            for transposed, block in d.upsample:
+                x = self._transposed(x, transposed.conv, None)
+                x = self._convnext(x, block, cur)
+            x = self._conv(x, d.decoder[0].conv, cur)
+            for block in d.decoder[1:-2]:
+                snake, transposed, *units = block.block
+                x = self._transposed(self._snake(x, snake, tabs), transposed.conv, cur)
+                for unit in units:
+                    y = self._conv(self._snake(x, unit.act1, tabs), unit.conv1.conv, cur)
+                    x = x + F.linear(self._snake(y, unit.act2, tabs), unit.conv2.conv.weight[..., 0],
+                                     unit.conv2.conv.bias)
+            x = self._conv(self._snake(x, d.decoder[-2], tabs), d.decoder[-1].conv, cur)
+            state.pos += codes.shape[1]
+            return x.clamp(min=-1, max=1).reshape(x.shape[0], -1).float()
+
+    def _quantized(self, codes: torch.Tensor, books: list[torch.Tensor]) -> torch.Tensor:
+        """The split residual quantizer's decode, upstream's sums in upstream's order: [B, T, codebook_dim]."""
+        q = self.decoder.quantizer
+        first = F.embedding(codes[..., 0], books[0])
+        rest = F.embedding(codes[..., 1], books[1])
+        for k in range(2, len(books)):
+            rest = rest + F.embedding(codes[..., k], books[k])
+        return (F.linear(first, q.rvq_first.output_proj.weight[..., 0])
+                + F.linear(rest, q.rvq_rest.output_proj.weight[..., 0]))
+
+    @staticmethod
+    def _conv(x: torch.Tensor, conv: torch.nn.Conv1d, cur: _Cursor) -> torch.Tensor:
+        """A causal convolution (stride 1) of x [B, T, C], its left context from the state."""
+        context = (conv.kernel_size[0] - 1) * conv.dilation[0]
+        if context:
+            x = torch.cat((cur.take(), x), dim=1)
+            cur.swap(x[:, x.shape[1] - context:])
+        y = F.conv2d(_conv_input(x), conv.weight.unsqueeze(2), conv.bias, dilation=(1, conv.dilation[0]),
+                     groups=conv.groups)
+        return _conv_output(y)
+
+    @staticmethod
+    def _transposed(x: torch.Tensor, conv: torch.nn.ConvTranspose1d, cur: _Cursor | None) -> torch.Tensor:
+        """Upstream's causal transposed convolution (right-trimmed to T x stride samples). Where the kernel is
+        twice the stride, each input's block overlaps the next: the last input of the chunk before comes first."""
+        stride = conv.stride[0]
+        if cur is not None:
+            x = torch.cat((cur.take(), x), dim=1)
+            cur.swap(x[:, -1:])
+        y = _conv_output(F.conv_transpose2d(_conv_input(x), conv.weight.unsqueeze(2), conv.bias, stride=(1, stride)))
+        return y[:, stride: stride + (x.shape[1] - 1) * stride] if cur is not None else y
+
+    def _convnext(self, x: torch.Tensor, block, cur: _Cursor) -> torch.Tensor:
+        y = self._conv(x, block.dwconv.conv, cur)
+        y = F.layer_norm(y, block.norm.normalized_shape, block.norm.weight, block.norm.bias, block.norm.eps)
+        y = block.pwconv2(block.act(block.pwconv1(y)))
+        return x + block.gamma * y
+
+    def _snake(self, x: torch.Tensor, module, tabs: dict) -> torch.Tensor:
+        alpha, inv = tabs["snakes"][id(module)]
+        kernel = self._snake_fn(x)
+        if kernel is not None:
+            return kernel(x, alpha, inv)
+        return x + inv * torch.pow(torch.sin(x * alpha), 2)  # upstream's ops, in its order
+
+    def _snake_fn(self, x: torch.Tensor):
+        """The fused activation (morph/kernels/snake.py) on CUDA where Triton runs, else None (torch's ops)."""
+        if not x.is_cuda or self._snake_kernel is False:
+            return None
+        if self._snake_kernel is None:
+            try:
+                from ..kernels.snake import snake_last
+            except Exception as e:  # no Triton here: torch's ops, said once
+                import logging
+
+                logging.getLogger(__name__).info("morph: the codec runs its activation op by op (%s)", reason(e))
+                self._snake_kernel = False
+                return None
+            self._snake_kernel = snake_last
+        return self._snake_kernel
+
+    def _transformer(self, x: torch.Tensor, pos: torch.Tensor, cur: _Cursor) -> torch.Tensor:
+        """Upstream's pre-transformer over a chunk: each frame attends to itself and the `window` frames before it,
+        those of earlier chunks from the state."""
+        t = self.decoder.pre_transformer
+        b, n, _ = x.shape
+        positions = pos[:, None] + torch.arange(n, device=x.device)  # [B, n]
+        cos, sin = t.rotary_emb(x, positions)
+        keys_at = torch.cat((pos[:, None] - self.window + torch.arange(self.window, device=x.device), positions), 1)
+        visible = ((keys_at[:, None, :] >= 0) & (keys_at[:, None, :] <= positions[:, :, None])
+                   & (keys_at[:, None, :] > positions[:, :, None] - self.window - 1))[:, None]  # [B, 1, n, W + n]
+        h = t.input_proj(x)
+        for layer in t.layers:
+            a = layer.self_attn
+            y = layer.input_layernorm(h)
+            q = a.q_proj(y).view(b, n, -1, self.head_dim).transpose(1, 2)
+            k = a.k_proj(y).view(b, n, -1, self.head_dim).transpose(1, 2)
+            v = a.v_proj(y).view(b, n, -1, self.head_dim).transpose(1, 2)
+            q = q * cos[:, None] + _rotate_half(q) * sin[:, None]
+            k = k * cos[:, None] + _rotate_half(k) * sin[:, None]
+            keys = torch.cat((cur.take().view(b, self.kv_heads, self.window, -1), k), dim=2)
+            cur.swap(keys[:, :, n:].reshape(b, -1, self.head_dim))
+            values = torch.cat((cur.take().view(b, self.kv_heads, self.window, -1), v), dim=2)
+            cur.swap(values[:, :, n:].reshape(b, -1, self.head_dim))
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=a.scaling,
+                                               enable_gqa=self.heads != self.kv_heads)
+            h = h + layer.self_attn_layer_scale(a.o_proj(o.transpose(1, 2).reshape(b, n, -1)))
+            h = h + layer.mlp_layer_scale(layer.mlp(layer.post_attention_layernorm(h)))
+        return t.output_proj(t.norm(h))
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

@@ -1,0 +1,166 @@
+"""A render's rows through the lean codec (morph/codec/layers.py), on a CUDA stream of its own beside the frame loop.
+
+- A static batch (what BatchTTS.render runs by default) decodes its rows together, CHUNK frames at a time as the
+  talker makes them (`RowsDecode.feed`, called from the frame loop), so when the batch's last row ends only its
+  last chunk is left: the codec is off the critical path.
+- The continuous batch decodes rows whole, together with those that ended about as they did (`CodecStream`).
+
+Either way a row's audio is upstream's decode to rounding, made upstream's way in two respects:
+- an ICL voice's reference codes go first and their audio is cut off: decoded once per voice (LeanCodec.primed),
+  into the state every row in that voice starts from;
+- upstream decodes a row's first UPSTREAM_CHUNK (300) frames in one call, and every later 300 behind only 25
+  frames of context (its chunked_decode): the stream covers the first window, and a row longer than that gets the
+  rest from upstream's own decoder when it ends (morph/codec/pieces.py tail_audio).
+
+A decode call holds at most `budget` row-frames of activations (a batch's rows go in groups), whatever the batch.
+Nothing here waits for the GPU: audio is copied to pinned memory and read once its event has passed.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from .layers import CodecState, LeanCodec
+from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, pieces, row_frames, tail_audio
+
+CHUNK = 16  # frames a static batch's rows decode at a time: 1.28 s of audio, the most left when the batch ends
+IN_FLIGHT = 2  # continuous batch: groups launched and not yet read back
+
+
+class RowsDecode:
+    """Rows decoded together from their first frame, in lockstep: frames [done, upto) of every row per call."""
+
+    def __init__(self, codec: LeanCodec, refs: Sequence[torch.Tensor | None], device: torch.device,
+                 stream: "torch.cuda.Stream | None", chunk: int = CHUNK, budget: int = DECODE_ROW_FRAMES):
+        self.codec, self.stream, self.chunk, self.device = codec, stream, chunk, device
+        self.offsets = [0 if r is None else int(r.shape[0]) for r in refs]  # where each row's own frames start
+        self.done = 0
+        per_call = max(1, budget // chunk)
+        self.groups = [(s, min(s + per_call, len(refs))) for s in range(0, len(refs), per_call)]
+        self.waves: dict[tuple[int, int], list[torch.Tensor]] = {g: [] for g in self.groups}
+        self.result: tuple | None = None
+        with self._side(), torch.inference_mode():
+            self.state = CodecState.cat([codec.primed(r, device) for r in refs])
+            self.refs = [None if r is None else r.to(device) for r in refs]  # for the rows past the first window
+
+    def _side(self):
+        return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+
+    @classmethod
+    def whole(cls, codec: LeanCodec, codes: Sequence[torch.Tensor], refs: Sequence[torch.Tensor | None],
+              device: torch.device, stream: "torch.cuda.Stream | None",
+              budget: int = DECODE_ROW_FRAMES) -> "RowsDecode":
+        """Rows that have ended, decoded whole (as many at a call as `budget` allows); read with audio()."""
+        longest = max([row_frames(c.shape[0]) for c in codes] + [1])
+        job = cls(codec, refs, device, stream, chunk=longest, budget=budget)
+        job.finish(codes)
+        return job
+
+    def feed(self, frames: torch.Tensor, upto: int) -> None:
+        """frames [rows, >= upto, 16] on the device (the frame loop's buffer): decode the whole chunks of
+        frames done .. upto not yet decoded."""
+        while upto - self.done >= self.chunk:
+            self._decode(frames[:, self.done:self.done + self.chunk])
+
+    def finish(self, codes: Sequence[torch.Tensor]) -> None:
+        """codes[i]: row i's frames [n_i, 16], all of them: decode the rest, then start the copy to the host."""
+        codes = [c.to(self.device) for c in codes]
+        stacked = pad_sequence(codes, batch_first=True)
+        while stacked.shape[1] > self.done:
+            self._decode(stacked[:, self.done:self.done + self.chunk])
+        lengths = [int(c.shape[0]) for c in codes]
+        up = self.codec.upsample
+        if self.stream is not None:  # the codes were made on the frame loop's stream
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            for c in codes:
+                c.record_stream(self.stream)
+        with self._side(), torch.inference_mode():
+            long = [i for i, n in enumerate(lengths) if self.offsets[i] + n > UPSTREAM_CHUNK]
+            full = [codes[i] if self.refs[i] is None else torch.cat((self.refs[i], codes[i])) for i in long]
+            tails = dict(zip(long, tail_audio(self.codec.decoder, full)))
+            rows = []
+            for start, stop in self.groups:
+                streamed = torch.cat(self.waves[(start, stop)], dim=1) if self.waves[(start, stop)] else None
+                for i in range(start, stop):
+                    own = max(0, min(lengths[i], UPSTREAM_CHUNK - self.offsets[i]))
+                    parts = [streamed[i - start, :own * up]] if own else []
+                    if i in tails:
+                        parts.append(tails[i][max(0, self.offsets[i] - UPSTREAM_CHUNK) * up:])
+                    rows.append(torch.cat(parts) if parts else torch.zeros(0, device=self.device))
+            flat = torch.cat(rows) if rows else torch.zeros(0, device=self.device)
+            host = torch.empty(flat.shape, dtype=torch.float32, pin_memory=self.stream is not None)
+            host.copy_(flat, non_blocking=self.stream is not None)
+            event = None
+            if self.stream is not None:
+                event = torch.cuda.Event()
+                event.record(self.stream)
+        self.waves.clear()
+        self.result = (event, host, [r.shape[0] for r in rows], flat)
+
+    def ready(self) -> bool:
+        return self.result[0] is None or self.result[0].query()
+
+    def audio(self) -> list[np.ndarray]:
+        """Each row's float32 24 kHz audio (waits for the copy)."""
+        event, host, sizes, _ = self.result
+        if event is not None:
+            event.synchronize()
+        return [a.numpy().copy() for a in torch.split(host, sizes)]
+
+    def _decode(self, frames: torch.Tensor) -> None:
+        """One chunk of every group that still has a row inside upstream's first window."""
+        with torch.inference_mode():
+            # a row's frames past its end hold EOS (outside the codebooks); their audio is cut off
+            codes = frames.clamp(0, self.codec.codebook_size - 1)
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            codes.record_stream(self.stream)
+        with self._side(), torch.inference_mode():
+            for start, stop in self.groups:
+                if min(self.offsets[start:stop]) + self.done < UPSTREAM_CHUNK:
+                    self.waves[(start, stop)].append(self.codec.decode(codes[start:stop],
+                                                                       self.state.rows(start, stop)))
+        self.done += codes.shape[1]
+
+
+class CodecStream:
+    """The continuous batch's ended rows: decoded whole, in groups of like length (at most `budget` row-frames),
+    IN_FLIGHT groups at a time, read back once done."""
+
+    def __init__(self, codec: LeanCodec, device: torch.device, stream: "torch.cuda.Stream | None",
+                 budget: int = DECODE_ROW_FRAMES):
+        self.codec, self.device, self.stream, self.budget = codec, device, stream, budget
+        self.waiting: list[tuple] = []  # (name, codes [frames, 16], reference codes or None)
+        self.flight: collections.deque = collections.deque()  # (names, RowsDecode)
+
+    def submit(self, name, codes: torch.Tensor, ref: torch.Tensor | None) -> None:
+        self.waiting.append((name, codes, ref))
+
+    def pump(self, flush: bool = False) -> list[tuple[object, np.ndarray]]:
+        """The rows whose audio is ready, as (name, float32 24 kHz audio); launches the next group when fewer than
+        IN_FLIGHT are under way. flush: launch and read back everything (the render's end)."""
+        done = []
+        while self.flight and (flush or self.flight[0][1].ready()):
+            names, job = self.flight.popleft()
+            done += list(zip(names, job.audio()))
+        while self.waiting and (flush or len(self.flight) < IN_FLIGHT):
+            self._launch()
+            if flush:
+                done += self.pump(flush=True)
+        return done
+
+    def _launch(self) -> None:
+        lengths = [w[1].shape[0] for w in self.waiting]
+        # rows without frames are in no piece: they go together once the others are launched
+        group = next(iter(pieces(lengths, self.budget)), None) or list(range(len(self.waiting)))
+        rows = [self.waiting[i] for i in group]
+        self.waiting = [w for i, w in enumerate(self.waiting) if i not in set(group)]
+        job = RowsDecode.whole(self.codec, [w[1] for w in rows], [w[2] for w in rows], self.device, self.stream,
+                               self.budget)
+        self.flight.append(([w[0] for w in rows], job))

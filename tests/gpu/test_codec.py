@@ -1,0 +1,65 @@
+"""The lean codec on the GPU: upstream's decode to rounding, whatever the chunks, in fp32 and in bf16."""
+
+import numpy as np
+import pytest
+import torch
+
+from morph.codec.pieces import decode_rows
+from morph.codec.stream import RowsDecode
+
+
+def _rows(g):
+    # a row past upstream's first 300-frame window, ICL references in front of two rows, a row of one frame
+    lengths, refs = (37, 1, 80, 350), (None, 20, None, 40)
+    codes = [torch.randint(0, 2048, (n, 16), generator=g) for n in lengths]
+    return codes, [None if r is None else torch.randint(0, 2048, (r, 16), generator=g) for r in refs]
+
+
+def _stream(codec, codes, refs, chunk):
+    job = RowsDecode(codec, refs, torch.device("cuda"), codec.side_stream("cuda"), chunk=chunk)
+    frames = torch.nn.utils.rnn.pad_sequence([c.cuda() for c in codes], batch_first=True)
+    for n in range(1, frames.shape[1] + 1):  # as the frame loop feeds it
+        job.feed(frames, n)
+    job.finish(codes)
+    return job.audio()
+
+
+@pytest.mark.parametrize("chunk", [1, 16, 400])
+def test_streamed_audio_is_upstreams_decode_in_fp32(cuda_tts, chunk):
+    codes, refs = _rows(torch.Generator().manual_seed(chunk))
+    want = decode_rows(cuda_tts.tts.model.speech_tokenizer, codes, refs, budget=10**6)
+    got = _stream(cuda_tts.codec, codes, refs, chunk)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == np.float32
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-5)
+
+
+def test_bf16_is_as_close_to_the_exact_decode_as_upstreams_bf16(cuda_tts):
+    tokenizer = cuda_tts.tts.model.speech_tokenizer
+    codes, refs = _rows(torch.Generator().manual_seed(9))
+    exact = np.concatenate(decode_rows(tokenizer, codes, refs))
+    tokenizer.model.to(torch.bfloat16)
+    try:
+        upstream = np.concatenate(decode_rows(tokenizer, codes, refs))
+        lean = np.concatenate(_stream(cuda_tts.codec, codes, refs, 16))
+    finally:
+        tokenizer.model.to(torch.float32)
+
+    def err(x):
+        return float(np.sqrt(np.mean((x - exact) ** 2)))
+
+    assert err(lean) <= 1.5 * err(upstream) + 1e-4, (err(lean), err(upstream))
+
+
+def test_a_voice_reference_is_decoded_once(cuda_tts):
+    codec = cuda_tts.codec
+    ref = torch.randint(0, 2048, (30, 16), generator=torch.Generator().manual_seed(2))
+    calls = []
+    decode = codec.decode
+    codec.decode = lambda codes, state: calls.append(codes.shape) or decode(codes, state)
+    try:
+        for _ in range(3):
+            RowsDecode.whole(codec, [torch.zeros(5, 16, dtype=torch.long)], [ref], torch.device("cuda"), None).audio()
+    finally:
+        del codec.decode
+    assert sum(1 for shape in calls if shape[1] == 30) == 1 and len(calls) == 4
