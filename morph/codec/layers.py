@@ -204,9 +204,10 @@ class LeanCodec:
         if context:
             x = torch.cat((cur.take(), x), dim=1)
             cur.swap(x[:, x.shape[1] - context:])
-        if conv.groups > 1:
-            # cuDNN's channels-last kernel for the depthwise convolutions (ConvNeXt's, at 25 and 50 frames a second)
-            # ran 95% of the codec's GPU time on an H100; upstream's layout is fast there, and these are small
+        if conv.groups > 1 or conv.out_channels == 1:
+            # The depthwise convolutions (ConvNeXt's) and the last one (to one channel of audio) have no
+            # channels-last tensor-core kernel: cuDNN's fallback for the last took 95% of the codec's GPU time on an
+            # H100 and rounded worse. Upstream's layout there, as upstream runs them.
             return F.conv1d(x.transpose(1, 2), conv.weight, conv.bias, groups=conv.groups).transpose(1, 2)
         y = F.conv2d(_conv_input(x), conv.weight.unsqueeze(2), conv.bias, dilation=(1, conv.dilation[0]))
         return _conv_output(y)
