@@ -209,8 +209,19 @@ class LeanCodec:
             # channels-last tensor-core kernel: cuDNN's fallback for the last took 95% of the codec's GPU time on an
             # H100 and rounded worse. Upstream's layout there, as upstream runs them.
             return F.conv1d(x.transpose(1, 2), conv.weight, conv.bias, groups=conv.groups).transpose(1, 2)
-        y = F.conv2d(_conv_input(x), conv.weight.unsqueeze(2), conv.bias, dilation=(1, conv.dilation[0]))
-        return _conv_output(y)
+        dilation = conv.dilation[0]
+        if dilation == 1:
+            return _conv_output(F.conv2d(_conv_input(x), conv.weight.unsqueeze(2), conv.bias))
+        # A dilated convolution is `dilation` plain ones over interleaved samples. cuDNN's pick for the dilated shapes
+        # is erratic: one of them (384 channels, dilation 9, 16 frames) took 345 ms where its plain twins take
+        # under 1 ms, and rounded worse (H100, bench/results/h100-2026-11-24b). Pad to whole phases, split, merge.
+        b, t, c = x.shape
+        out = t - context
+        phases = -(-out // dilation)
+        x = F.pad(x, (0, 0, 0, phases * dilation + context - t))
+        x = x.view(b, -1, dilation, c).transpose(1, 2).reshape(b * dilation, -1, c)
+        y = _conv_output(F.conv2d(_conv_input(x), conv.weight.unsqueeze(2), conv.bias))  # [b * dilation, phases, C]
+        return y.view(b, dilation, phases, -1).transpose(1, 2).reshape(b, phases * dilation, -1)[:, :out]
 
     @staticmethod
     def _transposed(x: torch.Tensor, conv: torch.nn.ConvTranspose1d, cur: _Cursor | None) -> torch.Tensor:
