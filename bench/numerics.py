@@ -58,7 +58,8 @@ import torch.nn.functional as F
 from bench.common import add_model_args, emit, project_commit
 from bench.random_model import build_random_model
 from bench.speed import REF_TEXT, TEXT, device_name, reference_wave
-from morph.decode import graphs, lean, runner
+from morph import graphs
+from morph.decode import lean, runner
 from morph.engine import MorphTTS
 from morph.settings import GenerationSettings
 

@@ -86,8 +86,8 @@ class MorphTTS:
         """Drop what the engine keeps on the device besides the weights (KV buffers, CUDA graphs,
         fused weight storage, the codec's tables and decoded voice references); it is rebuilt on the next call.
         For memory managers that offload."""
-        self.patch.loop.release()
         self.codec.release()
+        self.patch.loop.release()  # last: it gives the memory of dropped CUDA graphs back
 
     @contextlib.contextmanager
     def upstream(self):

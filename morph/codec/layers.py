@@ -18,48 +18,18 @@ own; nothing is copied but per-channel tables (the codebooks divided out, each a
 from __future__ import annotations
 
 import collections
+import logging
 
 import torch
 import torch.nn.functional as F
 
+from .. import graphs
 from ..errors import reason
+from .state import CodecState, Cursor
+
+log = logging.getLogger(__name__)
 
 PRIMED_VOICES = 32  # ICL voices whose decoded reference is kept (about 2.6 MiB each at the real dims)
-
-
-class CodecState:
-    """Each row's left context: one tensor a slot, rows first, and each row's frames seen so far (`pos`)."""
-
-    def __init__(self, slots: list[torch.Tensor], pos: torch.Tensor):
-        self.slots, self.pos = slots, pos
-
-    def rows(self, start: int, stop: int) -> "CodecState":
-        """Rows start..stop as views: decoding them advances these rows of this state."""
-        return CodecState([s[start:stop] for s in self.slots], self.pos[start:stop])
-
-    @staticmethod
-    def cat(states: list["CodecState"]) -> "CodecState":
-        return CodecState([torch.cat(group) for group in zip(*(s.slots for s in states))],
-                          torch.cat([s.pos for s in states]))
-
-    def nbytes(self) -> int:
-        return sum(s.numel() * s.element_size() for s in self.slots)
-
-
-class _Cursor:
-    """The state's slots in the order the layers use them: each layer takes its context and puts the next."""
-
-    def __init__(self, state: CodecState):
-        self.state, self.i = state, 0
-
-    def swap(self, new: torch.Tensor) -> torch.Tensor:
-        old = self.state.slots[self.i]
-        old.copy_(new)  # in place: `state` may be rows of a larger one
-        self.i += 1
-        return old
-
-    def take(self) -> torch.Tensor:
-        return self.state.slots[self.i]
 
 
 def _conv_input(x: torch.Tensor) -> torch.Tensor:
@@ -90,6 +60,8 @@ class LeanCodec:
         self._snake_kernel = None  # morph/kernels/snake.py's snake_last where it runs, else False
         self._primed: collections.OrderedDict = collections.OrderedDict()  # id(reference) -> (reference, state)
         self._stream = None
+        self.graphs = graphs.GraphCache(max_graphs=4)  # decode_chunk's, one per (rows, frames, dtype)
+        self._capture_failed = False
 
     # -- what the weights give, once per placement -------------------------------------------
     def _fingerprint(self) -> tuple:
@@ -113,6 +85,7 @@ class LeanCodec:
         self._tables = None
         self._primed.clear()
         self._stream = None
+        self.graphs.clear()
 
     def side_stream(self, device) -> "torch.cuda.Stream":
         """The CUDA stream rows decode on beside the frame loop: one per model, so the allocator's blocks cached for
@@ -143,8 +116,9 @@ class LeanCodec:
 
     def zero_state(self, rows: int, device, dtype) -> CodecState:
         """Rows that have seen nothing: upstream's zero padding on the left."""
-        return CodecState([torch.zeros(rows, t, c, device=device, dtype=dtype) for t, c in self.slot_shapes()],
-                          torch.zeros(rows, dtype=torch.long, device=device))
+        shapes = self.slot_shapes()
+        return CodecState(torch.zeros(rows, sum(t * c for t, c in shapes), device=device, dtype=dtype),
+                          torch.zeros(rows, dtype=torch.long, device=device), shapes)
 
     def primed(self, ref: torch.Tensor | None, device) -> CodecState:
         """One row's state after an ICL voice's reference codes [frames, 16] (zeros for none), as upstream decodes
@@ -167,7 +141,7 @@ class LeanCodec:
     def decode(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
         """codes [B, T, 16] (int, each in the codebook's range) that follow what `state`'s rows have seen ->
         float32 audio [B, T * upsample]; `state` advanced past them."""
-        d, tabs, cur = self.decoder, self.tables(), _Cursor(state)
+        d, tabs, cur = self.decoder, self.tables(), Cursor(state)
         with torch.inference_mode():
             x = self._quantized(codes, tabs["codebooks"])
             x = self._conv(x, d.pre_conv.conv, cur)
@@ -187,6 +161,36 @@ class LeanCodec:
             state.pos += codes.shape[1]
             return x.clamp(min=-1, max=1).reshape(x.shape[0], -1).float()
 
+    def decode_chunk(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
+        """`decode` on CUDA replayed from a CUDA graph captured once per (rows, frames, dtype): a chunk decode is
+        about a thousand small launches, which beside the frame loop cost the host more than the GPU time they
+        fill. The state is copied into the graph's buffers and back. Where a capture fails, the log says so once
+        and chunks decode op by op from then on; a CUDA out-of-memory error is raised as it is."""
+        if not codes.is_cuda or self._capture_failed:
+            return self.decode(codes, state)
+        self.graphs.bind((self._fingerprint(), codes.device))
+        key = (codes.shape[0], codes.shape[1], state.flat.dtype)
+        if key not in self.graphs:
+            buffers = (codes.clone(), CodecState(state.flat.clone(), state.pos.clone(), state.shapes))
+            try:
+                self.graphs.get(key, lambda: self.decode(*buffers)).keep = buffers
+            except torch.cuda.OutOfMemoryError:
+                self.graphs.clear()
+                raise
+            except Exception as e:
+                self.graphs.clear()
+                self._capture_failed = True
+                log.warning("morph: could not capture the codec's decode (%s); it runs op by op from now on, a "
+                            "little slower", reason(e))
+                return self.decode(codes, state)
+        entry = self.graphs.get(key, None)
+        static_codes, static_state = entry.keep
+        static_codes.copy_(codes)
+        static_state.copy_(state)
+        audio = entry.replay()
+        state.copy_(static_state)
+        return audio.clone()
+
     def _quantized(self, codes: torch.Tensor, books: list[torch.Tensor]) -> torch.Tensor:
         """The split residual quantizer's decode, upstream's sums in upstream's order: [B, T, codebook_dim]."""
         q = self.decoder.quantizer
@@ -198,7 +202,7 @@ class LeanCodec:
                 + F.linear(rest, q.rvq_rest.output_proj.weight[..., 0]))
 
     @staticmethod
-    def _conv(x: torch.Tensor, conv: torch.nn.Conv1d, cur: _Cursor) -> torch.Tensor:
+    def _conv(x: torch.Tensor, conv: torch.nn.Conv1d, cur: Cursor) -> torch.Tensor:
         """A causal convolution (stride 1) of x [B, T, C], its left context from the state."""
         context = (conv.kernel_size[0] - 1) * conv.dilation[0]
         if context:
@@ -224,7 +228,7 @@ class LeanCodec:
         return y.view(b, dilation, phases, -1).transpose(1, 2).reshape(b, phases * dilation, -1)[:, :out]
 
     @staticmethod
-    def _transposed(x: torch.Tensor, conv: torch.nn.ConvTranspose1d, cur: _Cursor | None) -> torch.Tensor:
+    def _transposed(x: torch.Tensor, conv: torch.nn.ConvTranspose1d, cur: Cursor | None) -> torch.Tensor:
         """Upstream's causal transposed convolution (right-trimmed to T x stride samples). Where the kernel is
         twice the stride, each input's block overlaps the next: the last input of the chunk before comes first."""
         stride = conv.stride[0]
@@ -234,7 +238,7 @@ class LeanCodec:
         y = _conv_output(F.conv_transpose2d(_conv_input(x), conv.weight.unsqueeze(2), conv.bias, stride=(1, stride)))
         return y[:, stride: stride + (x.shape[1] - 1) * stride] if cur is not None else y
 
-    def _convnext(self, x: torch.Tensor, block, cur: _Cursor) -> torch.Tensor:
+    def _convnext(self, x: torch.Tensor, block, cur: Cursor) -> torch.Tensor:
         y = self._conv(x, block.dwconv.conv, cur)
         y = F.layer_norm(y, block.norm.normalized_shape, block.norm.weight, block.norm.bias, block.norm.eps)
         y = block.pwconv2(block.act(block.pwconv1(y)))
@@ -255,15 +259,13 @@ class LeanCodec:
             try:
                 from ..kernels.snake import snake_last
             except Exception as e:  # no Triton here: torch's ops, said once
-                import logging
-
-                logging.getLogger(__name__).info("morph: the codec runs its activation op by op (%s)", reason(e))
+                log.info("morph: the codec runs its activation op by op (%s)", reason(e))
                 self._snake_kernel = False
                 return None
             self._snake_kernel = snake_last
         return self._snake_kernel
 
-    def _transformer(self, x: torch.Tensor, pos: torch.Tensor, cur: _Cursor) -> torch.Tensor:
+    def _transformer(self, x: torch.Tensor, pos: torch.Tensor, cur: Cursor) -> torch.Tensor:
         """Upstream's pre-transformer over a chunk: each frame attends to itself and the `window` frames before it,
         those of earlier chunks from the state."""
         t = self.decoder.pre_transformer

@@ -124,8 +124,9 @@ class RowsDecode:
         with self._side(), torch.inference_mode():
             for start, stop in self.groups:
                 if min(self.offsets[start:stop]) + self.done < UPSTREAM_CHUNK:
-                    self.waves[(start, stop)].append(self.codec.decode(codes[start:stop],
-                                                                       self.state.rows(start, stop)))
+                    # the static batch's whole chunks replay one captured decode; other shapes run op by op
+                    decode = self.codec.decode_chunk if codes.shape[1] == CHUNK else self.codec.decode
+                    self.waves[(start, stop)].append(decode(codes[start:stop], self.state.rows(start, stop)))
         self.done += codes.shape[1]
 
 

@@ -19,7 +19,8 @@ import torch
 
 from ..qwen.marks import note_foreign_wrapper  # the decode path's one import from morph/qwen/
 from ..settings import check_seq_groups
-from . import graphs, runner
+from .. import graphs
+from . import runner
 from .talker_loop import TalkerLoop
 
 log = logging.getLogger(__name__)

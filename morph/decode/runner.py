@@ -31,7 +31,7 @@ import torch
 
 from ..errors import reason
 from ..settings import MODES, RETIRED_MODES
-from . import graphs
+from .. import graphs
 from .lean import LeanUnsupported
 
 log = logging.getLogger(__name__)

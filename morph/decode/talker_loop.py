@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 
 from ..settings import Sampling, capacity_for
-from . import graphs, lean, runner
+from .. import graphs
+from . import lean, runner
 from .predictor import Predictor
 from .sampling import TalkerRules, fused_pick, sample, talker_pick, torch_noise
 from .streams import RowStreams

@@ -67,9 +67,9 @@ def snake(x: torch.Tensor, module) -> torch.Tensor:
 
 
 def snake_last(x: torch.Tensor, alpha: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
-    """SnakeBeta of x [..., C] (contiguous, channels last) given exp(alpha) and 1 / (exp(beta) + 1e-9) per
-    channel, all in x's dtype."""
-    return _launch(x, alpha, inv, x.shape[-1], 1)
+    """SnakeBeta of x [..., C] (channels last) given exp(alpha) and 1 / (exp(beta) + 1e-9) per channel, all in x's
+    dtype. The kernel reads x as one dense block: a slice (a trimmed transposed convolution's output) is copied."""
+    return _launch(x.contiguous(), alpha, inv, x.shape[-1], 1)
 
 
 _failed: list[str] = []

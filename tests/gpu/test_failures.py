@@ -5,7 +5,8 @@ import logging
 
 import torch
 
-from morph.decode import graphs, lean
+from morph import graphs
+from morph.decode import lean
 from morph.scheduler import BatchTTS, Line
 from morph.settings import GenerationSettings
 

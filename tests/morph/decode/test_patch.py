@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from morph.decode import graphs
+from morph import graphs
 from morph.decode.patch import patch
 
 

@@ -13,7 +13,8 @@ import torch
 
 from morph.scheduler import BatchTTS, Line
 
-from morph.decode import graphs, runner
+from morph import graphs
+from morph.decode import runner
 from morph.settings import GenerationSettings, Sampling
 
 

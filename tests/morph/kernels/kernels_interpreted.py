@@ -131,3 +131,19 @@ def test_snake_matches_upstream_snakebeta(monkeypatch):
     got = snake(x, module)
     assert got.shape == x.shape and got.dtype == x.dtype
     torch.testing.assert_close(got, module(x), rtol=1e-6, atol=2e-6)
+
+
+def test_snake_last_is_the_same_activation_channels_last(monkeypatch):
+    """The channels-last launch (the lean codec's) against torch's ops on the same tables, a slice included."""
+    import triton.language as tl
+
+    from morph.kernels import snake as snake_module
+    from morph.kernels.snake import snake_last
+
+    monkeypatch.setattr(snake_module, "libdevice", tl)
+    g = torch.Generator().manual_seed(4)
+    alpha, inv = torch.rand(48, generator=g) + 0.5, torch.rand(48, generator=g) + 0.5
+    x = torch.randn(2, 1500, 48, generator=g) * 3
+    for part in (x, x[:, 7:1100]):  # a trimmed transposed convolution's output is such a slice
+        torch.testing.assert_close(snake_last(part, alpha, inv), part + inv * torch.sin(part * alpha) ** 2,
+                                   rtol=1e-6, atol=2e-6)

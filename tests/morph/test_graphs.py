@@ -2,7 +2,7 @@
 
 import torch
 
-from morph.decode import graphs
+from morph import graphs
 
 
 def test_graph_cache_is_an_lru_and_drops_everything_when_its_owner_changes(monkeypatch):
