@@ -91,7 +91,10 @@ class LeanCodec:
         """The CUDA stream rows decode on beside the frame loop: one per model, so the allocator's blocks cached for
         it serve every render (a new stream a render measured +33 MiB allocated after each,
         bench/results/h100-2026-11-24)."""
-        if self._stream is None or self._stream.device != torch.device(device):
+        device = torch.device(device)
+        if device.index is None:  # "cuda" and "cuda:0" are one device: one stream
+            device = torch.device("cuda", torch.cuda.current_device())
+        if self._stream is None or self._stream.device != device:
             self._stream = torch.cuda.Stream(device)
         return self._stream
 
