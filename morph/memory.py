@@ -6,12 +6,16 @@
     talker's keys and values in every layer, and the step's and the text's hidden states;
   - prefill: while the prompt runs, upstream's own KV cache for it, one MLP's activations per token and the
     attention scores, every row padded to the longest prompt;
-  - codec: the largest codec call, which morph/codec.py bounds at DECODE_ROW_FRAMES row-frames whatever the
-    batch, CODEC_VALUES_PER_ROW_FRAME activations each;
+  - codec: in every mode but eager the lean codec (morph/codec/stream.py): each row's state (its layers' left
+    context, held while its batch runs) and the activations of one chunk call, at most DECODE_ROW_FRAMES
+    row-frames, LEAN_CODEC_BYTES_PER_ROW_FRAME each plus cuDNN's workspaces (LEAN_CODEC_WORKSPACE); in eager
+    upstream's decoder, whose largest call morph/codec/pieces.py bounds the same way, CODEC_VALUES_PER_ROW_FRAME
+    activations a row-frame;
   - WORKSPACE: cuBLAS's workspaces, the CUDA graphs' pool, the sampler's and the code predictor's scratch.
 
-Prefill and codec never run at once in a static batch (what render runs unless asked for the continuous batch,
-which no node does), so a run needs state + the larger of the two + WORKSPACE. The prefill
+A static batch (what render runs unless asked for the continuous batch, which no node does) decodes its audio
+beside its frame loop, never beside a prefill (the next batch's prefill waits for the last chunk), so a run needs
+state + the codec's row states + the larger of prefill and codec call + WORKSPACE. The prefill
 counts a token per character (a CJK text's count), so for English it is on the high side; bench/batch.py
 reports this declaration beside the measured peak.
 """
@@ -21,6 +25,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from .codec.pieces import DECODE_ROW_FRAMES, row_frames
+from .codec.stream import CHUNK
+from .continuous import runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .prompts import prompt_tokens
@@ -32,6 +38,10 @@ from .settings import GenerationSettings, capacity_for
 # then gives 1.01-1.02x those peaks for x-vector voices and 1.01-1.23x for ICL ones (its prefill is on the high side).
 CODEC_VALUES_PER_ROW_FRAME = 1_250_000  # the decoder's live activations per frame of a row, in its dtype's values
 WORKSPACE = 144 * 2**20
+# The lean codec's peak for one chunk call on an H100 (0.6B dims, bf16): 88 MiB for 1 row x 16 frames, 917 MiB for
+# 32 x 16 (bench/results/h100-2026-11-24b/NOTES.md), of which cuDNN's workspaces and the last convolution's copy
+LEAN_CODEC_BYTES_PER_ROW_FRAME = int(1.7 * 2**20)
+LEAN_CODEC_WORKSPACE = 64 * 2**20
 
 
 def _rows(lines, settings: GenerationSettings, instruct: str) -> list[tuple[int, int, int]]:
@@ -66,7 +76,13 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     state = width * slots * (kv_per_token + 2 * config.hidden_size * itemsize)
     prefill = width * prompt * (kv_per_token + (3 * config.intermediate_size + 4 * config.hidden_size) * itemsize
                                 + config.num_attention_heads * prompt * 4)
-    codec = CODEC_VALUES_PER_ROW_FRAME * _codec_itemsize(model) * _largest_codec_call([c for _, _, c in rows], width)
+    if runs_lean(tts):
+        rows_per_call = min(width, max(1, DECODE_ROW_FRAMES // CHUNK))
+        codec = LEAN_CODEC_BYTES_PER_ROW_FRAME * rows_per_call * CHUNK + LEAN_CODEC_WORKSPACE
+        state += width * sum(t * c for t, c in tts.codec.slot_shapes()) * _codec_itemsize(model)
+    else:
+        codec = (CODEC_VALUES_PER_ROW_FRAME * _codec_itemsize(model)
+                 * _largest_codec_call([c for _, _, c in rows], width))
     return int(state + max(prefill, codec) + WORKSPACE)
 
 

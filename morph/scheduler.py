@@ -223,6 +223,9 @@ class BatchTTS:
                         deliver(row, wav)
                 else:
                     audio.finish(codes)
+                    # the next batch's prefill waits for this one's last chunk: the two never hold their activations
+                    # at once (morph/memory.py declares the larger of them, not both)
+                    audio.fence()
                 previous, pending = pending, None if audio is None else (batch, audio)
                 if previous is not None:
                     _hand_over(*previous, deliver)

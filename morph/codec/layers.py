@@ -23,7 +23,6 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from .. import graphs
 from ..errors import reason
 from .state import CodecState, Cursor
 
@@ -60,8 +59,6 @@ class LeanCodec:
         self._snake_kernel = None  # morph/kernels/snake.py's snake_last where it runs, else False
         self._primed: collections.OrderedDict = collections.OrderedDict()  # id(reference) -> (reference, state)
         self._stream = None
-        self.graphs = graphs.GraphCache(max_graphs=4)  # decode_chunk's, one per (rows, frames, dtype)
-        self._capture_failed = False
 
     # -- what the weights give, once per placement -------------------------------------------
     def _fingerprint(self) -> tuple:
@@ -85,7 +82,6 @@ class LeanCodec:
         self._tables = None
         self._primed.clear()
         self._stream = None
-        self.graphs.clear()
 
     def side_stream(self, device) -> "torch.cuda.Stream":
         """The CUDA stream rows decode on beside the frame loop: one per model, so the allocator's blocks cached for
@@ -163,36 +159,6 @@ class LeanCodec:
             x = self._conv(self._snake(x, d.decoder[-2], tabs), d.decoder[-1].conv, cur)
             state.pos += codes.shape[1]
             return x.clamp(min=-1, max=1).reshape(x.shape[0], -1).float()
-
-    def decode_chunk(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
-        """`decode` on CUDA replayed from a CUDA graph captured once per (rows, frames, dtype): a chunk decode is
-        about a thousand small launches, which beside the frame loop cost the host more than the GPU time they
-        fill. The state is copied into the graph's buffers and back. Where a capture fails, the log says so once
-        and chunks decode op by op from then on; a CUDA out-of-memory error is raised as it is."""
-        if not codes.is_cuda or self._capture_failed:
-            return self.decode(codes, state)
-        self.graphs.bind((self._fingerprint(), codes.device))
-        key = (codes.shape[0], codes.shape[1], state.flat.dtype)
-        if key not in self.graphs:
-            buffers = (codes.clone(), CodecState(state.flat.clone(), state.pos.clone(), state.shapes))
-            try:
-                self.graphs.get(key, lambda: self.decode(*buffers)).keep = buffers
-            except torch.cuda.OutOfMemoryError:
-                self.graphs.clear()
-                raise
-            except Exception as e:
-                self.graphs.clear()
-                self._capture_failed = True
-                log.warning("morph: could not capture the codec's decode (%s); it runs op by op from now on, a "
-                            "little slower", reason(e))
-                return self.decode(codes, state)
-        entry = self.graphs.get(key, None)
-        static_codes, static_state = entry.keep
-        static_codes.copy_(codes)
-        static_state.copy_(state)
-        audio = entry.replay()
-        state.copy_(static_state)
-        return audio.clone()
 
     def _quantized(self, codes: torch.Tensor, books: list[torch.Tensor]) -> torch.Tensor:
         """The split residual quantizer's decode, upstream's sums in upstream's order: [B, T, codebook_dim]."""

@@ -7,8 +7,7 @@ import torch
 
 class CodecState:
     """Each row's left context: one flat row of values a row (`flat`, every slot's [time, channels] in turn), and
-    the frames each row has seen (`pos`). Flat so that copying a state (into a captured decode's buffers,
-    LeanCodec.decode_chunk) is one copy."""
+    the frames each row has seen (`pos`). Flat, so that rows of several voices' states join in one copy."""
 
     def __init__(self, flat: torch.Tensor, pos: torch.Tensor, shapes: list[tuple[int, int]]):
         self.flat, self.pos, self.shapes = flat, pos, shapes

@@ -24,7 +24,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
 from .layers import CodecState, LeanCodec
@@ -73,8 +72,6 @@ class RowsDecode:
         """codes[i]: row i's frames [n_i, 16], all of them: decode the rest, then start the copy to the host."""
         codes = [c.to(self.device) for c in codes]
         stacked = pad_sequence(codes, batch_first=True)
-        # the last chunk padded to a whole one: it replays the captured decode too, and its padding is cut off
-        stacked = F.pad(stacked, (0, 0, 0, -stacked.shape[1] % self.chunk))
         while stacked.shape[1] > self.done:
             self._decode(stacked[:, self.done:self.done + self.chunk])
         lengths = [int(c.shape[0]) for c in codes]
@@ -106,6 +103,11 @@ class RowsDecode:
         self.waves.clear()
         self.result = (event, host, [r.shape[0] for r in rows], flat)
 
+    def fence(self) -> None:
+        """The caller's stream waits for this decode before its next work (the GPU waits, not the host)."""
+        if self.result[0] is not None:
+            torch.cuda.current_stream(self.device).wait_event(self.result[0])
+
     def ready(self) -> bool:
         return self.result[0] is None or self.result[0].query()
 
@@ -127,9 +129,8 @@ class RowsDecode:
         with self._side(), torch.inference_mode():
             for start, stop in self.groups:
                 if min(self.offsets[start:stop]) + self.done < UPSTREAM_CHUNK:
-                    # the static batch's whole chunks replay one captured decode; other shapes run op by op
-                    decode = self.codec.decode_chunk if codes.shape[1] == CHUNK else self.codec.decode
-                    self.waves[(start, stop)].append(decode(codes[start:stop], self.state.rows(start, stop)))
+                    self.waves[(start, stop)].append(self.codec.decode(codes[start:stop],
+                                                                       self.state.rows(start, stop)))
         self.done += codes.shape[1]
 
 

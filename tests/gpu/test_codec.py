@@ -1,5 +1,4 @@
-"""The lean codec on the GPU: upstream's decode to rounding, whatever the chunks (whole chunks replayed from a
-CUDA graph), in fp32 and in bf16."""
+"""The lean codec on the GPU: upstream's decode to rounding, whatever the chunks, in fp32 and in bf16."""
 
 import numpy as np
 import pytest
