@@ -38,10 +38,13 @@ from .settings import GenerationSettings, capacity_for
 # then gives 1.01-1.02x those peaks for x-vector voices and 1.01-1.23x for ICL ones (its prefill is on the high side).
 CODEC_VALUES_PER_ROW_FRAME = 1_250_000  # the decoder's live activations per frame of a row, in its dtype's values
 WORKSPACE = 144 * 2**20
-# The lean codec's peak for one chunk call on an H100 (0.6B dims, bf16): 88 MiB for 1 row x 16 frames, 917 MiB for
-# 32 x 16 (bench/results/h100-2026-11-24b/NOTES.md), of which cuDNN's workspaces and the last convolution's copy
-LEAN_CODEC_BYTES_PER_ROW_FRAME = int(1.7 * 2**20)
-LEAN_CODEC_WORKSPACE = 64 * 2**20
+# Fit to the peaks of tests/gpu/test_memory.py with the lean codec (H100, 0.6B dims, bf16, fused, 5 s x-vector
+# lines, batch 1 to 64; bench/results/h100-2026-11-24b/NOTES.md): 1.85 MiB per row-frame of the largest chunk call
+# plus 150 MiB of cuDNN's workspaces (the last convolution's most), and each row's audio held about six times on the
+# device (a chunk's, the row's, the batch's) in float32.
+LEAN_CODEC_BYTES_PER_ROW_FRAME = int(1.85 * 2**20)
+LEAN_CODEC_WORKSPACE = 150 * 2**20
+AUDIO_COPIES = 6
 
 
 def _rows(lines, settings: GenerationSettings, instruct: str) -> list[tuple[int, int, int]]:
@@ -80,6 +83,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
         rows_per_call = min(width, max(1, DECODE_ROW_FRAMES // CHUNK))
         codec = LEAN_CODEC_BYTES_PER_ROW_FRAME * rows_per_call * CHUNK + LEAN_CODEC_WORKSPACE
         state += width * sum(t * c for t, c in tts.codec.slot_shapes()) * _codec_itemsize(model)
+        state += AUDIO_COPIES * 4 * tts.codec.upsample * sum(f for _, f, _ in batch)
     else:
         codec = (CODEC_VALUES_PER_ROW_FRAME * _codec_itemsize(model)
                  * _largest_codec_call([c for _, _, c in rows], width))

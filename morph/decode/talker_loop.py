@@ -210,6 +210,7 @@ class TalkerLoop:
                                   self.hold(min_new_tokens))
             if mode == "eager":
                 talker_layers = HFTalker(self.talker, cache, attention_mask, prompt_len)
+            del cache  # the lean layers copied it into the static state: not held beside the loop (and the codec)
             frames_run = self._decode(st, run or step, max_new_tokens - 1, on_step, on_frames)
             tokens = st.tokens[:, :frames_run + 1].cpu()
         frames = self._frames_kept(tokens, rules.eos, frames_run)
