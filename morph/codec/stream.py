@@ -24,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
 from .layers import CodecState, LeanCodec
@@ -72,6 +73,9 @@ class RowsDecode:
         """codes[i]: row i's frames [n_i, 16], all of them: decode the rest, then start the copy to the host."""
         codes = [c.to(self.device) for c in codes]
         stacked = pad_sequence(codes, batch_first=True)
+        # the last chunk padded to a whole one (its padding is cut off): every chunk of a stream has one shape, so
+        # cuDNN plans each convolution once, not once more for every batch's last few frames
+        stacked = F.pad(stacked, (0, 0, 0, -stacked.shape[1] % self.chunk))
         while stacked.shape[1] > self.done:
             self._decode(stacked[:, self.done:self.done + self.chunk])
         lengths = [int(c.shape[0]) for c in codes]
