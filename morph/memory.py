@@ -91,7 +91,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
 
 
 def _largest_codec_call(codec_frames: list[int], width: int) -> int:
-    """Row-frames of the heaviest codec call morph/codec.py can make of batches of `width` of these rows: at most
+    """Row-frames of the heaviest codec call morph/codec/pieces.py can make of batches of `width` of these rows: at most
     its budget, unless one row alone is heavier, and never more than a whole batch holds."""
     heaviest = row_frames(max(codec_frames))
     return min(width * heaviest, max(DECODE_ROW_FRAMES, heaviest))
