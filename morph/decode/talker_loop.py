@@ -1,23 +1,21 @@
 """The decode loop: the one talker loop and the one frame step, for every mode.
 
-Upstream `talker.generate` is HF generate: per frame, the code predictor's generate, a
-16-way embedding sum, one talker token through 28 HF layers with a DynamicCache, then
-the logits processors and a multinomial draw, with host syncs throughout. This loop owns
-that decode: it replaces `talker.generate` on one model instance and returns what
-upstream's `Qwen3TTSForConditionalGeneration.generate` reads from it (`hidden_states`,
-one `(hidden, codes)` entry per step), so EOS trimming and audio decoding stay upstream's.
+Upstream `talker.generate` is HF generate: per frame, the code predictor's generate, a 16-way embedding sum, one
+talker token through 28 HF layers with a DynamicCache, then the logits processors and a multinomial draw, with host
+syncs throughout. This loop owns that decode: it replaces `talker.generate` on one model instance and returns what
+upstream's `Qwen3TTSForConditionalGeneration.generate` reads from it (`hidden_states`, one `(hidden, codes)` entry
+per step), so EOS trimming stays upstream's; the frames also reach a caller as they are made (`on_frames`: the
+codec decodes beside the loop, morph/codec/stream.py).
 
 - Prefill is upstream's own `talker.forward` over the prompt.
-- Each frame is `frame_step`: the predictor's codes (morph/decode/predictor.py), the embedding
-  sum plus the trailing text (or tts_pad), one talker step, the codec head, and
-  upstream's logits rules (morph/decode/sampling.py). The frame index, cache slot and rotary
-  position are device tensors that the step advances itself.
-- Layers: in mode "eager" the talker step is the talker model's own forward with the
-  prefill's DynamicCache, called as HF generate calls it (exact); in the other modes it
-  is the lean stack over a static KV buffer with a device-side length mask, so one CUDA
-  graph replays at every position (morph/decode/runner.py decides how a step runs).
-- The host only replays, and reads back a "rows left" flag a few frames behind the GPU,
-  so the queue never drains; frames decoded past the last EOS are dropped.
+- Each frame is `frame_step`: the predictor's codes (morph/decode/predictor.py), the embedding sum plus the trailing
+  text (or tts_pad), one talker step, the codec head, and upstream's logits rules (morph/decode/sampling.py). The
+  frame index, cache slot and rotary position are device tensors that the step advances itself.
+- Layers: in mode "eager" the talker step is the talker model's own forward with the prefill's DynamicCache, called
+  as HF generate calls it (exact); in the other modes it is the lean stack over a static KV buffer with a
+  device-side length mask, so one CUDA graph replays at every position (morph/decode/runner.py decides how).
+- The host only replays, and reads back a "rows left" flag a few frames behind the GPU, so the queue never drains;
+  frames decoded past the last EOS are dropped.
 """
 
 from __future__ import annotations
@@ -166,8 +164,7 @@ class TalkerLoop:
                  on_step: Callable[[], None] | None = None, row_stops: list[int] | None = None,
                  on_frames: Callable[[torch.Tensor, int], None] | None = None) -> SimpleNamespace:
         """Upstream's talker.generate for one batch; row_stops[i]: the frame at which row i ends (EOS forced),
-        max_new_tokens where not given; on_frames(frames, n) after frame n - 1 is launched, frames [B, >= n, 16]
-        the device buffer it is written to (the codec decodes from there as the loop goes on)."""
+        max_new_tokens where not given; on_frames(frames [B, >= n, 16] on the device, n) once frame n - 1 is queued."""
         device, dtype = inputs_embeds.device, inputs_embeds.dtype
         batch, prompt_len = inputs_embeds.shape[:2]
         if attention_mask is None:
@@ -181,7 +178,7 @@ class TalkerLoop:
                                repetition_penalty=repetition_penalty, do_sample=do_sample, temperature=temperature,
                                top_k=top_k, top_p=top_p)
             st = self.state(batch, prompt_len + max_new_tokens, device, dtype, lean_kv=mode != "eager")
-            run, talker_layers, capture_s = None, None, 0.0
+            run, capture_s = None, 0.0
             if mode == "eager":
                 def step():
                     self.frame_step(st, seq_groups, cp_sampling, rules, talker_layers,
@@ -208,9 +205,8 @@ class TalkerLoop:
             st.stop.copy_(torch.as_tensor(row_stops or [max_new_tokens] * batch, device=device))
             cache = self._prefill(st, rules, inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed,
                                   self.hold(min_new_tokens))
-            if mode == "eager":
-                talker_layers = HFTalker(self.talker, cache, attention_mask, prompt_len)
-            del cache  # the lean layers copied it into the static state: not held beside the loop (and the codec)
+            talker_layers = HFTalker(self.talker, cache, attention_mask, prompt_len) if mode == "eager" else None
+            del cache  # the lean layers copied it into the static state: not held beside the loop and the codec
             frames_run = self._decode(st, run or step, max_new_tokens - 1, on_step, on_frames)
             tokens = st.tokens[:, :frames_run + 1].cpu()
         frames = self._frames_kept(tokens, rules.eos, frames_run)
@@ -223,7 +219,7 @@ class TalkerLoop:
 
     def hold(self, min_new_tokens: int) -> int:
         """Frames before EOS may be drawn: upstream's min_new_tokens, or a benchmark's hold."""
-        return self.min_new_tokens if self.min_new_tokens is not None else min_new_tokens
+        return min_new_tokens if self.min_new_tokens is None else self.min_new_tokens
 
     def prefill(self, inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed):
         """Upstream's own talker forward over a (left-padded) prompt batch, with a fresh DynamicCache."""
@@ -284,8 +280,7 @@ class TalkerLoop:
                 if not bool(st.any_left):
                     break
                 continue
-            slot = flags[j % ring]
-            slot.copy_(st.any_left, non_blocking=True)
+            flags[j % ring].copy_(st.any_left, non_blocking=True)
             event = torch.cuda.Event()
             event.record()
             pending.append((event, j % ring))
@@ -300,7 +295,6 @@ class TalkerLoop:
     def _frames_kept(tokens: torch.Tensor, eos: int, frames_run: int) -> int:
         """Frames upstream would have returned: HF stops once every row has sampled EOS."""
         is_eos = tokens == eos  # [B, frames_run + 1]
-        if bool(is_eos.any(dim=1).all()):
-            first = is_eos.int().argmax(dim=1)
-            return min(int(first.max()), frames_run)
-        return frames_run
+        if not bool(is_eos.any(dim=1).all()):
+            return frames_run
+        return min(int(is_eos.int().argmax(dim=1).max()), frames_run)

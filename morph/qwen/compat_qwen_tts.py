@@ -1,5 +1,5 @@
 """The compat shims applied after ``import qwen_tts``, on its own classes and module globals (nothing else in
-the process sees them; morph/qwen/compat.py applies them):
+the process sees them; morph/qwen/compat.py applies them; 5.24's ``cache`` renaming: morph/qwen/compat_cache.py):
   pad_token_id        5.0+   ``PreTrainedConfig`` no longer defines ``pad_token_id``; the talker and code
                              predictor read it (None) when built.
   rope_parameters     5.0+   ``rope_scaling`` is saved as ``rope_parameters``: see accept_saved_rope_parameters.
@@ -13,10 +13,12 @@ the process sees them; morph/qwen/compat.py applies them):
                              unguarded ``.data.normal_()`` also re-randomised the loaded weights. Silent: no
                              error, wrong audio.
   mask_kwargs         5.9+   ``create_causal_mask`` renamed ``input_embeds`` to ``inputs_embeds`` (alias until
-                             5.8) and dropped ``cache_position``.
+                             5.8) and dropped ``cache_position``; 5.24 renamed ``past_key_values`` to ``cache``
+                             (alias until 5.40, with a FutureWarning at every call).
   cache_position      5.4+   ``generate`` stopped passing ``cache_position`` to the model; the talker keys its
                              multimodal RoPE positions on it (None makes it rebuild them for the whole sequence
-                             every step: shape errors, or wrong positions with left padding).
+                             every step: shape errors, or wrong positions with left padding). We count it from
+                             the cache, which 5.24 passes as ``cache``.
   mimi_properties     5.21+  ``MimiModel.upsample``/``decoder_transformer`` became read-only properties; the
                              qwen-tts encoder subclass sets them to None to drop Mimi's decoder half.
 """
@@ -168,13 +170,15 @@ def _shim_init_weights() -> bool:
 
 
 def accept_legacy_mask_kwargs(create_mask):
-    """Let a 5.x ``create_*_mask`` take 4.57's ``input_embeds=`` and ``cache_position=``."""
+    """Let a 5.x ``create_*_mask`` take 4.57's ``input_embeds=``, ``cache_position=`` and ``past_key_values=``."""
     params = inspect.signature(create_mask).parameters
 
     @functools.wraps(create_mask)
     def wrapper(*args, **kwargs):
         if "input_embeds" in kwargs and "input_embeds" not in params:
             kwargs["inputs_embeds"] = kwargs.pop("input_embeds")
+        if "past_key_values" in kwargs and "past_key_values" not in params and "cache" in params:
+            kwargs["cache"] = kwargs.pop("past_key_values")  # 5.24's name (the old one warns until 5.40)
         if "cache_position" not in params:
             # 5.x derives it from past_key_values; qwen-tts's is always arange(past_len, past_len + q_len)
             kwargs.pop("cache_position", None)
@@ -192,7 +196,7 @@ def _shim_mask_kwargs() -> bool:
             if fn is None or marked(fn):
                 continue
             params = inspect.signature(fn).parameters
-            if "input_embeds" in params and "cache_position" in params:
+            if {"input_embeds", "cache_position", "past_key_values"} <= params.keys():
                 continue
             note_foreign_wrapper(fn, f"{name}.{attr}")
             setattr(module, attr, accept_legacy_mask_kwargs(fn))
@@ -208,7 +212,7 @@ def pass_cache_position(prepare_inputs_for_generation):
     def wrapper(self, *args, **kwargs):
         inputs = prepare_inputs_for_generation(self, *args, **kwargs)
         if inputs.get("cache_position") is None:
-            past = inputs.get("past_key_values")
+            past = inputs.get("cache", inputs.get("past_key_values"))  # 5.24 renamed it
             seen = past.get_seq_length() if past is not None else 0
             new = inputs["inputs_embeds"] if inputs.get("inputs_embeds") is not None else inputs["input_ids"]
             inputs["cache_position"] = torch.arange(seen, seen + new.shape[1], device=new.device)

@@ -170,11 +170,11 @@ def test_resume_after_a_crash_renders_only_the_missing_lines(nodes, base_model, 
     real = engine._generate
     rows = []
 
-    def crash_on_second_batch(self, batch, settings, progress):
+    def crash_on_second_batch(self, batch, *args):
         rows.append(len(batch))
         if len(rows) == 2:
             raise RuntimeError("simulated crash")
-        return real(self, batch, settings, progress)
+        return real(self, batch, *args)
 
     monkeypatch.setattr(engine, "_generate", crash_on_second_batch)
     with pytest.raises(RuntimeError, match="simulated crash"):

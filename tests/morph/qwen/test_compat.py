@@ -3,12 +3,13 @@
 A tiny random model must generate the same greedy codes after save_pretrained/from_pretrained (5.x used to
 re-randomise loaded weights and leave RoPE buffers uninitialised), and those codes must equal the ones
 transformers 4.57.3 produced for the same weights. The shims' wrappers are tested on fakes in
-test_compat_transformers.py and test_compat_qwen_tts.py.
+test_compat_transformers.py, test_compat_qwen_tts.py and test_compat_cache.py.
 """
 
 import inspect
 import json
 import logging
+import warnings
 
 import numpy as np
 import pytest
@@ -124,7 +125,7 @@ def test_import_qwen_tts_explains_a_missing_qwen_tts(monkeypatch):
 LANGUAGES = {"english": 2050, "german": 2053, "chinese": 2055}
 
 # Greedy codes (first 3 frames, all 16 groups) of the model below on transformers 4.57.3, CPU, fp32;
-# the same on 5.0 ... 5.23 with the shims. The smallest top-1/top-2 logit gap among these 48 choices is
+# the same on 5.0 ... 5.24 with the shims. The smallest top-1/top-2 logit gap among these 48 choices is
 # 0.016, far above float noise, so this does not flip with BLAS or thread count.
 GOLDEN_FIRST_FRAMES = [
     [1630, 1457, 724, 342, 1895, 1947, 1791, 2047, 1617, 1912, 644, 351, 1958, 168, 1441, 1893],
@@ -303,3 +304,29 @@ def test_speech_tokenizer_is_saved_in_the_released_checkpoint_layout(saved_dir):
 
 def test_greedy_codes_equal_transformers_457(tiny_model):
     assert _generate(tiny_model, **GREEDY)[:3].tolist() == GOLDEN_FIRST_FRAMES
+
+
+def test_no_note_on_the_cache_name_from_generate_or_the_forward_the_pack_calls(tiny_model, monkeypatch):
+    # 5.24 renamed past_key_values to cache (ModelOutput fields, the mask functions, generate's model inputs) and
+    # notes each use of the old name, the ModelOutput one once per process: qwen-tts and the pack use only the old
+    # name, and their users can do nothing about it.
+    from transformers.cache_utils import DynamicCache
+
+    said = []
+
+    def warning_once(self, msg, *args, **kwargs):
+        said.append(msg % args if args else msg)
+
+    monkeypatch.setattr(logging.Logger, "warning_once", warning_once)  # every time, not only the first
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _generate(tiny_model, **GREEDY)  # upstream's path: HF generate, twice nested
+        cache = DynamicCache()
+        g = torch.Generator().manual_seed(3)
+        out = tiny_model.talker(inputs_embeds=torch.randn(1, 5, 64, generator=g), attention_mask=torch.ones(1, 5),
+                                past_key_values=cache, use_cache=True, cache_position=torch.arange(5),
+                                trailing_text_hidden=torch.randn(1, 2, 64, generator=g),
+                                tts_pad_embed=torch.randn(1, 1, 64, generator=g), return_dict=True)
+        assert out.past_key_values is cache and cache.get_seq_length() == 5  # as the pack's prefill reads it
+    said += [str(w.message) for w in caught]
+    assert [m for m in said if "past_key_values" in m or "cache_params" in m] == []

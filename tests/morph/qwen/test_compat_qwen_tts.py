@@ -29,6 +29,18 @@ def test_legacy_mask_kwargs_pass_through_for_a_457_signature():
     assert wrapped(**kwargs) == ("e", "p")
 
 
+def test_legacy_mask_kwargs_name_the_cache_as_524_does():
+    seen = {}
+
+    def create_causal_mask(config, inputs_embeds, attention_mask, cache, position_ids=None):  # 5.24
+        seen.update(inputs_embeds=inputs_embeds, cache=cache)
+        return "mask"
+
+    wrapped = shims.accept_legacy_mask_kwargs(create_causal_mask)
+    out = wrapped(config="c", input_embeds="e", attention_mask=None, cache_position="p", past_key_values="kv")
+    assert out == "mask" and seen == {"inputs_embeds": "e", "cache": "kv"}
+
+
 class _FakeCache:
     def get_seq_length(self):
         return 7
@@ -46,6 +58,12 @@ def test_cache_position_is_filled_in_from_the_cache_length():
         return {"input_ids": input_ids, "cache_position": torch.tensor([42])}
 
     assert shims.pass_cache_position(prepare_457)(None, torch.zeros(1, 1)).__getitem__("cache_position").tolist() == [42]
+
+    def prepare_524(self, input_ids, **kwargs):  # 5.24 passes the cache as `cache`
+        return {"input_ids": input_ids, "inputs_embeds": None, "cache": _FakeCache()}
+
+    inputs = shims.pass_cache_position(prepare_524)(None, torch.zeros(2, 3, dtype=torch.long))
+    assert inputs["cache_position"].tolist() == [7, 8, 9]
 
 
 def test_guarded_init_weights_keeps_loaded_tensors_and_refills_rope_buffers():
@@ -91,3 +109,4 @@ def test_default_rope_matches_transformers_457_where_it_exists():
     if "default" in ROPE_INIT_FUNCTIONS:  # 4.x
         theirs, _ = ROPE_INIT_FUNCTIONS["default"](config)
         assert torch.equal(ours, theirs)
+
