@@ -143,8 +143,9 @@ def profile_batch(tts, lines: list[Line], frames: int, top: int) -> dict:
         exact = scheduler.decode_rows(tok, codes, refs)
         tok.model.to(dtype)
         rms = float(np.sqrt(np.mean(np.concatenate(exact) ** 2)))
-        row["codec_error_vs_fp32"] = {name: round(float(np.sqrt(np.mean(np.concatenate([a - b for a, b in zip(got, exact)]) ** 2))) / rms, 5)
-                                      for name, got in (("lean", lean), ("upstream", up))}
+        row["codec_error_vs_fp32"] = {
+            name: round(float(np.sqrt(np.mean(np.concatenate([a - b for a, b in zip(got, exact)]) ** 2))) / rms, 5)
+            for name, got in (("lean", lean), ("upstream", up))}
         times, total, count = kernel_table(lambda: batch.decode(codes, voices), top)
         row["codec_kernels"] = dict(kernels=count, gpu_ms=round(total / 1000, 2), top=top_rows(times, total, 1, top))
     return row
@@ -160,7 +161,8 @@ def main(argv=None) -> dict:
     p.add_argument("--json")
     args = p.parse_args(argv)
     tts = load_bench_model(args)
-    voices = {"xvector": tts.make_voice(reference_wave(), 24000), "icl": tts.make_voice(reference_wave(), 24000, REF_TEXT)}
+    voices = {"xvector": tts.make_voice(reference_wave(), 24000),
+              "icl": tts.make_voice(reference_wave(), 24000, REF_TEXT)}
     kinds = ["xvector", "icl"] if args.prompts == "mixed" else [args.prompts]
     report = dict(run_info(tts.device), prompts=args.prompts, results=[])
     for size in (int(x) for x in args.batch_sizes.split(",")):

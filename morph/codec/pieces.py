@@ -1,4 +1,5 @@
-"""Upstream's decode of finished rows, in pieces of bounded size (the exact reference, and long rows past its first window).
+"""Upstream's decode of finished rows in pieces of bounded size: the exact reference (mode eager), and long rows
+past upstream's first 300-frame window.
 
 Upstream decodes a whole batch in one codec call, each row padded to the longest and an ICL voice's reference
 codes in front of its row. The decoder's activations grow with rows x frames (upsampled 1920 times to 24 kHz),

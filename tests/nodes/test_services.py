@@ -270,6 +270,33 @@ def test_working_memory_counts_the_cache_per_row_and_one_bounded_codec_call(tiny
 
 
 
+def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny_tts):
+    """In every mode but eager the audio is the lean codec's, beside the loop: per row its state and its audio, and
+    one chunk call of at most DECODE_ROW_FRAMES row-frames whatever the batch."""
+    from morph.codec.pieces import DECODE_ROW_FRAMES
+    from morph.codec.stream import CHUNK
+    from morph.memory import (AUDIO_COPIES, LEAN_CODEC_BYTES_PER_ROW_FRAME, LEAN_CODEC_WORKSPACE, WORKSPACE,
+                              working_memory)
+    from morph.prompts import PROMPT_OVERHEAD_TOKENS
+    from morph.settings import GenerationSettings, capacity_for
+
+    settings = GenerationSettings(max_new_tokens=100)
+    c = tiny_tts.tts.model.config.talker_config  # fp32
+    kv = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4
+    state = capacity_for(len("Hello there.") + PROMPT_OVERHEAD_TOKENS + 101) * (kv + 2 * c.hidden_size * 4)
+    row = (state + sum(t * ch for t, ch in tiny_tts.codec.slot_shapes()) * 4
+           + AUDIO_COPIES * 4 * tiny_tts.codec.upsample * 100)
+    tiny_tts.patch.mode = "lean"
+    try:
+        for rows in (1, 8, 32, 64):
+            call = LEAN_CODEC_BYTES_PER_ROW_FRAME * min(rows, DECODE_ROW_FRAMES // CHUNK) * CHUNK
+            call += LEAN_CODEC_WORKSPACE
+            got = working_memory(tiny_tts, [("Hello there.", None)] * rows, settings, rows) - WORKSPACE
+            assert got == rows * row + call, rows
+    finally:
+        tiny_tts.patch.mode = "auto"
+
+
 def test_an_icl_voice_counts_its_reference_in_the_prompt_and_the_codec(tiny_tts):
     from morph.memory import working_memory
     from morph.settings import GenerationSettings

@@ -16,7 +16,8 @@ def rows():
     of one frame and one of none."""
     g = torch.Generator().manual_seed(1)
     codes = [torch.randint(0, 2048, (n, 16), generator=g) for n in (37, 1, 0, 80, 340)]
-    refs = [None, torch.randint(0, 2048, (20, 16), generator=g), None, None, torch.randint(0, 2048, (40, 16), generator=g)]
+    refs = [None, torch.randint(0, 2048, (20, 16), generator=g), None, None,
+            torch.randint(0, 2048, (40, 16), generator=g)]
     return codes, refs
 
 

@@ -1,5 +1,5 @@
-"""morph/codec/pieces.py: upstream's decoder over rows in pieces of bounded size, each row's audio what one codec call for
-the whole batch gives it, to rounding (tiny model, CPU, fp32)."""
+"""morph/codec/pieces.py: upstream's decoder over rows in pieces of bounded size, each row's audio what one codec call
+for the whole batch gives it, to rounding (tiny model, CPU, fp32); and a long row's part past the first window."""
 
 from __future__ import annotations
 
