@@ -70,8 +70,7 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
     if not audio:
         batch.run(next_group, on_row, on_frames)
         return
-    cuda = tts.device.type == "cuda"
-    codec = CodecStream(tts.codec, tts.device, tts.codec.side_stream(tts.device) if cuda else None)
+    codec = CodecStream(tts.codec, tts.device, tts.codec.side_stream(tts.device))
 
     def ended(row: Row, codes: torch.Tensor) -> None:
         codec.submit(row, codes, None if row.line.voice is None else row.line.voice.ref_code)

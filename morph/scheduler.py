@@ -183,8 +183,7 @@ class BatchTTS:
         if not runs_lean(self.tts):
             return decode_rows(self.tts.tts.model.speech_tokenizer, codes, refs)
         device = self.tts.device
-        stream = self.tts.codec.side_stream(device) if device.type == "cuda" else None
-        return RowsDecode.whole(self.tts.codec, codes, refs, device, stream).audio()
+        return RowsDecode.whole(self.tts.codec, codes, refs, device, self.tts.codec.side_stream(device)).audio()
 
     def check(self, lines: Sequence[Line], settings: GenerationSettings, who: str,
               labels: Sequence[str] | None = None) -> None:
@@ -240,9 +239,8 @@ class BatchTTS:
         if not runs_lean(self.tts):
             return None
         device = self.tts.device
-        stream = self.tts.codec.side_stream(device) if device.type == "cuda" else None
         return RowsDecode(self.tts.codec, [None if r.line.voice is None else r.line.voice.ref_code for r in rows],
-                          device, stream)
+                          device, self.tts.codec.side_stream(device))
 
     def _generate(self, rows: list[Row], settings: GenerationSettings, progress: _Progress,
                   audio: RowsDecode | None = None) -> list[torch.Tensor]:

@@ -83,11 +83,13 @@ class LeanCodec:
         self._primed.clear()
         self._stream = None
 
-    def side_stream(self, device) -> "torch.cuda.Stream":
-        """The CUDA stream rows decode on beside the frame loop: one per model, so the allocator's blocks cached for
-        it serve every render (a new stream a render measured +33 MiB allocated after each,
-        bench/results/h100-2026-11-24)."""
+    def side_stream(self, device) -> "torch.cuda.Stream | None":
+        """The CUDA stream rows decode on beside the frame loop (None off CUDA: they decode in line): one per model,
+        so the allocator's blocks cached for it serve every render (a new stream a render measured +33 MiB allocated
+        after each, bench/results/h100-2026-11-24)."""
         device = torch.device(device)
+        if device.type != "cuda":
+            return None
         if device.index is None:  # "cuda" and "cuda:0" are one device: one stream
             device = torch.device("cuda", torch.cuda.current_device())
         if self._stream is None or self._stream.device != device:

@@ -20,10 +20,6 @@ class CodecState:
         """Rows start..stop as views: decoding them advances these rows of this state."""
         return CodecState(self.flat[start:stop], self.pos[start:stop], self.shapes)
 
-    def copy_(self, other: "CodecState") -> None:
-        self.flat.copy_(other.flat)
-        self.pos.copy_(other.pos)
-
     @staticmethod
     def cat(states: list["CodecState"]) -> "CodecState":
         return CodecState(torch.cat([s.flat for s in states]), torch.cat([s.pos for s in states]), states[0].shapes)
@@ -35,11 +31,9 @@ class Cursor:
     def __init__(self, state: CodecState):
         self.state, self.i = state, 0
 
-    def swap(self, new: torch.Tensor) -> torch.Tensor:
-        old = self.state.slots[self.i]
-        old.copy_(new)  # in place: `state` may be rows of a larger one
+    def swap(self, new: torch.Tensor) -> None:
+        self.state.slots[self.i].copy_(new)  # in place: `state` may be rows of a larger one
         self.i += 1
-        return old
 
     def take(self) -> torch.Tensor:
         return self.state.slots[self.i]

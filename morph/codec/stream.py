@@ -53,6 +53,14 @@ class RowsDecode:
     def _side(self):
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
+    def _take(self, *tensors: torch.Tensor) -> None:
+        """Tensors made on the caller's (the frame loop's) stream, read on the codec's: it waits for them, and the
+        allocator keeps them until it has."""
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            for t in tensors:
+                t.record_stream(self.stream)
+
     @classmethod
     def whole(cls, codec: LeanCodec, codes: Sequence[torch.Tensor], refs: Sequence[torch.Tensor | None],
               device: torch.device, stream: "torch.cuda.Stream | None",
@@ -80,10 +88,7 @@ class RowsDecode:
             self._decode(stacked[:, self.done:self.done + self.chunk])
         lengths = [int(c.shape[0]) for c in codes]
         up = self.codec.upsample
-        if self.stream is not None:  # the codes were made on the frame loop's stream
-            self.stream.wait_stream(torch.cuda.current_stream(self.device))
-            for c in codes:
-                c.record_stream(self.stream)
+        self._take(*codes)
         with self._side(), torch.inference_mode():
             long = [i for i, n in enumerate(lengths) if self.offsets[i] + n > UPSTREAM_CHUNK]
             full = [codes[i] if self.refs[i] is None else torch.cat((self.refs[i], codes[i])) for i in long]
@@ -127,9 +132,7 @@ class RowsDecode:
         with torch.inference_mode():
             # a row's frames past its end hold EOS (outside the codebooks); their audio is cut off
             codes = frames.clamp(0, self.codec.codebook_size - 1)
-        if self.stream is not None:
-            self.stream.wait_stream(torch.cuda.current_stream(self.device))
-            codes.record_stream(self.stream)
+        self._take(codes)
         with self._side(), torch.inference_mode():
             for start, stop in self.groups:
                 if min(self.offsets[start:stop]) + self.done < UPSTREAM_CHUNK:
