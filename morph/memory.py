@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .codec.pieces import DECODE_ROW_FRAMES, row_frames
-from .codec.stream import CHUNK
+from .codec.layers import CHUNK
 from .continuous import runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice

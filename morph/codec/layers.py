@@ -29,6 +29,10 @@ from .state import CodecState, Cursor
 log = logging.getLogger(__name__)
 
 PRIMED_VOICES = 32  # ICL voices whose decoded reference is kept (about 2.6 MiB each at the real dims)
+# Frames of a row one decode call takes: a static batch's rows decode this many at a time (1.28 s of audio, the most
+# left when a batch ends), and an ICL reference is primed in pieces of it, so that no call is larger than the
+# batch's (morph/memory.py counts such calls; a 30 s reference in one call would be about 0.7 GiB).
+CHUNK = 16
 
 
 def _conv_input(x: torch.Tensor) -> torch.Tensor:
@@ -131,7 +135,8 @@ class LeanCodec:
         hit = self._primed.get(key)
         if hit is None or hit[0] is not ref:
             state = self.zero_state(1, device, dtype)
-            self.decode(ref.to(device)[None].clamp(0, self.codebook_size - 1), state)
+            for piece in ref.to(device)[None].clamp(0, self.codebook_size - 1).split(CHUNK, dim=1):
+                self.decode(piece, state)
             hit = self._primed[key] = (ref, state)
             while len(self._primed) > PRIMED_VOICES:
                 self._primed.popitem(last=False)

@@ -27,10 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
-from .layers import CodecState, LeanCodec
+from .layers import CHUNK, CodecState, LeanCodec
 from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, pieces, row_frames, tail_audio
 
-CHUNK = 16  # frames a static batch's rows decode at a time: 1.28 s of audio, the most left when the batch ends
 IN_FLIGHT = 2  # continuous batch: groups launched and not yet read back
 
 

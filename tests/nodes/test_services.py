@@ -274,7 +274,7 @@ def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny
     """In every mode but eager the audio is the lean codec's, beside the loop: per row its state and its audio, and
     one chunk call of at most DECODE_ROW_FRAMES row-frames whatever the batch."""
     from morph.codec.pieces import DECODE_ROW_FRAMES
-    from morph.codec.stream import CHUNK
+    from morph.codec.layers import CHUNK
     from morph.memory import (AUDIO_COPIES, LEAN_CODEC_BYTES_PER_ROW_FRAME, LEAN_CODEC_WORKSPACE, WORKSPACE,
                               working_memory)
     from morph.prompts import PROMPT_OVERHEAD_TOKENS
