@@ -1,19 +1,42 @@
 #!/usr/bin/env bash
-# Issue 23's batch figures on one GPU (bench/batch.py), static beside continuous in the same call:
-#   bash tools/gpu_check.sh                 # here: fill .whl/gpu (the same wheels)
-#   bash tools/batch_gpu.sh OUTDIR          # on the GPU machine (carry .whl/gpu): random 0.6B and 1.7B dims, bf16,
-#                                           # default mode, k=5, two repeats each, ComfyUI's allocator
+# Issue 23's batch figures on one GPU (bench/batch.py), static beside continuous in the same call, the batch peer
+# beside them:
+#   bash tools/gpu_check.sh                           # here: fill .whl/gpu (the same wheels)
+#   bash tools/fetch_device_wheels.sh .whl/peers peers  # here, for the peer (faster-qwen3-tts-batch)
+#   bash tools/batch_gpu.sh OUTDIR [RUN...]           # on the GPU machine (carry .whl): random 0.6B and 1.7B dims,
+#                                                     # bf16, default mode, k=5, two repeats each, ComfyUI's allocator
+# RUN names which of the runs below to make (default all; two calls of under 10 minutes take them all on an H100).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: bash tools/batch_gpu.sh OUTDIR}
+out=${1:?usage: bash tools/batch_gpu.sh OUTDIR [RUN...]}
+shift
+wanted=" ${*:-uniform32 peer32 uniform128 script256 icl32-1.7b memory-1.7b} "
 mkdir -p "$out"
-[ -d /tmp/gpu-site ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/gpu-site \
-  .whl/gpu/*.whl || exit 1
+PIP="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target"
+[ -d /tmp/gpu-site ] || $PIP /tmp/gpu-site .whl/gpu/*.whl || exit 1
 export PYTHONPATH=/tmp/gpu-site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync PROJECT_COMMIT=$(cat .whl/gpu/COMMIT 2>/dev/null)
-run() { name=$1; shift; echo "=== $name: $*"; python3 -m bench.batch --device cuda --dtype bf16 --seq-groups 5 --repeats 2 \
-  --json "$out/$name.json" "$@" 2> "$out/$name.log" | tail -n 0; grep -h '^{' "$out/$name.log" | cut -c1-400; }
-run uniform32 --batching continuous,static --size 0.6b --lines 32 --batch-sizes 32
-run uniform128 --batching continuous,static --size 0.6b --lines 128 --batch-sizes 128
-run script256 --batching continuous,static --size 0.6b --lines 256 --lengths script --batch-sizes 16,64
-run icl32-1.7b --size 1.7b --lines 32 --batch-sizes 32 --prompts icl --batching continuous
+model() {  # one random checkpoint per size, shared by the pack and the peer
+  [ -d "/tmp/model-$1" ] || python3 -m bench.random_model --size "$1" --dtype bfloat16 --out "/tmp/model-$1" > /dev/null
+  echo "/tmp/model-$1"
+}
+run() { name=$1; size=$2; shift 2; [[ $wanted == *" $name "* ]] || return 0
+  echo "=== $name ($size): $*"; began=$(date +%s)
+  python3 -m bench.batch --model "$(model "$size")" --device cuda --dtype bf16 --seq-groups 5 --repeats 2 \
+    --json "$out/$name.json" "$@" 2> "$out/$name.log" | tail -n 0
+  echo "exit ${PIPESTATUS[0]} after $(( $(date +%s) - began )) s"; grep -h '^{' "$out/$name.log" | cut -c1-400; }
+run uniform32 0.6b --batching continuous,static --lines 32 --batch-sizes 32
+if [[ $wanted == *" peer32 "* ]]; then
+  # faster-qwen3-tts-batch on the same checkpoint and 32 lines, in a folder of its own (qwen-tts-hf installs the
+  # import name qwen_tts); under the native allocator: it crashed under cudaMallocAsync (README, Performance)
+  [ -d /tmp/peers ] || $PIP /tmp/peers .whl/peers/*.whl || exit 1
+  echo "=== peer32"
+  PYTHONPATH=/tmp/peers:$PYTHONPATH PYTORCH_CUDA_ALLOC_CONF= python3 -m bench.batch_faster --model "$(model 0.6b)" \
+    --lines 32 --frames 62 --batch-size 32 --json "$out/peer32.json" > "$out/peer32.log" 2>&1
+  echo "exit $?"; grep -h '^{' "$out/peer32.log" | cut -c1-400
+fi
+run uniform128 0.6b --batching continuous,static --lines 128 --batch-sizes 128
+run script256 0.6b --batching continuous,static --lines 256 --lengths script --batch-sizes 16,64
+run icl32-1.7b 1.7b --lines 32 --batch-sizes 32 --prompts icl --batching continuous,static
+# what morph/memory.py declares against the peak at the 1.7B dims (tests/gpu/test_memory.py runs the 0.6B ones)
+run memory-1.7b 1.7b --lines 64 --batch-sizes 1,8,32,64 --batching static
