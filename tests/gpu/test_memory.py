@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench.batch import script, weight_bytes
+from bench.batch import script
 from bench.random_model import build_random_model
 from bench.speed import REF_TEXT, eos_suppressed, reference_wave
 from morph.engine import MorphTTS
@@ -28,16 +28,20 @@ def real_dims(tmp_path_factory):
 
 
 def peak_and_declared(tts, voice, rows: int) -> tuple[int, int]:
+    """The peak above what was allocated before the run (the weights, and what the process keeps whatever runs:
+    cuBLAS's workspaces, what earlier tests left), as ComfyUI asks for room beyond what it has loaded."""
     lines = [Line(text, voice, "English") for text in script(rows)]
     settings = GenerationSettings(seq_groups=5, seed=0, max_new_tokens=FRAMES)
     batch = BatchTTS(tts)
+    torch.cuda.synchronize()
+    start = torch.cuda.memory_allocated()
     with eos_suppressed(tts, FRAMES):
         batch.render(lines, settings, batch_size=rows)  # warm: graphs and state for this shape
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         batch.render(lines, settings, batch_size=rows)
         torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - weight_bytes(tts), working_memory(
+    return torch.cuda.max_memory_allocated() - start, working_memory(
         tts, [(line.text, line.voice) for line in lines], settings, rows)
 
 
@@ -49,5 +53,5 @@ def test_declared_memory_is_within_a_quarter_of_the_peak(real_dims, kind):
         tts.release_device_state()  # each size from the same start, as ComfyUI loads the model for a run
         peak, declared = peak_and_declared(tts, voices[kind], rows)
         ratios[rows] = (round(declared / peak, 3), round(peak / 2**30, 3), round(declared / 2**30, 3))
-    print(kind, "rows: (declared / peak, peak GiB above the weights, declared GiB)", ratios)
+    print(kind, "rows: (declared / peak, peak GiB above the start, declared GiB)", ratios)
     assert all(0.8 <= ratio <= 1.25 for ratio, _, _ in ratios.values()), ratios
