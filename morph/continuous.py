@@ -15,7 +15,7 @@ import torch
 
 from .codec.stream import CodecStream
 from .lines.line import Row
-from .prompts import prompt_inputs, prompt_tokens, stream_keys
+from .prompts import prompt_inputs, prompt_tokens, stream_keys, token_count
 from .settings import GenerationSettings
 
 _PROMPT = ("inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_embed")
@@ -40,7 +40,8 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
     model, patch = tts.tts, tts.patch
     pending = collections.deque(sorted(zip(rows, stream_keys(rows, settings.seed)),
                                        key=lambda rk: (-rk[0].limit, -len(rk[0].text))))
-    need = max(prompt_tokens(r.text, r.line.voice, r.line.instruct) + stop(r) + 1 for r in rows)
+    count = token_count(tts)
+    need = max(prompt_tokens(r.text, r.line.voice, r.line.instruct, count) + stop(r) + 1 for r in rows)
     patch.seq_groups = settings.seq_groups
 
     def capture(n: int) -> tuple[dict, "Group"] | None:

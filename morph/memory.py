@@ -15,9 +15,9 @@
 
 A static batch (what render runs unless asked for the continuous batch, which no node does) decodes its audio
 beside its frame loop, never beside a prefill (the next batch's prefill waits for the last chunk), so a run needs
-state + the codec's row states + the larger of prefill and codec call + WORKSPACE. The prefill
-counts a token per character (a CJK text's count), so for English it is on the high side; bench/batch.py
-reports this declaration beside the measured peak.
+state + the codec's row states + the larger of prefill and codec call + WORKSPACE. Prompts are counted with the
+model's tokenizer (morph/prompts.py token_count), as the run sizes its cache; bench/batch.py reports this declaration
+beside the measured peak.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .codec.layers import CHUNK
 from .continuous import runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
-from .prompts import prompt_tokens
+from .prompts import prompt_tokens, token_count
 from .settings import GenerationSettings, capacity_for
 
 # Fit to the peaks of tests/gpu/test_memory.py on an H100 (0.6B dims, bf16, fused, 5 s lines, x-vector and ICL,
@@ -39,15 +39,15 @@ from .settings import GenerationSettings, capacity_for
 CODEC_VALUES_PER_ROW_FRAME = 1_250_000  # the decoder's live activations per frame of a row, in its dtype's values
 WORKSPACE = 144 * 2**20
 # Fit to the peaks of tests/gpu/test_memory.py with the lean codec (H100, 0.6B dims, bf16, fused, 5 s x-vector
-# lines, batch 1 to 64; bench/results/h100-2026-11-24b/NOTES.md): 1.85 MiB per row-frame of the largest chunk call
-# plus 150 MiB of cuDNN's workspaces (the last convolution's most), and each row's audio held about six times on the
-# device (a chunk's, the row's, the batch's) in float32.
+# lines, batch 1 to 64; bench/results/h100-2026-11-24c/NOTES.md): 1.85 MiB per row-frame of the largest chunk call
+# (cuDNN's workspaces included: a 32-row chunk peaked at 917 MiB alone), 16 MiB more for a call of few rows, and each
+# row's audio held about six times on the device (a chunk's, the row's, the batch's) in float32.
 LEAN_CODEC_BYTES_PER_ROW_FRAME = int(1.85 * 2**20)
-LEAN_CODEC_WORKSPACE = 150 * 2**20
+LEAN_CODEC_WORKSPACE = 16 * 2**20
 AUDIO_COPIES = 6
 
 
-def _rows(lines, settings: GenerationSettings, instruct: str) -> list[tuple[int, int, int]]:
+def _rows(lines, settings: GenerationSettings, instruct: str, count) -> list[tuple[int, int, int]]:
     """(prompt tokens, frames, codec frames) of every row: a text over MAX_SEGMENT_CHARS is its segments."""
     rows = []
     for text, voice in lines:
@@ -55,7 +55,7 @@ def _rows(lines, settings: GenerationSettings, instruct: str) -> list[tuple[int,
         ref = int(voice.ref_code.shape[0]) if voice is not None and voice.icl else 0
         for segment in split_text(text) if len(text) > MAX_SEGMENT_CHARS else [text]:
             frames = settings.frame_limit(segment)
-            rows.append((prompt_tokens(segment, voice, instruct), frames, ref + frames))
+            rows.append((prompt_tokens(segment, voice, instruct, count), frames, ref + frames))
     return rows
 
 
@@ -63,7 +63,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
                    batch_size: int | None = None, instruct: str = "") -> int:
     """Bytes that rendering `lines` ((text, voice) pairs), `batch_size` rows at a time (None: all at once),
     needs beyond the weights, for the batch that needs the most."""
-    rows = _rows(lines, settings or GenerationSettings(), instruct)
+    rows = _rows(lines, settings or GenerationSettings(), instruct, token_count(tts))
     if not rows:
         return 0
     rows.sort(key=lambda r: -(r[0] + r[1]))

@@ -101,9 +101,20 @@ def stream_keys(rows: Sequence[Row], seed: int | None) -> list[int]:
     return keys
 
 
-def prompt_tokens(text: str, voice: Voice | None = None, instruct: str = "") -> int:
-    """At most one token per character of text, plus an ICL voice's transcript and reference frames."""
-    tokens = len(text) + len(instruct) + PROMPT_OVERHEAD_TOKENS
+def prompt_tokens(text: str, voice: Voice | None = None, instruct: str = "", count=len) -> int:
+    """The prompt's tokens (at most: `count` gives a text's tokens, by default one per character), plus an ICL
+    voice's transcript and reference frames."""
+    tokens = count(text) + count(instruct) + PROMPT_OVERHEAD_TOKENS
     if voice is not None and voice.icl:
-        tokens += len(voice.ref_text or "") + int(voice.ref_code.shape[0])
+        tokens += count(voice.ref_text or "") + int(voice.ref_code.shape[0])
     return tokens
+
+
+def token_count(tts):
+    """A text's tokens as the loaded model's tokenizer splits it (English runs about four characters a token, so
+    one per character would size the cache and the declared memory for prompts several times too long); one per
+    character where the model has no text tokenizer."""
+    tokenizer = getattr(getattr(tts.tts, "processor", None), "tokenizer", None)
+    if tokenizer is None:
+        return len
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0

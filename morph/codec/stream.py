@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
 from .layers import CHUNK, CodecState, LeanCodec
-from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, tail_audio
+from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, pieces, row_frames, tail_audio
 
 IN_FLIGHT = 2  # continuous batch: groups launched and not yet read back
 
@@ -64,10 +64,13 @@ class RowsDecode:
     def whole(cls, codec: LeanCodec, codes: Sequence[torch.Tensor], refs: Sequence[torch.Tensor | None],
               device: torch.device, stream: "torch.cuda.Stream | None",
               budget: int = DECODE_ROW_FRAMES) -> "RowsDecode":
-        """Rows that have ended, decoded whole, CHUNK frames of up to budget // CHUNK rows a call; read with audio().
-        Every call has that one length: cuDNN plans a convolution per input shape, and a call per row length
-        (a script's run from 1 to 15 s) made a continuous render's first run 3x its second (H100, 256 lines)."""
-        job = cls(codec, refs, device, stream, budget=budget)
+        """Rows that have ended, decoded whole (as many at a call as `budget` allows); read with audio().
+        A call runs the longest row's frames rounded up to a power of two: cuDNN plans a convolution per input
+        shape, and a call at every row length (a script's run from 1 to 15 s) made a continuous render's first run
+        3x its second (H100, 256 lines); CHUNK-frame calls instead launched so many kernels that it ran 5x."""
+        longest = max([row_frames(c.shape[0]) for c in codes] + [1])
+        chunk = max(CHUNK, 1 << (longest - 1).bit_length())
+        job = cls(codec, refs, device, stream, chunk=chunk, budget=budget)
         job.finish(codes)
         return job
 
@@ -142,7 +145,7 @@ class RowsDecode:
 
 
 class CodecStream:
-    """The continuous batch's ended rows: decoded whole, in groups of like length (budget // CHUNK rows),
+    """The continuous batch's ended rows: decoded whole, in groups of like length (at most `budget` row-frames),
     IN_FLIGHT groups at a time, read back once done."""
 
     def __init__(self, codec: LeanCodec, device: torch.device, stream: "torch.cuda.Stream | None",
@@ -168,12 +171,11 @@ class CodecStream:
         return done
 
     def _launch(self) -> None:
-        # the shortest rows first, as many as one call of RowsDecode.whole takes: rows of like length waste
-        # the least on the padding of their last chunk
-        order = sorted(range(len(self.waiting)), key=lambda i: self.waiting[i][1].shape[0])
-        group = set(order[:max(1, self.budget // CHUNK)])
-        rows = [w for i, w in enumerate(self.waiting) if i in group]
-        self.waiting = [w for i, w in enumerate(self.waiting) if i not in group]
+        lengths = [w[1].shape[0] for w in self.waiting]
+        # rows without frames are in no piece: they go together once the others are launched
+        group = next(iter(pieces(lengths, self.budget)), None) or list(range(len(self.waiting)))
+        rows = [self.waiting[i] for i in group]
+        self.waiting = [w for i, w in enumerate(self.waiting) if i not in set(group)]
         job = RowsDecode.whole(self.codec, [w[1] for w in rows], [w[2] for w in rows], self.device, self.stream,
                                self.budget)
         self.flight.append(([w[0] for w in rows], job))

@@ -63,6 +63,6 @@ def test_a_voice_reference_is_decoded_once_a_chunk_at_a_time(tiny_tts):
             RowsDecode.whole(codec, [torch.zeros(5, 16, dtype=torch.long)], [ref], torch.device("cpu"), None).audio()
     finally:
         del codec.decode
-    assert calls == [16, 14, 16, 16, 16]  # every call one chunk (what morph/memory.py counts), the last padded
+    assert calls == [16, 14, 16, 16, 16]  # chunk-sized calls (what morph/memory.py counts); 5 frames padded to 16
     codec.release()
     assert not codec._primed
