@@ -10,7 +10,7 @@
     context, held while its batch runs) and the activations of one chunk call, at most DECODE_ROW_FRAMES
     row-frames, LEAN_CODEC_BYTES_PER_ROW_FRAME each plus cuDNN's workspaces (LEAN_CODEC_WORKSPACE); in eager
     upstream's decoder, whose largest call morph/codec/pieces.py bounds the same way, CODEC_VALUES_PER_ROW_FRAME
-    activations a row-frame;
+    activations a row-frame plus its workspaces (UPSTREAM_CODEC_WORKSPACE);
   - WORKSPACE: cuBLAS's workspaces, the CUDA graphs' pool, the sampler's and the code predictor's scratch.
 
 A static batch (what render runs unless asked for the continuous batch, which no node does) decodes its audio
@@ -37,7 +37,10 @@ from .settings import GenerationSettings, capacity_for
 # 2.38 MiB per row-frame of the largest codec call plus 137 MiB, to within 2% at every point. This declaration
 # then gives 1.01-1.02x those peaks for x-vector voices and 1.01-1.23x for ICL ones (its prefill is on the high side).
 CODEC_VALUES_PER_ROW_FRAME = 1_250_000  # the decoder's live activations per frame of a row, in its dtype's values
-WORKSPACE = 144 * 2**20
+UPSTREAM_CODEC_WORKSPACE = 80 * 2**20  # with WORKSPACE, that fit's 144 MiB
+# Every run's: measured above the start of a fresh process's batch-1 render with the lean codec (0.12-0.15 GiB in
+# all, bench/results/h100-2026-11-24c/NOTES.md)
+WORKSPACE = 64 * 2**20
 # Fit to the peaks of tests/gpu/test_memory.py with the lean codec (H100, 0.6B dims, bf16, fused, 5 s x-vector
 # lines, batch 1 to 64; bench/results/h100-2026-11-24c/NOTES.md): 1.85 MiB per row-frame of the largest chunk call
 # (cuDNN's workspaces included: a 32-row chunk peaked at 917 MiB alone), 16 MiB more for a call of few rows, and each
@@ -86,7 +89,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
         state += AUDIO_COPIES * 4 * tts.codec.upsample * sum(f for _, f, _ in batch)
     else:
         codec = (CODEC_VALUES_PER_ROW_FRAME * _codec_itemsize(model)
-                 * _largest_codec_call([c for _, _, c in rows], width))
+                 * _largest_codec_call([c for _, _, c in rows], width) + UPSTREAM_CODEC_WORKSPACE)
     return int(state + max(prefill, codec) + WORKSPACE)
 
 

@@ -246,7 +246,7 @@ def test_each_run_declares_its_working_memory_to_comfyui(nodes, comfy, comfy_mod
 
 def test_working_memory_counts_the_cache_per_row_and_one_bounded_codec_call(tiny_tts):
     from morph.codec.pieces import DECODE_ROW_FRAMES
-    from morph.memory import CODEC_VALUES_PER_ROW_FRAME, WORKSPACE, working_memory
+    from morph.memory import CODEC_VALUES_PER_ROW_FRAME, UPSTREAM_CODEC_WORKSPACE, WORKSPACE, working_memory
     from morph.prompts import PROMPT_OVERHEAD_TOKENS
     from morph.settings import GenerationSettings, capacity_for
 
@@ -257,7 +257,8 @@ def test_working_memory_counts_the_cache_per_row_and_one_bounded_codec_call(tiny
     codec_frame = CODEC_VALUES_PER_ROW_FRAME * 4  # fp32
 
     def need(lines, batch_size):
-        return working_memory(tiny_tts, [("Hello there.", None)] * lines, settings, batch_size) - WORKSPACE
+        return (working_memory(tiny_tts, [("Hello there.", None)] * lines, settings, batch_size) - WORKSPACE
+                - UPSTREAM_CODEC_WORKSPACE)
 
     # one row: its cache slots and its own codec call (the codec outweighs this tiny model's prefill)
     assert need(1, 1) == state + 100 * codec_frame
