@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 src=${COMFYUI_PATH:?set COMFYUI_PATH to a ComfyUI checkout}
 dest=.comfyui
-grep -qx '/.comfyui/' .git/info/exclude 2>/dev/null || { [ -d .git ] && echo '/.comfyui/' >> .git/info/exclude; }
+grep -qx '/.comfyui/' .git/info/exclude 2>/dev/null || { [ -d .git ] && mkdir -p .git/info && echo '/.comfyui/' >> .git/info/exclude; }
 rm -rf "$dest"
 python3 - "$src" "$dest" <<'PY'
 import os, shutil, sys
