@@ -105,13 +105,17 @@ def _rng_preserved(device: torch.device):
 _STREAMS: dict = {}
 
 
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
-    """One warm-up/capture stream per device, reused by every capture: cuBLAS keeps a
-    workspace (32 MiB on Hopper) per stream it has seen, so a new stream per capture
-    would leak one workspace per graph."""
-    if device not in _STREAMS:
-        _STREAMS[device] = torch.cuda.Stream(device)
-    return _STREAMS[device]
+def side_stream(device, role: str) -> torch.cuda.Stream:
+    """The pack's one stream per device for `role` ("capture": warm-up and capture; "codec": the codec beside the
+    frame loop), for the life of the process: cuBLAS keeps a workspace (32 MiB on Hopper) per stream it has seen
+    and no API frees it, so a new stream per capture, per render or per loaded model leaks one each (a model's own
+    codec stream left 33 MiB allocated per loaded model after Unload Models in ComfyUI)."""
+    device = torch.device(device)
+    if device.index is None:  # "cuda" and "cuda:0" are one device: one stream
+        device = torch.device("cuda", torch.cuda.current_device())
+    if (device, role) not in _STREAMS:
+        _STREAMS[device, role] = torch.cuda.Stream(device)
+    return _STREAMS[device, role]
 
 
 _FAILED_CAPTURES: list = []
@@ -134,7 +138,7 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2) -> CapturedS
     capture has allocated memory.
     """
     device = torch.device("cuda", torch.cuda.current_device())
-    side = _side_stream(device)
+    side = side_stream(device, "capture")
     with _rng_preserved(device):
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):

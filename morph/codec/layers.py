@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import reason
+from ..graphs import side_stream
 from .state import CodecState, Cursor
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,6 @@ class LeanCodec:
         self._tables: tuple | None = None
         self._snake_kernel = None  # morph/kernels/snake.py's snake_last where it runs, else False
         self._primed: collections.OrderedDict = collections.OrderedDict()  # id(reference) -> (reference, state)
-        self._stream = None
 
     # -- what the weights give, once per placement -------------------------------------------
     def _fingerprint(self) -> tuple:
@@ -85,20 +85,12 @@ class LeanCodec:
         """Drop what is kept on the device besides the weights; rebuilt on the next decode."""
         self._tables = None
         self._primed.clear()
-        self._stream = None
 
-    def side_stream(self, device) -> "torch.cuda.Stream | None":
-        """The CUDA stream rows decode on beside the frame loop (None off CUDA: they decode in line): one per model,
-        so the allocator's blocks cached for it serve every render (a new stream a render measured +33 MiB allocated
-        after each, bench/results/h100-2026-11-24)."""
-        device = torch.device(device)
-        if device.type != "cuda":
-            return None
-        if device.index is None:  # "cuda" and "cuda:0" are one device: one stream
-            device = torch.device("cuda", torch.cuda.current_device())
-        if self._stream is None or self._stream.device != device:
-            self._stream = torch.cuda.Stream(device)
-        return self._stream
+    @staticmethod
+    def side_stream(device) -> "torch.cuda.Stream | None":
+        """The CUDA stream rows decode on beside the frame loop (None off CUDA: they decode in line): one per device
+        for every model and render (morph/graphs.py side_stream says why)."""
+        return side_stream(device, "codec") if torch.device(device).type == "cuda" else None
 
     # -- the state -------------------------------------------------------------------------------
     def slot_shapes(self) -> list[tuple[int, int]]:
