@@ -3,6 +3,7 @@ each row's random stream key."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from typing import Sequence
@@ -113,8 +114,10 @@ def prompt_tokens(text: str, voice: Voice | None = None, instruct: str = "", cou
 def token_count(tts):
     """A text's tokens as the loaded model's tokenizer splits it (English runs about four characters a token, so
     one per character would size the cache and the declared memory for prompts several times too long); one per
-    character where the model has no text tokenizer."""
+    character where the model has no text tokenizer. Each text is tokenized once per counter: every line of an ICL
+    voice repeats its transcript."""
     tokenizer = getattr(getattr(tts.tts, "processor", None), "tokenizer", None)
     if tokenizer is None:
         return len
-    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+    return functools.lru_cache(maxsize=None)(
+        lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0)

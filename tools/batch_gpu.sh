@@ -24,7 +24,7 @@ run() { name=$1; size=$2; shift 2; [[ $wanted == *" $name "* ]] || return 0
   echo "=== $name ($size): $*"; began=$(date +%s)
   python3 -m bench.batch --model "$(model "$size")" --device cuda --dtype bf16 --seq-groups 5 --repeats 2 \
     --json "$out/$name.json" "$@" > /dev/null 2> "$out/$name.log"
-  echo "exit ${PIPESTATUS[0]} after $(( $(date +%s) - began )) s"; grep -h '^{' "$out/$name.log" | cut -c1-400; }
+  echo "exit $? after $(( $(date +%s) - began )) s"; grep -h '^{' "$out/$name.log" | cut -c1-400; }
 run uniform32 0.6b --batching continuous,static --lines 32 --batch-sizes 32
 if [[ $wanted == *" peer32 "* ]]; then
   # faster-qwen3-tts-batch on the same checkpoint and 32 lines, in a folder of its own (qwen-tts-hf installs the
