@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .codec.pieces import DECODE_ROW_FRAMES, row_frames
-from .codec.layers import CHUNK
+from .codec.layers import chunk_for
 from .continuous import runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
@@ -83,8 +83,9 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     prefill = width * prompt * (kv_per_token + (3 * config.intermediate_size + 4 * config.hidden_size) * itemsize
                                 + config.num_attention_heads * prompt * 4)
     if runs_lean(tts):
-        rows_per_call = min(width, max(1, DECODE_ROW_FRAMES // CHUNK))
-        codec = LEAN_CODEC_BYTES_PER_ROW_FRAME * rows_per_call * CHUNK + LEAN_CODEC_WORKSPACE
+        chunk = chunk_for(width)  # as morph/codec/stream.py's RowsDecode groups a batch's rows
+        rows_per_call = min(width, max(1, DECODE_ROW_FRAMES // chunk))
+        codec = LEAN_CODEC_BYTES_PER_ROW_FRAME * rows_per_call * chunk + LEAN_CODEC_WORKSPACE
         state += width * sum(t * c for t, c in tts.codec.slot_shapes()) * _codec_itemsize(model)
         state += AUDIO_COPIES * 4 * tts.codec.upsample * sum(f for _, f, _ in batch)
     else:

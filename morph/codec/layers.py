@@ -34,6 +34,17 @@ PRIMED_VOICES = 32  # ICL voices whose decoded reference is kept (about 2.6 MiB 
 # left when a batch ends), and an ICL reference is primed in pieces of it, so that no call is larger than the
 # batch's (morph/memory.py counts such calls; a 30 s reference in one call would be about 0.7 GiB).
 CHUNK = 16
+# ... unless a batch has so few rows that a call would hold fewer row-frames than this: a call launches the same ~900
+# kernels whatever its size, between the frame loop's frames, so at batch 1 16-frame calls made a 250-frame line
+# 0.76 s where 128-frame ones made it 0.58 (H100, 0.6B dims, k=5; 8 rows and up were the same at 16 to 64 frames).
+MIN_CALL_ROW_FRAMES = 128
+
+
+def chunk_for(rows: int) -> int:
+    """Frames of each row one decode call takes, for `rows` rows decoded together: CHUNK, or the power of two that
+    gives MIN_CALL_ROW_FRAMES row-frames a call (128 frames for one row, 64 for two, ...)."""
+    wanted = max(1, MIN_CALL_ROW_FRAMES // max(1, int(rows)))
+    return max(CHUNK, 1 << (wanted - 1).bit_length())
 
 
 def _conv_input(x: torch.Tensor) -> torch.Tensor:

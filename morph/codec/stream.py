@@ -1,7 +1,7 @@
 """A render's rows through the lean codec (morph/codec/layers.py), on a CUDA stream of its own beside the frame loop.
 
-- A static batch (what BatchTTS.render runs by default) decodes its rows together, CHUNK frames at a time as the
-  talker makes them (`RowsDecode.feed`, called from the frame loop), so when the batch's last row ends only its
+- A static batch (what BatchTTS.render runs by default) decodes its rows together, chunk_for(rows) frames at a time
+  (16 for 8 rows and up, 128 for one) as the talker makes them (`RowsDecode.feed`, called from the frame loop), so when the batch's last row ends only its
   last chunk is left: the codec is off the critical path.
 - The continuous batch decodes rows whole, together with those that ended about as they did (`CodecStream`).
 
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
-from .layers import CHUNK, CodecState, LeanCodec
+from .layers import CHUNK, CodecState, LeanCodec, chunk_for
 from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, pieces, row_frames, tail_audio
 
 IN_FLIGHT = 2  # continuous batch: groups launched and not yet read back
@@ -37,11 +37,13 @@ class RowsDecode:
     """Rows decoded together from their first frame, in lockstep: frames [done, upto) of every row per call."""
 
     def __init__(self, codec: LeanCodec, refs: Sequence[torch.Tensor | None], device: torch.device,
-                 stream: "torch.cuda.Stream | None", chunk: int = CHUNK, budget: int = DECODE_ROW_FRAMES):
-        self.codec, self.stream, self.chunk, self.device = codec, stream, chunk, device
+                 stream: "torch.cuda.Stream | None", chunk: int | None = None, budget: int = DECODE_ROW_FRAMES):
+        """chunk: frames of each row a call takes (default chunk_for(rows))."""
+        self.codec, self.stream, self.device = codec, stream, device
+        self.chunk = chunk_for(len(refs)) if chunk is None else chunk
         self.offsets = [0 if r is None else int(r.shape[0]) for r in refs]  # where each row's own frames start
         self.done = 0
-        per_call = max(1, budget // chunk)
+        per_call = max(1, budget // self.chunk)
         self.groups = [(s, min(s + per_call, len(refs))) for s in range(0, len(refs), per_call)]
         self.waves: dict[tuple[int, int], list[torch.Tensor]] = {g: [] for g in self.groups}
         self.result: tuple | None = None

@@ -275,7 +275,7 @@ def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny
     """In every mode but eager the audio is the lean codec's, beside the loop: per row its state and its audio, and
     one chunk call of at most DECODE_ROW_FRAMES row-frames whatever the batch."""
     from morph.codec.pieces import DECODE_ROW_FRAMES
-    from morph.codec.layers import CHUNK
+    from morph.codec.layers import chunk_for
     from morph.memory import (AUDIO_COPIES, LEAN_CODEC_BYTES_PER_ROW_FRAME, LEAN_CODEC_WORKSPACE, WORKSPACE,
                               working_memory)
     from morph.prompts import PROMPT_OVERHEAD_TOKENS
@@ -290,7 +290,8 @@ def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny
     tiny_tts.patch.mode = "lean"
     try:
         for rows in (1, 8, 32, 64):
-            call = LEAN_CODEC_BYTES_PER_ROW_FRAME * min(rows, DECODE_ROW_FRAMES // CHUNK) * CHUNK
+            chunk = chunk_for(rows)
+            call = LEAN_CODEC_BYTES_PER_ROW_FRAME * min(rows, DECODE_ROW_FRAMES // chunk) * chunk
             call += LEAN_CODEC_WORKSPACE
             got = working_memory(tiny_tts, [("Hello there.", None)] * rows, settings, rows) - WORKSPACE
             assert got == rows * row + call, rows

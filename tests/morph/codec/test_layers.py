@@ -37,6 +37,20 @@ def test_streamed_rows_are_upstreams_decode(tiny_tts, rows, chunk):
         torch.testing.assert_close(torch.from_numpy(a), torch.from_numpy(w), rtol=0, atol=2e-6)
 
 
+@pytest.mark.parametrize("rows, frames_per_call", [(1, 128), (2, 64), (3, 64), (8, 16), (32, 16)])
+def test_a_batch_of_few_rows_decodes_more_frames_a_call(tiny_tts, rows, frames_per_call):
+    """A call launches the same kernels whatever its size: one row takes 128 frames a call, 8 rows and up 16."""
+    codec, calls = tiny_tts.codec, []
+    decode = codec.decode
+    codec.decode = lambda codes, state: calls.append(tuple(codes.shape[:2])) or decode(codes, state)
+    try:
+        job = RowsDecode(codec, [None] * rows, torch.device("cpu"), None)
+        job.feed(torch.zeros(rows, 2 * frames_per_call + 1, 16, dtype=torch.long), 2 * frames_per_call + 1)
+    finally:
+        del codec.decode
+    assert calls == [(rows, frames_per_call)] * 2
+
+
 def test_a_row_of_a_batch_decodes_as_it_does_alone(tiny_tts, rows):
     codes, refs = rows
     together = RowsDecode.whole(tiny_tts.codec, codes, refs, torch.device("cpu"), None).audio()
