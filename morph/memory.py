@@ -46,6 +46,10 @@ WORKSPACE = 64 * 2**20
 # (cuDNN's workspaces included: a 32-row chunk peaked at 917 MiB alone), 16 MiB more for a call of few rows, and each
 # row's audio held about six times on the device (a chunk's, the row's, the batch's) in float32.
 LEAN_CODEC_BYTES_PER_ROW_FRAME = int(1.85 * 2**20)
+# A call of one row (batch 1's 128-frame calls) takes more a frame: 2.46-2.49 MiB, against 1.79-1.82 per row-frame for
+# any call of 2 to 32 rows (one codec call alone, 16 to 256 frames, H100, both allocators;
+# bench/results/h100-2026-11-24d/NOTES.md).
+LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW = int(2.5 * 2**20)
 LEAN_CODEC_WORKSPACE = 16 * 2**20
 AUDIO_COPIES = 6
 
@@ -85,7 +89,8 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     if runs_lean(tts):
         chunk = chunk_for(width)  # as morph/codec/stream.py's RowsDecode groups a batch's rows
         rows_per_call = min(width, max(1, DECODE_ROW_FRAMES // chunk))
-        codec = LEAN_CODEC_BYTES_PER_ROW_FRAME * rows_per_call * chunk + LEAN_CODEC_WORKSPACE
+        per_row_frame = LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW if rows_per_call == 1 else LEAN_CODEC_BYTES_PER_ROW_FRAME
+        codec = per_row_frame * rows_per_call * chunk + LEAN_CODEC_WORKSPACE
         state += width * sum(t * c for t, c in tts.codec.slot_shapes()) * _codec_itemsize(model)
         state += AUDIO_COPIES * 4 * tts.codec.upsample * sum(f for _, f, _ in batch)
     else:

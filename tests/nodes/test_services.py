@@ -273,11 +273,11 @@ def test_working_memory_counts_the_cache_per_row_and_one_bounded_codec_call(tiny
 
 def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny_tts):
     """In every mode but eager the audio is the lean codec's, beside the loop: per row its state and its audio, and
-    one chunk call of at most DECODE_ROW_FRAMES row-frames whatever the batch."""
+    one chunk call (chunk_for's frames, at a single row's own rate) of at most DECODE_ROW_FRAMES row-frames whatever the batch."""
     from morph.codec.pieces import DECODE_ROW_FRAMES
     from morph.codec.layers import chunk_for
-    from morph.memory import (AUDIO_COPIES, LEAN_CODEC_BYTES_PER_ROW_FRAME, LEAN_CODEC_WORKSPACE, WORKSPACE,
-                              working_memory)
+    from morph.memory import (AUDIO_COPIES, LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW, LEAN_CODEC_BYTES_PER_ROW_FRAME,
+                              LEAN_CODEC_WORKSPACE, WORKSPACE, working_memory)
     from morph.prompts import PROMPT_OVERHEAD_TOKENS
     from morph.settings import GenerationSettings, capacity_for
 
@@ -291,7 +291,8 @@ def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny
     try:
         for rows in (1, 8, 32, 64):
             chunk = chunk_for(rows)
-            call = LEAN_CODEC_BYTES_PER_ROW_FRAME * min(rows, DECODE_ROW_FRAMES // chunk) * chunk
+            per = LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW if rows == 1 else LEAN_CODEC_BYTES_PER_ROW_FRAME
+            call = per * min(rows, DECODE_ROW_FRAMES // chunk) * chunk
             call += LEAN_CODEC_WORKSPACE
             got = working_memory(tiny_tts, [("Hello there.", None)] * rows, settings, rows) - WORKSPACE
             assert got == rows * row + call, rows
