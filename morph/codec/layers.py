@@ -34,8 +34,8 @@ PRIMED_VOICES = 32  # ICL voices whose decoded reference is kept (about 2.6 MiB 
 # left when a batch ends), and an ICL reference is primed in pieces of it, so that no call is larger than the
 # batch's (morph/memory.py counts such calls; a 30 s reference in one call would be about 0.7 GiB).
 CHUNK = 16
-# ... unless a batch has so few rows that a call would hold fewer row-frames than this: a call launches the same ~900
-# kernels whatever its size, between the frame loop's frames, so at batch 1 16-frame calls made a 250-frame line
+# ... unless a batch has so few rows that a call would hold fewer row-frames than this: a call launches the same
+# ~1,400 kernels whatever its size, between the frame loop's frames, so at batch 1 16-frame calls made a 250-frame line
 # 0.76 s where 128-frame ones made it 0.58 (H100, 0.6B dims, k=5; 8 rows and up were the same at 16 to 64 frames).
 MIN_CALL_ROW_FRAMES = 128
 
