@@ -13,6 +13,8 @@ lines per wall second) and peak allocated memory both ways, the weights and what
 for the render (on CUDA also its ratio to the end-to-end peak above the weights), ms per decode step (one step
 advances every row of a batch by one frame), the codec decode of all lines alone and its share of the end-to-end
 wall, and the mode the loop actually ran; the report starts with the project commit, device and versions.
+`--agreement` adds how far each seeded line's codes in a continuous batch of the largest batch size agree with the
+same line rendered alone (its own random stream either way: only the batch shape, so the rounding, differs).
 
     python -m bench.batch --size tiny --device cpu --lines 4 --frames 8                  # quick, on CPU
     python -m bench.batch --size 0.6b --device cuda --dtype bf16 --lines 256 --lengths mixed --batch-sizes 16,64
@@ -138,6 +140,27 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     return row
 
 
+def agreement(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int | None) -> dict:
+    """Each seeded line's codes in one continuous batch of `size` against the line alone: lines identical, the
+    share of each line's frames before its first difference (sampling diverges after it), and of codes equal."""
+    settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames)
+    with eos_suppressed(batch.tts, frames or HELD_FRAMES), torch.inference_mode():
+        together = batch.codes(lines, settings, batch_size=size, continuous=True)
+        alone = [batch.codes([line], settings, batch_size=1, continuous=True)[0] for line in lines]
+    before, equal = [], 0
+    for a, b in zip(together, alone):
+        n = min(len(a), len(b))
+        same = (a[:n] == b[:n]).all(dim=1).int()
+        before.append(float(same.cumprod(0).sum()) / max(len(a), 1))
+        equal += int((a[:n] == b[:n]).sum())
+    return dict(batch_size=size, seq_groups=seq_groups, lines=len(lines), mode=batch.tts.patch.last_run.get("mode"),
+                identical_lines=sum(torch.equal(a, b) for a, b in zip(together, alone)),
+                share_of_frames_before_first_difference=dict(
+                    mean=round(float(np.mean(before)), 4), median=round(float(np.median(before)), 4),
+                    min=round(min(before), 4)),
+                share_of_codes_equal=round(equal / sum(a.numel() for a in together), 4))
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(p)
@@ -157,6 +180,9 @@ def main(argv=None) -> dict:
                    help="voices of the lines: x-vector and ICL alternating, or all one kind")
     p.add_argument("--warm-frames", type=int, default=8)
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--agreement", action="store_true",
+                   help="also: each line's codes in a continuous batch of the largest --batch-sizes against the line "
+                        "alone (first mode and seq_groups; not in eager mode)")
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)
 
@@ -201,6 +227,11 @@ def main(argv=None) -> dict:
                     and "wall_s" in r), None)
         if one is not None and "wall_s" in row:
             row["speedup_vs_one_at_a_time"] = round(one["wall_s"] / row["wall_s"], 2)
+    if args.agreement:
+        tts.patch.mode = check_mode(args.modes.split(",")[0], "bench.batch --modes")
+        report["agreement"] = agreement(batch, lines, max(int(x) for x in args.batch_sizes.split(",")),
+                                        int(args.seq_groups.split(",")[0]), frames)
+        print(json.dumps(report["agreement"]), file=sys.stderr, flush=True)
     report["complete"] = True
     return emit(report, args.json)
 

@@ -52,3 +52,19 @@ def test_mixed_lengths_end_each_row_at_its_own_limit(tiny_dir, tmp_path):
     assert row["audio_s"] == pytest.approx(sum(limits) * 0.08, abs=0.01)
     assert row["end_to_end_audio_s"] == pytest.approx(row["audio_s"], abs=0.01)
     assert row["codec_share_of_end_to_end"] == round(row["codec_decode_s"] / row["end_to_end_wall_s"], 3) > 0
+
+
+def test_agreement_compares_each_line_in_a_continuous_batch_with_it_alone(tiny_dir, tmp_path):
+    """--agreement on CPU in fp32 (mode lean: the continuous batch): each line's own random stream gives it the same
+    codes alone as beside the others."""
+    from bench import batch
+    from tests.bench.conftest import _written
+
+    report = _written(batch.main, ["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--lines", "3",
+                                   "--frames", "6", "--warm-frames", "2", "--batch-sizes", "3", "--seq-groups", "5",
+                                   "--modes", "lean", "--batching", "continuous", "--agreement"],
+                      tmp_path / "agreement.json")
+    got = report["agreement"]
+    assert (got["batch_size"], got["lines"], got["mode"]) == (3, 3, "lean")
+    assert got["identical_lines"] == 3 and got["share_of_codes_equal"] == 1.0
+    assert got["share_of_frames_before_first_difference"] == {"mean": 1.0, "median": 1.0, "min": 1.0}
