@@ -36,7 +36,8 @@ PRIMED_VOICES = 32  # ICL voices whose decoded reference is kept (about 2.6 MiB 
 CHUNK = 16
 # ... unless a batch has so few rows that a call would hold fewer row-frames than this: a call launches the same
 # ~1,400 kernels whatever its size, between the frame loop's frames, so at batch 1 16-frame calls made a 250-frame line
-# 0.76 s where 128-frame ones made it 0.58 (H100, 0.6B dims, k=5; 8 rows and up were the same at 16 to 64 frames).
+# 0.76 s where 128-frame ones made it 0.58 (H100, 0.6B dims, k=5; 8 rows: the same at 16 and 32 frames, slower at
+# 64; 32 rows: the same at 16 to 64).
 MIN_CALL_ROW_FRAMES = 128
 
 
