@@ -150,9 +150,9 @@ def agreement(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, fr
     before, equal = [], 0
     for a, b in zip(together, alone):
         n = min(len(a), len(b))
-        same = (a[:n] == b[:n]).all(dim=1).int()
-        before.append(float(same.cumprod(0).sum()) / max(len(a), 1))
-        equal += int((a[:n] == b[:n]).sum())
+        codes_equal = a[:n] == b[:n]
+        before.append(float(codes_equal.all(dim=1).int().cumprod(0).sum()) / max(len(a), 1))
+        equal += int(codes_equal.sum())
     return dict(batch_size=size, seq_groups=seq_groups, lines=len(lines), mode=batch.tts.patch.last_run.get("mode"),
                 identical_lines=sum(torch.equal(a, b) for a, b in zip(together, alone)),
                 share_of_frames_before_first_difference=dict(

@@ -26,6 +26,7 @@ from typing import Sequence
 
 from .codec.pieces import DECODE_ROW_FRAMES, row_frames
 from .codec.layers import chunk_for
+from .codec.stream import call_rows
 from .continuous import runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
@@ -88,7 +89,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
                                 + config.num_attention_heads * prompt * 4)
     if runs_lean(tts):
         chunk = chunk_for(width)  # as morph/codec/stream.py's RowsDecode groups a batch's rows
-        rows_per_call = min(width, max(1, DECODE_ROW_FRAMES // chunk))
+        rows_per_call = min(width, call_rows(chunk))
         per_row_frame = LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW if rows_per_call == 1 else LEAN_CODEC_BYTES_PER_ROW_FRAME
         codec = per_row_frame * rows_per_call * chunk + LEAN_CODEC_WORKSPACE
         state += width * sum(t * c for t, c in tts.codec.slot_shapes()) * _codec_itemsize(model)

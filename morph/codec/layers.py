@@ -41,11 +41,17 @@ CHUNK = 16
 MIN_CALL_ROW_FRAMES = 128
 
 
+def call_frames(frames: int) -> int:
+    """Frames of each row in a decode call that covers `frames`: a power of two, at least CHUNK. cuDNN plans a
+    convolution per input shape, so calls of few shapes plan once; a call at every row length (a script's run from
+    1 to 15 s) made a continuous render's first run 3x its second (H100, 256 lines)."""
+    return max(CHUNK, 1 << (max(1, int(frames)) - 1).bit_length())
+
+
 def chunk_for(rows: int) -> int:
-    """Frames of each row one decode call takes, for `rows` rows decoded together: CHUNK, or the power of two that
-    gives MIN_CALL_ROW_FRAMES row-frames a call (128 frames for one row, 64 for two, ...)."""
-    wanted = max(1, MIN_CALL_ROW_FRAMES // max(1, int(rows)))
-    return max(CHUNK, 1 << (wanted - 1).bit_length())
+    """Frames of each row one decode call takes, for `rows` rows decoded together: CHUNK, or what gives
+    MIN_CALL_ROW_FRAMES row-frames a call (128 frames for one row, 64 for two, ...)."""
+    return call_frames(MIN_CALL_ROW_FRAMES // max(1, int(rows)))
 
 
 def _conv_input(x: torch.Tensor) -> torch.Tensor:

@@ -27,10 +27,16 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
-from .layers import CHUNK, CodecState, LeanCodec, chunk_for
+from .layers import CodecState, LeanCodec, call_frames, chunk_for
 from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, pieces, row_frames, tail_audio
 
 IN_FLIGHT = 2  # continuous batch: groups launched and not yet read back
+
+
+def call_rows(chunk: int, budget: int = DECODE_ROW_FRAMES) -> int:
+    """Rows one decode call takes when each brings `chunk` frames: as many as `budget` row-frames allow, at least
+    one (morph/memory.py declares such a call)."""
+    return max(1, budget // chunk)
 
 
 class RowsDecode:
@@ -43,7 +49,7 @@ class RowsDecode:
         self.chunk = chunk_for(len(refs)) if chunk is None else chunk
         self.offsets = [0 if r is None else int(r.shape[0]) for r in refs]  # where each row's own frames start
         self.done = 0
-        per_call = max(1, budget // self.chunk)
+        per_call = call_rows(self.chunk, budget)
         self.groups = [(s, min(s + per_call, len(refs))) for s in range(0, len(refs), per_call)]
         self.waves: dict[tuple[int, int], list[torch.Tensor]] = {g: [] for g in self.groups}
         self.result: tuple | None = None
@@ -67,12 +73,10 @@ class RowsDecode:
               device: torch.device, stream: "torch.cuda.Stream | None",
               budget: int = DECODE_ROW_FRAMES) -> "RowsDecode":
         """Rows that have ended, decoded whole (as many at a call as `budget` allows); read with audio().
-        A call runs the longest row's frames rounded up to a power of two: cuDNN plans a convolution per input
-        shape, and a call at every row length (a script's run from 1 to 15 s) made a continuous render's first run
-        3x its second (H100, 256 lines); CHUNK-frame calls instead launched so many kernels that it ran 5x."""
+        A call runs the longest row's frames as call_frames rounds them (CHUNK-frame calls instead launched so many
+        kernels that a continuous render ran 5x)."""
         longest = max([row_frames(c.shape[0]) for c in codes] + [1])
-        chunk = max(CHUNK, 1 << (longest - 1).bit_length())
-        job = cls(codec, refs, device, stream, chunk=chunk, budget=budget)
+        job = cls(codec, refs, device, stream, chunk=call_frames(longest), budget=budget)
         job.finish(codes)
         return job
 
