@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The test command: build both supported environments and run the whole suite in each.
-#   transformers 4.57.3 (what qwen-tts pins) and the newest transformers 5.x on the registry.
+# The test command: run the whole suite under both supported transformers releases,
+#   4.57.3 (what qwen-tts pins) and the newest 5.x on the registry.
+# One environment serves both: torch with its CUDA libraries is about 5.7 GB, and a CI machine's disk
+# has run out holding two copies of it. The second pass upgrades transformers in place, as a ComfyUI
+# user's `pip install -U transformers` would; pip keeps no cache of the downloads for the same reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PIP_NO_CACHE_DIR=1
+venv=.venv-test
 status=0
 for tf in 4.57.3 newest; do
-  venv=.venv-test-$tf
   echo "=== transformers $tf ($venv)"
   bash tools/setup_env.sh "$venv" "$tf"
   "$venv/bin/python" -m pytest -q || status=1
