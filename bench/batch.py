@@ -32,8 +32,9 @@ import time
 import numpy as np
 import torch
 
-from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, mixed_texts, run_info, save, script_lines
-from bench.speed import REF_TEXT, _peak_bytes, _sync, eos_suppressed, model_dims, reference_wave
+from bench.common import (HELD_FRAMES, add_model_args, emit, load_bench_model, mixed_texts, model_dims, run_info, save,
+                          script_lines)
+from bench.workload import REF_TEXT, eos_suppressed, peak_bytes, reference_wave, sync
 from morph.memory import working_memory
 from morph.scheduler import BatchTTS, Line, plan_batches
 from morph.decode.runner import MODES, check_mode
@@ -80,36 +81,36 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         warm = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=warm_frames)
         start = time.perf_counter()
         batch.codes(chunks[0], warm, batch_size=size, continuous=continuous)
-        _sync(device)
+        sync(device)
         warm_s = time.perf_counter() - start
         last_run = dict(getattr(tts.patch, "last_run", {}) or {})
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         walls, codes = [], []
         for _ in range(repeats):
-            _sync(device)
+            sync(device)
             start = time.perf_counter()
             codes = batch.codes(ordered, settings, batch_size=size, continuous=continuous)
-            _sync(device)
+            sync(device)
             walls.append(time.perf_counter() - start)
         steps = tts.patch.last_run.get("frames_run") if continuous else None
-        peak = _peak_bytes(device)
-        _sync(device)
+        peak = peak_bytes(device)
+        sync(device)
         start = time.perf_counter()
         batch.decode(codes, [line.voice for line in ordered])
-        _sync(device)
+        sync(device)
         decode_s = time.perf_counter() - start
     with eos_suppressed(tts, held):  # as a caller of the public API runs it: outside inference mode
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         e2e_walls, audio = [], []
         for _ in range(repeats):
-            _sync(device)
+            sync(device)
             start = time.perf_counter()
             audio = batch.render(lines, settings, batch_size=size, continuous=continuous)
-            _sync(device)
+            sync(device)
             e2e_walls.append(time.perf_counter() - start)
-        e2e_peak = _peak_bytes(device)
+        e2e_peak = peak_bytes(device)
     wall = float(np.median(walls))
     e2e_wall = float(np.median(e2e_walls))
     e2e_audio_s = sum(a.size for a in audio) / SAMPLE_RATE

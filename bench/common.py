@@ -85,6 +85,15 @@ def project_commit() -> dict:
         return dict(commit=None, uncommitted_changes=None)
 
 
+def model_dims(tts: MorphTTS) -> dict:
+    talker = tts.tts.model.config.talker_config
+    cp = talker.code_predictor_config
+    return dict(talker_hidden=talker.hidden_size, talker_layers=talker.num_hidden_layers,
+                predictor_hidden=cp.hidden_size, predictor_layers=cp.num_hidden_layers,
+                code_groups=talker.num_code_groups,
+                parameters_m=round(sum(p.numel() for p in tts.tts.model.parameters()) / 1e6, 1))
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)

@@ -18,7 +18,8 @@ import sys
 import torch
 
 from bench.common import emit
-from bench.speed import REF_TEXT, Runner, eos_suppressed, reference_wave, stack
+from bench.stacks import Runner, stack
+from bench.workload import REF_TEXT, eos_suppressed, reference_wave
 from morph.engine import MorphTTS
 from morph.decode.sampling import draw, torch_noise
 

@@ -26,7 +26,7 @@ import torch
 
 from bench.batch import script
 from bench.common import add_model_args, emit, load_bench_model, run_info
-from bench.speed import REF_TEXT, _sync, eos_suppressed, reference_wave
+from bench.workload import REF_TEXT, eos_suppressed, reference_wave, sync
 from morph import scheduler
 from morph.decode.talker_loop import TalkerLoop
 from morph.scheduler import BatchTTS, Line
@@ -44,12 +44,12 @@ def phases(tts, device):
         saved.append((owner, name, fn))
 
         def wrapper(*a, **kw):
-            _sync(device)
+            sync(device)
             start = time.perf_counter()
             try:
                 return fn(*a, **kw)
             finally:
-                _sync(device)
+                sync(device)
                 spent[label] += time.perf_counter() - start
 
         setattr(owner, name, wrapper)
@@ -100,10 +100,10 @@ def profile_batch(tts, lines: list[Line], frames: int, top: int) -> dict:
     audio_s = size * (frames - 1) / FRAMES_PER_SECOND
     with eos_suppressed(tts, frames):
         batch.render(lines, settings, batch_size=size)  # warm: kernels, graphs, allocator
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         batch.render(lines, settings, batch_size=size)
-        _sync(device)
+        sync(device)
         wall = time.perf_counter() - start
         with phases(tts, device) as spent:
             start = time.perf_counter()
@@ -133,10 +133,10 @@ def profile_batch(tts, lines: list[Line], frames: int, top: int) -> dict:
         row["codec_s"] = {}
         for name, run in (("lean", lambda: batch.decode(codes, voices)),
                           ("upstream", lambda: scheduler.decode_rows(tok, codes, refs))):
-            _sync(device)
+            sync(device)
             start = time.perf_counter()
             run()
-            _sync(device)
+            sync(device)
             row["codec_s"][name] = round(time.perf_counter() - start, 4)
         dtype = next(tok.model.parameters()).dtype
         tok.model.float()

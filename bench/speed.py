@@ -27,11 +27,8 @@ Triton and Inductor caches in a new temporary folder, the second reusing them.
 from __future__ import annotations
 
 import argparse
-import collections
-import contextlib
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -40,194 +37,20 @@ import time
 import numpy as np
 import torch
 
-from bench.common import DTYPES, add_model_args, emit, load_bench_model, run_info, save
-from bench.common import device_name  # noqa: F401 - bench.numerics imports it from here
+from bench.common import DTYPES, add_model_args, emit, load_bench_model, model_dims, run_info, save
+from bench.kernel_count import count_kernels, stop_after
 from bench.random_model import build_random_model
+from bench.stacks import Runner, stack
+from bench.workload import REF_TEXT, TEXT, eos_suppressed, peak_bytes, reference_wave, sync
 from morph.decode.runner import FAST_MODES, check_mode
 from morph.engine import MorphTTS
 from morph.qwen.loading import resolve_device
-from morph.settings import DEFAULT_SEQ_GROUPS, FRAMES_PER_SECOND, MODES, SAMPLE_RATE, GenerationSettings, Sampling
+from morph.settings import DEFAULT_SEQ_GROUPS, FRAMES_PER_SECOND, MODES, SAMPLE_RATE, GenerationSettings
 
-TEXT = ("The river ran quietly past the old mill, and the children counted the boats until the sun went down "
-        "behind the hills, then walked home along the towpath, telling stories about the people on board.")
-REF_TEXT = "The quick brown fox jumps over the lazy dog."
 # Every mode the engine has, at the exact setting and the default one.
 DEFAULT_STACKS = ",".join(["upstream"] + [f"{mode}:{k}" for mode in MODES for k in (15, DEFAULT_SEQ_GROUPS)])
 SAMPLES_PER_FRAME = int(SAMPLE_RATE / FRAMES_PER_SECOND)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `python -m bench.speed` runs
-
-
-class _Stop(Exception):
-    """Raised from the per-frame hook to end a profiled run after a set number of frames."""
-
-
-def reference_wave(seconds: float = 4.0, sr: int = 24000) -> np.ndarray:
-    rng = np.random.RandomState(0)
-    t = np.arange(int(seconds * sr)) / sr
-    wave = 0.3 * np.sin(2 * np.pi * 190 * t) * (1 + np.sin(2 * np.pi * 3 * t)) + 0.03 * rng.randn(t.size)
-    return wave.astype(np.float32)
-
-
-@contextlib.contextmanager
-def eos_suppressed(tts: MorphTTS, frames: int):
-    """Random weights emit EOS at random steps; fixed-length timing needs none at all.
-    Upstream's talker gets a hook on codec_head; the morph loop holds EOS back itself."""
-    eos = tts.tts.model.config.talker_config.codec_eos_token_id
-
-    def no_eos(module, args, out):
-        out[..., eos] = -float("inf")
-        return out
-
-    handle = tts.tts.model.talker.codec_head.register_forward_hook(no_eos)
-    loop = tts.patch.loop
-    loop.min_new_tokens = frames + 2
-    try:
-        yield
-    finally:
-        handle.remove()
-        loop.min_new_tokens = None
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def _peak_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # process peak RSS on CPU
-
-
-class Runner:
-    """Builds one prompt's inputs once and runs model.generate on it under any stack (decode only), or
-    speaks the whole line through the public API (end to end)."""
-
-    def __init__(self, tts: MorphTTS, voice):
-        self.tts = tts
-        self.voice = voice
-        m = tts.tts
-        self.ids = m._tokenize_texts([m._build_assistant_text(TEXT)])
-        self.ref_ids = [m._tokenize_texts([m._build_ref_text(REF_TEXT)])[0] if voice.icl else None]
-        self.prompt = m._prompt_items_to_voice_clone_prompt([tts._prompt_item(voice)])
-
-    def generate(self, frames: int, greedy: bool = False, seed: int = 0):
-        sampling = Sampling(do_sample=not greedy)
-        settings = GenerationSettings(seq_groups=15, do_sample=not greedy, subtalker=sampling,
-                                      max_new_tokens=frames)
-        kwargs = settings.upstream_kwargs(TEXT)
-        torch.manual_seed(seed)
-        codes, _ = self.tts.tts.model.generate(input_ids=self.ids, ref_ids=self.ref_ids, voice_clone_prompt=self.prompt,
-                                               languages=["english"], **kwargs)
-        return codes[0]
-
-    def speak(self, frames: int, seq_groups: int, upstream: bool) -> np.ndarray:
-        """Text in, audio out: MorphTTS.clone, or upstream's generate_voice_clone (under stack("upstream"))."""
-        settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames)
-        if not upstream:
-            return self.tts.clone(TEXT, self.voice, "English", settings)
-        torch.manual_seed(settings.seed)
-        wavs, _ = self.tts.tts.generate_voice_clone(text=TEXT, language="English",
-                                                    voice_clone_prompt=[self.tts._prompt_item(self.voice)],
-                                                    **settings.upstream_kwargs(TEXT))
-        return wavs[0]
-
-
-@contextlib.contextmanager
-def attention_impl(tts: MorphTTS, impl: str):
-    """Switch every sub-model's HF attention implementation for the block."""
-    configs = {id(m.config): m.config for m in tts.tts.model.modules()
-               if hasattr(getattr(m, "config", None), "_attn_implementation")}
-    saved = {key: c._attn_implementation for key, c in configs.items()}
-    for c in configs.values():
-        c._attn_implementation = impl
-    try:
-        yield
-    finally:
-        for key, c in configs.items():
-            c._attn_implementation = saved[key]
-
-
-@contextlib.contextmanager
-def stack(tts: MorphTTS, spec: str):
-    """Run the block under a stack: 'upstream', 'upstream-eager-attention' (the same with
-    HF's eager attention instead of sdpa: a control for numeric sensitivity) or 'MODE:K'."""
-    if spec.startswith("upstream"):
-        with tts.upstream(), (attention_impl(tts, "eager") if spec == "upstream-eager-attention"
-                              else contextlib.nullcontext()):
-            yield
-        return
-    mode, k = spec.split(":")
-    tts.patch.mode, tts.patch.seq_groups = check_mode(mode, "bench.speed --stacks"), int(k)
-    yield
-
-
-@contextlib.contextmanager
-def stop_after(tts: MorphTTS, frames: int, upstream: bool):
-    """End generation (with _Stop) when frame `frames` + 1 is about to be decoded."""
-    count = [0]
-
-    def tick():
-        count[0] += 1
-        if count[0] > frames:
-            raise _Stop
-
-    if not upstream:
-        tts.patch.on_step = tick
-        try:
-            yield
-        finally:
-            tts.patch.on_step = None
-        return
-    cp = tts.tts.model.talker.code_predictor
-
-    def generate(*args, **kwargs):
-        tick()
-        return type(cp).generate(cp, *args, **kwargs)
-
-    cp.generate = generate
-    try:
-        yield
-    finally:
-        vars(cp).pop("generate", None)
-
-
-def count_kernels(run_frames, a: int, b: int, top: int = 25) -> dict:
-    """GPU kernels per frame: profile runs stopped after a and b frames and take the
-    difference, which cancels the prompt's prefill. Kernel events only: record_function
-    ranges, memcpy and memset are left out."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    per_run = []
-    for n in (a, b):
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            try:
-                run_frames(n)
-            except _Stop:
-                pass
-            torch.cuda.synchronize()
-        names = collections.Counter()
-        times = collections.Counter()
-        for e in prof.events():
-            if e.device_type != DeviceType.CUDA or getattr(e, "is_user_annotation", False):
-                continue
-            if e.name.startswith(("Memcpy", "Memset", "[memory]")) or e.name.lower().startswith("memcpy"):
-                continue
-            names[e.name] += 1
-            times[e.name] += e.time_range.elapsed_us()
-        per_run.append((sum(names.values()), names, times))
-    frames = b - a
-    (na, ca, ta), (nb, cb, tb) = per_run
-    diff_t = {k: (tb[k] - ta.get(k, 0)) / frames for k in tb}
-    total_us = sum(diff_t.values())
-    tops = sorted(diff_t.items(), key=lambda kv: -kv[1])[:top]
-    return dict(
-        kernels_per_frame=round((nb - na) / frames, 1),
-        gpu_kernel_us_per_frame=round(total_us, 1),
-        top_kernels=[dict(name=k[:90], us_per_frame=round(v, 2), calls_per_frame=round((cb[k] - ca.get(k, 0)) / frames, 1))
-                     for k, v in tops],
-    )
 
 
 def _timed(device: torch.device, run, repeats: int) -> tuple[list[float], int, object]:
@@ -236,12 +59,12 @@ def _timed(device: torch.device, run, repeats: int) -> tuple[list[float], int, o
         torch.cuda.reset_peak_memory_stats()
     times, out = [], None
     for _ in range(repeats):
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         out = run()
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - start)
-    return times, _peak_bytes(device), out
+    return times, peak_bytes(device), out
 
 
 def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: int, fast_repeats: int,
@@ -254,10 +77,10 @@ def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: i
     row = {}
     with stack(tts, spec), eos_suppressed(tts, frames):
         with torch.inference_mode():
-            _sync(device)
+            sync(device)
             start = time.perf_counter()
             runner.generate(frames if not upstream and not spec.startswith("eager") else warm_frames)
-            _sync(device)
+            sync(device)
             row["first_call_s"] = round(time.perf_counter() - start, 3)
             if not upstream:
                 row["capture_or_compile_s"] = tts.patch.last_run.get("capture_s", 0.0)
@@ -266,7 +89,7 @@ def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: i
             times, peak, codes = _timed(device, lambda: runner.generate(frames), n)
             start = time.perf_counter()
             tts.tts.model.speech_tokenizer.decode([{"audio_codes": codes}])
-            _sync(device)
+            sync(device)
             decode_s = time.perf_counter() - start
         # as a caller of the public API runs it: outside inference mode
         e2e_times, e2e_peak, audio = _timed(device, lambda: runner.speak(frames, seq_groups, upstream), n)
@@ -311,15 +134,6 @@ def greedy_agreement(tts: MorphTTS, runner: Runner, frames: int, specs: list[str
     return out
 
 
-def model_dims(tts: MorphTTS) -> dict:
-    talker = tts.tts.model.config.talker_config
-    cp = talker.code_predictor_config
-    return dict(talker_hidden=talker.hidden_size, talker_layers=talker.num_hidden_layers,
-                predictor_hidden=cp.hidden_size, predictor_layers=cp.num_hidden_layers,
-                code_groups=talker.num_code_groups,
-                parameters_m=round(sum(p.numel() for p in tts.tts.model.parameters()) / 1e6, 1))
-
-
 def stack_name(spec: str) -> str:
     if spec == "upstream":
         return "upstream qwen-tts"
@@ -336,7 +150,7 @@ def one_call(args) -> dict:
                  for _, _, files in os.walk(os.environ[var]))
     start = time.perf_counter()
     tts = MorphTTS.load(args.model, args.device, args.dtype, args.attention, mode=args.one_call)
-    _sync(tts.device)
+    sync(tts.device)
     load_s = time.perf_counter() - start
     start = time.perf_counter()
     prompt = args.prompts.split(",")[0]
@@ -346,17 +160,17 @@ def one_call(args) -> dict:
     if tts.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     with eos_suppressed(tts, args.frames):
-        _sync(tts.device)
+        sync(tts.device)
         start = time.perf_counter()
         audio = tts.clone(TEXT, voice, "English", settings)
-        _sync(tts.device)
+        sync(tts.device)
         first_s = time.perf_counter() - start
     run = tts.patch.last_run
     return dict(mode=args.one_call, ran_as=run.get("mode"), seq_groups=settings.seq_groups, prompt=prompt,
                 cache_files_at_start=cached, since_spawn_s=round(since_spawn, 2), load_s=round(load_s, 2),
                 voice_s=round(voice_s, 2), first_generation_s=round(first_s, 2),
                 capture_or_compile_s=run.get("capture_s"), frames=round(audio.size / SAMPLES_PER_FRAME),
-                peak_memory_gib=round(_peak_bytes(tts.device) / 2**30, 3))
+                peak_memory_gib=round(peak_bytes(tts.device) / 2**30, 3))
 
 
 def first_call(args, model: str) -> list[dict]:

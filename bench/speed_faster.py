@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from bench.common import emit, run_info
-from bench.speed import REF_TEXT, TEXT, _Stop, count_kernels, reference_wave
+from bench.kernel_count import Stop, count_kernels
+from bench.workload import REF_TEXT, TEXT, reference_wave
 
 FRAMES_PER_SECOND = 12.5
 SAMPLE_RATE = 24000
@@ -142,7 +143,7 @@ def main(argv=None) -> dict:
                     def limited(*a, **k):
                         count[0] += 1
                         if count[0] > n:
-                            raise _Stop
+                            raise Stop
                         return original(*a, **k)
 
                     graph.run = limited

@@ -20,7 +20,7 @@ import torch
 
 from bench.batch import script
 from bench.random_model import build_random_model
-from bench.speed import REF_TEXT, eos_suppressed, reference_wave
+from bench.workload import REF_TEXT, eos_suppressed, reference_wave
 from morph.engine import MorphTTS
 from morph.memory import working_memory
 from morph.scheduler import BatchTTS, Line

@@ -9,13 +9,12 @@ import re
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from tools.comfy_gpu import install, report, runs, server, wheels
+from tools.comfy_gpu import report, runs, server, wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,54 @@
+"""What every bench speaks, and how it reads the device: the fixed line and reference voice, EOS held
+back so random weights speak a set number of frames, and the device's sync and peak memory."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+
+import numpy as np
+import torch
+
+from morph.engine import MorphTTS
+
+TEXT = ("The river ran quietly past the old mill, and the children counted the boats until the sun went down "
+        "behind the hills, then walked home along the towpath, telling stories about the people on board.")
+REF_TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+def reference_wave(seconds: float = 4.0, sr: int = 24000) -> np.ndarray:
+    rng = np.random.RandomState(0)
+    t = np.arange(int(seconds * sr)) / sr
+    wave = 0.3 * np.sin(2 * np.pi * 190 * t) * (1 + np.sin(2 * np.pi * 3 * t)) + 0.03 * rng.randn(t.size)
+    return wave.astype(np.float32)
+
+
+@contextlib.contextmanager
+def eos_suppressed(tts: MorphTTS, frames: int):
+    """Random weights emit EOS at random steps; fixed-length timing needs none at all.
+    Upstream's talker gets a hook on codec_head; the morph loop holds EOS back itself."""
+    eos = tts.tts.model.config.talker_config.codec_eos_token_id
+
+    def no_eos(module, args, out):
+        out[..., eos] = -float("inf")
+        return out
+
+    handle = tts.tts.model.talker.codec_head.register_forward_hook(no_eos)
+    loop = tts.patch.loop
+    loop.min_new_tokens = frames + 2
+    try:
+        yield
+    finally:
+        handle.remove()
+        loop.min_new_tokens = None
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def peak_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # process peak RSS on CPU
