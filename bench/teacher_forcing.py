@@ -11,13 +11,14 @@ Both return `Logits`: the talker's, the 15 sequential groups', and the crossbar'
 
 from __future__ import annotations
 
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, replace
 from unittest import mock
 
 import torch
 import torch.nn.functional as F
 
+from bench.workload import eos_held_back
 from morph import graphs
 from morph.decode import lean, runner
 from morph.engine import MorphTTS
@@ -37,22 +38,6 @@ class Recording:
         return self.text[:, frame:frame + 1] if frame < self.text.shape[1] else self.pad
 
 
-@contextmanager
-def _eos_held_back(talker):
-    """Random weights emit EOS at random frames; a fixed-length recording needs none."""
-    eos = talker.config.codec_eos_token_id
-
-    def no_eos(module, args, out):
-        out[..., eos] = -float("inf")
-        return out
-
-    handle = talker.codec_head.register_forward_hook(no_eos)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
 def record(tts: MorphTTS, voice, text: str, frames: int, settings: GenerationSettings | None = None,
            hold_eos: bool = True) -> Recording:
     """Run upstream qwen-tts (the loaded precision) and keep its talker inputs and codes.
@@ -68,7 +53,7 @@ def record(tts: MorphTTS, voice, text: str, frames: int, settings: GenerationSet
         return seen["result"]
 
     settings = replace(settings or GenerationSettings(seed=0), max_new_tokens=frames)
-    with tts.upstream(), _eos_held_back(talker) if hold_eos else nullcontext():
+    with tts.upstream(), eos_held_back(talker) if hold_eos else nullcontext():
         talker.generate = generate
         try:
             torch.manual_seed(settings.seed or 0)

@@ -24,22 +24,31 @@ def reference_wave(seconds: float = 4.0, sr: int = 24000) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def eos_suppressed(tts: MorphTTS, frames: int):
-    """Random weights emit EOS at random steps; fixed-length timing needs none at all.
-    Upstream's talker gets a hook on codec_head; the morph loop holds EOS back itself."""
-    eos = tts.tts.model.config.talker_config.codec_eos_token_id
+def eos_held_back(talker):
+    """Random weights emit EOS at random steps; a fixed-length run needs none: a hook on upstream's codec_head."""
+    eos = talker.config.codec_eos_token_id
 
     def no_eos(module, args, out):
         out[..., eos] = -float("inf")
         return out
 
-    handle = tts.tts.model.talker.codec_head.register_forward_hook(no_eos)
-    loop = tts.patch.loop
-    loop.min_new_tokens = frames + 2
+    handle = talker.codec_head.register_forward_hook(no_eos)
     try:
         yield
     finally:
         handle.remove()
+
+
+@contextlib.contextmanager
+def eos_suppressed(tts: MorphTTS, frames: int):
+    """No EOS for `frames` frames, whichever decode runs: upstream's talker through eos_held_back, while the
+    morph loop holds EOS back itself."""
+    loop = tts.patch.loop
+    loop.min_new_tokens = frames + 2
+    try:
+        with eos_held_back(tts.tts.model.talker):
+            yield
+    finally:
         loop.min_new_tokens = None
 
 

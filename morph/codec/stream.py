@@ -1,8 +1,8 @@
 """A render's rows through the lean codec (morph/codec/layers.py), on a CUDA stream of its own beside the frame loop.
 
 - A static batch (what BatchTTS.render runs by default) decodes its rows together, chunk_for(rows) frames at a time
-  (16 for 8 rows and up, 128 for one) as the talker makes them (`RowsDecode.feed`, called from the frame loop), so when the batch's last row ends only its
-  last chunk is left: the codec is off the critical path.
+  (16 for 8 rows and up, 128 for one) as the talker makes them (`RowsDecode.feed`, called from the frame loop), so
+  when the batch's last row ends only its last chunk is left: the codec is off the critical path.
 - The continuous batch decodes rows whole, together with those that ended about as they did (`CodecStream`).
 
 Either way a row's audio is upstream's decode to rounding, made upstream's way in two respects:

@@ -273,7 +273,8 @@ def test_working_memory_counts_the_cache_per_row_and_one_bounded_codec_call(tiny
 
 def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny_tts):
     """In every mode but eager the audio is the lean codec's, beside the loop: per row its state and its audio, and
-    one chunk call (chunk_for's frames, at a single row's own rate) of at most DECODE_ROW_FRAMES row-frames whatever the batch."""
+    one chunk call (chunk_for's frames, at a single row's own rate) of at most DECODE_ROW_FRAMES row-frames whatever
+    the batch."""
     from morph.codec.pieces import DECODE_ROW_FRAMES
     from morph.codec.layers import chunk_for
     from morph.memory import (AUDIO_COPIES, LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW, LEAN_CODEC_BYTES_PER_ROW_FRAME,
