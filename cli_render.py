@@ -152,15 +152,16 @@ def run(args: argparse.Namespace) -> int:
     from morph.lines.store import LineStore
 
     try:
-        store = LineStore(args.out, args.prefix, "cli.py render")
+        store = LineStore(args.out, args.prefix, "cli.py render", what=f"cli.py render {args.script}")
     except ValueError as e:
         raise CliError(f"--prefix: {e}") from e
     transcripts = {key: text for key, (_, text) in pairs(args.transcript, "--transcript").items()}
     clips = read_voices(cast, transcripts) if variant == "base" else {}  # every clip checked before the load
-    if args.gpus is None and args.address is None:
-        return render(load_model(args), variant, cast, clips, transcripts, parsed, store, language, settings, args)
-    with start_pool(args) as pool:
-        return render(pool, variant, cast, clips, transcripts, parsed, store, language, settings, args)
+    with store:  # this command alone writes --prefix in --out until it ends; a second one is refused before loading
+        if args.gpus is None and args.address is None:
+            return render(load_model(args), variant, cast, clips, transcripts, parsed, store, language, settings, args)
+        with start_pool(args) as pool:
+            return render(pool, variant, cast, clips, transcripts, parsed, store, language, settings, args)
 
 
 def start_pool(args):
@@ -245,7 +246,7 @@ def write(tts, parsed, lines, store, language, settings, args) -> int:
     smoothing = not args.no_smooth
     context = tts.context(language, settings, smoothing) if pool else \
         render_context(tts, tts.device.type, language, settings, smoothing)
-    job = ScriptJob(parsed, lines, store, context)
+    job = ScriptJob(parsed, lines, store, context, rerun="run the same command again")
     kept = job.reuse(keep_audio=not pool) if not args.no_resume else 0
     progress = ScriptProgress(len(lines) - kept)
     where = f"{len(tts.actors)} workers" if pool else str(tts.device)

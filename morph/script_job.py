@@ -1,14 +1,16 @@
 """A script rendered into a folder: every front end that renders a script (the Render Lines node, `cli.py render`,
 the Python API) runs it here, so each writes the same files and resumes the same way.
 
-    job = ScriptJob(parsed, lines, LineStore(out_dir, "scene1", who), render_context(tts, tts.device.type, ...))
-    job.reuse()                                             # resume: what an earlier run left
-    result = job.run(lambda todo: tts, settings, batch_size=32, pause_seconds=0.4)
+    with LineStore(out_dir, "scene1", who) as store:     # this job alone writes scene1 in out_dir
+        job = ScriptJob(parsed, lines, store, render_context(tts, tts.device.type, ...), rerun="run it again")
+        job.reuse()                                         # resume: what an earlier run left
+        result = job.run(lambda todo: tts, settings, batch_size=32, pause_seconds=0.4)
 
 Each line is fingerprinted (morph/lines/store.py) from what decides its audio; `reuse()` reads back a line whose file
 and fingerprint an earlier run left instead of rendering it again. The others go to the scheduler in one render, and
 each is written (after the front end's `finish_line`, e.g. smoothing) the moment it is complete, so a crash or a
-cancel loses only lines still in flight. Then the subtitles and the manifest of exactly this script.
+cancel loses only lines still in flight. Then the subtitles and the manifest of exactly this script. A file that
+cannot be written stops the job with what is kept and how to go on (`stopped`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .lines.script import ScriptLine
-from .lines.store import LineStore, cues, fingerprint, join_clips, srt
+from .lines.files import LineWriteError
+from .lines.store import LineStore, Written, cues, fingerprint, join_clips, srt
 from .scheduler import BatchTTS, Line, OnLine, OnStep
 from .settings import GenerationSettings
 
@@ -47,8 +50,12 @@ def render_context(tts, device_type: str, language: str, settings: GenerationSet
 
 
 class ScriptJob:
-    def __init__(self, parsed: Sequence[ScriptLine], lines: Sequence[Line], store: LineStore, context: dict):
-        self.parsed, self.lines, self.store = list(parsed), list(lines), store
+    """`rerun` says, in the front end's words, how a user renders the rest after a stop (e.g. "run the same command
+    again")."""
+
+    def __init__(self, parsed: Sequence[ScriptLine], lines: Sequence[Line], store: LineStore, context: dict,
+                 rerun: str = "run the job again"):
+        self.parsed, self.lines, self.store, self.rerun = list(parsed), list(lines), store, rerun
         self.fingerprints = [fingerprint(context, p.name, line.text, line.voice, line.speaker, line.instruct)
                              for p, line in zip(self.parsed, self.lines)]
         self.audio: dict[int, np.ndarray] = {}  # script index -> audio, reused or rendered (in this process)
@@ -63,21 +70,30 @@ class ScriptJob:
                 self.lengths[i] = wav.size
                 if keep_audio:
                     self.audio[i] = wav
-        kept, changed = len(self.lengths), self.store.changed
-        if kept or changed:  # one line, shown where the user looks (a status line), not one per file
-            log.info("%s: %d of %d lines already rendered in %s%s; rendering %d", self.store.who, kept, len(self.lines),
-                     self.store.folder, f"; {changed} were rendered from another text, voice, model or settings"
-                     if changed else "", len(self.lines) - kept, extra={"status": True})
+        store, kept = self.store, len(self.lengths)
+        why = [f"{n} {what}" for n, what in ((store.changed, "from another text, voice, model or settings"),
+                                             (store.unrecorded, "written by a run that stopped before recording them"),
+                                             (store.altered, "no longer the file that was recorded")) if n]
+        if kept or why:  # one line, shown where the user looks (a status line), not one per file
+            log.info("%s: %d of %d lines already rendered in %s%s; rendering %d", store.who, kept, len(self.lines),
+                     store.folder, f" (rendering again: {', '.join(why)})" if why else "", len(self.lines) - kept,
+                     extra={"status": True})
         return kept
 
     def todo(self) -> list[int]:
         """The script indices still to render."""
         return [i for i in range(len(self.lines)) if i not in self.lengths]
 
-    def written(self, done: list[tuple[int, int]]) -> None:
-        """Lines whose files are written, as (script index, samples): into the manifest, in one write."""
-        self.store.record([(i + 1, self.parsed[i].name, self.parsed[i].text, self.fingerprints[i]) for i, _ in done])
-        self.lengths.update(done)
+    def written(self, done: list[tuple[int, Written]]) -> None:
+        """Lines whose files are written, as (script index, the file written): into the manifest, in one write."""
+        self.store.record([(i + 1, self.parsed[i].name, self.parsed[i].text, self.fingerprints[i], file)
+                           for i, file in done])
+        self.lengths.update((i, file.samples) for i, file in done)
+
+    def stopped(self, why: str) -> str:
+        """What a stopped job tells the user: why, what is kept, and how to render the rest."""
+        return (f"{why}; {len(self.lengths)} of {len(self.lines)} lines are kept in {self.store.folder}; "
+                f"{self.rerun} to render the rest")
 
     def finish(self, pause_seconds: float) -> str:
         """The subtitles and the manifest of exactly this script, once every line is done; returns the SRT."""
@@ -98,19 +114,21 @@ class ScriptJob:
         def finished(k: int, wav: np.ndarray) -> None:
             i = todo[k]
             wav = finish_line(wav) if finish_line is not None else wav
-            self.store.write_line(i + 1, self.parsed[i].name, wav)
-            self.written([(i, wav.size)])
+            self.written([(i, self.store.write_line(i + 1, self.parsed[i].name, wav))])
             audio[i] = wav
             if on_line is not None:
                 on_line(i, wav)
 
-        if todo:
-            rendering = [self.lines[i] for i in todo]
-            BatchTTS(prepare(rendering)).render(rendering, settings, batch_size=batch_size, on_step=on_step,
-                                                on_line=finished, who=who, labels=self.labels(todo))
-        clips = [audio[i] for i in range(len(self.lines))]
-        dialogue, _ = join_clips(clips, float(pause_seconds))
-        return ScriptResult(clips, dialogue, self.finish(pause_seconds), kept)
+        try:
+            if todo:
+                rendering = [self.lines[i] for i in todo]
+                BatchTTS(prepare(rendering)).render(rendering, settings, batch_size=batch_size, on_step=on_step,
+                                                    on_line=finished, who=who, labels=self.labels(todo))
+            clips = [audio[i] for i in range(len(self.lines))]
+            dialogue, _ = join_clips(clips, float(pause_seconds))
+            return ScriptResult(clips, dialogue, self.finish(pause_seconds), kept)
+        except LineWriteError as e:
+            raise LineWriteError(self.stopped(str(e))) from e
 
     def labels(self, indices: Sequence[int]) -> list[str]:
         """How messages name these script lines."""

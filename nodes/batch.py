@@ -135,13 +135,13 @@ class RenderLines:
         services.check_interrupt()
         lines = [Line(p.text, bank[name_key(p.name)][1], language) for p in parsed]
         context = render_context(model.tts, torch.device(model.load_device).type, language, settings, smoothing)
-        job = ScriptJob(parsed, lines, store, context)
 
         def prepare(rendering: list[Line]):
             return model.ready(working_memory(model.tts, [(line.text, line.voice) for line in rendering], settings,
                                               int(batch_size)))
 
-        with services.messages_on_node():
+        with services.messages_on_node(), store:  # one job at a time writes filename_prefix
+            job = ScriptJob(parsed, lines, store, context, rerun="queue it again with resume on")
             if resume:
                 job.reuse()
             reporter = services.step_callback()

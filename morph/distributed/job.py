@@ -2,9 +2,10 @@
 
     with WorkerPool(2, dict(source="Qwen/Qwen3-TTS-12Hz-0.6B-Base")) as pool:        # a local cluster, 2 GPUs
         voice = pool.voice_from_clip(clip, "what the clip says", who="Alice")
-        job = ScriptJob(parsed, lines, LineStore(out, "scene1", who), pool.context("English", settings, True))
-        job.reuse(keep_audio=False)
-        pool.render(job, settings, batch_size=32, pause_seconds=0.4, finish_line=smoothing)
+        with LineStore(out, "scene1", who) as store:
+            job = ScriptJob(parsed, lines, store, pool.context("English", settings, True), rerun="run it again")
+            job.reuse(keep_audio=False)
+            pool.render(job, settings, batch_size=32, pause_seconds=0.4, finish_line=smoothing)
 
 The driver plans the batches as the one-GPU scheduler would (longest first, `batch_size` lines each, so a greedy
 line gets the same codes as in one process) and hands them out one at a time as workers free up: long and short
@@ -189,8 +190,8 @@ class WorkerPool:
                 if batch is not None:
                     tries[tuple(batch)] = tries.get(tuple(batch), 0) + 1
                     if tries[tuple(batch)] >= MAX_TRIES:
-                        raise RuntimeError(self._stopped(job, f"a batch of {len(batch)} lines was lost with its "
-                                                              f"worker {MAX_TRIES} times ({reason})")) from None
+                        raise RuntimeError(job.stopped(f"{who}: stopped: a batch of {len(batch)} lines was lost "
+                                                       f"with its worker {MAX_TRIES} times ({reason})")) from None
                     log.warning("%s: a worker was lost (%s); its %d lines go back to the queue", who, reason,
                                 len(batch))
                     queue.appendleft(batch)  # to the first other worker with room, or the next that frees up
@@ -204,7 +205,7 @@ class WorkerPool:
                     restarting.pop(actor, None)
                     log.warning("%s: a worker is gone for good (%s); %d left", who, reason, len(actors))
                     if not actors:
-                        raise RuntimeError(self._stopped(job, "every worker was lost")) from None
+                        raise RuntimeError(job.stopped(f"{who}: stopped: every worker was lost")) from None
                 continue
             if batch is not None:
                 unseen = [files.path(i + 1, job.parsed[i].name) for i, _ in rendered]
@@ -220,12 +221,8 @@ class WorkerPool:
                 if on_step is not None:
                     on_step(done, total)
                 if on_lines is not None:
-                    on_lines(rendered)
+                    on_lines([(i, file.samples) for i, file in rendered])
             if actor not in restarting:
                 fill(actor)
         files.join_lines([p.name for p in job.parsed], pause_seconds)
         return job.finish(pause_seconds)
-
-    def _stopped(self, job: ScriptJob, why: str) -> str:
-        return (f"{self.who}: stopped: {why}; {len(job.lengths)} of {len(job.lines)} lines are in {job.store.folder}; "
-                "run the same command again to render the rest")

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..engine import MorphTTS
-from ..lines.store import LineFiles
+from ..lines.store import LineFiles, Written
 from ..lines.voice import Voice
 from ..scheduler import BatchTTS, Line
 from ..script_job import render_context
@@ -44,14 +44,13 @@ class LineWorker:
 
     def render(self, batch: Sequence[tuple[int, str, Line]], files: LineFiles, settings: GenerationSettings,
                finish_line: Callable[[np.ndarray], np.ndarray] | None, who: str,
-               labels: Sequence[str]) -> list[tuple[int, int]]:
+               labels: Sequence[str]) -> list[tuple[int, Written]]:
         """One planned batch of (script index, character name, line), rendered as one batch in the order given;
-        each line's file written; returns (script index, samples) per line."""
+        each line's file written; returns (script index, the file written) per line."""
         audio = BatchTTS(self.tts).render([line for _, _, line in batch], settings, batch_size=len(batch),
                                           who=who, sort=False, labels=labels)
         done = []
         for (index, name, _), wav in zip(batch, audio):
             wav = finish_line(wav) if finish_line is not None else wav
-            files.write_line(index + 1, name, wav)
-            done.append((index, int(wav.size)))
+            done.append((index, files.write_line(index + 1, name, wav)))
         return done

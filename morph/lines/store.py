@@ -9,20 +9,23 @@ files, names and fingerprints, nothing of ComfyUI or the engine.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
-import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..settings import SAMPLE_RATE
+from .files import digest, wav_bytes, wav_header, write_atomic
+from .job_lock import JobLock
 
 log = logging.getLogger(__name__)
 
 MANIFEST_SUFFIX = "_lines.json"  # next to the line files: what each file was rendered from
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: each entry holds its file's samples and sha256
 _UNSAFE = re.compile(r"[^\w\-]+")
 
 
@@ -91,11 +94,19 @@ def srt(cues: list[tuple[float, float, str, str]]) -> str:
 
 
 # -- the files ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Written:
+    """A line file as written: what its manifest entry records, so a rerun can tell the file is still that one."""
+    file: str  # its name in the store's folder
+    samples: int
+    sha256: str  # of the whole file
+
+
 class LineFiles:
     """Where one render's files go under `root` (the node's: ComfyUI's output folder): `{prefix}_{index:04d}_{name}.wav`
     per line (float32 WAV, so a reused line is the exact audio), `{prefix}.wav` and `{prefix}.srt`, every file written
-    atomically (temporary file, then rename). A worker of a distributed job writes its lines through this, without
-    the manifest, which one process keeps (LineStore)."""
+    whole or not at all (morph/lines/files.py). A worker of a distributed job writes its lines through this, without
+    the manifest or the lock, which the driver's LineStore holds."""
 
     def __init__(self, root: Path, prefix: str, who: str):
         prefix = str(prefix).strip().replace("\\", "/")
@@ -115,97 +126,131 @@ class LineFiles:
     def dialogue_path(self) -> Path:
         return self.folder / f"{self.stem}.wav"
 
-    def write_line(self, index: int, name: str, wav: np.ndarray) -> Path:
-        import soundfile
-
-        path = self.path(index, name)
-        self._write(path, lambda tmp: soundfile.write(str(tmp), wav, SAMPLE_RATE, subtype="FLOAT", format="WAV"))
-        return path
+    def write_line(self, index: int, name: str, wav: np.ndarray) -> Written:
+        path, data = self.path(index, name), wav_bytes(wav)
+        write_atomic(path, lambda f: f.write(data), self.who)
+        return Written(path.name, int(np.size(wav)), digest(data))
 
     def join_lines(self, names: list[str], pause_seconds: float) -> Path:
         """`{prefix}.wav`: the line files of lines 1..len(names) joined with pauses, one file at a time (a long
         script's dialogue need not fit in memory)."""
         import soundfile
 
-        pause = np.zeros(int(round(pause_seconds * SAMPLE_RATE)), np.float32)
+        pause = np.zeros(int(round(pause_seconds * SAMPLE_RATE)), "<f4").tobytes()
 
-        def join(tmp: Path) -> None:
-            with soundfile.SoundFile(str(tmp), "w", SAMPLE_RATE, 1, subtype="FLOAT", format="WAV") as out:
-                for i, name in enumerate(names):
-                    if i:
-                        out.write(pause)
-                    out.write(soundfile.read(str(self.path(i + 1, name)), dtype="float32")[0])
+        def join(f) -> None:
+            f.write(wav_header(0))  # rewritten once the length is known
+            samples = 0
+            for i, name in enumerate(names):
+                if i:
+                    f.write(pause)
+                clip = soundfile.read(str(self.path(i + 1, name)), dtype="float32")[0]
+                f.write(clip.astype("<f4", copy=False).tobytes())
+                samples += clip.size + (len(pause) // 4 if i else 0)
+            f.seek(0)
+            f.write(wav_header(samples))
 
-        self._write(self.dialogue_path, join)
+        write_atomic(self.dialogue_path, join, self.who)
         return self.dialogue_path
 
-    def _write(self, path: Path, write) -> None:
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".part")
-            write(tmp)
-            os.replace(tmp, path)
-        except OSError as e:
-            raise OSError(f"{self.who}: could not write {path} ({e}); check the output folder's permissions and "
-                          "free space, or change filename_prefix") from e
+    def write_text(self, path: Path, text: str) -> None:
+        write_atomic(path, lambda f: f.write(text.encode("utf-8")), self.who)
 
 
 class LineStore(LineFiles):
-    """The line files and the manifest `{prefix}_lines.json` of what each line was rendered from, in script order;
-    a line's file and the manifest are written before the next batch starts."""
+    """The line files and the manifest `{prefix}_lines.json` of what each line was rendered from, in script order,
+    with each file's length and content hash; a line's file and the manifest are written before the next batch
+    starts. Open it with `with`: one job at a time per folder and prefix (morph/lines/job_lock.py), and the manifest
+    is read once the job holds the folder. `what` names the job to a second one that is refused."""
 
-    def __init__(self, root: Path, prefix: str, who: str):
+    def __init__(self, root: Path, prefix: str, who: str, what: str = ""):
         super().__init__(root, prefix, who)
         self.manifest_path = self.folder / f"{self.stem}{MANIFEST_SUFFIX}"
+        self.lock = JobLock(self.folder / f".{self.stem}.lock", who, what or f"{who} writing {self.prefix}")
         self.lines: dict[int, dict] = {}  # this run's lines: reused or rendered
-        self.changed = 0  # lines whose file an earlier run left from another text, voice, model or settings
+        self.earlier: dict[int, dict] = {}
+        # What a rerun found and renders again, by why (one status line says so)
+        self.changed = 0  # recorded from another text, voice, model or settings
+        self.unrecorded = 0  # written by a run that stopped before recording them
+        self.altered = 0  # recorded, but the file is no longer what was recorded
+
+    def __enter__(self) -> "LineStore":
+        self.lock.acquire()
+        try:
+            self.earlier = self._read_manifest()
+        except BaseException:
+            self.lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.lock.release()
+
+    def _read_manifest(self) -> dict[int, dict]:
         try:
             manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-            assert manifest.get("version") == MANIFEST_VERSION and isinstance(manifest.get("lines"), dict)
-            self.earlier = {int(k): v for k, v in manifest["lines"].items()}
         except FileNotFoundError:
-            self.earlier = {}
-        except (OSError, ValueError, AssertionError, AttributeError):
-            log.warning("%s: %s is unreadable; rendering every line again", who, self.manifest_path)
-            self.earlier = {}
+            return {}
+        except (OSError, ValueError) as e:
+            log.warning("%s: %s is unreadable (%s); rendering every line again", self.who, self.manifest_path, e)
+            return {}
+        if not isinstance(manifest, dict) or manifest.get("version") != MANIFEST_VERSION \
+                or not isinstance(manifest.get("lines"), dict):
+            log.warning("%s: %s was written by another version of the pack; rendering every line again", self.who,
+                        self.manifest_path)
+            return {}
+        return {int(k): v for k, v in manifest["lines"].items() if k.isdigit() and isinstance(v, dict)}
+
+    def _held(self) -> None:
+        if not self.lock.held:
+            raise RuntimeError(f"{self.who}: the line store of {self.prefix} is used outside its `with` block")
 
     def load(self, index: int, name: str, fingerprint: str) -> np.ndarray | None:
-        """The line's audio from an earlier run, or None when it must be rendered (again)."""
+        """The line's audio from an earlier run, or None when it must be rendered (again): no file, another
+        fingerprint, or a file that is not the one recorded (its length or content hash differ)."""
         import soundfile
 
+        self._held()
         path = self.path(index, name)
         entry = self.earlier.get(index)
         if not path.is_file():
             return None
-        if not isinstance(entry, dict) or entry.get("fingerprint") != fingerprint or entry.get("file") != path.name:
-            log.debug("%s: %s was rendered from a different line or settings; rendering it again", self.who, path.name)
+        if entry is None or entry.get("file") != path.name:
+            self.unrecorded += 1
+            return None
+        if entry.get("fingerprint") != fingerprint:
             self.changed += 1
             return None
         try:
-            wav, rate = soundfile.read(str(path), dtype="float32", always_2d=False)
+            data = path.read_bytes()
+            wav, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=False)
         except Exception as e:  # soundfile raises its own error types for damaged files
             log.warning("%s: cannot read %s (%s); rendering it again", self.who, path.name, e)
+            self.altered += 1
             return None
-        if rate != SAMPLE_RATE or wav.ndim != 1:
-            log.warning("%s: %s is not mono %d Hz; rendering it again", self.who, path.name, SAMPLE_RATE)
+        if digest(data) != entry.get("sha256") or rate != SAMPLE_RATE or wav.ndim != 1 \
+                or wav.size != entry.get("samples"):
+            self.altered += 1
             return None
         self.lines[index] = entry
         return np.ascontiguousarray(wav, dtype=np.float32)
 
-    def record(self, written: list[tuple[int, str, str, str]]) -> None:
-        """Line files already written, as (index, name, text, fingerprint): into the manifest, written once."""
-        for index, name, text, fingerprint in written:
-            self.lines[index] = dict(file=self.path(index, name).name, name=name, text=text, fingerprint=fingerprint)
+    def record(self, written: list[tuple[int, str, str, str, Written]]) -> None:
+        """Line files already written, as (index, name, text, fingerprint, Written): into the manifest, written once."""
+        self._held()
+        for index, name, text, fingerprint, file in written:
+            self.lines[index] = dict(file=file.file, name=name, text=text, fingerprint=fingerprint,
+                                     samples=file.samples, sha256=file.sha256)
         self._write_manifest()
 
     def finish(self, count: int, srt: str) -> None:
         """The subtitles, and the manifest of exactly this script's lines."""
+        self._held()
         self.lines = {i: e for i, e in self.lines.items() if i <= count}
-        self._write(self.folder / f"{self.stem}.srt", lambda tmp: tmp.write_text(srt, encoding="utf-8"))
+        self.write_text(self.folder / f"{self.stem}.srt", srt)
         self._write_manifest()
 
     def _write_manifest(self) -> None:
         # Lines finish longest first; the manifest lists them in script order, whatever order they came in.
         manifest = {"version": MANIFEST_VERSION, "lines": {f"{i:04d}": self.lines[i] for i in sorted(self.lines)}}
-        text = json.dumps(manifest, indent=1, ensure_ascii=False)
-        self._write(self.manifest_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        self.write_text(self.manifest_path, json.dumps(manifest, indent=1, ensure_ascii=False))

@@ -85,7 +85,9 @@ def back(pool, actor, seconds=60):
 
 def script_job(folder, parsed, context):
     lines = [Line(p.text, instruct=f"{p.name}'s voice.") for p in parsed]
-    return ScriptJob(parsed, lines, LineStore(folder, "s", "test"), context)
+    store = LineStore(folder, "s", "test")
+    store.__enter__()  # held while the test runs: each test has a folder of its own
+    return ScriptJob(parsed, lines, store, context)
 
 
 def test_a_killed_worker_loses_no_line_and_writes_none_twice(design_dir, tmp_path, caplog, one_thread):
