@@ -219,7 +219,7 @@ def test_what_a_resumed_render_reuses_and_redoes_is_said_on_the_node_in_one_line
     texts = [text for node, text in comfy.texts if node == "8"]
     n = len(SPOKEN)
     assert texts and texts[0].startswith(f"Qwen3-TTS Render Lines: 0 of {n} lines already rendered in ")
-    assert texts[0].endswith(f"; {n} were rendered from another text, voice, model or settings; rendering {n}")
+    assert texts[0].endswith(f" (rendering again: {n} from another text, voice, model or settings); rendering {n}")
     assert all("rendering it again" not in text for text in texts)  # not a line per file
 
 
@@ -230,6 +230,22 @@ def test_the_manifest_is_in_script_order_even_while_lines_finish_longest_first(n
     assert list(manifest["lines"]) == ["0001", "0002", "0003"]
     render(nodes, base_model, bank, script="Alice: Hi.", resume=True)  # a shorter script: its lines only
     assert list(json.loads((out_dir / "scene" / "take_lines.json").read_text())["lines"]) == ["0001"]
+
+
+def test_a_second_render_into_a_prefix_in_use_is_refused_and_the_first_keeps_its_files(nodes, base_model, bank,
+                                                                                      out_dir, batch_nodes):
+    """Two ComfyUI servers (or a server and `cli.py render`) on one output folder and prefix: the second is told
+    who holds it and renders nothing; the first job's lines stay its own."""
+    render(nodes, base_model, bank, resume=True)
+    first = {f: (out_dir / "scene" / f).read_bytes() for f in line_files(out_dir)}
+    store = sys.modules[batch_nodes.__name__.rsplit(".", 2)[0] + ".morph.lines.store"]
+    with store.LineStore(out_dir, "scene/take", "cli.py render", what="cli.py render scene.txt"):
+        with pytest.raises(RuntimeError, match=r"^Qwen3-TTS Render Lines: another job is writing these files \(cli.py "
+                                               r"render scene.txt, process \d+ on .+\); wait for it to finish, or give "
+                                               r"this one another output folder or prefix$"):
+            render(nodes, base_model, bank, resume=False, top_k=7)
+    assert {f: (out_dir / "scene" / f).read_bytes() for f in line_files(out_dir)} == first
+    render(nodes, base_model, bank, resume=False, top_k=7)  # free again once the other job let go
 
 
 @pytest.mark.parametrize("change", ["dtype", "attention", "mode", "settings"])

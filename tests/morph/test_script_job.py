@@ -1,0 +1,93 @@
+"""morph.script_job on the tiny model (CPU): what a stopped job keeps and says, and what its rerun finds."""
+
+import errno
+import json
+import logging
+import os
+import re
+
+import numpy as np
+import pytest
+
+from morph.lines.files import LineWriteError
+from morph.lines.script import parse_script
+from morph.lines.store import LineStore
+from morph.scheduler import Line
+from morph.script_job import ScriptJob
+from morph.settings import GenerationSettings, Sampling
+
+SCRIPT = "A: Hello there.\nA: How are you today?\nA: Fine, thanks.\nA: Good to hear."
+SETTINGS = GenerationSettings(do_sample=False, subtalker=Sampling(do_sample=False), max_new_tokens=4)
+
+
+@pytest.fixture(scope="module")
+def voice(tiny_tts):
+    rng = np.random.RandomState(0)
+    t = np.arange(2 * 24000) / 24000
+    return tiny_tts.make_voice((0.3 * np.sin(2 * np.pi * 180 * t) + 0.05 * rng.randn(t.size)).astype(np.float32),
+                               24000)
+
+
+def run(tts, voice, folder, **more):
+    parsed = parse_script(SCRIPT, ["A"])
+    with LineStore(folder, "s", "test") as store:
+        job = ScriptJob(parsed, [Line(p.text, voice) for p in parsed], store, {"model": "tiny"}, rerun="run it again")
+        kept = job.reuse()
+        return kept, job.run(lambda todo: tts, SETTINGS, batch_size=1, pause_seconds=0.1, **more)
+
+
+def test_a_full_disk_mid_job_names_the_file_keeps_the_lines_done_and_a_rerun_resumes(tiny_tts, voice, tmp_path,
+                                                                                     monkeypatch):
+    fsync, calls = os.fsync, []
+
+    def fill_at_the_third_line(fd):  # each line: its file, then the manifest
+        calls.append(fd)
+        if len(calls) == 5:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fill_at_the_third_line)
+    with pytest.raises(LineWriteError) as stopped:
+        run(tiny_tts, voice, tmp_path)
+    named = re.fullmatch(rf"test: could not write {re.escape(str(tmp_path))}/(s_000\d_A\.wav): No space left on device; "
+                         rf"free some space on its disk; 2 of 4 lines are kept in {re.escape(str(tmp_path))}; run it "
+                         r"again to render the rest", str(stopped.value))
+    assert named, str(stopped.value)
+    recorded = [e["file"] for e in json.loads((tmp_path / "s_lines.json").read_text())["lines"].values()]
+    assert len(recorded) == 2 and named[1] not in recorded
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(recorded + ["s_lines.json"])  # no partial file
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    kept, result = run(tiny_tts, voice, tmp_path)
+    assert kept == 2 and len(result.clips) == 4
+    assert list(json.loads((tmp_path / "s_lines.json").read_text())["lines"]) == ["0001", "0002", "0003", "0004"]
+
+
+def test_a_rerun_after_a_stop_between_writing_and_recording_says_what_it_found(tiny_tts, voice, tmp_path,
+                                                                              monkeypatch, caplog):
+    record, calls = LineStore.record, []
+
+    def stop_at_the_second_record(self, written):
+        calls.append(written)
+        if len(calls) == 2:  # line 2's file is on disk, its entry is not
+            raise KeyboardInterrupt
+        record(self, written)
+
+    monkeypatch.setattr(LineStore, "record", stop_at_the_second_record)
+    with pytest.raises(KeyboardInterrupt):
+        run(tiny_tts, voice, tmp_path)
+    monkeypatch.undo()
+    with caplog.at_level(logging.INFO, logger="morph"):
+        kept, _ = run(tiny_tts, voice, tmp_path)
+    assert kept == 1
+    said = [r.getMessage() for r in caplog.records if "already rendered" in r.getMessage()]
+    assert len(said) == 1 and re.fullmatch(
+        r"test: 1 of 4 lines already rendered in .+ \(rendering again: 1 written by a run that stopped before "
+        r"recording them\); rendering 3", said[0]), said
+
+
+def test_a_file_changed_after_it_was_recorded_is_rendered_again(tiny_tts, voice, tmp_path):
+    _, first = run(tiny_tts, voice, tmp_path)
+    (tmp_path / "s_0002_A.wav").write_bytes((tmp_path / "s_0001_A.wav").read_bytes())  # another line's take
+    kept, again = run(tiny_tts, voice, tmp_path)
+    assert kept == 3 and np.array_equal(again.clips[1], first.clips[1])
