@@ -123,3 +123,43 @@ def test_a_transcript_for_a_clip_over_30_s_is_refused_before_loading(tmp_path, c
                  "Bob=All of it."], capsys)
     assert err.startswith("error: --voice Bob=long.wav: the clip is 31.0 s long, and only its first 30 s can be used")
     assert "or leave out --transcript Bob=... to clone from the first 30 s" in err
+
+
+def test_a_second_job_on_the_same_out_and_prefix_is_refused_and_every_line_is_what_its_record_says(
+        tiny_dir, tmp_path, cast):
+    """Two `cli.py render` processes on one --out and --prefix with other settings: the second is refused before it
+    loads anything, naming the first; the first's files are each what its manifest entry records."""
+    import hashlib
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    (tmp_path / "long.txt").write_text("".join(f"Alice: Line {i}, said slowly.\n" for i in range(12)), encoding="utf-8")
+    out, root = tmp_path / "r", Path(cli.__file__).parent
+    command = [sys.executable, "cli.py", "render", str(tmp_path / "long.txt"), *options(tiny_dir, out, *cast[:4])]
+    first = subprocess.Popen(command + ["--batch-size", "2", "--max-new-tokens", "8"], cwd=root,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):  # the lock is taken before the model loads
+            if (out / ".dialogue.lock").is_file() and str(first.pid) in (out / ".dialogue.lock").read_text():
+                break
+            time.sleep(0.1)
+        os.kill(first.pid, signal.SIGSTOP)  # held mid-job, however fast this machine is
+        second = subprocess.run(command + ["--max-new-tokens", "4"], cwd=root, capture_output=True, text=True,
+                                timeout=300)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    assert second.returncode == 2, second.stderr
+    assert (f"error: cli.py render: another job is writing these files (cli.py render {tmp_path / 'long.txt'}, "
+            f"process {first.pid} on ") in second.stderr and "loading" not in second.stderr
+    assert first.wait(300) == 0, first.stderr.read()
+    entries = json.loads((out / "dialogue_lines.json").read_text())["lines"].values()
+    assert len(entries) == 12
+    for entry in entries:
+        data = (out / entry["file"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == entry["sha256"]
+        assert sf.info(str(out / entry["file"])).frames == entry["samples"]
+    assert not list(out.glob("*.part")) and not (out / ".dialogue.lock").exists()
