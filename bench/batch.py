@@ -4,15 +4,19 @@ The same `--lines` lines (about 5 s each: `--frames` frames, EOS held back so ra
 cannot stop early; or, with `--lengths mixed`, a script's spread of lengths, each row ending at its own frame:
 bench.common.mixed_texts; x-vector and ICL voices alternating, or one kind) are rendered through
 morph/scheduler.py's BatchTTS at every batch size of `--batch-sizes` (1 = one line at a time),
-every seq_groups of `--seq-groups` and every mode of `--modes`, measured two ways:
+every seq_groups of `--seq-groups` and every mode of `--modes`, measured three ways:
 - decode only: `BatchTTS.codes` (prefill and decode of each batch, no codec), as before;
-- end to end: what a user waits for, `BatchTTS.render`: text in, tokenize, prefill, decode,
-  codec decode, float32 audio out.
+- end to end: `BatchTTS.render`: text in, tokenize, prefill, decode, codec decode, float32 audio out (the first
+  run is this configuration's first render in the process);
+- script job (static batches; each right after a render, `--repeats` of them): what `cli.py render` and Render Lines
+  users wait for, `ScriptJob.run` of the same lines into a fresh folder: the render, each line smoothed
+  (postprocess.smooth) and written with the manifest, the SRT, and the dialogue joined and written.
 Per configuration the JSON reports wall time, aggregate x real time (seconds of audio of all
 lines per wall second) and peak allocated memory both ways, the weights and what morph/memory.py declares
 for the render (on CUDA also its ratio to the end-to-end peak above the weights), ms per decode step (one step
 advances every row of a batch by one frame), the codec decode of all lines alone and its share of the end-to-end
-wall, and the mode the loop actually ran; the report starts with the project commit, device and versions.
+wall, the script job's walls (median, min, max) and files, and the mode the loop actually ran; the report starts
+with the project commit, device and versions.
 `--agreement` adds how far each seeded line's codes in a continuous batch of the largest batch size agree with the
 same line rendered alone (its own random stream either way: only the batch shape, so the rounding, differs).
 
@@ -25,20 +29,29 @@ same line rendered alone (its own random stream either way: only the batch shape
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
+import tempfile
 import time
+from pathlib import Path
+from unittest import mock
 
 import numpy as np
+import soundfile as sf
 import torch
 
 from bench.common import (HELD_FRAMES, add_model_args, emit, load_bench_model, mixed_texts, model_dims, run_info, save,
                           script_lines)
 from bench.workload import REF_TEXT, eos_suppressed, peak_bytes, reference_wave, sync
+from morph.decode.runner import MODES, check_mode
+from morph.lines.script import parse_script
+from morph.lines.store import LineStore
 from morph.memory import working_memory
 from morph.scheduler import BatchTTS, Line, plan_batches
-from morph.decode.runner import MODES, check_mode
+from morph.script_job import ScriptJob, render_context
 from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
+from postprocess import smooth
 
 # About 5 s of speech each (60-75 characters).
 SENTENCES = [
@@ -53,6 +66,9 @@ SENTENCES = [
 ]
 
 
+PAUSE_S = 0.4  # between the dialogue's lines: the default of cli.py render and Render Lines
+
+
 def script(n: int) -> list[str]:
     return [SENTENCES[i % len(SENTENCES)] for i in range(n)]
 
@@ -65,7 +81,7 @@ def weight_bytes(tts) -> int:
 
 
 def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int | None, warm_frames: int,
-               repeats: int, mode: str, continuous: bool) -> dict:
+               repeats: int, mode: str, continuous: bool, script_job: bool = True) -> dict:
     """`frames=None`: every row ends at its own frame (batch.stop) or limit (the engine's default for its text)."""
     tts = batch.tts
     device = tts.device
@@ -101,16 +117,18 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         sync(device)
         decode_s = time.perf_counter() - start
     with eos_suppressed(tts, held):  # as a caller of the public API runs it: outside inference mode
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        e2e_walls, audio = [], []
-        for _ in range(repeats):
+        e2e_walls, audio, e2e_peak, jobs = [], [], 0, []
+        for _ in range(repeats):  # the render, then (static batches, what front ends run) the script job, in turn
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
             sync(device)
             start = time.perf_counter()
             audio = batch.render(lines, settings, batch_size=size, continuous=continuous)
             sync(device)
             e2e_walls.append(time.perf_counter() - start)
-        e2e_peak = peak_bytes(device)
+            e2e_peak = max(e2e_peak, peak_bytes(device))
+            if script_job and not continuous:
+                jobs.append(run_script_job(batch, lines, settings, size))
     wall = float(np.median(walls))
     e2e_wall = float(np.median(e2e_walls))
     e2e_audio_s = sum(a.size for a in audio) / SAMPLE_RATE
@@ -138,7 +156,43 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         row["declared_over_measured"] = round(declared / max(e2e_peak - weights, 1), 3)
     if "capture_s" in last_run:
         row["capture_s"] = round(float(last_run["capture_s"]), 3)
+    if jobs:
+        walls = [wall for wall, _, _ in jobs]
+        job_audio_s = sum(jobs[-1][1]) / SAMPLE_RATE
+        row.update(script_job_wall_s=round(float(np.median(walls)), 3),
+                   script_job_wall_spread_s=[round(min(walls), 3), round(max(walls), 3)],
+                   script_job_runs_s=[round(w, 3) for w in walls], script_job_audio_s=round(job_audio_s, 2),
+                   script_job_x_real_time=round(job_audio_s / float(np.median(walls)), 2),
+                   script_job_wrote=jobs[-1][2])
     return row
+
+
+def run_script_job(batch: BatchTTS, lines: list[Line], settings: GenerationSettings, size: int):
+    """The same lines as a script job, as `cli.py render` runs one (Render Lines the same, but for the dialogue's
+    file): a fresh folder held through its line store, resume checked, each line smoothed (postprocess.smooth) and
+    written with the manifest, then the SRT, the dialogue joined and written. Returns the wall seconds from opening
+    the store to the dialogue's file, each line's samples, and what was written."""
+    tts = batch.tts
+    names = ["B" if line.voice.icl else "A" for line in lines]
+    parsed = parse_script("".join(f"{name}: {line.text}\n" for name, line in zip(names, lines)), ["A", "B"])
+    context = render_context(tts, tts.device.type, "English", settings, True)
+    # ScriptJob renders through a BatchTTS of its own: end each row where this bench's does (a script's own ends)
+    with tempfile.TemporaryDirectory(prefix="bench-job-") as folder, \
+            mock.patch.object(BatchTTS, "stop", lambda self, row, stop=batch.stop: stop(row)):
+        sync(tts.device)
+        start = time.perf_counter()
+        with LineStore(Path(folder), "bench", "bench.batch") as store:
+            job = ScriptJob(parsed, lines, store, context)
+            job.reuse()
+            result = job.run(lambda todo: tts, settings, size, PAUSE_S,
+                             finish_line=functools.partial(smooth, sample_rate=SAMPLE_RATE), who="bench.batch")
+            sf.write(str(store.dialogue_path), result.dialogue, SAMPLE_RATE, subtype="FLOAT")
+        sync(tts.device)
+        wall = time.perf_counter() - start
+        wrote = dict(line_files=len(list(store.folder.glob(f"{store.stem}_[0-9]*.wav"))),
+                     dialogue=store.dialogue_path.exists(), srt=(store.folder / f"{store.stem}.srt").exists(),
+                     manifest=store.manifest_path.exists())
+    return wall, [clip.size for clip in result.clips], wrote
 
 
 def agreement(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int | None) -> dict:
@@ -181,6 +235,8 @@ def main(argv=None) -> dict:
                    help="voices of the lines: x-vector and ICL alternating, or all one kind")
     p.add_argument("--warm-frames", type=int, default=8)
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--no-script-job", dest="script_job", action="store_false",
+                   help="skip the script job (ScriptJob.run into a folder) after each static render")
     p.add_argument("--agreement", action="store_true",
                    help="also: each line's codes in a continuous batch of the largest --batch-sizes against the line "
                         "alone (first mode and seq_groups; not in eager mode)")
@@ -215,7 +271,7 @@ def main(argv=None) -> dict:
                     row = dict(mode=mode)
                     try:
                         row.update(run_config(batch, lines, size, k, frames, args.warm_frames, args.repeats, mode,
-                                              way == "continuous"))
+                                              way == "continuous", args.script_job))
                     except Exception as e:  # keep the other configurations' numbers
                         row.update(batching=way, batch_size=size, seq_groups=k, error=f"{type(e).__name__}: {e}")
                     results.append(row)

@@ -11,6 +11,8 @@ and for the pool Ray's start) and steady (from its first batch handed out to its
 per wall second, the speed-up of N GPUs over one, and per side the lines, audio seconds and walls. The one-GPU side
 renders fewer lines (time), so beside the measured ratio with start-up the report gives the ratio for the same
 script: the one GPU's start-up plus its steady rate over all `--lines` (`speedup_with_start_same_script`).
+Both sides compute with the same CPU threads, `--threads` (default 1, what Ray gives an actor of one CPU): torch's
+intra-op threads and OMP_NUM_THREADS, in this process and in each worker, as each side reports them.
 Before either side, one batch is rendered and thrown away, so that Triton's on-disk kernel cache is warm for both
 (the first process on a fresh machine compiles for about 10 s; a user's machine pays that once, not per job).
 Files go to `--out` (a temporary folder by default) and are removed after each side. Repeat with `--repeats`.
@@ -23,6 +25,7 @@ Files go to `--out` (a temporary folder by default) and are removed after each s
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -50,12 +53,22 @@ def script(n: int) -> str:
 
 
 class HeldEOSWorker(LineWorker):
-    """A pool's worker with EOS held back, as the one-GPU side runs."""
+    """A pool's worker with EOS held back and the one-GPU side's torch threads (`load["threads"]`)."""
 
     def __init__(self, load: dict):
+        load = dict(load)
+        torch.set_num_threads(load.pop("threads"))
         super().__init__(load)
         self._held = eos_suppressed(self.tts, HELD_FRAMES)
         self._held.__enter__()
+
+    def about(self) -> dict:
+        return dict(super().about(), **threads())
+
+
+def threads() -> dict:
+    """What this process computes with on the CPU: torch's intra-op threads, and OMP_NUM_THREADS as it sees it."""
+    return dict(torch_threads=torch.get_num_threads(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"))
 
 
 class HeldEOSPool(WorkerPool):
@@ -67,9 +80,9 @@ def one_gpu(args, folder: Path, parsed, settings: GenerationSettings, out: Path)
     tts = MorphTTS.load(str(folder), args.device, args.dtype, args.attention)
     voices = make_voices(tts.make_voice)
     lines = [Line(p.text, voices[p.name], "English") for p in parsed]
-    job = ScriptJob(parsed, lines, LineStore(out, "one", "bench"), render_context(tts, tts.device.type, "English",
-                                                                                   settings, False))
-    with eos_suppressed(tts, HELD_FRAMES):
+    context = render_context(tts, tts.device.type, "English", settings, False)
+    with LineStore(out, "one", "bench") as store, eos_suppressed(tts, HELD_FRAMES):
+        job = ScriptJob(parsed, lines, store, context)
         steady = time.perf_counter()
         result = job.run(lambda todo: tts, settings, args.batch_size, 0.0, who="bench")
     end = time.perf_counter()
@@ -77,22 +90,25 @@ def one_gpu(args, folder: Path, parsed, settings: GenerationSettings, out: Path)
     del tts, job, result
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return side(len(parsed), audio, end - start, end - steady)
+    return dict(side(len(parsed), audio, end - start, end - steady), **threads())
 
 
 def n_gpus(args, folder: Path, parsed, settings: GenerationSettings, out: Path) -> dict:
     start = time.perf_counter()
-    load = dict(source=str(folder), device=args.device, dtype=args.dtype, attention=args.attention)
-    with HeldEOSPool(args.gpus, load, who="bench", packages=[bench]) as pool:
+    load = dict(source=str(folder), device=args.device, dtype=args.dtype, attention=args.attention,
+                threads=args.threads)
+    with HeldEOSPool(args.gpus, load, who="bench", packages=[bench]) as pool, \
+            LineStore(out, "pool", "bench") as store:
         voices = make_voices(lambda wave, rate: pool.voice_from_clip(wave, None, "bench"))
         lines = [Line(p.text, voices[p.name], "English") for p in parsed]
-        job = ScriptJob(parsed, lines, LineStore(out, "pool", "bench"), pool.context("English", settings, False))
+        job = ScriptJob(parsed, lines, store, pool.context("English", settings, False))
         steady = time.perf_counter()
         pool.render(job, settings, args.batch_size, 0.0)
         end = time.perf_counter()
-        devices = [a["device"] for a in pool.about]
+        workers = [dict(device=a["device"], torch_threads=a["torch_threads"], omp_num_threads=a["omp_num_threads"])
+                   for a in pool.about]
     return dict(side(len(parsed), sum(job.lengths.values()) / SAMPLE_RATE, end - start, end - steady),
-                workers=devices)
+                workers=workers)
 
 
 def make_voices(make) -> dict:
@@ -124,8 +140,14 @@ def main(argv=None) -> dict:
     # one repeat fits a device call (about 430 s on two H200s); repeat the call for a second figure
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--out", type=Path, default=None, help="where the files go while a side runs (removed after)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads and OMP_NUM_THREADS of both sides, this process and each Ray worker "
+                        "(1: what Ray gives an actor of one CPU, as cli.py render --gpus runs)")
     p.add_argument("--json")
     args = p.parse_args(argv)
+    # Both sides alike: set before Ray starts, its workers inherit it (Ray sets OMP_NUM_THREADS only where unset)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    torch.set_num_threads(args.threads)
     parsed = parse_script(script(args.lines), ["A", "B"])
     settings = GenerationSettings(seq_groups=args.seq_groups)
     limits = [default_max_frames(x.text) for x in parsed]
@@ -133,6 +155,7 @@ def main(argv=None) -> dict:
         folder = Path(args.model or build_random_model(Path(tmp) / "model", args.size, "base", seed=0))
         device = torch.device("cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
         report = dict(run_info(device), gpus=args.gpus, batch_size=args.batch_size, seq_groups=args.seq_groups,
+                      threads=args.threads,
                       line_frames=dict(min=min(limits), max=max(limits), mean=round(float(np.mean(limits)), 1)),
                       runs=[], complete=False)
         out = args.out or Path(tmp) / "out"

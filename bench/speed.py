@@ -1,16 +1,22 @@
 """Side-by-side speed of one line: upstream qwen-tts against the morph stacks, in one process.
 
-Every stack speaks the same fixed number of frames (EOS is held back, so random weights
-cannot stop early) from the same prompt, measured two ways:
-- decode only: the model's generate on prepared inputs (prefill plus decode), as before;
-- end to end: what a user waits for, through the public API (MorphTTS.clone; upstream's
-  generate_voice_clone): text in, tokenize, prefill, decode, codec decode, audio out.
-The JSON printed at the end (and written to --json) holds the project commit, device, torch
-and transformers versions, model dims, and per stack and prompt: ms per frame and x real
-time both ways, peak allocated memory both ways, capture/compile seconds, the first call's
-wall time in this process, the mode the loop actually ran, and GPU kernels per frame
-(--profile). It can also hold the bf16 agreement with upstream under greedy decoding
-(--agreement).
+Every stack speaks the same text with the same voice for the same fixed number of frames (EOS is held back, so
+random weights cannot stop early), measured two ways under the same conditions:
+- end to end: what a user waits for, through the public API (MorphTTS.clone; upstream's generate_voice_clone):
+  text in, tokenize, prefill, decode, codec decode, audio out;
+- decode only: the model's generate on prepared inputs (prefill plus decode), no codec.
+Both run as a caller of the public API runs them (each library's own grad mode), taken in turn, end to end first:
+E D E D E D for `--repeats` 3, so both see the same warm state and the same drift of the machine. The first end-to-
+end run is the stack's first call in this process (its graph capture and its codec's first shapes included, as a
+user's first line pays them); `end_to_end_ms_per_frame` is the median of every end-to-end run, that first one
+included, `ms_per_frame` the median of the decode-only runs, each with its min and max (`*_spread`). Then the
+codec this stack runs, alone on the line's codes, `--repeats` times (`codec`, `codec_decode_ms_per_frame`):
+upstream's speech tokenizer for upstream (as its generate_voice_clone decodes), BatchTTS.decode for a morph mode
+(the lean codec, morph/codec/layers.py, in every mode but eager; upstream's decoder in pieces in eager).
+The JSON printed at the end (and written to --json) holds the project commit, device, torch and transformers
+versions, model dims, and per stack and prompt: ms per frame and x real time both ways, peak allocated memory both
+ways, capture/compile seconds, the first call's wall time, the mode the loop actually ran, and GPU kernels per
+frame (--profile). It can also hold the bf16 agreement with upstream under greedy decoding (--agreement).
 
 Stacks: "upstream" (qwen-tts generate) and MODE:K, MODE one of morph.settings.MODES.
 
@@ -42,9 +48,11 @@ from bench.kernel_count import count_kernels, stop_after
 from bench.random_model import build_random_model
 from bench.stacks import Runner, stack
 from bench.workload import REF_TEXT, TEXT, eos_suppressed, peak_bytes, reference_wave, sync
-from morph.decode.runner import FAST_MODES, check_mode
+from morph.continuous import runs_lean
+from morph.decode.runner import check_mode
 from morph.engine import MorphTTS
 from morph.qwen.loading import resolve_device
+from morph.scheduler import BatchTTS
 from morph.settings import DEFAULT_SEQ_GROUPS, FRAMES_PER_SECOND, MODES, SAMPLE_RATE, GenerationSettings
 
 # Every mode the engine has, at the exact setting and the default one.
@@ -53,48 +61,57 @@ SAMPLES_PER_FRAME = int(SAMPLE_RATE / FRAMES_PER_SECOND)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `python -m bench.speed` runs
 
 
-def _timed(device: torch.device, run, repeats: int) -> tuple[list[float], int, object]:
-    """Wall seconds of each of `repeats` runs, the peak memory over them (allocated on CUDA), and the last result."""
+def _once(device: torch.device, run) -> tuple[float, int, object]:
+    """Wall seconds of one run, the peak memory during it (allocated on CUDA; the process's peak RSS on a CPU),
+    and its result."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    times, out = [], None
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        out = run()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return times, peak_bytes(device), out
+    sync(device)
+    start = time.perf_counter()
+    out = run()
+    sync(device)
+    return time.perf_counter() - start, peak_bytes(device), out
 
 
-def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: int, fast_repeats: int,
-               profile: bool, warm_frames: int) -> dict:
-    """One stack on one prompt: decode only (model.generate on prepared inputs), then end to end
-    (runner.speak). Stacks that ran in a fast mode are timed `fast_repeats` times (they are cheap)."""
+def spread(seconds: list[float], frames: int) -> tuple[float, list[float]]:
+    """Milliseconds per frame of some runs: the median, and [min, max]."""
+    ms = [1000 * s / frames for s in seconds]
+    return round(float(np.median(ms)), 3), [round(min(ms), 3), round(max(ms), 3)]
+
+
+def stack_codec(tts: MorphTTS, runner: Runner, spec: str, codes: torch.Tensor):
+    """The codec this stack runs on a line, as (its name, a call that decodes `codes` with it)."""
+    ref = runner.voice.ref_code
+    if spec.startswith("upstream"):  # as generate_voice_clone decodes: the reference's codes in front, one call
+        full = codes if ref is None else torch.cat([ref.to(codes.device), codes])
+        return "upstream speech tokenizer", lambda: tts.tts.model.speech_tokenizer.decode([{"audio_codes": full}])
+    batch = BatchTTS(tts)
+    name = "lean codec (morph/codec)" if runs_lean(tts) else "upstream decoder in pieces (morph/codec/pieces.py)"
+    return name, lambda: batch.decode([codes], [runner.voice])
+
+
+def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: int, profile: bool) -> dict:
+    """One stack on one prompt: end to end (runner.speak) and decode only (model.generate on prepared inputs) in
+    turn, `repeats` times each, end to end first; then the stack's codec alone on the last decode-only codes."""
     device = tts.device
-    upstream = spec == "upstream"
+    upstream = spec.startswith("upstream")
     seq_groups = 15 if upstream else int(spec.split(":")[1])
-    row = {}
+    row, e2e, decode, e2e_peak, peak = {}, [], [], 0, 0
     with stack(tts, spec), eos_suppressed(tts, frames):
-        with torch.inference_mode():
-            sync(device)
-            start = time.perf_counter()
-            runner.generate(frames if not upstream and not spec.startswith("eager") else warm_frames)
-            sync(device)
-            row["first_call_s"] = round(time.perf_counter() - start, 3)
-            if not upstream:
+        for i in range(repeats):
+            seconds, used, audio = _once(device, lambda: runner.speak(frames, seq_groups, upstream))
+            e2e.append(seconds)
+            e2e_peak = max(e2e_peak, used)
+            if i == 0 and not upstream:  # the stack's first call: its capture (or compile) is in it
                 row["capture_or_compile_s"] = tts.patch.last_run.get("capture_s", 0.0)
-                row["ran_as"] = tts.patch.last_run.get("mode")
-            n = fast_repeats if row.get("ran_as") in FAST_MODES else repeats
-            times, peak, codes = _timed(device, lambda: runner.generate(frames), n)
-            start = time.perf_counter()
-            tts.tts.model.speech_tokenizer.decode([{"audio_codes": codes}])
-            sync(device)
-            decode_s = time.perf_counter() - start
-        # as a caller of the public API runs it: outside inference mode
-        e2e_times, e2e_peak, audio = _timed(device, lambda: runner.speak(frames, seq_groups, upstream), n)
+                row["end_to_end_ran_as"] = tts.patch.last_run.get("mode")
+            seconds, used, codes = _once(device, lambda: runner.generate(frames))
+            decode.append(seconds)
+            peak = max(peak, used)
         if not upstream:
-            row["end_to_end_ran_as"] = tts.patch.last_run.get("mode")
+            row["ran_as"] = tts.patch.last_run.get("mode")
+        row["codec"], run_codec = stack_codec(tts, runner, spec, codes)
+        codec = [_once(device, run_codec)[0] for _ in range(repeats)]
         if profile and device.type == "cuda":
             def run_frames(n):
                 with stop_after(tts, n, upstream), torch.inference_mode():
@@ -102,16 +119,18 @@ def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: i
             a, b = (2, 6) if upstream else (4, 24)
             row.update(count_kernels(run_frames, a, b))
     got = int(codes.shape[0])
-    best = float(np.median(times))
     e2e_frames = round(audio.size / SAMPLES_PER_FRAME)
-    e2e = float(np.median(e2e_times))
-    row.update(frames=got, ms_per_frame=round(1000 * best / got, 3), x_real_time=round(got / FRAMES_PER_SECOND / best, 2),
-               codec_decode_ms_per_frame=round(1000 * decode_s / got, 3), peak_memory_gib=round(peak / 2**30, 3),
-               runs_s=[round(t, 3) for t in times],
-               end_to_end_frames=e2e_frames, end_to_end_ms_per_frame=round(1000 * e2e / e2e_frames, 3),
-               end_to_end_x_real_time=round(audio.size / SAMPLE_RATE / e2e, 2),
-               end_to_end_peak_memory_gib=round(e2e_peak / 2**30, 3),
-               end_to_end_runs_s=[round(t, 3) for t in e2e_times])
+    ms, ms_spread = spread(decode, got)
+    e2e_ms, e2e_spread = spread(e2e, e2e_frames)
+    codec_ms, codec_spread = spread(codec, got)
+    row.update(frames=got, first_call_s=round(e2e[0], 3), ms_per_frame=ms, ms_per_frame_spread=ms_spread,
+               x_real_time=round(1000 / FRAMES_PER_SECOND / ms, 2), peak_memory_gib=round(peak / 2**30, 3),
+               runs_s=[round(t, 3) for t in decode],
+               end_to_end_frames=e2e_frames, end_to_end_ms_per_frame=e2e_ms, end_to_end_ms_per_frame_spread=e2e_spread,
+               end_to_end_warm_ms_per_frame=spread(e2e[1:], e2e_frames)[0] if repeats > 1 else None,
+               end_to_end_x_real_time=round(1000 / FRAMES_PER_SECOND / e2e_ms, 2),
+               end_to_end_peak_memory_gib=round(e2e_peak / 2**30, 3), end_to_end_runs_s=[round(t, 3) for t in e2e],
+               codec_decode_ms_per_frame=codec_ms, codec_decode_ms_per_frame_spread=codec_spread)
     return row
 
 
@@ -212,10 +231,8 @@ def main(argv=None) -> dict:
     add_model_args(p)
     p.add_argument("--build-into", help="build the random model into this folder and keep it (for speed_faster)")
     p.add_argument("--frames", type=int, default=250)
-    p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--graph-repeats", type=int, default=3, help="repeats for stacks that ran in a fast mode "
-                   f"({', '.join(FAST_MODES)}; they are cheap)")
-    p.add_argument("--warm-frames", type=int, default=20, help="warm-up frames for upstream and eager stacks")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each stack end to end (its first call included), "
+                   "as many decode only, and of its codec alone")
     p.add_argument("--prompts", default="xvector,icl")
     p.add_argument("--stacks", "--seq-groups", dest="stacks", default=DEFAULT_STACKS,
                    help=f"comma list: 'upstream' and MODE:K (MODE one of {', '.join(MODES)}); a bare K means eager:K")
@@ -253,6 +270,7 @@ def main(argv=None) -> dict:
     report = dict(
         run_info(tts.device), dtype=str(tts.tts.model.dtype).replace("torch.", ""), attention=args.attention,
         model=args.model or f"random weights, {args.size} dims", dims=model_dims(tts), batch=1, frames=args.frames,
+        repeats=args.repeats, order="per stack: end to end, decode only, in turn; the first is its first call here",
         results=results, complete=False,
     )
     specs = [s if (s == "upstream" or ":" in s) else f"eager:{s}" for s in args.stacks.split(",") if s]
@@ -261,8 +279,7 @@ def main(argv=None) -> dict:
         for spec in specs:
             row = dict(stack=stack_name(spec), prompt=prompt)
             try:
-                row.update(time_stack(tts, runner, spec, args.frames, args.repeats, args.graph_repeats,
-                                      profile=args.profile and i == 0, warm_frames=args.warm_frames))
+                row.update(time_stack(tts, runner, spec, args.frames, args.repeats, profile=args.profile and i == 0))
             except Exception as e:  # keep the other stacks' numbers
                 row["error"] = f"{type(e).__name__}: {e}"
             results.append(row)

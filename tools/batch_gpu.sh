@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 23's batch figures on one GPU (bench/batch.py), static beside continuous in the same call, the batch peer
-# beside them:
+# beside them, and after each static render the script job of the same lines (files, manifest, SRT, dialogue):
 #   bash tools/gpu_check.sh                           # here: fill .whl/gpu (the same wheels)
 #   bash tools/fetch_device_wheels.sh .whl/peers peers  # here, for the peer (faster-qwen3-tts-batch)
 #   bash tools/batch_gpu.sh OUTDIR [RUN...]           # on the GPU machine (carry .whl): random 0.6B and 1.7B dims,
@@ -39,4 +39,4 @@ run uniform128 0.6b --batching continuous,static --lines 128 --batch-sizes 128
 run script256 0.6b --batching continuous,static --lines 256 --lengths script --batch-sizes 16,64
 run icl32-1.7b 1.7b --lines 32 --batch-sizes 32 --prompts icl --batching continuous,static
 # what morph/memory.py declares against the peak at the 1.7B dims (tests/gpu/test_memory.py runs the 0.6B ones)
-run memory-1.7b 1.7b --lines 64 --batch-sizes 1,8,32,64 --batching static
+run memory-1.7b 1.7b --lines 64 --batch-sizes 1,8,32,64 --batching static --no-script-job

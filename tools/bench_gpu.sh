@@ -11,7 +11,9 @@
 # the import name qwen_tts, as qwen-tts does), builds random 0.6B bf16 weights that both stacks load, then runs,
 # each step bounded by what is left of DEADLINE_S (default 540 s from the start):
 #   speed        bench/speed.py: one 250-frame line, batch 1, x-vector voice, upstream qwen-tts and every mode of
-#                MODES (default "auto graphs") at seq_groups 15 and 5, decode only and end to end
+#                MODES (default "auto graphs") at seq_groups 15 and 5, end to end and decode only in turn, twice each
+#                (upstream's four runs of about 50 s fit the step without the kernel count, `bench.speed --profile`,
+#                about 60 s: run it in a call of its own; tools/evidence_gpu.sh makes three runs of each)
 #   batch        bench/batch.py: 32 lines of 62 frames (about 5 s), batch 32, the same modes, k=15 and 5
 #   faster       bench/speed_faster.py: faster-qwen3-tts 0.5.4 on the same line
 #   faster_batch bench/batch_faster.py: faster-qwen3-tts-batch 0.2.0 on the same 32 lines, batch 32
@@ -76,7 +78,7 @@ stacks=upstream
 for mode in "${modes[@]}"; do stacks+=",$mode:15,$mode:5"; done
 modes_csv=$(IFS=,; echo "${modes[*]}")
 step speed 300 "$MAIN" python3 -m bench.speed --model "$MODEL" --device cuda --dtype bf16 --prompts xvector \
-  --stacks "$stacks" --agreement "" --profile --json "$parts/speed.json"
+  --stacks "$stacks" --repeats 2 --agreement "" --json "$parts/speed.json"
 step batch 120 "$MAIN" python3 -m bench.batch --model "$MODEL" --device cuda --dtype bf16 --lines 32 --frames 62 \
   --batch-sizes 32 --seq-groups 15,5 --modes "$modes_csv" --prompts xvector --json "$parts/batch.json"
 step faster 100 "$PEERS" python3 -m bench.speed_faster --model "$MODEL" --prompts xvector --repeats 2 --profile \

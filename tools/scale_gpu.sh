@@ -8,7 +8,9 @@
 #                                              # offline, build random 0.6B bf16 weights, run bench/scale.py with the
 #                                              # OPTIONs (default: every GPU, and bench/scale.py's defaults: 20,480
 #                                              # lines, 2,048 on one GPU, batch 64, 1 repeat, about 430 s on two
-#                                              # H200s; repeat the call) and write OUTDIR/scale.json and scale.log
+#                                              # H200s; repeat the call) and write OUTDIR/scale.json and scale.log;
+#                                              # both sides with the same CPU threads (--threads, default 1, what
+#                                              # Ray gives a worker), recorded in scale.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v nvidia-smi >/dev/null 2>&1; then

@@ -12,6 +12,7 @@ from bench import batch, speed
 CODEC_DELAY_S = 2.0
 TICK_S = 0.001  # the fake clock's step between two readings
 FRAMES = 6  # one line
+REPEATS = 3  # each stack's runs end to end, decode only and of its codec
 LINES, LINE_FRAMES = 2, 4  # batch
 FIRST_CALL_FRAMES = 4
 
@@ -58,8 +59,8 @@ def _written(main, args: list[str], path) -> dict:
 def speed_report(tiny_dir, tmp_path_factory):
     with fake_clock():
         return _written(speed.main, ["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32",
-                                     "--frames", str(FRAMES), "--warm-frames", "3", "--prompts", "xvector",
-                                     "--stacks", "upstream,auto:15,nosuch:5", "--agreement", ""],
+                                     "--frames", str(FRAMES), "--repeats", str(REPEATS), "--prompts", "xvector",
+                                     "--stacks", "upstream,auto:15,lean:5,nosuch:5", "--agreement", ""],
                         tmp_path_factory.mktemp("speed") / "speed.json")
 
 

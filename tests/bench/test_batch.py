@@ -68,3 +68,26 @@ def test_agreement_compares_each_line_in_a_continuous_batch_with_it_alone(tiny_d
     assert (got["batch_size"], got["lines"], got["mode"]) == (3, 3, "lean")
     assert got["identical_lines"] == 3 and got["share_of_codes_equal"] == 1.0
     assert got["share_of_frames_before_first_difference"] == {"mean": 1.0, "median": 1.0, "min": 1.0}
+
+
+def test_script_job_writes_the_same_lines_beside_the_render(batch_report):
+    """The script job renders the render's lines into files: one per line, the manifest, the SRT, the dialogue."""
+    row = batch_report["results"][0]
+    assert row["script_job_wrote"] == dict(line_files=LINES, dialogue=True, srt=True, manifest=True)
+    assert row["script_job_audio_s"] == row["end_to_end_audio_s"]
+    # its render's one codec call is on the fake clock; smoothing and the files are not (they take none of its time)
+    assert row["script_job_runs_s"] == [TICK_S + CODEC_DELAY_S] and row["script_job_wall_s"] == TICK_S + CODEC_DELAY_S
+
+
+def test_script_job_ends_each_row_where_the_render_does(tiny_dir, tmp_path):
+    """--lengths script: rows end at the script's own frames, in the script job's render too."""
+    from bench import batch
+    from bench.common import script_lines
+    from tests.bench.conftest import _written
+
+    report = _written(batch.main, ["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--lines", "2",
+                                   "--lengths", "script", "--warm-frames", "2", "--batch-sizes", "2", "--seq-groups",
+                                   "5"], tmp_path / "script.json")
+    row = report["results"][0]
+    ends = sum(frames for _, frames in script_lines(2))
+    assert row["audio_s"] == row["end_to_end_audio_s"] == row["script_job_audio_s"] == pytest.approx(ends * 0.08)

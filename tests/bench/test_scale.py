@@ -2,8 +2,10 @@
 process and in each Ray worker), and the report holds what the README quotes."""
 
 import json
+import os
 
 import pytest
+import torch
 
 pytest.importorskip("ray")
 
@@ -12,15 +14,26 @@ from morph.lines.script import parse_script  # noqa: E402
 from morph.settings import default_max_frames  # noqa: E402
 
 
-def test_each_side_renders_every_line_to_its_own_limit(tmp_path):
-    report = scale.main(["--size", "tiny", "--device", "cpu", "--dtype", "fp32", "--lines", "6", "--baseline-lines",
-                         "3", "--gpus", "2", "--batch-size", "2", "--repeats", "1", "--json", str(tmp_path / "s.json")])
+def test_each_side_renders_every_line_to_its_own_limit(tmp_path, monkeypatch):
+    # scale.main sets OMP_NUM_THREADS and torch's threads, as the process of its own it runs in: this one gets its
+    # own back after (monkeypatch restores the variable, absent or not)
+    monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", ""))
+    saved = torch.get_num_threads()
+    try:
+        report = scale.main(["--size", "tiny", "--device", "cpu", "--dtype", "fp32", "--lines", "6",
+                             "--baseline-lines", "3", "--gpus", "2", "--batch-size", "2", "--repeats", "1",
+                             "--json", str(tmp_path / "s.json")])
+    finally:
+        torch.set_num_threads(saved)
     parsed = parse_script(scale.script(6), ["A", "B"])
     seconds = [default_max_frames(p.text) * 0.08 for p in parsed]
     assert len({round(s, 2) for s in seconds}) > 1  # mixed lengths
     run = report["runs"][0]
     assert run["one_gpu"]["audio_s"] == round(sum(seconds[:3]), 1) and run["one_gpu"]["lines"] == 3
-    assert run["n_gpus"]["audio_s"] == round(sum(seconds), 1) and run["n_gpus"]["workers"] == ["cpu", "cpu"]
+    assert run["n_gpus"]["audio_s"] == round(sum(seconds), 1)
+    # both sides with the same threads, as each measured them
+    assert report["threads"] == 1 and (run["one_gpu"]["torch_threads"], run["one_gpu"]["omp_num_threads"]) == (1, "1")
+    assert run["n_gpus"]["workers"] == [dict(device="cpu", torch_threads=1, omp_num_threads="1")] * 2
     assert run["speedup_steady"] > 0 and json.loads((tmp_path / "s.json").read_text())["complete"] is True
 
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from bench import speed
-from tests.bench.conftest import CODEC_DELAY_S, FIRST_CALL_FRAMES, FRAMES, TICK_S
+from tests.bench.conftest import CODEC_DELAY_S, FIRST_CALL_FRAMES, FRAMES, REPEATS, TICK_S
 
 
 def check_run_info(report):
@@ -21,19 +21,61 @@ def test_report_names_the_run(speed_report):
 
 
 def test_end_to_end_encloses_decode_only_and_audio_out(speed_report):
-    upstream, auto = speed_report["results"][:2]
-    assert upstream["stack"] == "upstream qwen-tts" and auto["stack"] == "morph auto k=15"
-    for row in (upstream, auto):
+    upstream, auto, lean = speed_report["results"][:3]
+    assert [r["stack"] for r in (upstream, auto, lean)] == ["upstream qwen-tts", "morph auto k=15", "morph lean k=5"]
+    for row, codec in ((upstream, CODEC_DELAY_S), (auto, CODEC_DELAY_S), (lean, 0.0)):
         assert "error" not in row, row
         assert row["frames"] == row["end_to_end_frames"] == FRAMES
         for key in ("ms_per_frame", "x_real_time", "peak_memory_gib", "end_to_end_ms_per_frame",
                     "end_to_end_x_real_time", "end_to_end_peak_memory_gib"):
             assert row[key] > 0, key
-        # the codec decode (CODEC_DELAY_S on the fake clock) is in every end-to-end run and in no decode-only one
-        assert row["runs_s"] == [TICK_S] * len(row["runs_s"])
-        assert row["end_to_end_runs_s"] == [TICK_S + CODEC_DELAY_S] * len(row["end_to_end_runs_s"])
-        assert row["codec_decode_ms_per_frame"] == pytest.approx(1000 * (TICK_S + CODEC_DELAY_S) / FRAMES, abs=1e-3)
-        assert row["end_to_end_ms_per_frame"] > row["ms_per_frame"]
+        # upstream's codec (CODEC_DELAY_S on the fake clock) is in every end-to-end run of the stacks that run it
+        # (upstream, and eager: what auto is on a CPU), and in no decode-only run; lean decodes with the lean codec
+        assert row["runs_s"] == [TICK_S] * REPEATS
+        assert row["end_to_end_runs_s"] == [TICK_S + codec] * REPEATS
+        assert row["end_to_end_ms_per_frame"] == pytest.approx(1000 * (TICK_S + codec) / FRAMES, abs=1e-3)
+        assert row["ms_per_frame"] == pytest.approx(1000 * TICK_S / FRAMES, abs=1e-3)
+
+
+def test_each_stack_times_the_codec_it_runs(speed_report):
+    upstream, auto, lean = speed_report["results"][:3]
+    assert upstream["codec"] == "upstream speech tokenizer"
+    assert auto["codec"] == "upstream decoder in pieces (morph/codec/pieces.py)"  # eager on a CPU
+    assert lean["codec"] == "lean codec (morph/codec)"
+    for row, delay in ((upstream, CODEC_DELAY_S), (auto, CODEC_DELAY_S), (lean, 0.0)):
+        assert row["codec_decode_ms_per_frame"] == pytest.approx(1000 * (TICK_S + delay) / FRAMES, abs=1e-3)
+
+
+def test_median_spread_and_first_call_of_each_column(speed_report):
+    """Every column is the median of REPEATS runs with their min and max; end to end includes the stack's first
+    call (the first run), which is also reported alone."""
+    assert speed_report["repeats"] == REPEATS
+    for row in speed_report["results"][:3]:
+        assert len(row["runs_s"]) == len(row["end_to_end_runs_s"]) == REPEATS
+        assert row["first_call_s"] == row["end_to_end_runs_s"][0]
+        for key in ("ms_per_frame", "end_to_end_ms_per_frame", "codec_decode_ms_per_frame"):
+            low, high = row[f"{key}_spread"]
+            assert low <= row[key] <= high, key
+        assert row["end_to_end_warm_ms_per_frame"] == row["end_to_end_ms_per_frame"]  # the fake clock: all alike
+
+
+def test_end_to_end_and_decode_only_are_taken_in_turn(tiny_dir, tmp_path, monkeypatch):
+    """Same warm state for both columns: E D E D E D, the stack's first call end to end."""
+    from bench import stacks
+
+    calls = []
+
+    def recorded(name, method):
+        def run(self, *args, **kwargs):
+            calls.append(name)
+            return method(self, *args, **kwargs)
+        return run
+
+    for name in ("speak", "generate"):
+        monkeypatch.setattr(stacks.Runner, name, recorded(name, getattr(stacks.Runner, name)))
+    speed.main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--frames", "3", "--repeats", "3",
+                "--prompts", "xvector", "--stacks", "auto:5", "--agreement", "", "--json", str(tmp_path / "s.json")])
+    assert calls == ["speak", "generate"] * 3
 
 
 def test_rows_record_the_mode_actually_run(speed_report):
@@ -43,7 +85,7 @@ def test_rows_record_the_mode_actually_run(speed_report):
 
 
 def test_an_unknown_mode_is_an_error_row_naming_the_modes(speed_report):
-    row = speed_report["results"][2]
+    row = speed_report["results"][3]
     assert row["stack"] == "morph nosuch k=5" and "mode must be one of auto, eager" in row["error"]
     assert "ms_per_frame" not in row
 
