@@ -55,16 +55,15 @@ def digest(data: bytes) -> str:
 
 
 def write_atomic(path: Path, write: Callable[[BinaryIO], None], who: str) -> None:
-    """`write(f)` into a temporary file beside `path`, flushed to disk, then renamed over it: a reader sees the old
-    file or the new one, never part of one. The temporary name is this writer's own (its process and a random part),
-    so two writers never write into one file. Whatever stops the write, the temporary file is removed."""
+    """`write(f)` into a temporary file beside `path`, then renamed over it: a reader sees the old file or the new one,
+    never part of one. The temporary name is this writer's own (its process and a random part), so two writers never
+    write into one file. Whatever stops the write, the temporary file is removed. No fsync: a line file that a power
+    cut leaves torn no longer matches the SHA-256 its manifest entry records, and is rendered again."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.part")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "xb") as f:
             write(f)
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
         try:

@@ -38,15 +38,15 @@ def run(tts, voice, folder, **more):
 
 def test_a_full_disk_mid_job_names_the_file_keeps_the_lines_done_and_a_rerun_resumes(tiny_tts, voice, tmp_path,
                                                                                      monkeypatch):
-    fsync, calls = os.fsync, []
+    replace, calls = os.replace, []
 
-    def fill_at_the_third_line(fd):  # each line: its file, then the manifest
-        calls.append(fd)
+    def fill_at_the_third_line(*args):  # each line: its file, then the manifest
+        calls.append(args)
         if len(calls) == 5:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        fsync(fd)
+        replace(*args)
 
-    monkeypatch.setattr(os, "fsync", fill_at_the_third_line)
+    monkeypatch.setattr(os, "replace", fill_at_the_third_line)
     with pytest.raises(LineWriteError) as stopped:
         run(tiny_tts, voice, tmp_path)
     named = re.fullmatch(rf"test: could not write {re.escape(str(tmp_path))}/(s_000\d_A\.wav): No space left on device; "
@@ -57,7 +57,7 @@ def test_a_full_disk_mid_job_names_the_file_keeps_the_lines_done_and_a_rerun_res
     assert len(recorded) == 2 and named[1] not in recorded
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(recorded + ["s_lines.json"])  # no partial file
 
-    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
     kept, result = run(tiny_tts, voice, tmp_path)
     assert kept == 2 and len(result.clips) == 4
     assert list(json.loads((tmp_path / "s_lines.json").read_text())["lines"]) == ["0001", "0002", "0003", "0004"]

@@ -167,10 +167,10 @@ def test_a_failed_manifest_write_keeps_the_last_one_whole(tmp_path, monkeypatch)
     marks = stored(tmp_path, [np.ones(100, np.float32)])
     before = (tmp_path / "s_lines.json").read_bytes()
 
-    def full(fd):
+    def full(*args):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(os, "fsync", full)  # the disk fills once the new manifest's bytes are handed over
+    monkeypatch.setattr(os, "replace", full)  # the disk fills as the new manifest's last bytes go out
     with LineStore(tmp_path, "s", "test") as store:
         store.load(1, "A", marks[0])
         with pytest.raises(LineWriteError, match=rf"^test: could not write {re.escape(str(tmp_path / 's_lines.json'))}"
