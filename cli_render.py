@@ -157,41 +157,76 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--prefix: {e}") from e
     transcripts = {key: text for key, (_, text) in pairs(args.transcript, "--transcript").items()}
     clips = read_voices(cast, transcripts) if variant == "base" else {}  # every clip checked before the load
-    with store:  # this command alone writes --prefix in --out until it ends; a second one is refused before loading
-        if args.gpus is None and args.address is None:
-            return render(load_model(args), variant, cast, clips, transcripts, parsed, store, language, settings, args)
-        with start_pool(args) as pool:
-            return render(pool, variant, cast, clips, transcripts, parsed, store, language, settings, args)
+    with store, Engine(args) as engine:  # this command alone writes --prefix in --out until it ends
+        kind = engine.config.get("tts_model_type")
+        if kind != variant:
+            from morph.engine import VARIANT_NAMES
+
+            flag = next(f"--{k}" for k, v in KINDS.items() if v == variant)
+            raise CliError(f"--model: {args.model} is a {VARIANT_NAMES.get(kind, kind)} model; {flag} needs a "
+                           f"{VARIANT_NAMES.get(variant, variant)} model")
+        instructs = {key: text for key, (_, text) in pairs(args.instruct, "--instruct").items()}
+        lines = script_lines(engine, variant, cast, clips, transcripts, instructs, parsed, language)
+        return write(engine, parsed, lines, store, language, settings, args)
 
 
-def start_pool(args):
-    """Workers on a Ray cluster, each with the model loaded (downloaded once, here, before they start)."""
-    from morph.distributed.job import WorkerPool, import_ray
-    from morph.qwen.checkpoints import locate_checkpoint
+class Engine:
+    """The model in this process, or a WorkerPool (--gpus, --address), started the first time a voice or a line needs
+    it: a rerun with every line in --out starts no cluster and loads no model. The fingerprints' context is worked
+    out from the checkpoint's config and the load options, as MorphTTS.load resolves them on this machine; workers on
+    other machines (--address) may resolve auto otherwise, so there it is theirs."""
 
-    import_ray("--gpus" if args.address is None else "--address")  # before a download
-    print(f"loading {args.model} ...", file=sys.stderr)
-    locate_checkpoint(args.model, [args.models_dir], args.models_dir)
-    load = dict(source=args.model, device=args.device, dtype=args.dtype, attention=args.attention,
-                search_dirs=[args.models_dir], download_dir=args.models_dir)
-    import postprocess  # the workers smooth their lines
+    def __init__(self, args):
+        from morph.qwen.checkpoints import locate_checkpoint
+        from morph.qwen.loading import checkpoint_config
 
-    pool = WorkerPool(args.gpus, load, args.address, who="cli.py render", packages=[postprocess])  # logs its workers
-    interrupt_on_terminate()  # ray.init put in its own SIGTERM handler, which exits at once
-    return pool
+        self.args, self.tts, self.distributed = args, None, args.gpus is not None or args.address is not None
+        if self.distributed:
+            from morph.distributed.job import import_ray
 
+            import_ray("--gpus" if args.address is None else "--address")  # before a download
+        self.config = checkpoint_config(locate_checkpoint(args.model, [args.models_dir], args.models_dir))
 
-def render(tts, variant, cast, clips, transcripts, parsed, store, language, settings, args) -> int:
-    """The script on `tts`: a MorphTTS in this process, or a WorkerPool."""
-    if tts.variant != variant:
-        from morph.engine import VARIANT_NAMES
+    def __enter__(self) -> "Engine":
+        return self
 
-        flag = next(f"--{k}" for k, v in KINDS.items() if v == variant)
-        raise CliError(f"--model: {args.model} is a {VARIANT_NAMES.get(tts.variant, tts.variant)} model; {flag} "
-                       f"needs a {VARIANT_NAMES.get(variant, variant)} model")
-    instructs = {key: text for key, (_, text) in pairs(args.instruct, "--instruct").items()}
-    lines = script_lines(tts, variant, cast, clips, transcripts, instructs, parsed, language)
-    return write(tts, parsed, lines, store, language, settings, args)
+    def __exit__(self, *exc) -> None:
+        if self.distributed and self.tts is not None:
+            self.tts.close()
+
+    def __call__(self, todo=None):
+        """The model or the pool (each worker with the model loaded), started on the first call."""
+        if self.tts is None and not self.distributed:
+            self.tts = load_model(self.args)
+        elif self.tts is None:
+            from morph.distributed.job import WorkerPool
+            import postprocess  # the workers smooth their lines
+
+            args = self.args
+            print(f"loading {args.model} ...", file=sys.stderr)
+            load = dict(source=args.model, device=args.device, dtype=args.dtype, attention=args.attention,
+                        search_dirs=[args.models_dir], download_dir=args.models_dir)
+            self.tts = WorkerPool(args.gpus, load, args.address, who="cli.py render", packages=[postprocess])
+            interrupt_on_terminate()  # ray.init put in its own SIGTERM handler, which exits at once
+        return self.tts
+
+    def context(self, language: str, settings, smoothing: bool) -> dict:
+        from types import SimpleNamespace as Loaded
+
+        from morph.decode.runner import check_mode
+        from morph.qwen.loading import resolve_attention, resolve_device, resolve_dtype
+        from morph.script_job import render_context
+
+        args = self.args
+        if args.address is not None:
+            return self().context(language, settings, smoothing)
+        device = resolve_device(args.device)
+        dtype = resolve_dtype(args.dtype, device)
+        attention = resolve_attention(args.attention, device, dtype)
+        # what render_context reads of the MorphTTS that MorphTTS.load(args...) makes (decode mode "auto")
+        tts = Loaded(source=args.model, model_size=self.config["tts_model_size"], patch=Loaded(mode=check_mode("auto")),
+                     tts=Loaded(model=Loaded(dtype=dtype, config=Loaded(_attn_implementation=attention))))
+        return render_context(tts, device.type, language, settings, smoothing)
 
 
 def read_voices(cast: dict, transcripts: dict) -> dict:
@@ -217,8 +252,9 @@ def read_voices(cast: dict, transcripts: dict) -> dict:
     return voices
 
 
-def script_lines(tts, variant, cast, clips, transcripts, instructs, parsed, language) -> list:
-    """One scheduler Line per script line, each character's voice made once."""
+def script_lines(engine, variant, cast, clips, transcripts, instructs, parsed, language) -> list:
+    """One scheduler Line per script line, each character's voice made once (a clip's by the model: its voice, which
+    the fingerprint holds, is known only once made)."""
     from morph.lines.script import name_key
     from morph.scheduler import Line
 
@@ -226,7 +262,7 @@ def script_lines(tts, variant, cast, clips, transcripts, instructs, parsed, lang
     for key, (name, value) in cast.items():
         if variant == "base":
             saved = clips[key]
-            made[key] = dict(voice=saved if not isinstance(saved, tuple) else tts.voice_from_clip(
+            made[key] = dict(voice=saved if not isinstance(saved, tuple) else engine().voice_from_clip(
                 saved[0], transcripts.get(key), who=f"--voice {name}={saved[1]}"))
         elif variant == "custom_voice":
             made[key] = dict(speaker=value, instruct=instructs.get(key, ""))
@@ -235,32 +271,35 @@ def script_lines(tts, variant, cast, clips, transcripts, instructs, parsed, lang
     return [Line(p.text, language=language, **made[name_key(p.name)]) for p in parsed]
 
 
-def write(tts, parsed, lines, store, language, settings, args) -> int:
+def write(engine, parsed, lines, store, language, settings, args) -> int:
     import soundfile as sf
 
     from morph.qwen.quiet import quiet_third_party
-    from morph.script_job import ScriptJob, render_context
+    from morph.script_job import ScriptJob
     from postprocess import smooth
 
-    pool = args.gpus is not None or args.address is not None  # a WorkerPool: its workers write the files
+    pool = engine.distributed  # a WorkerPool: its workers write the files
     smoothing = not args.no_smooth
-    context = tts.context(language, settings, smoothing) if pool else \
-        render_context(tts, tts.device.type, language, settings, smoothing)
-    job = ScriptJob(parsed, lines, store, context, rerun="run the same command again")
+    job = ScriptJob(parsed, lines, store, engine.context(language, settings, smoothing),
+                    rerun="run the same command again")
     kept = job.reuse(keep_audio=not pool) if not args.no_resume else 0
     progress = ScriptProgress(len(lines) - kept)
-    where = f"{len(tts.actors)} workers" if pool else str(tts.device)
-    print(f"rendering {len(lines) - kept} of {len(lines)} lines on {where}, {args.batch_size} at a time"
-          + (f" ({kept} already in {store.folder})" if kept else ""), file=sys.stderr)
     finish_line = functools.partial(smooth, sample_rate=SAMPLE_RATE) if smoothing else None
     start = time.perf_counter()
+    if job.todo():
+        where = f"{len(engine().actors)} workers" if pool else str(engine().device)
+        print(f"rendering {len(lines) - kept} of {len(lines)} lines on {where}, {args.batch_size} at a time"
+              + (f" ({kept} already in {store.folder})" if kept else ""), file=sys.stderr)
     try:
         with quiet_third_party():  # transformers' note on the repetition penalty, at the first generate
-            if pool:
-                tts.render(job, settings, args.batch_size, args.pause, finish_line, on_step=progress.step,
-                           on_lines=progress.lines_done)
-            else:
-                result = job.run(lambda todo: tts, settings, args.batch_size, args.pause, finish_line=finish_line,
+            if pool and job.todo():
+                engine().render(job, settings, args.batch_size, args.pause, finish_line, on_step=progress.step,
+                                on_lines=progress.lines_done)
+            elif pool:
+                store.join_lines([p.name for p in parsed], args.pause)
+                job.finish(args.pause)
+            else:  # the model loads only if a line is left to render
+                result = job.run(engine, settings, args.batch_size, args.pause, finish_line=finish_line,
                                  on_step=progress.step, on_line=progress.line, who="cli.py render")
     except KeyboardInterrupt:
         progress.finish()

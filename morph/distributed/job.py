@@ -31,6 +31,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..lines.files import LineWriteError
 from ..lines.store import LineFiles
 from ..scheduler import Line, OnStep, plan_batches
 from ..script_job import ScriptJob
@@ -85,8 +86,11 @@ class WorkerPool:
         # installed on each node.
         modules = [str(Path(m.__file__).parent) for m in (morph, *packages)]
         try:
-            ray.init(address=address, num_cpus=max(workers or 1, os.cpu_count() or 1) if self.started else None,
-                     include_dashboard=False, logging_level=logging.WARNING, runtime_env={"py_modules": modules})
+            # "local": a cluster of its own even beside a `ray start` one on this machine, which address=None joins
+            # (and then refuses num_cpus)
+            ray.init(address="local" if self.started else address,
+                     num_cpus=max(workers or 1, os.cpu_count() or 1) if self.started else None, include_dashboard=False,
+                     logging_level=logging.WARNING, runtime_env={"py_modules": modules})
         except ConnectionError as e:  # Ray 2.59+ clusters started by `ray start` want their token
             raise ConnectionError(f"{who}: could not join the Ray cluster at {address} ({e}); if its `ray start "
                                   "--head` said token authentication is enabled (Ray 2.59 and later), set "
@@ -159,9 +163,12 @@ class WorkerPool:
         queue = deque(plan(todo, job.lines, settings, batch_size))
         slots = {tuple(b): len(b) * max(settings.frame_limit(job.lines[i].text.strip()) for i in b) for b in queue}
         total, done = max(sum(slots.values()), 1), 0
-        files = LineFiles(job.store.root, job.store.prefix, who)
+        # Workers on other machines write under the path as given: a relative one would land where `ray start` ran
+        files = LineFiles(Path(job.store.root).absolute(), job.store.prefix, who)
         pending, tries, actors = {}, {}, list(self.actors)  # pending: call -> (worker, its batch; None: a probe)
-        restarting: dict = {}  # worker -> when to ask again whether Ray has started it again
+        # A worker Ray is starting again -> when to ask next whether it is back (None: asked, no answer yet); it
+        # gets no batch until its probe answers, or each batch sent would come back refused at once
+        restarting: dict = {}
 
         def fill(actor) -> None:
             while queue and sum(1 for a, b in pending.values() if a is actor and b is not None) < IN_FLIGHT:
@@ -174,8 +181,8 @@ class WorkerPool:
             fill(actor)
         while queue or any(batch is not None for _, batch in pending.values()):
             for actor, at in list(restarting.items()):
-                if at <= time.monotonic():
-                    del restarting[actor]
+                if at is not None and at <= time.monotonic():
+                    restarting[actor] = None
                     pending[actor.about.remote()] = (actor, None)
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=PROBE_SECONDS if restarting else None)
             if not ready:
@@ -184,38 +191,19 @@ class WorkerPool:
             try:
                 rendered = ray.get(ready[0])
             except ray.exceptions.RayTaskError as e:
+                if isinstance(e.cause, LineWriteError):  # a worker's disk: say what is kept and how to go on
+                    raise LineWriteError(job.stopped(str(e.cause))) from None
                 raise e.cause from None
             except ray.exceptions.RayActorError as e:
-                reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                if batch is not None:
-                    tries[tuple(batch)] = tries.get(tuple(batch), 0) + 1
-                    if tries[tuple(batch)] >= MAX_TRIES:
-                        raise RuntimeError(job.stopped(f"{who}: stopped: a batch of {len(batch)} lines was lost "
-                                                       f"with its worker {MAX_TRIES} times ({reason})")) from None
-                    log.warning("%s: a worker was lost (%s); its %d lines go back to the queue", who, reason,
-                                len(batch))
-                    queue.appendleft(batch)  # to the first other worker with room, or the next that frees up
-                    for other in actors:
-                        if other is not actor and other not in restarting:
-                            fill(other)
-                if isinstance(e, ray.exceptions.ActorUnavailableError) or batch is not None:
-                    restarting[actor] = time.monotonic() + PROBE_SECONDS  # Ray is starting it again
-                elif actor in actors:  # Ray has given up on it
-                    actors.remove(actor)
-                    restarting.pop(actor, None)
-                    log.warning("%s: a worker is gone for good (%s); %d left", who, reason, len(actors))
-                    if not actors:
-                        raise RuntimeError(job.stopped(f"{who}: stopped: every worker was lost")) from None
+                self._lost(e, actor, batch, job, queue, tries, restarting, actors)
+                for other in actors:  # a requeued batch goes to the first worker with room
+                    if other not in restarting:
+                        fill(other)
                 continue
-            if batch is not None:
-                unseen = [files.path(i + 1, job.parsed[i].name) for i, _ in rendered]
-                unseen = [path.name for path in unseen if not path.is_file()]
-                if unseen:  # a worker on another machine wrote into its own disk
-                    host = self.about[self.actors.index(actor)]["host"]
-                    raise RuntimeError(f"{who}: the worker on {host} wrote {unseen[0]} where this machine does not "
-                                       f"see it: --out must be a folder every machine of the cluster shares (an NFS or "
-                                       f"other shared mount); {len(job.lengths)} of {len(job.lines)} lines are in "
-                                       f"{job.store.folder}")
+            if batch is None:  # the probe answered: Ray has the worker running again
+                restarting.pop(actor, None)
+            else:
+                self._check_seen(files, rendered, actor, job)
                 job.written(rendered)
                 done += slots[tuple(batch)]
                 if on_step is not None:
@@ -226,3 +214,38 @@ class WorkerPool:
                 fill(actor)
         files.join_lines([p.name for p in job.parsed], pause_seconds)
         return job.finish(pause_seconds)
+
+    def _lost(self, e, actor, batch, job: ScriptJob, queue: deque, tries: dict, restarting: dict,
+              actors: list) -> None:
+        """A call whose worker Ray lost or is starting again: a batch goes back to the front of the queue, a worker
+        Ray has given up on leaves the pool."""
+        ray, who = self.ray, self.who
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        # ActorUnavailableError: the worker is being started again and refused the call before running it, so
+        # nothing was lost; any other RayActorError lost the batch with its process
+        unavailable = isinstance(e, ray.exceptions.ActorUnavailableError)
+        if batch is not None:
+            if not unavailable:
+                tries[tuple(batch)] = tries.get(tuple(batch), 0) + 1
+                if tries[tuple(batch)] >= MAX_TRIES:
+                    raise RuntimeError(job.stopped(f"{who}: stopped: a batch of {len(batch)} lines was lost with "
+                                                   f"its worker {MAX_TRIES} times ({reason})")) from None
+                log.warning("%s: a worker was lost (%s); its %d lines go back to the queue", who, reason, len(batch))
+            queue.appendleft(batch)
+        if unavailable or batch is not None:
+            restarting[actor] = time.monotonic() + PROBE_SECONDS  # ask again whether Ray has it back
+        elif actor in actors:  # its probe found it dead: Ray has given up on it
+            actors.remove(actor)
+            restarting.pop(actor, None)
+            log.warning("%s: a worker is gone for good (%s); %d left", who, reason, len(actors))
+            if not actors:
+                raise RuntimeError(job.stopped(f"{who}: stopped: every worker was lost")) from None
+
+    def _check_seen(self, files: LineFiles, rendered: list, actor, job: ScriptJob) -> None:
+        unseen = [files.path(i + 1, job.parsed[i].name) for i, _ in rendered]
+        unseen = [path.name for path in unseen if not path.is_file()]
+        if unseen:  # a worker on another machine wrote into its own disk
+            host = self.about[self.actors.index(actor)]["host"]
+            raise RuntimeError(f"{self.who}: the worker on {host} wrote {unseen[0]} where this machine does not see "
+                               f"it: --out must be a folder every machine of the cluster shares (an NFS or other "
+                               f"shared mount); {len(job.lengths)} of {len(job.lines)} lines are in {job.store.folder}")

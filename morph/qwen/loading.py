@@ -58,6 +58,18 @@ def resolve_attention(attention: str, device: torch.device, dtype: torch.dtype) 
     return attention
 
 
+def checkpoint_config(folder: Path) -> dict:
+    """A checkpoint folder's config.json (tts_model_type, tts_model_size, ...): what the model is, known without
+    loading its weights, so a job can check and fingerprint before, or instead of, a load."""
+    import json
+
+    try:
+        return json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise RuntimeError(f"reading {Path(folder) / 'config.json'} failed ({e}); the checkpoint may be incomplete or "
+                           "corrupt: download it again") from e
+
+
 def load_qwen_tts(folder: Path, device: torch.device, dtype: torch.dtype, attention: str):
     """Load a checkpoint folder with qwen-tts, turning its failures into clear messages."""
     from .compat import import_qwen_tts
