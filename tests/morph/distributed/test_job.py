@@ -127,20 +127,8 @@ def test_batches_are_planned_longest_first_as_one_gpu_would():
     assert plan([0, 2, 4], lines, GenerationSettings(max_new_tokens=8), 2) == [[2, 0], [4]]  # then by text
 
 
-def raylets() -> list[str]:
-    """Ray's own processes on this machine: a local cluster's GCS server, raylet, agents and workers."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            command = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "gcs_server" in command or "/raylet" in command or command.startswith("ray::"):
-            found.append(command[:120])
-    return found
-
-
-def test_ctrl_c_stops_the_cluster_and_the_same_command_renders_the_rest(design_dir, tmp_path, capsys, monkeypatch):
+def test_ctrl_c_stops_the_cluster_and_the_same_command_renders_the_rest(design_dir, tmp_path, capsys, monkeypatch,
+                                                                            own_ray):
     import cli_render
 
     (tmp_path / "scene.txt").write_text(SCRIPT, encoding="utf-8")
@@ -156,7 +144,7 @@ def test_ctrl_c_stops_the_cluster_and_the_same_command_renders_the_rest(design_d
     monkeypatch.setattr(cli_render.ScriptProgress, "lines_done", interrupt_after_the_first)
     assert cli.main(argv) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("interrupted: 2 of 10 lines are in ")
-    assert not ray.is_initialized() and raylets() == []
+    assert not ray.is_initialized() and own_ray.left() == []  # the cluster it started, whole
     monkeypatch.undo()
     assert cli.main(argv) == 0
     err = capsys.readouterr().err
@@ -178,7 +166,7 @@ def test_bad_input_is_refused_before_any_rendering(model_dirs, tmp_path, capsys,
     assert "error: --gpus needs Ray, which is not installed here: pip install 'ray>=2.40'" in err and "loading" not in err
 
 
-def test_a_terminated_job_stops_its_cluster_and_keeps_its_lines(design_dir, tmp_path):
+def test_a_terminated_job_stops_its_cluster_and_keeps_its_lines(design_dir, tmp_path, own_ray):
     """`kill PID` (SIGTERM) ends `cli.py render --gpus` as Ctrl-C does, in a process of its own."""
     import subprocess
 
@@ -196,11 +184,7 @@ def test_a_terminated_job_stops_its_cluster_and_keeps_its_lines(design_dir, tmp_
     kept = json.loads((tmp_path / "r" / "dialogue_lines.json").read_text())["lines"]
     assert 0 < len(kept) < 200 and all((tmp_path / "r" / line["file"]).is_file() for line in kept.values())
     # (a batch in flight may have left its files too; without a manifest entry, a rerun renders them again)
-    for _ in range(20):  # Ray's processes end in their own time
-        if not raylets():
-            break
-        time.sleep(0.5)
-    assert raylets() == []
+    assert own_ray.left() == []  # every process of the cluster it started
 
 
 def test_a_worker_that_cannot_load_the_model_says_so(tmp_path):
@@ -224,36 +208,21 @@ def test_an_output_folder_the_workers_do_not_share_is_refused_at_the_first_batch
     assert not (tmp_path / "out" / "s_lines.json").exists()  # nothing recorded as done
 
 
-def test_address_joins_a_running_cluster_and_leaves_it_running(design_dir, tmp_path):
+def test_address_joins_a_running_cluster_and_leaves_it_running(design_dir, tmp_path, own_ray):
     """`--address`: the multi-machine way (`ray start --head`, then the job joins it), here with one machine, with
     Ray's token authentication on as README says to run it: a token in the (test's own) ~/.ray, RAY_AUTH_MODE=token
     set before Ray is imported (so the job runs in a process of its own)."""
-    import socket
     import subprocess
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ray_cli = str(Path(sys.executable).parent / "ray")
-    env = dict(os.environ, RAY_AUTH_MODE="token", HOME=str(tmp_path / "home"))
-    token = subprocess.run([ray_cli, "get-auth-token", "--generate"], capture_output=True, text=True, env=env)
-    assert token.returncode == 0 and (tmp_path / "home" / ".ray" / "auth_token").is_file(), token.stderr[-2000:]
-    started = subprocess.run([ray_cli, "start", "--head", "--port", str(port), "--num-cpus", "2",
-                              "--include-dashboard=false", "--disable-usage-stats"], capture_output=True, text=True,
-                             env=env)
-    assert started.returncode == 0, started.stderr[-2000:]
-    try:
-        (tmp_path / "scene.txt").write_text(SCRIPT, encoding="utf-8")
-        command = [sys.executable, "cli.py", "render", str(tmp_path / "scene.txt"), "--design", "Alice=Warm.",
-                   "--design", "Bob=Bright.", *options(design_dir, tmp_path / "r", "--batch-size", "4", "--address",
-                                                       f"127.0.0.1:{port}")]
-        job = subprocess.run(command, cwd=Path(cli.__file__).parent, capture_output=True, text=True, env=env,
-                             timeout=300)
-        assert job.returncode == 0, job.stderr[-3000:]
-        assert "rendering 10 of 10 lines on 2 workers" in job.stderr  # every CPU of the cluster
-        assert len(list((tmp_path / "r").glob("dialogue_00*.wav"))) == 10
-        status = subprocess.run([ray_cli, "status", "--address", f"127.0.0.1:{port}"], capture_output=True,
-                                text=True, env=env)
-        assert status.returncode == 0, status.stderr[-2000:]  # the job let go of the cluster and left it running
-    finally:
-        subprocess.run([ray_cli, "stop", "--force"], capture_output=True)
+    env = dict(os.environ, HOME=str(tmp_path / "home"))
+    address = own_ray.head(tmp_path / "head", env)  # the token in the test's ~/.ray, RAY_AUTH_MODE=token in env
+    (tmp_path / "scene.txt").write_text(SCRIPT, encoding="utf-8")
+    command = [sys.executable, "cli.py", "render", str(tmp_path / "scene.txt"), "--design", "Alice=Warm.",
+               "--design", "Bob=Bright.", *options(design_dir, tmp_path / "r", "--batch-size", "4", "--address",
+                                                   address)]
+    job = subprocess.run(command, cwd=Path(cli.__file__).parent, capture_output=True, text=True, env=env, timeout=300)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert "rendering 10 of 10 lines on 2 workers" in job.stderr  # every CPU of the cluster
+    assert len(list((tmp_path / "r").glob("dialogue_00*.wav"))) == 10
+    status = subprocess.run([str(Path(sys.executable).parent / "ray"), "status", "--address", address], capture_output=True, text=True, env=env)
+    assert status.returncode == 0, status.stderr[-2000:]  # the job let go of the cluster and left it running
