@@ -211,22 +211,17 @@ class Engine:
         return self.tts
 
     def context(self, language: str, settings, smoothing: bool) -> dict:
-        from types import SimpleNamespace as Loaded
-
         from morph.decode.runner import check_mode
-        from morph.qwen.loading import resolve_attention, resolve_device, resolve_dtype
-        from morph.script_job import render_context
+        from morph.qwen.loading import resolve_load
+        from morph.script_job import job_context
 
         args = self.args
         if args.address is not None:
             return self().context(language, settings, smoothing)
-        device = resolve_device(args.device)
-        dtype = resolve_dtype(args.dtype, device)
-        attention = resolve_attention(args.attention, device, dtype)
-        # what render_context reads of the MorphTTS that MorphTTS.load(args...) makes (decode mode "auto")
-        tts = Loaded(source=args.model, model_size=self.config["tts_model_size"], patch=Loaded(mode=check_mode("auto")),
-                     tts=Loaded(model=Loaded(dtype=dtype, config=Loaded(_attn_implementation=attention))))
-        return render_context(tts, device.type, language, settings, smoothing)
+        device, dtype, attention = resolve_load(args.device, args.dtype, args.attention)
+        # the decode mode load_model gives MorphTTS.load: its default, "auto"
+        return job_context(args.model, self.config["tts_model_size"], dtype, attention, check_mode("auto"),
+                           device.type, language, settings, smoothing)
 
 
 def read_voices(cast: dict, transcripts: dict) -> dict:

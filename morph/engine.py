@@ -23,7 +23,7 @@ from .decode.patch import MorphPatch
 from .lines.reference_audio import FOR_PYTHON, Fixes, prepare_reference
 from .lines.voice import Voice
 from .qwen.checkpoints import DEFAULT_MODEL, locate_checkpoint
-from .qwen.loading import load_qwen_tts, place, resolve_attention, resolve_device, resolve_dtype
+from .qwen.loading import load_qwen_tts, place, resolve_load
 from .scheduler import BatchTTS, Line, OnStep
 from .settings import SAMPLE_RATE, GenerationSettings
 
@@ -49,9 +49,7 @@ class MorphTTS:
         """`mode` picks the decode path: auto (fused on CUDA, eager elsewhere),
         fused, graphs, lean or eager (morph/decode/runner.py says what each is; the retired compile runs fused)."""
         folder = locate_checkpoint(source, list(search_dirs), download_dir)
-        dev = resolve_device(device)
-        dt = resolve_dtype(dtype, dev)
-        return cls(load_qwen_tts(folder, dev, dt, resolve_attention(attention, dev, dt)), source, mode)
+        return cls(load_qwen_tts(folder, *resolve_load(device, dtype, attention)), source, mode)
 
     # -- what the loaded model is ------------------------------------------------------
     @property

@@ -39,14 +39,21 @@ class ScriptResult:
     reused: int  # lines read back from an earlier run instead of rendered
 
 
-def render_context(tts, device_type: str, language: str, settings: GenerationSettings, smoothing: bool) -> dict:
-    """What, besides the line itself, decides a line's audio: the model as loaded (checkpoint, dtype, attention
-    kernel, decode mode and the kind of device it runs on) and every generation setting but the seed (so a
-    randomized seed still resumes; the batch size is left out too)."""
-    return dict(model=str(tts.source), model_size=tts.model_size, dtype=str(tts.tts.model.dtype),
-                attention=str(tts.tts.model.config._attn_implementation), mode=str(tts.patch.mode),
+def job_context(source: str, model_size: str, dtype, attention: str, mode: str, device_type: str, language: str,
+                settings: GenerationSettings, smoothing: bool) -> dict:
+    """What, besides the line itself, decides a line's audio: the model (checkpoint, dtype, attention kernel, decode
+    mode and the kind of device it runs on) and every generation setting but the seed (so a randomized seed still
+    resumes; the batch size is left out too). Known before a load (cli.py render's rerun loads nothing when every
+    line is there) or read off a loaded model (render_context)."""
+    return dict(model=str(source), model_size=model_size, dtype=str(dtype), attention=str(attention), mode=str(mode),
                 device=str(device_type), language=language, smoothing=bool(smoothing),
                 settings={k: v for k, v in dataclasses.asdict(settings).items() if k != "seed"})
+
+
+def render_context(tts, device_type: str, language: str, settings: GenerationSettings, smoothing: bool) -> dict:
+    """job_context of a loaded MorphTTS."""
+    return job_context(tts.source, tts.model_size, tts.tts.model.dtype, tts.tts.model.config._attn_implementation,
+                       tts.patch.mode, device_type, language, settings, smoothing)
 
 
 class ScriptJob:

@@ -163,3 +163,18 @@ def test_a_second_job_on_the_same_out_and_prefix_is_refused_and_every_line_is_wh
         assert hashlib.sha256(data).hexdigest() == entry["sha256"]
         assert sf.info(str(out / entry["file"])).frames == entry["samples"]
     assert not list(out.glob("*.part")) and not (out / ".dialogue.lock").exists()
+
+
+def test_the_context_known_before_a_load_is_the_loaded_models(tiny_dir, tmp_path):
+    """A rerun with every line in --out fingerprints them without loading: with the context a load would give, or
+    a changed line would be missed (or every line rendered again)."""
+    from morph.script_job import render_context
+    from morph.settings import GenerationSettings
+
+    (tmp_path / "s.txt").write_text(SCRIPT, encoding="utf-8")
+    args = cli_render.build_parser().parse_args([str(tmp_path / "s.txt"), *options(tiny_dir, tmp_path / "r")])
+    settings = GenerationSettings(top_k=7)
+    with cli_render.Engine(args) as engine:
+        before = engine.context("English", settings, True)
+        assert engine.tts is None  # nothing loaded for it
+        assert before == render_context(engine(), engine().device.type, "English", settings, True)

@@ -58,6 +58,14 @@ def resolve_attention(attention: str, device: torch.device, dtype: torch.dtype) 
     return attention
 
 
+def resolve_load(device: str, dtype: str, attention: str) -> tuple[torch.device, torch.dtype, str]:
+    """The device, dtype and attention kernel a load with these options gets here ("auto" resolved): what
+    MorphTTS.load loads with, and what a job fingerprints its lines with before, or instead of, a load."""
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    return dev, dt, resolve_attention(attention, dev, dt)
+
+
 def checkpoint_config(folder: Path) -> dict:
     """A checkpoint folder's config.json (tts_model_type, tts_model_size, ...): what the model is, known without
     loading its weights, so a job can check and fingerprint before, or instead of, a load."""
