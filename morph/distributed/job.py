@@ -187,6 +187,10 @@ class WorkerPool:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=PROBE_SECONDS if restarting else None)
             if not ready:
                 continue
+            actor = pending[ready[0]][0]
+            # An actor runs its calls in the order sent, and pending keeps that order: the oldest batch in flight
+            # on this worker is the one it is running (or was, if this call says it died)
+            running = next((b for a, b in pending.values() if a is actor and b is not None), None)
             actor, batch = pending.pop(ready[0])
             try:
                 rendered = ray.get(ready[0])
@@ -195,7 +199,7 @@ class WorkerPool:
                     raise LineWriteError(job.stopped(str(e.cause))) from None
                 raise e.cause from None
             except ray.exceptions.RayActorError as e:
-                self._lost(e, actor, batch, job, queue, tries, restarting, actors)
+                self._lost(e, actor, batch, running, job, queue, tries, restarting, actors)
                 for other in actors:  # a requeued batch goes to the first worker with room
                     if other not in restarting:
                         fill(other)
@@ -215,24 +219,24 @@ class WorkerPool:
         files.join_lines([p.name for p in job.parsed], pause_seconds)
         return job.finish(pause_seconds)
 
-    def _lost(self, e, actor, batch, job: ScriptJob, queue: deque, tries: dict, restarting: dict,
+    def _lost(self, e, actor, batch, running, job: ScriptJob, queue: deque, tries: dict, restarting: dict,
               actors: list) -> None:
         """A call whose worker Ray lost or is starting again: a batch goes back to the front of the queue, a worker
-        Ray has given up on leaves the pool."""
+        Ray has given up on leaves the pool. A worker's death costs one try, to the batch it was running (`running`,
+        its oldest in flight; a batch that kills its worker each time stops the job after MAX_TRIES): the other calls
+        it fails, whether queued behind that batch or sent before the driver knew it was gone, lost nothing. Ray
+        reports them as ActorDiedError or ActorUnavailableError alike, so the error's kind cannot tell."""
         ray, who = self.ray, self.who
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        # ActorUnavailableError: the worker is being started again and refused the call before running it, so
-        # nothing was lost; any other RayActorError lost the batch with its process
-        unavailable = isinstance(e, ray.exceptions.ActorUnavailableError)
+        if actor not in restarting and running is not None:  # the first word of this death
+            tries[tuple(running)] = tries.get(tuple(running), 0) + 1
+            if tries[tuple(running)] >= MAX_TRIES:
+                raise RuntimeError(job.stopped(f"{who}: stopped: a batch of {len(running)} lines was lost with "
+                                               f"its worker {MAX_TRIES} times ({reason})")) from None
+            log.warning("%s: a worker was lost (%s); its lines go back to the queue", who, reason)
         if batch is not None:
-            if not unavailable:
-                tries[tuple(batch)] = tries.get(tuple(batch), 0) + 1
-                if tries[tuple(batch)] >= MAX_TRIES:
-                    raise RuntimeError(job.stopped(f"{who}: stopped: a batch of {len(batch)} lines was lost with "
-                                                   f"its worker {MAX_TRIES} times ({reason})")) from None
-                log.warning("%s: a worker was lost (%s); its %d lines go back to the queue", who, reason, len(batch))
             queue.appendleft(batch)
-        if unavailable or batch is not None:
+        if isinstance(e, ray.exceptions.ActorUnavailableError) or batch is not None:
             restarting[actor] = time.monotonic() + PROBE_SECONDS  # ask again whether Ray has it back
         elif actor in actors:  # its probe found it dead: Ray has given up on it
             actors.remove(actor)
