@@ -154,7 +154,7 @@ def compare(tts: MorphTTS, dtype: torch.dtype, ref_dtype: torch.dtype, frames: i
             _log(f"numerics: {name} in {time.perf_counter() - t0:.1f} s")
             return out
 
-        ref = timed(f"reference ({ref_dtype})", lambda rec: hf_stack(ref_model, rec, ks, ref_dtype))
+        ref = timed(f"reference ({ref_dtype})", lambda rec, model=ref_model: hf_stack(model, rec, ks, ref_dtype))
         del ref_model
         logits, skipped = {}, {}
         for name in stacks:

@@ -84,7 +84,7 @@ def one_gpu(args, folder: Path, parsed, settings: GenerationSettings, out: Path)
     with LineStore(out, "one", "bench") as store, eos_suppressed(tts, HELD_FRAMES):
         job = ScriptJob(parsed, lines, store, context)
         steady = time.perf_counter()
-        result = job.run(lambda todo: tts, settings, args.batch_size, 0.0, who="bench")
+        result = job.run(lambda todo, loaded=tts: loaded, settings, args.batch_size, 0.0, who="bench")
     end = time.perf_counter()
     audio = sum(clip.size for clip in result.clips) / SAMPLE_RATE
     del tts, job, result

@@ -9,9 +9,15 @@ cd "$(dirname "$0")/.."
 export PIP_NO_CACHE_DIR=1
 venv=.venv-test
 status=0
+# CI has no GPU: say how old the evidence for tests/gpu is (those tests are listed as skipped below)
+python3 tools/gpu_check_age.py
 for tf in 4.57.3 newest; do
   echo "=== transformers $tf ($venv)"
   bash tools/setup_env.sh "$venv" "$tf"
-  "$venv/bin/python" -m pytest -q || status=1
+  if [ "$tf" = 4.57.3 ]; then
+    echo "=== ruff (pyproject.toml [tool.ruff])"
+    "$venv/bin/ruff" check . || status=1
+  fi
+  "$venv/bin/python" -m pytest -q -rs || status=1
 done
 exit $status

@@ -30,8 +30,7 @@ import torch
 
 from ..settings import Sampling
 from . import runner
-from .streams import RowStreams
-from .talker_state import TalkerState, cache_tensors
+from .talker_state import cache_tensors
 
 REFILL_DIVISOR = 16  # rows join when width / REFILL_DIVISOR slots are free (or none runs)
 

@@ -62,6 +62,12 @@ def test_modes_on_cpu_run_eager():
     for mode in ("auto", "eager", "graphs", "fused"):
         assert runner.resolve(mode, torch.device("cpu"), lambda: None) == "eager"
     assert runner.resolve("lean", torch.device("cpu"), lambda: None) == "lean"
+
+
+def test_auto_on_cuda_runs_fused_where_triton_is(monkeypatch):
+    """Whether or not this machine has Triton (the README's CPU-only route has none): the next test covers its
+    absence."""
+    monkeypatch.setattr(runner.graphs, "triton_available", lambda: True)
     assert runner.resolve("auto", torch.device("cuda"), lambda: None) == "fused"
 
 

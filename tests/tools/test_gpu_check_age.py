@@ -1,0 +1,47 @@
+"""tools/gpu_check_age.py on a repository of its own: the newest committed GPU check, its result, and the engine
+commits after it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import gpu_check_age  # noqa: E402
+
+
+def commit(repo, path, text):
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text(text)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", path], check=True)
+    subprocess.run([*git, "commit", "-qm", path], check=True)
+    return subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def check(commit_id, failed=()):
+    return json.dumps(dict(commit=commit_id, device="GPU X", backends={
+        "cudaMallocAsync": dict(passed=3, failed=list(failed)), "native": dict(passed=2, failed=[])}))
+
+
+def test_the_newest_check_its_result_and_the_engine_commits_since(tmp_path, monkeypatch, capsys):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    old = commit(tmp_path, "morph/a.py", "1")
+    new = commit(tmp_path, "nodes/b.py", "1")
+    commit(tmp_path, "bench/results/d1/gpu_check-old/gpu_check.json", check(old))
+    commit(tmp_path, "bench/results/d2/gpu_check-new/gpu_check.json", check(new, failed=["t::x"]))
+    commit(tmp_path, "bench/results/d2/gpu_check-lost/gpu_check.json", check("0" * 40))  # a commit not here
+    commit(tmp_path, "morph/a.py", "2")
+    commit(tmp_path, "README.md", "not the engine")
+    commit(tmp_path, "nodes/b.py", "2")
+    monkeypatch.setattr(gpu_check_age, "ROOT", tmp_path)
+    assert gpu_check_age.main() == 0
+    assert capsys.readouterr().out.strip() == (
+        f"GPU checks last ran at {new[:10]} on GPU X (bench/results/d2/gpu_check-new/gpu_check.json): "
+        "cudaMallocAsync 3 passed, 1 failed; native 2 passed, 0 failed; 2 commits to morph and nodes since")
+
+
+def test_a_clone_without_checks_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(gpu_check_age, "ROOT", tmp_path)
+    assert gpu_check_age.main() == 0
+    assert "none committed" in capsys.readouterr().out

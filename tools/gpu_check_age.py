@@ -1,0 +1,61 @@
+"""Which commit the GPU checks (tests/gpu, `bash tools/gpu_check.sh` on an NVIDIA GPU) last ran at, with what result,
+and how many commits to the engine (morph/, nodes/) came after it: CI has no GPU, so its own summary only lists those
+tests as skipped, and this line says how old the evidence for them is.
+
+    python tools/gpu_check_age.py      # prints one line; never fails (a CI without git history still runs)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGINE = ("morph", "nodes")
+
+
+def git(*args: str) -> str | None:
+    done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def checks(results: Path) -> list[dict]:
+    """Every committed gpu_check.json with how many commits HEAD is past its commit (None where git does not know
+    the commit): the fewest is the newest, whatever the clock said."""
+    found = []
+    for path in sorted(results.glob("*/*/gpu_check.json")):
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if report.get("commit"):
+            behind = git("rev-list", "--count", f"{report['commit']}..HEAD")
+            found.append(dict(report, path=path, behind=int(behind) if behind else None))
+    return found
+
+
+def summary(report: dict) -> str:
+    parts = []
+    for backend, result in report.get("backends", {}).items():
+        failed = len(result.get("failed", []))
+        parts.append(f"{backend} {result.get('passed', 0)} passed, {failed} failed")
+    return "; ".join(parts) or "no result recorded"
+
+
+def main() -> int:
+    known = [c for c in checks(ROOT / "bench" / "results") if c["behind"] is not None]
+    if not known:
+        print("GPU checks: none committed at a commit this clone knows")
+        return 0
+    newest = min(known, key=lambda c: c["behind"])
+    after = git("rev-list", "--count", f"{newest['commit']}..HEAD", "--", *ENGINE)
+    print(f"GPU checks last ran at {newest['commit'][:10]} on {newest.get('device', 'an unnamed GPU')} "
+          f"({newest['path'].relative_to(ROOT)}): {summary(newest)}; "
+          f"{after if after is not None else 'an unknown number of'} commits to {' and '.join(ENGINE)} since")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
