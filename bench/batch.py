@@ -174,7 +174,8 @@ def run_script_job(batch: BatchTTS, lines: list[Line], settings: GenerationSetti
     the store to the dialogue's file, each line's samples, and what was written."""
     tts = batch.tts
     names = ["B" if line.voice.icl else "A" for line in lines]
-    parsed = parse_script("".join(f"{name}: {line.text}\n" for name, line in zip(names, lines)), ["A", "B"])
+    spoken = "".join(f"{name}: {line.text}\n" for name, line in zip(names, lines, strict=True))
+    parsed = parse_script(spoken, ["A", "B"])
     context = render_context(tts, tts.device.type, "English", settings, True)
     # ScriptJob renders through a BatchTTS of its own: end each row where this bench's does (a script's own ends)
     with tempfile.TemporaryDirectory(prefix="bench-job-") as folder, \
@@ -203,13 +204,13 @@ def agreement(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, fr
         together = batch.codes(lines, settings, batch_size=size, continuous=True)
         alone = [batch.codes([line], settings, batch_size=1, continuous=True)[0] for line in lines]
     before, equal = [], 0
-    for a, b in zip(together, alone):
+    for a, b in zip(together, alone, strict=True):
         n = min(len(a), len(b))
         codes_equal = a[:n] == b[:n]
         before.append(float(codes_equal.all(dim=1).int().cumprod(0).sum()) / max(len(a), 1))
         equal += int(codes_equal.sum())
     return dict(batch_size=size, seq_groups=seq_groups, lines=len(lines), mode=batch.tts.patch.last_run.get("mode"),
-                identical_lines=sum(torch.equal(a, b) for a, b in zip(together, alone)),
+                identical_lines=sum(torch.equal(a, b) for a, b in zip(together, alone, strict=True)),
                 share_of_frames_before_first_difference=dict(
                     mean=round(float(np.mean(before)), 4), median=round(float(np.median(before)), 4),
                     min=round(min(before), 4)),

@@ -144,7 +144,8 @@ def profile_batch(tts, lines: list[Line], frames: int, top: int) -> dict:
         tok.model.to(dtype)
         rms = float(np.sqrt(np.mean(np.concatenate(exact) ** 2)))
         row["codec_error_vs_fp32"] = {
-            name: round(float(np.sqrt(np.mean(np.concatenate([a - b for a, b in zip(got, exact)]) ** 2))) / rms, 5)
+            name: round(float(np.sqrt(np.mean(np.concatenate(
+                [a - b for a, b in zip(got, exact, strict=True)]) ** 2))) / rms, 5)
             for name, got in (("lean", lean), ("upstream", up))}
         times, total, count = kernel_table(lambda: batch.decode(codes, voices), top)
         row["codec_kernels"] = dict(kernels=count, gpu_ms=round(total / 1000, 2), top=top_rows(times, total, 1, top))

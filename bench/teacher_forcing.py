@@ -197,7 +197,7 @@ def lean_stack(talker, rec: Recording, ks, dtype, mode: str, overrides: dict | N
         cap = n + len(rec.codes)
         tk = [torch.zeros(1, td.kv_heads, cap, td.head_dim, device=dev, dtype=dtype) for _ in tw]
         tv = [torch.zeros(1, td.kv_heads, cap, td.head_dim, device=dev, dtype=dtype) for _ in tw]
-        for (k, v), kc, vc in zip(_cache_pairs(cache), tk, tv):
+        for (k, v), kc, vc in zip(_cache_pairs(cache), tk, tv, strict=True):
             kc[:, :, :n].copy_(k)
             vc[:, :, :n].copy_(v)
         t_cos, t_sin = lean.rope_tables(talker.model.rotary_emb, cap, dev, dtype, multimodal=True)

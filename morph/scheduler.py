@@ -185,7 +185,7 @@ class BatchTTS:
             return decode_rows(self.tts.tts.model.speech_tokenizer, codes, refs)
         device = self.tts.device
         stream = CodecStream(self.tts.codec, device, self.tts.codec.side_stream(device))
-        for i, (c, ref) in enumerate(zip(codes, refs)):
+        for i, (c, ref) in enumerate(zip(codes, refs, strict=True)):
             stream.submit(i, c, ref)
         audio = dict(stream.pump(flush=True))
         return [audio[i] for i in range(len(codes))]

@@ -34,7 +34,7 @@ def test_continuous_fast_mode_equals_op_by_op(cuda_tts, voices, mode, prompt, k)
     assert cuda_tts.patch.last_run["mode"] == mode and cuda_tts.patch.last_run["rows"] == 6
     lean = codes(cuda_tts, "lean", k, voices[prompt], TEXTS, 4)
     assert all(c.shape[0] > 3 for c in fast)
-    assert all(torch.equal(a, b) for a, b in zip(fast, lean))
+    assert all(torch.equal(a, b) for a, b in zip(fast, lean, strict=True))
     alone = codes(cuda_tts, mode, k, voices[prompt], TEXTS[2:3], 1)[0]
     assert torch.equal(alone, fast[2])  # its own stream: the same take alone
 

@@ -34,7 +34,7 @@ def test_fast_mode_equals_op_by_op(cuda_tts, voices, mode, batch, prompt, sample
     assert cuda_tts.patch.last_run["mode"] == mode
     lean = codes(cuda_tts, "lean", k, sampled, voices[prompt], batch)
     assert len(fast) == batch and all(c.shape[0] > 3 for c in fast)
-    assert all(torch.equal(a, b) for a, b in zip(fast, lean))
+    assert all(torch.equal(a, b) for a, b in zip(fast, lean, strict=True))
 
 
 def test_the_allocator_backend_is_the_one_asked_for():

@@ -10,6 +10,7 @@ import torch
 from morph.continuous import runs_lean
 from morph.scheduler import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
+from tests.audio_compare import assert_audio_close
 
 SR = 24000
 
@@ -74,7 +75,7 @@ def test_rows_join_as_others_end_and_give_each_lines_codes(tiny_tts, lean, scrip
     assert sum(1 for live, shift in moves if live and shift > 0) >= 1  # running rows were moved down
     tiny_tts.patch.mode = "eager"
     alone = Ends(tiny_tts, ends).batch
-    for line, codes in zip(script * 2, got):
+    for line, codes in zip(script * 2, got, strict=True):
         assert codes.shape[0] == ends[line.text]
         assert torch.equal(codes, alone.codes([line], settings(frames=30))[0]), line.text
 
@@ -86,9 +87,10 @@ def test_a_seeded_line_draws_the_same_take_anywhere(lean, script):
     together = lean.codes(script[:6], s, batch_size=4, continuous=True)
     for i in (0, 3, 5):
         assert torch.equal(lean.codes([script[i]], s, continuous=True)[0], together[i]), i
-    assert all(torch.equal(a, b) for a, b in zip(lean.codes(script[3:6], s, batch_size=2, continuous=True), together[3:]))
+    alone = lean.codes(script[3:6], s, batch_size=2, continuous=True)
+    assert all(torch.equal(a, b) for a, b in zip(alone, together[3:], strict=True))
     other = lean.codes(script[:6], settings(frames=10, sampled=True, seed=8), batch_size=4, continuous=True)
-    assert not any(torch.equal(a, b) for a, b in zip(other, together))
+    assert not any(torch.equal(a, b) for a, b in zip(other, together, strict=True))
 
 
 def test_static_batches_keep_upstreams_one_stream(tiny_tts, script):
@@ -109,9 +111,9 @@ def test_render_decodes_each_row_as_the_codec_would(lean, script):
     audio = lean.render(script[:7], s, batch_size=3, continuous=True)
     codes = lean.codes(script[:7], s, batch_size=3, continuous=True)
     decoded = lean.decode(codes, [line.voice for line in script[:7]])
-    for got, want in zip(audio, decoded):
+    for got, want in zip(audio, decoded, strict=True):
         assert got.dtype == np.float32
-        np.testing.assert_allclose(got, want, rtol=0, atol=2e-6)
+        assert_audio_close(got, want, rel=1e-5)
 
 
 def test_a_cancel_keeps_the_lines_already_rendered(lean, script):

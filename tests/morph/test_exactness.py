@@ -38,8 +38,8 @@ def morph_run(tts, run):
 def assert_same(upstream, morph):
     (up_codes, up_audio), (codes, audio) = upstream, morph
     assert len(up_codes) == len(codes) and up_codes[0].shape[1] == 16 and up_codes[0].shape[0] > 3
-    assert all(torch.equal(a, b) for a, b in zip(up_codes, codes))
-    assert all(a.dtype == np.float32 and np.array_equal(a, b) for a, b in zip(up_audio, audio))
+    assert all(torch.equal(a, b) for a, b in zip(up_codes, codes, strict=True))
+    assert all(a.dtype == np.float32 and np.array_equal(a, b) for a, b in zip(up_audio, audio, strict=True))
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_k15_batch_equals_upstreams_batch(tiny_tts, voices, do_sample):
     settings, picked = exact(do_sample, frames=12), [voices[True], voices[False], voices[True]]
     upstream = upstream_run(tiny_tts, settings, "generate_voice_clone", text=TEXTS, language=LANGUAGES,
                             voice_clone_prompt=[tiny_tts._prompt_item(v) for v in picked])
-    lines = [Line(t, v, lang) for t, v, lang in zip(TEXTS, picked, LANGUAGES)]
+    lines = [Line(t, v, lang) for t, v, lang in zip(TEXTS, picked, LANGUAGES, strict=True)]
     assert_same(upstream, morph_run(tiny_tts, lambda: BatchTTS(tiny_tts).render(lines, settings, sort=False)))
 
 
@@ -82,7 +82,7 @@ def test_k15_custom_voice_and_voice_design_equal_upstream(model_dirs, do_sample)
     assert_same(upstream, morph_run(cv, lambda: [cv.custom_voice(TEXT, "Vivian", "", "English", settings)]))
     speakers = [cv.speakers[0], cv.speakers[-1], cv.speakers[0]]
     upstream = upstream_run(cv, settings, "generate_custom_voice", text=TEXTS, speaker=speakers, language=LANGUAGES)
-    lines = [Line(t, language=lang, speaker=s) for t, lang, s in zip(TEXTS, LANGUAGES, speakers)]
+    lines = [Line(t, language=lang, speaker=s) for t, lang, s in zip(TEXTS, LANGUAGES, speakers, strict=True)]
     assert_same(upstream, morph_run(cv, lambda: BatchTTS(cv).render(lines, settings, sort=False)))
 
     vd = MorphTTS.load(str(model_dirs("tiny", "voice_design")), device="cpu", dtype="fp32", attention="sdpa")

@@ -115,7 +115,7 @@ def test_render_lines_outputs_a_list_a_dialogue_and_srt(nodes, base_model, bank,
     blocks = srt.strip().split("\n\n")
     assert len(blocks) == len(SPOKEN)
     at = 0
-    for n, (block, (name, text), size) in enumerate(zip(blocks, SPOKEN, sizes), start=1):
+    for n, (block, (name, text), size) in enumerate(zip(blocks, SPOKEN, sizes, strict=True), start=1):
         number, times, words = block.split("\n")
         assert number == str(n) and words == f"{name}: {text}"
         m = re.fullmatch(r"(\d\d):(\d\d):(\d\d),(\d{3}) --> (\d\d):(\d\d):(\d\d),(\d{3})", times)
@@ -193,7 +193,7 @@ def test_resume_after_a_crash_renders_only_the_missing_lines(nodes, base_model, 
     assert all((out_dir / "scene" / f).read_bytes() == data for f, data in kept.items())
     import soundfile
 
-    for f, clip in zip(files, clips):  # the outputs are the files, bit for bit (float WAV)
+    for f, clip in zip(files, clips, strict=True):  # the outputs are the files, bit for bit (float WAV)
         wav, rate = soundfile.read(str(out_dir / "scene" / f), dtype="float32")
         assert rate == SR and np.array_equal(wav, clip["waveform"][0, 0].numpy())
     manifest = json.loads((out_dir / "scene" / "take_lines.json").read_text())
@@ -202,7 +202,7 @@ def test_resume_after_a_crash_renders_only_the_missing_lines(nodes, base_model, 
 
     rows.clear()
     again = render(nodes, base_model, bank, resume=True, seed=99)  # a new seed alone does not re-render
-    assert rows == [] and all(torch.equal(a["waveform"], b["waveform"]) for a, b in zip(again[0], clips))
+    assert rows == [] and all(torch.equal(a["waveform"], b["waveform"]) for a, b in zip(again[0], clips, strict=True))
 
     rows.clear()
     edited = SCRIPT.replace("Only the wind.", "Only the wind, I promise.")

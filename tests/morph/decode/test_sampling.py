@@ -57,3 +57,28 @@ def test_batched_groups_sample_every_row():
 def test_out_of_range_sampling_is_a_clear_error(bad, match):
     with pytest.raises(ValueError, match=f"Generate: {match}"):
         bad.validate("Generate")
+
+
+def test_top_k_cuts_before_top_p_does():
+    """HF's order: top-p's nucleus is taken over what top-k left, renormalised. Over the full distribution 0.7 keeps
+    two tokens; over the top-2 it keeps one."""
+    scores = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]])
+    kept = torch.isfinite(warp(scores, Sampling(True, 1.0, 2, 0.7)))
+    assert kept.tolist() == [[True, False, False, False, False]]
+
+
+def test_talker_scores_penalise_seen_tokens_toward_zero_and_guard_eos_until_min_new_tokens():
+    """Upstream's repetition penalty divides a seen token's positive logit and multiplies a negative one; EOS is
+    barred while fewer than min_new_tokens frames are made, and allowed from that frame on; suppressed tokens never."""
+    from morph.decode.sampling import talker_scores
+
+    logits = torch.tensor([[2.0, -2.0, 1.0, 0.5, 3.0]])
+    seen = torch.tensor([[True, True, False, False, False]])
+    eos = torch.tensor([False, False, False, True, False])
+    suppress = torch.tensor([False, False, False, False, True])
+    minimum = torch.tensor(3)
+    before = talker_scores(logits, seen, torch.tensor([2]), minimum, eos, suppress, 2.0)
+    at = talker_scores(logits, seen, torch.tensor([3]), minimum, eos, suppress, 2.0)
+    inf = float("inf")
+    assert before.tolist() == [[1.0, -4.0, 1.0, -inf, -inf]]
+    assert at.tolist() == [[1.0, -4.0, 1.0, 0.5, -inf]]

@@ -78,7 +78,7 @@ def test_predictor_passes_match_lean(kernels, tiny_tts):
         want = lean.stack_step(x[:, pos], *args, ref_k, ref_v, cos, sin, rope, idx, lo, d)
         got = kernels.stack_step(x[:, pos], *args, got_k, got_v, cos, sin, rope, idx, lo, d)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    for a, b in zip(got_k + got_v, ref_k + ref_v):
+    for a, b in zip(got_k + got_v, ref_k + ref_v, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     stack.release()
 

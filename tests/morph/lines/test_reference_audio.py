@@ -155,3 +155,16 @@ def test_long_clip_is_trimmed_with_a_warning(caplog):
 def test_bad_clips_are_refused_clearly(wave, sr, match):
     with pytest.raises(ValueError, match=f"Voice prompt: .*{match}"):
         prepare_reference(wave, sr, "Voice prompt")
+
+
+@pytest.mark.parametrize("dbfs, silent", [(-70, False), (-90, True)])
+def test_quiet_speech_is_kept_and_only_near_silence_refused(dbfs, silent):
+    """The silence floor is -80 dBFS (RMS): a quiet recording at -70 is a voice, a hiss at -90 is not."""
+    rng = np.random.default_rng(0)
+    wave = rng.standard_normal(2 * SR)
+    wave = (wave / np.sqrt(np.mean(wave**2)) * 10 ** (dbfs / 20)).astype(np.float32)
+    if silent:
+        with pytest.raises(ValueError, match="the clip is silent"):
+            prepare_reference(wave, SR)
+    else:
+        assert prepare_reference(wave, SR).size == wave.size
