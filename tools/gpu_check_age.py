@@ -22,10 +22,11 @@ def git(*args: str) -> str | None:
 
 
 def checks(results: Path) -> list[dict]:
-    """Every committed gpu_check.json with how many commits HEAD is past its commit (None where git does not know
+    """Every committed GPU check report (gpu_check.json, or gpu_check_<allocator>.json where the allocators ran in
+    calls of their own), at any depth, with how many commits HEAD is past its commit (None where git does not know
     the commit): the fewest is the newest, whatever the clock said."""
     found = []
-    for path in sorted(results.glob("*/*/gpu_check.json")):
+    for path in sorted(results.rglob("gpu_check*.json")):
         try:
             report = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -49,10 +50,14 @@ def main() -> int:
     if not known:
         print("GPU checks: none committed at a commit this clone knows")
         return 0
-    newest = min(known, key=lambda c: c["behind"])
+    behind = min(c["behind"] for c in known)
+    # the allocators of one check may sit in a file each: together they are its result
+    at = [c for c in known if c["behind"] == behind]
+    newest = dict(at[0], backends={b: r for c in at for b, r in c.get("backends", {}).items()})
     after = git("rev-list", "--count", f"{newest['commit']}..HEAD", "--", *ENGINE)
+    paths = ", ".join(str(c["path"].relative_to(ROOT)) for c in at)
     print(f"GPU checks last ran at {newest['commit'][:10]} on {newest.get('device', 'an unnamed GPU')} "
-          f"({newest['path'].relative_to(ROOT)}): {summary(newest)}; "
+          f"({paths}): {summary(newest)}; "
           f"{after if after is not None else 'an unknown number of'} commits to {' and '.join(ENGINE)} since")
     return 0
 

@@ -19,9 +19,9 @@ def commit(repo, path, text):
     return subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def check(commit_id, failed=()):
-    return json.dumps(dict(commit=commit_id, device="GPU X", backends={
-        "cudaMallocAsync": dict(passed=3, failed=list(failed)), "native": dict(passed=2, failed=[])}))
+def check(commit_id, failed=(), backends=("cudaMallocAsync", "native")):
+    results = dict(cudaMallocAsync=dict(passed=3, failed=list(failed)), native=dict(passed=2, failed=[]))
+    return json.dumps(dict(commit=commit_id, device="GPU X", backends={b: results[b] for b in backends}))
 
 
 def test_the_newest_check_its_result_and_the_engine_commits_since(tmp_path, monkeypatch, capsys):
@@ -29,7 +29,10 @@ def test_the_newest_check_its_result_and_the_engine_commits_since(tmp_path, monk
     old = commit(tmp_path, "morph/a.py", "1")
     new = commit(tmp_path, "nodes/b.py", "1")
     commit(tmp_path, "bench/results/d1/gpu_check-old/gpu_check.json", check(old))
-    commit(tmp_path, "bench/results/d2/gpu_check-new/gpu_check.json", check(new, failed=["t::x"]))
+    # the newest ran its allocators in a call each, one folder deeper: one check
+    commit(tmp_path, "bench/results/d2/final/gpu_check_cudaMallocAsync.json",
+           check(new, failed=["t::x"], backends=["cudaMallocAsync"]))
+    commit(tmp_path, "bench/results/d2/final/gpu_check_native.json", check(new, backends=["native"]))
     commit(tmp_path, "bench/results/d2/gpu_check-lost/gpu_check.json", check("0" * 40))  # a commit not here
     commit(tmp_path, "morph/a.py", "2")
     commit(tmp_path, "README.md", "not the engine")
@@ -37,7 +40,8 @@ def test_the_newest_check_its_result_and_the_engine_commits_since(tmp_path, monk
     monkeypatch.setattr(gpu_check_age, "ROOT", tmp_path)
     assert gpu_check_age.main() == 0
     assert capsys.readouterr().out.strip() == (
-        f"GPU checks last ran at {new[:10]} on GPU X (bench/results/d2/gpu_check-new/gpu_check.json): "
+        f"GPU checks last ran at {new[:10]} on GPU X (bench/results/d2/final/gpu_check_cudaMallocAsync.json, "
+        "bench/results/d2/final/gpu_check_native.json): "
         "cudaMallocAsync 3 passed, 1 failed; native 2 passed, 0 failed; 2 commits to morph and nodes since")
 
 
