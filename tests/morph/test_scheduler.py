@@ -301,6 +301,18 @@ def test_a_line_too_long_for_one_pass_is_rendered_in_segments(batch, voices, mon
         batch.codes([Line(text, voices["xvec"])], settings)
 
 
+def test_segments_join_in_order_every_one_with_a_pause_between_each_two():
+    """join_with_pauses, which turns a long line's segment audio back into the line: each segment once, in order,
+    a pause between each two and none at either end (a dropped first or last segment shows as a short join)."""
+    from morph.scheduler import join_with_pauses
+
+    pieces = [np.full(n, v, np.float32) for n, v in ((3, 1.0), (5, 2.0), (2, 3.0))]
+    pause = np.zeros(int(SEGMENT_PAUSE_SECONDS * SR), np.float32)
+    np.testing.assert_array_equal(join_with_pauses(pieces),
+                                  np.concatenate([pieces[0], pause, pieces[1], pause, pieces[2]]))
+    np.testing.assert_array_equal(join_with_pauses(pieces[:1]), pieces[0])
+
+
 # -- errors --------------------------------------------------------------------------------------
 def test_bad_lines_are_clear_errors_naming_the_line(batch, voices):
     ok = Line("Fine.", voices["xvec"])

@@ -29,3 +29,23 @@ def test_split_keeps_every_character_in_order(text, max_chars):
     segments = split_text(text, max_chars)
     assert all(0 < len(s) <= max_chars for s in segments)
     assert "".join("".join(segments).split()) == "".join(text.split())
+
+
+def test_the_last_sentence_ends_the_last_segment_whatever_its_shape():
+    """A long line's tail is the part most easily lost: a short last sentence, one without an end mark, an
+    over-long one broken at clauses and one broken at spaces each end the last segment."""
+    body = "A first sentence of some length. A second one follows it! "
+    for tail in ("End.", "no end mark at all", "last, and long " + "word " * 20 + "done.", "x" * 42 + "end"):
+        segments = split_text(body + tail, 40)
+        assert segments[-1].endswith(tail[-3:]), (tail, segments)
+        assert "".join("".join(segments).split()) == "".join((body + tail).split())
+
+
+def test_a_sentence_a_clause_or_a_pair_of_exactly_the_limit_stays_whole():
+    """At max_chars, not one under. A short sentence in front keeps the packing from gluing broken parts back:
+    a sentence of exactly the limit is not broken at its comma, a clause of exactly the limit (in an over-long
+    sentence) not at its space, and two sentences that fill the limit with their space are packed together."""
+    assert split_text("Hi. Twelve char, then more.", 23) == ["Hi.", "Twelve char, then more."]
+    assert split_text("Hi. Aaaa bbbb, cccc dddd.", 10) == ["Hi.", "Aaaa bbbb,", "cccc dddd."]
+    assert split_text("One two. Three four.", 20) == ["One two. Three four."]
+    assert split_text("One two. Three four.", 19) == ["One two.", "Three four."]
