@@ -32,7 +32,7 @@ def test_merge_and_summary(speed_report, batch_report, first_call_report, tmp_pa
     def line(start):
         return next(x.split() for x in text.splitlines() if x.strip().startswith(start))
 
-    upstream, auto, _ = speed_report["results"]
+    upstream, auto, _, _ = speed_report["results"]  # and lean k=5, and the stack that fails
     assert line(f"upstream qwen-tts (xvector, {speed_report['frames']} frames)")[-5:] == \
         [f"{upstream['ms_per_frame']:.2f}", "|", f"{upstream['end_to_end_ms_per_frame']:.2f}",
          f"{upstream['end_to_end_x_real_time']:.1f}x", f"{upstream['end_to_end_peak_memory_gib']:.3f}"]
