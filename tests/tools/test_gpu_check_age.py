@@ -49,3 +49,12 @@ def test_a_clone_without_checks_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(gpu_check_age, "ROOT", tmp_path)
     assert gpu_check_age.main() == 0
     assert "none committed" in capsys.readouterr().out
+
+
+def test_a_machine_without_git_says_so(tmp_path, monkeypatch, capsys):
+    (tmp_path / "bench/results/d1").mkdir(parents=True)
+    (tmp_path / "bench/results/d1/gpu_check.json").write_text(check("1" * 40))
+    monkeypatch.setattr(gpu_check_age, "ROOT", tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git to be found
+    assert gpu_check_age.main() == 0
+    assert "none committed" in capsys.readouterr().out
