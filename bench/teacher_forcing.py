@@ -171,7 +171,7 @@ def _cache_pairs(cache):
     """(keys, values) per layer of an HF DynamicCache, on transformers 4.57 and 5.x."""
     if hasattr(cache, "layers"):
         return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache))
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))
 
 
 def lean_stack(talker, rec: Recording, ks, dtype, mode: str, overrides: dict | None = None) -> Logits:

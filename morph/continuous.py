@@ -38,7 +38,7 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
     from .decode.slots import ContinuousBatch, Group  # the decode path loads with a model, not with the nodes
 
     model, patch = tts.tts, tts.patch
-    pending = collections.deque(sorted(zip(rows, stream_keys(rows, settings.seed)),
+    pending = collections.deque(sorted(zip(rows, stream_keys(rows, settings.seed), strict=True),
                                        key=lambda rk: (-rk[0].limit, -len(rk[0].text))))
     count = token_count(tts)
     need = max(prompt_tokens(r.text, r.line.voice, r.line.instruct, count) + stop(r) + 1 for r in rows)

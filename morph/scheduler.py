@@ -170,7 +170,8 @@ class BatchTTS:
             return out
         for batch in plan_batches([(r.limit, r.text) for r in rows], width, longest_first=False):
             chunk = [rows[i] for i in batch]
-            for row, c in zip(chunk, self._generate(chunk, settings, _Progress(on_step, _allotment(chunk)))):
+            codes = self._generate(chunk, settings, _Progress(on_step, _allotment(chunk)))
+            for row, c in zip(chunk, codes, strict=True):
                 out[row.index] = c
         return out
 
@@ -223,7 +224,7 @@ class BatchTTS:
                 audio = self._audio(batch)
                 codes = self._generate(batch, settings, progress, audio)
                 if audio is None:
-                    for row, wav in zip(batch, self.decode(codes, [r.line.voice for r in batch])):
+                    for row, wav in zip(batch, self.decode(codes, [r.line.voice for r in batch]), strict=True):
                         deliver(row, wav)
                 else:
                     audio.finish(codes)
@@ -268,11 +269,11 @@ class BatchTTS:
             codes, _ = model.model.generate(languages=[r.line.language for r in rows], **inputs, **kwargs)
         finally:
             patch.on_step = patch.row_stops = patch.on_frames = None
-        return [c[: r.limit] for c, r in zip(codes, rows)]
+        return [c[: r.limit] for c, r in zip(codes, rows, strict=True)]
 
 
 def _hand_over(rows: list[Row], audio: RowsDecode, deliver) -> None:
-    for row, wav in zip(rows, audio.audio()):
+    for row, wav in zip(rows, audio.audio(), strict=True):
         deliver(row, wav)
 
 

@@ -50,13 +50,13 @@ def decode_rows(tokenizer, codes: Sequence[torch.Tensor], refs: Sequence[torch.T
     """Float32 24 kHz audio of each row's codes [frames, 16] through `tokenizer` (qwen-tts's 12 Hz speech
     tokenizer), `budget` row-frames per call. refs[i], an ICL voice's reference codes, go in front of row i as
     upstream decodes them, and the audio they make is cut off again. A row without frames is silent."""
-    full = [c if r is None else torch.cat([r.to(c.device), c]) for c, r in zip(codes, refs)]
+    full = [c if r is None else torch.cat([r.to(c.device), c]) for c, r in zip(codes, refs, strict=True)]
     audio = [np.zeros(0, np.float32) for _ in codes]
     # a row without frames goes to no piece: the codec cannot decode an empty batch
-    for piece in pieces([f.shape[0] if c.shape[0] else 0 for f, c in zip(full, codes)], budget):
+    for piece in pieces([f.shape[0] if c.shape[0] else 0 for f, c in zip(full, codes, strict=True)], budget):
         wavs, sr = tokenizer.decode([{"audio_codes": full[i]} for i in piece])
         assert sr == SAMPLE_RATE, f"the 12 Hz codec decodes at {SAMPLE_RATE} Hz, got {sr}"
-        for i, wav in zip(piece, wavs):
+        for i, wav in zip(piece, wavs, strict=True):
             cut = 0 if refs[i] is None else int(refs[i].shape[0] / full[i].shape[0] * wav.shape[0])
             audio[i] = np.asarray(wav[cut:], dtype=np.float32)
     return audio

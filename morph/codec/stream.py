@@ -101,7 +101,7 @@ class RowsDecode:
         with self._side(), torch.inference_mode():
             long = [i for i, n in enumerate(lengths) if self.offsets[i] + n > UPSTREAM_CHUNK]
             full = [codes[i] if self.refs[i] is None else torch.cat((self.refs[i], codes[i])) for i in long]
-            tails = dict(zip(long, tail_audio(self.codec.decoder, full)))
+            tails = dict(zip(long, tail_audio(self.codec.decoder, full), strict=True))
             rows = []
             for start, stop in self.groups:
                 streamed = torch.cat(self.waves[(start, stop)], dim=1) if self.waves[(start, stop)] else None
@@ -169,7 +169,7 @@ class CodecStream:
         done = []
         while self.flight and (flush or self.flight[0][1].ready()):
             names, job = self.flight.popleft()
-            done += list(zip(names, job.audio()))
+            done += list(zip(names, job.audio(), strict=True))
         while self.waiting and (flush or len(self.flight) < IN_FLIGHT):
             self._launch()
             if flush:

@@ -146,7 +146,7 @@ def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_c
     slots = torch.arange(k_caches[0].shape[2], device=x.device)
     valid = (slots <= write_idx.unsqueeze(1)) & (slots >= lo.view(-1, 1, 1))  # [B, T, L]
     bias = torch.zeros(valid.shape, dtype=x.dtype, device=x.device).masked_fill(~valid, torch.finfo(x.dtype).min)
-    for w, kc, vc in zip(weights, k_caches, v_caches):
+    for w, kc, vc in zip(weights, k_caches, v_caches, strict=True):
         x = layer_step(x, w, kc, vc, cos, sin, write_idx, bias.unsqueeze(1), d)
     return rms_norm(x, norm_w, d.eps)
 
@@ -265,7 +265,7 @@ class FusedStack:
                 LayerW(layer.input_layernorm.weight, fq, layer.self_attn.q_norm.weight, layer.self_attn.k_norm.weight,
                        layer.self_attn.o_proj.weight, layer.post_attention_layernorm.weight, fg,
                        layer.mlp.down_proj.weight)
-                for layer, (fq, fg) in zip(self.layers, self._fused)
+                for layer, (fq, fg) in zip(self.layers, self._fused, strict=True)
             ]
         # norms and the other projections can be replaced by a move too: re-read them
         for i, (layer, w) in enumerate(zip(self.layers, self._weights)):

@@ -196,7 +196,8 @@ class ContinuousBatch:
         shared = _Prefill([(k, v) for k, v in cache_tensors(out.past_key_values)], out.logits[:, -1].clone(),
                           out.past_hidden.clone(), p["trailing_text_hidden"], p["tts_pad_embed"].reshape(1, 1, -1), length)
         return [_Ahead(shared, i, name, stop, key, pad)
-                for i, (name, stop, key, pad) in enumerate(zip(group.names, group.stops, group.keys, pads))]
+                for i, (name, stop, key, pad)
+                in enumerate(zip(group.names, group.stops, group.keys, pads, strict=True))]
 
     def _join(self, queue, flags, finished) -> bool:
         """Rows of the oldest prefilled group into free slots at P; False when they cannot fit behind P or before
@@ -212,7 +213,7 @@ class ContinuousBatch:
         slots = self.free[:n]
         rows = torch.tensor(slots, device=dev)
         idx = torch.tensor([a.index for a in rows_in], device=dev)
-        for (k, v), kc, vc in zip(shared.kv, st.k, st.v):
+        for (k, v), kc, vc in zip(shared.kv, st.k, st.v, strict=True):
             kc[rows, :, at - length:at] = k[idx]
             vc[rows, :, at - length:at] = v[idx]
         keys = torch.tensor([a.key for a in rows_in], dtype=torch.long, device=dev)
@@ -235,7 +236,7 @@ class ContinuousBatch:
         text = shared.text[idx, :st.capacity - at]
         st.text[rows, at:] = shared.pad
         st.text[rows, at:at + text.shape[1]] = text
-        for s, a in zip(slots, rows_in):
+        for s, a in zip(slots, rows_in, strict=True):
             self.live[s] = _Live(a.name, at, at - length + a.pad)
         del self.free[:n]
         joined = {id(a) for a in rows_in}
@@ -253,7 +254,7 @@ class ContinuousBatch:
             if shift <= 0:
                 return self.position >= length and self.position + needed <= st.capacity
             used = slice(shift, self.position)
-            for kc, vc in zip(st.k, st.v):
+            for kc, vc in zip(st.k, st.v, strict=True):
                 kc[:, :, :self.position - shift] = kc[:, :, used].clone()
                 vc[:, :, :self.position - shift] = vc[:, :, used].clone()
             for buffer in (st.text, st.frames, st.tokens):

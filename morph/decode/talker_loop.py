@@ -236,7 +236,7 @@ class TalkerLoop:
         prompt_len = inputs_embeds.shape[1]
         out = self.prefill(inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed)
         if st.lean_kv:
-            for (k, v), kc, vc in zip(cache_tensors(out.past_key_values), st.k, st.v):
+            for (k, v), kc, vc in zip(cache_tensors(out.past_key_values), st.k, st.v, strict=True):
                 kc[:, :, :prompt_len].copy_(k)
                 vc[:, :, :prompt_len].copy_(v)
         st.min_new.fill_(int(min_new_tokens))

@@ -17,7 +17,7 @@ def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(keys, values) per layer of an HF DynamicCache, across transformers versions."""
     if hasattr(cache, "layers"):
         return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache))
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))
 
 
 class TalkerState:

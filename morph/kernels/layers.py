@@ -267,7 +267,7 @@ def stack_step(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rop
     """lean.stack_step's contract, five kernels per layer."""
     b, t, hidden = x.shape
     h = x.reshape(b * t, hidden).contiguous()
-    for w, kc, vc in zip(weights, k_caches, v_caches):
+    for w, kc, vc in zip(weights, k_caches, v_caches, strict=True):
         qkv = linear(h, w.wqkv, norm_w=w.ln1, eps=d.eps)
         attn = attention(qkv, kc, vc, w.q_norm, w.k_norm, cos_table, sin_table, rope_pos, write_idx, lo, d)
         h = linear(attn, w.wo, residual=h)

@@ -154,9 +154,9 @@ def install(models_dir: str) -> Recorder:
     comfy = types.ModuleType("comfy")
     comfy.utils, comfy.model_management, comfy.model_patcher = utils, mm, mp
     modules = (fp, comfy, utils, mm, mp, server, execution, execution_utils)
-    for name, module in zip(MODULES, modules):
+    for name, module in zip(MODULES, modules, strict=True):
         sys.modules[name] = module
-    rec.modules = dict(zip(MODULES, modules))
+    rec.modules = dict(zip(MODULES, modules, strict=True))
     return rec
 
 

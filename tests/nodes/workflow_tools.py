@@ -275,7 +275,7 @@ def ui_to_api(wf: dict, info: dict) -> dict:
             continue
         spec = info[node["type"]]
         inputs = {}
-        for (name, kind, _, _), value in zip(widget_layout(spec), node["widgets_values"]):
+        for (name, kind, _, _), value in zip(widget_layout(spec), node["widgets_values"], strict=True):
             if kind == "input":
                 inputs[name] = value
         for i in node.get("inputs", []):
