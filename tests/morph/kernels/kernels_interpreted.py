@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from morph.decode import lean
+from morph.settings import Sampling
 
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/morph/kernels/test_kernels.py"
 
@@ -59,6 +60,23 @@ def test_pick_draws_what_sampling_pick_draws(top_k):
 
     torch.manual_seed(5)
     assert torch.equal(sample_warped(scores, s, sampling.torch_noise), want)
+
+
+@pytest.mark.parametrize("s", [Sampling(True, 0.7, 50, 0.6), Sampling(True, 1.0, 0, 0.6), Sampling(False)])
+def test_fused_pick_draws_what_pick_draws_with_top_p_and_greedy_too(s):
+    """The fused kernel has no top-p (no sort), so fused_pick sends a top-p draw, and greedy, op by op
+    (top-k, then top-p over what top-k left): same generator state, same tokens as sampling.pick. The draw
+    without top-p differs at these seeds, so a fused path that dropped top-p would show."""
+    from morph.decode import sampling
+
+    scores = torch.randn(6, 2048, generator=torch.Generator().manual_seed(4)) * 3
+    torch.manual_seed(5)
+    want = sampling.pick(scores, s)
+    torch.manual_seed(5)
+    assert torch.equal(sampling.fused_pick(scores, s), want)
+    if s.do_sample:
+        torch.manual_seed(5)
+        assert not torch.equal(sampling.pick(scores, Sampling(True, s.temperature, s.top_k, 1.0)), want)
 
 
 def test_predictor_passes_match_lean(kernels, tiny_tts):
