@@ -15,7 +15,6 @@ import functools
 import logging
 from typing import Callable
 
-
 from ..qwen.marks import note_foreign_wrapper  # the decode path's one import from morph/qwen/
 from ..settings import check_seq_groups
 from .. import graphs
