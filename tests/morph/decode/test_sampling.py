@@ -82,3 +82,19 @@ def test_talker_scores_penalise_seen_tokens_toward_zero_and_guard_eos_until_min_
     inf = float("inf")
     assert before.tolist() == [[1.0, -4.0, 1.0, -inf, -inf]]
     assert at.tolist() == [[1.0, -4.0, 1.0, 0.5, -inf]]
+    # each row its own count (rows that joined a running batch later), and a seen logit between 0 and 1 divided too
+    rows = talker_scores(logits.repeat(2, 1), torch.tensor([[False, False, True, False, False]] * 2),
+                         torch.tensor([2, 3]), minimum, eos, suppress, 2.0)
+    assert rows.tolist() == [[2.0, -2.0, 0.5, -inf, -inf], [2.0, -2.0, 0.5, 0.5, -inf]]
+    logits[0, 2] = 0.5
+    assert talker_scores(logits, seen | ~seen, torch.tensor([3]), minimum, eos, suppress, 2.0)[0, 2] == 0.25
+
+
+def test_warpers_and_picks_read_the_vocabulary_axis_of_grouped_scores():
+    """The code predictor samples scores [B, n, V]: the warpers match them slice by slice, a greedy pick is the argmax
+    over V, and top-k 1 leaves one token to draw."""
+    scores = torch.randn(2, 3, 64, generator=torch.Generator().manual_seed(3)) * 3
+    s = Sampling(True, 0.8, 10, 0.7)
+    assert torch.equal(warp(scores, s), torch.stack([warp(row, s) for row in scores]))
+    assert torch.equal(sample(scores, Sampling(do_sample=False)), scores.argmax(-1))
+    assert torch.equal(sample(scores, Sampling(True, 1.0, 1, 1.0)), scores.argmax(-1))
