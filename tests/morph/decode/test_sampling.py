@@ -59,6 +59,12 @@ def test_out_of_range_sampling_is_a_clear_error(bad, match):
         bad.validate("Generate")
 
 
+def test_the_edges_of_each_range_are_accepted():
+    """top_k 0 and top_p 1.0 switch their warper off, and are what the defaults use; any top_p in (0, 1] is a nucleus."""
+    for ok in (Sampling(top_k=0), Sampling(top_p=1.0), Sampling(top_p=0.5), Sampling(temperature=0.01)):
+        assert ok.validate("Generate") is ok
+
+
 def test_top_k_cuts_before_top_p_does():
     """HF's order: top-p's nucleus is taken over what top-k left, renormalised. Over the full distribution 0.7 keeps
     two tokens; over the top-2 it keeps one."""

@@ -49,3 +49,15 @@ def test_a_sentence_a_clause_or_a_pair_of_exactly_the_limit_stays_whole():
     assert split_text("Hi. Aaaa bbbb, cccc dddd.", 10) == ["Hi.", "Aaaa bbbb,", "cccc dddd."]
     assert split_text("One two. Three four.", 20) == ["One two. Three four."]
     assert split_text("One two. Three four.", 19) == ["One two.", "Three four."]
+
+
+def test_an_overlong_run_breaks_at_its_last_space_before_the_limit_else_hard():
+    """Words stay whole where a space allows it (a space at index 1 included); a word longer than the limit is cut."""
+    assert split_text("aaa bbb ccc ddd eee", 9) == ["aaa bbb", "ccc ddd", "eee"]
+    assert split_text("a bbbbbbbbbbbb", 9) == ["a", "bbbbbbbbb", "bbb"]
+
+
+def test_an_empty_piece_between_sentences_is_skipped_not_the_end():
+    """A CJK end mark right before a line break leaves an empty piece between the two; the text goes on after it."""
+    assert split_text("你好。\n再见。", 50) == ["你好。再见。"]
+    assert split_text("你好。\n再见。", 3) == ["你好。", "再见。"]
