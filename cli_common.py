@@ -57,8 +57,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 def add_generation_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--language", default="Auto", help=f"language of the text: {', '.join(LANGUAGES)}")
     p.add_argument("--seq-groups", type=int, default=DEFAULT_SEQ_GROUPS,
-                   help=f"code groups decoded one by one (1-{MAX_SEQ_GROUPS}); {MAX_SEQ_GROUPS} is upstream-exact, "
-                        "lower is faster")
+                   help=f"code groups decoded one by one (1-{MAX_SEQ_GROUPS}); {MAX_SEQ_GROUPS} is closest to upstream "
+                        "(bit-exact only in the Python API's eager mode, fp32), lower is faster")
     p.add_argument("--seed", type=int, default=None, help="random seed: the same seed and text give the same audio")
     p.add_argument("--greedy", action="store_true", help="no sampling anywhere (deterministic, may loop or hum)")
     p.add_argument("--temperature", type=float, default=DEFAULT_SAMPLING["temperature"],

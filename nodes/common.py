@@ -46,7 +46,8 @@ def generation_inputs() -> dict:
                      "Language of the text. Auto detects it; naming it helps short or mixed texts."}),
         "seq_groups": ("INT", {"default": DEFAULT_SEQ_GROUPS, "min": 1, "max": MAX_SEQ_GROUPS, "step": 1, "tooltip":
                        f"How many of the {MAX_SEQ_GROUPS} code groups of each frame the code predictor runs one "
-                       f"by one; the rest are predicted together. {MAX_SEQ_GROUPS} = upstream-exact (slowest), "
+                       f"by one; the rest are predicted together. {MAX_SEQ_GROUPS} = closest to upstream (slowest; "
+                       f"bit-exact in mode eager), "
                        f"lower = faster. {DEFAULT_SEQ_GROUPS} is the default balance of speed and quality."}),
         "seed": ("INT", {"default": 0, "min": 0, "max": SEED_MAX, "control_after_generate": True, "tooltip":
                  "Random seed. The same seed, text and settings give the same audio."}),

@@ -10,7 +10,7 @@ from .common import CATEGORY, SPLIT_LONG_TEXT_INPUT, VOICE_TYPE, generation_inpu
 # run time, and the error names the speakers it has.
 SPEAKERS = ["Vivian", "Serena", "Uncle_Fu", "Dylan", "Eric", "Ryan", "Aiden", "Ono_Anna", "Sohee"]
 
-_SHARED_HELP = (" seq_groups trades speed for exactness (15 = upstream-exact, lower = faster). Shows per-step "
+_SHARED_HELP = (" seq_groups trades speed for exactness (15 = closest to upstream, bit-exact in mode eager; lower = faster). Shows per-step "
                 "progress and stops within one step on Cancel. max_new_tokens 0 bounds the length by the text, so "
                 "a missed end-of-speech cannot run on.")
 

@@ -22,7 +22,7 @@ WORKFLOWS = sorted((ROOT / "workflows").glob("*.json"))
 CONTENT = {"text", "script", "instruct", "transcript", "language", "seed", "name", "voice", "speaker", "model",
            "filename_prefix"}
 # Knobs an example sets away from the default on purpose: (workflow, node title) -> {widget: value}.
-ON_PURPOSE = {("Compare seq_groups 15 and 5", "Generate: seq_groups 15 (upstream-exact)"): {"seq_groups": 15}}
+ON_PURPOSE = {("Compare seq_groups 15 and 5", "Generate: seq_groups 15 (closest to upstream)"): {"seq_groups": 15}}
 
 
 @pytest.fixture(scope="module")
