@@ -23,7 +23,8 @@ def hf_pick(scores, s):
 
 
 @pytest.mark.parametrize("s", [Sampling(True, 0.9, 50, 1.0), Sampling(True, 0.7, 0, 0.8),
-                               Sampling(True, 1.0, 5, 0.5), Sampling(True, 1.3, 2048, 0.95)])
+                               Sampling(True, 1.0, 5, 0.5), Sampling(True, 1.3, 2048, 0.95),
+                               Sampling(True, 2.0, 0, 1.0)])  # 2.0: the widget's most
 def test_seeded_sampling_matches_hf_warpers(s):
     scores = torch.randn(4, 2048) * 3
     torch.manual_seed(11)
@@ -44,6 +45,15 @@ def test_top_k_keeps_k_and_top_p_keeps_the_nucleus():
     assert torch.isfinite(warp(scores, Sampling(True, 1.0, 2, 1.0))).sum() == 2
     kept = torch.isfinite(warp(scores, Sampling(True, 1.0, 0, 0.7)))
     assert kept.tolist() == [[True, True, False, False, False]]
+
+
+def test_a_token_whose_cumulative_probability_is_exactly_one_minus_top_p_is_cut_as_hf_cuts_it():
+    """Four equal tokens (probabilities exactly 0.25) and top_p 0.5: HF removes what sums to <= 1 - top_p, two."""
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    scores = torch.zeros(1, 4)
+    kept = torch.isfinite(warp(scores, Sampling(True, 1.0, 0, 0.5)))
+    assert torch.equal(kept, torch.isfinite(TopPLogitsWarper(0.5)(None, scores))) and int(kept.sum()) == 2
 
 
 def test_batched_groups_sample_every_row():
