@@ -39,6 +39,15 @@ def test_every_common_layout_gives_the_same_mono_clip(layout):
     np.testing.assert_allclose(prepare_reference(wave, SR), expected, atol=1e-6)
 
 
+def test_eight_channels_either_way_round_and_a_bf16_waveform_are_read():
+    """MAX_CHANNELS (8) channels is still a clip in both layouts; a bf16 tensor (torch.numpy() refuses bf16) too."""
+    eight = np.repeat(speechlike(1.0, SR)[None], 8, axis=0)  # [8, T]
+    for wave in (eight, eight.T.copy()):
+        np.testing.assert_allclose(prepare_reference(wave, SR), eight[0], atol=1e-6)
+    bf16 = torch.from_numpy(eight[:2])[None].to(torch.bfloat16)  # ComfyUI's [1, C, T]
+    np.testing.assert_array_equal(prepare_reference(bf16, SR), prepare_reference(bf16.float(), SR))
+
+
 def test_soundfile_stereo_is_read_as_2_s_not_0_s(tmp_path):
     import soundfile as sf
 
@@ -47,7 +56,7 @@ def test_soundfile_stereo_is_read_as_2_s_not_0_s(tmp_path):
     assert prepare_reference(wave, rate).size == 2 * SR
 
 
-@pytest.mark.parametrize("shape", [(9, 9), (20, 30)])
+@pytest.mark.parametrize("shape", [(9, 9), (8, 8), (20, 30), (30, 20)])
 def test_an_ambiguous_2d_shape_is_refused(shape):
     with pytest.raises(ValueError, match=r"Voice prompt: cannot tell channels from samples in audio shaped "
                                          rf"\[{shape[0]}, {shape[1]}\]; give it as \[channels, samples\]"):
