@@ -22,13 +22,11 @@
 # A step that fails or runs out of time is recorded as such; the others still run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source tools/device_steps.sh
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   bash tools/fetch_device_wheels.sh .whl/bench pack tools || exit 1
   bash tools/fetch_device_wheels.sh .whl/bench/peers peers || exit 1
-  # The device's copy of the tree has no .git: record what it is made from.
-  git rev-parse HEAD > .whl/bench/COMMIT
-  git status --porcelain --untracked-files=no | cut -c4- > .whl/bench/CHANGES
-  [ -s .whl/bench/CHANGES ] && echo "note: $(wc -l < .whl/bench/CHANGES) tracked files differ from HEAD; the run uses the working tree"
+  record_tree .whl/bench
   tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
   untracked=$(git ls-files -z --others --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
   total=$(( tracked + ${untracked:-0} + $(du -sb .whl/bench | cut -f1) ))
@@ -54,41 +52,26 @@ MAIN=/tmp/site:$PWD
 PEERS=/tmp/peers:/tmp/site:$PWD  # the peers' qwen_tts first
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$parts/gpu.txt"
 
-# step NAME CAP_S PYTHONPATH COMMAND...: run COMMAND for at most CAP_S or what is left before the deadline
-step() {
-  local name=$1 cap=$2 path=$3 left began
-  shift 3
-  left=$(( deadline - $(date +%s) ))
-  [ "$left" -lt "$cap" ] && cap=$left
-  if [ "$cap" -lt 20 ]; then
-    echo "=== $name: skipped, the deadline is near"
-    echo "skipped: the deadline was near" > "$parts/$name.status"
-    return
-  fi
-  echo "=== $name (at most $cap s)"
-  began=$(date +%s)
-  PYTHONPATH=$path timeout "$cap" "$@"
-  echo "exit $? after $(( $(date +%s) - began )) s" | tee "$parts/$name.status"
-}
+status_dir=$parts
 
 MODEL=/tmp/model-0.6b
-step build 150 "$MAIN" python3 -m bench.random_model --size 0.6b --dtype bfloat16 --out "$MODEL"
+step build 150 20 env PYTHONPATH="$MAIN" python3 -m bench.random_model --size 0.6b --dtype bfloat16 --out "$MODEL"
 read -r -a modes <<< "${MODES:-auto graphs}"
 stacks=upstream
 for mode in "${modes[@]}"; do stacks+=",$mode:15,$mode:5"; done
 modes_csv=$(IFS=,; echo "${modes[*]}")
-step speed 300 "$MAIN" python3 -m bench.speed --model "$MODEL" --device cuda --dtype bf16 --prompts xvector \
+step speed 300 20 env PYTHONPATH="$MAIN" python3 -m bench.speed --model "$MODEL" --device cuda --dtype bf16 --prompts xvector \
   --stacks "$stacks" --repeats 2 --agreement "" --json "$parts/speed.json"
-step batch 120 "$MAIN" python3 -m bench.batch --model "$MODEL" --device cuda --dtype bf16 --lines 32 --frames 62 \
+step batch 120 20 env PYTHONPATH="$MAIN" python3 -m bench.batch --model "$MODEL" --device cuda --dtype bf16 --lines 32 --frames 62 \
   --batch-sizes 32 --seq-groups 15,5 --modes "$modes_csv" --prompts xvector --json "$parts/batch.json"
-step faster 100 "$PEERS" python3 -m bench.speed_faster --model "$MODEL" --prompts xvector --repeats 2 --profile \
+step faster 100 20 env PYTHONPATH="$PEERS" python3 -m bench.speed_faster --model "$MODEL" --prompts xvector --repeats 2 --profile \
   --json "$parts/faster.json"
-step faster_batch 100 "$PEERS" python3 -m bench.batch_faster --model "$MODEL" --lines 32 --frames 62 --batch-size 32 \
+step faster_batch 100 20 env PYTHONPATH="$PEERS" python3 -m bench.batch_faster --model "$MODEL" --lines 32 --frames 62 --batch-size 32 \
   --json "$parts/faster_batch.json"
 read -r -a first_modes <<< "${FIRST_CALL_MODES:-auto}"
 # each fresh process gets an equal share of the time left, so a slow cold compile still leaves the warm row
 per_process=$(( (deadline - $(date +%s) - 15) / (2 * ${#first_modes[@]}) ))
-step first_call 600 "$MAIN" python3 -m bench.speed --first-call "$(IFS=,; echo "${first_modes[*]}")" --model "$MODEL" \
+step first_call 600 20 env PYTHONPATH="$MAIN" python3 -m bench.speed --first-call "$(IFS=,; echo "${first_modes[*]}")" --model "$MODEL" \
   --device cuda --dtype bf16 --prompts xvector --first-call-timeout "$(( per_process > 20 ? per_process : 20 ))" \
   --json "$parts/first_call.json"
 python3 -m bench.gpu_report "$parts" "$out/bench_gpu.json"

@@ -21,12 +21,10 @@
 # A step that fails or runs out of time is recorded as such; the others still run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source tools/device_steps.sh
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   bash tools/fetch_device_wheels.sh .whl/gpu pack tools || exit 1
-  # The device's copy of the tree has no .git: record what it is made from.
-  git rev-parse HEAD > .whl/gpu/COMMIT
-  git status --porcelain --untracked-files=no | cut -c4- > .whl/gpu/CHANGES
-  [ -s .whl/gpu/CHANGES ] && echo "note: $(wc -l < .whl/gpu/CHANGES) tracked files differ from HEAD; the run uses the working tree"
+  record_tree .whl/gpu
   echo "ready; on the GPU machine run: bash tools/evidence_gpu.sh \$OUT (carry .whl/gpu)"
   exit 0
 fi
@@ -44,21 +42,7 @@ export PROJECT_COMMIT PROJECT_CHANGES PYTHONPATH=/tmp/gpu-site:$PWD PYTHONUNBUFF
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF-backend:cudaMallocAsync}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 
-# step NAME CAP_S MIN_S COMMAND...: run COMMAND for at most CAP_S or what is left before the deadline, if MIN_S are
-step() {
-  local name=$1 cap=$2 min=$3 left began
-  shift 3
-  left=$(( deadline - $(date +%s) ))
-  [ "$left" -lt "$cap" ] && cap=$left
-  if [ "$cap" -lt "$min" ]; then
-    echo "=== $name: skipped, $left s left" | tee "$out/$name.status"
-    return
-  fi
-  echo "=== $name (at most $cap s): $*"
-  began=$(date +%s)
-  timeout "$cap" "$@"
-  echo "exit $? after $(( $(date +%s) - began )) s" | tee "$out/$name.status"
-}
+status_dir=$out
 
 # a folder of its own per call: a warm machine keeps the last call's /tmp, and the builder refuses a full folder
 model=$(mktemp -d)/model-0.6b
