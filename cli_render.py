@@ -267,8 +267,6 @@ def script_lines(engine, variant, cast, clips, transcripts, instructs, parsed, l
 
 
 def write(engine, parsed, lines, store, language, settings, args) -> int:
-    import soundfile as sf
-
     from morph.qwen.quiet import quiet_third_party
     from morph.script_job import ScriptJob
     from postprocess import smooth
@@ -281,13 +279,14 @@ def write(engine, parsed, lines, store, language, settings, args) -> int:
     progress = ScriptProgress(len(lines) - kept)
     finish_line = functools.partial(smooth, sample_rate=SAMPLE_RATE) if smoothing else None
     start = time.perf_counter()
-    if job.todo():
+    todo = job.todo()
+    if todo:
         where = f"{len(engine().actors)} workers" if pool else str(engine().device)
         print(f"rendering {len(lines) - kept} of {len(lines)} lines on {where}, {args.batch_size} at a time"
               + (f" ({kept} already in {store.folder})" if kept else ""), file=sys.stderr)
     try:
         with quiet_third_party():  # transformers' note on the repetition penalty, at the first generate
-            if pool and job.todo():
+            if pool and todo:
                 engine().render(job, settings, args.batch_size, args.pause, finish_line, on_step=progress.step,
                                 on_lines=progress.lines_done)
             elif pool:
@@ -303,9 +302,8 @@ def write(engine, parsed, lines, store, language, settings, args) -> int:
         return 130
     progress.finish()
     took = time.perf_counter() - start
-    dialogue = store.dialogue_path  # the workers' files were joined into it already
-    if not pool:
-        sf.write(str(dialogue), result.dialogue, SAMPLE_RATE, subtype="FLOAT")
+    # the workers' files were joined into it already; here, written whole like every file of the store
+    dialogue = store.dialogue_path if pool else store.write_dialogue(result.dialogue)
     print(f"wrote {len(lines)} lines ({kept} reused), {progress.audio_s:.1f} s of new audio in {took:.1f} s, "
           f"the dialogue {dialogue}, {store.stem}.srt and {store.manifest_path.name} in {store.folder}")
     return 0

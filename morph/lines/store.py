@@ -127,9 +127,19 @@ class LineFiles:
         return self.folder / f"{self.stem}.wav"
 
     def write_line(self, index: int, name: str, wav: np.ndarray) -> Written:
-        path, data = self.path(index, name), wav_bytes(wav)
+        path = self.path(index, name)
+        return Written(path.name, int(np.size(wav)), self._write_wav(path, wav))
+
+    def write_dialogue(self, wav: np.ndarray) -> Path:
+        """`{prefix}.wav` from the joined clip in memory (a job that rendered in this process has it)."""
+        self._write_wav(self.dialogue_path, wav)
+        return self.dialogue_path
+
+    def _write_wav(self, path: Path, wav: np.ndarray) -> str:
+        """One clip as a WAV file, whole or not at all; returns the file's SHA-256."""
+        data = wav_bytes(wav)
         write_atomic(path, lambda f: f.write(data), self.who)
-        return Written(path.name, int(np.size(wav)), digest(data))
+        return digest(data)
 
     def join_lines(self, names: list[str], pause_seconds: float) -> Path:
         """`{prefix}.wav`: the line files of lines 1..len(names) joined with pauses, one file at a time (a long

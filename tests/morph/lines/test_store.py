@@ -189,3 +189,9 @@ def test_line_files_are_float_wavs_soundfile_reads_back_exactly(tmp_path):
     info = sf.info(str(files.path(7, "Bob")))
     assert rate == 24000 and info.subtype == "FLOAT" and info.channels == 1 and np.array_equal(wav, clip)
     assert written.samples == clip.size and written.file == "s_0007_Bob.wav"
+
+
+def test_the_dialogue_written_from_memory_is_the_clip_exactly(tmp_path):
+    clip = np.random.default_rng(2).uniform(-1, 1, 5000).astype(np.float32)
+    path = LineFiles(tmp_path, "s", "test").write_dialogue(clip)
+    assert path == tmp_path / "s.wav" and np.array_equal(sf.read(path, dtype="float32")[0], clip)
