@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from morph.progress import Cadence, clock
 from morph.qwen.checkpoints import DEFAULT_MODEL, LANGUAGES
 from morph.settings import DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS, GenerationSettings, Sampling
 
@@ -40,12 +41,25 @@ def as_flags(message: str) -> str:
     return _FLAGS.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each option's default said once and truly: argparse's '(default: X)' only where the help does not say it
+    already and there is a default to say (not on a required option, a switch, or one whose default is None or
+    empty); the description keeps its own line breaks, so a command's examples read as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text, default = action.help or "", action.default
+        if (action.required or not action.option_strings or default in (None, False, [], argparse.SUPPRESS)
+                or "default" in text):
+            return text
+        return text + " (default: %(default)s)"
+
+
 def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help="a checkpoint folder, a folder name in --models-dir, or a hub id")
     p.add_argument("--models-dir", type=Path, default=Path(os.environ.get(MODELS_DIR_ENV) or DEFAULT_MODELS_DIR),
-                   help=f"where model folders are looked for, and where hub models are downloaded to; "
-                        f"${MODELS_DIR_ENV} sets the default")
+                   help=f"where model folders are looked for, and where hub models are downloaded to; default: "
+                        f"${MODELS_DIR_ENV}, else models/qwen3-tts in the pack's folder")
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu", "mps"],
                    help="where the model runs; auto is CUDA when available, else the CPU")
     p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
@@ -54,12 +68,12 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                    help="attention kernel; auto is flash-attention 2 when flash_attn imports, else sdpa")
 
 
-def add_generation_options(p: argparse.ArgumentParser) -> None:
+def add_generation_options(p: argparse.ArgumentParser, seed_help: str) -> None:
     p.add_argument("--language", default="Auto", help=f"language of the text: {', '.join(LANGUAGES)}")
     p.add_argument("--seq-groups", type=int, default=DEFAULT_SEQ_GROUPS,
                    help=f"code groups decoded one by one (1-{MAX_SEQ_GROUPS}); {MAX_SEQ_GROUPS} is closest to upstream "
                         "(bit-exact only in the Python API's eager mode, fp32), lower is faster")
-    p.add_argument("--seed", type=int, default=None, help="random seed: the same seed and text give the same audio")
+    p.add_argument("--seed", type=int, default=None, help=seed_help)
     p.add_argument("--greedy", action="store_true", help="no sampling anywhere (deterministic, may loop or hum)")
     p.add_argument("--temperature", type=float, default=DEFAULT_SAMPLING["temperature"],
                    help="sampling temperature (talker and code predictor)")
@@ -108,9 +122,29 @@ def check_voice_file(path: Path) -> Path:
     return path
 
 
+def check_writable(folder: Path, flag: str) -> None:
+    """That `folder` can be made and written into, found out without leaving anything behind: a temporary file goes
+    into the nearest folder that exists and is removed again. The folders still missing are made only when the
+    first file is written, so a run that fails or is stopped before leaves no empty folder."""
+    import tempfile
+
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise CliError(f"{flag}: cannot create the folder {folder}: {existing} is a file")
+    # Tried, not asked: os.access says yes to root everywhere, /proc included, and a network or read-only
+    # mount can refuse what the mode bits allow.
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise CliError(f"{flag}: cannot write into {folder} ({e.strerror or e}); choose another place") from e
+
+
 def check_output(path: Path) -> Path:
-    """The file to write: .wav added when there is no extension, a format soundfile writes, and a
-    folder that exists (created here) and is writable. Checked now, not after the generation."""
+    """The file to write: .wav added when there is no extension, a format soundfile writes, in a folder that can be
+    made and written. Checked now, not after the generation; nothing is created here."""
     import soundfile as sf
 
     if path.is_dir():
@@ -119,14 +153,11 @@ def check_output(path: Path) -> Path:
         path = path.with_suffix(".wav")
     if path.suffix[1:].upper() not in sf.available_formats():
         raise CliError(f"--out: cannot write {path.suffix} files; use .wav (or .flac or .ogg)")
+    if not path.parent.is_dir():
+        check_writable(path.parent, "--out")
+        return path
     existed = path.exists()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CliError(f"--out: cannot create the folder {path.parent} ({e})") from e
-    # Tried, not asked: os.access says yes to root everywhere, /proc included, and a network or read-only
-    # mount can refuse what the mode bits allow.
-    try:
+    try:  # the file itself, where its folder is there: a place may refuse a new file its folder's mode allows
         with open(path, "ab"):
             pass
         if not existed:
@@ -138,53 +169,56 @@ def check_output(path: Path) -> Path:
 
 # -- progress ----------------------------------------------------------------------------------------
 class ProgressLine:
-    """One progress line on stderr: rewritten in place on a terminal (at most ten times a second), else written
-    anew at each tenth of the work. Subclasses say what the line holds (`text`)."""
+    """One progress line on stderr. On a terminal: a bar redrawn in place, at most ten times a second, and once more
+    at `finish` with the final counts. Elsewhere (a log file, a pipe, nohup, CI): a plain line when
+    morph/progress.py's Cadence says one is due, and the final one at `finish`. Subclasses say what the line holds
+    (`text`)."""
 
     def __init__(self, stream=None):
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
-        self.start = self.shown_at = None
-        self.shown_tenth = -1
+        self.cadence = Cadence(every=0.1, gap=0.1) if self.tty else Cadence()
+        self.started = False
 
-    def show(self, fraction: float) -> None:
-        now = time.perf_counter()
-        self.start = self.start or now
-        tenth = int(10 * fraction)
-        if self.tty and (self.shown_at is None or now - self.shown_at > 0.1):
-            self.stream.write("\r" + self.text(now - self.start))
-        elif not self.tty and tenth > self.shown_tenth:
-            self.stream.write(self.text(now - self.start) + "\n")
-            self.shown_tenth = tenth
-        else:
-            return
-        self.shown_at = now
-        self.stream.flush()
-
-    def text(self, elapsed: float) -> str:
-        raise NotImplementedError
+    def show(self) -> None:
+        self.started = True
+        if self.cadence.due():
+            self._write(self.text(final=False))
 
     def finish(self) -> None:
-        if self.tty and self.start is not None:
-            self.stream.write("\n")
-            self.stream.flush()
+        """The final counts, once there was anything to count."""
+        if self.started:
+            self._write(self.text(final=True))
+            if self.tty:
+                self.stream.write("\n")
+                self.stream.flush()
+
+    def _write(self, line: str) -> None:
+        self.stream.write("\r" + line if self.tty else line.rstrip() + "\n")
+        self.stream.flush()
+
+    def text(self, final: bool) -> str:
+        raise NotImplementedError
 
 
 class Progress(ProgressLine):
-    """The engine's on_step(step, total): frames done of at most `total`, the number of segments, speed, and how
-    long it can still take (EOS usually ends a segment sooner)."""
+    """The engine's on_step(step, total) for one text: frames done of at most `total`, the number of segments,
+    speed, and how long it can still take (EOS usually ends a segment sooner)."""
 
     def __init__(self, segments: int, stream=None):
         super().__init__(stream)
         self.segments, self.step, self.total = segments, 0, 0
+        self.start = time.perf_counter()
 
     def __call__(self, step: int, total: int) -> None:
         self.step, self.total = step, total
-        self.show(step / max(total, 1))
+        self.show()
 
-    def text(self, elapsed: float) -> str:
+    def text(self, final: bool) -> str:
+        elapsed = time.perf_counter() - self.start
         rate = self.step / elapsed if elapsed > 0 and self.step > 1 else 0.0
-        left = f"at most {clock((self.total - self.step) / rate)} left" if rate else "estimating"
+        left = f"took {clock(elapsed)}" if final else \
+            f"at most {clock((self.total - self.step) / rate)} left" if rate else "estimating"
         segments = f"{self.segments} segment{'s' if self.segments != 1 else ''}"
         return (f"{bar(self.step / max(self.total, 1))} frame {self.step} of at most {self.total} | {segments} | "
                 f"{rate:.1f} frames/s | {left}  ")
@@ -193,11 +227,6 @@ class Progress(ProgressLine):
 def bar(fraction: float, width: int = 24) -> str:
     done = int(width * min(max(fraction, 0.0), 1.0))
     return f"[{'#' * done}{'.' * (width - done)}]"
-
-
-def clock(seconds: float) -> str:
-    m, s = divmod(int(round(seconds)), 60)
-    return f"{m}:{s:02d}"
 
 
 def load_model(args: argparse.Namespace):

@@ -1,12 +1,13 @@
 """Render a dialogue script into a folder: one WAV per line, the joined dialogue, SRT subtitles and a manifest.
 
-    python cli.py render scene1.txt --voice Alice=alice.wav --transcript "Alice=What alice.wav says." \
-        --voice Bob=bob.safetensors --out renders --prefix scene1
+    python cli.py voice save bob.wav --transcript "What bob.wav says." --out bob.safetensors
+    python cli.py render scene1.txt --voice Alice=alice.wav --transcript "Alice=What alice.wav says." --voice Bob=bob.safetensors --out renders --prefix scene1
     python cli.py render scene1.txt --speaker Alice=Vivian --model Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice --out renders
     python cli.py render scene1.txt --design "Alice=A warm, low voice" --model Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign
 
-The script is what Render Lines reads (`Name: text` per line, `#` comments); the files are the ones it writes, and
-a rerun of the same command renders only the lines that are missing or changed (the manifest says which).
+The script is `Name: text` per line (`#` starts a comment), as ComfyUI's Render Lines node reads it, and the
+files are the ones that node writes; a rerun of the same command renders only the lines that are missing or
+changed (the manifest says which).
 Everything is checked before the model loads: the script against the characters, every voice file, the folder.
 """
 
@@ -18,16 +19,18 @@ import sys
 import time
 from pathlib import Path
 
-from cli_common import (CliError, ProgressLine, add_generation_options, add_model_options, bar, check_language,
-                        check_voice_file, clock, guarded, interrupt_on_terminate, load_model, settings_from)
+from cli_common import (CliError, HelpFormatter, ProgressLine, add_generation_options, add_model_options, bar, check_language,
+                        check_voice_file, check_writable, guarded, interrupt_on_terminate, load_model, settings_from)
+from morph.lines.words import FOR_CLI
+from morph.progress import JobProgress
 from morph.settings import SAMPLE_RATE
 
+MAX_PAUSE_SECONDS = 600
 KINDS = {"voice": "base", "speaker": "custom_voice", "design": "voice_design"}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cli.py render", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(prog="cli.py render", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("script", type=Path, help="the script: one 'Name: text' line per spoken line (UTF-8)")
     p.add_argument("--voice", action="append", default=[], metavar="NAME=FILE",
                    help="a character cloned from a clip (wav, flac, ogg, mp3) or a saved voice (.safetensors); "
@@ -54,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "others; 'auto' for the one this machine joined) and render over its GPUs; --out must be a "
                         "folder every machine can write")
     add_model_options(p)
-    add_generation_options(p)
+    add_generation_options(p, seed_help="random seed: the same seed, script and --batch-size give the same audio on the "
+                                        "same machine; a sampled line's take also depends on the lines batched with "
+                                        "it, so a line rendered again alone (resume) is another take")
     return p
 
 
@@ -84,51 +89,40 @@ def characters(args) -> tuple[str, dict[str, tuple[str, str]]]:
     if len(used) > 1:
         raise CliError(f"--{used[0]} and --{used[1]} need different models; one script renders on one model")
     for flag, extra, owner in (("--transcript", args.transcript, "voice"), ("--instruct", args.instruct, "speaker")):
-        stray = set(pairs(extra, flag)) - set(given[owner])
+        named = pairs(extra, flag)
+        stray = [shown for key, (shown, _) in named.items() if key not in given[owner]]  # as the user typed them
         if stray:
-            raise CliError(f"{flag}: {', '.join(sorted(stray))} has no --{owner}")
+            raise CliError(f"{flag}: {', '.join(stray)} {'has' if len(stray) == 1 else 'have'} no --{owner}")
     return KINDS[used[0]], given[used[0]]
 
 
-def check_folder(folder: Path) -> Path:
-    """The output folder, created, after a file was written into it and removed: checked before any work."""
-    import tempfile
-
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
-            pass
-    except OSError as e:
-        raise CliError(f"--out: cannot write into {folder} ({e.strerror or e}); choose another folder") from e
-    return folder
-
-
 class ScriptProgress(ProgressLine):
-    """Lines done, seconds of audio, speed and time left; the time left follows the frame slots the scheduler
-    reports (on_step), the lines and their audio come as each line is written (on_line)."""
+    """Lines done, seconds of audio, speed and time left (morph/progress.py's JobProgress, what Render Lines shows
+    too): the time left follows the frame slots the scheduler reports (on_step), the lines and their audio come as
+    each line is written (on_line, one process) or each batch (on_lines, workers). A log gets a line at each batch
+    of lines done, and one every few seconds between."""
 
     def __init__(self, lines: int, stream=None):
         super().__init__(stream)
-        self.lines, self.done, self.audio_s, self.fraction = lines, 0, 0.0, 0.0
+        self.tally = JobProgress(lines)
 
     def step(self, done: int, total: int) -> None:
-        self.fraction = done / max(total, 1)
-        self.show(self.fraction)
+        self.tally.step(done, total)
+        self.show()
 
     def line(self, index: int, wav) -> None:
-        self.lines_done([(index, wav.size)])
+        """One line written: counted now, reported at the next frame, once the rest of its batch is in too."""
+        self.tally.lines_done([wav.size])
+        self.cadence.mark()
 
     def lines_done(self, rendered: list[tuple[int, int]]) -> None:
-        """Lines written, as (script index, samples)."""
-        self.done += len(rendered)
-        self.audio_s += sum(samples for _, samples in rendered) / SAMPLE_RATE
-        self.show(self.fraction)
+        """A batch of lines written, as (script index, samples)."""
+        self.tally.lines_done(samples for _, samples in rendered)
+        self.cadence.mark()
+        self.show()
 
-    def text(self, elapsed: float) -> str:
-        left = f"about {clock(elapsed * (1 - self.fraction) / self.fraction)} left" if self.fraction > 0.02 \
-            else "estimating"
-        return (f"{bar(self.fraction)} {self.done} of {self.lines} lines | {self.audio_s:.1f} s of audio | "
-                f"{self.audio_s / max(elapsed, 1e-9):.1f}x real time | {left}  ")
+    def text(self, final: bool) -> str:
+        return f"{bar(1.0 if final else self.tally.fraction)} {self.tally.summary(final)}  "
 
 
 def run(args: argparse.Namespace) -> int:
@@ -138,23 +132,24 @@ def run(args: argparse.Namespace) -> int:
     if not args.script.is_file():
         raise CliError(f"script: file not found: {args.script}")
     try:
-        parsed = parse_script(args.script.read_text(encoding="utf-8"), [name for name, _ in cast.values()],
-                              add_names="give the missing character a --voice, --speaker or --design")
+        parsed = parse_script(args.script.read_text(encoding="utf-8"), [name for name, _ in cast.values()], FOR_CLI)
     except (UnicodeDecodeError, ValueError) as e:
         raise CliError(f"script {args.script}: {e}") from e
     language = check_language(args.language)
     settings = settings_from(args)
-    if args.batch_size < 1 or not 0 <= args.pause <= 600:
-        raise CliError("--batch-size must be >= 1 and --pause between 0 and 600 seconds")
+    if args.batch_size < 1:
+        raise CliError(f"--batch-size must be 1 or more, got {args.batch_size}")
+    if not 0 <= args.pause <= MAX_PAUSE_SECONDS:
+        raise CliError(f"--pause must be from 0 to {MAX_PAUSE_SECONDS} seconds, got {args.pause:g}")
     if args.gpus is not None and args.gpus < 1:
-        raise CliError(f"--gpus {args.gpus}: give the number of GPUs to render over, 1 or more")
-    check_folder(args.out)
+        raise CliError(f"--gpus must be 1 or more (the number of GPUs to render over), got {args.gpus}")
+    check_writable(args.out, "--out")  # made when the job takes it (LineStore), and removed if left empty
     from morph.lines.store import LineStore
 
     try:
-        store = LineStore(args.out, args.prefix, "cli.py render", what=f"cli.py render {args.script}")
+        store = LineStore(args.out, args.prefix, "cli.py render", what=f"cli.py render {args.script}", words=FOR_CLI)
     except ValueError as e:
-        raise CliError(f"--prefix: {e}") from e
+        raise CliError(str(e)) from e
     transcripts = {key: text for key, (_, text) in pairs(args.transcript, "--transcript").items()}
     clips = read_voices(cast, transcripts) if variant == "base" else {}  # every clip checked before the load
     with store, Engine(args) as engine:  # this command alone writes --prefix in --out until it ends
@@ -226,24 +221,31 @@ class Engine:
 
 def read_voices(cast: dict, transcripts: dict) -> dict:
     """{name key: a saved Voice, or (a prepared clip, its file name)} for every --voice, checked whole; a clip with
-    a --transcript as in-context cloning checks it (over 30 s it is refused, not trimmed under its transcript)."""
+    a --transcript as in-context cloning checks it (over 30 s it is refused, not trimmed under its transcript).
+    The clips first: their checks need no torch, which a saved voice's file loads (seconds on a busy machine)."""
+    import dataclasses
+
     import soundfile as sf
 
-    from morph.lines.reference_audio import Fixes, prepare_reference
-    from morph.lines.voice import load_voice
+    from morph.lines.reference_audio import prepare_reference
 
-    voices = {}
+    voices, saved = {}, {}
     for key, (name, value) in cast.items():
         path, who = Path(value), f"--voice {name}={value}"
         if path.suffix.lower() == ".safetensors":
             if not path.is_file():
                 raise CliError(f"{who}: file not found")
-            voices[key] = load_voice(path)
+            saved[key] = (path, who)
             continue
         check_voice_file(path)
         wave, rate = sf.read(str(path), dtype="float32", always_2d=True)
-        fixes = Fixes(new_clip=f"give {name} another recording", no_transcript=f"leave out --transcript {name}=...")
-        voices[key] = (prepare_reference(wave, rate, who, icl=key in transcripts, fixes=fixes), path.name)
+        words = dataclasses.replace(FOR_CLI, new_clip=f"give {name} another recording",
+                                    no_transcript=f"leave out --transcript {name}=...")
+        voices[key] = (prepare_reference(wave, rate, who, icl=key in transcripts, words=words), path.name)
+    if saved:
+        from morph.lines.voice import load_voice
+
+        voices.update((key, load_voice(path, who, FOR_CLI)) for key, (path, who) in saved.items())
     return voices
 
 
@@ -294,7 +296,7 @@ def write(engine, parsed, lines, store, language, settings, args) -> int:
                 job.finish(args.pause)
             else:  # the model loads only if a line is left to render
                 result = job.run(engine, settings, args.batch_size, args.pause, finish_line=finish_line,
-                                 on_step=progress.step, on_line=progress.line, who="cli.py render")
+                                 on_step=progress.step, on_line=progress.line, who="cli.py render", words=FOR_CLI)
     except KeyboardInterrupt:
         progress.finish()
         print(f"interrupted: {len(job.lengths)} of {len(lines)} lines are in {store.folder}; the same command "
@@ -304,7 +306,7 @@ def write(engine, parsed, lines, store, language, settings, args) -> int:
     took = time.perf_counter() - start
     # the workers' files were joined into it already; here, written whole like every file of the store
     dialogue = store.dialogue_path if pool else store.write_dialogue(result.dialogue)
-    print(f"wrote {len(lines)} lines ({kept} reused), {progress.audio_s:.1f} s of new audio in {took:.1f} s, "
+    print(f"wrote {len(lines)} lines ({kept} reused), {progress.tally.audio_s:.1f} s of new audio in {took:.1f} s, "
           f"the dialogue {dialogue}, {store.stem}.srt and {store.manifest_path.name} in {store.folder}")
     return 0
 

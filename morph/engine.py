@@ -20,7 +20,8 @@ import torch
 
 from .codec.layers import LeanCodec
 from .decode.patch import MorphPatch
-from .lines.reference_audio import FOR_PYTHON, Fixes, prepare_reference
+from .lines.reference_audio import prepare_reference
+from .lines.words import FOR_PYTHON, Words
 from .lines.voice import Voice
 from .qwen.checkpoints import DEFAULT_MODEL, locate_checkpoint
 from .qwen.loading import load_qwen_tts, place, resolve_load
@@ -100,19 +101,20 @@ class MorphTTS:
     def require_variant(self, variant: str, who: str) -> None:
         if self.variant != variant:
             raise ValueError(
-                f"{who}: this node needs a {VARIANT_NAMES[variant]} model, but {self.source} is a "
+                f"{who} needs a {VARIANT_NAMES[variant]} model, but {self.source} is a "
                 f"{VARIANT_NAMES.get(self.variant, self.variant)} model; load one such as {VARIANT_EXAMPLES[variant]}")
 
     # -- voices ----------------------------------------------------------------------
     def make_voice(self, waveform, sample_rate: int, transcript: str | None = None, x_vector_only: bool = False,
-                   who: str = "make_voice", fixes: Fixes = FOR_PYTHON) -> Voice:
+                   who: str = "make_voice", words: Words = FOR_PYTHON) -> Voice:
         """Build a voice from reference audio ([T], [C, T], [T, C] or [1, C, T]; integer PCM or float, any
         rate); without a transcript it is x-vector only. With a transcript, a clip over 30 s is refused
         (trimming it would leave words in the transcript that the model never hears); without one, it is
-        trimmed with a warning. Messages start with `who` and word their fixes as `fixes` does."""
+        trimmed with a warning. Messages start with `who` and word their fixes as `words` does
+        (morph/lines/words.py)."""
         self.require_variant("base", who)
         icl = bool((transcript or "").strip()) and not x_vector_only
-        clip = prepare_reference(waveform, sample_rate, f"{who}: reference audio", icl=icl, fixes=fixes)
+        clip = prepare_reference(waveform, sample_rate, f"{who}: reference audio", icl=icl, words=words)
         return self.voice_from_clip(clip, transcript, x_vector_only, who)
 
     def voice_from_clip(self, clip: np.ndarray, transcript: str | None = None, x_vector_only: bool = False,
@@ -139,10 +141,11 @@ class MorphTTS:
 
     # -- generation: one line through the batch front end (morph/scheduler.py) -------------
     def clone(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,
-              on_step: OnStep | None = None, who: str = "Generate", split_long_text: bool = True) -> np.ndarray:
+              on_step: OnStep | None = None, who: str = "Generate", split_long_text: bool = True,
+              words: Words = FOR_PYTHON) -> np.ndarray:
         if voice is None:  # a Line without a voice is a VoiceDesign line
             raise ValueError(f"{who}: no voice given; make one with make_voice or load_voice")
-        return self._speak(Line(text, voice, language), settings, on_step, who, split_long_text)
+        return self._speak(Line(text, voice, language), settings, on_step, who, split_long_text, words)
 
     def custom_voice(self, text: str, speaker: str, instruct: str = "", language: str = "Auto",
                      settings: GenerationSettings = None, on_step: OnStep | None = None,
@@ -157,10 +160,10 @@ class MorphTTS:
                            split_long_text)
 
     def _speak(self, line: Line, settings: GenerationSettings | None, on_step: OnStep | None, who: str,
-               split_long_text: bool) -> np.ndarray:
+               split_long_text: bool, words: Words = FOR_PYTHON) -> np.ndarray:
         """A long text's segments are the rows of one batch (halved on out-of-memory like any batch)."""
         return BatchTTS(self).render([line], settings, batch_size=None, on_step=on_step, who=who,
-                                     split_long_text=split_long_text)[0]
+                                     split_long_text=split_long_text, words=words)[0]
 
     def _prompt_item(self, voice: Voice):
         from qwen_tts import VoiceClonePromptItem

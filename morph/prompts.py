@@ -13,6 +13,7 @@ import torch
 from .lines.line import Line, Row
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice, check_voice_fits
+from .lines.words import FOR_PYTHON, Words
 from .settings import GenerationSettings
 
 log = logging.getLogger(__name__)
@@ -21,14 +22,15 @@ PROMPT_OVERHEAD_TOKENS = 32  # chat markup, codec control tokens, the speaker em
 
 
 def make_rows(tts, lines: Sequence[Line], settings: GenerationSettings, who: str, split_long_text: bool,
-              labels: Sequence[str] | None = None) -> list[Row]:
-    """Every line checked (before any work), and split into rows where it is over MAX_SEGMENT_CHARS."""
+              labels: Sequence[str] | None = None, words: Words = FOR_PYTHON) -> list[Row]:
+    """Every line checked (before any work), and split into rows where it is over MAX_SEGMENT_CHARS; messages word
+    their fixes as `words` does."""
     rows = []
     for i, line in enumerate(lines):
         where = f"{who} ({labels[i]})" if labels else f"{who} (line {i + 1})" if len(lines) > 1 else who
         if not isinstance(line, Line):
             raise TypeError(f"{where}: expected a morph.scheduler.Line, got {type(line).__name__}")
-        check_line(tts, line, who, where)
+        check_line(tts, line, who, where, words)
         text = line.text.strip()
         pieces = split_text(text, MAX_SEGMENT_CHARS) if len(text) > MAX_SEGMENT_CHARS else [text]
         if len(pieces) > 1 and not split_long_text:
@@ -40,7 +42,7 @@ def make_rows(tts, lines: Sequence[Line], settings: GenerationSettings, who: str
     return rows
 
 
-def check_line(tts, line: Line, who: str, where: str) -> None:
+def check_line(tts, line: Line, who: str, where: str, words: Words = FOR_PYTHON) -> None:
     """Refuse a line this model cannot speak, naming it as `where`."""
     tts.require_variant(line.variant, who)
     if not isinstance(line.text, str) or not line.text.strip():
@@ -49,12 +51,12 @@ def check_line(tts, line: Line, who: str, where: str) -> None:
         raise ValueError(f"{where}: language {line.language!r} is not supported by this model; "
                          f"choose one of {', '.join(tts.languages)}")
     if line.variant == "base":
-        check_voice_fits(line.voice, tts.hidden_size, tts.model_size, where)
+        check_voice_fits(line.voice, tts.hidden_size, tts.model_size, where, words)
         ref_text = line.voice.ref_text
         # the text to speak and the reference transcript are easy to swap, and a swap fails silently
         if ref_text and " ".join(ref_text.split()).lower() == " ".join(line.text.split()).lower():
             log.warning("%s: the text to speak is the same as the voice's transcript; if they were swapped, "
-                        "put the words of the reference clip in the Voice prompt's transcript", where)
+                        "put the words of the reference clip in %s", where, words.transcript)
     if line.variant == "custom_voice" and str(line.speaker).lower() not in {s.lower() for s in tts.speakers}:
         raise ValueError(f"{where}: unknown speaker {line.speaker!r}; this model has {', '.join(tts.speakers)}")
 

@@ -52,6 +52,8 @@ from .codec.stream import CodecStream, RowsDecode
 from .continuous import run_rows, runs_lean
 from .lines.line import Line, Row
 from .lines.voice import Voice
+from .lines.words import FOR_PYTHON, Words
+from .progress import SlotProgress
 from .prompts import make_rows, prompt_inputs
 from .settings import SAMPLE_RATE, GenerationSettings
 
@@ -61,20 +63,6 @@ DEFAULT_BATCH_SIZE = 16
 SEGMENT_PAUSE_SECONDS = 0.2  # between the segments of a long text
 OnStep = Callable[[int, int], None]  # (done frame slots, total frame slots)
 OnLine = Callable[[int, np.ndarray], None]  # (index into the lines given, float32 24 kHz audio)
-
-
-class _Progress:
-    """Frame slots across all batches of one render: a decode step of a batch of B rows is B slots,
-    and a batch's allotment is B x its frame limit, the frames it may decode. Finished rows
-    still take their slot in the batch, so slots measure the work actually done."""
-
-    def __init__(self, on_step: OnStep | None, total: int):
-        self.on_step, self.total, self.done = on_step, max(int(total), 1), 0
-
-    def report(self, value: int) -> None:
-        self.done = min(max(self.done, int(value)), self.total)
-        if self.on_step is not None:
-            self.on_step(self.done, self.total)
 
 
 def _allotment(rows: Sequence[Row]) -> int:
@@ -93,21 +81,23 @@ class BatchTTS:
                batch_size: int | None = DEFAULT_BATCH_SIZE, on_step: OnStep | None = None,
                on_line: OnLine | None = None, who: str = "Render lines", split_long_text: bool = True,
                sort: bool = True, labels: Sequence[str] | None = None,
-               continuous: bool = False) -> list[np.ndarray]:
+               continuous: bool = False, words: Words = FOR_PYTHON) -> list[np.ndarray]:
         """Speak every line; returns float32 24 kHz audio per line, in the order given.
 
         Rows (lines and segments) are rendered `batch_size` at a time, all at once when None (static batches:
         longest first when `sort`). `on_line(i, audio)`
         is called as soon as line i is complete, so a caller keeps finished lines when a later row fails or the
         render is cancelled. `on_step(done, total)` is called before every decode step with frame slots across
-        the whole render (see `_Progress`); an exception raised there (a cancel) stops the render and propagates.
+        the whole render (morph/progress.py's `SlotProgress`), and once more with `total, total` when it is done;
+        an exception raised there (a cancel) stops the render and propagates.
         Messages name line i as `labels[i]`, as "line i+1" when there are several lines and no labels, and a
-        single line not at all. `continuous=True` runs the continuous batch (module docstring; not in eager mode).
+        single line not at all, and word their fixes as `words` does (morph/lines/words.py). `continuous=True` runs
+        the continuous batch (module docstring; not in eager mode).
         """
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):  # True is no size
             raise ValueError(f"{who}: batch_size must be an integer >= 1, got {batch_size!r}; 16 suits most GPUs")
         settings = (settings or GenerationSettings()).validate(who)
-        rows = make_rows(self.tts, lines, settings, who, split_long_text, labels)
+        rows = make_rows(self.tts, lines, settings, who, split_long_text, labels, words)
         if not rows:
             return []
         cap = batch_size or len(rows)
@@ -164,13 +154,13 @@ class BatchTTS:
         out: list[torch.Tensor | None] = [None] * len(rows)
         width = batch_size or len(rows)
         if continuous:
-            progress = _Progress(on_step, sum(r.limit for r in rows))
+            progress = SlotProgress(on_step, sum(r.limit for r in rows))
             run_rows(self.tts, rows, settings, width, self.stop, lambda r, c: out.__setitem__(r.index, c),
                      lambda live: progress.report(progress.done + live), audio=False)
             return out
         for batch in plan_batches([(r.limit, r.text) for r in rows], width, longest_first=False):
             chunk = [rows[i] for i in batch]
-            codes = self._generate(chunk, settings, _Progress(on_step, _allotment(chunk)))
+            codes = self._generate(chunk, settings, SlotProgress(on_step, _allotment(chunk)))
             for row, c in zip(chunk, codes, strict=True):
                 out[row.index] = c
         return out
@@ -205,9 +195,10 @@ class BatchTTS:
     def _continuous(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,
                     deliver, sort: bool) -> None:
         """One running batch of `width` slots (rows join longest first whatever `sort`)."""
-        progress = _Progress(on_step, sum(r.limit for r in rows))
+        progress = SlotProgress(on_step, sum(r.limit for r in rows))
         run_rows(self.tts, rows, settings, width, self.stop, deliver,
                  lambda live: progress.report(progress.done + live))
+        progress.finish()
 
     def _static(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,
                 deliver, sort: bool) -> None:
@@ -216,7 +207,7 @@ class BatchTTS:
         batch after it."""
         planned = [[rows[i] for i in batch]
                    for batch in plan_batches([(r.limit, r.text) for r in rows], width, sort)]
-        progress = _Progress(on_step, sum(_allotment(b) for b in planned))
+        progress = SlotProgress(on_step, sum(_allotment(b) for b in planned))
         pending: tuple | None = None  # a batch whose audio is on its way: (rows, RowsDecode)
         try:
             for batch in planned:
@@ -238,6 +229,7 @@ class BatchTTS:
         finally:  # a failure or a cancel in a later batch keeps the lines of those finished before it
             if pending is not None:
                 _hand_over(*pending, deliver)
+        progress.finish()
 
     def _audio(self, rows: list[Row]) -> RowsDecode | None:
         """The lean codec's decode of a batch beside its frame loop (morph/codec/stream.py), or None in eager mode,
@@ -248,7 +240,7 @@ class BatchTTS:
         return RowsDecode(self.tts.codec, [None if r.line.voice is None else r.line.voice.ref_code for r in rows],
                           device, self.tts.codec.side_stream(device))
 
-    def _generate(self, rows: list[Row], settings: GenerationSettings, progress: _Progress,
+    def _generate(self, rows: list[Row], settings: GenerationSettings, progress: SlotProgress,
                   audio: RowsDecode | None = None) -> list[torch.Tensor]:
         """One batched upstream generate with the morph patch; codes [frames, 16] per row, cut to its limit. `audio`
         is fed the frames as the loop makes them."""

@@ -4,11 +4,15 @@ run resumes where it stopped."""
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from ..morph.lines.script import check_name, name_key, parse_script
 from ..morph.lines.store import LineStore
+from ..morph.lines.words import FOR_NODES
 from ..morph.memory import working_memory
+from ..morph.progress import Cadence, JobProgress
 from ..morph.scheduler import DEFAULT_BATCH_SIZE, Line
 from ..morph.script_job import ScriptJob, render_context
 from ..morph.settings import SAMPLE_RATE
@@ -16,6 +20,8 @@ from ..postprocess import smooth
 from . import services
 from .common import CATEGORY, VOICE_TYPE, generation_inputs, model_input, prefixed, split_generation_options, \
     text_input, to_audio
+
+log = logging.getLogger(__name__)
 
 BANK_TYPE = "QWEN3TTS_VOICE_BANK"  # {name_key(name): (display name, Voice)}
 MAX_BATCH_SIZE = 64
@@ -128,8 +134,8 @@ class RenderLines:
                 raise ValueError("bank is empty or not a voice bank; connect a Qwen3-TTS Voice Bank")
             if not isinstance(pause_seconds, (int, float)) or not 0 <= pause_seconds <= 600:
                 raise ValueError(f"pause_seconds must be between 0 and 600, got {pause_seconds!r}")
-            parsed = parse_script(script, [display for display, _ in bank.values()])
-            store = LineStore(services.output_dir(), filename_prefix, who)
+            parsed = parse_script(script, [display for display, _ in bank.values()], FOR_NODES)
+            store = LineStore(services.output_dir(), filename_prefix, who, words=FOR_NODES)
         except ValueError as e:
             raise prefixed(e, who) from e
         services.check_interrupt()
@@ -144,12 +150,39 @@ class RenderLines:
             job = ScriptJob(parsed, lines, store, context, rerun="queue it again with resume on")
             if resume:
                 job.reuse()
-            reporter = services.step_callback()
+            progress = LinesProgress(len(job.todo()), who)
             result = job.run(prepare, settings, int(batch_size), float(pause_seconds),
-                             finish_line=(lambda wav: smooth(wav, SAMPLE_RATE)) if smoothing else None, on_step=reporter, who=who)
-            reporter.finish()
+                             finish_line=(lambda wav: smooth(wav, SAMPLE_RATE)) if smoothing else None,
+                             on_step=progress.step, on_line=progress.line, who=who, words=FOR_NODES)
+            progress.finish()
         return ([to_audio(c, SAMPLE_RATE) for c in result.clips], to_audio(result.dialogue, SAMPLE_RATE),
                 result.subtitles)
+
+
+class LinesProgress:
+    """Render Lines' progress: ComfyUI's bar and Cancel follow the frames (services.StepReporter); the lines done,
+    audio, speed and time left (morph/progress.py, what cli.py render prints) go to the log and the node as a
+    progress line, at each batch of lines done and every few seconds between."""
+
+    def __init__(self, lines: int, who: str):
+        self.bar, self.tally, self.cadence, self.who = services.step_callback(), JobProgress(lines), Cadence(), who
+
+    def step(self, done: int, total: int) -> None:
+        self.bar(done, total)
+        self.tally.step(done, total)
+        if self.cadence.due():
+            self._report(final=False)
+
+    def line(self, index: int, wav) -> None:
+        self.tally.lines_done([wav.size])
+        self.cadence.mark()
+
+    def finish(self) -> None:
+        if self.tally.lines:
+            self._report(final=True)
+
+    def _report(self, final: bool) -> None:
+        log.info("%s: %s", self.who, self.tally.summary(final), extra={"progress": True})
 
 
 __all__ = ["BANK_TYPE", "RenderLines", "VoiceBank"]

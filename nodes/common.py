@@ -107,9 +107,7 @@ def run_generation(model, generate, who: str, settings: GenerationSettings, text
     services.check_interrupt()
     with services.messages_on_node():
         tts = model.ready(working_memory(model.tts, [(str(text), voice)], settings, instruct=str(instruct)))
-        reporter = services.step_callback()
-        wav = generate(tts, reporter)
-        reporter.finish()
+        wav = generate(tts, services.step_callback())
     return to_audio(wav, SAMPLE_RATE)
 
 

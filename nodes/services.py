@@ -199,11 +199,6 @@ class StepReporter:
                 self._bar = self._bar_type(total)
             self._bar.update_absolute(step, total)
 
-    def finish(self) -> None:
-        """Fill the bar: generation usually ends (at EOS) before the frame limit."""
-        if self._bar is not None:
-            self._bar.update_absolute(self.total, self.total)
-
 
 def step_callback() -> StepReporter:
     return StepReporter()
@@ -240,12 +235,14 @@ _warned: set[str] = set()  # nodes whose last run left messages on them
 
 
 class _NodeMessages(logging.Handler):
-    """Collects the warnings and status lines this thread logs and shows them, all so far, on the running node."""
+    """Collects the warnings and status lines this thread logs and shows them, all so far, on the running node,
+    with the latest progress line (a record with `progress`) below them, replaced by each new one."""
 
     def __init__(self):
         super().__init__(logging.INFO)
         self.thread = threading.get_ident()
         self.lines: list[str] = []
+        self.progress: str | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.thread != self.thread:
@@ -254,9 +251,11 @@ class _NodeMessages(logging.Handler):
             self.lines.append(f"Warning: {record.getMessage()}")
         elif getattr(record, "status", False):
             self.lines.append(record.getMessage())
+        elif getattr(record, "progress", False):
+            self.progress = record.getMessage()
         else:
             return
-        show_text("\n".join(self.lines))
+        show_text("\n".join(self.lines + [self.progress] * (self.progress is not None)))
 
 
 @contextlib.contextmanager
@@ -275,7 +274,7 @@ def messages_on_node():
     running = _running_node()
     if running is None:  # no ComfyUI run: nothing was shown, nothing to replace
         return
-    if handler.lines:
+    if handler.lines or handler.progress is not None:
         _warned.add(running[1])
     elif running[1] in _warned:
         _warned.discard(running[1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 
-from ..morph.lines.reference_audio import FOR_NODES
+from ..morph.lines.words import FOR_NODES
 from ..morph.lines.voice import load_voice, save_voice
 from . import services
 from .common import CATEGORY, VOICE_TYPE, model_input, text_input
@@ -47,7 +47,7 @@ class VoicePrompt:
         with services.messages_on_node():
             tts = model.ready()
             voice = tts.make_voice(audio["waveform"], int(audio["sample_rate"]), transcript=transcript,
-                                   x_vector_only=bool(x_vector_only), who=who, fixes=FOR_NODES)
+                                   x_vector_only=bool(x_vector_only), who=who, words=FOR_NODES)
         return (voice,)
 
 
@@ -158,4 +158,4 @@ class LoadVoice:
             folders = ", ".join(str(d) for d in services.voices_dirs())
             raise FileNotFoundError(f"{who}: no voice file named {name!r} in {folders}; save one with "
                                     "Qwen3-TTS Save Voice, or pick another")
-        return (load_voice(path, who=who),)
+        return (load_voice(path, who=who, words=FOR_NODES),)

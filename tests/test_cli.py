@@ -108,10 +108,10 @@ def test_checking_the_output_leaves_no_file_and_keeps_an_existing_one(tmp_path):
     assert (tmp_path / "old.wav").read_bytes() == b"take one"
 
 
-def test_an_output_path_gets_its_folder_and_wav_extension_before_loading(tmp_path, capsys, no_load):
+def test_an_output_path_is_checked_but_its_folder_made_only_with_the_file(tmp_path, capsys, no_load):
     with pytest.raises(AssertionError, match="loaded before"):  # every check passed, then the load
         cli.main(["--text", "Hi", "--out", str(tmp_path / "a" / "b" / "take1")])
-    assert (tmp_path / "a" / "b").is_dir()
+    assert list(tmp_path.iterdir()) == []  # a run that stops before writing leaves no empty folder
     assert cli_common.check_output(tmp_path / "take1") == tmp_path / "take1.wav"
 
 
@@ -227,7 +227,8 @@ def test_the_models_dir_defaults_to_the_environment_variable(tiny_dir, tmp_path,
         (mine / "tiny" / item.name).symlink_to(item)
     monkeypatch.setenv(cli_common.MODELS_DIR_ENV, str(mine))
     assert cli.parse_args(["--text", "Hi"]).models_dir == mine
-    assert f"${cli_common.MODELS_DIR_ENV} sets the default" in " ".join(cli.build_parser().format_help().split())
+    assert f"default: ${cli_common.MODELS_DIR_ENV}, else models/qwen3-tts" in \
+        " ".join(cli.build_parser().format_help().split())
     args = ["--text", "Hi.", "--out", str(tmp_path / "o.wav"), *quick(model="tiny")]  # a folder name in it
     assert cli.main(args) == 0, capsys.readouterr().err
 

@@ -2,6 +2,8 @@
 keeps what is done; every bad input refused before the model loads, in the CLI's words."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -9,7 +11,7 @@ import soundfile as sf
 
 import cli
 import cli_render
-from tests.test_cli import NODE_WORDS, fails, speech
+from tests.test_cli import NODE_WORDS, ROOT, fails, speech
 
 SCRIPT = "# scene one\nAlice: Hello there, Bob.\nBob: Hi Alice! How are you?\nAlice: Fine, thanks.\n"
 
@@ -88,9 +90,9 @@ def test_ctrl_c_keeps_the_finished_lines_and_the_same_command_renders_the_rest(t
     (["--voice", "Alice=a.wav", "--speaker", "Bob=Vivian"], "--voice and --speaker need different models"),
     (["--voice", "Alice", "--voice", "Bob=a.wav"], "--voice 'Alice': write it as --voice NAME=VALUE"),
     (["--voice", "Alice=a.wav", "--voice", "alice=a.wav"], "--voice: 'alice' is given twice"),
-    (["--voice", "Alice=a.wav", "--voice", "Bob=a.wav", "--transcript", "Carol=Hi."], "--transcript: carol has no --voice"),
+    (["--voice", "Alice=a.wav", "--voice", "Bob=a.wav", "--transcript", "Carol=Hi."], "--transcript: Carol has no --voice"),
     (["--voice", "Alice=a.wav", "--voice", "Bob=a.wav", "--seq-groups", "0"], "--seq-groups must be an integer"),
-    (["--voice", "Alice=a.wav", "--voice", "Bob=a.wav", "--prefix", "../up"], "--prefix: filename_prefix"),
+    (["--voice", "Alice=a.wav", "--voice", "Bob=a.wav", "--prefix", "../up"], "--prefix '../up' must be a relative name"),
     ([], "give each character of the script a voice"),
 ])
 def test_bad_input_is_refused_before_loading(flags, message, tmp_path, capsys, no_load, monkeypatch):
@@ -178,3 +180,137 @@ def test_the_context_known_before_a_load_is_the_loaded_models(tiny_dir, tmp_path
         before = engine.context("English", settings, True)
         assert engine.tts is None  # nothing loaded for it
         assert before == render_context(engine(), engine().device.type, "English", settings, True)
+
+
+# -- issue 37: progress a log can read, help, the command typed, ranges, folders -------------------------------
+def test_progress_in_a_log_counts_the_lines_and_ends_with_the_final_counts(tiny_dir, tmp_path, cast, capsys):
+    """stderr is not a terminal here (pytest captures it): plain lines, no carriage returns, and the last one
+    says every line is done."""
+    assert cli.main(["render", str(tmp_path / "scene.txt"), *options(tiny_dir, tmp_path / "r", *cast)]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    reports = [line for line in err.splitlines() if " of 3 lines | " in line]
+    assert reports[0].startswith("[") and reports[-1].startswith("[" + "#" * 24 + "] 3 of 3 lines | ")
+    assert " took 0:0" in reports[-1] and len(reports) == len(set(reports))
+
+
+class _Clock:
+    def __init__(self, monkeypatch):
+        from types import SimpleNamespace
+
+        import morph.progress
+
+        self.now = 0.0
+        monkeypatch.setattr(morph.progress, "time", SimpleNamespace(perf_counter=lambda: self.now))
+
+
+class _Stream:
+    def __init__(self, tty):
+        self.tty, self.text = tty, ""
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+def test_a_log_gets_a_line_at_each_batch_of_lines_and_every_few_seconds(monkeypatch):
+    clock, log = _Clock(monkeypatch), _Stream(tty=False)
+    progress = cli_render.ScriptProgress(4, log)
+    for frame in range(120):  # 12 s of frames; a batch of two lines ends at 3 s
+        clock.now = frame / 10
+        if frame == 30:
+            progress.line(0, np.zeros(24000))
+            progress.line(1, np.zeros(48000))
+        progress.step(frame, 240)
+    progress.lines_done([(2, 24000), (3, 24000)])  # a worker's batch: reported as it comes
+    progress.finish()
+    lines = log.text.splitlines()
+    assert [line.split("] ")[1].split(" |")[0] for line in lines] == \
+        ["0 of 4 lines", "2 of 4 lines", "2 of 4 lines", "4 of 4 lines", "4 of 4 lines"]
+    # at 0 s, the batch at 3 s, 5 s after it, the workers' batch, the end
+    assert "3.0 s of audio" in lines[1] and lines[-1].endswith("took 0:12")
+
+
+def test_a_terminal_bar_redraws_its_final_counts(monkeypatch):
+    clock, tty = _Clock(monkeypatch), _Stream(tty=True)
+    progress = cli_render.ScriptProgress(2, tty)
+    progress.step(1, 10)
+    clock.now = 0.05  # within a tenth of a second: not redrawn
+    progress.line(0, np.zeros(24000))
+    progress.line(1, np.zeros(24000))
+    progress.step(10, 10)
+    progress.finish()
+    draws = tty.text.split("\r")[1:]
+    assert len(draws) == 2 and draws[0].split("] ")[1].startswith("0 of 2 lines")
+    assert draws[-1].startswith("[" + "#" * 24 + "] 2 of 2 lines") and draws[-1].endswith("took 0:00  \n")
+
+
+def test_help_states_each_default_once_and_the_render_help_shows_its_examples(capsys):
+    for argv in (["--help"], ["render", "--help"]):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        text = " ".join(capsys.readouterr().out.split())
+        assert not any(f"(default: {v})" in text for v in ("None", "False", "[]")), argv
+        assert "default: 5 s plus 0.35 s per character" in text and "(default: 0.9)" in text
+    assert "python cli.py render scene1.txt --voice Alice=alice.wav" in text
+    assert "python cli.py voice save bob.wav" in text
+    assert "a sampled line's take also depends on the lines batched with it" in text
+
+
+@pytest.mark.parametrize("argv, answer", [
+    (["rendr", "x.txt"], "error: unknown command 'rendr'; did you mean render? (render a script: python cli.py "
+                         "render SCRIPT"),
+    (["voices", "save"], "error: unknown command 'voices'; did you mean voice?"),
+    (["hello.txt"], "error: unknown command 'hello.txt'; speak a text with python cli.py --text \"...\", render a "
+                    "script: "),
+])
+def test_a_mistyped_command_gets_the_command_meant(argv, answer, capsys, no_load):
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.startswith(answer)
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--batch-size", "0", "--batch-size must be 1 or more, got 0"),
+    ("--pause", "-1", "--pause must be from 0 to 600 seconds, got -1"),
+    ("--pause", "601.5", "--pause must be from 0 to 600 seconds, got 601.5"),
+    ("--gpus", "0", "--gpus must be 1 or more (the number of GPUs to render over), got 0"),
+])
+def test_each_range_error_names_its_option_and_the_value_given(flag, value, message, tmp_path, capsys, no_load,
+                                                               monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sf.write("a.wav", speech(2.0), 24000)
+    (tmp_path / "scene.txt").write_text(SCRIPT, encoding="utf-8")
+    err = fails(["render", "scene.txt", "--voice", "Alice=a.wav", "--voice", "Bob=a.wav", flag, value], capsys)
+    assert err == f"error: {message}\n"
+
+
+def test_a_run_that_fails_before_its_first_line_leaves_no_folder(tiny_dir, tmp_path, capsys, no_load, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sf.write("a.wav", speech(2.0), 24000)
+    (tmp_path / "scene.txt").write_text(SCRIPT, encoding="utf-8")
+    with pytest.raises(AssertionError, match="loaded before"):  # the load fails once the job holds its folder
+        cli.main(["render", "scene.txt", "--voice", "Alice=a.wav", "--voice", "Bob=a.wav", "--out", "new/renders",
+                  "--model", str(tiny_dir)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.wav", "scene.txt"]
+
+
+def test_clips_are_refused_before_torch_loads(tmp_path):
+    """A short or silent clip is refused at once, not after torch's import (seconds on a busy machine); a saved
+    voice in the same cast does not pull torch in first."""
+    sf.write(tmp_path / "quiet.wav", np.zeros(48000, np.float32), 24000)
+    sf.write(tmp_path / "short.wav", speech(0.3), 24000)
+    (tmp_path / "scene.txt").write_text(SCRIPT, encoding="utf-8")
+    (tmp_path / "bob.safetensors").write_bytes(b"not read before the clips")
+    runs = {"cli.py": "['--text', 'Hi', '--voice', 'quiet.wav']",
+            "render": "['render', 'scene.txt', '--voice', 'Alice=short.wav', '--voice', 'Bob=bob.safetensors']"}
+    for name, argv in runs.items():
+        code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); import cli; rc = cli.main({argv}); " \
+               "print(rc, 'torch' in sys.modules)"
+        run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert run.stdout.split() == ["2", "False"], (name, run.stdout, run.stderr)
+        assert "the clip is silent" in run.stderr or "the clip is 0.30 s long" in run.stderr

@@ -10,13 +10,13 @@ the model loads, then MorphTTS.voice_from_clip).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from math import gcd
 
 import numpy as np
 from scipy.signal import resample_poly
 
 from ..settings import SAMPLE_RATE
+from .words import FOR_PYTHON, Words
 
 log = logging.getLogger(__name__)
 
@@ -26,23 +26,11 @@ SILENCE_RMS = 1e-4  # -80 dBFS: nothing a speaker encoder can use
 MAX_CHANNELS = 8  # the short axis of a 2-D clip is its channels
 
 
-@dataclass(frozen=True)
-class Fixes:
-    """How a front end words two fixes: giving another clip, and cloning without the transcript."""
-
-    new_clip: str
-    no_transcript: str
-
-
-FOR_PYTHON = Fixes("pass a recording of the voice to clone", "pass no transcript (or x_vector_only=True)")
-FOR_NODES = Fixes("connect a recording of the voice to clone", "clear the transcript (or turn on x_vector_only)")
-
-
-def _mono(audio: np.ndarray, shape: list, who: str, fixes: Fixes) -> np.ndarray:
+def _mono(audio: np.ndarray, shape: list, who: str, words: Words) -> np.ndarray:
     """[T], [C, T], [T, C] or [B, C, T] (ComfyUI's AUDIO; B must be 1) -> [T], channels averaged."""
     if audio.ndim == 3:
         if audio.shape[0] != 1:
-            raise ValueError(f"{who}: expected one clip, got a batch of {audio.shape[0]}; {fixes.new_clip}, "
+            raise ValueError(f"{who}: expected one clip, got a batch of {audio.shape[0]}; {words.new_clip}, "
                              "one clip only")
         audio = audio[0]
     if audio.ndim == 2:
@@ -87,16 +75,16 @@ def _samples(waveform) -> np.ndarray:
 
 
 def prepare_reference(waveform, sample_rate: int, who: str = "make_voice", icl: bool = False,
-                      fixes: Fixes = FOR_PYTHON) -> np.ndarray:
+                      words: Words = FOR_PYTHON) -> np.ndarray:
     """Downmix, scale to [-1, 1], resample to 24 kHz, trim to 30 s, and check.
 
     `waveform` is [T], [C, T], [T, C] or [1, C, T] (ComfyUI's AUDIO layout), numpy or torch, integer PCM or
     float. With `icl` (a transcript will be used) a clip over 30 s is refused instead of trimmed: the
     transcript would then describe audio the model never hears. Messages start with `who` and give the fix
-    in the caller's words (`fixes`).
+    in the caller's words (`words`, morph/lines/words.py).
     """
     # scaled before the downmix, which would turn integer samples into floats
-    audio = _mono(_as_float(_samples(waveform), who), list(np.shape(waveform)), who, fixes)
+    audio = _mono(_as_float(_samples(waveform), who), list(np.shape(waveform)), who, words)
     if int(sample_rate) <= 0:
         raise ValueError(f"{who}: sample rate must be positive, got {sample_rate}")
     seconds = audio.size / float(sample_rate)
@@ -111,7 +99,7 @@ def prepare_reference(waveform, sample_rate: int, who: str = "make_voice", icl: 
             raise ValueError(f"{who}: the clip is {seconds:.1f} s long, and only its first {MAX_SECONDS:.0f} s can be "
                              "used, but the transcript is for the whole clip (in-context cloning needs the words of "
                              f"exactly the audio it hears). Trim the clip to {MAX_SECONDS:.0f} s or less (3 to 10 s "
-                             f"works best) and transcribe that part, or {fixes.no_transcript} to clone from the "
+                             f"works best) and transcribe that part, or {words.no_transcript} to clone from the "
                              f"first {MAX_SECONDS:.0f} s without it")
         log.warning("%s: the clip is %.1f s long; only its first %.0f s are used", who, seconds, MAX_SECONDS)
         audio = audio[: int(MAX_SECONDS * SAMPLE_RATE)]
@@ -121,5 +109,5 @@ def prepare_reference(waveform, sample_rate: int, who: str = "make_voice", icl: 
     if peak > 1.0:
         audio = audio / peak
     if float(np.sqrt(np.mean(audio**2))) < SILENCE_RMS:
-        raise ValueError(f"{who}: the clip is silent; {fixes.new_clip}")
+        raise ValueError(f"{who}: the clip is silent; {words.new_clip}")
     return audio.astype(np.float32)

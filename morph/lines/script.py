@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from .words import FOR_PYTHON, Words
+
 _NAME_AND_TEXT = re.compile(r"^([^:：]*)[:：](.*)$", re.DOTALL)
 MAX_REPORTED = 10  # problems listed in one error; the rest are counted
 MAX_NAME_CHARS = 60
@@ -52,10 +54,9 @@ def _quote(text: str, limit: int = 40) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def parse_script(script: str, names: Iterable[str],
-                 add_names: str = "add a Voice Bank node for each missing character") -> list[ScriptLine]:
+def parse_script(script: str, names: Iterable[str], words: Words = FOR_PYTHON) -> list[ScriptLine]:
     """The spoken lines in script order; `names` are the known display names, matched by `name_key`.
-    `add_names` says, in the front end's words, how to give a voice to a missing character."""
+    `words.add_names` says, in the front end's words, how to give a voice to a missing character."""
     if not isinstance(script, str):
         raise ValueError(f"the script must be text, got {type(script).__name__}")
     known: dict[str, str] = {}
@@ -92,7 +93,7 @@ def parse_script(script: str, names: Iterable[str],
             shown.append(f"and {len(problems) - MAX_REPORTED} more")
         message = "the script has problems: " + "; ".join(shown)
         if unknown:
-            message += f". Known characters: {known_list}; fix the spelling or {add_names}"
+            message += f". Known characters: {known_list}; fix the spelling or {words.add_names}"
         raise ValueError(message)
     if not lines:
         raise ValueError("the script has no spoken lines; write one line per spoken line as Name: text "

@@ -21,6 +21,7 @@ import numpy as np
 from ..settings import SAMPLE_RATE
 from .files import digest, wav_bytes, wav_header, write_atomic
 from .job_lock import JobLock
+from .words import FOR_PYTHON, Words
 
 log = logging.getLogger(__name__)
 
@@ -108,11 +109,11 @@ class LineFiles:
     whole or not at all (morph/lines/files.py). A worker of a distributed job writes its lines through this, without
     the manifest or the lock, which the driver's LineStore holds."""
 
-    def __init__(self, root: Path, prefix: str, who: str):
+    def __init__(self, root: Path, prefix: str, who: str, words: Words = FOR_PYTHON):
         prefix = str(prefix).strip().replace("\\", "/")
         parts = [p for p in prefix.split("/") if p not in ("", ".")]
         if not parts or prefix.startswith("/") or ".." in parts or re.match(r"^[A-Za-z]:", prefix):
-            raise ValueError(f"filename_prefix {prefix!r} must be a relative name inside the output folder, "
+            raise ValueError(f"{words.prefix} {prefix!r} must be a relative name inside the output folder, "
                              "e.g. qwen3-tts/scene1")
         self.root, self.prefix = Path(root), prefix
         self.folder = Path(root).joinpath(*parts[:-1])
@@ -173,8 +174,8 @@ class LineStore(LineFiles):
     starts. Open it with `with`: one job at a time per folder and prefix (morph/lines/job_lock.py), and the manifest
     is read once the job holds the folder. `what` names the job to a second one that is refused."""
 
-    def __init__(self, root: Path, prefix: str, who: str, what: str = ""):
-        super().__init__(root, prefix, who)
+    def __init__(self, root: Path, prefix: str, who: str, what: str = "", words: Words = FOR_PYTHON):
+        super().__init__(root, prefix, who, words)
         self.manifest_path = self.folder / f"{self.stem}{MANIFEST_SUFFIX}"
         self.lock = JobLock(self.folder / f".{self.stem}.lock", who, what or f"{who} writing {self.prefix}")
         self.lines: dict[int, dict] = {}  # this run's lines: reused or rendered
@@ -185,16 +186,27 @@ class LineStore(LineFiles):
         self.altered = 0  # recorded, but the file is no longer what was recorded
 
     def __enter__(self) -> "LineStore":
-        self.lock.acquire()
+        self._made = [f for f in (self.folder, *self.folder.parents) if not f.exists()]  # deepest first
+        self.lock.acquire()  # creates the folder
         try:
             self.earlier = self._read_manifest()
         except BaseException:
-            self.lock.release()
+            self._leave()
             raise
         return self
 
     def __exit__(self, *exc) -> None:
+        self._leave()
+
+    def _leave(self) -> None:
+        """Let go of the folder; the folders this job made go again if nothing was written into them (a job that
+        failed or was stopped before its first line leaves no empty folder behind)."""
         self.lock.release()
+        for folder in self._made:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (or another job's now): kept
+                break
 
     def _read_manifest(self) -> dict[int, dict]:
         try:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from .words import FOR_PYTHON, Words, model_size_name
+
 FORMAT = "qwen3-tts-morph-voice"
 VERSION = "1"
 NUM_CODE_GROUPS = 16
@@ -37,7 +39,7 @@ class Voice:
 
     def describe(self) -> str:
         mode = f"ICL, {self.ref_code.shape[0]} reference frames" if self.icl else "x-vector only"
-        return f"voice ({mode}, {self.model_size}, hidden {self.hidden_size})"
+        return f"voice ({mode}, {model_size_name(self.model_size)} model, hidden {self.hidden_size})"
 
 
 def save_voice(voice: Voice, path: str | Path) -> Path:
@@ -57,8 +59,8 @@ def save_voice(voice: Voice, path: str | Path) -> Path:
     return path
 
 
-def load_voice(path: str | Path, who: str = "Load voice") -> Voice:
-    """Read and check a voice file; anything unexpected is rejected before use."""
+def load_voice(path: str | Path, who: str = "load_voice", words: Words = FOR_PYTHON) -> Voice:
+    """Read and check a voice file; anything unexpected is rejected before use (the fix worded as `words` does)."""
     from safetensors import safe_open
 
     path = Path(path)
@@ -70,10 +72,10 @@ def load_voice(path: str | Path, who: str = "Load voice") -> Voice:
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as e:  # safetensors raises its own error types for non-safetensors data
         raise ValueError(f"{who}: {path.name} is not a valid safetensors voice file ({e}); "
-                         "save voices with the Save voice node") from e
+                         f"{words.make_voice}") from e
     if metadata.get("format") != FORMAT:
         raise ValueError(f"{who}: {path.name} is a safetensors file but not a Qwen3-TTS voice "
-                         f"(format {metadata.get('format')!r}); save voices with the Save voice node")
+                         f"(format {metadata.get('format')!r}); {words.make_voice}")
     if metadata.get("version") != VERSION:
         raise ValueError(f"{who}: {path.name} has voice format version {metadata.get('version')!r}; "
                          f"this pack reads version {VERSION}")
@@ -100,10 +102,11 @@ def load_voice(path: str | Path, who: str = "Load voice") -> Voice:
     return Voice(spk, code, ref_text, metadata.get("model_size", ""))
 
 
-def check_voice_fits(voice: Voice, hidden_size: int, model_size: str, who: str) -> None:
+def check_voice_fits(voice: Voice, hidden_size: int, model_size: str, who: str,
+                     words: Words = FOR_PYTHON) -> None:
     """A voice is tied to the model family whose speaker encoder made it."""
     if voice.hidden_size != hidden_size:
         raise ValueError(
-            f"{who}: this voice was made with a {voice.model_size or 'different'} model "
-            f"(embedding size {voice.hidden_size}) but the loaded model is {model_size} (size {hidden_size}); "
-            "rebuild the voice with the Voice prompt node on this model")
+            f"{who}: this voice was made with a {model_size_name(voice.model_size)} model "
+            f"(embedding size {voice.hidden_size}) but the loaded model is {model_size_name(model_size)} (size "
+            f"{hidden_size}); make the voice again on this model: {words.make_voice}")

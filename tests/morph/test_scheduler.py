@@ -213,6 +213,7 @@ def test_progress_counts_frame_slots_across_batches_and_completes(batch, lines):
     assert {n for _, n in calls} == {(2 + 1) * 4}
     done = [d for d, _ in calls]
     assert done == sorted(done) and set(done) <= {2, 4, 6, 8, 9, 10, 11, 12} and done[0] == 2 and 9 in done
+    assert calls[-1] == (12, 12), "the last report says the render is done, though EOS left slots unused"
 
 
 class Cancelled(Exception):
@@ -324,10 +325,10 @@ def test_bad_lines_are_clear_errors_naming_the_line(batch, voices):
         batch.render([Line("Hi.", voices["xvec"], "Klingon")])
     with pytest.raises(ValueError, match=r"^Render lines \(Bob's line\): text is empty"):
         batch.render([Line(" ", voices["xvec"])], labels=["Bob's line"])
-    with pytest.raises(ValueError, match=r"^Render lines: this node needs a CustomVoice model"):
+    with pytest.raises(ValueError, match=r"^Render lines needs a CustomVoice model"):
         batch.render([ok, Line("Hi.", speaker="vivian")])
     alien = type(voices["xvec"])(torch.zeros(2048), None, None, "1b7")
-    with pytest.raises(ValueError, match=r"^Render lines \(line 2\): this voice was made with a 1b7 model"):
+    with pytest.raises(ValueError, match=r"^Render lines \(line 2\): this voice was made with a 1.7B model"):
         batch.render([ok, Line("Hi.", alien)])
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
         batch.render([ok], batch_size=0)

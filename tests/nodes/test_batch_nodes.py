@@ -223,6 +223,20 @@ def test_what_a_resumed_render_reuses_and_redoes_is_said_on_the_node_in_one_line
     assert all("rendering it again" not in text for text in texts)  # not a line per file
 
 
+def test_render_lines_reports_lines_audio_and_speed_on_the_node_and_in_the_log(nodes, comfy, base_model, bank,
+                                                                              out_dir, caplog):
+    """What cli.py render prints (morph/progress.py): the node's text and ComfyUI's log end with the final counts."""
+    comfy.node_id, comfy.texts[:] = "9", []
+    with caplog.at_level(logging.INFO):  # ComfyUI's default log level
+        render(nodes, base_model, bank)
+    n = len(SPOKEN)
+    reports = [r.getMessage() for r in caplog.records if getattr(r, "progress", False)]
+    assert reports[0].startswith(f"Qwen3-TTS Render Lines: 0 of {n} lines | 0.0 s of audio | ")
+    assert reports[-1].startswith(f"Qwen3-TTS Render Lines: {n} of {n} lines | ") and " | took 0:" in reports[-1]
+    texts = [text for node, text in comfy.texts if node == "9"]
+    assert texts[-1] == reports[-1], "the last progress line stays on the node"
+
+
 def test_the_manifest_is_in_script_order_even_while_lines_finish_longest_first(nodes, base_model, bank, out_dir):
     script = "Alice: Hi.\nBob: This line is quite a lot longer than the first one.\nAlice: Mid length line."
     render(nodes, base_model, bank, script=script, batch_size=1, resume=True)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from morph.lines.reference_audio import FOR_NODES, FOR_PYTHON, Fixes, prepare_reference
+from morph.lines.reference_audio import prepare_reference
+from morph.lines.words import FOR_CLI, FOR_NODES, FOR_PYTHON
 from tests.clips import clip_names, write_clip
 
 SR = 24000
@@ -122,12 +123,12 @@ def test_resampling_overshoot_is_scaled_back_silently_and_a_prepared_clip_is_kep
 
 def test_the_fixes_are_worded_for_the_caller():
     silent = np.zeros(2 * SR, np.float32)
-    for fixes in (FOR_NODES, FOR_PYTHON, Fixes("give --voice a recording", "leave out --transcript")):
-        with pytest.raises(ValueError, match=f"^who: the clip is silent; {fixes.new_clip}$"):
-            prepare_reference(silent, SR, "who", fixes=fixes)
+    for words in (FOR_NODES, FOR_PYTHON, FOR_CLI):
+        with pytest.raises(ValueError, match=f"^who: the clip is silent; {words.new_clip}$"):
+            prepare_reference(silent, SR, "who", words=words)
         with pytest.raises(ValueError) as long_clip:
-            prepare_reference(speechlike(31.0, 16000), 16000, "who", icl=True, fixes=fixes)
-        assert f"or {fixes.no_transcript} to clone from the first 30 s" in str(long_clip.value)
+            prepare_reference(speechlike(31.0, 16000), 16000, "who", icl=True, words=words)
+        assert f"or {words.no_transcript} to clone from the first 30 s" in str(long_clip.value)
     assert "x_vector_only=True" in FOR_PYTHON.no_transcript and "turn on x_vector_only" in FOR_NODES.no_transcript
 
 

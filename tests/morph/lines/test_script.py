@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from morph.lines.script import ScriptLine, check_name, name_key, parse_script
+from morph.lines.words import FOR_NODES
 
 NAMES = ["Alice", "Bob", "Old Man", "Zoë"]
 
@@ -36,7 +37,10 @@ def test_unknown_name_lists_the_line_and_the_known_names():
         parse_script("Alice: Hi.\n\nCarol: Who am I?", NAMES)
     message = str(e.value)
     assert "line 3: unknown character 'Carol'" in message
-    assert "Known characters: Alice, Bob, Old Man, Zoë; fix the spelling or add a Voice Bank node" in message
+    assert "Known characters: Alice, Bob, Old Man, Zoë; fix the spelling or give the missing character a voice" \
+        in message
+    with pytest.raises(ValueError, match="fix the spelling or add a Voice Bank node for each missing character$"):
+        parse_script("Carol: Who am I?", NAMES, FOR_NODES)
 
 
 def test_a_line_without_a_name_is_an_error_with_its_number():

@@ -48,7 +48,7 @@ GOOD = {"spk_embedding": torch.randn(64), "ref_code": torch.randint(0, 2048, (5,
 ])
 def test_malformed_voice_files_are_refused(tmp_path, tensors, meta, match):
     path = write(tmp_path / "bad.safetensors", tensors, **meta)
-    with pytest.raises(ValueError, match=f"Load voice: .*{match}"):
+    with pytest.raises(ValueError, match=f"load_voice: .*{match}"):
         load_voice(path)
 
 
@@ -70,5 +70,5 @@ def test_pickles_and_garbage_are_never_unpickled(tmp_path):
 
 def test_voice_from_another_model_size_is_refused():
     voice = Voice(torch.randn(2048), None, None, "1b7")
-    with pytest.raises(ValueError, match="Generate: this voice was made with a 1b7 model"):
+    with pytest.raises(ValueError, match="Generate: this voice was made with a 1.7B model"):
         check_voice_fits(voice, 1024, "0b6", "Generate")

@@ -1,0 +1,98 @@
+"""Progress: the engine's frame slots across one render (`SlotProgress`, what on_step reports), and a script job's
+progress as every front end reports it (cli.py render's line, Render Lines' node and log): lines done, seconds of
+audio, speed and time left, and when a plain report is due where nothing redraws (a log file, a pipe, nohup, CI).
+
+A redrawn bar can follow every frame; a log cannot, so a plain report is due at a steady cadence (every
+`REPORT_EVERY` seconds) and as soon as a batch of lines is done (but not more often than `MIN_GAP`), so a working
+job is never mistaken for a hung one and a log stays readable on a 20,000-line script.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable
+
+from .settings import SAMPLE_RATE
+
+REPORT_EVERY = 5.0  # seconds between plain reports while frames are decoded
+MIN_GAP = 1.0  # seconds at least between two reports, however fast lines finish
+
+
+class SlotProgress:
+    """Frame slots across all batches of one render: a decode step of a batch of B rows is B slots, and a batch's
+    allotment is B x its frame limit, the frames it may decode. Finished rows still take their slot in the batch, so
+    slots measure the work actually done. on_step(done, total) at each report."""
+
+    def __init__(self, on_step: Callable[[int, int], None] | None, total: int):
+        self.on_step, self.total, self.done = on_step, max(int(total), 1), 0
+
+    def report(self, value: int) -> None:
+        self.done = min(max(self.done, int(value)), self.total)
+        if self.on_step is not None:
+            self.on_step(self.done, self.total)
+
+    def finish(self) -> None:
+        """The whole render is done: its last report says so, though EOS left frame slots unused."""
+        if self.done < self.total:
+            self.report(self.total)
+
+
+def clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m}:{s:02d}"
+
+
+class Cadence:
+    """When a plain report is due: the first time asked, then every `every` seconds, or at an event (a batch of
+    lines done) once `gap` seconds have passed since the last report."""
+
+    def __init__(self, every: float = REPORT_EVERY, gap: float = MIN_GAP):
+        self.every, self.gap = every, gap
+        self.last: float | None = None
+        self.event = False
+
+    def mark(self) -> None:
+        """Something worth a report happened (it is reported at the next `due()` the gap allows)."""
+        self.event = True
+
+    def due(self) -> bool:
+        now = time.perf_counter()
+        since = None if self.last is None else now - self.last
+        if since is None or since >= self.every or (self.event and since >= self.gap):
+            self.last, self.event = now, False
+            return True
+        return False
+
+
+class JobProgress:
+    """The tally of one job's rendering: `step(done, total)` with the engine's frame slots (morph/scheduler.py's
+    on_step), `lines_done(samples of each)` as lines are written. The time left follows the frame slots; the audio
+    and the speed follow the lines written."""
+
+    def __init__(self, lines: int):
+        self.lines, self.done, self.audio_s, self.fraction = lines, 0, 0.0, 0.0
+        self.start = time.perf_counter()
+
+    def step(self, done: int, total: int) -> None:
+        self.fraction = done / max(total, 1)
+
+    def lines_done(self, samples: Iterable[int]) -> None:
+        samples = list(samples)
+        self.done += len(samples)
+        self.audio_s += sum(samples) / SAMPLE_RATE
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def summary(self, final: bool = False) -> str:
+        """'12 of 256 lines | 41.2 s of audio | 88.0x real time | about 0:40 left' (at the end: 'took 0:05')."""
+        elapsed = self.elapsed
+        if final:
+            left = f"took {clock(elapsed)}"
+        elif self.fraction > 0.02:
+            left = f"about {clock(elapsed * (1 - self.fraction) / self.fraction)} left"
+        else:
+            left = "estimating"
+        return (f"{self.done} of {self.lines} lines | {self.audio_s:.1f} s of audio | "
+                f"{self.audio_s / max(elapsed, 1e-9):.1f}x real time | {left}")
