@@ -42,7 +42,7 @@ import soundfile as sf
 import torch
 
 from bench.common import (HELD_FRAMES, add_model_args, emit, load_bench_model, mixed_texts, model_dims, run_info, save,
-                          script_lines)
+                          script_lines, skewed_lines)
 from bench.workload import REF_TEXT, eos_suppressed, peak_bytes, reference_wave, sync
 from morph.decode.runner import MODES, check_mode
 from morph.lines.script import parse_script
@@ -222,11 +222,12 @@ def main(argv=None) -> dict:
     add_model_args(p)
     p.add_argument("--lines", type=int, default=32)
     p.add_argument("--frames", type=int, default=62, help="frames per line (12.5 a second; 62 is about 5 s)")
-    p.add_argument("--lengths", default="uniform", choices=["uniform", "mixed", "script"],
+    p.add_argument("--lengths", default="uniform", choices=["uniform", "mixed", "script", "skewed"],
                    help="uniform: every line --frames long; mixed: each row ending at its text-derived limit "
                         "(about 5.4 to 15.2 s); script: a realistic script, 1-15 s lines each ending at its own "
-                        "frame, not where its text length says (bench.common.script_lines); --frames is ignored "
-                        "but for uniform")
+                        "frame, not where its text length says (bench.common.script_lines); skewed: a minute-long "
+                        "line in every 64 among 1-5 s ones (bench.common.skewed_lines); --frames is ignored but "
+                        "for uniform")
     p.add_argument("--batch-sizes", default="1,8,16,32", help="comma list; 1 = one line at a time")
     p.add_argument("--seq-groups", default="15,5", help="comma list of seq_groups")
     p.add_argument("--batching", default="static",
@@ -248,7 +249,8 @@ def main(argv=None) -> dict:
     voices = {"xvector": tts.make_voice(reference_wave(), 24000),
               "icl": tts.make_voice(reference_wave(), 24000, REF_TEXT)}
     kinds = ["xvector", "icl"] if args.prompts == "mixed" else [args.prompts]
-    ends = dict(script_lines(args.lines)) if args.lengths == "script" else {}
+    ends = dict({"script": script_lines, "skewed": skewed_lines}[args.lengths](args.lines)) \
+        if args.lengths in ("script", "skewed") else {}
     texts = (list(ends) if ends else mixed_texts(args.lines) if args.lengths == "mixed" else script(args.lines))
     frames = args.frames if args.lengths == "uniform" else None
     lines = [Line(text, voices[kinds[i % len(kinds)]], "English") for i, text in enumerate(texts)]

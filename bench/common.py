@@ -44,6 +44,20 @@ def script_lines(n: int) -> list[tuple[str, int]]:
     return lines
 
 
+def skewed_lines(n: int) -> list[tuple[str, int]]:
+    """n lines of a skewed script (a fixed draw), as script_lines gives them: one line of a minute in every 64 (at
+    least one), the rest 1 to 5 s, log-uniform. A static batch waits for its minute-long row; the ideal schedule
+    takes the longest line's time alone, or every row-frame at the full width, whichever is longer."""
+    rng = np.random.default_rng(2)
+    lines = []
+    for i in range(n):
+        seconds = 60.0 if i % 64 == 0 else float(np.exp(rng.uniform(np.log(1.0), np.log(5.0))))
+        chars = max(2, int(round(14 * seconds)))
+        text = (f"{i} " + _WORDS * (chars // len(_WORDS) + 1))[:chars].strip()
+        lines.append((text, max(1, int(round(seconds * 12.5)))))
+    return lines
+
+
 def add_model_args(p) -> None:
     """The arguments load_bench_model reads: which model, on what, in which precision."""
     p.add_argument("--model", help="a checkpoint folder (real or built); default: build random weights at --size")

@@ -91,3 +91,12 @@ def test_script_job_ends_each_row_where_the_render_does(tiny_dir, tmp_path):
     row = report["results"][0]
     ends = sum(frames for _, frames in script_lines(2))
     assert row["audio_s"] == row["end_to_end_audio_s"] == row["script_job_audio_s"] == pytest.approx(ends * 0.08)
+
+
+def test_a_skewed_script_holds_a_minute_long_line_in_every_64_among_short_ones():
+    from bench.common import skewed_lines
+
+    lines = skewed_lines(130)
+    frames = [f for _, f in lines]
+    assert [i for i, f in enumerate(frames) if f == 750] == [0, 64, 128]  # a minute at 12.5 frames a second
+    assert all(12 <= f <= 63 for i, f in enumerate(frames) if i % 64) and len({t for t, _ in lines}) == 130
