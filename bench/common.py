@@ -16,6 +16,7 @@ import torch
 
 from bench.random_model import build_random_model
 from morph.engine import MorphTTS
+from morph.lines.text_split import MAX_SEGMENT_CHARS
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _WORDS = "we should leave before the rain comes back and the road floods again tonight "
@@ -52,7 +53,8 @@ def skewed_lines(n: int) -> list[tuple[str, int]]:
     lines = []
     for i in range(n):
         seconds = 60.0 if i % 64 == 0 else float(np.exp(rng.uniform(np.log(1.0), np.log(5.0))))
-        chars = max(2, int(round(14 * seconds)))
+        # one segment at most (bench.batch's decode-only pass takes no split text); its frame limit stays past 60 s
+        chars = min(MAX_SEGMENT_CHARS - 20, max(2, int(round(14 * seconds))))
         text = (f"{i} " + _WORDS * (chars // len(_WORDS) + 1))[:chars].strip()
         lines.append((text, max(1, int(round(seconds * 12.5)))))
     return lines

@@ -95,8 +95,13 @@ def test_script_job_ends_each_row_where_the_render_does(tiny_dir, tmp_path):
 
 def test_a_skewed_script_holds_a_minute_long_line_in_every_64_among_short_ones():
     from bench.common import skewed_lines
+    from morph.lines.text_split import MAX_SEGMENT_CHARS
+    from morph.settings import GenerationSettings
 
     lines = skewed_lines(130)
     frames = [f for _, f in lines]
     assert [i for i, f in enumerate(frames) if f == 750] == [0, 64, 128]  # a minute at 12.5 frames a second
     assert all(12 <= f <= 63 for i, f in enumerate(frames) if i % 64) and len({t for t, _ in lines}) == 130
+    settings = GenerationSettings()
+    assert all(len(t) <= MAX_SEGMENT_CHARS and settings.frame_limit(t) >= f for t, f in lines), \
+        "one segment each, ending at its own frame before its limit"
