@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from cli_common import (DEFAULT_MODEL, CliError, HelpFormatter, Progress, add_generation_options, add_model_options,
-                        check_language, check_output, check_voice_file, guarded, load_model, settings_from)
+from cli_common import (CliError, HelpFormatter, Progress, add_generation_options, add_model_options, check_language,
+                        check_output, check_voice_file, guarded, load_base_model, read_clip, settings_from)
 from morph.settings import SAMPLE_RATE
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -64,31 +64,19 @@ def run(args: argparse.Namespace) -> int:
     if transcript is None and args.voice == DEFAULT_VOICE:
         transcript = (ASSETS / "default_voice.txt").read_text(encoding="utf-8").strip()
 
-    import numpy as np
-    import soundfile as sf
-
-    from morph.lines.reference_audio import prepare_reference
     from morph.lines.text_split import MAX_SEGMENT_CHARS, split_text
     from morph.lines.words import FOR_CLI
 
-    # libsndfile scales integer PCM into [-1, 1) and returns float files' own values, peaks over 1.0 included;
-    # the clip is checked before torch loads (seconds on a busy machine): a short or silent clip is refused at once
-    wave, rate = sf.read(str(voice_path), dtype="float32", always_2d=True)  # [T, C]
-    clip = prepare_reference(wave, rate, f"--voice {voice_path.name}", icl=bool((transcript or "").strip()),
-                             words=FOR_CLI)
+    clip = read_clip(voice_path, f"--voice {voice_path.name}", bool((transcript or "").strip()), FOR_CLI)
 
-    from morph.engine import VARIANT_NAMES
-    from morph.qwen.loading import resolve_device
+    import numpy as np
+    import soundfile as sf
+
     from morph.qwen.quiet import quiet_third_party
     from postprocess import DEFAULT_CUTOFF_HZ, DEFAULT_PEAK_DBFS, lowpass, peak_normalize
 
-    resolve_device(args.device)
     segments = len(split_text(text)) if len(text) > MAX_SEGMENT_CHARS else 1
-
-    tts = load_model(args)
-    if tts.variant != "base":
-        raise CliError(f"--model: {args.model} is a {VARIANT_NAMES.get(tts.variant, tts.variant)} model; cloning a "
-                       f"voice needs a Base model, such as {DEFAULT_MODEL} (the default)")
+    tts = load_base_model(args)
     voice = tts.voice_from_clip(clip, transcript, who="--voice")
     print(f"speaking {len(text)} characters in {segments} segment{'s' if segments != 1 else ''} on {tts.device}"
           + (f" (--max-new-tokens {args.max_new_tokens} applies to each segment)" if segments > 1

@@ -16,10 +16,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from morph.lines.words import Words
 from morph.progress import Cadence, clock
 from morph.qwen.checkpoints import DEFAULT_MODEL, LANGUAGES
 from morph.settings import DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS, GenerationSettings, Sampling
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_MODELS_DIR = ROOT / "models" / "qwen3-tts"
@@ -110,16 +115,42 @@ def check_language(language: str) -> str:
     raise CliError(f"--language {language!r} is not one of {', '.join(LANGUAGES)}")
 
 
-def check_voice_file(path: Path) -> Path:
+def check_voice_file(path: Path, flag: str = "--voice") -> Path:
+    """A clip file that exists and reads as audio; messages name it as `flag` (the option or argument it came in)."""
     import soundfile as sf
 
     if not path.is_file():
-        raise CliError(f"--voice: file not found: {path}" + (" (it is a folder)" if path.is_dir() else ""))
+        raise CliError(f"{flag}: file not found: {path}" + (" (it is a folder)" if path.is_dir() else ""))
     try:
         sf.info(str(path))
     except Exception as e:  # soundfile raises its own error types for unreadable files
-        raise CliError(f"--voice: cannot read {path} as audio ({e}); give a wav, flac, ogg or mp3 file") from e
+        raise CliError(f"{flag}: cannot read {path} as audio ({e}); give a wav, flac, ogg or mp3 file") from e
     return path
+
+
+def read_clip(path: Path, who: str, icl: bool, words: Words) -> np.ndarray:
+    """A checked clip file prepared as the engine takes it (mono float32 at 24 kHz, morph/lines/reference_audio.py),
+    before torch loads (seconds on a busy machine): a short or silent clip is refused at once. libsndfile scales
+    integer PCM into [-1, 1) and returns float files' own values, peaks over 1.0 included."""
+    import soundfile as sf
+
+    from morph.lines.reference_audio import prepare_reference
+
+    wave, rate = sf.read(str(path), dtype="float32", always_2d=True)  # [T, C]
+    return prepare_reference(wave, rate, who, icl=icl, words=words)
+
+
+def load_base_model(args: argparse.Namespace):
+    """load_model for cloning a voice: --device checked first, then a Base model, or an error naming --model."""
+    from morph.engine import VARIANT_NAMES
+    from morph.qwen.loading import resolve_device
+
+    resolve_device(args.device)
+    tts = load_model(args)
+    if tts.variant != "base":
+        raise CliError(f"--model: {args.model} is a {VARIANT_NAMES.get(tts.variant, tts.variant)} model; cloning a "
+                       f"voice needs a Base model, such as {DEFAULT_MODEL} (the default)")
+    return tts
 
 
 def check_writable(folder: Path, flag: str) -> None:

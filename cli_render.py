@@ -19,8 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from cli_common import (CliError, HelpFormatter, ProgressLine, add_generation_options, add_model_options, bar, check_language,
-                        check_voice_file, check_writable, guarded, interrupt_on_terminate, load_model, settings_from)
+from cli_common import (CliError, HelpFormatter, ProgressLine, add_generation_options, add_model_options, bar,
+                        check_language, check_voice_file, check_writable, guarded, interrupt_on_terminate, load_model,
+                        read_clip, settings_from)
 from morph.lines.words import FOR_CLI
 from morph.progress import JobProgress
 from morph.settings import SAMPLE_RATE
@@ -225,10 +226,6 @@ def read_voices(cast: dict, transcripts: dict) -> dict:
     The clips first: their checks need no torch, which a saved voice's file loads (seconds on a busy machine)."""
     import dataclasses
 
-    import soundfile as sf
-
-    from morph.lines.reference_audio import prepare_reference
-
     voices, saved = {}, {}
     for key, (name, value) in cast.items():
         path, who = Path(value), f"--voice {name}={value}"
@@ -238,10 +235,9 @@ def read_voices(cast: dict, transcripts: dict) -> dict:
             saved[key] = (path, who)
             continue
         check_voice_file(path)
-        wave, rate = sf.read(str(path), dtype="float32", always_2d=True)
         words = dataclasses.replace(FOR_CLI, new_clip=f"give {name} another recording",
                                     no_transcript=f"leave out --transcript {name}=...")
-        voices[key] = (prepare_reference(wave, rate, who, icl=key in transcripts, words=words), path.name)
+        voices[key] = (read_clip(path, who, key in transcripts, words), path.name)
     if saved:
         from morph.lines.voice import load_voice
 

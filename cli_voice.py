@@ -10,8 +10,8 @@ import dataclasses
 import os
 from pathlib import Path
 
-from cli_common import (DEFAULT_MODEL, CliError, HelpFormatter, add_model_options, check_voice_file, check_writable,
-                        guarded, load_model)
+from cli_common import (CliError, HelpFormatter, add_model_options, check_voice_file, check_writable, guarded,
+                        load_base_model, read_clip)
 from morph.lines.words import FOR_CLI, model_size_name
 from morph.settings import FRAMES_PER_SECOND
 
@@ -63,14 +63,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # -- voice save ---------------------------------------------------------------------------------------
-def check_clip(path: Path) -> Path:
-    """cli_common's clip check, its message naming this command's CLIP rather than render's --voice."""
-    try:
-        return check_voice_file(path)
-    except CliError as e:
-        raise CliError("CLIP" + str(e).removeprefix("--voice")) from e
-
-
 def check_out(path: Path, force: bool) -> Path:
     """The voice file to write: .safetensors added when there is no extension, not an existing file unless --force,
     in a folder that can be made and written. Nothing is created here."""
@@ -88,27 +80,11 @@ def check_out(path: Path, force: bool) -> Path:
 
 
 def save_voice_file(args: argparse.Namespace) -> int:
-    clip_path = check_clip(args.clip)
+    clip_path = check_voice_file(args.clip, "CLIP")
     out = check_out(args.out, args.force)
     transcript = (args.transcript or "").strip() or None
-
-    import soundfile as sf
-
-    from morph.lines.reference_audio import prepare_reference
-
-    # checked whole before torch loads (seconds on a busy machine): a short or silent clip is refused at once
-    wave, rate = sf.read(str(clip_path), dtype="float32", always_2d=True)  # [T, C]
-    clip = prepare_reference(wave, rate, f"CLIP {clip_path.name}", icl=bool(transcript) and not args.x_vector_only,
-                             words=SAVE_WORDS)
-
-    from morph.engine import VARIANT_NAMES
-    from morph.qwen.loading import resolve_device
-
-    resolve_device(args.device)
-    tts = load_model(args)
-    if tts.variant != "base":
-        raise CliError(f"--model: {args.model} is a {VARIANT_NAMES.get(tts.variant, tts.variant)} model; cloning a "
-                       f"voice needs a Base model, such as {DEFAULT_MODEL} (the default)")
+    clip = read_clip(clip_path, f"CLIP {clip_path.name}", bool(transcript) and not args.x_vector_only, SAVE_WORDS)
+    tts = load_base_model(args)
     voice = tts.voice_from_clip(clip, transcript, args.x_vector_only, who="cli.py voice save")
     write_whole(voice, out)
     kind = "an ICL voice" if voice.icl else "an x-vector-only voice"
