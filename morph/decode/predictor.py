@@ -20,6 +20,7 @@ einsum over the stacked lm_head weights (the "crossbar"). k = 15 is upstream exa
 from __future__ import annotations
 
 import collections
+import copy
 from typing import Callable
 
 import torch
@@ -48,6 +49,13 @@ class LeanState:
             # pass g writes positions 0,1 (g = 0, the 2-token prefill) or g + 1
             self.idx = [torch.arange(2, device=device)] + [torch.tensor([g + 1], device=device)
                                                              for g in range(1, pred.num_groups)]
+
+    def rows(self, n: int) -> "LeanState":
+        """The first n rows as a state of batch n: views of this one's buffers (no memory added). Nothing in them
+        outlives a frame (every pass writes the slots it reads), so rows need no copying when they move."""
+        view = copy.copy(self)
+        view.k, view.v, view.lo = [t[:n] for t in self.k], [t[:n] for t in self.v], self.lo[:n]
+        return view
 
 
 class _HFCache:

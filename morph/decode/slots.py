@@ -18,18 +18,22 @@ slots, and the attention kernels skip the blocks below a row's bound.
 - The host reads each row's "unfinished" flag a few frames behind the GPU (as the static loop reads its "rows
   left" flag), so the queue never drains; an ended row's codes are copied out on the device and handed to
   `finished` at once, while the batch goes on.
+- The step runs over the live rows only, one step per width bucket, and rows are moved down to narrow it
+  (morph/decode/widths.py).
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
+import time
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from ..settings import Sampling
-from . import runner
+from . import runner, widths
 from .talker_state import cache_tensors
 
 REFILL_DIVISOR = 16  # rows join when width / REFILL_DIVISOR slots are free (or none runs)
@@ -101,28 +105,15 @@ class ContinuousBatch:
         self.refill = max(1, width // REFILL_DIVISOR)
         self.position = 0  # P, the host's copy of st.step
         self.live: dict[int, _Live] = {}
-        self.free = list(range(width))
+        self.free = list(range(width))  # ascending: the lowest is handed out first
         self.ended = 0  # rows handed over so far
         self._ahead: list[_Ahead] = []  # prefilled rows, in order
-        self._step = self._build_step(dtype)
-
-    def _build_step(self, dtype) -> Callable[[], object]:
-        loop, st, mode = self.loop, self.st, self.mode
-        pred_state = loop.predictor.lean_state(self.width, self.device, dtype)
-
-        def step(kind: str = "lean"):
-            layers = loop.predictor.lean_layers(pred_state, kind)
-            loop.frame_step(st, self.seq_groups, self.cp_sampling, self.rules, loop.lean_talker(kind), lambda: layers,
-                            kind, self.streams)
-
-        st.rewind()
-        st.unfinished.zero_()
-        st.min_new.fill_(self.hold)
-        if mode not in runner.FAST_MODES:
-            return step
-        loop.graphs.bind(loop.owner(self.device, dtype))
-        key = ("rows", self.seq_groups, self.width, st.capacity, dtype, self.cp_sampling, self.rules.key, mode)
-        return runner.fast_step(loop.graphs, key, lambda: step(mode), step, mode, keep=(st, pred_state, self.rules, self.streams))
+        self.buckets = widths.buckets(width)
+        self.bucket = width  # the step's width: every live slot is below it
+        self.widths: collections.Counter = collections.Counter()  # frames run at each width
+        start = time.perf_counter()
+        self._steps = widths.build_steps(self, dtype)
+        self.capture_s = time.perf_counter() - start
 
     # -- the host loop ---------------------------------------------------------------------
     def run(self, next_group: Callable[[int], Group | None], finished: Callable[[object, torch.Tensor], None],
@@ -151,12 +142,21 @@ class ContinuousBatch:
                 if not self.live:
                     if spent and not self._ahead:
                         self.loop.last_run = dict(mode=self.mode, frames_run=frame, rows=self.ended,
-                                                  capacity=self.st.capacity, width=self.width)
+                                                  capacity=self.st.capacity, width=self.width,
+                                                  widths=dict(sorted(self.widths.items())),
+                                                  capture_s=round(self.capture_s, 3))
                         return
                     continue
+                self._fit()
+                if len(self.live) <= self.bucket // 2:
+                    self._drain(queue, flags, finished)  # a row that ended must not be moved as a live one
+                    if not self.live:
+                        continue
+                    self._compact()
                 if on_step is not None:
                     on_step(len(self.live))
-                self._step()
+                self._steps[self.bucket]()
+                self.widths[self.bucket] += 1
                 self.position += 1
                 slot = frame % flags.shape[0]
                 flags[slot].copy_(self.st.unfinished, non_blocking=cuda)
@@ -178,12 +178,31 @@ class ContinuousBatch:
         for s in ended:
             row = self.live.pop(s)
             finished(row.name, self.st.frames[s, row.start:position].clone())
-            self.free.append(s)
+            bisect.insort(self.free, s)
             self.ended += 1
 
     def _drain(self, queue, flags, finished) -> None:
         while queue:
             self._settle(queue.popleft(), flags, finished)
+
+    # -- the step's width -----------------------------------------------------------------------
+    def _fit(self) -> None:
+        """The smallest bucket that holds the highest live slot (no row moves: one that ended but is not yet
+        handed over is still in `live`, so its slot stays inside)."""
+        self.bucket = widths.bucket_for(self.buckets, max(self.live) + 1)
+
+    def _compact(self) -> None:
+        """Move the live rows down into the smallest bucket that holds them all, after a drain (every row in
+        `live` is live at P): their state and the K/V slots they still read."""
+        movers, holes = widths.moves(self.buckets, self.live, self.free)
+        if movers:
+            lo = min(self.live[s].lo for s in movers)
+            self.st.copy_rows(torch.tensor(movers, device=self.device), torch.tensor(holes, device=self.device),
+                              slice(lo, self.position))
+            for s, hole in zip(movers, holes, strict=True):
+                self.live[hole] = self.live.pop(s)
+            self.free = sorted(self.free[len(movers):] + movers)
+        self._fit()
 
     # -- joining ------------------------------------------------------------------------------
     def _prefill(self, group: Group) -> list[_Ahead]:
@@ -210,7 +229,7 @@ class ContinuousBatch:
             if not self._move_down(length, needed):
                 return False
         n, at, dev = len(rows_in), self.position, self.device
-        slots = self.free[:n]
+        slots = self.free[:n]  # the lowest: rows gather at the bottom, where the narrow steps run
         rows = torch.tensor(slots, device=dev)
         idx = torch.tensor([a.index for a in rows_in], device=dev)
         for (k, v), kc, vc in zip(shared.kv, st.k, st.v, strict=True):

@@ -7,6 +7,8 @@ graphs are captured (the capacity is part of a graph's key).
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from ..settings import capacity_for
@@ -18,6 +20,13 @@ def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     if hasattr(cache, "layers"):
         return [(layer.keys, layer.values) for layer in cache.layers]
     return list(zip(cache.key_cache, cache.value_cache, strict=True))
+
+
+# The tensors with a row as their leading dim, besides the K/V caches; every other tensor is shared by all rows.
+# A row's later steps read the first ones again (`frames` holds its codes); `tokens` and `hidden` a step only
+# writes, for the static loop to read once it has ended.
+CARRIED = ("code0", "past_hidden", "rope_pos", "pads", "start", "stop", "keys", "seen", "unfinished", "text", "frames")
+ROW_TENSORS = CARRIED + ("tokens", "hidden")
 
 
 class TalkerState:
@@ -64,6 +73,30 @@ class TalkerState:
         indices near the end of the buffers would write out of bounds."""
         for t in (self.step, self.cache_pos, self.rope_pos, self.pads):
             t.zero_()
+
+    def rows(self, n: int) -> "TalkerState":
+        """The first n rows as a state of batch n: views of this state's row tensors (a leading-dim slice of a
+        contiguous tensor is contiguous, so the lean layers and kernels take it as they are) and the very same
+        shared tensors (step, cache_pos, ...), so a step over the view moves the whole state on; no memory added."""
+        if n == self.batch:
+            return self
+        view = copy.copy(self)
+        view.batch = n
+        for name in ROW_TENSORS:
+            setattr(view, name, getattr(self, name)[:n])
+        if self.lean_kv:
+            view.k, view.v = [t[:n] for t in self.k], [t[:n] for t in self.v]
+        return view
+
+    def copy_rows(self, src: torch.Tensor, dst: torch.Tensor, kv_slots: slice) -> None:
+        """Rows src into rows dst (index tensors, the two sets apart), as far as their later steps read them (and a
+        continuous batch, which reads no `tokens` or `hidden`): the CARRIED tensors whole, the K/V caches over
+        kv_slots only (the slots the rows have written and still read; the rest is masked or written first)."""
+        for name in CARRIED:
+            t = getattr(self, name)
+            t[dst] = t[src]
+        for cache in self.k + self.v:
+            cache[dst, :, kv_slots] = cache[src, :, kv_slots]
 
     def matches(self, batch: int, needed: int, device, dtype, lean_kv: bool) -> bool:
         return (self.batch == batch and self.device == device and self.dtype == dtype and self.lean_kv == lean_kv

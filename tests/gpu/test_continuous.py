@@ -51,3 +51,33 @@ def test_twenty_continuous_renders_do_not_grow_allocated_memory(cuda_tts, voices
     finally:
         cuda_tts.patch.mode = "auto"
     assert max(after[1:]) - after[0] <= 1 << 20, after
+
+
+@pytest.mark.parametrize("mode", ["graphs", "fused"])
+def test_a_row_left_alone_in_64_slots_steps_alone(cuda_tts, voices, mode):
+    """64 seeded lines through 64 slots, all but one ending within 6 frames. The one left has the shortest text,
+    so it joined into the top slot: it is moved down as the others end and runs its last frames in the one-row
+    step (its own graph), with the take it draws alone; every row's codes are the op-by-op codes."""
+    from bench.workload import eos_suppressed
+
+    lines = [Line(f"Line {i} of the sixty-four in this batch.", voices["xvector"], "English") for i in range(63)]
+    lines.append(Line("Six.", voices["xvector"], "English"))
+    ends = {line.text: 3 + i % 4 for i, line in enumerate(lines)}
+    ends["Six."] = 40
+    batch = BatchTTS(cuda_tts)
+    batch.stop = lambda row: min(row.limit, ends[row.text])
+
+    def run(mode: str, chosen: list) -> list[torch.Tensor]:
+        cuda_tts.patch.mode = mode
+        try:
+            with eos_suppressed(cuda_tts, 48):  # rows end where `ends` says, not at a random weight's EOS
+                return [c.cpu() for c in batch.codes(chosen, settings(5, frames=48), batch_size=64, continuous=True)]
+        finally:
+            cuda_tts.patch.mode = "auto"
+
+    fast = run(mode, lines)
+    widths = cuda_tts.patch.last_run["widths"]
+    assert cuda_tts.patch.last_run["mode"] == mode and widths[1] >= 25, cuda_tts.patch.last_run
+    assert [c.shape[0] for c in fast] == [ends[line.text] for line in lines]
+    assert torch.equal(run(mode, lines[-1:])[0], fast[-1])  # alone, in a batch of one
+    assert all(torch.equal(a, b) for a, b in zip(fast, run("lean", lines), strict=True))

@@ -3,6 +3,8 @@ single-line codes, draw from their own random streams, and their audio comes fro
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -138,3 +140,90 @@ def test_a_codec_failure_is_raised_in_the_caller(tiny_tts, lean, script, monkeyp
     monkeypatch.setattr(tiny_tts.codec, "decode", broken)
     with pytest.raises(ValueError, match="codec broke"):
         lean.render(script[:3], settings(frames=5), batch_size=2, continuous=True)
+
+
+@pytest.fixture
+def moves(monkeypatch):
+    """Every row move the continuous batch makes, as (from slots, to slots)."""
+    from morph.decode.talker_state import TalkerState
+
+    made, copy_rows = [], TalkerState.copy_rows
+
+    def spy(self, src, dst, kv_slots):
+        made.append((src.tolist(), dst.tolist()))
+        copy_rows(self, src, dst, kv_slots)
+
+    monkeypatch.setattr(TalkerState, "copy_rows", spy)
+    return made
+
+
+def test_the_step_narrows_to_the_live_rows_and_each_keeps_its_lines_codes(tiny_tts, lean, voices, moves):
+    """Eight rows through eight slots, ICL and x-vector prompts (left-padded apart), longest text first into the
+    lowest slot: the rows of the shortest texts run longest, so they sit in the highest slots and must be moved
+    down as the others end, their texts not yet all read. The step runs at widths 8, 4, 2 and 1 in turn, and
+    every row's codes are the line's codes in eager mode alone."""
+    words = ("one two three four five six seven eight nine ten eleven twelve " * 2).split()
+    lines = [Line(" ".join(words[:12 + i]) + ".", voices["icl" if i % 3 == 0 else "xvec"], "English")
+             for i in range(8)]  # texts of 12..19 words: slot 7 - i holds line i
+    ends = {line.text: frames for line, frames in zip(lines, [20, 15, 10, 4, 3, 6, 3, 5], strict=True)}
+    # below 1 the penalty favours the tokens a row has drawn, so they steer its every pick (its `seen` matters)
+    s = dataclasses.replace(settings(frames=25), repetition_penalty=0.2)
+    got = Ends(tiny_tts, ends).batch.codes(lines, s, batch_size=8, continuous=True)
+    # 8 rows for 5 frames, 4 (lines 0, 1, 2, 5) for 5, then 2 for 5 and line 0 alone for its last 5
+    assert tiny_tts.patch.last_run["widths"] == {1: 5, 2: 5, 4: 5, 8: 5}, tiny_tts.patch.last_run
+    # four rows left (slots 2, 5, 6, 7): lines 2, 1 and 0 into the free slots below 4, lowest first; two left
+    # (lines 1 and 0, slots 1 and 3): line 0 again, to slot 0
+    assert moves == [([5, 6, 7], [0, 1, 3]), ([3], [0])], moves
+    tiny_tts.patch.mode = "eager"
+    alone = Ends(tiny_tts, ends).batch
+    for line, codes in zip(lines, got, strict=True):
+        assert codes.shape[0] == ends[line.text]
+        assert torch.equal(codes, alone.codes([line], s)[0]), line.text
+
+
+def test_a_seeded_row_draws_its_take_wherever_it_is_moved(tiny_tts, lean, script, moves):
+    """Seeded rows through four slots: line 1 joins in the second group (slot 3), and when it and line 0 are left
+    it moves into the slot of line 7, of the first group; its own stream goes with it (its key and the frame it
+    started at), so every row's codes are the line's codes alone."""
+    lines = script[:8]
+    ends = {line.text: frames for line, frames in zip(lines, [15, 20, 4, 2, 3, 3, 3, 12], strict=True)}
+    batch = Ends(tiny_tts, ends).batch
+    s = settings(frames=25, sampled=True, seed=11)
+    got = batch.codes(lines, s, batch_size=4, continuous=True)
+    assert moves == [([3], [0])] and tiny_tts.patch.last_run["widths"][1] > 0, (moves, tiny_tts.patch.last_run)
+    for line, codes in zip(lines, got, strict=True):
+        assert codes.shape[0] == ends[line.text]
+        assert torch.equal(codes, batch.codes([line], s, continuous=True)[0]), line.text
+
+
+def test_rows_that_join_after_the_step_narrowed_widen_it_again(tiny_tts, lean, voices, moves, monkeypatch):
+    """Four slots, rows in three groups (x-vector prompts, 10 tokens), the cache cut to 54 slots: the second group
+    joins as the first one's short rows end; the third (line 0, 38 frames) does not fit behind the shared
+    position until line 7 (slot 0, whose first slot bounds a move down) has ended. Meanwhile only lines 7 and 1
+    (slots 0 and 3) are left, so line 1 moves to slot 1; line 0 then joins beside it, the step widens to 2 again,
+    and every row's codes are the line's codes in eager mode alone."""
+    import morph.decode.talker_loop
+    from morph.decode.slots import ContinuousBatch
+
+    words = "one two three four five six seven eight".split()
+    lines = [Line(" ".join(words[:1 + i]) + ".", voices["xvec"], "English") for i in range(8)]
+    ends = {line.text: frames for line, frames in zip(lines, [38, 40, 3, 3, 3, 3, 3, 7], strict=True)}
+    joins, join = [], ContinuousBatch._join
+
+    def spy(self, *args):
+        joined = join(self, *args)
+        joins.append((joined, len(moves), sorted(self.live)))
+        return joined
+
+    monkeypatch.setattr(ContinuousBatch, "_join", spy)
+    with monkeypatch.context() as cut:
+        cut.setattr(morph.decode.talker_loop, "capacity_for", lambda needed: 54)
+        got = Ends(tiny_tts, ends).batch.codes(lines, settings(frames=60), batch_size=4, continuous=True)
+    assert moves == [([3], [1])], moves
+    assert (False, 0, [0, 3]) in joins and joins[-1] == (True, 1, [0, 1]), joins  # line 0 joined after the move
+    assert tiny_tts.patch.last_run["widths"][2] > 30, tiny_tts.patch.last_run
+    tiny_tts.patch.mode = "eager"
+    alone = Ends(tiny_tts, ends).batch
+    for line, codes in zip(lines, got, strict=True):
+        assert codes.shape[0] == ends[line.text]
+        assert torch.equal(codes, alone.codes([line], settings(frames=60))[0]), line.text
