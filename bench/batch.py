@@ -15,7 +15,8 @@ Per configuration the JSON reports wall time, aggregate x real time (seconds of 
 lines per wall second) and peak allocated memory both ways, the weights and what morph/memory.py declares
 for the render (on CUDA also its ratio to the end-to-end peak above the weights), ms per decode step (one step
 advances every row of a batch by one frame), the codec decode of all lines alone and its share of the end-to-end
-wall, the script job's walls (median, min, max) and files, and the mode the loop actually ran; the report starts
+wall, the script job's walls (median, min, max) and files, the mode the loop actually ran and (continuous) the
+frames its step ran at each width; the report starts
 with the project commit, device and versions.
 `--agreement` adds how far each seeded line's codes in a continuous batch of the largest batch size agree with the
 same line rendered alone (its own random stream either way: only the batch shape, so the rounding, differs).
@@ -110,6 +111,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
             sync(device)
             walls.append(time.perf_counter() - start)
         steps = tts.patch.last_run.get("frames_run") if continuous else None
+        widths = tts.patch.last_run.get("widths") if continuous else None  # frames the step ran at each width
         peak = peak_bytes(device)
         sync(device)
         start = time.perf_counter()
@@ -154,6 +156,8 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     )
     if device.type == "cuda":  # what ComfyUI is told (morph/memory.py) against what the render took above the weights
         row["declared_over_measured"] = round(declared / max(e2e_peak - weights, 1), 3)
+    if widths:
+        row["frames_at_width"] = {str(w): n for w, n in widths.items()}
     if "capture_s" in last_run:
         row["capture_s"] = round(float(last_run["capture_s"]), 3)
     if jobs:
