@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import gc
 import sys
 from typing import Callable
 
@@ -145,6 +146,9 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2) -> CapturedS
             for _ in range(warmup):
                 step()
         torch.cuda.current_stream().wait_stream(side)
+        # Garbage that holds a graph of this pool (an object in a reference cycle) must go now: a collection
+        # that frees one in the middle of the capture aborts the process (torch no longer collects on entry).
+        gc.collect()
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph, pool=pool, stream=side):

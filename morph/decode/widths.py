@@ -41,11 +41,14 @@ def moves(sizes: list[int], live: Iterable[int], free: list[int]) -> tuple[list[
 def build_steps(batch, dtype) -> dict[int, Callable[[], object]]:
     """One frame step per bucket of a ContinuousBatch, each over the state's first `bucket` rows. The state is
     left as a batch starts: no row unfinished, the batch's frame hold set."""
-    loop, st, mode = batch.loop, batch.st, batch.mode
-    full = loop.predictor.lean_state(batch.width, batch.device, dtype)
-    sizes = buckets(batch.width)
+    # the steps hold the batch's parts, never the batch: a batch that its own steps refer to is freed only by the
+    # garbage collector, which may run in the middle of a later capture and free graphs of the same pool there
+    loop, st, mode, device, width = batch.loop, batch.st, batch.mode, batch.device, batch.width
+    seq_groups, cp_sampling, rules, streams = batch.seq_groups, batch.cp_sampling, batch.rules, batch.streams
+    full = loop.predictor.lean_state(width, device, dtype)
+    sizes = buckets(width)
     if mode in runner.FAST_MODES:
-        loop.graphs.bind(loop.owner(batch.device, dtype))
+        loop.graphs.bind(loop.owner(device, dtype))
         # a render replays every bucket's graph in turn: an LRU smaller than that would capture them all again on
         # every render. They share one memory pool, so each one more costs little memory.
         loop.graphs.max_graphs = max(loop.graphs.max_graphs, len(sizes))
@@ -57,14 +60,14 @@ def build_steps(batch, dtype) -> dict[int, Callable[[], object]]:
 
         def step(kind: str = "lean", rows=rows, pred_state=pred_state):
             layers = loop.predictor.lean_layers(pred_state, kind)
-            loop.frame_step(rows, batch.seq_groups, batch.cp_sampling, batch.rules, loop.lean_talker(kind),
-                            lambda: layers, kind, batch.streams)
+            loop.frame_step(rows, seq_groups, cp_sampling, rules, loop.lean_talker(kind), lambda: layers, kind,
+                            streams)
 
         st.rewind()  # a warm-up writes at the state's indices: each capture starts them in bounds
         if mode not in runner.FAST_MODES:
             steps[n] = step
             continue
-        key = ("rows", batch.seq_groups, batch.width, n, st.capacity, dtype, batch.cp_sampling, batch.rules.key, mode)
+        key = ("rows", seq_groups, width, n, st.capacity, dtype, cp_sampling, rules.key, mode)
         steps[n] = runner.fast_step(loop.graphs, key, lambda step=step: step(mode), step, mode,
-                                    keep=(st, full, batch.rules, batch.streams))
+                                    keep=(st, full, rules, streams))
     return steps
