@@ -136,7 +136,8 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2) -> CapturedS
 
     The warm-up runs the exact call the capture records, so anything that can fail
     outside a capture (a kernel that does not build, an unsupported layer) fails there, before any
-    capture has allocated memory.
+    capture has allocated memory. The step runs for real three times in all (twice warming up, once
+    replayed): a caller captures before its buffers hold anything it keeps.
     """
     device = torch.device("cuda", torch.cuda.current_device())
     side = side_stream(device, "capture")
@@ -156,6 +157,10 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2) -> CapturedS
         except BaseException as e:
             _keep_forever(graph, e, e.__traceback__)
             raise
+        # Run once now, as the warm-up ran: under cudaMallocAsync what a capture allocates is backed only once the
+        # graph has run, and freeing a never-run graph's memory aborts the process. A continuous batch captures a
+        # step per width up front (morph/decode/widths.py) and a render may never run some of them.
+        graph.replay()
         torch.cuda.synchronize()
     return CapturedStep(graph, outputs)
 
