@@ -22,7 +22,7 @@ def rows():
     return codes, refs
 
 
-@pytest.mark.parametrize("chunk", [1, 7, 16, 400])
+@pytest.mark.parametrize("chunk", [3, 7, 16, 400])  # 3: fewer frames a call than a kernel is wide
 def test_streamed_rows_are_upstreams_decode(tiny_tts, rows, chunk):
     codes, refs = rows
     want = decode_rows(tiny_tts.tts.model.speech_tokenizer, codes, refs, budget=10**6)
