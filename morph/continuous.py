@@ -1,5 +1,6 @@
 """A render's rows through one running batch (morph/decode/slots.py), their audio through the codec stream
-(morph/codec/stream.py) as each row ends: what BatchTTS.render(continuous=True) runs (not in eager mode).
+(morph/codec/stream.py) as each row ends, or, when the render streams (on_chunk), a chunk at a time while the row is
+made (`LiveChunks`): what BatchTTS.render(continuous=True) runs (not in eager mode).
 
 Rows join longest first, in groups as slots free up; each group's prompt is built by upstream's own generate
 (MorphPatch.prompt_of), and each row draws from its own random stream (morph/decode/streams.py), keyed by the
@@ -11,9 +12,12 @@ from __future__ import annotations
 import collections
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
-from .codec.stream import CodecStream
+from .codec.layers import call_frames
+from .codec.stream import FIRST_GRID, LIVE_CHUNK, CodecStream, LiveRows
 from .lines.line import Row
 from .prompts import prompt_inputs, prompt_tokens, stream_keys, token_count
 from .settings import GenerationSettings
@@ -31,10 +35,12 @@ def runs_lean(tts) -> bool:
 
 def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int, stop: Callable[[Row], int],
              on_row: Callable[[Row, object], None], on_frames: Callable[[int], None] | None = None,
-             audio: bool = True) -> None:
+             audio: bool = True, on_chunk: Callable[[Row, np.ndarray], None] | None = None) -> None:
     """Render `rows` `width` at a time; on_row(row, float32 audio) as each is decoded (with audio=False:
     on_row(row, codes [frames, 16]) as each ends, no codec); on_frames(live rows) before each frame. stop(row):
-    the frame at which the row ends at the latest. A CUDA out-of-memory error propagates as it is."""
+    the frame at which the row ends at the latest. on_chunk(row, float32 audio): each row's audio in order while it
+    is made (LiveChunks), its chunks joined being what on_row then gets. A CUDA out-of-memory error propagates as
+    it is."""
     from .decode.slots import ContinuousBatch, Group  # the decode path loads with a model, not with the nodes
 
     model, patch = tts.tts, tts.patch
@@ -71,19 +77,112 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
     if not audio:
         batch.run(next_group, on_row, on_frames)
         return
-    codec = CodecStream(tts.codec, tts.device, tts.codec.side_stream(tts.device))
+    side = tts.codec.side_stream(tts.device)
+    if on_chunk is None:
+        codec = CodecStream(tts.codec, tts.device, side)
 
-    def ended(row: Row, codes: torch.Tensor) -> None:
-        codec.submit(row, codes, None if row.line.voice is None else row.line.voice.ref_code)
+        def ended(row: Row, codes: torch.Tensor) -> None:
+            codec.submit(row, codes, _ref(row))
 
-    def frame(live: int) -> None:
-        for row, wav in codec.pump():
-            on_row(row, wav)
+        def hand(flush: bool = False) -> None:
+            for row, wav in codec.pump(flush=flush):
+                on_row(row, wav)
+    else:
+        live = LiveChunks(batch, LiveRows(tts.codec, tts.device, side))
+        ended = live.end
+
+        def hand(flush: bool = False) -> None:
+            if flush:
+                live.finish()
+            else:
+                live.step()
+            for row, wav, whole in live.codec.pump(flush=flush):
+                if wav.size:
+                    on_chunk(row, wav)
+                if whole is not None:
+                    on_row(row, whole)
+
+    def frame(n: int) -> None:
+        hand()
         if on_frames is not None:
-            on_frames(live)
+            on_frames(n)
 
     try:
         batch.run(next_group, ended, frame)
     finally:  # rows that ended before a failure or a cancel are still decoded and handed over
-        for row, wav in codec.pump(flush=True):
-            on_row(row, wav)
+        hand(flush=True)
+
+
+def _ref(row: Row) -> torch.Tensor | None:
+    """The reference codes an ICL voice puts in front of the row (None for any other)."""
+    return None if row.line.voice is None else row.line.voice.ref_code
+
+
+class LiveChunks:
+    """Which frames of a continuous batch's rows go to the codec (morph/codec/stream.py LiveRows) before each frame,
+    so that a row's audio comes while it is made, in as few codec calls as that takes (stream.py's FIRST_GRID and
+    LIVE_CHUNK say why these sizes).
+
+    It reads the batch as it stands before each frame (its live rows' slots and first frames, the frames buffer): a
+    row's frames are copied out then, on the frame loop's stream, so the batch may move or reuse them after. The host
+    learns that a row has ended `sync_lag` frames behind the GPU, so only frames that far back are known to be the
+    row's own (a chunk handed out cannot be taken back): a row's first chunk comes 1 to FIRST_GRID frames after its
+    first frame, plus that lag on a GPU. An ended row's last frames go at the next FIRST_GRID mark, padded to
+    LIVE_CHUNK (with the LIVE_CHUNK call at its marks)."""
+
+    def __init__(self, batch, codec: LiveRows):
+        self.batch, self.codec = batch, codec
+        self.lag = batch.loop.sync_lag if batch.device.type == "cuda" else 0
+        self.frame = 0  # frames the batch has run
+        self.joined: dict[int, tuple[Row, int]] = {}  # id(row) -> (row, the frame it joined before)
+        self.ended: list[tuple[Row, torch.Tensor]] = []  # rows that ended since the last mark, with their codes
+
+    def end(self, row: Row, codes: torch.Tensor) -> None:
+        """The batch's `finished`: the row ended with `codes` [frames, 16]."""
+        del self.joined[id(row)]
+        self.ended.append((row, codes))
+
+    def step(self) -> None:
+        """Before each frame: rows that joined start, and the chunks now due go to the codec."""
+        for live in self.batch.live.values():
+            if id(live.name) not in self.joined:
+                self.joined[id(live.name)] = (live.name, self.frame)
+                self.codec.open(live.name, _ref(live.name))
+        known, self.frame = self.frame - self.lag, self.frame + 1  # the batch's frames known to be the rows' own
+        if known <= 0 or known % FIRST_GRID:
+            return
+        due = self._rests()
+        for slot, live in self.batch.live.items():
+            row, at = self.joined[id(live.name)]
+            done = self.codec.done(row)
+            # a row's first chunk, its next ones every FIRST_GRID frames until it is in step with LIVE_CHUNK, then
+            # every LIVE_CHUNK frames
+            if known > at and (not done or known % LIVE_CHUNK == 0 or (at + done) % LIVE_CHUNK):
+                n, first = known - at - done, live.start + done
+                due[n].append((row, self.batch.st.frames[slot, first:first + n], n, False))
+        self._feed(due)
+
+    def finish(self) -> None:
+        """The batch has stopped: the last frames of the rows that ended."""
+        self._feed(self._rests())
+
+    def _rests(self) -> collections.defaultdict:
+        """Each ended row's frames not yet decoded (at most LIVE_CHUNK of them unless the batch drained its queue),
+        padded to LIVE_CHUNK or call_frames' size for more: the row's state ends there, so the padding's audio is cut
+        off and changes nothing before it."""
+        due = collections.defaultdict(list)  # frames -> [(row, its frames, frames its own, ended)]
+        for row, codes in self.ended:
+            rest = codes[self.codec.done(row):]
+            if not rest.shape[0]:
+                self.codec.end(row)
+                continue
+            size = LIVE_CHUNK if rest.shape[0] <= LIVE_CHUNK else call_frames(rest.shape[0])
+            due[size].append((row, F.pad(rest, (0, 0, 0, size - rest.shape[0])), rest.shape[0], True))
+        self.ended = []
+        return due
+
+    def _feed(self, due: dict) -> None:
+        """One LiveRows.feed for each chunk size: the rows' frames copied out together, on the frame loop's stream."""
+        for items in due.values():
+            rows, frames, real, ended = zip(*items, strict=True)
+            self.codec.feed(rows, torch.stack(frames), real, ended)

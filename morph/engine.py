@@ -7,18 +7,25 @@
 Host services (progress, cancel) come in through `on_step(step, total)`, called once per
 frame before it is decoded; an exception raised there stops generation and propagates.
 Generation itself is morph/scheduler.py's: one line is a batch of one.
+
+    for chunk in tts.stream("Hello there.", voice, "English", settings):  # the line's audio as it is made
+        play(chunk)
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import queue
+import threading
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
 
 from .codec.layers import LeanCodec
+from .continuous import runs_lean
 from .decode.patch import MorphPatch
 from .lines.reference_audio import prepare_reference
 from .lines.words import FOR_PYTHON, Words
@@ -165,6 +172,54 @@ class MorphTTS:
         return BatchTTS(self).render([line], settings, batch_size=None, on_step=on_step, who=who,
                                      split_long_text=split_long_text, words=words)[0]
 
+    def stream(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,
+               who: str = "Stream") -> Iterator[np.ndarray]:
+        """clone's line, its float32 24 kHz audio handed out as it is made: the chunks joined are the line's audio.
+        In every mode but eager the line runs in the continuous batch (BatchTTS.render(continuous=True, on_chunk=...)):
+        its first chunk holds its first 4 frames and comes once they are made (on a GPU, which learns a row's end 4
+        frames late, once 8 are), the next ones every 4 frames up to frame 16 and every 16 after; its take is the
+        continuous batch's (each row's own random stream), not clone's. In eager mode (the exact reference) the whole
+        line is one chunk at its end. The line is checked here; the render runs on a thread of its own while the
+        chunks are read, and closing the iterator (or dropping it) stops it before its next frame, its state freed by
+        the time close() returns."""
+        if voice is None:
+            raise ValueError(f"{who}: no voice given; make one with make_voice or load_voice")
+        line, settings = Line(text, voice, language), settings or GenerationSettings()
+        BatchTTS(self).check([line], settings, who)
+        return self._stream(line, settings, who)
+
+    def _stream(self, line: Line, settings: GenerationSettings, who: str) -> Iterator[np.ndarray]:
+        chunks: queue.SimpleQueue = queue.SimpleQueue()  # audio, then None at the end or the render's exception
+        closed = threading.Event()
+
+        def on_step(done: int, total: int) -> None:
+            if closed.is_set():
+                raise _Closed
+
+        def render() -> None:
+            end = None
+            try:
+                # a thread starts on the first GPU: where the model is, its events and streams must be
+                with torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext():
+                    BatchTTS(self).render([line], settings, batch_size=None, on_step=on_step, who=who,
+                                          continuous=runs_lean(self), on_chunk=lambda i, wav: chunks.put(wav))
+            except _Closed:
+                pass
+            except BaseException as e:  # raised where the chunks are read
+                end = e
+            chunks.put(end)
+
+        worker = threading.Thread(target=render, name="morph-stream", daemon=True)
+        worker.start()
+        try:
+            while (item := chunks.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:  # done, failed, or closed by the reader: the render stops at its next frame
+            closed.set()
+            worker.join()
+
     def _prompt_item(self, voice: Voice):
         from qwen_tts import VoiceClonePromptItem
 
@@ -174,3 +229,7 @@ class MorphTTS:
             ref_spk_embedding=voice.spk_embedding.to(device),
             x_vector_only_mode=not voice.icl, icl_mode=voice.icl, ref_text=voice.ref_text,
         )
+
+
+class _Closed(Exception):
+    """A stream's reader has closed it: its render stops."""

@@ -39,9 +39,10 @@ change. Rows already rendered are kept.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Callable, Sequence
 
 import numpy as np
@@ -63,6 +64,7 @@ DEFAULT_BATCH_SIZE = 16
 SEGMENT_PAUSE_SECONDS = 0.2  # between the segments of a long text
 OnStep = Callable[[int, int], None]  # (done frame slots, total frame slots)
 OnLine = Callable[[int, np.ndarray], None]  # (index into the lines given, float32 24 kHz audio)
+OnChunk = Callable[[int, np.ndarray], None]  # (index into the lines given, the line's next float32 24 kHz audio)
 
 
 def _allotment(rows: Sequence[Row]) -> int:
@@ -81,7 +83,8 @@ class BatchTTS:
                batch_size: int | None = DEFAULT_BATCH_SIZE, on_step: OnStep | None = None,
                on_line: OnLine | None = None, who: str = "Render lines", split_long_text: bool = True,
                sort: bool = True, labels: Sequence[str] | None = None,
-               continuous: bool = False, words: Words = FOR_PYTHON) -> list[np.ndarray]:
+               continuous: bool = False, words: Words = FOR_PYTHON,
+               on_chunk: OnChunk | None = None) -> list[np.ndarray]:
         """Speak every line; returns float32 24 kHz audio per line, in the order given.
 
         Rows (lines and segments) are rendered `batch_size` at a time, all at once when None (static batches:
@@ -93,6 +96,11 @@ class BatchTTS:
         Messages name line i as `labels[i]`, as "line i+1" when there are several lines and no labels, and a
         single line not at all, and word their fixes as `words` does (morph/lines/words.py). `continuous=True` runs
         the continuous batch (module docstring; not in eager mode).
+        `on_chunk(i, audio)` hands line i's audio in order as it is made: in the continuous batch a row's first 1-4
+        frames once they are made (4 frames later on a GPU), then every 4 frames until the 16-frame marks and every 16
+        after (morph/continuous.py LiveChunks), a later segment's after the segment before, with the pause between;
+        in static batches (and so in eager mode, the exact reference) the whole line as one chunk when it is
+        complete. Either way a line's chunks joined are the audio on_line gets.
         """
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):  # True is no size
             raise ValueError(f"{who}: batch_size must be an integer >= 1, got {batch_size!r}; 16 suits most GPUs")
@@ -103,18 +111,25 @@ class BatchTTS:
         cap = batch_size or len(rows)
         parts = {i: [None] * n for i, n in Counter(r.index for r in rows).items()}  # each line's segments
         results: list[np.ndarray | None] = [None] * len(lines)
+        streamed = _LineChunks(rows, on_chunk) if on_chunk is not None and continuous else None
 
         def deliver(row: Row, wav: np.ndarray) -> None:
             parts[row.index][row.segment] = wav
+            if streamed is not None:
+                streamed.ended(row)
             if all(part is not None for part in parts[row.index]):
                 results[row.index] = join_with_pauses(parts.pop(row.index))
+                if on_chunk is not None and streamed is None:
+                    on_chunk(row.index, results[row.index])
                 if on_line is not None:
                     on_line(row.index, results[row.index])
 
         if continuous and not runs_lean(self.tts):
             raise ValueError(f"{who}: continuous batching runs the lean layers; set the speed mode to fused, graphs "
                              "or lean (eager runs upstream's static batches)")
-        run = self._continuous if continuous else self._static
+        run = self._static
+        if continuous:
+            run = functools.partial(self._continuous, on_chunk=None if streamed is None else streamed.chunk)
         pending = rows
         while pending:
             kept = {(r.index, r.segment) for r in pending if r.index in parts and parts[r.index][r.segment] is None}
@@ -133,6 +148,9 @@ class BatchTTS:
             width = min(cap, len(pending))
             if width == 1:
                 raise RuntimeError(_too_large(pending[0], oom))
+            if streamed is not None and not streamed.restart(pending):
+                raise RuntimeError(f"{who}: the GPU ran out of memory after audio had been handed to on_chunk, which "
+                                   f"a retry in smaller batches would hand again: {oom}; set batch_size lower")
             cap = (width + 1) // 2
             log.warning("%s: out of GPU memory with a batch of %d rows; retrying in batches of %d",
                         who, width, cap)
@@ -193,11 +211,12 @@ class BatchTTS:
 
     # -- the two ways to run rows ------------------------------------------------------
     def _continuous(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,
-                    deliver, sort: bool) -> None:
-        """One running batch of `width` slots (rows join longest first whatever `sort`)."""
+                    deliver, sort: bool, on_chunk: Callable[[Row, np.ndarray], None] | None = None) -> None:
+        """One running batch of `width` slots (rows join longest first whatever `sort`); on_chunk(row, audio) as
+        each row's audio is made."""
         progress = SlotProgress(on_step, sum(r.limit for r in rows))
         run_rows(self.tts, rows, settings, width, self.stop, deliver,
-                 lambda live: progress.report(progress.done + live))
+                 lambda live: progress.report(progress.done + live), on_chunk=on_chunk)
         progress.finish()
 
     def _static(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,
@@ -285,5 +304,51 @@ def plan_batches(shapes: Sequence[tuple[int, str]], size: int, longest_first: bo
 
 def join_with_pauses(pieces: list[np.ndarray]) -> np.ndarray:
     """The segments of one long text, in order, with a short pause between each two."""
-    pause = np.zeros(int(SEGMENT_PAUSE_SECONDS * SAMPLE_RATE), np.float32)
-    return np.concatenate([part for piece in pieces for part in (pause, piece)][1:])
+    return np.concatenate([part for piece in pieces for part in (_pause(), piece)][1:])
+
+
+def _pause() -> np.ndarray:
+    return np.zeros(int(SEGMENT_PAUSE_SECONDS * SAMPLE_RATE), np.float32)
+
+
+class _LineChunks:
+    """render's on_chunk in the continuous batch: each line's audio in order, as its rows make it. A later segment's
+    chunks are held until the segment before has ended, then go with the pause join_with_pauses puts between them,
+    so a line's chunks joined are its audio."""
+
+    def __init__(self, rows: Sequence[Row], on_chunk: OnChunk):
+        self.on_chunk = on_chunk
+        self.segments = Counter(r.index for r in rows)
+        self.current = dict.fromkeys(self.segments, 0)  # line -> the segment whose chunks go out as they come
+        self.held: dict[tuple[int, int], list[np.ndarray]] = defaultdict(list)
+        self.over: set[tuple[int, int]] = set()  # (line, segment) of the rows that have ended
+        self.out: set[tuple[int, int]] = set()  # ... and of those with chunks handed out
+
+    def chunk(self, row: Row, wav: np.ndarray) -> None:
+        if row.segment == self.current[row.index]:
+            self._hand(row.index, row.segment, wav)
+        else:
+            self.held[(row.index, row.segment)].append(wav)
+
+    def ended(self, row: Row) -> None:
+        line = row.index
+        self.over.add((line, row.segment))
+        while (line, self.current[line]) in self.over and self.current[line] + 1 < self.segments[line]:
+            self.current[line] += 1
+            self.on_chunk(line, _pause())
+            for wav in self.held.pop((line, self.current[line]), []):
+                self._hand(line, self.current[line], wav)
+
+    def restart(self, rows: Sequence[Row]) -> bool:
+        """Rows to be rendered again (after running out of memory): what those that had not ended held is dropped;
+        False when one of them had handed chunks out already (they cannot be taken back)."""
+        again = [(r.index, r.segment) for r in rows if (r.index, r.segment) not in self.over]
+        if any(key in self.out for key in again):
+            return False
+        for key in again:
+            self.held.pop(key, None)
+        return True
+
+    def _hand(self, line: int, segment: int, wav: np.ndarray) -> None:
+        self.out.add((line, segment))
+        self.on_chunk(line, wav)

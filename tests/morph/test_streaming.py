@@ -1,0 +1,209 @@
+"""Audio as it is made (tiny model, CPU, fp32, mode "lean"): the continuous batch hands each row's audio a chunk at a
+time while the row runs (morph/continuous.py LiveChunks, morph/codec/stream.py LiveRows), BatchTTS.render's on_chunk
+hands each line's in order, and MorphTTS.stream yields one line's; the chunks joined are the line's audio as the
+render without chunks decodes it. Eager mode hands the whole line as one chunk."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import threading
+import weakref
+
+import numpy as np
+import pytest
+import torch
+
+from morph.codec.layers import LeanCodec
+from morph.codec.stream import FIRST_GRID, LIVE_CHUNK, LiveRows, RowsDecode
+from morph.scheduler import SEGMENT_PAUSE_SECONDS, BatchTTS, Line
+from morph.settings import GenerationSettings, Sampling
+from tests.audio_compare import assert_audio_close
+
+SR = 24000
+FRAME = 1920  # samples a frame at 24 kHz
+
+
+def settings(frames):
+    return GenerationSettings(seq_groups=5, do_sample=False, subtalker=Sampling(do_sample=False),
+                              max_new_tokens=frames)
+
+
+@pytest.fixture(scope="module")
+def voices(tiny_tts):
+    t = np.arange(2 * SR) / SR
+    wave = (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t))).astype(np.float32)
+    return {"xvec": tiny_tts.make_voice(wave, SR),
+            "icl": tiny_tts.make_voice(wave, SR, transcript="A short reference sentence.")}
+
+
+@pytest.fixture
+def lean(tiny_tts):
+    tiny_tts.patch.mode = "lean"
+    yield tiny_tts
+    tiny_tts.patch.mode = "auto"
+    tiny_tts.release_device_state()
+
+
+def test_rows_hand_their_audio_while_they_run_and_it_joins_to_each_lines_audio(lean, voices):
+    """Four rows in three slots, each ending at its own frame: line 2 is a long text in two segments (its second
+    ends first, so its chunks wait for the first's end and follow it with the pause), line 1 joins when that
+    segment's slot frees up. Each line's first chunk comes within FIRST_GRID frames of its first frame, long before
+    it ends, the lines' chunks come interleaved, and each line's chunks joined are what on_line gets, and the
+    render without on_chunk's audio to rounding."""
+    sentence = "The quick brown fox jumps over the lazy dog near the quiet river bank today. "
+    lines = [Line("one two three four five six.", voices["icl"], "English"),
+             Line("seven.", voices["xvec"], "English"),
+             Line(sentence * 8, voices["xvec"], "English")]
+    ends = {(0, 0): 23, (1, 0): 9, (2, 0): 14, (2, 1): 6}  # (line, segment) -> its last frame
+    batch = BatchTTS(lean)
+    batch.stop = lambda row: min(row.limit, ends[(row.index, row.segment)])
+    frames, log, lines_done = [], [], {}
+
+    def on_chunk(i, wav):
+        log.append((i, len(frames), wav))  # frames run before this chunk was handed out
+
+    audio = batch.render(lines, settings(30), batch_size=3, continuous=True, on_chunk=on_chunk,
+                         on_step=lambda done, total: frames.append(done),
+                         on_line=lambda i, wav: lines_done.__setitem__(i, len(frames)))
+    plain = batch.render(lines, settings(30), batch_size=3, continuous=True)
+
+    chunks = {i: [wav for j, _, wav in log if j == i] for i in range(3)}
+    first = {i: next(f for j, f, _ in log if j == i) for i in range(3)}
+    for i in range(3):
+        assert np.array_equal(np.concatenate(chunks[i]), audio[i]), i
+        assert_audio_close(audio[i], plain[i], rel=1e-5)
+    assert audio[0].size == 23 * FRAME and audio[1].size == 9 * FRAME
+    assert audio[2].size == (14 + 6) * FRAME + int(SEGMENT_PAUSE_SECONDS * SR)
+    # lines 0 and 2 start at frame 0, line 1 once segment (2, 1) has ended at frame 6
+    assert first[0] <= FIRST_GRID and first[2] <= FIRST_GRID and first[1] <= 6 + FIRST_GRID
+    assert all(chunks[i][0].size <= FIRST_GRID * FRAME for i in range(3))
+    assert all(first[i] < lines_done[i] for i in range(3)) and len(chunks[0]) >= 4
+    line0 = [k for k, (j, _, _) in enumerate(log) if j == 0]
+    assert any(log[k][0] != 0 for k in range(line0[0], line0[-1])), "another line's chunks come between line 0's"
+    # line 2: segment 0's chunks as made, then at its end the pause and segment 1's (made meanwhile) at once
+    pause = next(k for k, wav in enumerate(chunks[2]) if wav.size and not wav.any())
+    assert sum(w.size for w in chunks[2][:pause]) == 14 * FRAME
+    at_pause = [f for j, f, _ in log if j == 2][pause:]
+    assert len(set(at_pause)) == 1, "segment 1 had ended: its chunks follow the pause at once"
+
+
+@pytest.fixture(scope="module")
+def wide_codec(tiny_tts):
+    """The tiny codec attending to 64 frames, not 16, with its transformer's layer scales at 1, not ~1e-9: a frame's
+    audio then depends on more than the 25 frames of context upstream decodes a later window behind (as the real
+    codec's does, over 72 frames), so that a window decoded apart differs from one decoded on (by 5e-4 of the peak)."""
+    model = copy.deepcopy(tiny_tts.tts.model.speech_tokenizer.model)
+    for module in model.decoder.modules():
+        if hasattr(getattr(module, "config", None), "sliding_window"):
+            module.config.sliding_window = 64
+        for name in ("sliding_window", "window_size"):
+            if isinstance(getattr(module, name, None), int):
+                setattr(module, name, 64)
+    with torch.no_grad():
+        for layer in model.decoder.pre_transformer.layers:
+            layer.self_attn_layer_scale.scale.fill_(1.0)
+            layer.mlp_layer_scale.scale.fill_(1.0)
+    return LeanCodec(model)
+
+
+def test_a_row_streamed_across_upstreams_windows_is_its_whole_decode(wide_codec):
+    """LiveRows fed as the continuous batch feeds it (several rows a call, a small first chunk, a padded last one):
+    rows past upstream's 300-frame window start each window again behind its 25 frames of context, a chunk crossing
+    or ending at a window's start included, and a reference past the first window; each row's chunks joined are its
+    decode whole (RowsDecode.whole, what the render without chunks runs)."""
+    g = torch.Generator().manual_seed(3)
+    lengths = [310, 30, 30, 20, 12, 0]
+    # upstream's next window starts at the row's own frame 300 (inside a chunk), 10 (inside a chunk) and 8 (where a
+    # chunk ends); the fourth row's reference reaches past the first window; a short row and one without frames
+    refs = [None] + [torch.randint(0, 2048, (n, 16), generator=g) for n in (290, 292, 310)] + [None, None]
+    codes = [torch.randint(0, 2048, (n, 16), generator=g) for n in lengths]
+    live = LiveRows(wide_codec, torch.device("cpu"), None, budget=40)  # 2 rows a call at 16 frames
+    for i, ref in enumerate(refs):
+        live.open(i, ref)
+    live.end(5)
+    got = {i: [] for i in range(6)}
+    whole = {}
+
+    def take(pumped):
+        for name, chunk, all_of_it in pumped:
+            got[name].append(chunk)
+            if all_of_it is not None:
+                whole[name] = all_of_it
+
+    done, sizes = 0, [3, 1, 4] + [LIVE_CHUNK] * 19
+    for t in sizes:
+        going = [i for i in range(5) if live.rows.get(i) and live.done(i) < lengths[i]]
+        if not going:
+            break
+        real = [min(t, lengths[i] - done) for i in going]
+        # past its end a row's frames may hold EOS, outside the codebooks
+        frames = torch.stack([torch.nn.functional.pad(codes[i][done:done + t], (0, 0, 0, t - n), value=2150)
+                              for i, n in zip(going, real, strict=True)])
+        live.feed(going, frames, real, [done + n == lengths[i] for i, n in zip(going, real, strict=True)])
+        done += t
+        take(live.pump())
+    take(live.pump(flush=True))
+    assert not live.rows and not live.flight
+    want = RowsDecode.whole(wide_codec, codes, refs, torch.device("cpu"), None).audio()
+    for i in range(6):
+        assert np.array_equal(np.concatenate(got[i]), whole[i]), i
+        assert whole[i].shape == want[i].shape == (lengths[i] * FRAME,), i
+        if lengths[i]:
+            assert_audio_close(whole[i], want[i], rel=1e-5)
+    assert [c.size // FRAME for c in got[0]] == [3, 1, 4] + [LIVE_CHUNK] * 18 + [310 - 296]
+
+
+def test_stream_yields_a_lines_audio_as_it_is_made(lean, voices):
+    line = Line("Stream this line.", voices["icl"], "English")
+    chunks = list(lean.stream(line.text, line.voice, "English", settings(12)))
+    assert [c.size // FRAME for c in chunks] == [FIRST_GRID] * 3 and all(c.dtype == np.float32 for c in chunks)
+    whole = BatchTTS(lean).render([line], settings(12), batch_size=None, continuous=True)[0]
+    assert_audio_close(np.concatenate(chunks), whole, rel=1e-5)
+
+
+def test_closing_a_stream_stops_its_render_and_frees_it(lean, voices, monkeypatch):
+    """A 200-frame line: the reader takes its first chunk and closes the stream; no more than the frame under way
+    is run, the render's thread has ended, and its batch is gone, by the time close() returns."""
+    from morph.decode.slots import ContinuousBatch
+
+    batches, steps = [], []
+    init, step = ContinuousBatch.__init__, lean.patch.loop.frame_step
+
+    def made(self, *args, **kwargs):
+        batches.append(weakref.ref(self))
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(ContinuousBatch, "__init__", made)
+    monkeypatch.setattr(lean.patch.loop, "frame_step", lambda *a, **k: steps.append(1) or step(*a, **k))
+    chunks = lean.stream("A line the reader leaves early.", voices["xvec"], "English", settings(200))
+    assert next(chunks).size == FIRST_GRID * FRAME
+    ran = len(steps)
+    chunks.close()
+    assert ran < 2 * FIRST_GRID and len(steps) <= ran + 1
+    assert not [t for t in threading.enumerate() if t.name == "morph-stream"]
+    gc.collect()
+    assert len(batches) == 1 and batches[0]() is None
+
+
+def test_a_streams_failure_is_raised_to_its_reader(lean, voices, monkeypatch):
+    def broken(codes, state):
+        raise ValueError("codec broke")
+
+    with pytest.raises(ValueError, match="text is empty"):
+        lean.stream("  ", voices["xvec"])  # checked at the call, before any chunk is asked for
+    monkeypatch.setattr(lean.codec, "decode", broken)
+    with pytest.raises(ValueError, match="codec broke"):
+        list(lean.stream("It breaks.", voices["xvec"], "English", settings(8)))
+
+
+def test_eager_hands_the_whole_line_as_one_chunk(tiny_tts, voices):
+    """Eager mode (what auto runs on the CPU) keeps upstream's static batch: stream yields clone's audio, once."""
+    s = settings(10)
+    chunks = list(tiny_tts.stream("The whole line.", voices["icl"], "English", s))
+    clone = tiny_tts.clone("The whole line.", voices["icl"], "English", s)
+    assert len(chunks) == 1 and np.array_equal(chunks[0], clone)
+    got = []
+    BatchTTS(tiny_tts).render([Line("The whole line.", voices["icl"], "English")], s,
+                              on_chunk=lambda i, wav: got.append((i, wav)))
+    assert len(got) == 1 and got[0][0] == 0 and np.array_equal(got[0][1], chunks[0])
