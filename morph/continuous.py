@@ -1,6 +1,6 @@
 """A render's rows through one running batch (morph/decode/slots.py), their audio through the codec stream
 (morph/codec/stream.py) as each row ends, or, when the render streams (on_chunk), a chunk at a time while the row is
-made (`LiveChunks`): what BatchTTS.render(continuous=True) runs (not in eager mode).
+made (`LiveChunks`, through morph/codec/live.py): what BatchTTS.render(continuous=True) runs (not in eager mode).
 
 Rows join longest first, in groups as slots free up; each group's prompt is built by upstream's own generate
 (MorphPatch.prompt_of), and each row draws from its own random stream (morph/decode/streams.py), keyed by the
@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from .codec.layers import call_frames
-from .codec.stream import FIRST_GRID, LIVE_CHUNK, CodecStream, LiveRows
+from .codec.live import FIRST_GRID, LIVE_CHUNK, LiveRows
+from .codec.stream import CodecStream
 from .lines.line import Row
 from .prompts import prompt_inputs, prompt_tokens, stream_keys, token_count
 from .settings import GenerationSettings
@@ -119,8 +120,8 @@ def _ref(row: Row) -> torch.Tensor | None:
 
 
 class LiveChunks:
-    """Which frames of a continuous batch's rows go to the codec (morph/codec/stream.py LiveRows) before each frame,
-    so that a row's audio comes while it is made, in as few codec calls as that takes (stream.py's FIRST_GRID and
+    """Which frames of a continuous batch's rows go to the codec (morph/codec/live.py LiveRows) before each frame,
+    so that a row's audio comes while it is made, in as few codec calls as that takes (live.py's FIRST_GRID and
     LIVE_CHUNK say why these sizes).
 
     It reads the batch as it stands before each frame (its live rows' slots and first frames, the frames buffer): a

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .codec.pieces import DECODE_ROW_FRAMES, row_frames
+from .codec.pieces import DECODE_ROW_FRAMES, call_rows, row_frames
 from .codec.layers import chunk_for
-from .codec.stream import call_rows
 from .continuous import runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice

@@ -6,5 +6,8 @@
   the transformer's sliding window), so frames decode a chunk at a time as the talker makes them, with the audio
   of one whole decode to rounding;
 - stream.py: a render's rows through the lean decoder, chunk by chunk on a CUDA stream of its own beside the frame
-  loop, an ICL voice's reference decoded once per voice as the state its rows start from.
+  loop, an ICL voice's reference decoded once per voice as the state its rows start from;
+- live.py: when a render streams its audio, each row through the lean decoder while it is made, with a state of
+  its own;
+- side.py: what both do on that stream: run there, take the frame loop's tensors, copy the audio to the host.
 """

@@ -31,6 +31,12 @@ def row_frames(frames: int) -> int:
     return min(int(frames), CODEC_WINDOW)
 
 
+def call_rows(chunk: int, budget: int = DECODE_ROW_FRAMES) -> int:
+    """Rows one decode call takes when each brings `chunk` frames: as many as `budget` row-frames allow, at least
+    one (morph/memory.py declares such a call)."""
+    return max(1, budget // chunk)
+
+
 def pieces(lengths: Sequence[int], budget: int = DECODE_ROW_FRAMES) -> list[list[int]]:
     """Row indices grouped for codec calls, rows of similar length together: a piece's rows times its longest
     row (as row_frames counts it) stay within `budget`; a row heavier than the budget is a piece of its own.

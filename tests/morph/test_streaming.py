@@ -1,5 +1,5 @@
 """Audio as it is made (tiny model, CPU, fp32, mode "lean"): the continuous batch hands each row's audio a chunk at a
-time while the row runs (morph/continuous.py LiveChunks, morph/codec/stream.py LiveRows), BatchTTS.render's on_chunk
+time while the row runs (morph/continuous.py LiveChunks, morph/codec/live.py LiveRows), BatchTTS.render's on_chunk
 hands each line's in order, and MorphTTS.stream yields one line's; the chunks joined are the line's audio as the
 render without chunks decodes it. Eager mode hands the whole line as one chunk."""
 
@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from morph.codec.layers import LeanCodec
-from morph.codec.stream import FIRST_GRID, LIVE_CHUNK, LiveRows, RowsDecode
+from morph.codec.live import FIRST_GRID, LIVE_CHUNK, LiveRows
+from morph.codec.stream import RowsDecode
 from morph.scheduler import SEGMENT_PAUSE_SECONDS, BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close

@@ -1,0 +1,140 @@
+"""Rows decoded while they are made (the continuous batch's, when a render streams its audio; which frames go when is
+morph/continuous.py's `LiveChunks`): each row a chunk at a time with a codec state of its own, any rows with as many
+new frames together in a call, on the codec's stream beside the frame loop (side.py), each call's audio read back
+once its copy is done.
+
+A row's chunks joined are its decode whole (stream.py `RowsDecode.whole`, what a render that does not stream runs) to
+rounding, made upstream's way as that is: an ICL voice's reference primes the row's state (LeanCodec.primed), and
+from upstream's 300-frame window on, each window starts again behind its 25 frames of context, as upstream's
+chunked_decode (pieces.py tail_audio) decodes it.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .layers import CHUNK, CodecState, LeanCodec
+from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows
+from .side import on_side, take, to_host
+
+# The codec looks at no frame ahead (every layer is causal, morph/codec/layers.py), so a row's audio up to a frame
+# can be decoded as soon as the frame is made, in chunks of any size, the same to rounding. What sizes a chunk is
+# the cost of a call: about 1,400 kernel launches whatever it holds, on the frame loop's host thread. So a row's
+# first chunk comes at the first FIRST_GRID-frame mark after its first frame (1 to 4 frames), its next ones every
+# FIRST_GRID frames until it is in step with the LIVE_CHUNK-frame marks, and from there LIVE_CHUNK frames at a time
+# (CHUNK: 1.28 s of audio, the static batch's call), every live row in the same few calls.
+FIRST_GRID = 4
+LIVE_CHUNK = CHUNK
+
+
+class _LiveRow:
+    """One streamed row: its state, where it stands and the audio handed back so far."""
+
+    def __init__(self, state: CodecState, ref: torch.Tensor | None):
+        self.state: CodecState | None = state
+        self.ref = 0 if ref is None else int(ref.shape[0])  # frames of its codes in front of its own
+        self.done = 0  # its own frames decoded so far
+        self.recent: list[torch.Tensor] = [] if ref is None else [ref]  # its last codes, for a window's context
+        self.audio: list[np.ndarray] = []
+
+
+class LiveRows:
+    """Rows decoded while they are made (module docstring), any rows with as many new frames together in a call of at
+    most `budget` row-frames; each row is a name, opened, fed its frames in order, and read back with pump()."""
+
+    def __init__(self, codec: LeanCodec, device: torch.device, stream: "torch.cuda.Stream | None",
+                 budget: int = DECODE_ROW_FRAMES):
+        self.codec, self.device, self.stream, self.budget = codec, device, stream, budget
+        self.rows: dict = {}  # name -> _LiveRow
+        # each feed's audio on its way to the host: (event or None, host tensor, [(name, samples, ended)], the
+        # device tensor it is copied from)
+        self.flight: collections.deque = collections.deque()
+
+    def open(self, name, ref: torch.Tensor | None) -> None:
+        """A row starts; ref: its ICL voice's reference codes [frames, 16], or None."""
+        frames = 0 if ref is None else int(ref.shape[0])
+        with on_side(self.stream), torch.inference_mode():
+            if frames < UPSTREAM_CHUNK:
+                state = CodecState.cat([self.codec.primed(ref, self.device)])  # a copy: the voice's is kept
+            else:  # the row starts past upstream's first window: behind that window's context alone
+                edge = frames // UPSTREAM_CHUNK * UPSTREAM_CHUNK
+                state = self._fresh(ref[edge - UPSTREAM_CONTEXT:].to(self.device))[0]
+        self.rows[name] = _LiveRow(state, ref)
+
+    def done(self, name) -> int:
+        """The row's own frames decoded so far."""
+        return self.rows[name].done
+
+    def feed(self, names: Sequence, codes: torch.Tensor, real: Sequence[int] | None = None,
+             ended: Sequence[bool] | None = None) -> None:
+        """codes [rows, T, 16], made on the caller's stream: each named row's next frames, all T of them or the first
+        real[i] (the rest pads a row's last chunk: its audio is cut off); ended[i]: row i has no more."""
+        n, t = codes.shape[:2]
+        real = [t] * n if real is None else list(real)
+        ended = [False] * n if ended is None else list(ended)
+        rows = [self.rows[name] for name in names]
+        take(self.stream, self.device, codes)
+        with on_side(self.stream), torch.inference_mode():
+            codes = codes.clamp(0, self.codec.codebook_size - 1)  # a row's frames past its end may hold EOS
+            wavs, per_call = [], call_rows(t, self.budget)
+            for s in range(0, n, per_call):
+                group = rows[s:s + per_call]
+                state = CodecState.cat([r.state for r in group])
+                wavs += list(self.codec.decode(codes[s:s + per_call], state))
+                for j, row in enumerate(group):
+                    row.state = state.rows(j, j + 1)
+            parts = [self._advance(row, codes[i, :real[i]], wavs[i], ended[i]) for i, row in enumerate(rows)]
+            event, host, flat = to_host(parts, self.stream, self.device)
+        sizes = [(name, int(p.shape[0]), end) for name, p, end in zip(names, parts, ended, strict=True)]
+        self.flight.append((event, host, sizes, flat))
+
+    def end(self, name) -> None:
+        """The row has ended with every frame fed: its whole audio comes after its last chunk."""
+        self.rows[name].state = None
+        self.flight.append((None, torch.zeros(0), [(name, 0, True)], None))
+
+    def pump(self, flush: bool = False) -> list[tuple[object, np.ndarray, np.ndarray | None]]:
+        """(name, float32 24 kHz chunk, the row's whole audio after its last chunk, else None) for every chunk read
+        back, each row's in order; flush: wait for all of them."""
+        out = []
+        while self.flight and (flush or self.flight[0][0] is None or self.flight[0][0].query()):
+            event, host, sizes, _ = self.flight.popleft()
+            if event is not None:
+                event.synchronize()
+            for (name, _, end), part in zip(sizes, torch.split(host, [s for _, s, _ in sizes]), strict=True):
+                row = self.rows[name]
+                row.audio.append(part.numpy().copy())
+                out.append((name, row.audio[-1], np.concatenate(row.audio) if end else None))
+                if end:
+                    del self.rows[name]
+        return out
+
+    def _advance(self, row: _LiveRow, own: torch.Tensor, wav: torch.Tensor, ended: bool) -> torch.Tensor:
+        """The audio of `own` (row's next frames, already decoded as `wav` from its state), and the row moved past
+        them. A chunk that reaches upstream's next window: its frames from there, and the row's state, are the window's
+        own decode behind its context."""
+        up, n = self.codec.upsample, int(own.shape[0])
+        start, stop = row.ref + row.done, row.ref + row.done + n  # in the codes with the reference in front
+        row.done += n
+        row.recent.append(own)
+        edge = stop // UPSTREAM_CHUNK * UPSTREAM_CHUNK  # the last window start at or before `stop`
+        audio = wav[:(edge - start if edge > start else n) * up]
+        if edge > start and (stop > edge or not ended):
+            context = torch.cat([c.to(self.device) for c in row.recent])[-(stop - edge + UPSTREAM_CONTEXT):]
+            row.state, tail = self._fresh(context)
+            audio = torch.cat((audio, tail[UPSTREAM_CONTEXT * up:]))
+        while len(row.recent) > 1 and sum(c.shape[0] for c in row.recent[1:]) >= UPSTREAM_CONTEXT:
+            row.recent.pop(0)
+        if ended:
+            row.state, row.recent = None, []
+        return audio
+
+    def _fresh(self, codes: torch.Tensor) -> tuple[CodecState, torch.Tensor]:
+        """A state that has seen only `codes` [frames, 16] (upstream's zero padding before them), and their audio."""
+        state = self.codec.zero_state(1, self.device, next(self.codec.decoder.parameters()).dtype)
+        wav = self.codec.decode(codes[None].clamp(0, self.codec.codebook_size - 1), state)
+        return state, wav[0]
