@@ -8,7 +8,7 @@
 `MorphTTS.clone`, `custom_voice` and `voice_design` render one line: validation, splitting, seeding, progress,
 out-of-memory handling and decoding are here only, and only this module sets the patch's per-call inputs
 (seq_groups, on_step, row_stops). A text over MAX_SEGMENT_CHARS is split at sentence ends into rows of the same
-render, and joined again with SEGMENT_PAUSE_SECONDS of silence.
+render, and joined again with a pause (morph/line_audio.py, which puts each line together from its rows' audio).
 
 Two ways to run the rows (`continuous`):
 - continuous (opt-in, every mode but eager; morph/continuous.py): one running batch of `batch_size` slots; a row that ends
@@ -42,7 +42,6 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-from collections import Counter, defaultdict
 from typing import Callable, Sequence
 
 import numpy as np
@@ -51,17 +50,17 @@ import torch
 from .codec.pieces import decode_rows
 from .codec.stream import CodecStream, RowsDecode
 from .continuous import run_rows, runs_lean
+from .line_audio import LineAudio
 from .lines.line import Line, Row
 from .lines.voice import Voice
 from .lines.words import FOR_PYTHON, Words
 from .progress import SlotProgress
 from .prompts import make_rows, prompt_inputs
-from .settings import SAMPLE_RATE, GenerationSettings
+from .settings import GenerationSettings
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 16
-SEGMENT_PAUSE_SECONDS = 0.2  # between the segments of a long text
 OnStep = Callable[[int, int], None]  # (done frame slots, total frame slots)
 OnLine = Callable[[int, np.ndarray], None]  # (index into the lines given, float32 24 kHz audio)
 OnChunk = Callable[[int, np.ndarray], None]  # (index into the lines given, the line's next float32 24 kHz audio)
@@ -109,35 +108,20 @@ class BatchTTS:
         if not rows:
             return []
         cap = batch_size or len(rows)
-        parts = {i: [None] * n for i, n in Counter(r.index for r in rows).items()}  # each line's segments
-        results: list[np.ndarray | None] = [None] * len(lines)
-        streamed = _LineChunks(rows, on_chunk) if on_chunk is not None and continuous else None
-
-        def deliver(row: Row, wav: np.ndarray) -> None:
-            parts[row.index][row.segment] = wav
-            if streamed is not None:
-                streamed.ended(row)
-            if all(part is not None for part in parts[row.index]):
-                results[row.index] = join_with_pauses(parts.pop(row.index))
-                if on_chunk is not None and streamed is None:
-                    on_chunk(row.index, results[row.index])
-                if on_line is not None:
-                    on_line(row.index, results[row.index])
-
+        out = LineAudio(rows, len(lines), on_line, on_chunk, streamed=continuous)
         if continuous and not runs_lean(self.tts):
             raise ValueError(f"{who}: continuous batching runs the lean layers; set the speed mode to fused, graphs "
                              "or lean (eager runs upstream's static batches)")
         run = self._static
         if continuous:
-            run = functools.partial(self._continuous, on_chunk=None if streamed is None else streamed.chunk)
+            run = functools.partial(self._continuous, on_chunk=None if out.chunks is None else out.chunks.chunk)
         pending = rows
         while pending:
-            kept = {(r.index, r.segment) for r in pending if r.index in parts and parts[r.index][r.segment] is None}
-            pending = [r for r in pending if (r.index, r.segment) in kept]
+            pending = out.todo(pending)
             if not pending:
                 break
             try:
-                run(pending, settings, cap, on_step, deliver, sort)
+                run(pending, settings, cap, on_step, out.deliver, sort)
                 break
             except torch.cuda.OutOfMemoryError as e:
                 oom = str(e).splitlines()[0] if str(e) else "CUDA out of memory"
@@ -148,7 +132,7 @@ class BatchTTS:
             width = min(cap, len(pending))
             if width == 1:
                 raise RuntimeError(_too_large(pending[0], oom))
-            if streamed is not None and not streamed.restart(pending):
+            if not out.restart(pending):
                 raise RuntimeError(f"{who}: the GPU ran out of memory after audio had been handed to on_chunk, which "
                                    f"a retry in smaller batches would hand again: {oom}; set batch_size lower")
             cap = (width + 1) // 2
@@ -157,7 +141,7 @@ class BatchTTS:
         if batch_size is not None and cap < batch_size:
             log.warning("%s: finished with batches of at most %d rows after running out of GPU memory at %d; "
                         "set batch_size to %d to skip the failed attempts next time", who, cap, batch_size, cap)
-        return results
+        return out.results
 
     def codes(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
               on_step: OnStep | None = None, who: str = "Render lines", batch_size: int | None = None,
@@ -300,55 +284,3 @@ def plan_batches(shapes: Sequence[tuple[int, str]], size: int, longest_first: bo
     order = sorted(range(len(shapes)), key=lambda i: (-shapes[i][0], -len(shapes[i][1]))) if longest_first else \
         list(range(len(shapes)))
     return [order[s:s + size] for s in range(0, len(order), size)]
-
-
-def join_with_pauses(pieces: list[np.ndarray]) -> np.ndarray:
-    """The segments of one long text, in order, with a short pause between each two."""
-    return np.concatenate([part for piece in pieces for part in (_pause(), piece)][1:])
-
-
-def _pause() -> np.ndarray:
-    return np.zeros(int(SEGMENT_PAUSE_SECONDS * SAMPLE_RATE), np.float32)
-
-
-class _LineChunks:
-    """render's on_chunk in the continuous batch: each line's audio in order, as its rows make it. A later segment's
-    chunks are held until the segment before has ended, then go with the pause join_with_pauses puts between them,
-    so a line's chunks joined are its audio."""
-
-    def __init__(self, rows: Sequence[Row], on_chunk: OnChunk):
-        self.on_chunk = on_chunk
-        self.segments = Counter(r.index for r in rows)
-        self.current = dict.fromkeys(self.segments, 0)  # line -> the segment whose chunks go out as they come
-        self.held: dict[tuple[int, int], list[np.ndarray]] = defaultdict(list)
-        self.over: set[tuple[int, int]] = set()  # (line, segment) of the rows that have ended
-        self.out: set[tuple[int, int]] = set()  # ... and of those with chunks handed out
-
-    def chunk(self, row: Row, wav: np.ndarray) -> None:
-        if row.segment == self.current[row.index]:
-            self._hand(row.index, row.segment, wav)
-        else:
-            self.held[(row.index, row.segment)].append(wav)
-
-    def ended(self, row: Row) -> None:
-        line = row.index
-        self.over.add((line, row.segment))
-        while (line, self.current[line]) in self.over and self.current[line] + 1 < self.segments[line]:
-            self.current[line] += 1
-            self.on_chunk(line, _pause())
-            for wav in self.held.pop((line, self.current[line]), []):
-                self._hand(line, self.current[line], wav)
-
-    def restart(self, rows: Sequence[Row]) -> bool:
-        """Rows to be rendered again (after running out of memory): what those that had not ended held is dropped;
-        False when one of them had handed chunks out already (they cannot be taken back)."""
-        again = [(r.index, r.segment) for r in rows if (r.index, r.segment) not in self.over]
-        if any(key in self.out for key in again):
-            return False
-        for key in again:
-            self.held.pop(key, None)
-        return True
-
-    def _hand(self, line: int, segment: int, wav: np.ndarray) -> None:
-        self.out.add((line, segment))
-        self.on_chunk(line, wav)

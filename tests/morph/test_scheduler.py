@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import morph.prompts as prompts_module
-from morph.scheduler import SEGMENT_PAUSE_SECONDS, BatchTTS, Line
+from morph.line_audio import SEGMENT_PAUSE_SECONDS
+from morph.scheduler import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
 
@@ -305,7 +306,7 @@ def test_a_line_too_long_for_one_pass_is_rendered_in_segments(batch, voices, mon
 def test_segments_join_in_order_every_one_with_a_pause_between_each_two():
     """join_with_pauses, which turns a long line's segment audio back into the line: each segment once, in order,
     a pause between each two and none at either end (a dropped first or last segment shows as a short join)."""
-    from morph.scheduler import join_with_pauses
+    from morph.line_audio import join_with_pauses
 
     pieces = [np.full(n, v, np.float32) for n, v in ((3, 1.0), (5, 2.0), (2, 3.0))]
     pause = np.zeros(int(SEGMENT_PAUSE_SECONDS * SR), np.float32)

@@ -1,7 +1,7 @@
 """Audio as it is made (tiny model, CPU, fp32, mode "lean"): the continuous batch hands each row's audio a chunk at a
 time while the row runs (morph/continuous.py LiveChunks, morph/codec/live.py LiveRows), BatchTTS.render's on_chunk
-hands each line's in order, and MorphTTS.stream yields one line's; the chunks joined are the line's audio as the
-render without chunks decodes it. Eager mode hands the whole line as one chunk."""
+hands each line's in order (morph/line_audio.py LineChunks), and MorphTTS.stream yields one line's; the chunks
+joined are the line's audio as the render without chunks decodes it. Eager mode hands the whole line as one chunk."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import torch
 from morph.codec.layers import LeanCodec
 from morph.codec.live import FIRST_GRID, LIVE_CHUNK, LiveRows
 from morph.codec.stream import RowsDecode
-from morph.scheduler import SEGMENT_PAUSE_SECONDS, BatchTTS, Line
+from morph.line_audio import SEGMENT_PAUSE_SECONDS
+from morph.scheduler import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
 
