@@ -83,7 +83,7 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
         codec = CodecStream(tts.codec, tts.device, side)
 
         def ended(row: Row, codes: torch.Tensor) -> None:
-            codec.submit(row, codes, _ref(row))
+            codec.submit(row, codes, ref_code(row))
 
         def hand(flush: bool = False) -> None:
             for row, wav in codec.pump(flush=flush):
@@ -114,7 +114,7 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
         hand(flush=True)
 
 
-def _ref(row: Row) -> torch.Tensor | None:
+def ref_code(row: Row) -> torch.Tensor | None:
     """The reference codes an ICL voice puts in front of the row (None for any other)."""
     return None if row.line.voice is None else row.line.voice.ref_code
 
@@ -126,35 +126,35 @@ class LiveChunks:
 
     It reads the batch as it stands before each frame (its live rows' slots and first frames, the frames buffer): a
     row's frames are copied out then, on the frame loop's stream, so the batch may move or reuse them after. The host
-    learns that a row has ended `sync_lag` frames behind the GPU, so only frames that far back are known to be the
+    learns that a row has ended `batch.lag` frames behind the GPU, so only frames that far back are known to be the
     row's own (a chunk handed out cannot be taken back): a row's first chunk comes 1 to FIRST_GRID frames after its
     first frame, plus that lag on a GPU. An ended row's last frames go at the next FIRST_GRID mark, padded to
     LIVE_CHUNK (with the LIVE_CHUNK call at its marks)."""
 
     def __init__(self, batch, codec: LiveRows):
         self.batch, self.codec = batch, codec
-        self.lag = batch.loop.sync_lag if batch.device.type == "cuda" else 0
+        self.lag = batch.lag
         self.frame = 0  # frames the batch has run
-        self.joined: dict[int, tuple[Row, int]] = {}  # id(row) -> (row, the frame it joined before)
+        self.joined: dict[Row, int] = {}  # row -> the frame it joined before
         self.ended: list[tuple[Row, torch.Tensor]] = []  # rows that ended since the last mark, with their codes
 
     def end(self, row: Row, codes: torch.Tensor) -> None:
         """The batch's `finished`: the row ended with `codes` [frames, 16]."""
-        del self.joined[id(row)]
+        del self.joined[row]
         self.ended.append((row, codes))
 
     def step(self) -> None:
         """Before each frame: rows that joined start, and the chunks now due go to the codec."""
         for live in self.batch.live.values():
-            if id(live.name) not in self.joined:
-                self.joined[id(live.name)] = (live.name, self.frame)
-                self.codec.open(live.name, _ref(live.name))
+            if live.name not in self.joined:
+                self.joined[live.name] = self.frame
+                self.codec.open(live.name, ref_code(live.name))
         known, self.frame = self.frame - self.lag, self.frame + 1  # the batch's frames known to be the rows' own
         if known <= 0 or known % FIRST_GRID:
             return
         due = self._rests()
         for slot, live in self.batch.live.items():
-            row, at = self.joined[id(live.name)]
+            row, at = live.name, self.joined[live.name]
             done = self.codec.done(row)
             # a row's first chunk, its next ones every FIRST_GRID frames until it is in step with LIVE_CHUNK, then
             # every LIVE_CHUNK frames

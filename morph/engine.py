@@ -150,9 +150,7 @@ class MorphTTS:
     def clone(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,
               on_step: OnStep | None = None, who: str = "Generate", split_long_text: bool = True,
               words: Words = FOR_PYTHON) -> np.ndarray:
-        if voice is None:  # a Line without a voice is a VoiceDesign line
-            raise ValueError(f"{who}: no voice given; make one with make_voice or load_voice")
-        return self._speak(Line(text, voice, language), settings, on_step, who, split_long_text, words)
+        return self._speak(_cloned(text, voice, language, who), settings, on_step, who, split_long_text, words)
 
     def custom_voice(self, text: str, speaker: str, instruct: str = "", language: str = "Auto",
                      settings: GenerationSettings = None, on_step: OnStep | None = None,
@@ -182,9 +180,7 @@ class MorphTTS:
         line is one chunk at its end. The line is checked here; the render runs on a thread of its own while the
         chunks are read, and closing the iterator (or dropping it) stops it before its next frame, its state freed by
         the time close() returns."""
-        if voice is None:
-            raise ValueError(f"{who}: no voice given; make one with make_voice or load_voice")
-        line, settings = Line(text, voice, language), settings or GenerationSettings()
+        line, settings = _cloned(text, voice, language, who), settings or GenerationSettings()
         BatchTTS(self).check([line], settings, who)
         return self._stream(line, settings, who)
 
@@ -229,6 +225,13 @@ class MorphTTS:
             ref_spk_embedding=voice.spk_embedding.to(device),
             x_vector_only_mode=not voice.icl, icl_mode=voice.icl, ref_text=voice.ref_text,
         )
+
+
+def _cloned(text: str, voice: Voice, language: str, who: str) -> Line:
+    """The line clone and stream speak in `voice`."""
+    if voice is None:  # a Line without a voice is a VoiceDesign line
+        raise ValueError(f"{who}: no voice given; make one with make_voice or load_voice")
+    return Line(text, voice, language)
 
 
 class _Closed(Exception):

@@ -49,7 +49,7 @@ import torch
 
 from .codec.pieces import decode_rows
 from .codec.stream import CodecStream, RowsDecode
-from .continuous import run_rows, runs_lean
+from .continuous import ref_code, run_rows, runs_lean
 from .line_audio import LineAudio
 from .lines.line import Line, Row
 from .lines.voice import Voice
@@ -240,8 +240,7 @@ class BatchTTS:
         if not runs_lean(self.tts):
             return None
         device = self.tts.device
-        return RowsDecode(self.tts.codec, [None if r.line.voice is None else r.line.voice.ref_code for r in rows],
-                          device, self.tts.codec.side_stream(device))
+        return RowsDecode(self.tts.codec, [ref_code(r) for r in rows], device, self.tts.codec.side_stream(device))
 
     def _generate(self, rows: list[Row], settings: GenerationSettings, progress: SlotProgress,
                   audio: RowsDecode | None = None) -> list[torch.Tensor]:

@@ -69,13 +69,10 @@ class LiveRows:
         """The row's own frames decoded so far."""
         return self.rows[name].done
 
-    def feed(self, names: Sequence, codes: torch.Tensor, real: Sequence[int] | None = None,
-             ended: Sequence[bool] | None = None) -> None:
-        """codes [rows, T, 16], made on the caller's stream: each named row's next frames, all T of them or the first
-        real[i] (the rest pads a row's last chunk: its audio is cut off); ended[i]: row i has no more."""
+    def feed(self, names: Sequence, codes: torch.Tensor, real: Sequence[int], ended: Sequence[bool]) -> None:
+        """codes [rows, T, 16], made on the caller's stream: each named row's next frames, the first real[i] of them
+        its own (the rest pads a row's last chunk: its audio is cut off); ended[i]: row i has no more."""
         n, t = codes.shape[:2]
-        real = [t] * n if real is None else list(real)
-        ended = [False] * n if ended is None else list(ended)
         rows = [self.rows[name] for name in names]
         take(self.stream, self.device, codes)
         with on_side(self.stream), torch.inference_mode():

@@ -89,6 +89,7 @@ class ContinuousBatch:
         """need: the most slots one row takes (prompt, frames and the EOS slot); options: the talker's sampling
         keywords, as upstream passes them (MorphPatch.prompt_of)."""
         self.loop, self.width, self.seq_groups, self.device = loop, width, seq_groups, device
+        self.lag = loop.sync_lag if device.type == "cuda" else 0  # frames behind the GPU the host learns a row ended
         self.mode = runner.resolve(mode, device, loop.lean_check)
         assert self.mode != "eager", "the continuous batch runs the lean layers; eager runs upstream's generate"
         o = options
@@ -121,8 +122,7 @@ class ContinuousBatch:
         """Decode until next_group(n) (the next up to n rows, None when there are no more) is spent and every row
         has ended; finished(name, codes [frames, 16], a copy on the device) as each row ends; on_step(live rows)
         before every frame (an exception there stops the batch and propagates)."""
-        cuda = self.device.type == "cuda"
-        lag = self.loop.sync_lag if cuda else 0
+        cuda, lag = self.device.type == "cuda", self.lag
         flags = torch.ones(lag + 2, self.width, dtype=torch.bool, pin_memory=cuda)
         queue: collections.deque = collections.deque()  # (event, flag row, P after the step)
         spent, frame, tried = False, 0, -1
