@@ -90,6 +90,38 @@ def test_rows_hand_their_audio_while_they_run_and_it_joins_to_each_lines_audio(l
     assert len(set(at_pause)) == 1, "segment 1 had ended: its chunks follow the pause at once"
 
 
+def test_out_of_memory_retries_a_streamed_render_only_while_no_chunk_is_out(lean, voices, caplog):
+    """Out of memory before any chunk is out: the rows go again in smaller batches and each line's chunks are handed
+    once (joined, its audio). After a chunk is out a retry would hand it again, so the render fails and says so."""
+    lines = [Line("one two three four five six.", voices["xvec"], "English"),
+             Line("seven eight nine.", voices["icl"], "English")]
+    batch = BatchTTS(lean)
+
+    def render(fail_at, got):
+        steps = []
+
+        def on_step(done, total):  # out of memory once, before the `fail_at`th frame
+            steps.append(done)
+            if len(steps) == fail_at:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+        return batch.render(lines, settings(12), batch_size=2, continuous=True, on_step=on_step,
+                            on_chunk=lambda i, wav: got.append((i, wav)))
+
+    got = []
+    with caplog.at_level("WARNING", logger="morph.scheduler"):
+        audio = render(1, got)
+    assert "retrying in batches of 1" in caplog.text
+    plain = batch.render(lines, settings(12), batch_size=2, continuous=True)
+    for i in range(2):
+        assert np.array_equal(np.concatenate([wav for j, wav in got if j == i]), audio[i]), i
+        assert_audio_close(audio[i], plain[i], rel=1e-5)
+    got = []
+    with pytest.raises(RuntimeError, match="ran out of memory after audio had been handed to on_chunk.*batch_size"):
+        render(2 * FIRST_GRID, got)
+    assert got, "chunks were out before the failure"
+
+
 @pytest.fixture(scope="module")
 def wide_codec(tiny_tts):
     """The tiny codec attending to 64 frames, not 16, with its transformer's layer scales at 1, not ~1e-9: a frame's
