@@ -1,0 +1,68 @@
+"""Audio as it is made on the GPU (tiny model, fp32, through the public API, in the captured modes): the host learns
+a row's frames `sync_lag` frames behind the GPU and the codec runs on its own stream, so chunks come a few frames
+later than on the CPU, and still while the row runs; each line's chunks joined are its audio, and a stream closed
+early stops its render."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from bench.workload import eos_suppressed
+from morph.codec.live import FIRST_GRID
+from morph.scheduler import BatchTTS, Line
+from morph.settings import GenerationSettings, Sampling
+from tests.audio_compare import assert_audio_close
+
+FRAME = 1920  # samples a frame at 24 kHz
+
+
+def settings(frames: int) -> GenerationSettings:
+    return GenerationSettings(seq_groups=5, do_sample=True, subtalker=Sampling(do_sample=True), seed=3,
+                              max_new_tokens=frames)
+
+
+@pytest.mark.parametrize("mode", ["graphs", "fused"])
+def test_chunks_come_while_rows_run_and_join_to_each_lines_audio(cuda_tts, voices, mode):
+    """Four lines through three slots, each ending at its own frame: rows join longest text first, so line 3 (the
+    shortest text, 30 frames) joins once line 2 has ended at frame 6 and the host has read it. Every line's first
+    chunk comes within FIRST_GRID + sync_lag frames of the render's start or of that, long before the line ends,
+    and its chunks joined are on_line's audio and the render's without chunks."""
+    texts = ["The longest line of the four, by far.", "A middling line here.", "Short one.", "Late."]
+    lines = [Line(text, voices["icl" if i % 2 else "xvector"], "English") for i, text in enumerate(texts)]
+    ends = [40, 20, 6, 30]
+    batch = BatchTTS(cuda_tts)
+    batch.stop = lambda row: min(row.limit, ends[row.index])
+    frames, log = [], []
+    cuda_tts.patch.mode = mode
+    try:
+        with eos_suppressed(cuda_tts, 48):  # rows end where `ends` says, not at a random weight's EOS
+            audio = batch.render(lines, settings(48), batch_size=3, continuous=True,
+                                 on_chunk=lambda i, wav: log.append((i, len(frames), wav)),
+                                 on_step=lambda done, total: frames.append(done))
+            plain = batch.render(lines, settings(48), batch_size=3, continuous=True)
+    finally:
+        cuda_tts.patch.mode = "auto"
+    assert cuda_tts.patch.last_run["mode"] == mode
+    lag = cuda_tts.patch.loop.sync_lag
+    first = {i: min(f for j, f, _ in log if j == i) for i in range(4)}
+    assert max(first[0], first[1], first[2]) <= FIRST_GRID + lag, (first, lag)
+    assert first[3] <= ends[2] + 2 * (lag + FIRST_GRID) < ends[2] + ends[3], (first, lag)
+    for i in range(4):
+        assert np.array_equal(np.concatenate([wav for j, _, wav in log if j == i]), audio[i]), i
+        assert audio[i].size == ends[i] * FRAME
+        assert_audio_close(audio[i], plain[i], rel=1e-5)
+
+
+def test_a_stream_yields_its_line_and_closing_it_early_stops_the_render(cuda_tts, voices):
+    line = Line("Stream this line on the GPU.", voices["xvector"], "English")
+    chunks = list(cuda_tts.stream(line.text, line.voice, "English", settings(24)))
+    whole = BatchTTS(cuda_tts).render([line], settings(24), batch_size=None, continuous=True)[0]
+    assert len(chunks) > 1 and chunks[0].size < whole.size
+    assert_audio_close(np.concatenate(chunks), whole, rel=1e-5)
+
+    stream = cuda_tts.stream("A long line the reader leaves after its first chunk.", voices["xvector"], "English",
+                             settings(400))
+    assert next(stream).size <= (FIRST_GRID + cuda_tts.patch.loop.sync_lag) * FRAME
+    stream.close()
+    assert not [t for t in threading.enumerate() if t.name == "morph-stream"]
