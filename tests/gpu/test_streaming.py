@@ -15,6 +15,10 @@ from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
 
 FRAME = 1920  # samples a frame at 24 kHz
+# A chunk's decode and the whole row's are the same sums in other groupings: on the GPU their convolutions round apart
+# by up to 1.5e-4 of the peak (H100, fp32, cuDNN's default algorithms; 1e-5 on the CPU); tests/gpu/test_codec.py
+# holds the codec to upstream's decode within the same 2e-3
+RTOL = 2e-3
 
 
 def settings(frames: int) -> GenerationSettings:
@@ -51,7 +55,7 @@ def test_chunks_come_while_rows_run_and_join_to_each_lines_audio(cuda_tts, voice
     for i in range(4):
         assert np.array_equal(np.concatenate([wav for j, _, wav in log if j == i]), audio[i]), i
         assert audio[i].size == ends[i] * FRAME
-        assert_audio_close(audio[i], plain[i], rel=1e-5)
+        assert_audio_close(audio[i], plain[i], rel=RTOL)
 
 
 def test_a_stream_yields_its_line_and_closing_it_early_stops_the_render(cuda_tts, voices):
@@ -59,7 +63,7 @@ def test_a_stream_yields_its_line_and_closing_it_early_stops_the_render(cuda_tts
     chunks = list(cuda_tts.stream(line.text, line.voice, "English", settings(24)))
     whole = BatchTTS(cuda_tts).render([line], settings(24), batch_size=None, continuous=True)[0]
     assert len(chunks) > 1 and chunks[0].size < whole.size
-    assert_audio_close(np.concatenate(chunks), whole, rel=1e-5)
+    assert_audio_close(np.concatenate(chunks), whole, rel=RTOL)
 
     stream = cuda_tts.stream("A long line the reader leaves after its first chunk.", voices["xvector"], "English",
                              settings(400))
