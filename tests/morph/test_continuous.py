@@ -14,20 +14,10 @@ from morph.scheduler import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
 
-SR = 24000
-
 
 def settings(frames=8, sampled=False, seed=None, seq_groups=5):
     return GenerationSettings(seq_groups=seq_groups, do_sample=sampled, subtalker=Sampling(do_sample=sampled),
                               max_new_tokens=frames, seed=seed)
-
-
-@pytest.fixture(scope="module")
-def voices(tiny_tts):
-    t = np.arange(2 * SR) / SR
-    wave = (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t))).astype(np.float32)
-    return {"xvec": tiny_tts.make_voice(wave, SR),
-            "icl": tiny_tts.make_voice(wave, SR, transcript="A short reference sentence.")}
 
 
 @pytest.fixture(scope="module")

@@ -31,14 +31,6 @@ def settings(frames):
                               max_new_tokens=frames)
 
 
-@pytest.fixture(scope="module")
-def voices(tiny_tts):
-    t = np.arange(2 * SR) / SR
-    wave = (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t))).astype(np.float32)
-    return {"xvec": tiny_tts.make_voice(wave, SR),
-            "icl": tiny_tts.make_voice(wave, SR, transcript="A short reference sentence.")}
-
-
 @pytest.fixture
 def lean(tiny_tts):
     tiny_tts.patch.mode = "lean"
