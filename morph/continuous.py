@@ -10,7 +10,7 @@ seed and the row (morph/prompts.py), so its take does not depend on its neighbou
 from __future__ import annotations
 
 import collections
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
@@ -22,6 +22,9 @@ from .codec.stream import CodecStream
 from .lines.line import Row
 from .prompts import prompt_inputs, prompt_tokens, stream_keys, token_count
 from .settings import GenerationSettings
+
+if TYPE_CHECKING:
+    from .decode.slots import Group
 
 _PROMPT = ("inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_embed")
 
@@ -37,81 +40,116 @@ def runs_lean(tts) -> bool:
 def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int, stop: Callable[[Row], int],
              on_row: Callable[[Row, object], None], on_frames: Callable[[int], None] | None = None,
              audio: bool = True, on_chunk: Callable[[Row, np.ndarray], None] | None = None) -> None:
-    """Render `rows` `width` at a time; on_row(row, float32 audio) as each is decoded (with audio=False:
-    on_row(row, codes [frames, 16]) as each ends, no codec); on_frames(live rows) before each frame. stop(row):
-    the frame at which the row ends at the latest. on_chunk(row, float32 audio): each row's audio in order while it
-    is made (LiveChunks), its chunks joined being what on_row then gets. A CUDA out-of-memory error propagates as
-    it is."""
-    from .decode.slots import ContinuousBatch, Group  # the decode path loads with a model, not with the nodes
-
-    model, patch = tts.tts, tts.patch
+    """Render `rows` `width` at a time, longest first; on_row(row, float32 audio) as each is decoded (with
+    audio=False: on_row(row, codes [frames, 16]) as each ends, no codec); on_frames(live rows) before each frame.
+    stop(row): the frame at which the row ends at the latest. on_chunk(row, float32 audio): each row's audio in order
+    while it is made (LiveChunks), its chunks joined being what on_row then gets. A CUDA out-of-memory error
+    propagates as it is."""
     pending = collections.deque(sorted(zip(rows, stream_keys(rows, settings.seed), strict=True),
                                        key=lambda rk: (-rk[0].limit, -len(rk[0].text))))
     count = token_count(tts)
     need = max(prompt_tokens(r.text, r.line.voice, r.line.instruct, count) + stop(r) + 1 for r in rows)
-    patch.seq_groups = settings.seq_groups
+    runner = RowRunner(tts, settings, width, need, stop, on_row, audio, on_chunk)
+    runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))], on_frames)
 
-    def capture(n: int) -> tuple[dict, "Group"] | None:
-        chunk = [pending.popleft() for _ in range(min(n, len(pending)))]
-        if not chunk:
-            return None
-        group_rows = [r for r, _ in chunk]
-        longest = max(group_rows, key=lambda r: r.limit)
-        kwargs = model._merge_generate_kwargs(**settings.upstream_kwargs(longest.text))
-        inputs = prompt_inputs(tts, group_rows)
-        got = patch.prompt_of(lambda: model.model.generate(languages=[r.line.language for r in group_rows],
+
+class RowRunner:
+    """One continuous batch (morph/decode/slots.py) and its audio: rows join from a source while it runs (a render's
+    rows in run_rows, or the requests of morph/live_engine.py, which keeps one runner between its runs), each row's
+    audio handed to on_row as it ends or, with on_chunk, a chunk at a time while it is made. `need`: the most cache
+    slots one row may take (prompt, frames and the EOS slot); every row it is given must fit."""
+
+    def __init__(self, tts, settings: GenerationSettings, width: int, need: int, stop: Callable[[Row], int],
+                 on_row: Callable[[Row, object], None], audio: bool = True,
+                 on_chunk: Callable[[Row, np.ndarray], None] | None = None):
+        self.tts, self.settings, self.width, self.need, self.stop = tts, settings, width, need, stop
+        self.on_row, self.audio, self.on_chunk = on_row, audio, on_chunk
+        self.batch = None  # built for the first group: its options come with that group's prompt
+        self._ended = self._hand = None
+
+    def run(self, take: Callable[[int], list[tuple[Row, int]]], on_frames: Callable[[int], None] | None = None) -> None:
+        """Until every row has ended and take(n) (up to n waiting rows with their stream keys, [] when none waits)
+        has none."""
+        self.tts.patch.seq_groups = self.settings.seq_groups
+        queued = []
+        if self.batch is None:
+            chunk = take(self.width)
+            if not chunk:
+                return
+            options, first = self._group(chunk)
+            self._build(options)
+            queued.append(first)
+
+        def next_group(n: int) -> "Group | None":
+            if queued:
+                return queued.pop()
+            chunk = take(n)
+            return self._group(chunk)[1] if chunk else None
+
+        if not self.audio:
+            self.batch.run(next_group, self.on_row, on_frames)
+            return
+
+        def frame(n: int) -> None:
+            self._hand()
+            if on_frames is not None:
+                on_frames(n)
+
+        try:
+            self.batch.run(next_group, self._ended, frame)
+        finally:  # rows that ended before a failure or a cancel are still decoded and handed over
+            self._hand(flush=True)
+
+    def cancel(self, rows) -> None:
+        """End these rows at the next frame (on the thread that runs the batch; ContinuousBatch.cancel)."""
+        if self.batch is not None:
+            self.batch.cancel(rows)
+
+    def _group(self, chunk: list[tuple[Row, int]]) -> tuple[dict, "Group"]:
+        """Rows to join together, their prompt built by upstream's own generate (MorphPatch.prompt_of), which also
+        gives the talker's sampling options."""
+        from .decode.slots import Group  # the decode path loads with a model, not with the nodes
+
+        model, patch = self.tts.tts, self.tts.patch
+        rows = [r for r, _ in chunk]
+        longest = max(rows, key=lambda r: r.limit)
+        kwargs = model._merge_generate_kwargs(**self.settings.upstream_kwargs(longest.text))
+        inputs = prompt_inputs(self.tts, rows)
+        got = patch.prompt_of(lambda: model.model.generate(languages=[r.line.language for r in rows],
                                                            **inputs, **kwargs))
-        return got, Group(group_rows, {k: got[k] for k in _PROMPT}, [stop(r) for r in group_rows],
-                          [k for _, k in chunk])
+        return got, Group(rows, {k: got[k] for k in _PROMPT}, [self.stop(r) for r in rows], [k for _, k in chunk])
 
-    first = capture(width)
-    batch = ContinuousBatch(tts.patch.loop, width, need, first[0], settings.seq_groups, patch.mode, tts.device,
-                            model.model.dtype)
-    queued = [first[1]]
+    def _build(self, options: dict) -> None:
+        from .decode.slots import ContinuousBatch
 
-    def next_group(n: int) -> "Group | None":
-        if queued:
-            return queued.pop()
-        got = capture(n)
-        return None if got is None else got[1]
+        tts = self.tts
+        self.batch = ContinuousBatch(tts.patch.loop, self.width, self.need, options, self.settings.seq_groups,
+                                     tts.patch.mode, tts.device, tts.tts.model.dtype)
+        if not self.audio:
+            return
+        side = tts.codec.side_stream(tts.device)
+        if self.on_chunk is None:
+            codec = CodecStream(tts.codec, tts.device, side)
+            self._ended = lambda row, codes: codec.submit(row, codes, ref_code(row))
 
-    if not audio:
-        batch.run(next_group, on_row, on_frames)
-        return
-    side = tts.codec.side_stream(tts.device)
-    if on_chunk is None:
-        codec = CodecStream(tts.codec, tts.device, side)
+            def hand(flush: bool = False) -> None:
+                for row, wav in codec.pump(flush=flush):
+                    self.on_row(row, wav)
+        else:
+            live = LiveChunks(self.batch, LiveRows(tts.codec, tts.device, side))
+            self._ended = live.end
 
-        def ended(row: Row, codes: torch.Tensor) -> None:
-            codec.submit(row, codes, ref_code(row))
-
-        def hand(flush: bool = False) -> None:
-            for row, wav in codec.pump(flush=flush):
-                on_row(row, wav)
-    else:
-        live = LiveChunks(batch, LiveRows(tts.codec, tts.device, side))
-        ended = live.end
-
-        def hand(flush: bool = False) -> None:
-            if flush:
-                live.finish()
-            else:
-                live.step()
-            for row, wav, whole in live.codec.pump(flush=flush):
-                if wav.size:
-                    on_chunk(row, wav)
-                if whole is not None:
-                    on_row(row, whole)
-
-    def frame(n: int) -> None:
-        hand()
-        if on_frames is not None:
-            on_frames(n)
-
-    try:
-        batch.run(next_group, ended, frame)
-    finally:  # rows that ended before a failure or a cancel are still decoded and handed over
-        hand(flush=True)
+            def hand(flush: bool = False) -> None:
+                if flush:
+                    live.finish()
+                else:
+                    live.step()
+                for row, wav, whole in live.codec.pump(flush=flush):
+                    if wav.size:
+                        self.on_chunk(row, wav)
+                    if whole is not None:
+                        self.on_row(row, whole)
+        self._hand = hand
 
 
 def ref_code(row: Row) -> torch.Tensor | None:

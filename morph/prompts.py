@@ -3,6 +3,7 @@ each row's random stream key."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import logging
@@ -113,13 +114,16 @@ def prompt_tokens(text: str, voice: Voice | None = None, instruct: str = "", cou
     return tokens
 
 
-def token_count(tts):
+def token_count(tts, private: bool = False):
     """A text's tokens as the loaded model's tokenizer splits it (English runs about four characters a token, so
     one per character would size the cache and the declared memory for prompts several times too long); one per
     character where the model has no text tokenizer. Each text is tokenized once per counter: every line of an ICL
-    voice repeats its transcript."""
+    voice repeats its transcript. `private`: count with a copy of the tokenizer, for a thread beside the one that
+    renders (a fast tokenizer refuses a second thread while it works: "Already borrowed")."""
     tokenizer = getattr(getattr(tts.tts, "processor", None), "tokenizer", None)
     if tokenizer is None:
         return len
+    if private:
+        tokenizer = copy.deepcopy(tokenizer)
     return functools.lru_cache(maxsize=None)(
         lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0)

@@ -119,28 +119,28 @@ class ContinuousBatch:
     # -- the host loop ---------------------------------------------------------------------
     def run(self, next_group: Callable[[int], Group | None], finished: Callable[[object, torch.Tensor], None],
             on_step: Callable[[int], None] | None = None) -> None:
-        """Decode until next_group(n) (the next up to n rows, None when there are no more) is spent and every row
-        has ended; finished(name, codes [frames, 16], a copy on the device) as each row ends; on_step(live rows)
-        before every frame (an exception there stops the batch and propagates)."""
+        """Decode until every row has ended and next_group(n) (the next up to n rows, None when none waits now) has
+        none; finished(name, codes [frames, 16], a copy on the device) as each row ends; on_step(live rows) before
+        every frame (an exception there stops the batch and propagates). Rows may come to next_group while the batch
+        runs (morph/live_engine.py's requests), so it is asked again whenever slots are free; run may be called again
+        once it has returned."""
         cuda, lag = self.device.type == "cuda", self.lag
         flags = torch.ones(lag + 2, self.width, dtype=torch.bool, pin_memory=cuda)
         queue: collections.deque = collections.deque()  # (event, flag row, P after the step)
-        spent, frame, tried = False, 0, -1
+        frame, tried = 0, -1
         with torch.inference_mode():
             while True:
                 # rows that did not fit are tried again only after a row has ended (each try drains the queue)
                 ready = tried < 0 or self.ended > tried
                 if ready and self.free and (not self.live or len(self.free) >= self.refill):
-                    if not self._ahead and not spent:
+                    if not self._ahead:
                         group = next_group(self.width)
-                        if group is None:
-                            spent = True
-                        else:
+                        if group is not None:
                             self._ahead = self._prefill(group)
                     if self._ahead:
                         tried = -1 if self._join(queue, flags, finished) else self.ended
                 if not self.live:
-                    if spent and not self._ahead:
+                    if not self._ahead:  # next_group was just asked (no row runs, so every slot is free)
                         self.loop.last_run = dict(mode=self.mode, frames_run=frame, rows=self.ended,
                                                   capacity=self.st.capacity, width=self.width,
                                                   widths=dict(sorted(self.widths.items())),
@@ -168,6 +168,15 @@ class ContinuousBatch:
                 frame += 1
                 while len(queue) > lag:
                     self._settle(queue.popleft(), flags, finished)
+
+    def cancel(self, names) -> None:
+        """End these rows early (between frames, on the thread that runs the batch): a live one is finished at the
+        next frame, its codes so far handed to `finished` as any row's; a prefilled one waiting for a slot is
+        dropped."""
+        self._ahead = [a for a in self._ahead if a.name not in names]
+        for s, row in self.live.items():
+            if row.name in names:
+                self.st.unfinished[s] = False  # the step pads a finished row with EOS and never revives it
 
     def _settle(self, entry, flags: torch.Tensor, finished) -> None:
         """Hand over the rows that had ended by this snapshot (those that joined after it are not in it)."""

@@ -1,0 +1,272 @@
+"""Requests that come at any time, through one running continuous batch, each one's audio handed out as it is made:
+what the speech server (morph/serve/) runs.
+
+    engine = LiveEngine(tts, width=16)
+    request = engine.submit(Line("Hello.", voice), GenerationSettings(seed=1), on_chunk=play, on_end=done)
+    request.cancel()  # a client that went away: its rows end at the next frame, its slots free
+
+One thread owns the model. It runs a RowRunner (morph/continuous.py) whose rows come from the requests waiting, in
+the order they came (a long text's segments one after another, joined with a pause as every front end joins them,
+morph/line_audio.py), and keeps it built between bursts, so its CUDA graphs are captured once. A batch samples with
+one set of settings (the talker's and the code predictor's sampling, seq_groups: what its step and graphs hold); a
+request with other settings waits until the batch has drained the requests before it, and the batch is then built
+again for its settings. Per request: the seed (each row draws from its own random stream, keyed by the seed and the
+row, so a seeded request's take does not depend on its neighbours) and max_new_tokens.
+
+Every row must fit the batch's cache (`need` slots: its prompt, its frames, the EOS slot), so a row's frames are
+capped at `max_frames` and its prompt at `max_prompt` tokens; submit refuses a request over either, naming the field.
+Too many rows waiting (`max_waiting`) is `Busy`, with a wait to try again after, rather than an unbounded queue.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import itertools
+import logging
+import math
+import threading
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .continuous import RowRunner, runs_lean
+from .line_audio import LineAudio
+from .lines.line import Line, Row
+from .lines.text_split import MAX_SEGMENT_CHARS
+from .prompts import make_rows, prompt_tokens, stream_keys, token_count
+from .settings import GenerationSettings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WIDTH = 16
+DEFAULT_MAX_FRAMES = 1024  # 82 s a row: a MAX_SEGMENT_CHARS segment speaks in about 35 s; a missed EOS stops here
+DEFAULT_MAX_PROMPT = 1023  # with DEFAULT_MAX_FRAMES and the EOS slot, 2,048 slots a row: a capacity of 4,096
+
+
+class Busy(RuntimeError):
+    """More rows wait than the engine queues: try again after `retry_after` seconds."""
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclasses.dataclass(eq=False)
+class Request:
+    """One request in the engine: its rows, its settings, where its audio goes, and what it has cost so far."""
+
+    id: int
+    rows: list[Row]
+    keys: list[int]  # each row's random stream
+    settings: GenerationSettings
+    on_chunk: Callable[[np.ndarray], None]  # float32 24 kHz audio, in order, on the engine's thread
+    on_end: Callable[[BaseException | None], None]  # once: None when whole, else why it stopped
+    engine: "LiveEngine"
+    submitted: float = dataclasses.field(default_factory=time.perf_counter)
+    first_audio: float | None = None  # seconds from submit to its first chunk
+    samples: int = 0
+    state: str = "waiting"  # waiting, running, done, failed, cancelled
+    audio: LineAudio | None = None  # its rows' audio, joined in order
+
+    @property
+    def batch_key(self) -> GenerationSettings:
+        """What the batch that runs it must sample with: its settings but the per-row ones."""
+        return dataclasses.replace(self.settings, seed=None, max_new_tokens=None)
+
+    def cancel(self) -> None:
+        self.engine.cancel(self)
+
+
+class LiveEngine:
+    """Requests through one continuous batch on a thread of its own (module docstring)."""
+
+    def __init__(self, tts, width: int = DEFAULT_WIDTH, max_frames: int = DEFAULT_MAX_FRAMES,
+                 max_prompt: int = DEFAULT_MAX_PROMPT, max_waiting: int | None = None, who: str = "Serve"):
+        if not runs_lean(tts):
+            raise ValueError(f"{who}: the live engine runs the continuous batch, which runs the lean layers; load "
+                             "the model with mode fused, graphs or lean (eager runs static batches only)")
+        self.tts, self.width, self.who = tts, width, who
+        self.max_frames, self.max_prompt = max_frames, max_prompt
+        self.need = max_prompt + max_frames + 1
+        self.max_waiting = 4 * width if max_waiting is None else max_waiting
+        count, lock = token_count(tts, private=True), threading.Lock()  # callers count on their threads, one at a time
+
+        def counted(text: str) -> int:
+            with lock:
+                return count(text)
+        self._count = counted
+        self._ids = itertools.count(1)
+        self._cv = threading.Condition()
+        self._waiting: collections.deque[tuple[Row, int, Request]] = collections.deque()  # rows, in order
+        self._rows: dict[Row, Request] = {}  # the rows in the batch (prefilled or live)
+        self._cancels: set[Request] = set()  # requests cancelled while their rows are in the batch
+        self._runner: RowRunner | None = None
+        self._closed = False
+        self.live_rows = self.cache_slots = 0  # as the engine's thread last saw them
+        self.row_seconds = 5.0  # a row's time in the batch, averaged as rows end (for Busy's retry_after)
+        self._joined: dict[Row, float] = {}
+        self._thread = threading.Thread(target=self._serve, name="morph-live-engine", daemon=True)
+        self._thread.start()
+
+    # -- the callers' side (any thread) ------------------------------------------------------
+    def submit(self, line: Line, settings: GenerationSettings, on_chunk: Callable[[np.ndarray], None],
+               on_end: Callable[[BaseException | None], None], who: str | None = None) -> Request:
+        """Check the line (ValueError naming what to change) and queue it; on_chunk(audio) as its audio is made,
+        on_end(None) once it is whole (or on_end(error)); both on the engine's thread, and they must not block."""
+        who = who or self.who
+        settings = settings.validate(who)
+        if settings.max_new_tokens is not None and settings.max_new_tokens > self.max_frames:
+            raise ValueError(f"{who}: max_new_tokens is {settings.max_new_tokens}, over this server's "
+                             f"{self.max_frames} frames a segment; send at most {self.max_frames}")
+        with self._cv:
+            rid = next(self._ids)
+        rows = [dataclasses.replace(r, limit=min(r.limit, self.max_frames))
+                for r in make_rows(self.tts, [line], settings, who, True, [f"request {rid}"])]
+        for r in rows:
+            tokens = prompt_tokens(r.text, r.line.voice, r.line.instruct, self._count)
+            if tokens > self.max_prompt:
+                raise ValueError(f"{who}: the prompt takes {tokens} tokens (text of up to {MAX_SEGMENT_CHARS} "
+                                 f"characters a segment, and the voice's reference), over this server's "
+                                 f"{self.max_prompt}; use a shorter reference clip or transcript")
+        request = Request(rid, rows, stream_keys(rows, settings.seed), settings, on_chunk, on_end, self)
+        request.audio = LineAudio(rows, 1, on_line=lambda i, whole: self._end(request, None),
+                                  on_chunk=lambda i, wav: self._hand(request, wav), streamed=True)
+        with self._cv:
+            if self._closed:
+                raise RuntimeError(f"{who}: the engine has been closed")
+            if len(self._waiting) + len(rows) > self.max_waiting:
+                wait = math.ceil(self.row_seconds * (len(self._waiting) / self.width + 1))
+                raise Busy(f"{who}: {len(self._waiting)} rows are waiting, the most this server queues is "
+                           f"{self.max_waiting}; try again in {wait} s", wait)
+            self._waiting.extend((r, k, request) for r, k in zip(rows, request.keys, strict=True))
+            self._cv.notify()
+        return request
+
+    def cancel(self, request: Request) -> None:
+        """Stop a request: its waiting rows are dropped, its rows in the batch end at the next frame, and nothing
+        more is handed to it."""
+        with self._cv:
+            if request.state not in ("waiting", "running"):
+                return
+            request.state = "cancelled"
+            self._waiting = collections.deque(w for w in self._waiting if w[2] is not request)
+            if any(self._rows.get(r) is request for r in request.rows):
+                self._cancels.add(request)
+
+    def stats(self) -> dict:
+        """What the engine holds now."""
+        with self._cv:
+            return dict(rows_live=self.live_rows, rows_waiting=len(self._waiting), rows_in_batch=len(self._rows),
+                        width=self.width, cache_slots=self.cache_slots)
+
+    def close(self) -> None:
+        """Stop the engine's thread once its batch has drained; requests still waiting end with an error."""
+        with self._cv:
+            self._closed = True
+            left = [w[2] for w in self._waiting]
+            self._waiting.clear()
+            self._cv.notify()
+        for request in dict.fromkeys(left):
+            self._end(request, RuntimeError(f"{self.who}: the engine was closed before this request ran"))
+        self._thread.join()
+
+    # -- the engine's thread ---------------------------------------------------------------
+    def _serve(self) -> None:
+        device = self.tts.device
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            while True:
+                with self._cv:
+                    while not self._waiting and not self._closed:
+                        self._cv.wait()
+                    if not self._waiting:
+                        return
+                    key = self._waiting[0][2].batch_key
+                if self._runner is None or self._runner.settings != key:
+                    self._runner = None  # the old batch's state and graphs go before the new one's are made
+                    self._runner = RowRunner(self.tts, key, self.width, self.need, lambda row: row.limit,
+                                             self._row_done, on_chunk=self._chunk)
+                try:
+                    self._runner.run(lambda n: self._take(key, n), self._between)
+                except BaseException as e:  # the batch's state is unknown: every request in it fails, and the
+                    self._runner = None     # next burst builds a new one
+                    log.exception("%s: the batch failed", self.who)
+                    with self._cv:
+                        failed = set(self._rows.values())
+                        self._rows.clear()
+                        self._waiting = collections.deque(w for w in self._waiting if w[2] not in failed)
+                    for request in failed:
+                        self._end(request, e)
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+
+    def _take(self, key: GenerationSettings, n: int) -> list[tuple[Row, int]]:
+        """Up to n waiting rows, in the order they came, while they sample as the batch does (a request with other
+        settings stops the intake, so the batch drains and is built again for it)."""
+        taken = []
+        with self._cv:
+            while self._waiting and len(taken) < n and self._waiting[0][2].batch_key == key:
+                row, stream, request = self._waiting.popleft()
+                request.state = "running"
+                self._rows[row] = request
+                self._joined[row] = time.perf_counter()
+                taken.append((row, stream))
+        return taken
+
+    def _between(self, live: int) -> None:
+        """Before each frame: the batch's live rows, and the rows of requests cancelled since the last frame."""
+        batch = self._runner.batch
+        self.live_rows, self.cache_slots = live, sum(batch.position - row.lo for row in batch.live.values())
+        with self._cv:
+            if not self._cancels:
+                return
+            rows = {r for request in self._cancels for r in request.rows if r in self._rows}
+            self._cancels.clear()
+        self._runner.cancel(rows)
+        running = {row.name for row in batch.live.values()}
+        with self._cv:  # a prefilled row that had no slot yet is gone; a live one ends through _row_done
+            for row in rows - running:
+                self._rows.pop(row, None)
+                self._joined.pop(row, None)
+
+    def _chunk(self, row: Row, wav: np.ndarray) -> None:
+        request = self._rows.get(row)
+        if request is not None and request.state == "running":
+            request.audio.chunks.chunk(row, wav)
+
+    def _row_done(self, row: Row, wav: np.ndarray) -> None:
+        with self._cv:
+            request = self._rows.pop(row, None)
+            started = self._joined.pop(row, None)
+        if started is not None:
+            self.row_seconds += 0.1 * (time.perf_counter() - started - self.row_seconds)
+        if request is not None and request.state == "running":
+            request.audio.deliver(row, wav)
+
+    def _hand(self, request: Request, wav: np.ndarray) -> None:
+        """A request's next audio (its line's, in order), to its caller; a callback that fails cancels it."""
+        if request.state != "running":
+            return
+        if request.first_audio is None:
+            request.first_audio = time.perf_counter() - request.submitted
+        request.samples += wav.size
+        try:
+            request.on_chunk(wav)
+        except Exception:
+            log.exception("%s: request %d: on_chunk failed; the request is cancelled", self.who, request.id)
+            self.cancel(request)
+
+    def _end(self, request: Request, error: BaseException | None) -> None:
+        with self._cv:
+            if request.state in ("done", "failed"):
+                return
+            cancelled = request.state == "cancelled"
+            request.state = "done" if error is None else "failed"
+        if not cancelled:
+            try:
+                request.on_end(error)
+            except Exception:  # a caller's callback must not stop the batch
+                log.exception("%s: request %d: on_end failed", self.who, request.id)

@@ -1,0 +1,157 @@
+"""Requests through one running continuous batch (morph/live_engine.py; tiny model, CPU, fp32, mode "lean"): requests
+join while others run, each one's audio comes in order as it is made and joins to the take it has alone, a cancel
+frees its rows, settings that differ get a batch of their own, and the queue is bounded."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from morph.live_engine import Busy, LiveEngine
+from morph.scheduler import BatchTTS, Line
+from morph.settings import GenerationSettings, Sampling
+from tests.audio_compare import assert_audio_close
+
+FRAME = 1920  # samples a frame at 24 kHz
+TIMEOUT = 120
+
+
+def settings(frames, seed=7, **kw):
+    return GenerationSettings(seq_groups=5, do_sample=False, subtalker=Sampling(do_sample=False),
+                              max_new_tokens=frames, seed=seed, **kw)
+
+
+class Sink:
+    """A request's callbacks: its chunks, and how it ended."""
+
+    def __init__(self, on_first=None):
+        self.chunks, self.error, self.done = [], None, threading.Event()
+        self.on_first = on_first
+
+    def chunk(self, wav):
+        self.chunks.append(wav)
+        if len(self.chunks) == 1 and self.on_first is not None:
+            self.on_first()
+
+    def end(self, error):
+        self.error = error
+        self.done.set()
+
+    def audio(self):
+        assert self.done.wait(TIMEOUT), "the request never ended"
+        assert self.error is None, self.error
+        return np.concatenate(self.chunks)
+
+
+@pytest.fixture
+def lean(tiny_tts):
+    tiny_tts.patch.mode = "lean"
+    yield tiny_tts
+    tiny_tts.patch.mode = "auto"
+    tiny_tts.release_device_state()
+
+
+@pytest.fixture
+def engine(lean):
+    e = LiveEngine(lean, width=4, max_frames=64, max_prompt=400)
+    yield e
+    e.close()
+
+
+def submit(engine, text, voice, frames, sink, seed=7, **kw):
+    return engine.submit(Line(text, voice, "English"), settings(frames, seed, **kw), sink.chunk, sink.end)
+
+
+def test_requests_join_a_running_batch_and_each_gets_its_own_take(engine, lean, voices):
+    """B and C are sent once A's first audio is out (A still runs): they join A's batch, which was built once; each
+    request's chunks come before its end and join to the take the request has rendered alone (its own random
+    stream), to rounding."""
+    late, runners = [Sink(), Sink()], []
+    texts = ["one two three four five six.", "seven eight.", "nine ten eleven."]
+
+    def send_late():
+        runners.append(engine._runner)
+        submit(engine, texts[1], voices["xvec"], 12, late[0], seed=3)
+        submit(engine, texts[2], voices["icl"], 20, late[1], seed=4)
+
+    first = Sink(on_first=send_late)
+    submit(engine, texts[0], voices["icl"], 40, first, seed=2)
+    got = [s.audio() for s in (first, *late)]
+    alone = [BatchTTS(lean).render([Line(t, v, "English")], settings(f, seed), batch_size=1, continuous=True)[0]
+             for t, v, f, seed in zip(texts, (voices["icl"], voices["xvec"], voices["icl"]), (40, 12, 20), (2, 3, 4))]
+    for g, a in zip(got, alone, strict=True):
+        assert_audio_close(g, a, rel=1e-4)
+    assert got[0].size <= 40 * FRAME and len(first.chunks) >= 3
+    assert engine._runner is runners[0] and engine.stats()["rows_in_batch"] == 0
+
+
+def test_a_cancelled_request_stops_at_once_and_frees_its_rows(engine, voices):
+    """A request cancelled after its first chunk hands out nothing more and never ends; its slot is free for the
+    next request, which runs whole."""
+    sink = Sink()
+    request = None
+
+    def cancel():
+        request.cancel()
+
+    sink.on_first = cancel
+    request = submit(engine, "a long line that would run for many frames.", voices["xvec"], 64, sink)
+    after = Sink()
+    submit(engine, "and then another.", voices["xvec"], 10, after)
+    assert after.audio().size <= 10 * FRAME
+    assert not sink.done.is_set() and len(sink.chunks) == 1 and request.state == "cancelled"
+    assert engine.stats()["rows_in_batch"] == 0 and engine.stats()["rows_waiting"] == 0
+
+
+def test_other_settings_get_a_batch_of_their_own(engine, voices):
+    """A request sampling otherwise waits for the batch before it to drain, then runs in one built for it."""
+    runners = []
+    a, b = Sink(on_first=lambda: runners.append(engine._runner)), Sink()
+    submit(engine, "first setting.", voices["xvec"], 16, a)
+    submit(engine, "second setting.", voices["xvec"], 16, b, repetition_penalty=1.2)
+    a.audio()
+    b.audio()
+    assert runners[0].settings.repetition_penalty == 1.05 and engine._runner.settings.repetition_penalty == 1.2
+
+
+def test_the_queue_is_bounded_and_limits_name_their_field(lean, voices):
+    engine, gate = LiveEngine(lean, width=1, max_frames=32, max_prompt=400, max_waiting=2), threading.Event()
+    try:
+        with pytest.raises(ValueError, match="max_new_tokens is 33.*at most 32"):
+            submit(engine, "too long.", voices["xvec"], 33, Sink())
+        with pytest.raises(ValueError, match="text is empty"):
+            submit(engine, "  ", voices["xvec"], 8, Sink())
+        gate, running = threading.Event(), threading.Event()
+        held = Sink(on_first=lambda: (running.set(), gate.wait(TIMEOUT)))  # holds the engine's thread
+        submit(engine, "the first.", voices["xvec"], 16, held)
+        assert running.wait(TIMEOUT)
+        sinks = [Sink(), Sink()]
+        for s in sinks:
+            submit(engine, "one more.", voices["xvec"], 4, s)
+        with pytest.raises(Busy, match="2 rows are waiting") as busy:
+            submit(engine, "one too many.", voices["xvec"], 4, Sink())
+        assert busy.value.retry_after >= 1
+        gate.set()
+        for s in (held, *sinks):
+            s.audio()
+    finally:
+        gate.set()
+        engine.close()
+
+
+def test_close_ends_the_waiting_requests_with_an_error(lean, voices):
+    engine = LiveEngine(lean, width=1, max_frames=32, max_prompt=400)
+    gate = threading.Event()
+    held, waiting = Sink(on_first=lambda: gate.wait(TIMEOUT)), Sink()
+    submit(engine, "the first.", voices["xvec"], 8, held)
+    submit(engine, "the second.", voices["xvec"], 8, waiting)
+    closer = threading.Thread(target=engine.close)
+    closer.start()
+    while not waiting.done.is_set():  # close ends the waiting one before it joins the engine's thread
+        waiting.done.wait(0.05)
+    gate.set()
+    closer.join(TIMEOUT)
+    assert "closed before this request ran" in str(waiting.error)
+    held.audio()
