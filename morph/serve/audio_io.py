@@ -1,0 +1,136 @@
+"""The audio a request sends (an uploaded or base64 clip) and a reply takes (a whole file, or a stream of chunks).
+
+Replies follow OpenAI's speech API: `response_format` names the file type, `pcm` is raw 16-bit little-endian mono at
+24 kHz, and a streamed `wav` has a header of unknown length. Uploads are decoded in memory only: a request never
+makes the server read its own disk or fetch a URL.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import re
+import struct
+
+import numpy as np
+import soundfile as sf
+
+from ..settings import SAMPLE_RATE
+
+# mp3 needs libsndfile 1.1 or later, built with LAME and mpg123; the rest are always there
+FORMATS: tuple[str, ...] = ("wav", "pcm", "flac") + (("mp3",) if "MP3" in sf.available_formats() else ())
+STREAMABLE = ("pcm", "wav")  # a chunk of pcm is a valid continuation of either; flac and mp3 need the whole clip
+
+_MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac", "mp3": "audio/mpeg"}
+_UNKNOWN_LENGTH = 0xFFFFFFFF  # what OpenAI's streamed wav puts in its RIFF and data sizes
+_SEND_AUDIO = "send a WAV, FLAC, OGG or MP3 file"
+_SEND_BASE64 = "send the clip's bytes as base64 (data:audio/wav;base64,...)"
+
+# A data URL: media type, parameters (`;codecs=...`, `;base64`), then the payload after the first comma.
+_DATA_URL = re.compile(r"data:(?P<type>[^;,]*)(?P<params>(?:;[^;,]*)*),(?P<payload>.*)", re.IGNORECASE | re.DOTALL)
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+# An absolute path is all base64 characters ("/etc/passwd" decodes to 8 bytes), so it is refused by its shape: no
+# audio file's base64 starts with "/" and a letter or digit (raw MPEG frames start "//" or "/+", the others with
+# their magic: RIFF "Ukl", fLaC "Zkx", OggS "T2d", ID3 "SUQ"). The other shapes hold characters base64 has not.
+_PATH = re.compile(r"/[^/+]|~|\.{1,2}[/\\]|[A-Za-z]:[/\\]|\\\\")
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+_URLSAFE_BASE64 = re.compile(r"[A-Za-z0-9_-]*={0,2}")
+
+
+def media_type(fmt: str) -> str:
+    """The Content-Type of a reply in `fmt` (one of FORMATS)."""
+    return _MEDIA_TYPES[fmt]
+
+
+def pcm16(audio: np.ndarray) -> bytes:
+    """Float samples in [-1, 1] as signed 16-bit little-endian PCM: clipped first, since a sample past full scale
+    would otherwise wrap around to the opposite sign (a loud click), then rounded to the nearest step."""
+    clipped = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0)
+    return np.round(clipped * 32767).astype("<i2").tobytes()
+
+
+def wav_stream_header(sample_rate: int = SAMPLE_RATE) -> bytes:
+    """A 44-byte WAV header for 16-bit mono PCM of unknown length, to send before the first pcm16 chunk: its sizes
+    are 0xFFFFFFFF, so a player reads samples until the stream ends instead of stopping at a guessed length."""
+    channels, bits = 1, 16
+    block_align = channels * bits // 8
+    return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", _UNKNOWN_LENGTH, b"WAVE", b"fmt ", 16, 1, channels,
+                       sample_rate, sample_rate * block_align, block_align, bits, b"data", _UNKNOWN_LENGTH)
+
+
+def encode(audio: np.ndarray, fmt: str) -> bytes:
+    """The whole clip (float mono at SAMPLE_RATE) as a file in `fmt`."""
+    if fmt not in FORMATS:
+        raise ValueError(f"response_format: {fmt!r} is not a format this server writes; "
+                         f"use one of {', '.join(FORMATS)}")
+    if fmt == "pcm":
+        return pcm16(audio)
+    buffer = io.BytesIO()
+    if fmt == "mp3":
+        # float, clipped: the MP3 encoder takes float samples and, like PCM, wraps those past full scale
+        sf.write(buffer, np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0), SAMPLE_RATE, format="MP3")
+    else:
+        # the same 16-bit samples as pcm16, so every format rounds and clips alike
+        samples = np.frombuffer(pcm16(audio), dtype="<i2")
+        sf.write(buffer, samples, SAMPLE_RATE, format=fmt.upper(), subtype="PCM_16")
+    return buffer.getvalue()
+
+
+def read_audio(data: bytes, field: str) -> tuple[np.ndarray, int]:
+    """An uploaded clip's float32 samples (shaped as soundfile gives them: [T] or [T, C]) and its sample rate."""
+    if not data:
+        raise ValueError(f"{field}: the audio is empty; {_SEND_AUDIO}")
+    try:
+        samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=False)
+    except sf.SoundFileError as e:
+        # libsndfile's own words ("Format not recognised"), without soundfile's repr of the in-memory buffer
+        reason = getattr(e, "error_string", None) or str(e)
+        raise ValueError(f"{field}: could not read the audio ({reason}); {_SEND_AUDIO}") from e
+    return samples, int(rate)
+
+
+def decode_base64_audio(value: str, field: str) -> bytes:
+    """The bytes of a clip sent as a data URL (audio/* or application/octet-stream) or as bare base64 (standard or
+    urlsafe, padding optional). URLs and file paths are refused, never fetched or read."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{field}: no audio given; {_SEND_BASE64}")
+    value = value.strip()
+    match = _DATA_URL.fullmatch(value)
+    if match:
+        media = match["type"].strip().lower()
+        if not (media.startswith("audio/") or media == "application/octet-stream"):
+            raise ValueError(f"{field}: a data URL of type {media or 'text/plain'!r} is not audio; {_SEND_BASE64}")
+        if match["params"].lower().split(";")[-1].strip() != "base64":
+            raise ValueError(f"{field}: the data URL is not base64-encoded; {_SEND_BASE64}")
+        payload = match["payload"]
+    elif _URL.match(value):
+        raise ValueError(f"{field}: the server does not fetch URLs; {_SEND_BASE64}")
+    elif _PATH.match(value):
+        raise ValueError(f"{field}: {value[:80]!r} looks like a file path, and the server never reads its own disk "
+                         f"for a request; {_SEND_BASE64}")
+    else:
+        payload = value
+    data = _b64decode("".join(payload.split()))  # MIME base64 wraps its lines
+    if data is None:
+        raise ValueError(f"{field}: not base64 or a data URL; {_SEND_BASE64}")
+    if not data:
+        raise ValueError(f"{field}: the audio is empty; {_SEND_BASE64}")
+    return data
+
+
+def _b64decode(text: str) -> bytes | None:
+    """Standard or urlsafe base64 with or without its padding; None if `text` is neither."""
+    if _BASE64.fullmatch(text):
+        altchars = None
+    elif _URLSAFE_BASE64.fullmatch(text):
+        altchars = b"-_"
+    else:
+        return None
+    text = text.rstrip("=")
+    if len(text) % 4 == 1:  # no whole byte: a truncated or mistyped string
+        return None
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), altchars=altchars, validate=True)
+    except binascii.Error:
+        return None

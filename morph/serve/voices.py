@@ -1,0 +1,155 @@
+"""The server's saved voices: one `<name>.safetensors` per voice in a folder, so they survive a restart.
+
+The files are the pack's own voice files (morph/lines/voice.py), the ones the Save Voice node and `cli.py voice save`
+write, so a user can drop those in. The app calls a VoiceFolder from several threads at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import uuid
+from collections import OrderedDict
+from pathlib import Path
+
+from ..lines.voice import FORMAT, VERSION, Voice, load_voice, save_voice
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".safetensors"
+CACHE_SIZE = 64  # voices kept in memory; a voice file is tens of kB, and a request reads its voice each time
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_name(name) -> str:
+    """A voice name is also a file name, so only characters that are safe in one on every system, with no way out
+    of the folder: 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit, without '..'."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
+        raise ValueError(f"name: {name!r} is not a voice name; use 1-64 letters, digits, '_', '-' or '.', "
+                         "starting with a letter or digit")
+    return name
+
+
+class VoiceFolder:
+    def __init__(self, path: Path):
+        self.path = Path(os.path.abspath(path))
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, tuple[tuple[int, int, int], Voice]] = OrderedDict()  # name -> (file key, voice)
+        self._warned: set[tuple[str, int]] = set()  # (file name, mtime_ns) of non-voice files already logged
+
+    check_name = staticmethod(check_name)  # the same check, for callers that hold only the folder
+
+    def path_of(self, name: str) -> Path:
+        path = self.path / f"{check_name(name)}{SUFFIX}"
+        # check_name already keeps a name inside; checked again by the path itself, lexically so that a voice file
+        # the user linked in from elsewhere still loads
+        assert Path(os.path.normpath(path)).parent == self.path, f"voice path {path} is outside {self.path}"
+        return path
+
+    def save(self, name: str, voice: Voice) -> dict:
+        """Write the voice under `name`, replacing any voice of that name, and return its record. Written to a
+        temporary file first and renamed over, so a crash or a concurrent load never sees half a file."""
+        path = self.path_of(name)
+        # a dot file ending .tmp: not a voice name, and not matched by records()'s *.safetensors
+        temp = self.path / f".{name}.{uuid.uuid4().hex}.tmp"
+        try:
+            save_voice(voice, temp)
+            with open(temp, "rb") as f:  # on disk before the rename, so a power cut cannot leave an empty voice
+                os.fsync(f.fileno())
+            os.replace(temp, path)
+        finally:
+            temp.unlink(missing_ok=True)
+        return _record(name, path)
+
+    def load(self, name: str) -> Voice:
+        """The voice saved as `name`; KeyError(name) if there is none. Read once while its file is unchanged."""
+        path = self.path_of(name)
+        try:
+            key = _file_key(path)
+        except FileNotFoundError:
+            raise KeyError(name) from None
+        with self._lock:
+            cached = self._cache.get(name)
+            if cached is not None and cached[0] == key:
+                self._cache.move_to_end(name)
+                return cached[1]
+        try:  # read outside the lock: other requests' voices need not wait for this file
+            voice = load_voice(path, who=f"voice {name!r}")
+        except FileNotFoundError:  # deleted since the stat
+            raise KeyError(name) from None
+        with self._lock:
+            self._cache[name] = (key, voice)
+            self._cache.move_to_end(name)
+            while len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return voice
+
+    def records(self) -> list[dict]:
+        """Each saved voice, by name, from the files' metadata only (the tensors are not read). Files that are not
+        voices, or whose names the API could not ask for, are skipped, with one warning per file."""
+        records = []
+        for path in self.path.glob(f"*{SUFFIX}"):
+            name = path.name[: -len(SUFFIX)]
+            try:
+                records.append(_record(check_name(name), path))
+            except FileNotFoundError:  # deleted while listing
+                continue
+            except ValueError as e:
+                self._warn_once(path, e)
+        return sorted(records, key=lambda record: record["name"])  # not by file name: "a-b.s..." sorts before "a.s..."
+
+    def delete(self, name: str) -> bool:
+        """Remove the voice `name`; False if there was none."""
+        path = self.path_of(name)
+        with self._lock:
+            self._cache.pop(name, None)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _warn_once(self, path: Path, error: ValueError) -> None:
+        """records() runs on every voice listing: a stray file is reported once, and again only if it changes."""
+        try:
+            seen = (path.name, path.stat().st_mtime_ns)
+        except FileNotFoundError:
+            return
+        with self._lock:
+            if seen in self._warned:
+                return
+            self._warned.add(seen)
+        log.warning("voice folder %s: skipping %s: %s", self.path, path.name, error)
+
+
+def _file_key(path: Path) -> tuple[int, int, int]:
+    """What changes when a voice file is replaced: the inode too, since a rename within the clock's resolution can
+    keep mtime and size."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
+def _record(name: str, path: Path) -> dict:
+    """A voice's listing from its file's metadata; ValueError if the file is not a voice file."""
+    from safetensors import SafetensorError, safe_open
+
+    created_at = int(path.stat().st_mtime)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+        ref_text = json.loads(metadata.get("ref_text", "null"))
+    except FileNotFoundError:
+        raise
+    except (SafetensorError, OSError, json.JSONDecodeError) as e:  # OSError: a folder named like a voice file
+        raise ValueError(f"not a safetensors voice file ({e})") from e
+    if metadata.get("format") != FORMAT or metadata.get("version") != VERSION:
+        raise ValueError(f"not a version {VERSION} voice file (format {metadata.get('format')!r}, "
+                         f"version {metadata.get('version')!r})")
+    if metadata.get("mode") not in ("icl", "xvector"):
+        raise ValueError(f"unknown voice mode {metadata.get('mode')!r}")
+    return {"name": name, "mode": metadata["mode"], "ref_text": ref_text, "model_size": metadata.get("model_size", ""),
+            "created_at": created_at}

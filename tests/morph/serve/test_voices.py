@@ -1,0 +1,192 @@
+"""The server's voice folder: voices kept across restarts, names that cannot leave the folder, atomic saves, stray
+files skipped, and a cache that never serves a replaced file."""
+
+import logging
+import os
+import threading
+
+import pytest
+import torch
+
+from morph.lines import voice as voice_file
+from morph.lines.voice import Voice, save_voice
+from morph.serve.voices import VoiceFolder, check_name
+
+
+def icl_voice(text="A reference sentence.", frames=12):
+    return Voice(torch.randn(64), torch.randint(0, 2048, (frames, 16)), text, "0b6")
+
+
+def xvector_voice():
+    return Voice(torch.randn(128), None, None, "1b7")
+
+
+def same(a: Voice, b: Voice) -> bool:
+    codes = (a.ref_code is None and b.ref_code is None) or (
+        a.ref_code is not None and b.ref_code is not None and torch.equal(a.ref_code, b.ref_code))
+    return (torch.equal(a.spk_embedding, b.spk_embedding) and codes and a.ref_text == b.ref_text
+            and a.model_size == b.model_size)
+
+
+def test_save_load_round_trip_and_records(tmp_path):
+    folder = VoiceFolder(tmp_path / "voices")  # made if missing
+    alice, bob = icl_voice(), xvector_voice()
+    record = folder.save("alice", alice)
+    folder.save("Bob.v2", bob)
+    assert record["name"] == "alice" and record["mode"] == "icl" and record["ref_text"] == "A reference sentence."
+    assert record["model_size"] == "0b6" and isinstance(record["created_at"], int)
+    assert record["created_at"] == int(os.stat(tmp_path / "voices" / "alice.safetensors").st_mtime)
+    assert same(folder.load("alice"), alice) and same(folder.load("Bob.v2"), bob)
+    assert folder.records() == [
+        {"name": "Bob.v2", "mode": "xvector", "ref_text": None, "model_size": "1b7",
+         "created_at": folder.records()[0]["created_at"]},
+        record,
+    ]
+
+
+def test_records_are_sorted_by_name(tmp_path):
+    folder = VoiceFolder(tmp_path)
+    for name in ("b", "a-b", "a", "B"):
+        folder.save(name, xvector_voice())
+    assert [r["name"] for r in folder.records()] == ["B", "a", "a-b", "b"]
+
+
+def test_a_restart_sees_the_saved_voices_and_dropped_in_files(tmp_path):
+    alice = icl_voice()
+    VoiceFolder(tmp_path).save("alice", alice)
+    save_voice(xvector_voice(), tmp_path / "from_the_node.safetensors")  # as the Save Voice node writes it
+    again = VoiceFolder(tmp_path)
+    assert [r["name"] for r in again.records()] == ["alice", "from_the_node"]
+    assert same(again.load("alice"), alice)
+
+
+def test_overwrite_replaces_the_voice(tmp_path):
+    folder = VoiceFolder(tmp_path)
+    folder.save("v", icl_voice("first"))
+    assert folder.load("v").ref_text == "first"
+    second = xvector_voice()
+    assert folder.save("v", second)["mode"] == "xvector"
+    assert same(folder.load("v"), second) and len(folder.records()) == 1
+
+
+def test_delete_and_unknown_names(tmp_path):
+    folder = VoiceFolder(tmp_path)
+    folder.save("v", icl_voice())
+    folder.load("v")
+    assert folder.delete("v") is True and folder.delete("v") is False
+    assert folder.records() == [] and not (tmp_path / "v.safetensors").exists()
+    with pytest.raises(KeyError) as e:
+        folder.load("v")  # not served from the cache once deleted
+    assert e.value.args == ("v",)
+    with pytest.raises(KeyError):
+        folder.load("V")  # names are case-sensitive
+    folder.save("V", icl_voice())
+    with pytest.raises(KeyError):
+        folder.load("v")
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "a\\b", "", "x" * 65, ".hidden", "x..y", "..", "-x", "_x",
+                                  "a b", "abc\n", "é", None, 3])
+def test_bad_names_are_refused(tmp_path, name):
+    folder = VoiceFolder(tmp_path / "voices")
+    for call in (check_name, VoiceFolder.check_name, folder.path_of, folder.load, folder.delete,
+                 lambda n: folder.save(n, icl_voice())):
+        with pytest.raises(ValueError, match=r"name: .* is not a voice name; use 1-64 letters, digits"):
+            call(name)
+    assert list(tmp_path.rglob("*")) == [tmp_path / "voices"]  # nothing written, inside or outside
+
+
+@pytest.mark.parametrize("name", ["a", "x" * 64, "Alice_2", "v1.0-final", "9", "x.safetensors"])
+def test_good_names(tmp_path, name):
+    assert check_name(name) == name
+    folder = VoiceFolder(tmp_path)
+    assert folder.path_of(name) == tmp_path.absolute() / f"{name}.safetensors"
+    folder.save(name, icl_voice())
+    assert [r["name"] for r in folder.records()] == [name]
+
+
+def test_records_skip_non_voice_files_warning_once(tmp_path, caplog):
+    folder = VoiceFolder(tmp_path)
+    folder.save("good", icl_voice())
+    (tmp_path / "junk.safetensors").write_bytes(b"\x00" * 64)
+    from safetensors.torch import save_file
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "weights.safetensors"), metadata={"format": "pt"})
+    save_voice(icl_voice(), tmp_path / "bad name.safetensors")  # a voice the API could never ask for
+    (tmp_path / "dir.safetensors").mkdir()
+    (tmp_path / "notes.txt").write_text("not even safetensors")
+    with caplog.at_level(logging.WARNING, logger="morph.serve.voices"):
+        assert [r["name"] for r in folder.records()] == ["good"]
+        assert [r["name"] for r in folder.records()] == ["good"]
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 4
+    assert all(any(f in m for m in warned) for f in ("junk.", "weights.", "bad name.", "dir."))
+    with pytest.raises(ValueError, match="voice 'junk': junk.safetensors is not a valid safetensors voice file"):
+        folder.load("junk")
+    with pytest.raises(ValueError, match="not a Qwen3-TTS voice"):
+        folder.load("weights")
+
+
+def test_save_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch):
+    folder = VoiceFolder(tmp_path)
+    first = icl_voice("first")
+    folder.save("v", first)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v.safetensors"]
+
+    def crash(voice, path):
+        save_voice(voice, path)  # the whole temporary file is written, then the process "dies" before the rename
+        raise OSError("disk full")
+
+    monkeypatch.setattr("morph.serve.voices.save_voice", crash)
+    with pytest.raises(OSError, match="disk full"):
+        folder.save("v", icl_voice("second"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v.safetensors"]
+    assert same(VoiceFolder(tmp_path).load("v"), first)
+
+
+def test_the_cache_reads_an_unchanged_file_once_and_a_replaced_one_again(tmp_path, monkeypatch):
+    folder = VoiceFolder(tmp_path)
+    folder.save("v", icl_voice("first"))
+    reads = []
+    real = voice_file.load_voice
+
+    def counting(path, who, **kw):
+        reads.append(who)
+        return real(path, who, **kw)
+
+    monkeypatch.setattr("morph.serve.voices.load_voice", counting)
+    assert folder.load("v") is folder.load("v") and reads == ["voice 'v'"]
+    # replaced from outside the server with a file of the same size, its mtime put back: still re-read
+    stat = os.stat(tmp_path / "v.safetensors")
+    other = tmp_path / "other.tmp"
+    save_voice(icl_voice("firsT"), other)
+    os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.replace(other, tmp_path / "v.safetensors")
+    assert folder.load("v").ref_text == "firsT" and len(reads) == 2
+    folder.save("v", icl_voice("third"))
+    assert folder.load("v").ref_text == "third" and len(reads) == 3
+
+
+def test_concurrent_saves_and_loads(tmp_path):
+    folder = VoiceFolder(tmp_path)
+    folder.save("v", icl_voice("0"))
+    errors = []
+
+    def work(i):
+        try:
+            for j in range(10):
+                folder.save(f"v{i}", icl_voice(f"{i}-{j}"))
+                assert folder.load(f"v{i}").ref_text == f"{i}-{j}"
+                assert folder.load("v").ref_text in {str(k) for k in range(5)}
+                if i == 0:
+                    folder.save("v", icl_voice(str(j % 5)))
+        except Exception as e:  # reported to the main thread, which fails the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert [r["name"] for r in folder.records()] == ["v", "v0", "v1", "v2", "v3"]
+    assert not [p for p in tmp_path.iterdir() if not p.name.endswith(".safetensors")]
