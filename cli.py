@@ -1,5 +1,6 @@
 """Speak text in a cloned voice: text (+ reference clip) in, 24 kHz wav out; `cli.py render` renders a whole script
-(cli_render.py), `cli.py voice save` makes a saved voice (cli_voice.py).
+(cli_render.py), `cli.py voice save` makes a saved voice (cli_voice.py), `cli.py serve` serves speech over HTTP
+(cli_serve.py).
 
     python cli.py --text "Hello there."                       # the bundled default voice
     python cli.py --text "Hello." --voice me.wav --transcript "What I say in me.wav."
@@ -97,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"render": "render a script: python cli.py render SCRIPT --voice NAME=FILE ...",
-            "voice": "make a saved voice: python cli.py voice save CLIP --transcript TEXT --out NAME.safetensors"}
+            "voice": "make a saved voice: python cli.py voice save CLIP --transcript TEXT --out NAME.safetensors",
+            "serve": "serve speech over HTTP (OpenAI-compatible): python cli.py serve --model MODEL"}
 
 
 def unknown_command(word: str) -> str:
@@ -119,6 +121,10 @@ def main(argv=None) -> int:
         from cli_voice import main as voice_main
 
         return voice_main(argv[1:])
+    if argv[:1] == ["serve"]:  # an HTTP server: cli_serve.py
+        from cli_serve import main as serve_main
+
+        return serve_main(argv[1:])
     if argv and not argv[0].startswith("-"):
         print(unknown_command(argv[0]), file=sys.stderr)
         return 2

@@ -260,14 +260,14 @@ def bar(fraction: float, width: int = 24) -> str:
     return f"[{'#' * done}{'.' * (width - done)}]"
 
 
-def load_model(args: argparse.Namespace):
-    """The MorphTTS that --model and its options name, loaded quietly."""
+def load_model(args: argparse.Namespace, mode: str = "auto"):
+    """The MorphTTS that --model and its options name, loaded quietly, decoding in `mode`."""
     from morph.engine import MorphTTS
 
     print(f"loading {args.model} ...", file=sys.stderr)
     no_loading_bars()
     return MorphTTS.load(args.model, args.device, args.dtype, args.attention, search_dirs=[args.models_dir],
-                         download_dir=args.models_dir)
+                         download_dir=args.models_dir, mode=mode)
 
 
 def no_loading_bars() -> None:

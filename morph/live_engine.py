@@ -38,13 +38,10 @@ from .line_audio import LineAudio
 from .lines.line import Line, Row
 from .lines.text_split import MAX_SEGMENT_CHARS
 from .prompts import make_rows, prompt_tokens, stream_keys, token_count
-from .settings import GenerationSettings
+from .settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSettings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_WIDTH = 16
-DEFAULT_MAX_FRAMES = 1024  # 82 s a row: a MAX_SEGMENT_CHARS segment speaks in about 35 s; a missed EOS stops here
-DEFAULT_MAX_PROMPT = 1023  # with DEFAULT_MAX_FRAMES and the EOS slot, 2,048 slots a row: a capacity of 4,096
 
 
 class Busy(RuntimeError):
@@ -84,8 +81,8 @@ class Request:
 class LiveEngine:
     """Requests through one continuous batch on a thread of its own (module docstring)."""
 
-    def __init__(self, tts, width: int = DEFAULT_WIDTH, max_frames: int = DEFAULT_MAX_FRAMES,
-                 max_prompt: int = DEFAULT_MAX_PROMPT, max_waiting: int | None = None, who: str = "Serve"):
+    def __init__(self, tts, width: int = LIVE_WIDTH, max_frames: int = LIVE_MAX_FRAMES,
+                 max_prompt: int = LIVE_MAX_PROMPT, max_waiting: int | None = None, who: str = "Serve"):
         if not runs_lean(tts):
             raise ValueError(f"{who}: the live engine runs the continuous batch, which runs the lean layers; load "
                              "the model with mode fused, graphs or lean (eager runs static batches only)")
@@ -98,7 +95,7 @@ class LiveEngine:
         def counted(text: str) -> int:
             with lock:
                 return count(text)
-        self._count = counted
+        self.count_tokens = counted  # a text's tokens, on any thread
         self._ids = itertools.count(1)
         self._cv = threading.Condition()
         self._waiting: collections.deque[tuple[Row, int, Request]] = collections.deque()  # rows, in order
@@ -127,7 +124,7 @@ class LiveEngine:
         rows = [dataclasses.replace(r, limit=min(r.limit, self.max_frames))
                 for r in make_rows(self.tts, [line], settings, who, True, [f"request {rid}"])]
         for r in rows:
-            tokens = prompt_tokens(r.text, r.line.voice, r.line.instruct, self._count)
+            tokens = prompt_tokens(r.text, r.line.voice, r.line.instruct, self.count_tokens)
             if tokens > self.max_prompt:
                 raise ValueError(f"{who}: the prompt takes {tokens} tokens (text of up to {MAX_SEGMENT_CHARS} "
                                  f"characters a segment, and the voice's reference), over this server's "

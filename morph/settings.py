@@ -24,6 +24,12 @@ SECONDS_PER_CHAR = 0.35
 EXTRA_SECONDS = 5.0
 
 
+# The live engine's batch (morph/live_engine.py, what the server runs): its slots, and each row's bounds, which size
+# its cache (here so that cli.py serve's help loads nothing of the engine).
+LIVE_WIDTH = 16
+LIVE_MAX_FRAMES = 1024  # 82 s a row: a 500-character segment speaks in about 35 s; a missed EOS stops here
+LIVE_MAX_PROMPT = 1023  # with LIVE_MAX_FRAMES and the EOS slot, 2,048 slots a row: a capacity of 4,096
+
 MIN_CAPACITY = 256  # the fewest cache slots the decode's static state reserves per row
 
 

@@ -1,0 +1,160 @@
+"""The server's routes: speech (speech.py), saved voices (voices.py), models, health and metrics.
+
+    app = create_app(tts, Path("voices"), api_key=None)   # tts: a loaded MorphTTS; cli.py serve runs it with uvicorn
+
+Every route but /health needs `Authorization: Bearer <key>` when the server has a key. /health answers 503 until
+the model is warm (one short request has run through the engine, so its CUDA graphs are captured), then 200.
+Errors are OpenAI's shape, {"error": {"message", "type", "param", "code"}}, with a 4xx for what the request got wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hmac
+import logging
+import threading
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import numpy as np
+from fastapi import FastAPI, File, Form, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from ..lines.line import Line
+from ..live_engine import LiveEngine
+from ..settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSettings
+from .metrics import Metrics
+from .protocol import ApiError, SpeechRequest, error_response, validation_error
+from .speech import Speech
+from .voices import VoiceFolder, check_name
+
+log = logging.getLogger(__name__)
+
+WARM_TEXT = "Hello, this is a warm-up."
+WARM_FRAMES = 24  # frames of the warm-up request: enough to run every step the first audio needs
+
+
+def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str | None = None,
+               defaults: GenerationSettings | None = None, width: int = LIVE_WIDTH,
+               max_frames: int = LIVE_MAX_FRAMES, max_prompt: int = LIVE_MAX_PROMPT,
+               max_waiting: int | None = None, warm_voice=None) -> FastAPI:
+    """The app over a loaded model; its engine starts with the app and closes with it. warm_voice: the voice the
+    warm-up speaks in on a Base model (None: an x-vector of a second of noise)."""
+    voices, metrics = VoiceFolder(voices_dir), Metrics()
+    model_id = model_id or Path(str(tts.source)).name
+    defaults = (defaults or GenerationSettings()).validate("cli.py serve")
+    state: dict = {"ready": False}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        engine = LiveEngine(tts, width, max_frames, max_prompt, max_waiting, who="serve")
+        app.state.speech = Speech(tts, engine, voices, defaults, metrics)
+        warm = asyncio.get_running_loop().run_in_executor(None, _warm_up, tts, engine, defaults, warm_voice)
+        warm.add_done_callback(lambda f: state.update(ready=f.exception() is None, warm_error=f.exception()))
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(engine.close)
+
+    app = FastAPI(title="Qwen3-TTS Morph", lifespan=lifespan)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        if api_key and request.url.path != "/health":
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+                return error_response(401, "the API key is missing or wrong; send Authorization: Bearer <key>",
+                                      None, "invalid_api_key")
+        return await call_next(request)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, error: ApiError) -> JSONResponse:
+        return error.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        return validation_error(error.errors()).response()
+
+    @app.post("/v1/audio/speech")
+    async def speech(body: SpeechRequest, request: Request):
+        return await request.app.state.speech.reply(body, request)
+
+    @app.post("/v1/audio/voices")
+    async def add_voice(request: Request, audio_sample: UploadFile = File(...), name: str = Form(...),
+                        ref_text: str | None = Form(None), x_vector_only_mode: bool = Form(False)):
+        try:
+            name = check_name(name)
+        except ValueError as e:
+            raise ApiError(400, str(e), "name", "invalid_value") from None
+        if voices.path_of(name).exists():
+            raise ApiError(409, f"name: a voice named {name!r} exists; DELETE /v1/audio/voices/{name} first, or "
+                                "choose another name", "name", "voice_exists")
+        data, speech = await audio_sample.read(), request.app.state.speech
+
+        def make():
+            with speech.voice_lock:
+                return voices.save(name, speech.make_voice(data, "audio_sample", ref_text, x_vector_only_mode))
+
+        return _voice_object(await asyncio.to_thread(make))
+
+    @app.get("/v1/audio/voices")
+    async def list_voices():
+        saved = [_voice_object(r) for r in voices.records()]
+        builtin = [{"object": "voice", "id": s, "name": s, "builtin": True} for s in tts.speakers]
+        return {"object": "list", "data": saved + builtin}
+
+    @app.delete("/v1/audio/voices/{name}")
+    async def delete_voice(name: str):
+        try:
+            gone = voices.delete(check_name(name))
+        except ValueError as e:
+            raise ApiError(400, str(e), "name", "invalid_value") from None
+        if not gone:
+            raise ApiError(404, f"name: no saved voice named {name!r}", "name", "voice_not_found")
+        return {"object": "voice", "id": name, "deleted": True}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": model_id, "object": "model", "created": int(time.time()),
+                                            "owned_by": "qwen3-tts-morph", "task_type": tts.variant}]}
+
+    @app.get("/health")
+    async def health():
+        if state["ready"]:
+            return {"status": "ok"}
+        error = state.get("warm_error")
+        return JSONResponse({"status": "failed" if error else "loading", **({"error": str(error)} if error else {})},
+                            status_code=503)
+
+    @app.get("/metrics")
+    async def metrics_text(request: Request):
+        return PlainTextResponse(metrics.text(request.app.state.speech.engine.stats()),
+                                 media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+def _voice_object(record: dict) -> dict:
+    return {"object": "voice", "id": record["name"], **record}
+
+
+def _warm_up(tts, engine: LiveEngine, defaults: GenerationSettings, voice) -> None:
+    """One short request through the engine (on a worker thread), so the first client's does not pay for building
+    the batch and capturing its graphs."""
+    if tts.variant == "base":
+        noise = np.random.default_rng(0).normal(0, 0.1, 24000).astype(np.float32)
+        line = Line(WARM_TEXT, voice or tts.make_voice(noise, 24000, x_vector_only=True, who="warm-up"))
+    elif tts.variant == "custom_voice":
+        line = Line(WARM_TEXT, speaker=tts.speakers[0])
+    else:
+        line = Line(WARM_TEXT, instruct="A calm voice.")
+    done, errors = threading.Event(), []
+    engine.submit(line, dataclasses.replace(defaults, max_new_tokens=WARM_FRAMES),
+                  lambda wav: None, lambda error: (errors.append(error), done.set()), who="warm-up")
+    done.wait()
+    if errors[0] is not None:
+        raise errors[0]
+    log.info("serve: warm")

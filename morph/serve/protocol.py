@@ -1,0 +1,112 @@
+"""What a speech request may say, and the errors the server answers with, in OpenAI's shapes.
+
+The body of POST /v1/audio/speech is OpenAI's (model, input, voice, response_format, speed, stream_format) plus the
+fields vLLM-Omni's users already send for Qwen3-TTS (ref_audio, ref_text, x_vector_only_mode, task_type,
+instructions, language, stream) and the pack's sampling fields. Fields the server does not know are ignored, as
+OpenAI-compatible servers do; a known field out of range is a 400 that names it (`param`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..settings import MAX_SEQ_GROUPS
+
+MAX_INPUT_CHARS = 4096  # OpenAI's limit for one request
+TASKS = {"Base": "base", "CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
+
+
+class ApiError(Exception):
+    """An answer other than audio: HTTP status, OpenAI's error type and code, and the field it is about."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error", headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+        self.headers = headers or {}
+
+    def response(self) -> JSONResponse:
+        return error_response(self.status, self.message, self.param, self.code, self.kind, self.headers)
+
+
+def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
+                   kind: str = "invalid_request_error", headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}},
+                        status_code=status, headers=headers)
+
+
+def validation_error(errors: list[dict]) -> ApiError:
+    """pydantic's first complaint about a body, as a 400 that names its field."""
+    if not errors:
+        return ApiError(400, "the request body is not valid JSON for this route")
+    first = errors[0]
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    param = ".".join(loc) or None
+    if first.get("type") == "json_invalid":
+        return ApiError(400, "the request body is not valid JSON; send a JSON object", None, "invalid_json")
+    message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    return ApiError(400, f"{param}: {message}" if param else message, param, "invalid_value")
+
+
+class SpeechRequest(BaseModel):
+    """POST /v1/audio/speech (module docstring)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = ""
+    input: str
+    voice: str | dict | None = None
+    response_format: str | None = None  # None: mp3 where it can be encoded, else wav (OpenAI's default is mp3)
+    speed: float = 1.0
+    stream_format: Literal["audio", "sse"] = "audio"
+    stream: bool | None = None  # None: stream where the format allows it
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool = False
+    task_type: str | None = None
+    instructions: str = ""
+    language: str = "Auto"
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    temperature: float | None = Field(default=None, gt=0)
+    top_k: int | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seq_groups: int | None = Field(default=None, ge=1, le=MAX_SEQ_GROUPS)
+    max_new_tokens: int | None = Field(default=None, ge=1)
+
+    @field_validator("input")
+    @classmethod
+    def _input(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the text is empty; send the words to speak")
+        if len(value) > MAX_INPUT_CHARS:
+            raise ValueError(f"the text is {len(value)} characters, over the {MAX_INPUT_CHARS} a request takes; "
+                             "split it into several requests")
+        return value
+
+    @field_validator("speed")
+    @classmethod
+    def _speed(cls, value: float) -> float:
+        if value != 1.0:
+            raise ValueError(f"{value} is not supported; Qwen3-TTS speaks at its own pace, so send 1.0 (or leave "
+                             "it out)")
+        return value
+
+    @field_validator("task_type")
+    @classmethod
+    def _task(cls, value: str | None) -> str | None:
+        if value is not None and value not in TASKS:
+            raise ValueError(f"{value!r} is not a task; use one of {', '.join(TASKS)}")
+        return value
+
+    @property
+    def voice_name(self) -> str | None:
+        """OpenAI sends a voice as a name, or newer clients as {"id": name}."""
+        if isinstance(self.voice, dict):
+            voice = self.voice.get("id")
+            if not isinstance(voice, str):
+                raise ApiError(400, 'voice: an object voice needs an "id" string', "voice", "invalid_value")
+            return voice
+        return self.voice

@@ -1,0 +1,226 @@
+"""POST /v1/audio/speech: a request's line, voice and settings, its run in the live engine (morph/live_engine.py), and
+its audio as the reply asks for it: streamed as it is made (raw PCM, a WAV of unknown length, or OpenAI's server-sent
+events), or one whole file.
+
+Streamed, the reply's status and headers go out at once and audio follows chunk by chunk; a failure after that can no
+longer change the status, so the stream is cut off (its chunked body never ends properly) rather than ended as if
+whole. A client that goes away cancels its request: its rows leave the batch at the next frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import hashlib
+import json
+import threading
+import time
+
+import numpy as np
+from fastapi import Request as HttpRequest
+from fastapi.responses import Response, StreamingResponse
+
+from ..engine import VARIANT_NAMES
+from ..lines.line import Line
+from ..lines.voice import Voice
+from ..live_engine import Busy, LiveEngine
+from ..settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings, Sampling
+from .audio_io import FORMATS, STREAMABLE, decode_base64_audio, encode, media_type, pcm16, read_audio, \
+    wav_stream_header
+from .metrics import Metrics
+from .protocol import TASKS, ApiError, SpeechRequest
+from .voices import VoiceFolder
+
+WHO = "POST /v1/audio/speech"
+DEFAULT_FORMAT = "mp3" if "mp3" in FORMATS else "wav"
+REF_CACHE = 32  # voices made from a request's ref_audio, kept for the next request that sends the same clip
+DISCONNECT_POLL = 0.5  # seconds between checks that a whole-file request's client is still there
+
+
+class _End:
+    """The last item of a request's queue: None when whole, else the error that stopped it."""
+
+    def __init__(self, error: BaseException | None):
+        self.error = error
+
+
+class Speech:
+    """Speech requests on one loaded model (module docstring). Voices are made one at a time (`voice_lock`): making
+    one runs the model's speaker encoder and codec beside the engine's thread."""
+
+    def __init__(self, tts, engine: LiveEngine, voices: VoiceFolder, defaults: GenerationSettings, metrics: Metrics):
+        self.tts, self.engine, self.voices, self.defaults, self.metrics = tts, engine, voices, defaults, metrics
+        self.voice_lock = threading.Lock()
+        self._refs: collections.OrderedDict[bytes, Voice] = collections.OrderedDict()
+
+    async def reply(self, body: SpeechRequest, http: HttpRequest) -> Response:
+        started = time.perf_counter()
+        fmt = body.response_format or ("pcm" if body.stream_format == "sse" else DEFAULT_FORMAT)
+        if fmt not in FORMATS:
+            raise ApiError(400, f"response_format: {fmt!r} cannot be encoded here; use one of {', '.join(FORMATS)}",
+                           "response_format", "unsupported_format")
+        if body.stream_format == "sse" and fmt != "pcm":
+            raise ApiError(400, "response_format: stream_format 'sse' sends base64 PCM; send response_format 'pcm'",
+                           "response_format", "unsupported_format")
+        if body.max_new_tokens is not None and body.max_new_tokens > self.engine.max_frames:
+            raise ApiError(400, f"max_new_tokens: {body.max_new_tokens} frames is over this server's limit; send at "
+                                f"most {self.engine.max_frames} (cli.py serve --max-frames sets it)",
+                           "max_new_tokens", "invalid_value")
+        line = await self.line_of(body)
+        settings = self.settings_of(body)
+        loop, items = asyncio.get_running_loop(), asyncio.Queue()
+
+        def put(item) -> None:  # on the engine's thread
+            loop.call_soon_threadsafe(items.put_nowait, item)
+
+        try:
+            request = self.engine.submit(line, settings, put, lambda error: put(_End(error)), who=WHO)
+        except Busy as e:
+            self.metrics.count("busy")
+            raise ApiError(503, str(e), None, "server_busy", "server_error", {"Retry-After": str(e.retry_after)})
+        except ValueError as e:
+            raise ApiError(400, str(e), None, "invalid_value")
+        tokens = self.engine.count_tokens(body.input)
+        if body.stream_format == "sse" or (fmt in STREAMABLE and body.stream is not False):
+            return StreamingResponse(self._stream(request, items, fmt, body.stream_format == "sse", started, tokens),
+                                     media_type="text/event-stream" if body.stream_format == "sse" else media_type(fmt))
+        return await self._whole(request, items, fmt, http, started)
+
+    # -- what the request asks for ------------------------------------------------------------
+    async def line_of(self, body: SpeechRequest) -> Line:
+        tts = self.tts
+        task = TASKS.get(body.task_type) if body.task_type else tts.variant
+        if task != tts.variant:
+            raise ApiError(400, f"task_type: this server's model ({tts.source}) is a {VARIANT_NAMES[tts.variant]} "
+                                f"model, which cannot do {body.task_type}; send task_type "
+                                f"{next(k for k, v in TASKS.items() if v == tts.variant)} or leave it out",
+                           "task_type", "unsupported_task")
+        language = next((x for x in tts.languages if x.lower() == body.language.lower()), None)
+        if language is None:
+            raise ApiError(400, f"language: {body.language!r} is not supported by this model; use one of "
+                                f"{', '.join(tts.languages)}", "language", "invalid_value")
+        name = body.voice_name
+        if task == "voice_design":
+            if not body.instructions.strip():
+                raise ApiError(400, "instructions: a VoiceDesign model speaks in the voice the instructions describe; "
+                                    "describe one", "instructions", "invalid_value")
+            return Line(body.input, None, language, instruct=body.instructions)
+        if task == "custom_voice":
+            speaker = next((s for s in tts.speakers if s.lower() == (name or "").lower()), None)
+            if speaker is None:
+                raise ApiError(400, f"voice: {name!r} is not a speaker of this model; use one of "
+                                    f"{', '.join(tts.speakers)}", "voice", "voice_not_found")
+            return Line(body.input, None, language, speaker=speaker, instruct=body.instructions)
+        if body.ref_audio:
+            voice = await asyncio.to_thread(self.voice_from_ref, body.ref_audio, body.ref_text,
+                                            body.x_vector_only_mode)
+        elif name:
+            voice = self.saved_voice(name)
+        else:
+            raise ApiError(400, "voice: send the name of a saved voice (POST /v1/audio/voices makes one) or the "
+                                "reference clip as ref_audio", "voice", "invalid_value")
+        return Line(body.input, voice, language)
+
+    def settings_of(self, body: SpeechRequest) -> GenerationSettings:
+        """The server's settings with the request's own: temperature, top_k and top_p for the talker and the code
+        predictor alike, as the CLI's flags set them."""
+        d, sub = self.defaults, self.defaults.subtalker
+        temperature = d.temperature if body.temperature is None else body.temperature
+        top_k = d.top_k if body.top_k is None else body.top_k
+        top_p = d.top_p if body.top_p is None else body.top_p
+        return GenerationSettings(
+            seq_groups=body.seq_groups or d.seq_groups, do_sample=d.do_sample, temperature=temperature, top_k=top_k,
+            top_p=top_p, repetition_penalty=d.repetition_penalty,
+            subtalker=Sampling(sub.do_sample, temperature, top_k, top_p),
+            seed=d.seed if body.seed is None else body.seed,
+            max_new_tokens=body.max_new_tokens or d.max_new_tokens)
+
+    def saved_voice(self, name: str) -> Voice:
+        try:
+            return self.voices.load(name)
+        except KeyError:
+            raise ApiError(400, f"voice: no saved voice named {name!r}; register one with POST /v1/audio/voices "
+                                "or send the clip as ref_audio", "voice", "voice_not_found") from None
+        except ValueError as e:  # a name that cannot be a file, or a file that is not a voice
+            raise ApiError(400, f"voice: {e}", "voice", "invalid_value") from None
+
+    def voice_from_ref(self, ref_audio: str, ref_text: str | None, x_vector_only: bool) -> Voice:
+        """A voice from a request's clip (on a worker thread), kept for the next request that sends the same."""
+        try:
+            data = decode_base64_audio(ref_audio, "ref_audio")
+        except ValueError as e:
+            raise ApiError(400, str(e), "ref_audio", "invalid_value") from None
+        key = hashlib.blake2b(data + json.dumps([ref_text, x_vector_only]).encode(), digest_size=16).digest()
+        with self.voice_lock:
+            if key in self._refs:
+                self._refs.move_to_end(key)
+                return self._refs[key]
+            voice = self.make_voice(data, "ref_audio", ref_text, x_vector_only)
+            self._refs[key] = voice
+            if len(self._refs) > REF_CACHE:
+                self._refs.popitem(last=False)
+        return voice
+
+    def make_voice(self, data: bytes, field: str, ref_text: str | None, x_vector_only: bool) -> Voice:
+        """A voice from a clip's bytes; a clip the pack refuses (silent, too long for its transcript) names
+        `field`. The caller holds voice_lock."""
+        try:
+            wave, rate = read_audio(data, field)
+            return self.tts.make_voice(wave, rate, transcript=ref_text, x_vector_only=x_vector_only, who=field)
+        except ValueError as e:
+            message = str(e)
+            raise ApiError(400, message if message.startswith(field) else f"{field}: {message}", field,
+                           "invalid_value") from None
+
+    # -- the reply -------------------------------------------------------------------------------
+    async def _stream(self, request, items: asyncio.Queue, fmt: str, sse: bool, started: float, tokens: int):
+        samples, status = 0, "cancelled"
+        try:
+            if fmt == "wav":
+                yield wav_stream_header()
+            while not isinstance(item := await items.get(), _End):
+                if samples == 0:
+                    self.metrics.first_audio(time.perf_counter() - started)
+                samples += item.size
+                yield _sse("speech.audio.delta", audio=base64.b64encode(pcm16(item)).decode()) if sse else pcm16(item)
+            if item.error is not None:
+                status = "error"
+                raise item.error  # cuts the stream off: the client sees it unfinished, not whole
+            if sse:
+                frames = round(samples / SAMPLE_RATE * FRAMES_PER_SECOND)  # the codec frames spoken
+                yield _sse("speech.audio.done", usage=dict(input_tokens=tokens, output_tokens=frames,
+                                                           total_tokens=tokens + frames))
+            status = "ok"
+        finally:
+            request.cancel()  # nothing once it has ended; a client that went away frees its rows
+            self.metrics.finished(status, samples / SAMPLE_RATE, time.perf_counter() - started)
+
+    async def _whole(self, request, items: asyncio.Queue, fmt: str, http: HttpRequest, started: float) -> Response:
+        chunks, status = [], "cancelled"
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(items.get(), DISCONNECT_POLL)
+                except asyncio.TimeoutError:
+                    if await http.is_disconnected():
+                        return Response(status_code=499)
+                    continue
+                if isinstance(item, _End):
+                    break
+                if not chunks:
+                    self.metrics.first_audio(time.perf_counter() - started)
+                chunks.append(item)
+            if item.error is not None:
+                status = "error"
+                raise ApiError(500, f"{WHO}: the request failed: {item.error}", None, "server_error", "server_error")
+            audio = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+            status = "ok"
+            return Response(encode(audio, fmt), media_type=media_type(fmt))
+        finally:
+            request.cancel()
+            self.metrics.finished(status, sum(c.size for c in chunks) / SAMPLE_RATE, time.perf_counter() - started)
+
+
+def _sse(kind: str, **fields) -> bytes:
+    return f"data: {json.dumps({'type': kind, **fields})}\n\n".encode()

@@ -1,0 +1,60 @@
+"""A real server on the tiny model (CPU, fp32, mode "lean"): uvicorn on a free port in a thread, the app of
+morph/serve/app.py, waited on until /health says it is warm."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+API_KEY = "test-key"
+LIMITS = dict(width=4, max_frames=400, max_prompt=400)
+
+
+@contextlib.contextmanager
+def serving(tts, voices_dir, **options):
+    """A server's base URL while it runs; stopped (its engine closed) on the way out."""
+    import uvicorn
+
+    from morph.serve.app import create_app
+
+    app = create_app(tts, voices_dir, **{"api_key": API_KEY, **LIMITS, **options})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "the server never became ready"
+        time.sleep(0.1)
+    try:
+        yield url, app
+    finally:
+        server.should_exit = True
+        thread.join(60)
+
+
+@pytest.fixture
+def lean(tiny_tts):
+    tiny_tts.patch.mode = "lean"
+    yield tiny_tts
+    tiny_tts.patch.mode = "auto"
+    tiny_tts.release_device_state()
+
+
+@pytest.fixture
+def server(lean, tmp_path):
+    with serving(lean, tmp_path / "voices") as (url, app):
+        yield url, app

@@ -1,0 +1,223 @@
+"""The speech server over real HTTP (morph/serve/; tiny model, CPU): the official `openai` client's streamed speech,
+curl, whole files and server-sent events give the audio the Python API gives with the same seed; saved voices are
+made, listed, used, deleted and kept across a restart; every bad input gets a 4xx naming its field; a client that
+goes away frees its row; the API key guards every route but /health."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import subprocess
+import time
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+
+from morph.scheduler import BatchTTS, Line
+from morph.serve.app import create_app
+from morph.settings import GenerationSettings
+from tests.audio_compare import assert_audio_close
+
+from .conftest import API_KEY, serving
+
+SR = 24000
+FRAMES = 20
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+def wav_bytes(wave, rate=SR) -> bytes:
+    out = io.BytesIO()
+    sf.write(out, wave, rate, format="WAV", subtype="PCM_16")
+    return out.getvalue()
+
+
+def from_pcm(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, "<i2").astype(np.float32) / 32767
+
+
+def python_api(tts, voice, seed=11, frames=FRAMES) -> np.ndarray:
+    """The same request through the Python API: one line in the continuous batch, with the seed."""
+    settings = GenerationSettings(seed=seed, max_new_tokens=frames)
+    return BatchTTS(tts).render([Line(TEXT, voice, "Auto")], settings, batch_size=1, continuous=True)[0]
+
+
+@pytest.fixture
+def alice(server, ref_audio):
+    """A voice saved through the API (ICL: a clip and its transcript)."""
+    url, _ = server
+    reply = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "alice", "ref_text": "A short line."},
+                       files={"audio_sample": ("alice.wav", wav_bytes(ref_audio[0]), "audio/wav")}, timeout=60)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def test_streams_from_the_openai_client_curl_and_sse_are_the_python_apis_audio(server, alice, lean, tmp_path):
+    url, app = server
+    voice = app.state.speech.voices.load("alice")
+    want = python_api(lean, voice)
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY)
+    with client.audio.speech.with_streaming_response.create(
+            model="qwen3-tts", voice="alice", input=TEXT, response_format="pcm",
+            extra_body={"seed": 11, "max_new_tokens": FRAMES}) as reply:
+        assert reply.headers["content-type"] == "audio/pcm"
+        pieces = list(reply.iter_bytes())
+    assert_audio_close(from_pcm(b"".join(pieces)), want, rel=1e-3)
+
+    body = json.dumps({"input": TEXT, "voice": "alice", "response_format": "wav", "seed": 11,
+                       "max_new_tokens": FRAMES})
+    out = tmp_path / "curl.wav"
+    curl = subprocess.run(["curl", "-sS", "--fail", "-N", "-o", str(out), f"{url}/v1/audio/speech", "-H",
+                           f"Authorization: Bearer {API_KEY}", "-H", "Content-Type: application/json", "-d", body],
+                          capture_output=True, text=True, timeout=120)
+    assert curl.returncode == 0, curl.stderr
+    streamed_wav = out.read_bytes()
+    assert streamed_wav[:4] == b"RIFF" and streamed_wav[40:44] == b"\xff\xff\xff\xff"  # length unknown: streamed
+    assert_audio_close(from_pcm(streamed_wav[44:]), want, rel=1e-3)
+
+    events = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, timeout=60, json={
+        "input": TEXT, "voice": "alice", "stream_format": "sse", "seed": 11, "max_new_tokens": FRAMES})
+    lines = [json.loads(x.removeprefix("data: ")) for x in events.text.split("\n\n") if x.strip()]
+    assert [e["type"] for e in lines[-1:]] == ["speech.audio.done"] and lines[-1]["usage"]["output_tokens"] > 0
+    audio = b"".join(base64.b64decode(e["audio"]) for e in lines[:-1])
+    assert_audio_close(from_pcm(audio), want, rel=1e-3)
+
+
+def test_whole_files_are_the_streams_audio(server, alice, lean):
+    url, app = server
+    want = python_api(lean, app.state.speech.voices.load("alice"))
+    for fmt, stream in (("wav", False), ("flac", None)):
+        reply = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, timeout=60, json={
+            "input": TEXT, "voice": "alice", "response_format": fmt, "stream": stream, "seed": 11,
+            "max_new_tokens": FRAMES})
+        assert reply.status_code == 200, reply.text
+        assert "content-length" in reply.headers  # one whole file, not a stream
+        got, rate = sf.read(io.BytesIO(reply.content), dtype="float32")
+        assert rate == SR
+        assert_audio_close(got, want, rel=1e-3)
+
+
+def test_ref_audio_clones_on_first_use(server, ref_audio, lean):
+    url, _ = server
+    clip = "data:audio/wav;base64," + base64.b64encode(wav_bytes(ref_audio[0])).decode()
+    body = {"input": TEXT, "ref_audio": clip, "ref_text": "A short line.", "response_format": "pcm", "seed": 11,
+            "max_new_tokens": FRAMES}
+    first = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, json=body, timeout=60)
+    again = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, json=body, timeout=60)
+    assert first.status_code == 200 and again.status_code == 200 and len(first.content) > 0
+    # the same clip, voice and seed; the batch has moved on, so its rows sit in other cache slots: equal to rounding
+    assert_audio_close(from_pcm(again.content), from_pcm(first.content), rel=1e-3)
+
+
+def test_saved_voices_are_listed_deleted_and_kept_across_a_restart(lean, tmp_path, ref_audio):
+    folder = tmp_path / "voices"
+    with serving(lean, folder) as (url, _):
+        made = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "bob"},
+                          files={"audio_sample": ("b.wav", wav_bytes(ref_audio[0]), "audio/wav")}, timeout=60)
+        assert made.status_code == 200 and made.json()["mode"] == "xvector"
+        again = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "bob"},
+                           files={"audio_sample": ("b.wav", wav_bytes(ref_audio[0]), "audio/wav")}, timeout=60)
+        assert again.status_code == 409 and again.json()["error"]["param"] == "name"
+    with serving(lean, folder) as (url, _):  # a restart: the folder is all it keeps
+        listed = httpx.get(f"{url}/v1/audio/voices", headers=AUTH).json()["data"]
+        assert [v["id"] for v in listed] == ["bob"]
+        spoken = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, timeout=60, json={
+            "input": TEXT, "voice": "bob", "response_format": "pcm", "max_new_tokens": 8})
+        assert spoken.status_code == 200 and len(spoken.content) > 0
+        assert httpx.delete(f"{url}/v1/audio/voices/bob", headers=AUTH).json()["deleted"] is True
+        assert httpx.delete(f"{url}/v1/audio/voices/bob", headers=AUTH).status_code == 404
+        assert httpx.get(f"{url}/v1/audio/voices", headers=AUTH).json()["data"] == []
+
+
+BAD = [  # (body changes, multipart or not, status, param, words in the message)
+    ({"input": "   "}, 400, "input", "empty"),
+    ({"input": "x" * 4097}, 400, "input", "4096"),
+    ({"voice": "nobody"}, 400, "voice", "no saved voice named 'nobody'"),
+    ({"voice": "../../etc/passwd"}, 400, "voice", "not a voice name"),
+    ({"voice": None}, 400, "voice", "ref_audio"),
+    ({"ref_audio": "https://example.com/a.wav"}, 400, "ref_audio", "ref_audio"),
+    ({"ref_audio": base64.b64encode(wav_bytes(np.zeros(SR, np.float32))).decode()}, 400, "ref_audio", "ref_audio"),
+    ({"response_format": "opus"}, 400, "response_format", "cannot be encoded"),
+    ({"speed": 1.5}, 400, "speed", "1.0"),
+    ({"task_type": "VoiceDesign"}, 400, "task_type", "cannot do VoiceDesign"),
+    ({"task_type": "Singing"}, 400, "task_type", "not a task"),
+    ({"language": "Klingon"}, 400, "language", "Klingon"),
+    ({"temperature": 0}, 400, "temperature", "greater than 0"),
+    ({"top_p": 2}, 400, "top_p", "less than or equal to 1"),
+    ({"seq_groups": 99}, 400, "seq_groups", "15"),
+    ({"max_new_tokens": 401}, 400, "max_new_tokens", "at most 400"),
+    ({"stream_format": "sse", "response_format": "wav"}, 400, "response_format", "sse"),
+]
+
+
+@pytest.mark.parametrize("change,status,param,words", BAD, ids=[str(b[0])[:40] for b in BAD])
+def test_bad_input_gets_a_4xx_that_names_its_field(server, alice, change, status, param, words):
+    url, _ = server
+    body = {"model": "qwen3-tts", "input": TEXT, "voice": "alice", "response_format": "pcm", **change}
+    reply = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, json=body, timeout=60)
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert error["param"] == param and words in error["message"], error
+
+
+def test_bad_voice_uploads_name_their_field(server):
+    url, _ = server
+    bad_name = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "a/b"},
+                          files={"audio_sample": ("a.wav", b"RIFF", "audio/wav")})
+    assert bad_name.status_code == 400 and bad_name.json()["error"]["param"] == "name"
+    not_audio = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "ok"},
+                           files={"audio_sample": ("a.wav", b"not audio at all", "audio/wav")})
+    assert not_audio.status_code == 400 and not_audio.json()["error"]["param"] == "audio_sample"
+    missing = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "ok"})
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "audio_sample"
+
+
+def test_a_client_that_goes_away_frees_its_row(server, alice):
+    url, app = server
+    engine = app.state.speech.engine
+    body = {"input": TEXT * 3, "voice": "alice", "response_format": "pcm", "max_new_tokens": 400}
+    with httpx.stream("POST", f"{url}/v1/audio/speech", headers=AUTH, json=body, timeout=60) as reply:
+        next(reply.iter_raw())  # its first audio: the row is in the batch
+        assert engine.stats()["rows_in_batch"] == 1
+    deadline = time.monotonic() + 30
+    while engine.stats()["rows_in_batch"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine.stats()["rows_in_batch"] == 0
+    metrics = httpx.get(f"{url}/metrics", headers=AUTH).text
+    assert 'morph_requests_total{status="cancelled"} 1' in metrics
+
+
+def test_the_api_key_guards_every_route_but_health(server):
+    url, _ = server
+    for method, path in (("GET", "/v1/models"), ("GET", "/v1/audio/voices"), ("GET", "/metrics"),
+                         ("POST", "/v1/audio/speech"), ("DELETE", "/v1/audio/voices/x")):
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            reply = httpx.request(method, f"{url}{path}", headers=headers)
+            assert reply.status_code == 401 and reply.json()["error"]["code"] == "invalid_api_key", (path, headers)
+    assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+    assert httpx.get(f"{url}/v1/models", headers=AUTH).json()["data"][0]["task_type"] == "base"
+    assert "morph_requests_total" in httpx.get(f"{url}/metrics", headers=AUTH).text
+
+
+def test_health_is_503_until_the_engine_is_warm(lean, tmp_path, monkeypatch):
+    """Until its warm-up request has run, the server says it is loading; then it is ready."""
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    import morph.serve.app as app_module
+
+    gate, warm = threading.Event(), app_module._warm_up
+    monkeypatch.setattr(app_module, "_warm_up", lambda *args: (gate.wait(60), warm(*args)))
+    with TestClient(create_app(lean, tmp_path, width=1, max_frames=32, max_prompt=400)) as client:
+        loading = client.get("/health")
+        gate.set()
+        deadline = time.monotonic() + 60
+        while client.get("/health").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert loading.status_code == 503 and loading.json() == {"status": "loading"}
+        assert client.get("/health").json() == {"status": "ok"}
