@@ -1,0 +1,243 @@
+"""Open-loop load test of the speech server (`cli.py serve`, OpenAI's POST /v1/audio/speech, streamed PCM).
+
+For each rate of `--rates` (requests a second), requests are sent for `--duration` seconds at Poisson arrival times
+(exponential gaps, seeded by `--seed`), each on its own task whether or not earlier ones have answered: open loop,
+as independent users arrive, so a slow server meets a growing queue instead of a politely waiting client. Then the
+client waits for all of them (each at most `--timeout` s, counted as an error past it). Each request asks for 3 to 10 s
+of speech (drawn uniformly): an English text of about that many seconds (15 characters a second) and
+max_new_tokens = round(12.5 x seconds), 12.5 codec frames a second, so that on random weights (which never emit the
+end token) each request still ends at its own frame, as the batch benches' lines do; real weights end at their EOS.
+
+Per request: the time to first audio (send to the first non-empty body chunk), end to end (send to the last byte),
+seconds of audio (bytes / 2 / 24000), the real-time factor (seconds of audio / end-to-end seconds: above 1 is
+faster than real time), and playback gaps (bench/serve_stats.playback_gaps: where a listener playing from the
+first chunk on would wait); on failure the status, error kind and message (429/503 with their Retry-After,
+connection errors, timeouts). Per rate: requests sent, ok, errors by kind, the achieved rate (ok requests a second
+from the first send to the last end), TTFA and end to end p50/p95/p99, real-time factor p50 and min, streams with
+gaps and their seconds, and the peak of requests in flight. A table goes to stdout; `--json` gets the settings, the
+environment, each rate's summary and every request's record (saved after each rate).
+
+    python -m bench.serve --rates 1,5,20 --duration 30 --json out/serve.json                 # a running server
+    python -m bench.serve --serve "--model /tmp/model-0.6b" --rates 1,5 --json out/serve.json  # starts one
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import platform
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.serve_stats import BYTES_PER_SECOND, arrivals, playback_gaps, request_plan, summarize
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def send(client: httpx.AsyncClient, url: str, body: dict, timeout: float, gap_tolerance: float,
+               origin: float) -> dict:
+    """One request, streamed to its end: its record (times in seconds from `origin`, the rate window's start)."""
+    start = time.perf_counter()
+    chunks: list[tuple[float, int]] = []  # (arrival, bytes): filled as they come, so a timeout keeps what came
+    reply: dict = dict(status=None, retry_after=None)
+
+    async def stream():
+        async with client.stream("POST", f"{url}/v1/audio/speech", json=body) as response:
+            reply.update(status=response.status_code, retry_after=response.headers.get("retry-after"))
+            if not response.is_success:
+                return error_message(await response.aread())
+            async for data in response.aiter_bytes():
+                if data:
+                    chunks.append((time.perf_counter(), len(data)))
+            return None
+
+    try:
+        failure = await asyncio.wait_for(stream(), timeout)
+        kind = None if failure is None else f"http_{reply['status']}"
+        if failure is None and not chunks:
+            kind, failure = "empty", "the reply ended with no audio"
+    except (asyncio.TimeoutError, httpx.TimeoutException):
+        kind, failure = "timeout", f"no end within {timeout} s"
+    except httpx.ConnectError as e:
+        kind, failure = "connection", str(e) or type(e).__name__
+    except httpx.TransportError as e:  # the connection broke mid-reply
+        kind, failure = "transport", str(e) or type(e).__name__
+    end = time.perf_counter()
+    nbytes = sum(n for _, n in chunks)
+    gaps, gap_s = playback_gaps(chunks, gap_tolerance)
+    e2e = end - start
+    return dict(sent_s=round(start - origin, 4), end_s=round(end - origin, 4), ok=kind is None, error_kind=kind,
+                error=failure, **reply, ttfa_s=round(chunks[0][0] - start, 4) if chunks else None,
+                e2e_s=round(e2e, 4), bytes=nbytes, audio_s=round(nbytes / BYTES_PER_SECOND, 4),
+                rtf=round(nbytes / BYTES_PER_SECOND / e2e, 4), chunks=len(chunks), gaps=gaps, gap_s=round(gap_s, 4))
+
+
+def error_message(raw: bytes) -> str:
+    """OpenAI's error JSON's message, or the body as text where a peer or proxy answered otherwise."""
+    try:
+        return str(json.loads(raw)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return raw.decode("utf-8", "replace")[:500]
+
+
+def request_body(args, item: dict, index: int) -> dict:
+    return dict(model=args.model, input=item["text"], voice=args.voice, response_format="pcm", stream_format="audio",
+                seed=args.seed + index, max_new_tokens=item["max_new_tokens"], **args.extra)
+
+
+async def run_rate(client: httpx.AsyncClient, args, url: str, rate: float) -> list[dict]:
+    """One rate's window: every request sent at its planned time on its own task, then all awaited."""
+    plan = request_plan(arrivals(rate, args.duration, args.seed), args.seed)
+    origin = time.perf_counter()
+    tasks = []
+    for i, item in enumerate(plan):
+        await asyncio.sleep(max(0.0, origin + item["scheduled_s"] - time.perf_counter()))
+        tasks.append(asyncio.create_task(send(client, url, request_body(args, item, i), args.timeout,
+                                              args.gap_tolerance, origin)))
+    records = await asyncio.gather(*tasks)
+    return [dict(index=i, scheduled_s=round(item["scheduled_s"], 4), target_s=item["target_s"],
+                 max_new_tokens=item["max_new_tokens"], text=item["text"], **record)
+            for i, (item, record) in enumerate(zip(plan, records))]
+
+
+async def measure(args, url: str, report: dict) -> None:
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(headers=headers, limits=limits, timeout=args.timeout) as client:
+        # warm-up: one at a time, the server's first calls (captures, compilation) kept out of the numbers
+        for item in request_plan([0.0] * args.warmup, args.seed + 1):
+            await send(client, url, request_body(args, item, 0), args.timeout, args.gap_tolerance, 0.0)
+        for rate in args.rates:
+            records = await run_rate(client, args, url, rate)
+            report["rates"].append(dict(summary=summarize(rate, records), requests=records))
+            save(report, args.json)
+            print_row(report["rates"][-1]["summary"])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(argv: list[str], log_path: Path, start_timeout: float):
+    """The server `argv + --port <free port>` as a subprocess, its output in log_path: its URL once GET /health
+    answers 200; stopped on the way out (SIGINT, its clean shutdown, then killed if it hangs)."""
+    port = free_port()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(argv + ["--port", str(port)], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + start_timeout
+        while not healthy(url):
+            if process.poll() is not None:
+                raise RuntimeError(f"the server exited ({process.returncode}) before it was ready: see {log_path}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server was not ready within {start_timeout} s: see {log_path}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def environment() -> dict:
+    """Where the client ran; with torch installed also the project commit and the CUDA device, which is the
+    server's too where the server runs here (--serve, or a local --url). torch is optional: a client-only install
+    measures a remote server."""
+    env = dict(python=platform.python_version(), platform=platform.platform())
+    try:
+        import torch
+
+        from bench.common import project_commit  # imports the engine: only where torch is installed
+    except ImportError:
+        return env
+    return dict(project_commit(), **env, torch=torch.__version__,
+                cuda_device=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+
+
+def save(report: dict, json_path: str | None) -> None:
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(report, indent=2))
+
+
+COLUMNS = ("rate", "sent", "ok", "errors", "achieved_rate", "ttfa_p50_s", "ttfa_p95_s", "ttfa_p99_s", "e2e_p50_s",
+           "e2e_p95_s", "e2e_p99_s", "rtf_p50", "rtf_min", "streams_with_gaps", "gap_s_total", "peak_concurrency")
+
+
+def print_row(summary: dict) -> None:
+    print(" ".join(f"{_cell(summary[c]):>{max(8, len(c))}}" for c in COLUMNS), flush=True)
+
+
+def _cell(value) -> str:
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{v}" for k, v in value.items()) or "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return "-" if value is None else str(value)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--url", default="http://127.0.0.1:8000", help="the server (ignored with --serve)")
+    p.add_argument("--rates", default="1,5,20", help="requests a second, one window each, comma-separated")
+    p.add_argument("--duration", type=float, default=30.0, help="seconds of sending at each rate")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds a request may take, past it an error")
+    p.add_argument("--voice", default="alice")
+    p.add_argument("--model", default="qwen3-tts", help="sent as the request's model")
+    p.add_argument("--api-key", help="sent as Authorization: Bearer KEY")
+    p.add_argument("--seed", type=int, default=0, help="seeds the arrivals, the texts and each request's seed")
+    p.add_argument("--warmup", type=int, default=0, help="requests sent one at a time first, not recorded")
+    p.add_argument("--gap-tolerance", type=float, default=0.0, help="seconds a chunk may be late before a gap")
+    p.add_argument("--extra", type=json.loads, default={}, help="JSON object merged into every request's body")
+    p.add_argument("--serve", help="start `cli.py serve SERVE --port <free port>` for the run (its log by --json)")
+    p.add_argument("--start-timeout", type=float, default=600.0, help="seconds --serve waits for GET /health")
+    p.add_argument("--json", help="also write the report here")
+    args = p.parse_args(argv)
+    args.rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    if not args.rates or min(args.rates) <= 0:
+        p.error("--rates must be positive numbers")
+    if not isinstance(args.extra, dict):
+        p.error("--extra must be a JSON object")
+    settings = {k: v for k, v in vars(args).items() if k != "api_key"}  # the key stays out of the file
+    report = dict(settings=settings, environment=environment(), rates=[], complete=False)
+    print(" ".join(f"{c:>{max(8, len(c))}}" for c in COLUMNS), flush=True)
+    with contextlib.ExitStack() as stack:
+        url = args.url.rstrip("/")
+        if args.serve is not None:
+            log = Path(args.json).with_suffix(".server.log") if args.json else Path("serve-bench.server.log")
+            report["server_log"] = str(log)
+            url = stack.enter_context(serving([sys.executable, "cli.py", "serve", *shlex.split(args.serve)], log,
+                                              args.start_timeout))
+        report["url"] = url
+        asyncio.run(measure(args, url, report))
+    report["complete"] = True
+    save(report, args.json)
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""bench/serve.py and bench/serve_stats.py: the statistics on made-up streams, the Poisson schedule, and a short
+open-loop run against a stub server whose replies have known timings (uvicorn in a thread of this process), and
+the --serve path's start and stop of a server subprocess. No model: what is measured is the client."""
+
+import asyncio
+import json
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from bench import serve
+from bench.serve_stats import arrivals, peak_concurrency, percentile, playback_gaps, request_plan, summarize
+
+CHUNK = 4800  # bytes: 0.1 s of 24 kHz 16-bit audio
+DELAYS = (0.2, 0.02, 0.4, 0.02)  # before each chunk: the first at 0.2 s, the third 0.22 s after the second's end
+MARKER = "torch"  # a word of some texts: the stub answers 429 to them
+KEY = "sekret"
+app = FastAPI()
+bodies: list[dict] = []
+
+
+@app.get("/health")
+async def health():
+    return {"status": "ok"}
+
+
+@app.post("/v1/audio/speech")
+async def speech(request: Request):
+    body = await request.json()
+    bodies.append(body)
+    if request.headers.get("authorization") != f"Bearer {KEY}":
+        return JSONResponse({"error": {"message": "bad key", "type": "auth", "param": None, "code": None}}, 401)
+    if MARKER in body["input"]:
+        return JSONResponse({"error": {"message": "busy", "type": "rate_limit", "param": None, "code": None}}, 429,
+                            headers={"Retry-After": "1"})
+
+    async def audio():
+        for delay in DELAYS:
+            await asyncio.sleep(delay)
+            yield b"\0" * CHUNK
+
+    return StreamingResponse(audio(), media_type="audio/pcm")
+
+
+def test_chunks_in_time_have_no_gap_and_one_late_chunk_is_one_gap_of_its_lateness():
+    on_time = [(0.5 + 0.1 * i, CHUNK) for i in range(10)]  # each arrives as the one before ends
+    assert playback_gaps(on_time) == (0, 0.0)
+    late = on_time[:5] + [(1.3, CHUNK)] + on_time[6:]  # due at 1.0
+    gaps, gap_s = playback_gaps(late)
+    assert gaps == 1 and gap_s == pytest.approx(0.3)
+    assert playback_gaps(late, tolerance=0.35) == (0, 0.0)
+    # a stall that delays every chunk after it is heard once: the player plays on from the late chunk
+    shifted = on_time[:5] + [(t + 0.3, n) for t, n in on_time[5:]]
+    assert playback_gaps(shifted) == (1, pytest.approx(0.3))
+    assert playback_gaps([]) == (0, 0.0) and playback_gaps([(1.0, 0), (2.0, CHUNK)]) == (0, 0.0)
+
+
+def test_percentiles_and_peak_concurrency():
+    values = list(range(1, 101))
+    assert percentile(values, 50) == pytest.approx(50.5) and percentile(values, 99) == pytest.approx(99.01)
+    assert percentile([3.0], 95) == 3.0 and percentile([], 50) is None
+    assert peak_concurrency([(0, 1), (0.5, 2), (0.6, 0.7), (1, 3)]) == 3
+    assert peak_concurrency([(0, 1), (1, 2)]) == 1 and peak_concurrency([]) == 0
+
+
+def test_the_poisson_schedule_is_seeded_has_the_rate_and_asks_for_3_to_10_s():
+    assert arrivals(5, 10, seed=3) == arrivals(5, 10, seed=3) != arrivals(5, 10, seed=4)
+    times = arrivals(20, 2000, seed=0)
+    assert np.mean(np.diff(times)) == pytest.approx(1 / 20, rel=0.03)
+    assert times == sorted(times) and 0 < times[0] and times[-1] < 2000
+    plan = request_plan(times[:500], seed=0)
+    assert [p["scheduled_s"] for p in plan] == times[:500]
+    again = request_plan(arrivals(5, 200, seed=7)[:500], seed=0)  # another rate, the same speech asked for
+    assert [p["text"] for p in again] == [p["text"] for p in plan][:len(again)]
+    for p in plan:
+        assert 3 <= p["target_s"] <= 10 and p["max_new_tokens"] == round(12.5 * p["target_s"])
+        assert abs(len(p["text"]) - 15 * p["target_s"]) < 15 and not p["text"].endswith(" ")
+
+
+def test_summary_counts_errors_by_kind_and_rates_ok_requests_over_the_window():
+    def record(sent, end, ok=True, kind=None):
+        return dict(scheduled_s=sent, sent_s=sent, end_s=end, ok=ok, error_kind=kind, ttfa_s=0.1, e2e_s=end - sent,
+                    rtf=2.0, gaps=1 if sent == 0 else 0, gap_s=0.25 if sent == 0 else 0.0, audio_s=1.0)
+
+    s = summarize(2.0, [record(0, 1), record(0.5, 3), record(0.8, 1.5, False, "http_429"), record(2, 4, False,
+                                                                                                     "timeout")])
+    assert s["sent"] == 4 and s["ok"] == 2 and s["errors"] == {"http_429": 1, "timeout": 1}
+    assert s["window_s"] == 4 and s["achieved_rate"] == 0.5 and s["peak_concurrency"] == 3
+    assert s["e2e_p50_s"] == 1.75 and s["streams_with_gaps"] == 1 and s["gap_s_total"] == 0.25
+
+
+def _serve_stub():
+    """The stub on a free port in a daemon thread: its URL, and the server to stop."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=serve.free_port(), log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the stub did not start"
+        time.sleep(0.05)
+    return f"http://127.0.0.1:{server.config.port}", server
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    url, server = _serve_stub()
+    path = tmp_path_factory.mktemp("serve") / "serve.json"
+    try:
+        out = serve.main(["--url", url, "--rates", "6", "--duration", "2", "--seed", "1", "--warmup", "1",
+                          "--api-key", KEY, "--timeout", "10", "--extra", '{"language": "English"}',
+                          "--json", str(path)])
+    finally:
+        server.should_exit = True
+    assert json.loads(path.read_text()) == out
+    return out
+
+
+def test_the_run_records_every_request_with_the_stubs_timings(report):
+    (rate,) = report["rates"]
+    records = rate["requests"]
+    assert report["complete"] and len(records) == rate["summary"]["sent"] == len(arrivals(6, 2, 1)) >= 6
+    assert len(bodies) == len(records) + 1  # and the warm-up's, unrecorded
+    ok = [r for r in records if r["ok"]]
+    assert ok and all(MARKER not in r["text"] for r in ok)
+    for r in ok:
+        assert r["status"] == 200 and r["bytes"] == CHUNK * len(DELAYS) and r["audio_s"] == r["bytes"] / 48000
+        assert r["ttfa_s"] == pytest.approx(DELAYS[0], abs=0.15) and r["e2e_s"] >= sum(DELAYS)
+        assert r["rtf"] == pytest.approx(r["audio_s"] / r["e2e_s"], rel=1e-2)
+        assert r["gaps"] == 1 and r["gap_s"] == pytest.approx(0.22, abs=0.12)  # the third chunk's
+    assert rate["summary"]["ok"] == len(ok) and rate["summary"]["streams_with_gaps"] == len(ok)
+
+
+def test_429s_are_errors_with_their_status_message_and_retry_after(report):
+    (rate,) = report["rates"]
+    refused = [r for r in rate["requests"] if MARKER in r["text"]]
+    assert refused and rate["summary"]["errors"] == {"http_429": len(refused)}
+    for r in refused:
+        assert (r["ok"], r["status"], r["error_kind"], r["error"], r["retry_after"]) == (False, 429, "http_429",
+                                                                                       "busy", "1")
+
+
+def test_requests_are_sent_on_schedule_not_after_replies(report):
+    """Each request takes longer (0.64 s) than the mean gap between sends (1/6 s): sent on schedule anyway, so
+    several are in flight at once."""
+    records = report["rates"][0]["requests"]
+    assert all(abs(r["sent_s"] - r["scheduled_s"]) < 0.1 for r in records)
+    assert report["rates"][0]["summary"]["peak_concurrency"] > 1
+    plan = request_plan(arrivals(6, 2, 1), 1)
+    for i, (r, p) in enumerate(zip(records, plan)):
+        assert r["text"] == p["text"]
+        assert dict(model="qwen3-tts", input=p["text"], voice="alice", response_format="pcm",
+                                       stream_format="audio", seed=1 + i, max_new_tokens=p["max_new_tokens"],
+                                       language="English") in bodies
+    assert "api_key" not in report["settings"] and report["environment"]["python"]
+
+
+def test_serving_starts_a_server_waits_for_health_and_stops_it(tmp_path):
+    code = ("import sys, uvicorn; from tests.bench.test_serve import app; "
+            "uvicorn.run(app, host='127.0.0.1', port=int(sys.argv[-1]))")
+    log = tmp_path / "server.log"
+    with serve.serving([sys.executable, "-c", code], log, start_timeout=60) as url:
+        assert serve.healthy(url)
+    assert not serve.healthy(url) and "Shutting down" in log.read_text()
+    with pytest.raises(RuntimeError, match="exited"):
+        with serve.serving([sys.executable, "-c", "raise SystemExit(3)"], log, start_timeout=60):
+            pass
