@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import platform
 import shlex
@@ -37,6 +38,8 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
+import soundfile as sf
 
 from bench.serve_stats import BYTES_PER_SECOND, arrivals, playback_gaps, request_plan, summarize
 
@@ -113,6 +116,7 @@ async def measure(args, url: str, report: dict) -> None:
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(headers=headers, limits=limits, timeout=args.timeout) as client:
+        report["voice_made"] = await ensure_voice(client, url, args.voice)
         # warm-up: one at a time, the server's first calls (captures, compilation) kept out of the numbers
         for item in request_plan([0.0] * args.warmup, args.seed + 1):
             await send(client, url, request_body(args, item, 0), args.timeout, args.gap_tolerance, 0.0)
@@ -121,6 +125,25 @@ async def measure(args, url: str, report: dict) -> None:
             report["rates"].append(dict(summary=summarize(rate, records), requests=records))
             save(report, args.json)
             print_row(report["rates"][-1]["summary"])
+
+
+async def ensure_voice(client: httpx.AsyncClient, url: str, name: str) -> bool:
+    """Save `name` on the server from a synthetic clip when the server lists voices and has none of that name (a
+    random-weight model clones any clip alike); True when it was made. A server without the voices routes (a peer)
+    is left as it is."""
+    listed = await client.get(f"{url}/v1/audio/voices")
+    if listed.status_code != 200 or name in {v.get("id") for v in listed.json().get("data", [])}:
+        return False
+    rate = 24000
+    t = np.arange(3 * rate) / rate
+    clip = 0.3 * np.sin(2 * np.pi * 160 * t) * (1 + np.sin(2 * np.pi * 3 * t))
+    clip += 0.02 * np.random.default_rng(0).standard_normal(t.size)
+    data = io.BytesIO()
+    sf.write(data, clip.astype(np.float32), rate, format="WAV", subtype="PCM_16")
+    made = await client.post(f"{url}/v1/audio/voices", data={"name": name},
+                             files={"audio_sample": ("voice.wav", data.getvalue(), "audio/wav")})
+    made.raise_for_status()
+    return True
 
 
 def free_port() -> int:
