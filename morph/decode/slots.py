@@ -34,7 +34,7 @@ import torch
 
 from ..settings import Sampling
 from . import runner, widths
-from .talker_state import cache_tensors
+from .prefill import lean_prefill
 
 REFILL_DIVISOR = 16  # rows join when width / REFILL_DIVISOR slots are free (or none runs)
 
@@ -52,8 +52,7 @@ class Group:
 
 @dataclass
 class _Prefill:
-    """A group's prefill, kept until its last row has joined: per layer (keys, values) [m, kv_heads, L, D], the
-    last position's logits [m, V] and hidden state [m, 1, H], the trailing text [m, T, H] and its pad [1, 1, H]."""
+    """A group's prefill (prefill.py), its trailing text [m, T, H] and pad [1, 1, H], kept until its rows joined."""
 
     kv: list
     logits: torch.Tensor
@@ -215,14 +214,16 @@ class ContinuousBatch:
 
     # -- joining ------------------------------------------------------------------------------
     def _prefill(self, group: Group) -> list[_Ahead]:
-        """Upstream's talker forward over a group's prompts at once (about as long for `width` rows as for one);
-        the rows then join from it, a few at a time, as slots free up."""
-        p = group.prompt
-        out = self.loop.prefill(p["inputs_embeds"], p["attention_mask"], p["trailing_text_hidden"], p["tts_pad_embed"])
+        """A group's prompts through the lean layers at once (morph/decode/prefill.py: upstream's talker forward
+        without its host time, about as long for `width` rows as for one); the rows then join from it, a few at a
+        time, as slots free up."""
+        p, loop, st = group.prompt, self.loop, self.st
+        out = lean_prefill(p["inputs_embeds"], p["attention_mask"], loop.stack.weights(), loop.talker.model.norm.weight,
+                           loop.talker.codec_head.weight, st.cos, st.sin, loop.stack.dims)
         length = p["inputs_embeds"].shape[1]
         pads = (length - p["attention_mask"].sum(-1)).tolist()  # one host sync a group
-        shared = _Prefill([(k, v) for k, v in cache_tensors(out.past_key_values)], out.logits[:, -1].clone(),
-                          out.past_hidden.clone(), p["trailing_text_hidden"], p["tts_pad_embed"].reshape(1, 1, -1), length)
+        shared = _Prefill(out.kv, out.logits, out.past_hidden, p["trailing_text_hidden"],
+                          p["tts_pad_embed"].reshape(1, 1, -1), length)
         return [_Ahead(shared, i, name, stop, key, pad)
                 for i, (name, stop, key, pad)
                 in enumerate(zip(group.names, group.stops, group.keys, pads, strict=True))]

@@ -1,0 +1,57 @@
+"""One left-padded prompt batch (an x-vector line and a longer ICL line), as the continuous batch prefills it, and
+upstream's talker forward over it: what tests/morph/decode/test_prefill.py and tests/gpu/test_prefill.py compare
+morph/decode/prefill.py's lean_prefill with."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from morph.decode import lean
+from morph.decode.prefill import lean_prefill
+from morph.decode.talker_state import cache_tensors
+from morph.prompts import make_rows, prompt_inputs
+from morph.scheduler import Line
+from morph.settings import GenerationSettings
+
+SR = 24000
+
+
+def prompt(tts) -> dict:
+    t = np.arange(2 * SR) / SR
+    wave = (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t))).astype(np.float32)
+    lines = [Line("Hello there, a short one.", tts.make_voice(wave, SR), "English"),
+             Line("A much longer line of text, which pads the other one on its left.",
+                  tts.make_voice(wave, SR, transcript="A short reference sentence."), "English")]
+    settings = GenerationSettings()
+    rows = make_rows(tts, lines, settings, "test", True)
+    model = tts.tts
+    kwargs = model._merge_generate_kwargs(**settings.upstream_kwargs(rows[1].text))
+    inputs = prompt_inputs(tts, rows)
+    return tts.patch.prompt_of(lambda: model.model.generate(languages=["English"] * 2, **inputs, **kwargs))
+
+
+def both(tts):
+    """(upstream's forward, lean_prefill, each row's left padding) over prompt(tts)."""
+    p, loop = prompt(tts), tts.patch.loop
+    with torch.inference_mode():
+        upstream = loop.prefill(p["inputs_embeds"], p["attention_mask"], p["trailing_text_hidden"], p["tts_pad_embed"])
+        length = p["inputs_embeds"].shape[1]
+        cos, sin = lean.rope_tables(loop.talker.model.rotary_emb, length, tts.device, p["inputs_embeds"].dtype,
+                                    multimodal=True)
+        ours = lean_prefill(p["inputs_embeds"], p["attention_mask"], loop.stack.weights(),
+                            loop.talker.model.norm.weight, loop.talker.codec_head.weight, cos, sin, loop.stack.dims)
+    pads = (length - p["attention_mask"].sum(-1)).tolist()
+    return upstream, ours, pads
+
+
+def worst(upstream, ours, pads) -> dict:
+    """The largest differences, over each row's own tokens (its padding is never read), relative to the largest
+    value of each."""
+    def rel(a, b):
+        return ((a.float() - b.float()).abs().max() / a.float().abs().max()).item()
+
+    kv = max(rel(k[r, :, p:], k2[r, :, p:]) for (k, v), (k2, v2) in zip(cache_tensors(upstream.past_key_values), ours.kv)
+             for r, p in enumerate(pads) for k, k2 in ((k, k2), (v, v2)))
+    return dict(kv=kv, logits=rel(upstream.logits[:, -1], ours.logits),
+                hidden=rel(upstream.past_hidden, ours.past_hidden))
