@@ -27,7 +27,7 @@ NOT_LOADED = {"comfy_kitchen": ("comfy_kitchen/backends/hip/_C.abi3.so",),
               "ray": ("ray/jars/", "ray/dashboard/client/", "ray/rllib/", "ray/tune/", "ray/train/", "ray/serve/",
                       "ray/llm/")}
 PART_FILE = "part.txt"
-OPTIONAL = ("peers", "ray")  # manifest sections fetched only when named
+OPTIONAL = ("peers", "ray", "serve")  # manifest sections fetched only when named
 
 
 def comfyui_version(checkout: Path) -> str:
