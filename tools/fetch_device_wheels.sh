@@ -6,8 +6,8 @@
 #   [COMFYUI_VERSION=0.33.0 | COMFYUI_PATH=/path/to/ComfyUI] bash tools/fetch_device_wheels.sh [DEST [SECTION...]]
 # The version: $COMFYUI_VERSION, else the one $COMFYUI_PATH's comfyui_version.py names, else 0.8.0, the
 # oldest supported (the sections pack and tools are the same for every version). Only the named
-# sections; by default all but the optional [ray] and [peers], each fetched into a folder of its own (qwen-tts-hf installs
-# the import name qwen_tts, as qwen-tts does). comfy-kitchen's wheel is rewritten without its ROCm
+# sections; by default all but the optional [ray], [peers] and [serve], each fetched into a folder of its own
+# (qwen-tts-hf installs the import name qwen_tts, as qwen-tts does). comfy-kitchen's wheel is rewritten without its ROCm
 # library (tools/comfy_gpu/wheels.py strip), which a CUDA device never loads.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -143,9 +143,10 @@ def test_the_queue_is_bounded_and_limits_name_their_field(lean, voices):
 
 def test_close_ends_the_waiting_requests_with_an_error(lean, voices):
     engine = LiveEngine(lean, width=1, max_frames=32, max_prompt=400)
-    gate = threading.Event()
-    held, waiting = Sink(on_first=lambda: gate.wait(TIMEOUT)), Sink()
+    gate, running = threading.Event(), threading.Event()
+    held, waiting = Sink(on_first=lambda: (running.set(), gate.wait(TIMEOUT))), Sink()
     submit(engine, "the first.", voices["xvec"], 8, held)
+    assert running.wait(TIMEOUT)  # the first is in the batch, its callback holding the engine's thread
     submit(engine, "the second.", voices["xvec"], 8, waiting)
     closer = threading.Thread(target=engine.close)
     closer.start()

@@ -55,8 +55,8 @@ def read_manifest(path: Path) -> dict[str, list[str]]:
 
 
 def manifest_for(version: str, folder: Path = MANIFESTS) -> dict[str, list[str]]:
-    """common.txt's sections (pack, tools, and the optional ray and peers) and comfyui-VERSION.txt's (server). A version without a
-    file of its own is refused: its server may import packages no manifest names."""
+    """common.txt's sections (pack, tools, and the optional ray, peers and serve) and comfyui-VERSION.txt's
+    (server). A version without a file of its own is refused: its server may import packages no manifest names."""
     own = Path(folder) / f"comfyui-{version}.txt"
     if not own.is_file():
         known = sorted(p.stem.removeprefix("comfyui-") for p in Path(folder).glob("comfyui-*.txt"))
