@@ -44,6 +44,7 @@ import torch
 
 from bench.common import (HELD_FRAMES, add_model_args, emit, load_bench_model, mixed_texts, model_dims, run_info, save,
                           script_lines, skewed_lines)
+from bench.sentences import SENTENCES
 from bench.workload import REF_TEXT, eos_suppressed, peak_bytes, reference_wave, sync
 from morph.decode.runner import MODES, check_mode
 from morph.lines.script import parse_script
@@ -53,19 +54,6 @@ from morph.scheduler import BatchTTS, Line, plan_batches
 from morph.script_job import ScriptJob, render_context
 from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
 from postprocess import smooth
-
-# About 5 s of speech each (60-75 characters).
-SENTENCES = [
-    "Did you hear that? Something moved in the garden just now.",
-    "It's only the wind, I promise you. Go back to sleep, please.",
-    "The wind doesn't open the gate and walk across the gravel.",
-    "Fine, I'll take a look outside. Where did you put the torch?",
-    "In the drawer by the door, right where it always is, dear.",
-    "Found it, but the batteries are nearly flat again, of course.",
-    "Just hurry up and look, before whatever it is gets away.",
-    "It's a fox! A little red fox, and it's eating the strawberries.",
-]
-
 
 PAUSE_S = 0.4  # between the dialogue's lines: the default of cli.py render and Render Lines
 

@@ -4,26 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from bench.sentences import SENTENCES
+
 SAMPLE_RATE = 24000
 BYTES_PER_SECOND = 2 * SAMPLE_RATE  # 16-bit mono PCM, what the server streams
 FRAMES_PER_SECOND = 12.5  # codec frames a second of speech: max_new_tokens for a target length
 EPSILON_S = 1e-6  # below any clock's meaning: a chunk due exactly as the audio before it ends is not late
 CHARS_PER_SECOND = 15  # about how fast English text is spoken
 SECONDS = (3.0, 10.0)  # the span each request's target length is drawn from
-
-# Plain everyday sentences, cut and joined into each request's text: what a voice agent or a narrator sends.
-SENTENCES = (
-    "Did you hear that? Something moved in the garden just now.",
-    "It's only the wind, I promise you. Go back to sleep, please.",
-    "The wind doesn't open the gate and walk across the gravel.",
-    "Fine, I'll take a look outside. Where did you put the torch?",
-    "In the drawer by the door, right where it always is, dear.",
-    "Found it, but the batteries are nearly flat again, of course.",
-    "Your order has shipped and should arrive on Thursday morning.",
-    "Turn left at the next junction, then keep right for two miles.",
-    "The meeting moved to half past three, in the small room upstairs.",
-    "We should leave before the rain comes back and the road floods.",
-)
 
 
 def arrivals(rate: float, duration: float, seed: int) -> list[float]:

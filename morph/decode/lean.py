@@ -12,16 +12,14 @@ function runs a whole stack against static KV buffers:
   scores and softmax are fp32 (as in upstream's sdpa kernels). Op for op in bf16, these
   layers drifted from the fp32 reference about as far as upstream's own bf16 run, and by
   chance past it in one group or another (bench/numerics.py's gate,
-  bench/results/h100-2026-11-22e); the fp32 residual keeps them inside it, at no cost in
-  kernels;
-- attention is a matmul + softmax over the whole static buffer with an additive mask, so
-  every shape is fixed: write positions, rotary positions and masks are device tensors,
-  which is what lets a CUDA graph capture a step
+  bench/results/h100-2026-11-22e); the fp32 residual keeps them inside it, at no cost in kernels;
+- attention is a matmul + softmax over the whole static buffer with an additive mask, so every shape is fixed:
+  write positions, rotary positions and masks are device tensors, which is what lets a CUDA graph capture a step
   once and replay it at every position.
 
-`stack_step` is the single definition: run as it is (mode "lean"), captured in a CUDA graph
-("graphs"). morph/kernels/layers.py implements the same
-contract in five fused Triton kernels per layer ("fused").
+`stack_step` is the single definition: run as it is (mode "lean"), captured in a CUDA graph ("graphs").
+morph/kernels/layers.py implements the same contract in five fused Triton kernels per layer ("fused"); a prompt's
+prefill runs the same layers over the whole prompt (prefill.py).
 """
 
 from __future__ import annotations
@@ -118,21 +116,28 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: 
     return out.view(b, d.heads, t, hd).transpose(1, 2).reshape(b, t, d.q_size)
 
 
+def project(x: torch.Tensor, w: LayerW, cos: torch.Tensor, sin: torch.Tensor, d: Dims):
+    """A layer's queries [B, heads, T, D], keys and values [B, kv_heads, T, D] for T positions: normed, rotated."""
+    b, t, _ = x.shape
+    q, k, v = F.linear(rms_norm(x, w.ln1, d.eps), w.wqkv).split([d.q_size, d.kv_size, d.kv_size], dim=-1)
+    q = rms_norm(q.view(b, t, d.heads, d.head_dim), w.q_norm, d.eps).transpose(1, 2)
+    k = rms_norm(k.view(b, t, d.kv_heads, d.head_dim), w.k_norm, d.eps).transpose(1, 2)
+    return rotate(q, cos, sin), rotate(k, cos, sin), v.view(b, t, d.kv_heads, d.head_dim).transpose(1, 2)
+
+
+def mlp(x: torch.Tensor, w: LayerW, d: Dims) -> torch.Tensor:
+    """The residual stream after a layer's MLP."""
+    gate, up = F.linear(rms_norm(x, w.ln2, d.eps), w.wgu).split([d.intermediate, d.intermediate], dim=-1)
+    return x + F.linear(F.silu(gate) * up, w.wd)
+
+
 def layer_step(x: torch.Tensor, w: LayerW, k_cache: torch.Tensor, v_cache: torch.Tensor, cos: torch.Tensor,
                sin: torch.Tensor, write_idx: torch.Tensor, bias: torch.Tensor, d: Dims) -> torch.Tensor:
     """One decoder layer over T new positions; writes their K/V at `write_idx` [T]."""
-    b, t, _ = x.shape
-    h = rms_norm(x, w.ln1, d.eps)
-    q, k, v = F.linear(h, w.wqkv).split([d.q_size, d.kv_size, d.kv_size], dim=-1)
-    q = rms_norm(q.view(b, t, d.heads, d.head_dim), w.q_norm, d.eps).transpose(1, 2)
-    k = rms_norm(k.view(b, t, d.kv_heads, d.head_dim), w.k_norm, d.eps).transpose(1, 2)
-    v = v.view(b, t, d.kv_heads, d.head_dim).transpose(1, 2)
-    q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+    q, k, v = project(x, w, cos, sin, d)
     k_cache.index_copy_(2, write_idx, k)
     v_cache.index_copy_(2, write_idx, v)
-    x = x + F.linear(attend(q, k_cache, v_cache, bias, d), w.wo)
-    gate, up = F.linear(rms_norm(x, w.ln2, d.eps), w.wgu).split([d.intermediate, d.intermediate], dim=-1)
-    return x + F.linear(F.silu(gate) * up, w.wd)
+    return mlp(x + F.linear(attend(q, k_cache, v_cache, bias, d), w.wo), w, d)
 
 
 def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],

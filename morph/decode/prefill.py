@@ -18,7 +18,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .lean import Dims, LayerW, rms_norm, rotate
+from .lean import Dims, LayerW, mlp, project, rms_norm
 
 
 class Prefilled(NamedTuple):
@@ -45,17 +45,10 @@ def lean_prefill(inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, weig
     mask = allowed.unsqueeze(1)  # [rows, 1, L, L]
     x = inputs_embeds.to(torch.float32)
     kv = []
-    for w in weights:
-        h = rms_norm(x, w.ln1, d.eps)
-        q, k, v = F.linear(h, w.wqkv).split([d.q_size, d.kv_size, d.kv_size], dim=-1)
-        q = rms_norm(q.view(rows, length, d.heads, d.head_dim), w.q_norm, d.eps).transpose(1, 2)
-        k = rms_norm(k.view(rows, length, d.kv_heads, d.head_dim), w.k_norm, d.eps).transpose(1, 2)
-        v = v.view(rows, length, d.kv_heads, d.head_dim).transpose(1, 2)
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+    for w in weights:  # lean.layer_step's layer, its attention over the prompt alone
+        q, k, v = project(x, w, cos, sin, d)
         kv.append((k, v))
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=d.scale, enable_gqa=True)
-        x = x + F.linear(out.transpose(1, 2).reshape(rows, length, d.q_size), w.wo)
-        gate, up = F.linear(rms_norm(x, w.ln2, d.eps), w.wgu).split([d.intermediate, d.intermediate], dim=-1)
-        x = x + F.linear(F.silu(gate) * up, w.wd)
+        x = mlp(x + F.linear(out.transpose(1, 2).reshape(rows, length, d.q_size), w.wo), w, d)
     last = rms_norm(x[:, -1:], norm_w, d.eps)  # [rows, 1, hidden]
     return Prefilled(kv, F.linear(last[:, -1], head_w), last)

@@ -28,11 +28,9 @@ def script(voices):
 
 
 @pytest.fixture
-def lean(tiny_tts):
-    tiny_tts.patch.mode = "lean"
-    yield BatchTTS(tiny_tts)
-    tiny_tts.patch.mode = "auto"
-    tiny_tts.release_device_state()
+def lean(lean):
+    """The batch front end on tests/morph/conftest.py's lean model."""
+    return BatchTTS(lean)
 
 
 class Ends:

@@ -46,14 +46,6 @@ class Sink:
 
 
 @pytest.fixture
-def lean(tiny_tts):
-    tiny_tts.patch.mode = "lean"
-    yield tiny_tts
-    tiny_tts.patch.mode = "auto"
-    tiny_tts.release_device_state()
-
-
-@pytest.fixture
 def engine(lean):
     e = LiveEngine(lean, width=4, max_frames=64, max_prompt=400)
     yield e

@@ -31,14 +31,6 @@ def settings(frames):
                               max_new_tokens=frames)
 
 
-@pytest.fixture
-def lean(tiny_tts):
-    tiny_tts.patch.mode = "lean"
-    yield tiny_tts
-    tiny_tts.patch.mode = "auto"
-    tiny_tts.release_device_state()
-
-
 def test_rows_hand_their_audio_while_they_run_and_it_joins_to_each_lines_audio(lean, voices):
     """Four rows in three slots, each ending at its own frame: line 2 is a long text in two segments (its second
     ends first, so its chunks wait for the first's end and follow it with the pause), line 1 joins when that

@@ -47,14 +47,6 @@ def serving(tts, voices_dir, **options):
 
 
 @pytest.fixture
-def lean(tiny_tts):
-    tiny_tts.patch.mode = "lean"
-    yield tiny_tts
-    tiny_tts.patch.mode = "auto"
-    tiny_tts.release_device_state()
-
-
-@pytest.fixture
 def server(lean, tmp_path):
     with serving(lean, tmp_path / "voices") as (url, app):
         yield url, app
