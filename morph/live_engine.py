@@ -5,13 +5,12 @@ what the speech server (morph/serve/) runs.
     request = engine.submit(Line("Hello.", voice), GenerationSettings(seed=1), on_chunk=play, on_end=done)
     request.cancel()  # a client that went away: its rows end at the next frame, its slots free
 
-One thread owns the model. It runs a RowRunner (morph/continuous.py) whose rows come from the requests waiting, in
-the order they came (a long text's segments one after another, joined with a pause as every front end joins them,
-morph/line_audio.py), and keeps it built between bursts, so its CUDA graphs are captured once. A batch samples with
-one set of settings (the talker's and the code predictor's sampling, seq_groups: what its step and graphs hold); a
-request with other settings waits until the batch has drained the requests before it, and the batch is then built
-again for its settings. Per request: the seed (each row draws from its own random stream, keyed by the seed and the
-row, so a seeded request's take does not depend on its neighbours) and max_new_tokens.
+One thread owns the model: it runs a RowRunner (morph/continuous.py) whose rows come from the requests waiting, in
+the order they came (a long text's segments in turn, joined with a pause, morph/line_audio.py), keeps it built between
+bursts (its CUDA graphs are captured once), and runs other model work handed to it (`call`) between frames. A batch
+samples with one set of settings (sampling and seq_groups: what its step and graphs hold); a request with others
+waits until the requests before it are done, then the batch is built again for it. Per request: the seed (each row
+draws from its own random stream, so a seeded request's take does not depend on its neighbours) and max_new_tokens.
 
 Every row must fit the batch's cache (`need` slots: its prompt, its frames, the EOS slot), so a row's frames are
 capped at `max_frames` and its prompt at `max_prompt` tokens; submit refuses a request over either, naming the field.
@@ -21,6 +20,7 @@ Too many rows waiting (`max_waiting`) is `Busy`, with a wait to try again after,
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import itertools
@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 
 class Busy(RuntimeError):
     """More rows wait than the engine queues: try again after `retry_after` seconds."""
-
     def __init__(self, message: str, retry_after: int):
         super().__init__(message)
         self.retry_after = retry_after
@@ -101,6 +100,7 @@ class LiveEngine:
         self._waiting: collections.deque[tuple[Row, int, Request]] = collections.deque()  # rows, in order
         self._rows: dict[Row, Request] = {}  # the rows in the batch (prefilled or live)
         self._cancels: set[Request] = set()  # requests cancelled while their rows are in the batch
+        self._calls: collections.deque = collections.deque()  # (function, future): model work for this thread
         self._runner: RowRunner | None = None
         self._closed = False
         self.live_rows = self.cache_slots = 0  # as the engine's thread last saw them
@@ -154,6 +154,18 @@ class LiveEngine:
             if any(self._rows.get(r) is request for r in request.rows):
                 self._cancels.add(request)
 
+    def call(self, fn: Callable[[], object]) -> concurrent.futures.Future:
+        """Run fn() on the engine's thread, between two frames or while it idles, and return its future: other model
+        work (making a voice) never runs beside the batch's, whose CUDA graph captures another thread's work could
+        break."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cv:
+            if self._closed:
+                raise RuntimeError(f"{self.who}: the engine has been closed")
+            self._calls.append((fn, future))
+            self._cv.notify()
+        return future
+
     def stats(self) -> dict:
         """What the engine holds now."""
         with self._cv:
@@ -166,7 +178,10 @@ class LiveEngine:
             self._closed = True
             left = [w[2] for w in self._waiting]
             self._waiting.clear()
+            calls, self._calls = list(self._calls), collections.deque()
             self._cv.notify()
+        for _, future in calls:
+            future.set_exception(RuntimeError(f"{self.who}: the engine was closed"))
         for request in dict.fromkeys(left):
             self._end(request, RuntimeError(f"{self.who}: the engine was closed before this request ran"))
         self._thread.join()
@@ -177,10 +192,14 @@ class LiveEngine:
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             while True:
                 with self._cv:
-                    while not self._waiting and not self._closed:
+                    while not (self._waiting or self._calls or self._closed):
                         self._cv.wait()
+                self._run_calls()
+                with self._cv:
                     if not self._waiting:
-                        return
+                        if self._closed:
+                            return
+                        continue
                     key = self._waiting[0][2].batch_key
                 if self._runner is None or self._runner.settings != key:
                     self._runner = None  # the old batch's state and graphs go before the new one's are made
@@ -215,6 +234,7 @@ class LiveEngine:
 
     def _between(self, live: int) -> None:
         """Before each frame: the batch's live rows, and the rows of requests cancelled since the last frame."""
+        self._run_calls()
         batch = self._runner.batch
         self.live_rows, self.cache_slots = live, sum(batch.position - row.lo for row in batch.live.values())
         with self._cv:
@@ -228,6 +248,17 @@ class LiveEngine:
             for row in rows - running:
                 self._rows.pop(row, None)
                 self._joined.pop(row, None)
+
+    def _run_calls(self) -> None:
+        """The calls waiting for this thread."""
+        with self._cv:
+            calls, self._calls = list(self._calls), collections.deque()
+        for fn, future in calls:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as e:  # the caller's to handle
+                    future.set_exception(e)
 
     def _chunk(self, row: Row, wav: np.ndarray) -> None:
         request = self._rows.get(row)

@@ -92,13 +92,9 @@ def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str 
         if voices.path_of(name).exists():
             raise ApiError(409, f"name: a voice named {name!r} exists; DELETE /v1/audio/voices/{name} first, or "
                                 "choose another name", "name", "voice_exists")
-        data, speech = await audio_sample.read(), request.app.state.speech
-
-        def make():
-            with speech.voice_lock:
-                return voices.save(name, speech.make_voice(data, "audio_sample", ref_text, x_vector_only_mode))
-
-        return _voice_object(await asyncio.to_thread(make))
+        voice = await request.app.state.speech.make_voice(await audio_sample.read(), "audio_sample", ref_text,
+                                                          x_vector_only_mode)
+        return _voice_object(await asyncio.to_thread(voices.save, name, voice))
 
     @app.get("/v1/audio/voices")
     async def list_voices():
@@ -146,7 +142,8 @@ def _warm_up(tts, engine: LiveEngine, defaults: GenerationSettings, voice) -> No
     the batch and capturing its graphs."""
     if tts.variant == "base":
         noise = np.random.default_rng(0).normal(0, 0.1, 24000).astype(np.float32)
-        line = Line(WARM_TEXT, voice or tts.make_voice(noise, 24000, x_vector_only=True, who="warm-up"))
+        voice = voice or engine.call(lambda: tts.make_voice(noise, 24000, x_vector_only=True, who="warm-up")).result()
+        line = Line(WARM_TEXT, voice)
     elif tts.variant == "custom_voice":
         line = Line(WARM_TEXT, speaker=tts.speakers[0])
     else:

@@ -14,7 +14,6 @@ import base64
 import collections
 import hashlib
 import json
-import threading
 import time
 
 import numpy as np
@@ -46,12 +45,10 @@ class _End:
 
 
 class Speech:
-    """Speech requests on one loaded model (module docstring). Voices are made one at a time (`voice_lock`): making
-    one runs the model's speaker encoder and codec beside the engine's thread."""
+    """Speech requests on one loaded model (module docstring)."""
 
     def __init__(self, tts, engine: LiveEngine, voices: VoiceFolder, defaults: GenerationSettings, metrics: Metrics):
         self.tts, self.engine, self.voices, self.defaults, self.metrics = tts, engine, voices, defaults, metrics
-        self.voice_lock = threading.Lock()
         self._refs: collections.OrderedDict[bytes, Voice] = collections.OrderedDict()
 
     async def reply(self, body: SpeechRequest, http: HttpRequest) -> Response:
@@ -113,8 +110,7 @@ class Speech:
                                     f"{', '.join(tts.speakers)}", "voice", "voice_not_found")
             return Line(body.input, None, language, speaker=speaker, instruct=body.instructions)
         if body.ref_audio:
-            voice = await asyncio.to_thread(self.voice_from_ref, body.ref_audio, body.ref_text,
-                                            body.x_vector_only_mode)
+            voice = await self.voice_from_ref(body.ref_audio, body.ref_text, body.x_vector_only_mode)
         elif name:
             voice = self.saved_voice(name)
         else:
@@ -145,29 +141,28 @@ class Speech:
         except ValueError as e:  # a name that cannot be a file, or a file that is not a voice
             raise ApiError(400, f"voice: {e}", "voice", "invalid_value") from None
 
-    def voice_from_ref(self, ref_audio: str, ref_text: str | None, x_vector_only: bool) -> Voice:
-        """A voice from a request's clip (on a worker thread), kept for the next request that sends the same."""
+    async def voice_from_ref(self, ref_audio: str, ref_text: str | None, x_vector_only: bool) -> Voice:
+        """A voice from a request's clip, kept for the next request that sends the same."""
         try:
             data = decode_base64_audio(ref_audio, "ref_audio")
         except ValueError as e:
             raise ApiError(400, str(e), "ref_audio", "invalid_value") from None
         key = hashlib.blake2b(data + json.dumps([ref_text, x_vector_only]).encode(), digest_size=16).digest()
-        with self.voice_lock:
-            if key in self._refs:
-                self._refs.move_to_end(key)
-                return self._refs[key]
-            voice = self.make_voice(data, "ref_audio", ref_text, x_vector_only)
-            self._refs[key] = voice
-            if len(self._refs) > REF_CACHE:
-                self._refs.popitem(last=False)
+        if key in self._refs:  # the event loop's alone: no lock
+            self._refs.move_to_end(key)
+            return self._refs[key]
+        voice = self._refs[key] = await self.make_voice(data, "ref_audio", ref_text, x_vector_only)
+        if len(self._refs) > REF_CACHE:
+            self._refs.popitem(last=False)
         return voice
 
-    def make_voice(self, data: bytes, field: str, ref_text: str | None, x_vector_only: bool) -> Voice:
-        """A voice from a clip's bytes; a clip the pack refuses (silent, too long for its transcript) names
-        `field`. The caller holds voice_lock."""
+    async def make_voice(self, data: bytes, field: str, ref_text: str | None, x_vector_only: bool) -> Voice:
+        """A voice from a clip's bytes: decoded on a worker thread, made on the engine's (LiveEngine.call: the model
+        runs there alone); a clip the pack refuses (unreadable, silent, too long for its transcript) names `field`."""
         try:
-            wave, rate = read_audio(data, field)
-            return self.tts.make_voice(wave, rate, transcript=ref_text, x_vector_only=x_vector_only, who=field)
+            wave, rate = await asyncio.to_thread(read_audio, data, field)
+            return await asyncio.wrap_future(self.engine.call(
+                lambda: self.tts.make_voice(wave, rate, transcript=ref_text, x_vector_only=x_vector_only, who=field)))
         except ValueError as e:
             message = str(e)
             raise ApiError(400, message if message.startswith(field) else f"{field}: {message}", field,

@@ -148,3 +148,18 @@ def test_close_ends_the_waiting_requests_with_an_error(lean, voices):
     closer.join(TIMEOUT)
     assert "closed before this request ran" in str(waiting.error)
     held.audio()
+
+
+def test_calls_run_on_the_engines_thread_between_frames(engine, voices):
+    """Model work handed to the engine (a voice being made) runs on its thread while it idles, and between two frames
+    while a request runs: it does not wait for the request's end."""
+    idle = engine.call(lambda: threading.current_thread().name).result(TIMEOUT)
+    assert idle == "morph-live-engine"
+    calls = []
+    sink = Sink(on_first=lambda: calls.append(engine.call(lambda: len(sink.chunks))))
+    submit(engine, "a line long enough for many chunks.", voices["xvec"], 64, sink)
+    sink.audio()
+    assert calls and calls[0].result(TIMEOUT) < len(sink.chunks)  # it ran before the request's last chunk
+    engine.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.call(lambda: None)
