@@ -6,9 +6,11 @@ goes away frees its row; the API key guards every route but /health."""
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import io
 import json
 import subprocess
+import threading
 import time
 
 import httpx
@@ -205,8 +207,6 @@ def test_the_api_key_guards_every_route_but_health(server):
 
 def test_health_is_503_until_the_engine_is_warm(lean, tmp_path, monkeypatch):
     """Until its warm-up request has run, the server says it is loading; then it is ready."""
-    import threading
-
     from fastapi.testclient import TestClient
 
     import morph.serve.app as app_module
@@ -221,3 +221,30 @@ def test_health_is_503_until_the_engine_is_warm(lean, tmp_path, monkeypatch):
             time.sleep(0.05)
         assert loading.status_code == 503 and loading.json() == {"status": "loading"}
         assert client.get("/health").json() == {"status": "ok"}
+
+
+
+def test_a_full_queue_answers_503_with_retry_after(lean, tmp_path, ref_audio):
+    """While the engine's thread is held (a call that waits), requests queue up to max_waiting rows; the next one gets
+    503 with Retry-After instead of a place in an unbounded queue, and the queued ones still finish whole."""
+    with serving(lean, tmp_path / "voices", max_waiting=2) as (url, app):
+        made = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "carol"},
+                          files={"audio_sample": ("c.wav", wav_bytes(ref_audio[0]), "audio/wav")}, timeout=60)
+        assert made.status_code == 200
+        engine, gate = app.state.speech.engine, threading.Event()
+        held = engine.call(lambda: gate.wait(60))
+        body = {"input": TEXT, "voice": "carol", "response_format": "pcm", "max_new_tokens": 8}
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            queued = [pool.submit(httpx.post, f"{url}/v1/audio/speech", headers=AUTH, json=body, timeout=60)
+                      for _ in range(2)]
+            deadline = time.monotonic() + 30
+            while engine.stats()["rows_waiting"] < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            refused = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, json=body, timeout=60)
+            gate.set()
+            replies = [q.result(60) for q in queued]
+        held.result(60)
+        assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1
+        assert refused.json()["error"]["code"] == "server_busy"
+        assert all(r.status_code == 200 and len(r.content) > 0 for r in replies)
+        assert 'morph_requests_total{status="busy"} 1' in httpx.get(f"{url}/metrics", headers=AUTH).text
