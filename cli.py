@@ -28,7 +28,7 @@ DEFAULT_VOICE = ASSETS / "default_voice.wav"
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cli.py", description=__doc__, formatter_class=HelpFormatter,
                                 epilog="A whole script: python cli.py render --help; a saved voice: python cli.py "
-                                       "voice --help")
+                                       "voice --help; an HTTP server: python cli.py serve --help")
     p.add_argument("--text", required=True, help="what to say; text over 500 characters is split at sentence ends")
     p.add_argument("--voice", type=Path, default=DEFAULT_VOICE,
                    help="reference clip of the voice to clone (wav, flac, ogg or mp3, any rate, mono or stereo; "

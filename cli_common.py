@@ -73,8 +73,11 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                    help="attention kernel; auto is flash-attention 2 when flash_attn imports, else sdpa")
 
 
-def add_generation_options(p: argparse.ArgumentParser, seed_help: str) -> None:
-    p.add_argument("--language", default="Auto", help=f"language of the text: {', '.join(LANGUAGES)}")
+def add_generation_options(p: argparse.ArgumentParser, seed_help: str, audio_out: bool = True) -> None:
+    """The generation flags; with audio_out also --language and --no-smooth, which the server takes per request
+    (language) or does not do (smoothing: a stream cannot be normalised to its peak)."""
+    if audio_out:
+        p.add_argument("--language", default="Auto", help=f"language of the text: {', '.join(LANGUAGES)}")
     p.add_argument("--seq-groups", type=int, default=DEFAULT_SEQ_GROUPS,
                    help=f"code groups decoded one by one (1-{MAX_SEQ_GROUPS}); {MAX_SEQ_GROUPS} is closest to upstream "
                         "(bit-exact only in the Python API's eager mode, fp32), lower is faster")
@@ -89,7 +92,9 @@ def add_generation_options(p: argparse.ArgumentParser, seed_help: str) -> None:
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="frame limit of each segment (12.5 frames a second); default: 5 s plus 0.35 s per character "
                         "of the segment")
-    p.add_argument("--no-smooth", action="store_true", help="skip the low-pass filter and the -3 dBFS normalisation")
+    if audio_out:
+        p.add_argument("--no-smooth", action="store_true",
+                       help="skip the low-pass filter and the -3 dBFS normalisation")
 
 
 def settings_from(args: argparse.Namespace) -> GenerationSettings:

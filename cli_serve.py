@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "which runs the lean layers; eager is not served)")
     add_model_options(p)
     add_generation_options(p, seed_help="the seed of requests that send none; without it every request is a new "
-                                        "take")
+                                        "take", audio_out=False)
     return p
 
 
