@@ -97,8 +97,9 @@ class Speech:
         if language is None:
             raise ApiError(400, f"language: {body.language!r} is not supported by this model; use one of "
                                 f"{', '.join(tts.languages)}", "language", "invalid_value")
+        _refuse_unused(body, task, tts.model_size)
         name = body.voice_name
-        if task == "voice_design":
+        if task == "voice_design":  # `voice` is not read: OpenAI's clients must send one
             if not body.instructions.strip():
                 raise ApiError(400, "instructions: a VoiceDesign model speaks in the voice the instructions describe; "
                                     "describe one", "instructions", "invalid_value")
@@ -215,6 +216,28 @@ class Speech:
         finally:
             request.cancel()
             self.metrics.finished(status, sum(c.size for c in chunks) / SAMPLE_RATE, time.perf_counter() - started)
+
+
+def _refuse_unused(body: SpeechRequest, task: str, model_size: str) -> None:
+    """A field the loaded model would not use is refused, not dropped: a request must not seem to have done what it
+    asked when it did not."""
+    cloning = {"ref_audio": body.ref_audio, "ref_text": body.ref_text, "x_vector_only_mode": body.x_vector_only_mode}
+    if task != "base":
+        speaks = "its own speakers" if task == "custom_voice" else "the voice its instructions describe"
+        for field, value in cloning.items():
+            if value:
+                raise ApiError(400, f"{field}: this server's model speaks in {speaks}; cloning a clip needs a Base "
+                                    "model", field, "invalid_value")
+    elif body.instructions.strip():
+        raise ApiError(400, "instructions: a Base (voice clone) model takes no instructions; leave them out, or load a "
+                            "CustomVoice or VoiceDesign model", "instructions", "invalid_value")
+    elif (body.ref_text or body.x_vector_only_mode) and not body.ref_audio:
+        field = "ref_text" if body.ref_text else "x_vector_only_mode"
+        raise ApiError(400, f"{field}: goes with ref_audio; a saved voice keeps its own transcript and mode", field,
+                       "invalid_value")
+    if task == "custom_voice" and model_size == "0b6" and body.instructions.strip():
+        raise ApiError(400, "instructions: the 0.6B CustomVoice model was trained without instructions (upstream drops "
+                            "them); leave them out, or load the 1.7B", "instructions", "invalid_value")
 
 
 def _sse(kind: str, **fields) -> bytes:

@@ -153,6 +153,8 @@ BAD = [  # (body changes, multipart or not, status, param, words in the message)
     ({"seq_groups": 99}, 400, "seq_groups", "15"),
     ({"max_new_tokens": 401}, 400, "max_new_tokens", "at most 400"),
     ({"stream_format": "sse", "response_format": "wav"}, 400, "response_format", "sse"),
+    ({"instructions": "Speak softly."}, 400, "instructions", "takes no instructions"),
+    ({"ref_text": "What the clip says."}, 400, "ref_text", "goes with ref_audio"),
 ]
 
 
