@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from bench.workload import eos_held_back
 from morph import graphs
 from morph.decode import lean, runner
+from morph.decode.fused_stack import FusedStack
 from morph.engine import MorphTTS
 from morph.settings import GenerationSettings
 
@@ -184,8 +185,8 @@ def lean_stack(talker, rec: Recording, ks, dtype, mode: str, overrides: dict | N
     with ExitStack() as stack, torch.inference_mode():
         if overrides:
             stack.enter_context(mock.patch.multiple(lean, **overrides))
-        t_stack = lean.FusedStack(talker.model.layers, talker.model.norm, talker.config)
-        p_stack = lean.FusedStack(cp.model.layers, cp.model.norm, cp.config)
+        t_stack = FusedStack(talker.model.layers, talker.model.norm, talker.config)
+        p_stack = FusedStack(cp.model.layers, cp.model.norm, cp.config)
         stack.callback(t_stack.release)
         stack.callback(p_stack.release)
         tw, pw, td, pd = t_stack.weights(), p_stack.weights(), t_stack.dims, p_stack.dims

@@ -24,7 +24,7 @@ from .prompts import prompt_inputs, prompt_tokens, stream_keys, token_count
 from .settings import GenerationSettings
 
 if TYPE_CHECKING:
-    from .decode.slots import Group
+    from .decode.groups import Group
 
 _PROMPT = ("inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_embed")
 
@@ -61,9 +61,10 @@ class RowRunner:
 
     def __init__(self, tts, settings: GenerationSettings, width: int, need: int, stop: Callable[[Row], int],
                  on_row: Callable[[Row, object], None], audio: bool = True,
-                 on_chunk: Callable[[Row, np.ndarray], None] | None = None):
+                 on_chunk: Callable[[Row, np.ndarray], None] | None = None, pages: int | None = None):
+        """pages: the talker's keys and values in a paged pool of that many pages (ContinuousBatch), else dense."""
         self.tts, self.settings, self.width, self.need, self.stop = tts, settings, width, need, stop
-        self.on_row, self.audio, self.on_chunk = on_row, audio, on_chunk
+        self.on_row, self.audio, self.on_chunk, self.pages = on_row, audio, on_chunk, pages
         self.batch = None  # built for the first group: its options come with that group's prompt
         self._ended = self._hand = None
 
@@ -108,7 +109,7 @@ class RowRunner:
     def _group(self, chunk: list[tuple[Row, int]]) -> tuple[dict, "Group"]:
         """Rows to join together, their prompt built by upstream's own generate (MorphPatch.prompt_of), which also
         gives the talker's sampling options."""
-        from .decode.slots import Group  # the decode path loads with a model, not with the nodes
+        from .decode.groups import Group  # the decode path loads with a model, not with the nodes
 
         model, patch = self.tts.tts, self.tts.patch
         rows = [r for r, _ in chunk]
@@ -124,7 +125,7 @@ class RowRunner:
 
         tts = self.tts
         self.batch = ContinuousBatch(tts.patch.loop, self.width, self.need, options, self.settings.seq_groups,
-                                     tts.patch.mode, tts.device, tts.tts.model.dtype)
+                                     tts.patch.mode, tts.device, tts.tts.model.dtype, self.pages)
         if not self.audio:
             return
         side = tts.codec.side_stream(tts.device)

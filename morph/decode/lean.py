@@ -30,6 +30,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from . import paged
+
 
 class LayerW(NamedTuple):
     """One decoder layer's weights (views of the module's own parameters)."""
@@ -132,27 +134,35 @@ def mlp(x: torch.Tensor, w: LayerW, d: Dims) -> torch.Tensor:
 
 
 def layer_step(x: torch.Tensor, w: LayerW, k_cache: torch.Tensor, v_cache: torch.Tensor, cos: torch.Tensor,
-               sin: torch.Tensor, write_idx: torch.Tensor, bias: torch.Tensor, d: Dims) -> torch.Tensor:
-    """One decoder layer over T new positions; writes their K/V at `write_idx` [T]."""
+               sin: torch.Tensor, write_idx: torch.Tensor, bias: torch.Tensor, d: Dims,
+               table: torch.Tensor | None = None) -> torch.Tensor:
+    """One decoder layer over T new positions; writes their K/V at `write_idx` [T] (through `table` into paged
+    pools, morph/decode/paged.py)."""
     q, k, v = project(x, w, cos, sin, d)
-    k_cache.index_copy_(2, write_idx, k)
-    v_cache.index_copy_(2, write_idx, v)
+    if table is None:
+        k_cache.index_copy_(2, write_idx, k)
+        v_cache.index_copy_(2, write_idx, v)
+    else:
+        paged.write(k_cache, table, write_idx, k), paged.write(v_cache, table, write_idx, v)
+        k_cache, v_cache = paged.gather(k_cache, table), paged.gather(v_cache, table)
     return mlp(x + F.linear(attend(q, k_cache, v_cache, bias, d), w.wo), w, d)
 
 
 def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
                v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
-               rope_pos: torch.Tensor, write_idx: torch.Tensor, lo: torch.Tensor, d: Dims) -> torch.Tensor:
-    """All layers plus the final norm over T new positions per row. rope_pos [B, T] indexes
-    the [L, D] cos/sin tables; the tokens' K/V go to cache slots write_idx [T], and row b's
-    token t attends to slots lo[b] .. write_idx[t]."""
+               rope_pos: torch.Tensor, write_idx: torch.Tensor, lo: torch.Tensor, d: Dims,
+               table: torch.Tensor | None = None) -> torch.Tensor:
+    """All layers plus the final norm over T new positions per row. rope_pos [B, T] indexes the [L, D] cos/sin
+    tables; the tokens' K/V go to cache slots write_idx [T], and row b's token t attends to slots lo[b] ..
+    write_idx[t]. With a page `table` [B, L / page] the caches are paged pools (morph/decode/paged.py)."""
     x = x.to(torch.float32)  # the residual stream, rounded only where a layer reads it (rms_norm)
     cos, sin = cos_table[rope_pos].unsqueeze(1), sin_table[rope_pos].unsqueeze(1)  # [B, 1, T, D]
-    slots = torch.arange(k_caches[0].shape[2], device=x.device)
+    slots = torch.arange(k_caches[0].shape[2] if table is None else table.shape[1] * k_caches[0].shape[2],
+                         device=x.device)
     valid = (slots <= write_idx.unsqueeze(1)) & (slots >= lo.view(-1, 1, 1))  # [B, T, L]
     bias = torch.zeros(valid.shape, dtype=x.dtype, device=x.device).masked_fill(~valid, torch.finfo(x.dtype).min)
     for w, kc, vc in zip(weights, k_caches, v_caches, strict=True):
-        x = layer_step(x, w, kc, vc, cos, sin, write_idx, bias.unsqueeze(1), d)
+        x = layer_step(x, w, kc, vc, cos, sin, write_idx, bias.unsqueeze(1), d, table)
     return rms_norm(x, norm_w, d.eps)
 
 
@@ -179,11 +189,11 @@ def predictor_pass(x: torch.Tensor, proj_w: torch.Tensor | None, proj_b: torch.T
 def talker_pass(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
                 v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
                 cache_pos: torch.Tensor, rope_pos: torch.Tensor, pads: torch.Tensor, d: Dims,
-                fused: bool = False) -> torch.Tensor:
-    """A talker one-token step at cache slot `cache_pos` [1]; row b's rotary position is
-    rope_pos[b] and its first `pads[b]` slots are left padding."""
+                fused: bool = False, table: torch.Tensor | None = None) -> torch.Tensor:
+    """A talker one-token step at cache slot `cache_pos` [1]; row b's rotary position is rope_pos[b], its first
+    `pads[b]` slots are left padding; `table`: the caches are paged pools."""
     return _stack_step(fused)(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos.unsqueeze(1),
-                              cache_pos, pads, d)
+                              cache_pos, pads, d, table=table)
 
 
 def rope_tables(rotary_emb: torch.nn.Module, length: int, device, dtype, multimodal: bool):
@@ -200,101 +210,3 @@ def rope_tables(rotary_emb: torch.nn.Module, length: int, device, dtype, multimo
     if multimodal:
         cos, sin = cos[0], sin[0]
     return cos[0].contiguous(), sin[0].contiguous()
-
-
-# -- fused weights that the modules view ----------------------------------------------
-def _fuse(linears: list[torch.nn.Linear]) -> torch.Tensor:
-    """Concatenate the linears' weights into one tensor and make each weight a view of it."""
-    with torch.inference_mode(False), torch.no_grad():
-        fused = torch.cat([m.weight.detach() for m in linears])
-        start = 0
-        for m in linears:
-            n = m.weight.shape[0]
-            m.weight = torch.nn.Parameter(fused[start:start + n], requires_grad=False)
-            start += n
-    return fused
-
-
-def _views_of(fused: torch.Tensor | None, linears: list[torch.nn.Linear]) -> bool:
-    if fused is None:
-        return False
-    start = 0
-    for m in linears:
-        w = m.weight
-        if (w.device != fused.device or w.dtype != fused.dtype
-                or w.data_ptr() != fused[start:start + w.shape[0]].data_ptr()):
-            return False
-        start += w.shape[0]
-    return start == fused.shape[0]
-
-
-def _unfuse(linears: list[torch.nn.Linear]) -> None:
-    with torch.inference_mode(False), torch.no_grad():
-        for m in linears:
-            m.weight = torch.nn.Parameter(m.weight.detach().clone(), requires_grad=False)
-
-
-class FusedStack:
-    """The layers of one decoder stack, with q/k/v and gate/up fused into one tensor each.
-
-    The modules keep working as before: their parameters are views into the fused
-    tensors. `weights()` re-fuses whenever that stopped being true (the model was moved
-    or cast by a memory manager), and `version` changes then, so cached CUDA graphs that
-    point at the old storage can be dropped.
-    """
-
-    def __init__(self, layers, norm: torch.nn.Module, config):
-        self.layers = list(layers)
-        self.norm = norm
-        self.dims = dims_of(config)
-        self._fused: list[tuple[torch.Tensor | None, torch.Tensor | None]] = [(None, None)] * len(self.layers)
-        self._weights: list[LayerW] | None = None
-        self.version = 0
-
-    @staticmethod
-    def _groups(layer):
-        a, m = layer.self_attn, layer.mlp
-        return [a.q_proj, a.k_proj, a.v_proj], [m.gate_proj, m.up_proj]
-
-    def weights(self) -> list[LayerW]:
-        stale = False
-        for i, layer in enumerate(self.layers):
-            qkv, gu = self._groups(layer)
-            fq, fg = self._fused[i]
-            if not (_views_of(fq, qkv) and _views_of(fg, gu)):
-                self._fused[i] = (_fuse(qkv), _fuse(gu))
-                stale = True
-        if stale or self._weights is None:
-            self.version += 1
-            self._weights = [
-                LayerW(layer.input_layernorm.weight, fq, layer.self_attn.q_norm.weight, layer.self_attn.k_norm.weight,
-                       layer.self_attn.o_proj.weight, layer.post_attention_layernorm.weight, fg,
-                       layer.mlp.down_proj.weight)
-                for layer, (fq, fg) in zip(self.layers, self._fused, strict=True)
-            ]
-        # norms and the other projections can be replaced by a move too: re-read them
-        for i, (layer, w) in enumerate(zip(self.layers, self._weights)):
-            if w.ln1 is not layer.input_layernorm.weight or w.wo is not layer.self_attn.o_proj.weight \
-                    or w.wd is not layer.mlp.down_proj.weight or w.ln2 is not layer.post_attention_layernorm.weight:
-                self._weights[i] = w._replace(
-                    ln1=layer.input_layernorm.weight, q_norm=layer.self_attn.q_norm.weight,
-                    k_norm=layer.self_attn.k_norm.weight, wo=layer.self_attn.o_proj.weight,
-                    ln2=layer.post_attention_layernorm.weight, wd=layer.mlp.down_proj.weight)
-                self.version += 1
-        return self._weights
-
-    def fingerprint(self) -> tuple:
-        """Addresses of every tensor the step reads: equal fingerprints, same graphs."""
-        ws = self.weights()
-        return (self.version, self.norm.weight.data_ptr(), tuple(t.data_ptr() for w in ws for t in w))
-
-    def release(self) -> None:
-        """Give every projection its own storage again."""
-        for i, layer in enumerate(self.layers):
-            if self._fused[i][0] is not None:
-                qkv, gu = self._groups(layer)
-                _unfuse(qkv)
-                _unfuse(gu)
-        self._fused = [(None, None)] * len(self.layers)
-        self._weights = None
-        self.version += 1

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from . import lean
+from .fused_stack import FusedStack
 from ..settings import Sampling
 from .sampling import Noise, sample, torch_noise
 
@@ -101,7 +102,7 @@ class Predictor:
         self.max_len = self.num_groups + 1  # a 2-token prefill, then one position per later group
         self._stacked: torch.Tensor | None = None
         self._stacked_emb: torch.Tensor | None = None
-        self._stack: lean.FusedStack | None = None
+        self._stack: FusedStack | None = None
         self._states: collections.OrderedDict = collections.OrderedDict()
 
     # -- weights the step reads as one tensor -------------------------------------------
@@ -132,9 +133,9 @@ class Predictor:
         return self._stacked_emb
 
     @property
-    def stack(self) -> lean.FusedStack:
+    def stack(self) -> FusedStack:
         if self._stack is None:
-            self._stack = lean.FusedStack(self.cp.model.layers, self.cp.model.norm, self.cp.config)
+            self._stack = FusedStack(self.cp.model.layers, self.cp.model.norm, self.cp.config)
         return self._stack
 
     def owner(self) -> tuple:

@@ -20,12 +20,16 @@ slots, and the attention kernels skip the blocks below a row's bound.
   `finished` at once, while the batch goes on.
 - The step runs over the live rows only, one step per width bucket, and rows are moved down to narrow it
   (morph/decode/widths.py).
+- The keys and values are dense (each row the whole capacity) or paged (morph/decode/kv_store.py): a row joins once
+  the pages from its prompt to its frame limit can be set aside, takes them as it grows, and frees them as it ends;
+  moving rows down or narrowing the step then moves table entries, not keys and values.
 """
 
 from __future__ import annotations
 
 import bisect
 import collections
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -33,45 +37,10 @@ from typing import Callable
 import torch
 
 from ..settings import Sampling
-from . import runner, widths
-from .prefill import lean_prefill
+from . import kv_store, runner, widths
+from .groups import Ahead, Group, prefill_group
 
 REFILL_DIVISOR = 16  # rows join when width / REFILL_DIVISOR slots are free (or none runs)
-
-
-@dataclass
-class Group:
-    """Rows to join together: their prompt as upstream's generate built it (MorphPatch.prompt_of's
-    inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed), each row's frame limit and stream key."""
-
-    names: list
-    prompt: dict
-    stops: list[int]
-    keys: list[int]
-
-
-@dataclass
-class _Prefill:
-    """A group's prefill (prefill.py), its trailing text [m, T, H] and pad [1, 1, H], kept until its rows joined."""
-
-    kv: list
-    logits: torch.Tensor
-    past_hidden: torch.Tensor
-    text: torch.Tensor
-    pad: torch.Tensor
-    length: int
-
-
-@dataclass
-class _Ahead:
-    """A prefilled row waiting for a slot."""
-
-    shared: _Prefill
-    index: int  # its row in the prefill
-    name: object
-    stop: int
-    key: int
-    pad: int  # left padding of its prompt
 
 
 @dataclass
@@ -84,9 +53,11 @@ class _Live:
 class ContinuousBatch:
     """Rows of one render decoded `width` at a time in one running batch (module docstring)."""
 
-    def __init__(self, loop, width: int, need: int, options: dict, seq_groups: int, mode: str, device, dtype):
+    def __init__(self, loop, width: int, need: int, options: dict, seq_groups: int, mode: str, device, dtype,
+                 pages: int | None = None):
         """need: the most slots one row takes (prompt, frames and the EOS slot); options: the talker's sampling
-        keywords, as upstream passes them (MorphPatch.prompt_of)."""
+        keywords, as upstream passes them (MorphPatch.prompt_of); pages: the K/V in a pool of that many pages
+        (morph/decode/kv_store.py PagedKV; rows join while their pages can be set aside), else dense."""
         self.loop, self.width, self.seq_groups, self.device = loop, width, seq_groups, device
         self.lag = loop.sync_lag if device.type == "cuda" else 0  # frames behind the GPU the host learns a row ended
         self.mode = runner.resolve(mode, device, loop.lean_check)
@@ -100,14 +71,16 @@ class ContinuousBatch:
                                 temperature=o["temperature"], top_k=o["top_k"], top_p=o["top_p"])
         # the prefill's draw is held back too: a row must not end before its first frame
         self.hold = max(int(loop.hold(o["min_new_tokens"])), 1)
-        self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True)
+        paging = None if pages is None else (pages, kv_store.PAGE)
+        self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging)
+        self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st, pages, kv_store.PAGE)
         self.streams = loop.row_streams(device)
         self.refill = max(1, width // REFILL_DIVISOR)
         self.position = 0  # P, the host's copy of st.step
         self.live: dict[int, _Live] = {}
         self.free = list(range(width))  # ascending: the lowest is handed out first
         self.ended = 0  # rows handed over so far
-        self._ahead: list[_Ahead] = []  # prefilled rows, in order
+        self._ahead: list[Ahead] = []  # prefilled rows, in order
         self.buckets = widths.buckets(width)
         self.bucket = width  # the step's width: every live slot is below it
         self.widths: collections.Counter = collections.Counter()  # frames run at each width
@@ -135,7 +108,7 @@ class ContinuousBatch:
                     if not self._ahead:
                         group = next_group(self.width)
                         if group is not None:
-                            self._ahead = self._prefill(group)
+                            self._ahead = prefill_group(self.loop, self.st, group)
                     if self._ahead:
                         tried = -1 if self._join(queue, flags, finished) else self.ended
                 if not self.live:
@@ -143,7 +116,7 @@ class ContinuousBatch:
                         self.loop.last_run = dict(mode=self.mode, frames_run=frame, rows=self.ended,
                                                   capacity=self.st.capacity, width=self.width,
                                                   widths=dict(sorted(self.widths.items())),
-                                                  capture_s=round(self.capture_s, 3))
+                                                  capture_s=round(self.capture_s, 3), **self.kv.stats())
                         return
                     continue
                 self._fit()
@@ -154,6 +127,7 @@ class ContinuousBatch:
                     self._compact()
                 if on_step is not None:
                     on_step(len(self.live))
+                self.kv.grow(self.live, self.position)
                 self._steps[self.bucket]()
                 self.widths[self.bucket] += 1
                 self.position += 1
@@ -186,6 +160,7 @@ class ContinuousBatch:
         for s in ended:
             row = self.live.pop(s)
             finished(row.name, self.st.frames[s, row.start:position].clone())
+            self.kv.free(s, row.name)
             bisect.insort(self.free, s)
             self.ended += 1
 
@@ -213,21 +188,6 @@ class ContinuousBatch:
         self._fit()
 
     # -- joining ------------------------------------------------------------------------------
-    def _prefill(self, group: Group) -> list[_Ahead]:
-        """A group's prompts through the lean layers at once (morph/decode/prefill.py: upstream's talker forward
-        without its host time, about as long for `width` rows as for one); the rows then join from it, a few at a
-        time, as slots free up."""
-        p, loop, st = group.prompt, self.loop, self.st
-        out = lean_prefill(p["inputs_embeds"], p["attention_mask"], loop.stack.weights(), loop.talker.model.norm.weight,
-                           loop.talker.codec_head.weight, st.cos, st.sin, loop.stack.dims)
-        length = p["inputs_embeds"].shape[1]
-        pads = (length - p["attention_mask"].sum(-1)).tolist()  # one host sync a group
-        shared = _Prefill(out.kv, out.logits, out.past_hidden, p["trailing_text_hidden"],
-                          p["tts_pad_embed"].reshape(1, 1, -1), length)
-        return [_Ahead(shared, i, name, stop, key, pad)
-                for i, (name, stop, key, pad)
-                in enumerate(zip(group.names, group.stops, group.keys, pads, strict=True))]
-
     def _join(self, queue, flags, finished) -> bool:
         """Rows of the oldest prefilled group into free slots at P; False when they cannot fit behind P or before
         the capacity yet."""
@@ -238,13 +198,21 @@ class ContinuousBatch:
             self._drain(queue, flags, finished)  # a move needs every pending snapshot read first
             if not self._move_down(length, needed):
                 return False
-        n, at, dev = len(rows_in), self.position, self.device
+        at, dev = self.position, self.device
+        # rows join while their memory can be set aside (a paged cache's pages), in order; the rest wait for a row
+        # to end
+        rows_in = list(itertools.takewhile(
+            lambda a: self.kv.admit(a.name, at - length + a.pad, at + a.stop + 2), rows_in))
+        if not rows_in:
+            if not self.live:
+                raise RuntimeError("morph: a row needs more key/value cache pages than the whole pool holds; give the "
+                                   "continuous batch more pages")
+            return False
+        n = len(rows_in)
         slots = self.free[:n]  # the lowest: rows gather at the bottom, where the narrow steps run
         rows = torch.tensor(slots, device=dev)
         idx = torch.tensor([a.index for a in rows_in], device=dev)
-        for (k, v), kc, vc in zip(shared.kv, st.k, st.v, strict=True):
-            kc[rows, :, at - length:at] = k[idx]
-            vc[rows, :, at - length:at] = v[idx]
+        self.kv.write_prompt(slots, shared.kv, idx, at, length, [a.name for a in rows_in])
         keys = torch.tensor([a.key for a in rows_in], dtype=torch.long, device=dev)
         pads = torch.tensor([a.pad for a in rows_in], dtype=torch.long, device=dev)
         seen = torch.zeros(n, st.seen.shape[1], dtype=torch.bool, device=dev)
@@ -277,15 +245,12 @@ class ContinuousBatch:
         `length` fits behind P and `needed` slots after it; False when that is not yet possible."""
         st = self.st
         if not self.live:  # nothing to keep: start again at the prompt's length
-            shift = self.position - length
+            shift = self.kv.align(self.position - length)
         else:
-            shift = min(min(row.lo for row in self.live.values()), self.position - length)
+            shift = self.kv.align(min(min(row.lo for row in self.live.values()), self.position - length))
             if shift <= 0:
                 return self.position >= length and self.position + needed <= st.capacity
-            used = slice(shift, self.position)
-            for kc, vc in zip(st.k, st.v, strict=True):
-                kc[:, :, :self.position - shift] = kc[:, :, used].clone()
-                vc[:, :, :self.position - shift] = vc[:, :, used].clone()
+            self.kv.shift(shift, self.position)
             for buffer in (st.text, st.frames, st.tokens):
                 buffer[:, :st.capacity - shift] = buffer[:, shift:].clone()
             for t in (st.pads, st.start, st.stop):

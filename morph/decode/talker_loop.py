@@ -7,15 +7,13 @@ upstream's `Qwen3TTSForConditionalGeneration.generate` reads from it (`hidden_st
 per step), so EOS trimming stays upstream's; the frames also reach a caller as they are made (`on_frames`: the
 codec decodes beside the loop, morph/codec/stream.py).
 
-- Prefill is upstream's own `talker.forward` over the prompt.
-- Each frame is `frame_step`: the predictor's codes (morph/decode/predictor.py), the embedding sum plus the trailing
-  text (or tts_pad), one talker step, the codec head, and upstream's logits rules (morph/decode/sampling.py). The
-  frame index, cache slot and rotary position are device tensors that the step advances itself.
-- Layers: in mode "eager" the talker step is the talker model's own forward with the prefill's DynamicCache, called
-  as HF generate calls it (exact); in the other modes it is the lean stack over a static KV buffer with a
-  device-side length mask, so one CUDA graph replays at every position (morph/decode/runner.py decides how).
-- The host only replays, and reads back a "rows left" flag a few frames behind the GPU, so the queue never drains;
-  frames decoded past the last EOS are dropped.
+- Prefill is upstream's own `talker.forward` over the prompt (the continuous batch's: morph/decode/prefill.py). Each
+  frame is `frame_step`: the predictor's codes (morph/decode/predictor.py), the embedding sum plus the trailing text
+  (or tts_pad), one talker step, the codec head, upstream's logits rules (sampling.py), all on device tensors.
+- Layers: in mode "eager" the talker model's own forward with the prefill's DynamicCache, as HF generate calls it
+  (exact); else the lean stack over a static KV buffer (or paged pool) with a device-side length mask, so one CUDA
+  graph replays at every position (morph/decode/runner.py decides how). The host only replays, and reads back a
+  "rows left" flag a few frames behind the GPU (the queue never drains).
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ import torch.nn.functional as F
 from ..settings import Sampling, capacity_for
 from .. import graphs
 from . import lean, runner
+from .fused_stack import FusedStack
 from .predictor import Predictor
 from .sampling import TalkerRules, fused_pick, sample, talker_pick, torch_noise
 from .streams import RowStreams
@@ -53,7 +52,7 @@ class TalkerLoop:
         self.talker = talker
         self.config = talker.config
         self.predictor = Predictor(talker.code_predictor)
-        self._stack: lean.FusedStack | None = None
+        self._stack: FusedStack | None = None
         self.graphs = graphs.GraphCache(max_graphs)
         self._state: TalkerState | None = None
         self._rules: collections.OrderedDict = collections.OrderedDict()
@@ -63,9 +62,9 @@ class TalkerLoop:
         self.last_run: dict = {}
 
     @property
-    def stack(self) -> lean.FusedStack:
+    def stack(self) -> FusedStack:
         if self._stack is None:
-            self._stack = lean.FusedStack(self.talker.model.layers, self.talker.model.norm, self.config)
+            self._stack = FusedStack(self.talker.model.layers, self.talker.model.norm, self.config)
         return self._stack
 
     def lean_check(self) -> None:
@@ -84,11 +83,12 @@ class TalkerLoop:
         self.predictor.release()
         graphs.trim_graph_memory()
 
-    def state(self, batch: int, needed: int, device, dtype, lean_kv: bool) -> TalkerState:
-        if self._state is None or not self._state.matches(batch, needed, device, dtype, lean_kv):
+    def state(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging: tuple[int, int] | None = None):
+        """The static state; `paging` (pages, page size): its K/V in a paged pool (the continuous batch's)."""
+        if self._state is None or not self._state.matches(batch, needed, device, dtype, lean_kv, paging):
             self.graphs.clear()  # graphs point at the old buffers
             self._state = None
-            self._state = TalkerState(self, batch, capacity_for(needed), device, dtype, lean_kv)
+            self._state = TalkerState(self, batch, capacity_for(needed), device, dtype, lean_kv, paging)
         return self._state
 
     def row_streams(self, device) -> RowStreams:
@@ -114,10 +114,10 @@ class TalkerLoop:
                 t.model.codec_embedding.weight.data_ptr(), t.model.norm.weight.data_ptr())
 
     def lean_talker(self, kind: str) -> Callable:
-        """kind: "lean" (torch ops) or "fused" (morph/kernels/layers.py)."""
-        fused = kind == "fused"
-        return lambda x, st: lean.talker_pass(x, self.stack.weights(), self.talker.model.norm.weight, st.k, st.v, st.cos, st.sin,
-                                 st.cache_pos, st.rope_pos, st.pads, self.stack.dims, fused)
+        """kind: "lean" (torch ops) or "fused" (morph/kernels/layers.py); a paged state's table goes with its pools."""
+        return lambda x, st: lean.talker_pass(x, self.stack.weights(), self.talker.model.norm.weight, st.k, st.v,
+                                              st.cos, st.sin, st.cache_pos, st.rope_pos, st.pads, self.stack.dims,
+                                              kind == "fused", st.table)
 
     # -- the step: one definition for every mode --------------------------------------------
     def frame_step(self, st: TalkerState, seq_groups: int, cp_sampling: Sampling, rules: TalkerRules,

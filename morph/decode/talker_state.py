@@ -33,16 +33,23 @@ class TalkerState:
     """Every tensor a frame step reads or writes, allocated once per (batch, capacity, lean)."""
 
     def __init__(self, loop, batch: int, capacity: int, device: torch.device, dtype: torch.dtype,
-                 lean_kv: bool):
+                 lean_kv: bool, paging: tuple[int, int] | None = None):
+        """paging (pages, page size): the K/V caches are pools of that many pages, and `table` [batch, capacity /
+        page] maps each row's slots to them (morph/decode/paged.py; morph/decode/blocks.py hands the pages out)."""
         cfg = loop.config
         hidden, vocab, groups = cfg.hidden_size, cfg.vocab_size, cfg.num_code_groups
         self.batch, self.capacity, self.device, self.dtype, self.lean_kv = batch, capacity, device, dtype, lean_kv
+        self.paging = paging
         z = dict(device=device)
         with torch.inference_mode(False), torch.no_grad():
-            self.k = self.v = None
+            self.k = self.v = self.table = None
             if lean_kv:
                 d = loop.stack.dims
                 shape = (batch, d.kv_heads, capacity, d.head_dim)
+                if paging is not None:
+                    pages, page = paging
+                    shape = (pages, d.kv_heads, page, d.head_dim)
+                    self.table = torch.zeros(batch, capacity // page, dtype=torch.long, **z)  # all at the null page
                 self.k = [torch.zeros(shape, dtype=dtype, **z) for _ in range(cfg.num_hidden_layers)]
                 self.v = [torch.zeros(shape, dtype=dtype, **z) for _ in range(cfg.num_hidden_layers)]
                 self.cos, self.sin = lean.rope_tables(loop.talker.model.rotary_emb, capacity, device, dtype,
@@ -84,7 +91,9 @@ class TalkerState:
         view.batch = n
         for name in ROW_TENSORS:
             setattr(view, name, getattr(self, name)[:n])
-        if self.lean_kv:
+        if self.table is not None:  # the pools are every row's: only the table is per row
+            view.table = self.table[:n]
+        elif self.lean_kv:
             view.k, view.v = [t[:n] for t in self.k], [t[:n] for t in self.v]
         return view
 
@@ -95,11 +104,15 @@ class TalkerState:
         for name in CARRIED:
             t = getattr(self, name)
             t[dst] = t[src]
+        if self.table is not None:  # their pages go with them; the rows they leave point at the null page again
+            self.table[dst] = self.table[src]
+            self.table[src] = 0
+            return
         for cache in self.k + self.v:
             cache[dst, :, kv_slots] = cache[src, :, kv_slots]
 
-    def matches(self, batch: int, needed: int, device, dtype, lean_kv: bool) -> bool:
+    def matches(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging=None) -> bool:
         return (self.batch == batch and self.device == device and self.dtype == dtype and self.lean_kv == lean_kv
-                and needed <= self.capacity <= 2 * capacity_for(needed))
+                and self.paging == paging and needed <= self.capacity <= 2 * capacity_for(needed))
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from morph.decode import lean
+from morph.decode.fused_stack import FusedStack
 from morph.settings import GenerationSettings, Sampling
 
 from morph.scheduler import BatchTTS, Line
@@ -39,7 +40,7 @@ def test_lean_stack_matches_hf_layers(tiny_tts, which):
     talker = tiny_tts.tts.model.talker
     model = talker.code_predictor.model if which == "predictor" else talker.model
     cfg = model.config
-    stack = lean.FusedStack(model.layers, model.norm, cfg)
+    stack = FusedStack(model.layers, model.norm, cfg)
     d = stack.dims
     length, batch = 8, 2
     x = torch.randn(batch, length, cfg.hidden_size, generator=torch.Generator().manual_seed(0))
@@ -65,7 +66,7 @@ def test_talker_pass_masks_left_padding(tiny_tts):
     """A left-padded row attends from its first real slot and rotates from position 0."""
     model = tiny_tts.tts.model.talker.model
     cfg = model.config
-    stack = lean.FusedStack(model.layers, model.norm, cfg)
+    stack = FusedStack(model.layers, model.norm, cfg)
     d, length = stack.dims, 8
     x = torch.randn(1, 4, cfg.hidden_size, generator=torch.Generator().manual_seed(1))
     cos, sin = lean.rope_tables(model.rotary_emb, length, x.device, x.dtype, multimodal=True)
@@ -92,7 +93,7 @@ def test_fused_weights_are_views_and_follow_a_cast(tiny_dir):
     tts = import_qwen_tts().Qwen3TTSModel.from_pretrained(str(tiny_dir), dtype=torch.float32)
     model = tts.model.talker.model
     before = storage_bytes(tts.model)
-    stack = lean.FusedStack(model.layers, model.norm, model.config)
+    stack = FusedStack(model.layers, model.norm, model.config)
     ws = stack.weights()
     attn = model.layers[0].self_attn
     assert attn.q_proj.weight.untyped_storage().data_ptr() == ws[0].wqkv.untyped_storage().data_ptr()

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from morph.decode import lean
+from morph.decode.fused_stack import FusedStack
 from morph.settings import Sampling
 
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/morph/kernels/test_kernels.py"
@@ -82,7 +83,7 @@ def test_fused_pick_draws_what_pick_draws_with_top_p_and_greedy_too(s):
 def test_predictor_passes_match_lean(kernels, tiny_tts):
     """A 2-token prefill, then one token per group, causal over the buffer."""
     model = tiny_tts.tts.model.talker.code_predictor.model
-    stack = lean.FusedStack(model.layers, model.norm, model.config)
+    stack = FusedStack(model.layers, model.norm, model.config)
     d, batch, length = stack.dims, 2, 8
     x = torch.randn(batch, 6, model.config.hidden_size, generator=torch.Generator().manual_seed(1))
     cos, sin = lean.rope_tables(model.rotary_emb, length, x.device, x.dtype, multimodal=False)
@@ -105,7 +106,7 @@ def test_talker_steps_match_lean_with_left_padding(kernels, tiny_tts):
     """Steps across an attention block boundary over a filled cache; row 1's first 3
     slots are left padding."""
     model = tiny_tts.tts.model.talker.model
-    stack = lean.FusedStack(model.layers, model.norm, model.config)
+    stack = FusedStack(model.layers, model.norm, model.config)
     d, batch, length = stack.dims, 2, 80  # two attention blocks of 64 slots
     g = torch.Generator().manual_seed(2)
     x = torch.randn(batch, 4, model.config.hidden_size, generator=g)

@@ -1,0 +1,105 @@
+"""A decoder stack's weights as the lean layers read them (morph/decode/lean.py's LayerW): q/k/v and gate/up fused into
+one tensor each, which the modules' own parameters view, so there is no second copy."""
+
+from __future__ import annotations
+
+import torch
+
+from .lean import LayerW, dims_of
+
+
+def _fuse(linears: list[torch.nn.Linear]) -> torch.Tensor:
+    """Concatenate the linears' weights into one tensor and make each weight a view of it."""
+    with torch.inference_mode(False), torch.no_grad():
+        fused = torch.cat([m.weight.detach() for m in linears])
+        start = 0
+        for m in linears:
+            n = m.weight.shape[0]
+            m.weight = torch.nn.Parameter(fused[start:start + n], requires_grad=False)
+            start += n
+    return fused
+
+
+def _views_of(fused: torch.Tensor | None, linears: list[torch.nn.Linear]) -> bool:
+    if fused is None:
+        return False
+    start = 0
+    for m in linears:
+        w = m.weight
+        if (w.device != fused.device or w.dtype != fused.dtype
+                or w.data_ptr() != fused[start:start + w.shape[0]].data_ptr()):
+            return False
+        start += w.shape[0]
+    return start == fused.shape[0]
+
+
+def _unfuse(linears: list[torch.nn.Linear]) -> None:
+    with torch.inference_mode(False), torch.no_grad():
+        for m in linears:
+            m.weight = torch.nn.Parameter(m.weight.detach().clone(), requires_grad=False)
+
+
+class FusedStack:
+    """The layers of one decoder stack, with q/k/v and gate/up fused into one tensor each.
+
+    The modules keep working as before: their parameters are views into the fused
+    tensors. `weights()` re-fuses whenever that stopped being true (the model was moved
+    or cast by a memory manager), and `version` changes then, so cached CUDA graphs that
+    point at the old storage can be dropped.
+    """
+
+    def __init__(self, layers, norm: torch.nn.Module, config):
+        self.layers = list(layers)
+        self.norm = norm
+        self.dims = dims_of(config)
+        self._fused: list[tuple[torch.Tensor | None, torch.Tensor | None]] = [(None, None)] * len(self.layers)
+        self._weights: list[LayerW] | None = None
+        self.version = 0
+
+    @staticmethod
+    def _groups(layer):
+        a, m = layer.self_attn, layer.mlp
+        return [a.q_proj, a.k_proj, a.v_proj], [m.gate_proj, m.up_proj]
+
+    def weights(self) -> list[LayerW]:
+        stale = False
+        for i, layer in enumerate(self.layers):
+            qkv, gu = self._groups(layer)
+            fq, fg = self._fused[i]
+            if not (_views_of(fq, qkv) and _views_of(fg, gu)):
+                self._fused[i] = (_fuse(qkv), _fuse(gu))
+                stale = True
+        if stale or self._weights is None:
+            self.version += 1
+            self._weights = [
+                LayerW(layer.input_layernorm.weight, fq, layer.self_attn.q_norm.weight, layer.self_attn.k_norm.weight,
+                       layer.self_attn.o_proj.weight, layer.post_attention_layernorm.weight, fg,
+                       layer.mlp.down_proj.weight)
+                for layer, (fq, fg) in zip(self.layers, self._fused, strict=True)
+            ]
+        # norms and the other projections can be replaced by a move too: re-read them
+        for i, (layer, w) in enumerate(zip(self.layers, self._weights)):
+            if w.ln1 is not layer.input_layernorm.weight or w.wo is not layer.self_attn.o_proj.weight \
+                    or w.wd is not layer.mlp.down_proj.weight or w.ln2 is not layer.post_attention_layernorm.weight:
+                self._weights[i] = w._replace(
+                    ln1=layer.input_layernorm.weight, q_norm=layer.self_attn.q_norm.weight,
+                    k_norm=layer.self_attn.k_norm.weight, wo=layer.self_attn.o_proj.weight,
+                    ln2=layer.post_attention_layernorm.weight, wd=layer.mlp.down_proj.weight)
+                self.version += 1
+        return self._weights
+
+    def fingerprint(self) -> tuple:
+        """Addresses of every tensor the step reads: equal fingerprints, same graphs."""
+        ws = self.weights()
+        return (self.version, self.norm.weight.data_ptr(), tuple(t.data_ptr() for w in ws for t in w))
+
+    def release(self) -> None:
+        """Give every projection its own storage again."""
+        for i, layer in enumerate(self.layers):
+            if self._fused[i][0] is not None:
+                qkv, gu = self._groups(layer)
+                _unfuse(qkv)
+                _unfuse(gu)
+        self._fused = [(None, None)] * len(self.layers)
+        self._weights = None
+        self.version += 1

@@ -1,0 +1,121 @@
+"""Where the continuous batch's talker keys and values live (morph/decode/slots.py): dense, each row the whole capacity
+of the state (`DenseKV`), or paged, each row the pages it has grown into (`PagedKV`: morph/decode/blocks.py hands them
+out, morph/decode/paged.py and the fused kernel read through the page table). The batch asks the same of both: may a
+row join (`admit`), its prompt's keys and values into place, pages for the slot every live row writes next (`grow`), a
+row's memory back when it ends (`free`), and every row's slots moved down together (`shift`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import paged
+from .blocks import BlockManager
+
+PAGE = 32  # slots a page: to be measured on a GPU against the fused kernel's tiles (the torch path gathers whole rows)
+
+
+def pages_for_bytes(loop, dtype: torch.dtype, nbytes: int) -> int:
+    """The pages (the null page included) a pool of `nbytes` of the talker's keys and values holds."""
+    d, layers = loop.stack.dims, loop.config.num_hidden_layers
+    page_bytes = PAGE * 2 * layers * d.kv_heads * d.head_dim * dtype.itemsize
+    return max(2, int(nbytes) // page_bytes + 1)
+
+
+class DenseKV:
+    """state.k / state.v [width, kv_heads, capacity, D] per layer: every row holds the whole capacity."""
+
+    def __init__(self, st):
+        self.st = st
+
+    def admit(self, name, lo: int, end: int) -> bool:
+        return True
+
+    def write_prompt(self, slots: list[int], kv: list, idx: torch.Tensor, at: int, length: int, names: list) -> None:
+        """The joining rows' (slots) prompt keys and values, kv[layer] = (k, v) [m, kv_heads, L, D] rows idx, into
+        slots at - length .. at - 1."""
+        rows = torch.tensor(slots, device=self.st.device)
+        for (k, v), kc, vc in zip(kv, self.st.k, self.st.v, strict=True):
+            kc[rows, :, at - length:at] = k[idx]
+            vc[rows, :, at - length:at] = v[idx]
+
+    def grow(self, live: dict, position: int) -> None:
+        pass
+
+    def free(self, slot: int, name) -> None:
+        pass
+
+    def align(self, shift: int) -> int:
+        return shift
+
+    def shift(self, shift: int, position: int) -> None:
+        used = slice(shift, position)
+        for kc, vc in zip(self.st.k, self.st.v, strict=True):
+            kc[:, :, :position - shift] = kc[:, :, used].clone()
+            vc[:, :, :position - shift] = vc[:, :, used].clone()
+
+    def stats(self) -> dict:
+        return {}
+
+
+class PagedKV:
+    """state.k / state.v pools of `pages` pages of `page` slots, state.table [width, capacity / page] (module
+    docstring). A row reserves, as it joins, the pages from its first prompt slot to its frame limit; it takes them
+    as the batch's position reaches each page, and gives them all back when it ends."""
+
+    def __init__(self, st, pages: int, page: int):
+        self.st, self.page = st, page
+        self.blocks = BlockManager(pages, page)
+        self.next: dict = {}  # name -> the first page-sized span of slots it holds no page for yet
+
+    def admit(self, name, lo: int, end: int) -> bool:
+        """Set aside the pages of slots lo .. end-1 for a joining row; False when they are not free now."""
+        n = self.blocks.pages_for(lo, end)
+        if not self.blocks.can_reserve(n):
+            return False
+        self.blocks.reserve(name, n)
+        self.next[name] = lo // self.page
+        return True
+
+    def write_prompt(self, slots: list[int], kv: list, idx: torch.Tensor, at: int, length: int, names: list) -> None:
+        for slot, name in zip(slots, names, strict=True):
+            self._take_to(slot, name, at)  # every page up to slot `at`, which its first step writes
+        rows, where = torch.tensor(slots, device=self.st.device), torch.arange(at - length, at, device=self.st.device)
+        table = self.st.table[rows]  # the prompt's slots below a row's first page point at the null page: never read
+        for (k, v), kc, vc in zip(kv, self.st.k, self.st.v, strict=True):
+            paged.write(kc, table, where, k[idx])
+            paged.write(vc, table, where, v[idx])
+
+    def grow(self, live: dict, position: int) -> None:
+        """A page for slot `position` to every live row that reaches a new one (a row past its frame limit, which
+        has ended and is not yet handed over, writes into the null page instead)."""
+        for slot, row in live.items():
+            if self.next[row.name] <= position // self.page and self.blocks.left(row.name):
+                self._take_to(slot, row.name, position)
+
+    def free(self, slot: int, name) -> None:
+        self.blocks.release(name)
+        del self.next[name]
+        self.st.table[slot] = 0
+
+    def align(self, shift: int) -> int:
+        """Rows move down by whole pages: their table entries move, not their keys and values."""
+        return shift - shift % self.page
+
+    def shift(self, shift: int, position: int) -> None:
+        n, table = shift // self.page, self.st.table
+        table[:, :table.shape[1] - n] = table[:, n:].clone()
+        table[:, table.shape[1] - n:] = 0
+        for name in self.next:
+            self.next[name] -= n
+
+    def stats(self) -> dict:
+        return dict(pages=self.blocks.pages - 1, page=self.page, peak_pages=self.blocks.peak)
+
+    def _take_to(self, slot: int, name, position: int) -> None:
+        """The row's pages up to the one holding slot `position`, into its table row."""
+        first, last = self.next[name], position // self.page
+        pages = [self.blocks.take(name) for _ in range(first, last + 1)]
+        if pages:
+            self.st.table[slot, first:last + 1] = torch.tensor(pages, device=self.st.device)
+        self.next[name] = last + 1
