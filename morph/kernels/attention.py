@@ -35,12 +35,28 @@ def _norm_rope(x, x_rot, w, w_rot, sign, cos, sin, eps, D: tl.constexpr, DTYPE: 
 
 
 @triton.jit
+def _slot_offsets(s, ok, b, h, table_addr, L: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
+                  PAGED: tl.constexpr, PAGE: tl.constexpr):
+    """Element offsets of logical slots s [N] of (row b, kv head h): cache[b, h, s] in a dense cache
+    [B, KVH, L, D]; with PAGED, pool[table[b, s // PAGE], h, s % PAGE] in a pool [NP, KVH, PAGE, D]
+    (the table [B, L / PAGE] is read only where ok: other slots get the null page 0, never loaded)."""
+    if PAGED:
+        page = tl.load(as_ptr(table_addr, tl.int64) + b * (L // PAGE) + s // PAGE, mask=ok, other=0)
+        off = (page * KVH + h) * (PAGE * D) + (s % PAGE) * D
+    else:
+        off = (b * KVH + h) * L * D + s * D
+    return off
+
+
+@triton.jit
 def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_addr, sin_addr, pos_addr, slot_addr,
-                      lo_addr, pos_sb, pos_st, eps, scale, L: tl.constexpr,
+                      lo_addr, table_addr, pos_sb, pos_st, eps, scale, L: tl.constexpr,
                       H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, T: tl.constexpr, TP: tl.constexpr,
-                      ROWS: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr):
+                      ROWS: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, PAGED: tl.constexpr,
+                      PAGE: tl.constexpr):
     """One (batch row, kv head): the T new tokens' K/V into the cache at their slots, then
-    the G = H / KVH query heads of that kv head attend over slots lo[b] .. their own slot."""
+    the G = H / KVH query heads of that kv head attend over slots lo[b] .. their own slot.
+    Slots are logical: with PAGED, kc/vc are page pools and the table maps them (_slot_offsets)."""
     b, h = tl.program_id(0), tl.program_id(1)
     G: tl.constexpr = H // KVH
     width: tl.constexpr = (H + 2 * KVH) * D
@@ -50,7 +66,6 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
     d = tl.arange(0, D)
     d_rot = (d + D // 2) % D
     sign = tl.where(d < D // 2, -1.0, 1.0)
-    cache = (b * KVH + h) * L * D
 
     # the new keys (normed, rotated) and values, written at their slots
     t = tl.arange(0, TP)
@@ -64,9 +79,10 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
     k = _norm_rope(k, k_rot, kn, kn_rot, sign, tl.load(cos_t + pos + d[None, :]), tl.load(sin_t + pos + d[None, :]),
                    eps, D, DTYPE)
     v = tl.load(qkv + row + (H + KVH + h) * D + d[None, :], mask=t_ok[:, None], other=0.0)
-    slot = tl.load(slot_p + t, mask=t_ok, other=0)[:, None] * D
-    tl.store(kc + cache + slot + d[None, :], k, mask=t_ok[:, None])
-    tl.store(vc + cache + slot + d[None, :], v, mask=t_ok[:, None])
+    slot = tl.load(slot_p + t, mask=t_ok, other=0)
+    w_off = _slot_offsets(slot, t_ok, b, h, table_addr, L, KVH, D, PAGED, PAGE)[:, None] + d[None, :]
+    tl.store(kc + w_off, k, mask=t_ok[:, None])
+    tl.store(vc + w_off, v, mask=t_ok[:, None])
     tl.debug_barrier()  # the writes above are read back below by other threads of this program
 
     # query rows r = g * T + t: head h * G + g at token t (rows past G * T are padding)
@@ -88,12 +104,17 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
     acc = tl.zeros([ROWS, D], dtype=tl.float32)
     # The cache length is a compile-time constant and blocks outside lo .. hi are skipped,
     # rather than a loop over lo .. hi: loop bounds read from memory break Triton's CPU
-    # interpreter, which the CPU tests use.
+    # interpreter, which the CPU tests use. Paged, a tile's slots each look up their page (a
+    # gather), and slots below lo are not loaded either: in a tile wider than a page, their
+    # pages may be the null page, whose contents are anything.
     for s0 in range(0, L, BLOCK_L):
         if (s0 < hi) & (s0 + BLOCK_L > lo):
             s = s0 + tl.arange(0, BLOCK_L)
-            kv_off = cache + s[:, None] * D + d[None, :]
-            kb = tl.load(kc + kv_off, mask=(s < hi)[:, None], other=0.0)
+            kv_ok = s < hi
+            if PAGED:
+                kv_ok = kv_ok & (s >= lo)
+            kv_off = _slot_offsets(s, kv_ok, b, h, table_addr, L, KVH, D, PAGED, PAGE)[:, None] + d[None, :]
+            kb = tl.load(kc + kv_off, mask=kv_ok[:, None], other=0.0)
             scores = _dot(q, kb, tl.zeros([ROWS, BLOCK_L], dtype=tl.float32), DTYPE) * scale
             valid = (s[None, :] >= lo) & (s[None, :] <= last[:, None])
             scores = tl.where(valid, scores, float("-inf"))
@@ -101,7 +122,7 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
             alpha = tl.exp(m_i - m_new)
             p = tl.exp(scores - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            vb = tl.load(vc + kv_off, mask=(s < hi)[:, None], other=0.0)
+            vb = tl.load(vc + kv_off, mask=kv_ok[:, None], other=0.0)
             acc = acc * alpha[:, None] + _dot(p.to(DTYPE), tl.trans(vb), tl.zeros([ROWS, D], dtype=tl.float32),
                                               DTYPE)
             m_i = m_new
@@ -112,23 +133,44 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
 
 
 # -- launcher -----------------------------------------------------------------------------
+def _tiles(length: int, page: int | None) -> tuple[int, int]:
+    """BLOCK_L and num_warps. Dense, measured (same sweep as layers._config): the talker's long caches
+    want wide blocks and 8 warps. Paged, unmeasured: a tile within one page lets whole pages outside
+    lo .. hi be skipped; whether that beats wide tiles that gather several pages' rows (the kernel is
+    right for either), how many warps each wants, and one page-number load per tile instead of the
+    gather, are for a sweep on a GPU."""
+    block_l, warps = (16, 4) if length <= 16 else (128, 8)
+    return (block_l if page is None else min(block_l, page)), warps
+
+
 def attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, q_norm: torch.Tensor,
               k_norm: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor, rope_pos: torch.Tensor,
-              write_idx: torch.Tensor, lo: torch.Tensor, d) -> torch.Tensor:
+              write_idx: torch.Tensor, lo: torch.Tensor, d, table: torch.Tensor | None = None) -> torch.Tensor:
     """qkv [B*T, (H + 2 KVH) D] -> attention output [B*T, H D]; writes the new K/V into the
     caches [B, KVH, L, D] at write_idx [T]. rope_pos [B, T] indexes the [*, D] cos/sin tables;
-    row b attends to slots lo[b] .. (its token's slot)."""
-    b, _, length, hd = k_cache.shape
+    row b attends to slots lo[b] .. (its token's slot).
+
+    Paged (vLLM's layout): with `table` [B, L / PAGE] (int64, contiguous, the same for every
+    layer), k_cache and v_cache are pools [NP, KVH, PAGE, D] of pages (PAGE a power of two;
+    page 0 the null page that unallocated entries point to), and slot s of row b lives at
+    pool[table[b, s // PAGE], :, s % PAGE]. Pages wholly outside lo[b] .. the last new slot are
+    never read, so they may be the null page."""
+    hd = k_cache.shape[3]
+    if table is None:
+        b, page, length = k_cache.shape[0], 1, k_cache.shape[2]
+    else:
+        assert table.dtype == torch.int64 and table.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
+        b, page = table.shape[0], k_cache.shape[2]
+        length = table.shape[1] * page
     t = write_idx.shape[0]
     out = torch.empty(qkv.shape[0], d.q_size, device=qkv.device, dtype=qkv.dtype)
     rows = max(16, triton.next_power_of_2(d.heads // d.kv_heads * t))
-    # measured (same sweep as layers._config): the talker's long caches want wide blocks and 8 warps
-    block_l, warps = (16, 4) if length <= 16 else (128, 8)
+    block_l, warps = _tiles(length, page if table is not None else None)
     _attention_kernel[(b, d.kv_heads)](
         qkv.data_ptr(), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), q_norm.data_ptr(), k_norm.data_ptr(),
         cos_table.data_ptr(), sin_table.data_ptr(), rope_pos.data_ptr(), write_idx.data_ptr(), lo.data_ptr(),
-        rope_pos.stride(0), rope_pos.stride(1), d.eps, d.scale, L=length,
+        table.data_ptr() if table is not None else 0, rope_pos.stride(0), rope_pos.stride(1), d.eps, d.scale, L=length,
         H=d.heads, KVH=d.kv_heads, D=hd, T=t, TP=triton.next_power_of_2(t), ROWS=rows, BLOCK_L=block_l,
-        DTYPE=TL_DTYPES[qkv.dtype], num_warps=warps)
+        DTYPE=TL_DTYPES[qkv.dtype], PAGED=table is not None, PAGE=page, num_warps=warps)
     return out
 

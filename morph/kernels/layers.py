@@ -135,13 +135,16 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return out
 
 
-def stack_step(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos, write_idx, lo, d):
-    """lean.stack_step's contract, five kernels per layer."""
+def stack_step(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos, write_idx, lo, d,
+               table=None):
+    """lean.stack_step's contract, five kernels per layer. With `table` [B, L / PAGE], the caches are
+    page pools [NP, KVH, PAGE, D] that the one table maps for every layer (attention.attention)."""
     b, t, hidden = x.shape
     h = x.reshape(b * t, hidden).contiguous()
     for w, kc, vc in zip(weights, k_caches, v_caches, strict=True):
         qkv = linear(h, w.wqkv, norm_w=w.ln1, eps=d.eps)
-        attn = attention(qkv, kc, vc, w.q_norm, w.k_norm, cos_table, sin_table, rope_pos, write_idx, lo, d)
+        attn = attention(qkv, kc, vc, w.q_norm, w.k_norm, cos_table, sin_table, rope_pos, write_idx, lo, d,
+                         table=table)
         h = linear(attn, w.wo, residual=h)
         h = linear(linear(h, w.wgu, norm_w=w.ln2, eps=d.eps, silu=True), w.wd, residual=h)
     return rms_norm(h, norm_w, d.eps).view(b, t, hidden)
