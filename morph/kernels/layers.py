@@ -6,6 +6,7 @@ kernels, and a frame at seq_groups 15 runs 103 layers. Here a layer is five kern
 
     qkv   = linear(x, wqkv, norm=ln1)                 RMSNorm fused into the GEMV
     attn  = attention(qkv, caches, ...)               q/k norm, RoPE, cache write, attention
+                                                      (morph/kernels/attention.py)
     x     = linear(attn, wo, residual=x)              residual add fused
     act   = linear(x, wgu, norm=ln2, silu=True)       gate and up, SiLU(gate) * up fused
     x     = linear(act, wd, residual=x)
@@ -29,19 +30,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-
-TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
-
-
-@triton.jit
-def as_ptr(addr, dtype: tl.constexpr):
-    return addr.to(tl.pointer_type(dtype))
-
-
-@triton.jit
-def _weighted(normed, w, DTYPE: tl.constexpr):
-    """HF RMSNorm's last step: weight * normed.to(dtype), the product rounded to the model dtype."""
-    return (w.to(tl.float32) * normed.to(DTYPE).to(tl.float32)).to(DTYPE)
+from .attention import attention
+from .common import TL_DTYPES, _weighted, as_ptr
 
 
 @triton.jit
@@ -91,103 +81,6 @@ def _linear_kernel(x_addr, w_addr, nw_addr, r_addr, o_addr, M, N, eps, K: tl.con
 
 
 @triton.jit
-def _dot(a, b, acc, DTYPE: tl.constexpr):
-    """acc + a @ b^T; fp32 inputs multiply in full fp32 (Triton would use TF32)."""
-    if DTYPE == tl.float32:
-        return tl.dot(a, tl.trans(b), acc, input_precision="ieee")
-    return tl.dot(a, tl.trans(b), acc)
-
-
-@triton.jit
-def _norm_rope(x, x_rot, w, w_rot, sign, cos, sin, eps, D: tl.constexpr, DTYPE: tl.constexpr):
-    """Per-head RMSNorm, then RoPE, of rows x [R, D]; x_rot/w_rot are x and w at the
-    rotate_half positions, sign is -1 on the first half (HF: q * cos + rotate_half(q) * sin)."""
-    xf = x.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(xf * xf, axis=1) / D + eps)[:, None]
-    xn = _weighted(xf * rstd, w[None, :], DTYPE)
-    xr = _weighted(x_rot.to(tl.float32) * rstd, w_rot[None, :], DTYPE)
-    a = (xn.to(tl.float32) * cos.to(tl.float32)).to(DTYPE)
-    b = ((sign[None, :] * xr.to(tl.float32)) * sin.to(tl.float32)).to(DTYPE)
-    return (a.to(tl.float32) + b.to(tl.float32)).to(DTYPE)
-
-
-@triton.jit
-def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_addr, sin_addr, pos_addr, slot_addr,
-                      lo_addr, pos_sb, pos_st, eps, scale, L: tl.constexpr,
-                      H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, T: tl.constexpr, TP: tl.constexpr,
-                      ROWS: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr):
-    """One (batch row, kv head): the T new tokens' K/V into the cache at their slots, then
-    the G = H / KVH query heads of that kv head attend over slots lo[b] .. their own slot."""
-    b, h = tl.program_id(0), tl.program_id(1)
-    G: tl.constexpr = H // KVH
-    width: tl.constexpr = (H + 2 * KVH) * D
-    qkv, kc, vc = as_ptr(qkv_addr, DTYPE), as_ptr(kc_addr, DTYPE), as_ptr(vc_addr, DTYPE)
-    cos_t, sin_t = as_ptr(cos_addr, DTYPE), as_ptr(sin_addr, DTYPE)
-    pos_p, slot_p = as_ptr(pos_addr, tl.int64), as_ptr(slot_addr, tl.int64)
-    d = tl.arange(0, D)
-    d_rot = (d + D // 2) % D
-    sign = tl.where(d < D // 2, -1.0, 1.0)
-    cache = (b * KVH + h) * L * D
-
-    # the new keys (normed, rotated) and values, written at their slots
-    t = tl.arange(0, TP)
-    t_ok = t < T
-    row = (b * T + t)[:, None] * width
-    kn, kn_rot = tl.load(as_ptr(kn_addr, DTYPE) + d), tl.load(as_ptr(kn_addr, DTYPE) + d_rot)
-    pos = tl.load(pos_p + b * pos_sb + t * pos_st, mask=t_ok, other=0)[:, None] * D
-    k_col = (H + h) * D
-    k = tl.load(qkv + row + k_col + d[None, :], mask=t_ok[:, None], other=0.0)
-    k_rot = tl.load(qkv + row + k_col + d_rot[None, :], mask=t_ok[:, None], other=0.0)
-    k = _norm_rope(k, k_rot, kn, kn_rot, sign, tl.load(cos_t + pos + d[None, :]), tl.load(sin_t + pos + d[None, :]),
-                   eps, D, DTYPE)
-    v = tl.load(qkv + row + (H + KVH + h) * D + d[None, :], mask=t_ok[:, None], other=0.0)
-    slot = tl.load(slot_p + t, mask=t_ok, other=0)[:, None] * D
-    tl.store(kc + cache + slot + d[None, :], k, mask=t_ok[:, None])
-    tl.store(vc + cache + slot + d[None, :], v, mask=t_ok[:, None])
-    tl.debug_barrier()  # the writes above are read back below by other threads of this program
-
-    # query rows r = g * T + t: head h * G + g at token t (rows past G * T are padding)
-    r = tl.arange(0, ROWS)
-    r_ok = r < G * T
-    tq = r % T
-    q_off = ((b * T + tq) * width + (h * G + r // T) * D)[:, None]
-    qn, qn_rot = tl.load(as_ptr(qn_addr, DTYPE) + d), tl.load(as_ptr(qn_addr, DTYPE) + d_rot)
-    pos = tl.load(pos_p + b * pos_sb + tq * pos_st)[:, None] * D
-    q = tl.load(qkv + q_off + d[None, :], mask=r_ok[:, None], other=0.0)
-    q_rot = tl.load(qkv + q_off + d_rot[None, :], mask=r_ok[:, None], other=0.0)
-    q = _norm_rope(q, q_rot, qn, qn_rot, sign, tl.load(cos_t + pos + d[None, :]), tl.load(sin_t + pos + d[None, :]),
-                   eps, D, DTYPE)
-    last = tl.load(slot_p + tq)  # each row sees slots up to its own token's
-    lo = tl.load(as_ptr(lo_addr, tl.int64) + b)
-    hi = tl.load(slot_p + T - 1) + 1
-    m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([ROWS], dtype=tl.float32)
-    acc = tl.zeros([ROWS, D], dtype=tl.float32)
-    # The cache length is a compile-time constant and blocks outside lo .. hi are skipped,
-    # rather than a loop over lo .. hi: loop bounds read from memory break Triton's CPU
-    # interpreter, which the CPU tests use.
-    for s0 in range(0, L, BLOCK_L):
-        if (s0 < hi) & (s0 + BLOCK_L > lo):
-            s = s0 + tl.arange(0, BLOCK_L)
-            kv_off = cache + s[:, None] * D + d[None, :]
-            kb = tl.load(kc + kv_off, mask=(s < hi)[:, None], other=0.0)
-            scores = _dot(q, kb, tl.zeros([ROWS, BLOCK_L], dtype=tl.float32), DTYPE) * scale
-            valid = (s[None, :] >= lo) & (s[None, :] <= last[:, None])
-            scores = tl.where(valid, scores, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(scores, axis=1))  # finite: the first block visited holds slot lo
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(scores - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            vb = tl.load(vc + kv_off, mask=(s < hi)[:, None], other=0.0)
-            acc = acc * alpha[:, None] + _dot(p.to(DTYPE), tl.trans(vb), tl.zeros([ROWS, D], dtype=tl.float32),
-                                              DTYPE)
-            m_i = m_new
-    out = (acc / l_i[:, None]).to(DTYPE)
-    o_off = ((b * T + tq) * (H * D) + (h * G + r // T) * D)[:, None]
-    tl.store(as_ptr(o_addr, DTYPE) + o_off + d[None, :], out, mask=r_ok[:, None])
-
-
-@triton.jit
 def _rms_norm_kernel(x_addr, w_addr, o_addr, N, eps, DTYPE: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
@@ -234,27 +127,6 @@ def linear(x: torch.Tensor, w: torch.Tensor, norm_w: torch.Tensor | None = None,
     return out
 
 
-def attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, q_norm: torch.Tensor,
-              k_norm: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor, rope_pos: torch.Tensor,
-              write_idx: torch.Tensor, lo: torch.Tensor, d) -> torch.Tensor:
-    """qkv [B*T, (H + 2 KVH) D] -> attention output [B*T, H D]; writes the new K/V into the
-    caches [B, KVH, L, D] at write_idx [T]. rope_pos [B, T] indexes the [*, D] cos/sin tables;
-    row b attends to slots lo[b] .. (its token's slot)."""
-    b, _, length, hd = k_cache.shape
-    t = write_idx.shape[0]
-    out = torch.empty(qkv.shape[0], d.q_size, device=qkv.device, dtype=qkv.dtype)
-    rows = max(16, triton.next_power_of_2(d.heads // d.kv_heads * t))
-    # measured (same sweep as _config): the talker's long caches want wide blocks and 8 warps
-    block_l, warps = (16, 4) if length <= 16 else (128, 8)
-    _attention_kernel[(b, d.kv_heads)](
-        qkv.data_ptr(), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), q_norm.data_ptr(), k_norm.data_ptr(),
-        cos_table.data_ptr(), sin_table.data_ptr(), rope_pos.data_ptr(), write_idx.data_ptr(), lo.data_ptr(),
-        rope_pos.stride(0), rope_pos.stride(1), d.eps, d.scale, L=length,
-        H=d.heads, KVH=d.kv_heads, D=hd, T=t, TP=triton.next_power_of_2(t), ROWS=rows, BLOCK_L=block_l,
-        DTYPE=TL_DTYPES[qkv.dtype], num_warps=warps)
-    return out
-
-
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     n = x.shape[-1]
     out = torch.empty_like(x)
@@ -263,13 +135,16 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return out
 
 
-def stack_step(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos, write_idx, lo, d):
-    """lean.stack_step's contract, five kernels per layer."""
+def stack_step(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos, write_idx, lo, d,
+               table=None):
+    """lean.stack_step's contract, five kernels per layer. With `table` [B, L / PAGE], the caches are
+    page pools [NP, KVH, PAGE, D] that the one table maps for every layer (attention.attention)."""
     b, t, hidden = x.shape
     h = x.reshape(b * t, hidden).contiguous()
     for w, kc, vc in zip(weights, k_caches, v_caches, strict=True):
         qkv = linear(h, w.wqkv, norm_w=w.ln1, eps=d.eps)
-        attn = attention(qkv, kc, vc, w.q_norm, w.k_norm, cos_table, sin_table, rope_pos, write_idx, lo, d)
+        attn = attention(qkv, kc, vc, w.q_norm, w.k_norm, cos_table, sin_table, rope_pos, write_idx, lo, d,
+                         table=table)
         h = linear(attn, w.wo, residual=h)
         h = linear(linear(h, w.wgu, norm_w=w.ln2, eps=d.eps, silu=True), w.wd, residual=h)
     return rms_norm(h, norm_w, d.eps).view(b, t, hidden)

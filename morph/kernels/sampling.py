@@ -14,7 +14,7 @@ import triton.language as tl
 
 from ..settings import Sampling
 from .kth import kth_largest_in_row
-from .layers import TL_DTYPES, as_ptr
+from .common import TL_DTYPES, as_ptr
 
 
 @triton.jit

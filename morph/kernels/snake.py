@@ -25,7 +25,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from ..errors import reason
-from .layers import TL_DTYPES, as_ptr
+from .common import TL_DTYPES, as_ptr
 
 log = logging.getLogger(__name__)
 

@@ -166,3 +166,111 @@ def test_snake_last_is_the_same_activation_channels_last(monkeypatch):
     for part in (x, x[:, 7:1100]):  # a trimmed transposed convolution's output is such a slice
         torch.testing.assert_close(snake_last(part, alpha, inv), part + inv * torch.sin(part * alpha) ** 2,
                                    rtol=1e-6, atol=2e-6)
+
+
+
+# -- paged caches: the same kernel through a page table -----------------------------------------
+def _paged(dense: torch.Tensor, lo: torch.Tensor, hi: int, page: int, seed: int):
+    """A pool holding the pages of `dense` [B, KVH, L, D] that meet lo[b] .. hi - 1, at scrambled pages with
+    spare ones between them, and its table (the same for the same seed). The null page 0, the spare pages and
+    every page the table leaves out are NaN, so reading any of them shows in whatever it reaches."""
+    batch, kv_heads, length, hd = dense.shape
+    used = [(b, p) for b in range(batch) for p in range(length // page) if p * page < hi and (p + 1) * page > lo[b]]
+    physical = 1 + torch.randperm(2 * len(used), generator=torch.Generator().manual_seed(seed))[:len(used)]
+    pool = torch.full((1 + 2 * len(used), kv_heads, page, hd), float("nan"))
+    table = torch.zeros(batch, length // page, dtype=torch.long)
+    for (b, p), n in zip(used, physical.tolist(), strict=True):
+        table[b, p] = n
+        pool[n] = dense[b, :, p * page:(p + 1) * page]
+    return pool, table
+
+
+def _attention_case(t: int, page: int, seed: int):
+    """B=3 rows over L=64 slots; new slots 47 (and 48, across a 16-slot page boundary), lo bounds 0, 5 and 37
+    (mid-page): row 2's first pages and every row's pages past the last new slot are the null page."""
+    d = lean.Dims(heads=4, kv_heads=2, head_dim=16, intermediate=32, eps=1e-6)
+    g = torch.Generator().manual_seed(seed)
+    batch, length, hd = 3, 64, d.head_dim
+    write_idx, lo = torch.tensor([47, 48][:t]), torch.tensor([0, 5, 37])
+    dense = [torch.randn(batch, d.kv_heads, length, hd, generator=g) for _ in range(2)]
+    (pool_k, table), (pool_v, _) = (_paged(c, lo, t + 47, page, seed) for c in dense)
+    allocated = table[table > 0]
+    assert (table == 0).any() and not torch.equal(allocated.sort().values, allocated)  # null pages; scrambled
+    args = dict(qkv=torch.randn(batch * t, (d.heads + 2 * d.kv_heads) * hd, generator=g),
+                q_norm=torch.randn(hd, generator=g), k_norm=torch.randn(hd, generator=g),
+                cos_table=torch.randn(length, hd, generator=g), sin_table=torch.randn(length, hd, generator=g),
+                rope_pos=write_idx.unsqueeze(0) - lo.unsqueeze(1), write_idx=write_idx, lo=lo, d=d)
+    return args, dense, [pool_k, pool_v], table
+
+
+@pytest.mark.parametrize("page", [16, 32])
+@pytest.mark.parametrize("t", [1, 2])
+def test_paged_attention_gives_the_dense_output(kernels, t, page):
+    """Same keys and values behind a scrambled table: the dense kernel's output to fp32 rounding (the tiles
+    differ), so no NaN page outside lo .. the last new slot was read."""
+    from morph.kernels.attention import attention
+
+    args, (dense_k, dense_v), (pool_k, pool_v), table = _attention_case(t, page, seed=0)
+    want = attention(k_cache=dense_k, v_cache=dense_v, **args)
+    got = attention(k_cache=pool_k, v_cache=pool_v, table=table, **args)
+    assert want.isfinite().all()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_paged_attention_gathers_tiles_wider_than_a_page(kernels, monkeypatch):
+    """A 64-slot tile over 16-slot pages (the launcher's tiles stay within a page; a GPU sweep may widen
+    them): each slot through its own page, and the null pages in the tile, below lo and past the new
+    slots, are masked, not loaded: NaN values times a zero weight would still be NaN."""
+    from morph.kernels import attention as module
+
+    args, (dense_k, dense_v), (pool_k, pool_v), table = _attention_case(2, 16, seed=4)
+    want = module.attention(k_cache=dense_k, v_cache=dense_v, **args)
+    monkeypatch.setattr(module, "_tiles", lambda length, page: (64, 4))
+    got = module.attention(k_cache=pool_k, v_cache=pool_v, table=table, **args)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("t", [1, 2])
+def test_paged_attention_writes_the_new_tokens_where_the_table_says(kernels, t):
+    """The new K/V (the dense kernel's, exactly) land in pool[table[b, s // PAGE], :, s % PAGE], and nothing
+    else in the pool changes."""
+    from morph.kernels.attention import attention
+
+    page = 16
+    args, dense, pools, table = _attention_case(t, page, seed=1)
+    want = [p.clone() for p in pools]
+    attention(k_cache=dense[0], v_cache=dense[1], **args)
+    attention(k_cache=pools[0], v_cache=pools[1], table=table, **args)
+    for s in args["write_idx"].tolist():
+        for b in range(table.shape[0]):
+            for w, c in zip(want, dense, strict=True):
+                w[table[b, s // page], :, s % page] = c[b, :, s]
+    for got, w, before in zip(pools, want, _attention_case(t, page, seed=1)[2], strict=True):
+        assert not torch.equal(w.nan_to_num(), before.nan_to_num())  # the new K/V differ from the old
+        torch.testing.assert_close(got, w, rtol=0, atol=0, equal_nan=True)
+
+
+def test_paged_stack_step_gives_the_dense_stack_step(kernels):
+    """Two layers, each with its own pools under the one table: the dense stack's output, and each layer's
+    slots lo[b] .. 48 (its new K/V among them) where the table says, to rounding."""
+    page = 16
+    args, _, _, table = _attention_case(2, page, seed=2)
+    d, g, hidden = args["d"], torch.Generator().manual_seed(3), 32
+    shapes = [(hidden,), ((d.heads + 2 * d.kv_heads) * d.head_dim, hidden), (d.head_dim,), (d.head_dim,),
+              (hidden, d.q_size), (hidden,), (2 * d.intermediate, hidden), (hidden, d.intermediate)]
+    weights = [lean.LayerW(*(torch.randn(*s, generator=g) * (1 if len(s) == 1 else 0.2) for s in shapes))
+               for _ in range(2)]
+    dense = [torch.randn(3, d.kv_heads, 64, d.head_dim, generator=g) for _ in range(4)]
+    paged = [_paged(c, args["lo"], 49, page, seed=2) for c in dense]
+    assert all(torch.equal(t, table) for _, t in paged)
+    pools = [p for p, _ in paged]
+    x, norm_w = torch.randn(3, 2, hidden, generator=g), torch.randn(hidden, generator=g)
+    rest = [args[k] for k in ("cos_table", "sin_table", "rope_pos", "write_idx", "lo", "d")]
+    want = kernels.stack_step(x, weights, norm_w, dense[:2], dense[2:], *rest)
+    got = kernels.stack_step(x, weights, norm_w, pools[:2], pools[2:], *rest, table=table)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for pool, c in zip(pools, dense, strict=True):
+        for b, lo in enumerate(args["lo"].tolist()):
+            s = torch.arange(lo, 49)
+            torch.testing.assert_close(pool[table[b, s // page], :, s % page], c[b, :, s].transpose(0, 1),
+                                       rtol=1e-5, atol=1e-5)
