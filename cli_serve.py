@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the most prompt tokens of one segment (text, a voice's transcript and reference)")
     p.add_argument("--max-waiting", type=int, default=None,
                    help="rows queued for a slot before new requests get 503 with Retry-After; default 4x --batch-size")
+    p.add_argument("--kv-cache-gib", type=float, default=None,
+                   help="keep the talker's keys and values in a paged pool of this many GiB: rows join while their "
+                        "pages can be set aside, so --batch-size can be large while memory follows the speech in "
+                        "flight (new: not yet run on a GPU); default: each row holds its whole cache")
     p.add_argument("--model-name", default=None, help="the id GET /v1/models reports; default: the model's name")
     p.add_argument("--mode", default="auto", choices=["auto", "fused", "graphs", "lean"],
                    help="decode path: auto is fused on CUDA and lean elsewhere (the server runs the continuous batch, "
@@ -62,13 +66,16 @@ def run(args: argparse.Namespace) -> int:
                         ("--max-prompt", args.max_prompt), ("--port", args.port)):
         if value < 1:
             raise CliError(f"{flag} must be >= 1, got {value}")
+    if args.kv_cache_gib is not None and not args.kv_cache_gib > 0:
+        raise CliError(f"--kv-cache-gib must be > 0, got {args.kv_cache_gib}")
     settings = settings_from(args)
     tts = load_model(args, args.mode)
     if not runs_lean(tts):  # auto on a CPU: the lean layers in torch
         tts.patch.mode = "lean"
     app = create_app(tts, args.voices, api_key=args.api_key, model_id=args.model_name, defaults=settings,
                      width=args.batch_size, max_frames=args.max_frames, max_prompt=args.max_prompt,
-                     max_waiting=args.max_waiting)
+                     max_waiting=args.max_waiting,
+                     kv_cache_bytes=None if args.kv_cache_gib is None else int(args.kv_cache_gib * 2**30))
     print(f"serving {args.model} on http://{args.host}:{args.port} (voices in {args.voices}); "
           "GET /health says when it is warm", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -12,10 +12,9 @@ samples with one set of settings (sampling and seq_groups: what its step and gra
 waits until the requests before it are done, then the batch is built again for it. Per request: the seed (each row
 draws from its own random stream, so a seeded request's take does not depend on its neighbours) and max_new_tokens.
 
-Every row must fit the batch's cache (`need` slots: its prompt, its frames, the EOS slot), so a row's frames are
-capped at `max_frames` and its prompt at `max_prompt` tokens; submit refuses a request over either, naming the field.
-Too many rows waiting (`max_waiting`) is `Busy`, with a wait to try again after, rather than an unbounded queue.
-"""
+Every row must fit the batch's cache (`need` slots: prompt, frames, EOS slot): a row's frames are capped at
+`max_frames`, its prompt at `max_prompt` tokens (submit refuses a request over either, naming the field). Too many rows
+waiting (`max_waiting`) is `Busy`, with a wait to try again after, rather than an unbounded queue."""
 
 from __future__ import annotations
 
@@ -81,7 +80,10 @@ class LiveEngine:
     """Requests through one continuous batch on a thread of its own (module docstring)."""
 
     def __init__(self, tts, width: int = LIVE_WIDTH, max_frames: int = LIVE_MAX_FRAMES,
-                 max_prompt: int = LIVE_MAX_PROMPT, max_waiting: int | None = None, who: str = "Serve"):
+                 max_prompt: int = LIVE_MAX_PROMPT, max_waiting: int | None = None, who: str = "Serve",
+                 kv_cache_bytes: int | None = None):
+        """kv_cache_bytes: the talker's keys and values in a paged pool of that size (rows join while their pages
+        can be set aside; not yet run on a GPU), else each of the `width` rows holds its whole capacity."""
         if not runs_lean(tts):
             raise ValueError(f"{who}: the live engine runs the continuous batch, which runs the lean layers; load "
                              "the model with mode fused, graphs or lean (eager runs static batches only)")
@@ -89,12 +91,11 @@ class LiveEngine:
         self.max_frames, self.max_prompt = max_frames, max_prompt
         self.need = max_prompt + max_frames + 1
         self.max_waiting = 4 * width if max_waiting is None else max_waiting
-        count, lock = token_count(tts, private=True), threading.Lock()  # callers count on their threads, one at a time
+        self.count_tokens = token_count(tts, private=True)  # a text's tokens, on any thread
+        from .decode.kv_store import pages_for_bytes  # the decode path loads with a model, not with the nodes
 
-        def counted(text: str) -> int:
-            with lock:
-                return count(text)
-        self.count_tokens = counted  # a text's tokens, on any thread
+        self.pages = None if kv_cache_bytes is None else pages_for_bytes(tts.patch.loop, tts.tts.model.dtype,
+                                                                         kv_cache_bytes)
         self._ids = itertools.count(1)
         self._cv = threading.Condition()
         self._waiting: collections.deque[tuple[Row, int, Request]] = collections.deque()  # rows, in order
@@ -144,8 +145,7 @@ class LiveEngine:
         return request
 
     def cancel(self, request: Request) -> None:
-        """Stop a request: its waiting rows are dropped, its rows in the batch end at the next frame, and nothing
-        more is handed to it."""
+        """Stop a request: its waiting rows go, its rows in the batch end at the next frame, nothing more is handed."""
         with self._cv:
             if request.state not in ("waiting", "running"):
                 return
@@ -204,7 +204,7 @@ class LiveEngine:
                 if self._runner is None or self._runner.settings != key:
                     self._runner = None  # the old batch's state and graphs go before the new one's are made
                     self._runner = RowRunner(self.tts, key, self.width, self.need, lambda row: row.limit,
-                                             self._row_done, on_chunk=self._chunk)
+                                             self._row_done, on_chunk=self._chunk, pages=self.pages)
                 try:
                     self._runner.run(lambda n: self._take(key, n), self._between)
                 except BaseException as e:  # the batch's state is unknown: every request in it fails, and the

@@ -7,6 +7,7 @@ import copy
 import functools
 import hashlib
 import logging
+import threading
 from typing import Sequence
 
 import torch
@@ -118,12 +119,20 @@ def token_count(tts, private: bool = False):
     """A text's tokens as the loaded model's tokenizer splits it (English runs about four characters a token, so
     one per character would size the cache and the declared memory for prompts several times too long); one per
     character where the model has no text tokenizer. Each text is tokenized once per counter: every line of an ICL
-    voice repeats its transcript. `private`: count with a copy of the tokenizer, for a thread beside the one that
-    renders (a fast tokenizer refuses a second thread while it works: "Already borrowed")."""
+    voice repeats its transcript. `private`: count with a copy of the tokenizer, one caller at a time, on threads
+    beside the one that renders (a fast tokenizer refuses a second thread while it works: "Already borrowed")."""
     tokenizer = getattr(getattr(tts.tts, "processor", None), "tokenizer", None)
     if tokenizer is None:
         return len
     if private:
         tokenizer = copy.deepcopy(tokenizer)
-    return functools.lru_cache(maxsize=None)(
+    count = functools.lru_cache(maxsize=None)(
         lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0)
+    if not private:
+        return count
+    lock = threading.Lock()
+
+    def counted(text: str) -> int:
+        with lock:
+            return count(text)
+    return counted

@@ -14,6 +14,7 @@ from bench import serve as load_test
     (["--max-frames", "0"], "error: --max-frames must be >= 1, got 0"),
     (["--temperature", "0"], "error: --temperature must be > 0"),
     (["--seed", "-2"], "error: --seed must be >= 0"),
+    (["--kv-cache-gib", "0"], "error: --kv-cache-gib must be > 0"),
 ])
 def test_bad_flags_are_refused_before_loading(flags, message, capsys, no_load):
     assert cli.main(["serve", *flags]) == 2
@@ -27,7 +28,7 @@ def test_the_command_is_known(capsys):
 
 def test_the_server_it_starts_streams_speech_to_the_load_test(tiny_dir, tmp_path):
     report = load_test.main(["--serve", f"--model {tiny_dir} --device cpu --voices {tmp_path / 'voices'} "
-                                       "--batch-size 4 --api-key k", "--api-key", "k", "--rates", "2",
+                                       "--batch-size 4 --api-key k --kv-cache-gib 0.001", "--api-key", "k", "--rates", "2",
                              "--duration", "2", "--json", str(tmp_path / "serve.json")])
     summary = report["rates"][0]["summary"]
     assert report["complete"] and report["voice_made"]

@@ -40,7 +40,7 @@ WARM_FRAMES = 24  # frames of the warm-up request: enough to run every step the 
 def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str | None = None,
                defaults: GenerationSettings | None = None, width: int = LIVE_WIDTH,
                max_frames: int = LIVE_MAX_FRAMES, max_prompt: int = LIVE_MAX_PROMPT,
-               max_waiting: int | None = None, warm_voice=None) -> FastAPI:
+               max_waiting: int | None = None, warm_voice=None, kv_cache_bytes: int | None = None) -> FastAPI:
     """The app over a loaded model; its engine starts with the app and closes with it. warm_voice: the voice the
     warm-up speaks in on a Base model (None: an x-vector of a second of noise)."""
     voices, metrics = VoiceFolder(voices_dir), Metrics()
@@ -50,7 +50,7 @@ def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        engine = LiveEngine(tts, width, max_frames, max_prompt, max_waiting, who="serve")
+        engine = LiveEngine(tts, width, max_frames, max_prompt, max_waiting, who="serve", kv_cache_bytes=kv_cache_bytes)
         app.state.speech = Speech(tts, engine, voices, defaults, metrics)
         warm = asyncio.get_running_loop().run_in_executor(None, _warm_up, tts, engine, defaults, warm_voice)
         warm.add_done_callback(lambda f: state.update(ready=f.exception() is None, warm_error=f.exception()))

@@ -45,9 +45,10 @@ class Sink:
         return np.concatenate(self.chunks)
 
 
-@pytest.fixture
-def engine(lean):
-    e = LiveEngine(lean, width=4, max_frames=64, max_prompt=400)
+@pytest.fixture(params=[None, 1 << 20], ids=["dense", "paged"])
+def engine(lean, request):
+    """A live engine of four slots, its keys and values dense or in a 1 MiB paged pool (a few dozen pages)."""
+    e = LiveEngine(lean, width=4, max_frames=64, max_prompt=400, kv_cache_bytes=request.param)
     yield e
     e.close()
 
@@ -77,6 +78,7 @@ def test_requests_join_a_running_batch_and_each_gets_its_own_take(engine, lean, 
         assert_audio_close(g, a, rel=1e-4)
     assert got[0].size <= 40 * FRAME and len(first.chunks) >= 3
     assert engine._runner is runners[0] and engine.stats()["rows_in_batch"] == 0
+    assert (engine.pages is None) == ("peak_pages" not in engine._runner.batch.kv.stats())
 
 
 def test_a_cancelled_request_stops_at_once_and_frees_its_rows(engine, voices):
