@@ -27,11 +27,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
   bash tools/fetch_device_wheels.sh .whl/bench pack tools || exit 1
   bash tools/fetch_device_wheels.sh .whl/bench/peers peers || exit 1
   record_tree .whl/bench
-  tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
-  untracked=$(git ls-files -z --others --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
-  total=$(( tracked + ${untracked:-0} + $(du -sb .whl/bench | cut -f1) ))
-  echo "travels: $(( total / 1048576 )) MiB of 64 (repository, untracked files, .whl/bench)"
-  [ "$total" -lt $(( 64 * 1048576 )) ] || { echo "over the 64 MiB a device call carries" >&2; exit 1; }
+  fits_call .whl/bench || exit 1
   echo "ready; on the GPU machine run: bash tools/bench_gpu.sh \$OUT (carry .whl/bench)"
   exit 0
 fi

@@ -37,11 +37,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
   bash tools/fetch_device_wheels.sh .whl/serve serve || exit 1
   git rev-parse HEAD > .whl/gpu/COMMIT  # as tools/gpu_check.sh records it
   record_tree .whl/serve
-  tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
-  untracked=$(git ls-files -z --others --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
-  total=$(( tracked + ${untracked:-0} + $(du -sb .whl/gpu .whl/serve | awk '{s += $1} END {print s}') ))
-  echo "travels: $(( total / 1048576 )) MiB of 64 (repository, untracked files, .whl/gpu, .whl/serve)"
-  [ "$total" -lt $(( 64 * 1048576 )) ] || { echo "over the 64 MiB a device call carries" >&2; exit 1; }
+  fits_call .whl/gpu .whl/serve || exit 1
   echo "ready; on the GPU machine run: bash tools/serve_gpu.sh \$OUT (carry .whl/gpu and .whl/serve)"
   exit 0
 fi
