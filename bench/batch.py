@@ -70,8 +70,11 @@ def weight_bytes(tts) -> int:
 
 
 def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int | None, warm_frames: int,
-               repeats: int, mode: str, continuous: bool, script_job: bool = True) -> dict:
-    """`frames=None`: every row ends at its own frame (batch.stop) or limit (the engine's default for its text)."""
+               repeats: int, mode: str, continuous: bool, script_job: bool = True,
+               kv_cache_bytes: int | None = None) -> dict:
+    """`frames=None`: every row ends at its own frame (batch.stop) or limit (the engine's default for its text);
+    kv_cache_bytes: the continuous batch's keys and values in a paged pool of that size."""
+    paged = dict(kv_cache_bytes=kv_cache_bytes) if kv_cache_bytes is not None else {}
     tts = batch.tts
     device = tts.device
     held = frames or HELD_FRAMES
@@ -85,7 +88,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         # warm-up at this batch size: allocator, kernels, and any CUDA graph for this shape
         warm = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=warm_frames)
         start = time.perf_counter()
-        batch.codes(chunks[0], warm, batch_size=size, continuous=continuous)
+        batch.codes(chunks[0], warm, batch_size=size, continuous=continuous, **paged)
         sync(device)
         warm_s = time.perf_counter() - start
         last_run = dict(getattr(tts.patch, "last_run", {}) or {})
@@ -95,11 +98,12 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         for _ in range(repeats):
             sync(device)
             start = time.perf_counter()
-            codes = batch.codes(ordered, settings, batch_size=size, continuous=continuous)
+            codes = batch.codes(ordered, settings, batch_size=size, continuous=continuous, **paged)
             sync(device)
             walls.append(time.perf_counter() - start)
         steps = tts.patch.last_run.get("frames_run") if continuous else None
         widths = tts.patch.last_run.get("widths") if continuous else None  # frames the step ran at each width
+        pages = {k: tts.patch.last_run.get(k) for k in ("pages", "page", "peak_pages")} if paged else {}
         peak = peak_bytes(device)
         sync(device)
         start = time.perf_counter()
@@ -113,7 +117,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
                 torch.cuda.reset_peak_memory_stats()
             sync(device)
             start = time.perf_counter()
-            audio = batch.render(lines, settings, batch_size=size, continuous=continuous)
+            audio = batch.render(lines, settings, batch_size=size, continuous=continuous, **paged)
             sync(device)
             e2e_walls.append(time.perf_counter() - start)
             e2e_peak = max(e2e_peak, peak_bytes(device))
@@ -129,7 +133,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, size)
     weights = weight_bytes(tts)
     row = dict(
-        batching="continuous" if continuous else "static", batch_size=size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=seq_groups,
+        batching="paged" if paged else "continuous" if continuous else "static", **pages, batch_size=size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=seq_groups,
         ran_as=tts.patch.last_run.get("mode"),
         frames_per_line=[min(got), max(got)], audio_s=round(audio_s, 2), wall_s=round(wall, 3),
         x_real_time=round(audio_s / wall, 2), ms_per_step=round(1000 * wall / steps, 3),
@@ -223,7 +227,9 @@ def main(argv=None) -> dict:
     p.add_argument("--batch-sizes", default="1,8,16,32", help="comma list; 1 = one line at a time")
     p.add_argument("--seq-groups", default="15,5", help="comma list of seq_groups")
     p.add_argument("--batching", default="static",
-                   help="comma list: static (render's default), continuous (not in eager mode)")
+                   help="comma list: static (render's default), continuous (not in eager mode), paged (continuous "
+                        "with its keys and values in a paged pool of --kv-cache-gib)")
+    p.add_argument("--kv-cache-gib", type=float, default=4.0, help="the paged pool's size, for --batching paged")
     p.add_argument("--modes", default="auto", help=f"comma list of morph modes, of {', '.join(MODES)}")
     p.add_argument("--prompts", default="mixed", choices=["mixed", "xvector", "icl"],
                    help="voices of the lines: x-vector and ICL alternating, or all one kind")
@@ -265,8 +271,9 @@ def main(argv=None) -> dict:
                 for way in args.batching.split(","):
                     row = dict(mode=mode)
                     try:
+                        kv = int(args.kv_cache_gib * 2**30) if way == "paged" else None
                         row.update(run_config(batch, lines, size, k, frames, args.warm_frames, args.repeats, mode,
-                                              way == "continuous", args.script_job))
+                                              way in ("continuous", "paged"), args.script_job, kv))
                     except Exception as e:  # keep the other configurations' numbers
                         row.update(batching=way, batch_size=size, seq_groups=k, error=f"{type(e).__name__}: {e}")
                     results.append(row)

@@ -39,8 +39,9 @@ def runs_lean(tts) -> bool:
 
 def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int, stop: Callable[[Row], int],
              on_row: Callable[[Row, object], None], on_frames: Callable[[int], None] | None = None,
-             audio: bool = True, on_chunk: Callable[[Row, np.ndarray], None] | None = None) -> None:
-    """Render `rows` `width` at a time, longest first; on_row(row, float32 audio) as each is decoded (with
+             audio: bool = True, on_chunk: Callable[[Row, np.ndarray], None] | None = None,
+             kv_cache_bytes: int | None = None) -> None:
+    """Render `rows` `width` at a time, longest first (kv_cache_bytes: in a paged pool of that size); on_row(row, float32 audio) as each is decoded (with
     audio=False: on_row(row, codes [frames, 16]) as each ends, no codec); on_frames(live rows) before each frame.
     stop(row): the frame at which the row ends at the latest. on_chunk(row, float32 audio): each row's audio in order
     while it is made (LiveChunks), its chunks joined being what on_row then gets. A CUDA out-of-memory error
@@ -49,7 +50,7 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
                                        key=lambda rk: (-rk[0].limit, -len(rk[0].text))))
     count = token_count(tts)
     need = max(prompt_tokens(r.text, r.line.voice, r.line.instruct, count) + stop(r) + 1 for r in rows)
-    runner = RowRunner(tts, settings, width, need, stop, on_row, audio, on_chunk)
+    runner = RowRunner(tts, settings, width, need, stop, on_row, audio, on_chunk, pool_pages(tts, kv_cache_bytes))
     runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))], on_frames)
 
 
@@ -151,6 +152,15 @@ class RowRunner:
                     if whole is not None:
                         self.on_row(row, whole)
         self._hand = hand
+
+
+def pool_pages(tts, kv_cache_bytes: int | None) -> int | None:
+    """The pages a paged pool of `kv_cache_bytes` holds on this model (None: the dense cache)."""
+    if kv_cache_bytes is None:
+        return None
+    from .decode.kv_store import pages_for_bytes  # the decode path loads with a model, not with the nodes
+
+    return pages_for_bytes(tts.patch.loop, tts.tts.model.dtype, kv_cache_bytes)
 
 
 def ref_code(row: Row) -> torch.Tensor | None:

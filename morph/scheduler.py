@@ -83,7 +83,7 @@ class BatchTTS:
                on_line: OnLine | None = None, who: str = "Render lines", split_long_text: bool = True,
                sort: bool = True, labels: Sequence[str] | None = None,
                continuous: bool = False, words: Words = FOR_PYTHON,
-               on_chunk: OnChunk | None = None) -> list[np.ndarray]:
+               on_chunk: OnChunk | None = None, kv_cache_bytes: int | None = None) -> list[np.ndarray]:
         """Speak every line; returns float32 24 kHz audio per line, in the order given.
 
         Rows (lines and segments) are rendered `batch_size` at a time, all at once when None (static batches:
@@ -99,7 +99,8 @@ class BatchTTS:
         frames once they are made (4 frames later on a GPU), then every 4 frames until the 16-frame marks and every 16
         after (morph/continuous.py LiveChunks), a later segment's after the segment before, with the pause between;
         in static batches (and so in eager mode, the exact reference) the whole line as one chunk when it is
-        complete. Either way a line's chunks joined are the audio on_line gets.
+        complete. Either way a line's chunks joined are the audio on_line gets. `kv_cache_bytes` (continuous only):
+        the batch's keys and values in a paged pool of that size (morph/decode/kv_store.py; not yet run on a GPU).
         """
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):  # True is no size
             raise ValueError(f"{who}: batch_size must be an integer >= 1, got {batch_size!r}; 16 suits most GPUs")
@@ -112,9 +113,12 @@ class BatchTTS:
         if continuous and not runs_lean(self.tts):
             raise ValueError(f"{who}: continuous batching runs the lean layers; set the speed mode to fused, graphs "
                              "or lean (eager runs upstream's static batches)")
+        if kv_cache_bytes is not None and not continuous:
+            raise ValueError(f"{who}: kv_cache_bytes sizes the continuous batch's paged cache; set continuous=True")
         run = self._static
         if continuous:
-            run = functools.partial(self._continuous, on_chunk=None if out.chunks is None else out.chunks.chunk)
+            run = functools.partial(self._continuous, on_chunk=None if out.chunks is None else out.chunks.chunk,
+                                    kv_cache_bytes=kv_cache_bytes)
         pending = rows
         while pending:
             pending = out.todo(pending)
@@ -145,7 +149,7 @@ class BatchTTS:
 
     def codes(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
               on_step: OnStep | None = None, who: str = "Render lines", batch_size: int | None = None,
-              continuous: bool = False) -> list[torch.Tensor]:
+              continuous: bool = False, kv_cache_bytes: int | None = None) -> list[torch.Tensor]:
         """The codec codes [frames, 16] of each line, in the order given, without the codec: the decode alone.
         Every line must fit one pass (at most MAX_SEGMENT_CHARS characters); all lines in one batch when
         batch_size is None (static: ONE batched generate, rows in the order given)."""
@@ -158,7 +162,7 @@ class BatchTTS:
         if continuous:
             progress = SlotProgress(on_step, sum(r.limit for r in rows))
             run_rows(self.tts, rows, settings, width, self.stop, lambda r, c: out.__setitem__(r.index, c),
-                     lambda live: progress.report(progress.done + live), audio=False)
+                     lambda live: progress.report(progress.done + live), audio=False, kv_cache_bytes=kv_cache_bytes)
             return out
         for batch in plan_batches([(r.limit, r.text) for r in rows], width, longest_first=False):
             chunk = [rows[i] for i in batch]
@@ -195,12 +199,13 @@ class BatchTTS:
 
     # -- the two ways to run rows ------------------------------------------------------
     def _continuous(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,
-                    deliver, sort: bool, on_chunk: Callable[[Row, np.ndarray], None] | None = None) -> None:
+                    deliver, sort: bool, on_chunk: Callable[[Row, np.ndarray], None] | None = None,
+                    kv_cache_bytes: int | None = None) -> None:
         """One running batch of `width` slots (rows join longest first whatever `sort`); on_chunk(row, audio) as
         each row's audio is made."""
         progress = SlotProgress(on_step, sum(r.limit for r in rows))
         run_rows(self.tts, rows, settings, width, self.stop, deliver,
-                 lambda live: progress.report(progress.done + live), on_chunk=on_chunk)
+                 lambda live: progress.report(progress.done + live), on_chunk=on_chunk, kv_cache_bytes=kv_cache_bytes)
         progress.finish()
 
     def _static(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,

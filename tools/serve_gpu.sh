@@ -22,6 +22,7 @@
 # 0.6B run by SIZE_CAP_S (default 200 s) too, so that the 1.7B gets its turn; a run cut off gets SIGINT, so its
 # server shuts down and its JSON keeps the rates done (bench.serve saves after each; "complete": false).
 # Overrides (environment): RATES (default 1,5,20), DURATION (20), BATCH (32), TIMEOUT (30), SIZES ("0.6b 1.7b"),
+# SERVE_EXTRA (more `cli.py serve` flags, e.g. "--kv-cache-gib 8" for the paged cache),
 # DEADLINE_S, SIZE_CAP_S, e.g. RATES=1,10,20,40 DURATION=20 BATCH=64 bash tools/serve_gpu.sh $OUT (several rates
 # at a longer duration fit one size a call: SIZES=1.7b).
 #
@@ -99,7 +100,7 @@ for i in "${!sizes[@]}"; do
   began=$(date +%s)
   # SIGINT: bench.serve stops its server on the way out; KILL 45 s later if either hangs
   timeout -s INT -k 45 "$cap" python3 -m bench.serve \
-    --serve "--model $work/model-$size --device cuda --dtype bf16 --batch-size $batch --voices $work/voices-$size" \
+    --serve "--model $work/model-$size --device cuda --dtype bf16 --batch-size $batch --voices $work/voices-$size ${SERVE_EXTRA:-}" \
     --rates "$rates" --duration "$duration" --timeout "$request_timeout" --warmup 3 --start-timeout "$cap" \
     --json "$out/serve-$size.json"
   code=$?

@@ -105,3 +105,18 @@ def test_a_skewed_script_holds_a_minute_long_line_in_every_64_among_short_ones()
     settings = GenerationSettings()
     assert all(len(t) <= MAX_SEGMENT_CHARS and settings.frame_limit(t) >= f for t, f in lines), \
         "one segment each, ending at its own frame before its limit"
+
+
+def test_paged_batching_reports_its_pool_and_the_continuous_codes(tiny_dir, tmp_path):
+    """--batching continuous,paged: the paged row says its pool and its peak, and speaks what the dense one speaks."""
+    from bench import batch
+    from tests.bench.conftest import _written
+
+    report = _written(batch.main, ["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--lines", "4",
+                                   "--lengths", "script", "--warm-frames", "2", "--batch-sizes", "2",
+                                   "--seq-groups", "5", "--modes", "lean", "--batching", "continuous,paged",
+                                   "--kv-cache-gib", "0.001", "--no-script-job"], tmp_path / "paged.json")
+    dense, paged = report["results"]
+    assert (dense["batching"], paged["batching"]) == ("continuous", "paged") and "error" not in paged
+    assert paged["page"] == 32 and 0 < paged["peak_pages"] <= paged["pages"]
+    assert paged["frames_per_line"] == dense["frames_per_line"] and paged["audio_s"] == dense["audio_s"]

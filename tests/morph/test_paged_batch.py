@@ -76,3 +76,16 @@ def test_rows_moved_down_keep_their_pages(lean, voices, monkeypatch):
     assert shifts and all(n % kv_store.PAGE == 0 for n in shifts)
     for i in dense:
         assert torch.equal(paged[i], dense[i]), i
+
+
+def test_render_takes_a_paged_pool_for_its_continuous_batch_only(lean, voices):
+    from morph.scheduler import BatchTTS
+
+    lines = [Line(t, voices["xvec"], "English") for t in TEXTS[:3]]
+    settings = GenerationSettings(seed=5, max_new_tokens=12)
+    dense = BatchTTS(lean).render(lines, settings, batch_size=2, continuous=True)
+    paged = BatchTTS(lean).render(lines, settings, batch_size=2, continuous=True, kv_cache_bytes=1 << 20)
+    assert all(torch.equal(torch.from_numpy(a), torch.from_numpy(b)) for a, b in zip(dense, paged, strict=True))
+    assert lean.patch.loop.last_run["peak_pages"] > 0
+    with pytest.raises(ValueError, match="set continuous=True"):
+        BatchTTS(lean).render(lines, settings, batch_size=2, kv_cache_bytes=1 << 20)
