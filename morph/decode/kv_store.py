@@ -87,11 +87,19 @@ class PagedKV:
             paged.write(vc, table, where, v[idx])
 
     def grow(self, live: dict, position: int) -> None:
-        """A page for slot `position` to every live row that reaches a new one (a row past its frame limit, which
-        has ended and is not yet handed over, writes into the null page instead)."""
+        """A page for slot `position` to every live row, when it starts a page (all rows share the position, a
+        joining row has its pages up to it, and rows move down by whole pages), in one table write; a row past its
+        frame limit, ended and not yet handed over, writes into the null page instead."""
+        if position % self.page:
+            return
+        col, slots, pages = position // self.page, [], []
         for slot, row in live.items():
-            if self.next[row.name] <= position // self.page and self.blocks.left(row.name):
-                self._take_to(slot, row.name, position)
+            if self.next[row.name] == col and self.blocks.left(row.name):
+                slots.append(slot)
+                pages.append(self.blocks.take(row.name))
+                self.next[row.name] = col + 1
+        if slots:
+            self.st.table[torch.tensor(slots, device=self.st.device), col] = torch.tensor(pages, device=self.st.device)
 
     def free(self, slot: int, name) -> None:
         self.blocks.release(name)
