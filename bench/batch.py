@@ -44,8 +44,8 @@ import torch
 
 from bench.common import (HELD_FRAMES, add_model_args, emit, load_bench_model, mixed_texts, model_dims, run_info, save,
                           script_lines, skewed_lines)
-from bench.sentences import SENTENCES
-from bench.workload import REF_TEXT, eos_suppressed, peak_bytes, reference_wave, sync
+from bench.sentences import SENTENCES, reference_wave
+from bench.workload import REF_TEXT, eos_suppressed, peak_bytes, sync
 from morph.decode.runner import MODES, check_mode
 from morph.lines.script import parse_script
 from morph.lines.store import LineStore

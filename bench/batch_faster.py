@@ -32,7 +32,7 @@ import torch
 
 from bench.batch import script
 from bench.common import emit
-from bench.workload import reference_wave
+from bench.sentences import reference_wave
 from bench.speed_faster import FRAMES_PER_SECOND, SAMPLE_RATE, _timed, load_faster, peer_info
 
 

@@ -19,7 +19,8 @@ import torch
 
 from bench.common import emit
 from bench.stacks import Runner, stack
-from bench.workload import REF_TEXT, eos_suppressed, reference_wave
+from bench.sentences import reference_wave
+from bench.workload import REF_TEXT, eos_suppressed
 from morph.engine import MorphTTS
 from morph.decode.sampling import draw, torch_noise
 

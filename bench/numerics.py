@@ -55,7 +55,8 @@ import torch
 from bench.common import add_model_args, device_name, emit, project_commit
 from bench.random_model import build_random_model
 from bench.teacher_forcing import Logits, hf_stack, lean_stack, record
-from bench.workload import REF_TEXT, TEXT, reference_wave
+from bench.sentences import reference_wave
+from bench.workload import REF_TEXT, TEXT
 from morph import graphs
 from morph.decode import runner
 from morph.engine import MorphTTS

@@ -26,7 +26,8 @@ import torch
 
 from bench.batch import script
 from bench.common import add_model_args, emit, load_bench_model, run_info
-from bench.workload import REF_TEXT, eos_suppressed, reference_wave, sync
+from bench.sentences import reference_wave
+from bench.workload import REF_TEXT, eos_suppressed, sync
 from morph import scheduler
 from morph.decode.talker_loop import TalkerLoop
 from morph.scheduler import BatchTTS, Line

@@ -38,7 +38,8 @@ import torch
 import bench
 from bench.common import HELD_FRAMES, add_model_args, emit, mixed_texts, run_info, save
 from bench.random_model import build_random_model
-from bench.workload import eos_suppressed, reference_wave
+from bench.sentences import reference_wave
+from bench.workload import eos_suppressed
 from morph.distributed.job import WorkerPool
 from morph.distributed.worker import LineWorker
 from morph.engine import MorphTTS

@@ -38,9 +38,9 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import soundfile as sf
 
+from bench.sentences import reference_wave
 from bench.serve_stats import BYTES_PER_SECOND, arrivals, playback_gaps, request_plan, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,12 +134,8 @@ async def ensure_voice(client: httpx.AsyncClient, url: str, name: str) -> bool:
     listed = await client.get(f"{url}/v1/audio/voices")
     if listed.status_code != 200 or name in {v.get("id") for v in listed.json().get("data", [])}:
         return False
-    rate = 24000
-    t = np.arange(3 * rate) / rate
-    clip = 0.3 * np.sin(2 * np.pi * 160 * t) * (1 + np.sin(2 * np.pi * 3 * t))
-    clip += 0.02 * np.random.default_rng(0).standard_normal(t.size)
     data = io.BytesIO()
-    sf.write(data, clip.astype(np.float32), rate, format="WAV", subtype="PCM_16")
+    sf.write(data, reference_wave(), 24000, format="WAV", subtype="PCM_16")
     made = await client.post(f"{url}/v1/audio/voices", data={"name": name},
                              files={"audio_sample": ("voice.wav", data.getvalue(), "audio/wav")})
     made.raise_for_status()

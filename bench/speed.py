@@ -47,7 +47,8 @@ from bench.common import DTYPES, add_model_args, emit, load_bench_model, model_d
 from bench.kernel_count import count_kernels, stop_after
 from bench.random_model import build_random_model
 from bench.stacks import Runner, stack
-from bench.workload import REF_TEXT, TEXT, eos_suppressed, peak_bytes, reference_wave, sync
+from bench.sentences import reference_wave
+from bench.workload import REF_TEXT, TEXT, eos_suppressed, peak_bytes, sync
 from morph.continuous import runs_lean
 from morph.decode.runner import check_mode
 from morph.engine import MorphTTS

@@ -26,7 +26,8 @@ import torch
 
 from bench.common import emit, run_info
 from bench.kernel_count import Stop, count_kernels
-from bench.workload import REF_TEXT, TEXT, reference_wave
+from bench.sentences import reference_wave
+from bench.workload import REF_TEXT, TEXT
 
 FRAMES_PER_SECOND = 12.5
 SAMPLE_RATE = 24000

@@ -22,7 +22,8 @@ import time
 import numpy as np
 
 from bench.common import add_model_args, emit, load_bench_model, model_dims, run_info, save, script_lines
-from bench.workload import REF_TEXT, eos_suppressed, reference_wave, sync
+from bench.sentences import reference_wave
+from bench.workload import REF_TEXT, eos_suppressed, sync
 from morph.decode.runner import check_mode
 from morph.settings import SAMPLE_RATE, GenerationSettings
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import resource
 
-import numpy as np
 import torch
 
 from morph.engine import MorphTTS
@@ -14,13 +13,6 @@ from morph.engine import MorphTTS
 TEXT = ("The river ran quietly past the old mill, and the children counted the boats until the sun went down "
         "behind the hills, then walked home along the towpath, telling stories about the people on board.")
 REF_TEXT = "The quick brown fox jumps over the lazy dog."
-
-
-def reference_wave(seconds: float = 4.0, sr: int = 24000) -> np.ndarray:
-    rng = np.random.RandomState(0)
-    t = np.arange(int(seconds * sr)) / sr
-    wave = 0.3 * np.sin(2 * np.pi * 190 * t) * (1 + np.sin(2 * np.pi * 3 * t)) + 0.03 * rng.randn(t.size)
-    return wave.astype(np.float32)
 
 
 @contextlib.contextmanager

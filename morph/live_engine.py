@@ -22,6 +22,7 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import math
@@ -52,7 +53,7 @@ class Busy(RuntimeError):
 
 @dataclasses.dataclass(eq=False)
 class Request:
-    """One request in the engine: its rows, its settings, where its audio goes, and what it has cost so far."""
+    """One request in the engine: its rows, its settings, where its audio goes, and how far it has got."""
 
     id: int
     rows: list[Row]
@@ -61,15 +62,13 @@ class Request:
     on_chunk: Callable[[np.ndarray], None]  # float32 24 kHz audio, in order, on the engine's thread
     on_end: Callable[[BaseException | None], None]  # once: None when whole, else why it stopped
     engine: "LiveEngine"
-    submitted: float = dataclasses.field(default_factory=time.perf_counter)
-    first_audio: float | None = None  # seconds from submit to its first chunk
-    samples: int = 0
     state: str = "waiting"  # waiting, running, done, failed, cancelled
     audio: LineAudio | None = None  # its rows' audio, joined in order
 
-    @property
+    @functools.cached_property
     def batch_key(self) -> GenerationSettings:
-        """What the batch that runs it must sample with: its settings but the per-row ones."""
+        """What the batch that runs it must sample with: its settings but the per-row ones (read at every frame
+        the batch has a free slot, so made once)."""
         return dataclasses.replace(self.settings, seed=None, max_new_tokens=None)
 
     def cancel(self) -> None:
@@ -275,9 +274,6 @@ class LiveEngine:
         """A request's next audio (its line's, in order), to its caller; a callback that fails cancels it."""
         if request.state != "running":
             return
-        if request.first_audio is None:
-            request.first_audio = time.perf_counter() - request.submitted
-        request.samples += wav.size
         try:
             request.on_chunk(wav)
         except Exception:

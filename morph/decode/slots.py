@@ -199,8 +199,8 @@ class ContinuousBatch:
             if not self._move_down(length, needed):
                 return False
         at, dev = self.position, self.device
-        # rows join while their memory can be set aside (a paged cache's pages), in order; the rest wait for a row
-        # to end
+        # rows join while their memory can be set aside (a paged cache's pages: slots lo .. at + stop + 1, `need`'s
+        # prompt, frames and EOS slot, and one slot more), in order; the rest wait for a row to end
         rows_in = list(itertools.takewhile(
             lambda a: self.kv.admit(a.name, at - length + a.pad, at + a.stop + 2), rows_in))
         if not rows_in:

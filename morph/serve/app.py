@@ -40,20 +40,17 @@ WARM_FRAMES = 24  # frames of the warm-up request: enough to run every step the 
 def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str | None = None,
                defaults: GenerationSettings | None = None, width: int = LIVE_WIDTH,
                max_frames: int = LIVE_MAX_FRAMES, max_prompt: int = LIVE_MAX_PROMPT,
-               max_waiting: int | None = None, warm_voice=None, kv_cache_bytes: int | None = None) -> FastAPI:
-    """The app over a loaded model; its engine starts with the app and closes with it. warm_voice: the voice the
-    warm-up speaks in on a Base model (None: an x-vector of a second of noise)."""
+               max_waiting: int | None = None, kv_cache_bytes: int | None = None) -> FastAPI:
+    """The app over a loaded model; its engine starts with the app and closes with it."""
     voices, metrics = VoiceFolder(voices_dir), Metrics()
     model_id = model_id or Path(str(tts.source)).name
     defaults = (defaults or GenerationSettings()).validate("cli.py serve")
-    state: dict = {"ready": False}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         engine = LiveEngine(tts, width, max_frames, max_prompt, max_waiting, who="serve", kv_cache_bytes=kv_cache_bytes)
         app.state.speech = Speech(tts, engine, voices, defaults, metrics)
-        warm = asyncio.get_running_loop().run_in_executor(None, _warm_up, tts, engine, defaults, warm_voice)
-        warm.add_done_callback(lambda f: state.update(ready=f.exception() is None, warm_error=f.exception()))
+        app.state.warm = asyncio.get_running_loop().run_in_executor(None, _warm_up, tts, engine, defaults)
         try:
             yield
         finally:
@@ -118,10 +115,11 @@ def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str 
                                             "owned_by": "qwen3-tts-morph", "task_type": tts.variant}]}
 
     @app.get("/health")
-    async def health():
-        if state["ready"]:
+    async def health(request: Request):
+        warm = request.app.state.warm
+        error = warm.exception() if warm.done() else None
+        if warm.done() and error is None:
             return {"status": "ok"}
-        error = state.get("warm_error")
         return JSONResponse({"status": "failed" if error else "loading", **({"error": str(error)} if error else {})},
                             status_code=503)
 
@@ -137,12 +135,12 @@ def _voice_object(record: dict) -> dict:
     return {"object": "voice", "id": record["name"], **record}
 
 
-def _warm_up(tts, engine: LiveEngine, defaults: GenerationSettings, voice) -> None:
+def _warm_up(tts, engine: LiveEngine, defaults: GenerationSettings) -> None:
     """One short request through the engine (on a worker thread), so the first client's does not pay for building
-    the batch and capturing its graphs."""
+    the batch and capturing its graphs; on a Base model in an x-vector voice of a second of noise."""
     if tts.variant == "base":
         noise = np.random.default_rng(0).normal(0, 0.1, 24000).astype(np.float32)
-        voice = voice or engine.call(lambda: tts.make_voice(noise, 24000, x_vector_only=True, who="warm-up")).result()
+        voice = engine.call(lambda: tts.make_voice(noise, 24000, x_vector_only=True, who="warm-up")).result()
         line = Line(WARM_TEXT, voice)
     elif tts.variant == "custom_voice":
         line = Line(WARM_TEXT, speaker=tts.speakers[0])

@@ -78,10 +78,10 @@ class Speech:
             raise ApiError(503, str(e), None, "server_busy", "server_error", {"Retry-After": str(e.retry_after)})
         except ValueError as e:
             raise ApiError(400, str(e), None, "invalid_value")
-        tokens = self.engine.count_tokens(body.input)
-        if body.stream_format == "sse" or (fmt in STREAMABLE and body.stream is not False):
-            return StreamingResponse(self._stream(request, items, fmt, body.stream_format == "sse", started, tokens),
-                                     media_type="text/event-stream" if body.stream_format == "sse" else media_type(fmt))
+        sse = body.stream_format == "sse"
+        if sse or (fmt in STREAMABLE and body.stream is not False):
+            return StreamingResponse(self._stream(request, items, fmt, sse, started, body.input),
+                                     media_type="text/event-stream" if sse else media_type(fmt))
         return await self._whole(request, items, fmt, http, started)
 
     # -- what the request asks for ------------------------------------------------------------
@@ -170,7 +170,7 @@ class Speech:
                            "invalid_value") from None
 
     # -- the reply -------------------------------------------------------------------------------
-    async def _stream(self, request, items: asyncio.Queue, fmt: str, sse: bool, started: float, tokens: int):
+    async def _stream(self, request, items: asyncio.Queue, fmt: str, sse: bool, started: float, text: str):
         samples, status = 0, "cancelled"
         try:
             if fmt == "wav":
@@ -183,8 +183,8 @@ class Speech:
             if item.error is not None:
                 status = "error"
                 raise item.error  # cuts the stream off: the client sees it unfinished, not whole
-            if sse:
-                frames = round(samples / SAMPLE_RATE * FRAMES_PER_SECOND)  # the codec frames spoken
+            if sse:  # the usage: the text's tokens in, the codec frames spoken out
+                tokens, frames = self.engine.count_tokens(text), round(samples / SAMPLE_RATE * FRAMES_PER_SECOND)
                 yield _sse("speech.audio.done", usage=dict(input_tokens=tokens, output_tokens=frames,
                                                            total_tokens=tokens + frames))
             status = "ok"

@@ -20,7 +20,8 @@ import torch
 
 from bench.batch import script
 from bench.random_model import build_random_model
-from bench.workload import REF_TEXT, eos_suppressed, reference_wave
+from bench.sentences import reference_wave
+from bench.workload import REF_TEXT, eos_suppressed
 from morph.engine import MorphTTS
 from morph.memory import working_memory
 from morph.scheduler import BatchTTS, Line
