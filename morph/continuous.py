@@ -67,7 +67,7 @@ class RowRunner:
         self.tts, self.settings, self.width, self.need, self.stop = tts, settings, width, need, stop
         self.on_row, self.audio, self.on_chunk, self.pages = on_row, audio, on_chunk, pages
         self.batch = None  # built for the first group: its options come with that group's prompt
-        self._ended = self._hand = None
+        self._ended = self._hand = self._live = None
 
     def run(self, take: Callable[[int], list[tuple[Row, int]]], on_frames: Callable[[int], None] | None = None) -> None:
         """Until every row has ended and take(n) (up to n waiting rows with their stream keys, [] when none waits)
@@ -85,6 +85,8 @@ class RowRunner:
         def next_group(n: int) -> "Group | None":
             if queued:
                 return queued.pop()
+            if self._live is not None and not self._live.may_join():
+                return None
             chunk = take(n)
             return self._group(chunk)[1] if chunk else None
 
@@ -138,7 +140,7 @@ class RowRunner:
                 for row, wav in codec.pump(flush=flush):
                     self.on_row(row, wav)
         else:
-            live = LiveChunks(self.batch, LiveRows(tts.codec, tts.device, side))
+            live = self._live = LiveChunks(self.batch, LiveRows(tts.codec, tts.device, side))
             self._ended = live.end
 
             def hand(flush: bool = False) -> None:
@@ -176,9 +178,10 @@ class LiveChunks:
     It reads the batch as it stands before each frame (its live rows' slots and first frames, the frames buffer): a
     row's frames are copied out then, on the frame loop's stream, so the batch may move or reuse them after. The host
     learns that a row has ended `batch.lag` frames behind the GPU, so only frames that far back are known to be the
-    row's own (a chunk handed out cannot be taken back): a row's first chunk comes 1 to FIRST_GRID frames after its
-    first frame, plus that lag on a GPU. An ended row's last frames go at the next FIRST_GRID mark, padded to
-    LIVE_CHUNK (with the LIVE_CHUNK call at its marks)."""
+    row's own (a chunk handed out cannot be taken back). Rows join at FIRST_GRID marks (may_join), so a row's first
+    chunk comes FIRST_GRID frames after its first frame, plus that lag on a GPU, in the same call as every other row's
+    chunk of that size. An ended row's last frames go at the next FIRST_GRID mark, padded to the size of a call made
+    there."""
 
     def __init__(self, batch, codec: LiveRows):
         self.batch, self.codec = batch, codec
@@ -186,6 +189,15 @@ class LiveChunks:
         self.frame = 0  # frames the batch has run
         self.joined: dict[Row, int] = {}  # row -> the frame it joined before
         self.ended: list[tuple[Row, torch.Tensor]] = []  # rows that ended since the last mark, with their codes
+
+    def may_join(self) -> bool:
+        """Whether rows may join before this frame: at FIRST_GRID marks only, so that every row's first chunks are
+        FIRST_GRID frames, in one codec call with the others' (rows joining at any frame gave chunks of 1 to 4 frames,
+        a call for each size, each a new shape for cuDNN to plan). With no row in the batch the grid starts again
+        here."""
+        if not self.joined:
+            self.frame = -(-self.frame // FIRST_GRID) * FIRST_GRID
+        return self.frame % FIRST_GRID == 0
 
     def end(self, row: Row, codes: torch.Tensor) -> None:
         """The batch's `finished`: the row ended with `codes` [frames, 16]."""
@@ -218,15 +230,16 @@ class LiveChunks:
 
     def _rests(self) -> collections.defaultdict:
         """Each ended row's frames not yet decoded (at most LIVE_CHUNK of them unless the batch drained its queue),
-        padded to LIVE_CHUNK or call_frames' size for more: the row's state ends there, so the padding's audio is cut
-        off and changes nothing before it."""
+        padded to FIRST_GRID, LIVE_CHUNK or call_frames' size for more: the row's state ends there, so the padding's
+        audio is cut off and changes nothing before it."""
         due = collections.defaultdict(list)  # frames -> [(row, its frames, frames its own, ended)]
         for row, codes in self.ended:
             rest = codes[self.codec.done(row):]
             if not rest.shape[0]:
                 self.codec.end(row)
                 continue
-            size = LIVE_CHUNK if rest.shape[0] <= LIVE_CHUNK else call_frames(rest.shape[0])
+            # the size of a call the live rows' chunks make at this mark anyway, where the rest fits
+            size = next((n for n in (FIRST_GRID, LIVE_CHUNK) if rest.shape[0] <= n), None) or call_frames(rest.shape[0])
             due[size].append((row, F.pad(rest, (0, 0, 0, size - rest.shape[0])), rest.shape[0], True))
         self.ended = []
         return due

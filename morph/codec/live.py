@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from .layers import CHUNK, CodecState, LeanCodec
 from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows
@@ -23,12 +24,18 @@ from .side import on_side, take, to_host
 
 # The codec looks at no frame ahead (every layer is causal, morph/codec/layers.py), so a row's audio up to a frame
 # can be decoded as soon as the frame is made, in chunks of any size, the same to rounding. What sizes a chunk is
-# the cost of a call: about 1,400 kernel launches whatever it holds, on the frame loop's host thread. So a row's
-# first chunk comes at the first FIRST_GRID-frame mark after its first frame (1 to 4 frames), its next ones every
-# FIRST_GRID frames until it is in step with the LIVE_CHUNK-frame marks, and from there LIVE_CHUNK frames at a time
-# (CHUNK: 1.28 s of audio, the static batch's call), every live row in the same few calls.
+# the cost of a call: about 1,400 kernel launches whatever it holds, on the frame loop's host thread, and a plan for
+# cuDNN to make for every new shape. So rows join at FIRST_GRID-frame marks and a row's first chunk is the
+# FIRST_GRID frames after its first frame, its next ones every FIRST_GRID frames until it is in step with the
+# LIVE_CHUNK-frame marks, and from there LIVE_CHUNK frames at a time (CHUNK: 1.28 s of audio, the static batch's
+# call), every live row in the same few calls, their rows padded to a power of two (call_width).
 FIRST_GRID = 4
 LIVE_CHUNK = CHUNK
+
+
+def call_width(rows: int) -> int:
+    """The rows of a live decode call holding `rows`: the next power of two, so that calls come in few shapes."""
+    return 1 << (rows - 1).bit_length()
 
 
 class _LiveRow:
@@ -80,8 +87,10 @@ class LiveRows:
             wavs, per_call = [], call_rows(t, self.budget)
             for s in range(0, n, per_call):
                 group = rows[s:s + per_call]
-                state = CodecState.cat([r.state for r in group])
-                wavs += list(self.codec.decode(codes[s:s + per_call], state))
+                pad = call_width(len(group)) - len(group)
+                state = CodecState.cat([r.state for r in group] + ([self._blank(pad)] if pad else []))
+                part = codes[s:s + per_call]
+                wavs += list(self.codec.decode(F.pad(part, (0, 0, 0, 0, 0, pad)) if pad else part, state))[:len(group)]
                 for j, row in enumerate(group):
                     row.state = state.rows(j, j + 1)
             parts = [self._advance(row, codes[i, :real[i]], wavs[i], ended[i]) for i, row in enumerate(rows)]
@@ -129,6 +138,10 @@ class LiveRows:
         if ended:
             row.state, row.recent = None, []
         return audio
+
+    def _blank(self, rows: int) -> CodecState:
+        """Rows that pad a call to its width: decoded, their audio and state dropped."""
+        return self.codec.zero_state(rows, self.device, next(self.codec.decoder.parameters()).dtype)
 
     def _fresh(self, codes: torch.Tensor) -> tuple[CodecState, torch.Tensor]:
         """A state that has seen only `codes` [frames, 16] (upstream's zero padding before them), and their audio."""

@@ -34,8 +34,8 @@ def settings(frames):
 def test_rows_hand_their_audio_while_they_run_and_it_joins_to_each_lines_audio(lean, voices):
     """Four rows in three slots, each ending at its own frame: line 2 is a long text in two segments (its second
     ends first, so its chunks wait for the first's end and follow it with the pause), line 1 joins when that
-    segment's slot frees up. Each line's first chunk comes within FIRST_GRID frames of its first frame, long before
-    it ends, the lines' chunks come interleaved, and each line's chunks joined are what on_line gets, and the
+    segment's slot frees up, at the next FIRST_GRID mark. Each line's first chunk is its first FIRST_GRID frames, long
+    before it ends, the lines' chunks come interleaved, and each line's chunks joined are what on_line gets, and the
     render without on_chunk's audio to rounding."""
     sentence = "The quick brown fox jumps over the lazy dog near the quiet river bank today. "
     lines = [Line("one two three four five six.", voices["icl"], "English"),
@@ -61,9 +61,10 @@ def test_rows_hand_their_audio_while_they_run_and_it_joins_to_each_lines_audio(l
         assert_audio_close(audio[i], plain[i], rel=1e-5)
     assert audio[0].size == 23 * FRAME and audio[1].size == 9 * FRAME
     assert audio[2].size == (14 + 6) * FRAME + int(SEGMENT_PAUSE_SECONDS * SR)
-    # lines 0 and 2 start at frame 0, line 1 once segment (2, 1) has ended at frame 6
-    assert first[0] <= FIRST_GRID and first[2] <= FIRST_GRID and first[1] <= 6 + FIRST_GRID
-    assert all(chunks[i][0].size <= FIRST_GRID * FRAME for i in range(3))
+    # lines 0 and 2 start at frame 0; segment (2, 1) ends at frame 6, and line 1 joins at the next FIRST_GRID mark,
+    # so that its chunks share the others' calls; each first chunk is FIRST_GRID frames
+    assert first[0] == first[2] == FIRST_GRID and first[1] == -(-6 // FIRST_GRID) * FIRST_GRID + FIRST_GRID
+    assert all(chunks[i][0].size == FIRST_GRID * FRAME for i in range(3))
     assert all(first[i] < lines_done[i] for i in range(3)) and len(chunks[0]) >= 4
     line0 = [k for k, (j, _, _) in enumerate(log) if j == 0]
     assert any(log[k][0] != 0 for k in range(line0[0], line0[-1])), "another line's chunks come between line 0's"
