@@ -141,6 +141,8 @@ class RowRunner:
                     self.on_row(row, wav)
         else:
             live = self._live = LiveChunks(self.batch, LiveRows(tts.codec, tts.device, side))
+            if tts.device.type == "cuda":  # cuDNN plans each call shape on its first use
+                live.codec.warm(self.width, (FIRST_GRID, LIVE_CHUNK))
             self._ended = live.end
 
             def hand(flush: bool = False) -> None:

@@ -72,6 +72,18 @@ class LiveRows:
                 state = self._fresh(ref[edge - UPSTREAM_CONTEXT:].to(self.device))[0]
         self.rows[name] = _LiveRow(state, ref)
 
+    def warm(self, rows: int, sizes: Sequence[int]) -> None:
+        """Decode blank rows once at each call shape a batch of up to `rows` rows makes with chunks of `sizes`
+        frames, so that cuDNN plans them before the first row's audio waits on it."""
+        groups = int(self.codec.decoder.config.num_quantizers)
+        with on_side(self.stream), torch.inference_mode():
+            for t in sizes:
+                width = 1
+                while width <= min(call_width(rows), call_width(call_rows(t, self.budget))):
+                    codes = torch.zeros(width, t, groups, dtype=torch.long, device=self.device)
+                    self.codec.decode(codes, self._blank(width))
+                    width *= 2
+
     def done(self, name) -> int:
         """The row's own frames decoded so far."""
         return self.rows[name].done

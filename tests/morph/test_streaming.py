@@ -226,3 +226,26 @@ def test_eager_hands_the_whole_line_as_one_chunk(tiny_tts, voices):
     BatchTTS(tiny_tts).render([Line("The whole line.", voices["icl"], "English")], s,
                               on_chunk=lambda i, wav: got.append((i, wav)))
     assert len(got) == 1 and got[0][0] == 0 and np.array_equal(got[0][1], chunks[0])
+
+
+def test_live_calls_come_in_power_of_two_widths_and_warm_plans_each_of_them(wide_codec, monkeypatch):
+    """Three rows fed together are decoded as four (a blank row pads the call, its audio dropped); warm decodes once at
+    every width a call of each chunk size can have, up to the batch's rows and the call's budget."""
+    shapes = []
+    decode = wide_codec.decode
+    monkeypatch.setattr(wide_codec, "decode", lambda codes, state: shapes.append(tuple(codes.shape[:2]))
+                        or decode(codes, state))
+    live = LiveRows(wide_codec, torch.device("cpu"), None, budget=40)  # 10 rows a call at 4 frames, 2 at 16
+    live.warm(6, (4, 16))
+    assert shapes == [(1, 4), (2, 4), (4, 4), (8, 4), (1, 16), (2, 16)]
+    shapes.clear()
+    codes = torch.randint(0, 2048, (3, 4, 16), generator=torch.Generator().manual_seed(1))
+    for i in range(3):
+        live.open(i, None)
+    live.feed([0, 1, 2], codes, [4, 4, 4], [False] * 3)
+    alone = LiveRows(wide_codec, torch.device("cpu"), None, budget=40)
+    alone.open(0, None)
+    alone.feed([0], codes[1:2], [4], [False])
+    assert shapes == [(4, 4), (1, 4)]
+    assert [c.size for _, c, _ in live.pump(flush=True)] == [4 * FRAME] * 3
+    assert_audio_close(live.rows[1].audio[0], alone.pump(flush=True)[0][1], rel=1e-5)
