@@ -140,7 +140,10 @@ class RowRunner:
                 for row, wav in codec.pump(flush=flush):
                     self.on_row(row, wav)
         else:
-            live = self._live = LiveChunks(self.batch, LiveRows(tts.codec, tts.device, side))
+            from .decode.runner import FAST_MODES
+
+            live = self._live = LiveChunks(self.batch, LiveRows(tts.codec, tts.device, side,
+                                                                captured=self.batch.mode in FAST_MODES))
             if tts.device.type == "cuda":  # cuDNN plans each call shape on its first use
                 live.codec.warm(self.width, (FIRST_GRID, LIVE_CHUNK))
             self._ended = live.end

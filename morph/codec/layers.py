@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,9 @@ import torch.nn.functional as F
 from ..errors import reason
 from ..graphs import side_stream
 from .state import CodecState, Cursor
+
+if TYPE_CHECKING:
+    from .captured import CapturedDecode
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +84,7 @@ class LeanCodec:
         self._tables: tuple | None = None
         self._snake_kernel = None  # morph/kernels/snake.py's snake_last where it runs, else False
         self._primed: collections.OrderedDict = collections.OrderedDict()  # id(reference) -> (reference, state)
+        self._captured: dict = {}  # device -> CapturedDecode
 
     # -- what the weights give, once per placement -------------------------------------------
     def _fingerprint(self) -> tuple:
@@ -102,6 +107,16 @@ class LeanCodec:
         """Drop what is kept on the device besides the weights; rebuilt on the next decode."""
         self._tables = None
         self._primed.clear()
+        self._captured.clear()
+
+    def captured(self, device) -> "CapturedDecode":
+        """This codec's decode replayed from CUDA graphs on `device` (captured.py), kept for the next render."""
+        from .captured import CapturedDecode
+
+        device = torch.device(device)
+        if device not in self._captured:
+            self._captured[device] = CapturedDecode(self, device)
+        return self._captured[device]
 
     @staticmethod
     def side_stream(device) -> "torch.cuda.Stream | None":

@@ -54,8 +54,10 @@ class LiveRows:
     most `budget` row-frames; each row is a name, opened, fed its frames in order, and read back with pump()."""
 
     def __init__(self, codec: LeanCodec, device: torch.device, stream: "torch.cuda.Stream | None",
-                 budget: int = DECODE_ROW_FRAMES):
+                 budget: int = DECODE_ROW_FRAMES, captured: bool = False):
+        """captured: the calls replay CUDA graphs (LeanCodec.captured), in the fast modes."""
         self.codec, self.device, self.stream, self.budget = codec, device, stream, budget
+        self._decode = codec.captured(device).decode if captured else codec.decode
         self.rows: dict = {}  # name -> _LiveRow
         # each feed's audio on its way to the host: (event or None, host tensor, [(name, samples, ended)], the
         # device tensor it is copied from)
@@ -74,14 +76,14 @@ class LiveRows:
 
     def warm(self, rows: int, sizes: Sequence[int]) -> None:
         """Decode blank rows once at each call shape a batch of up to `rows` rows makes with chunks of `sizes`
-        frames, so that cuDNN plans them before the first row's audio waits on it."""
+        frames, so that cuDNN plans them (and, captured, their graphs are made) before the first row's audio waits."""
         groups = int(self.codec.decoder.config.num_quantizers)
         with on_side(self.stream), torch.inference_mode():
             for t in sizes:
                 width = 1
                 while width <= min(call_width(rows), call_width(call_rows(t, self.budget))):
                     codes = torch.zeros(width, t, groups, dtype=torch.long, device=self.device)
-                    self.codec.decode(codes, self._blank(width))
+                    self._decode(codes, self._blank(width))
                     width *= 2
 
     def done(self, name) -> int:
@@ -102,7 +104,7 @@ class LiveRows:
                 pad = call_width(len(group)) - len(group)
                 state = CodecState.cat([r.state for r in group] + ([self._blank(pad)] if pad else []))
                 part = codes[s:s + per_call]
-                wavs += list(self.codec.decode(F.pad(part, (0, 0, 0, 0, 0, pad)) if pad else part, state))[:len(group)]
+                wavs += list(self._decode(F.pad(part, (0, 0, 0, 0, 0, pad)) if pad else part, state))[:len(group)]
                 for j, row in enumerate(group):
                     row.state = state.rows(j, j + 1)
             parts = [self._advance(row, codes[i, :real[i]], wavs[i], ended[i]) for i, row in enumerate(rows)]

@@ -51,3 +51,24 @@ def test_bf16_is_as_close_to_the_exact_decode_as_upstreams_bf16(cuda_tts):
         return float(np.sqrt(np.mean((x - exact) ** 2)))
 
     assert err(lean) <= 1.5 * err(upstream) + 1e-4, (err(lean), err(upstream))
+
+
+def test_the_captured_decode_is_the_op_by_op_decode_call_for_call(cuda_tts):
+    """LeanCodec.captured (the live rows' calls in the fast modes): chunk by chunk, each call's audio and the rows'
+    advanced state are the op-by-op decode's, one graph per shape, and a later call of the same shape leaves an
+    earlier call's audio as it was."""
+    codec, dev = cuda_tts.codec, torch.device("cuda")
+    dtype = next(codec.decoder.parameters()).dtype
+    captured = codec.captured(dev)
+    eager, graphed = codec.zero_state(4, dev, dtype), codec.zero_state(4, dev, dtype)
+    g = torch.Generator().manual_seed(5)
+    for frames in (4, 4, 16, 4):
+        codes = torch.randint(0, 2048, (4, frames, 16), generator=g).cuda()
+        want = codec.decode(codes, eager)
+        got = captured.decode(codes, graphed)
+        kept = got.clone()
+        captured.decode(torch.zeros_like(codes), codec.zero_state(4, dev, dtype))
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(graphed.flat, eager.flat)
+        assert torch.equal(graphed.pos, eager.pos) and torch.equal(got, kept)
+    assert len(captured.graphs) == 2 and not captured.failed

@@ -1,0 +1,70 @@
+"""The codec's decode replayed from CUDA graphs, one per call shape (rows, frames): what the live rows decode with in
+the fast modes (morph/codec/live.py LiveRows).
+
+A call of the lean codec launches about 1,400 kernels from the host thread that runs the frame loop, whatever it
+holds. The live rows make many small calls (4 or 16 frames of each live row, every few frames), so under a speech
+server's load those launches were most of that thread's time (py-spy, bench/results/h100-2026-11-25c). Their shapes
+are few (live.py pads each call's rows to a power of two), so each is captured once and replayed: a row's state is
+copied into the graph's buffers, the graph replays, the state is copied back out.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..errors import reason
+from ..graphs import GraphCache
+from .state import CodecState
+
+log = logging.getLogger(__name__)
+
+MAX_SHAPES = 32  # graphs kept: two chunk sizes at up to 8 widths each, and the rest's sizes of ended rows
+
+
+class CapturedDecode:
+    """LeanCodec.decode for one device, a captured graph per (rows, frames) replayed (module docstring)."""
+
+    def __init__(self, codec, device: torch.device):
+        self.codec, self.device = codec, device
+        self.graphs = GraphCache(max_graphs=MAX_SHAPES)
+        self.failed = False  # a capture failed: op by op from then on
+
+    def decode(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
+        """What LeanCodec.decode(codes, state) gives, `state` advanced in place the same way; the audio is a copy,
+        so a later replay of the same graph leaves it as it is."""
+        if self.failed:
+            return self.codec.decode(codes, state)
+        try:
+            entry = self._entry(*codes.shape[:2])
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as e:  # as the frame step's capture (runner.fast_step): said, and op by op from here
+            self.failed = True
+            self.graphs.clear()
+            log.warning("morph: could not capture the live codec's calls (%s); they run op by op, slower to the "
+                        "first audio under load. If this repeats, report it", reason(e))
+            return self.codec.decode(codes, state)
+        static_codes, static_state = entry.keep
+        static_codes.copy_(codes)
+        static_state.flat.copy_(state.flat)
+        static_state.pos.copy_(state.pos)
+        wav = entry.replay()
+        state.flat.copy_(static_state.flat)
+        state.pos.copy_(static_state.pos)
+        return wav.clone()
+
+    def _entry(self, rows: int, frames: int):
+        """The graph of this shape, captured on its first call (graphs.capture: warmed up, captured, replayed)."""
+        weights = next(self.codec.decoder.parameters())
+        self.graphs.bind((self.device, weights.dtype, weights.data_ptr()))
+        key = (rows, frames)
+        if key in self.graphs:
+            return self.graphs.get(key, None)
+        groups = int(self.codec.decoder.config.num_quantizers)
+        codes = torch.zeros(rows, frames, groups, dtype=torch.long, device=self.device)
+        state = self.codec.zero_state(rows, self.device, weights.dtype)
+        entry = self.graphs.get(key, lambda: self.codec.decode(codes, state))
+        entry.keep = (codes, state)
+        return entry
