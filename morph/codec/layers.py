@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from ..errors import reason
 from ..graphs import side_stream
+from ..masked_attention import masked_attention
 from .state import CodecState, Cursor
 
 if TYPE_CHECKING:
@@ -288,24 +289,10 @@ class LeanCodec:
             cur.swap(keys[:, :, n:].reshape(b, -1, self.head_dim))
             values = torch.cat((cur.take().view(b, self.kv_heads, self.window, -1), v), dim=2)
             cur.swap(values[:, :, n:].reshape(b, -1, self.head_dim))
-            o = _window_attention(q, keys, values, visible, a.scaling)
+            o = masked_attention(q, keys, values, visible, a.scaling)
             h = h + layer.self_attn_layer_scale(a.o_proj(o.transpose(1, 2).reshape(b, n, -1)))
             h = h + layer.mlp_layer_scale(layer.mlp(layer.post_attention_layernorm(h)))
         return t.output_proj(t.norm(h))
-
-
-def _window_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor,
-                      scale: float) -> torch.Tensor:
-    """Attention of a chunk's queries [B, H, n, D] over the window's keys and values [B, KV, W + n, D], where
-    `visible` [B, 1, n, W + n] allows, softmax in float32. Spelled out rather than through scaled_dot_product_attention:
-    with a mask, on an H100 that call spent a third of the live engine's host time (py-spy, under the speech server's
-    load, bench/results/h100-2026-11-25c), where every call brings a new shape (rows and frames per chunk)."""
-    if keys.shape[1] != q.shape[1]:
-        keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], dim=1)
-        values = values.repeat_interleave(q.shape[1] // values.shape[1], dim=1)
-    scores = torch.matmul(q, keys.transpose(-1, -2)).float() * scale
-    scores = scores.masked_fill(~visible, float("-inf"))
-    return torch.matmul(scores.softmax(-1).to(values.dtype), values)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -5,9 +5,10 @@ rotary module, configuration look-ups and cache objects), whose host time was mo
 
 It follows upstream's forward exactly where it decides something: a row's token i (i >= its left padding p) sits at
 rotary position i - p, as the talker's get_rope_index gives a text-only prompt, and attends to its own tokens p..i.
-Attention is torch's scaled_dot_product_attention, which upstream's default sdpa attention also runs; the residual
-stream is kept in fp32 and rounded where a layer reads it, as the lean frame step does (morph/decode/lean.py), so the
-prompt and the frames after it round alike. Pad tokens attend to their own slot only: what they compute is never read
+Attention is spelled out (morph/masked_attention.py says why) where upstream's default runs torch's
+scaled_dot_product_attention: the same sums, the softmax in float32. The residual stream is kept in fp32 and rounded
+where a layer reads it, as the lean frame step does (morph/decode/lean.py), so the prompt and the frames after it
+round alike. Pad tokens attend to their own slot only: what they compute is never read
 (every real token's bound hides it), but it stays finite.
 """
 
@@ -18,6 +19,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from ..masked_attention import masked_attention
 from .lean import Dims, LayerW, mlp, project, rms_norm
 
 
@@ -48,7 +50,7 @@ def lean_prefill(inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, weig
     for w in weights:  # lean.layer_step's layer, its attention over the prompt alone
         q, k, v = project(x, w, cos, sin, d)
         kv.append((k, v))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=d.scale, enable_gqa=True)
+        out = masked_attention(q, k, v, mask, d.scale)
         x = mlp(x + F.linear(out.transpose(1, 2).reshape(rows, length, d.q_size), w.wo), w, d)
     last = rms_norm(x[:, -1:], norm_w, d.eps)  # [rows, 1, hidden]
     return Prefilled(kv, F.linear(last[:, -1], head_w), last)
