@@ -82,7 +82,8 @@ class LiveEngine:
                  max_prompt: int = LIVE_MAX_PROMPT, max_waiting: int | None = None, who: str = "Serve",
                  kv_cache_bytes: int | None = None):
         """kv_cache_bytes: the talker's keys and values in a paged pool of that size (rows join while their pages
-        can be set aside; not yet run on a GPU), else each of the `width` rows holds its whole capacity."""
+        can be set aside; the paged batch has run on a GPU, the live engine on it not yet), else each of the `width`
+        rows holds its whole capacity."""
         if not runs_lean(tts):
             raise ValueError(f"{who}: the live engine runs the continuous batch, which runs the lean layers; load "
                              "the model with mode fused, graphs or lean (eager runs static batches only)")

@@ -100,7 +100,7 @@ class BatchTTS:
         after (morph/continuous.py LiveChunks), a later segment's after the segment before, with the pause between;
         in static batches (and so in eager mode, the exact reference) the whole line as one chunk when it is
         complete. Either way a line's chunks joined are the audio on_line gets. `kv_cache_bytes` (continuous only):
-        the batch's keys and values in a paged pool of that size (morph/decode/kv_store.py; not yet run on a GPU).
+        the batch's keys and values in a paged pool of that size (morph/decode/kv_store.py).
         """
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):  # True is no size
             raise ValueError(f"{who}: batch_size must be an integer >= 1, got {batch_size!r}; 16 suits most GPUs")
