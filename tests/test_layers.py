@@ -20,7 +20,7 @@ LAYERS = (
     ("morph.settings", 0, "records"), ("morph.errors", 0, "records"),
     ("postprocess", 0, "postprocess"),
     ("morph.lines", 1, "lines"), ("morph.qwen", 1, "qwen"), ("morph.kernels", 1, "kernels"),
-    ("morph.graphs", 1, "graphs"),
+    ("morph.graphs", 1, "graphs"), ("morph.masked_attention", 1, "attention"),
     ("morph.decode", 2, "decode"), ("morph.codec", 2, "codec"),
     ("morph.engine", 3, "top"), ("morph.scheduler", 3, "top"), ("morph.memory", 3, "top"), ("morph", 3, "top"),
     ("nodes", 4, "nodes"),
