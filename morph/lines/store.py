@@ -8,6 +8,7 @@ files, names and fingerprints, nothing of ComfyUI or the engine.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import io
 import json
@@ -266,9 +267,13 @@ class LineStore(LineFiles):
         self._write_manifest()
 
     def finish(self, count: int, srt: str) -> None:
-        """The subtitles, and the manifest of exactly this script's lines."""
+        """The subtitles, and the manifest of exactly this script's lines; a line's temporary files that a stopped
+        writer left (a distributed job's worker killed mid-write: its file is written again elsewhere) go."""
         self._held()
         self.lines = {i: e for i, e in self.lines.items() if i <= count}
+        for entry in self.lines.values():  # every write of this job's lines is over, and the lock keeps others out
+            for stray in self.folder.glob(f".{glob.escape(entry['file'])}.*.part"):
+                stray.unlink(missing_ok=True)
         self.write_text(self.folder / f"{self.stem}.srt", srt)
         self._write_manifest()
 

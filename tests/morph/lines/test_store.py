@@ -196,3 +196,19 @@ def test_the_dialogue_written_from_memory_is_the_clip_exactly(tmp_path):
     clip = np.random.default_rng(2).uniform(-1, 1, 5000).astype(np.float32)
     path = LineFiles(tmp_path, "s", "test").write_dialogue(clip)
     assert path == tmp_path / "s.wav" and np.array_equal(sf.read(path, dtype="float32")[0], clip)
+
+
+def test_finish_removes_what_a_killed_writer_left_of_this_jobs_lines_only(tmp_path):
+    """A distributed job's worker killed while writing a line leaves its temporary file; the line is written again
+    by another worker, and the job's finish removes the leftover, not another prefix's or another file's."""
+    wav = np.ones(100, np.float32)
+    with LineStore(tmp_path, "s", "test") as store:
+        written = store.write_line(1, "A", wav)
+        store.record([(1, "A", "text", "mark", written)])
+        left = tmp_path / f".{written.file}.4242-0a1b2c3d.part"
+        others = [tmp_path / ".s2_0001_A.wav.4242-0a1b2c3d.part", tmp_path / f".{written.file}.keep"]
+        for path in (left, *others):
+            path.write_bytes(b"partial")
+        store.finish(1, "")
+    assert not left.exists() and all(p.exists() for p in others)
+    assert sf.read(tmp_path / written.file)[0].size == 100
