@@ -184,8 +184,8 @@ class LiveChunks:
     row's frames are copied out then, on the frame loop's stream, so the batch may move or reuse them after. The host
     learns that a row has ended `batch.lag` frames behind the GPU, so only frames that far back are known to be the
     row's own (a chunk handed out cannot be taken back). Rows join at FIRST_GRID marks (may_join), so a row's first
-    chunk comes FIRST_GRID frames after its first frame, plus that lag on a GPU, in the same call as every other row's
-    chunk of that size. An ended row's last frames go at the next FIRST_GRID mark, padded to the size of a call made
+    chunk goes to the codec FIRST_GRID frames after its first frame, plus that lag on a GPU, in the same call as every
+    other row's chunk of that size; the call waits behind the frames queued before it (up to that lag again). An ended row's last frames go at the next FIRST_GRID mark, padded to the size of a call made
     there."""
 
     def __init__(self, batch, codec: LiveRows):
