@@ -185,8 +185,8 @@ class LiveChunks:
     learns that a row has ended `batch.lag` frames behind the GPU, so only frames that far back are known to be the
     row's own (a chunk handed out cannot be taken back). Rows join at FIRST_GRID marks (may_join), so a row's first
     chunk goes to the codec FIRST_GRID frames after its first frame, plus that lag on a GPU, in the same call as every
-    other row's chunk of that size; the call waits behind the frames queued before it (up to that lag again). An ended row's last frames go at the next FIRST_GRID mark, padded to the size of a call made
-    there."""
+    other row's chunk of that size; the call waits behind the frames queued before it (up to that lag again). An
+    ended row's last frames go at the next FIRST_GRID mark, padded to the size of a call made there."""
 
     def __init__(self, batch, codec: LiveRows):
         self.batch, self.codec = batch, codec

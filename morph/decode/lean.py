@@ -143,7 +143,8 @@ def layer_step(x: torch.Tensor, w: LayerW, k_cache: torch.Tensor, v_cache: torch
         k_cache.index_copy_(2, write_idx, k)
         v_cache.index_copy_(2, write_idx, v)
     else:
-        paged.write(k_cache, table, write_idx, k), paged.write(v_cache, table, write_idx, v)
+        paged.write(k_cache, table, write_idx, k)
+        paged.write(v_cache, table, write_idx, v)
         k_cache, v_cache = paged.gather(k_cache, table), paged.gather(v_cache, table)
     return mlp(x + F.linear(attend(q, k_cache, v_cache, bias, d), w.wo), w, d)
 

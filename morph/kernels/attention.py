@@ -159,7 +159,8 @@ def attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, q
     if table is None:
         b, page, length = k_cache.shape[0], 1, k_cache.shape[2]
     else:
-        assert table.dtype == torch.int64 and table.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
+        assert table.dtype == torch.int64 and table.is_contiguous()
+        assert k_cache.is_contiguous() and v_cache.is_contiguous()
         b, page = table.shape[0], k_cache.shape[2]
         length = table.shape[1] * page
     t = write_idx.shape[0]
