@@ -50,12 +50,7 @@ def call_frames(frames: int) -> int:
     """Frames of each row in a decode call that covers `frames`: a power of two, at least CHUNK. cuDNN plans a
     convolution per input shape, so calls of few shapes plan once; a call at every row length (a script's run from
     1 to 15 s) made a continuous render's first run 3x its second (H100, 256 lines)."""
-    return max(CHUNK, call_width(max(1, int(frames))))
-
-
-def call_width(rows: int) -> int:
-    """The rows of a live decode call holding `rows` (live.py): the next power of two, for the same reason."""
-    return 1 << (rows - 1).bit_length()
+    return max(CHUNK, 1 << (max(1, int(frames)) - 1).bit_length())
 
 
 def chunk_for(rows: int) -> int:
