@@ -8,9 +8,10 @@ every seq_groups of `--seq-groups` and every mode of `--modes`, measured three w
 - decode only: `BatchTTS.codes` (prefill and decode of each batch, no codec), as before;
 - end to end: `BatchTTS.render`: text in, tokenize, prefill, decode, codec decode, float32 audio out (the first
   run is this configuration's first render in the process);
-- script job (static batches; each right after a render, `--repeats` of them): what `cli.py render` and Render Lines
-  users wait for, `ScriptJob.run` of the same lines into a fresh folder: the render, each line smoothed
-  (postprocess.smooth) and written with the manifest, the SRT, and the dialogue joined and written.
+- script job (the batching render runs by default; each right after a render, `--repeats` of them): what
+  `cli.py render` and Render Lines users wait for, `ScriptJob.run` of the same lines into a fresh folder: the
+  render, each line smoothed (postprocess.smooth) and written with the manifest, the SRT, and the dialogue joined
+  and written.
 Per configuration the JSON reports wall time, aggregate x real time (seconds of audio of all
 lines per wall second) and peak allocated memory both ways, the weights and what morph/memory.py declares
 for the render (on CUDA also its ratio to the end-to-end peak above the weights), ms per decode step (one step
@@ -46,6 +47,7 @@ from bench.common import (HELD_FRAMES, add_model_args, emit, load_bench_model, m
                           script_lines, skewed_lines)
 from bench.sentences import SENTENCES, reference_wave
 from bench.workload import REF_TEXT, eos_suppressed, peak_bytes, sync
+from morph.continuous import runs_lean
 from morph.decode.runner import MODES, check_mode
 from morph.lines.script import parse_script
 from morph.lines.store import LineStore
@@ -121,7 +123,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
             sync(device)
             e2e_walls.append(time.perf_counter() - start)
             e2e_peak = max(e2e_peak, peak_bytes(device))
-            if script_job and not continuous:
+            if script_job and continuous == runs_lean(tts) and not paged:  # what the front ends run
                 jobs.append(run_script_job(batch, lines, settings, size))
     wall = float(np.median(walls))
     e2e_wall = float(np.median(e2e_walls))
@@ -130,7 +132,8 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     audio_s = sum(got) / FRAMES_PER_SECOND
     if steps is None:  # static: each batch runs to its longest row
         steps = sum(max(int(c.shape[0]) for c in codes[i:i + size]) for i in range(0, len(codes), size))
-    declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, size)
+    declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, size,
+                              continuous=continuous)
     weights = weight_bytes(tts)
     row = dict(
         batching="paged" if paged else "continuous" if continuous else "static", **pages, batch_size=size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=seq_groups,
@@ -227,8 +230,8 @@ def main(argv=None) -> dict:
     p.add_argument("--batch-sizes", default="1,8,16,32", help="comma list; 1 = one line at a time")
     p.add_argument("--seq-groups", default="15,5", help="comma list of seq_groups")
     p.add_argument("--batching", default="static",
-                   help="comma list: static (render's default), continuous (not in eager mode), paged (continuous "
-                        "with its keys and values in a paged pool of --kv-cache-gib)")
+                   help="comma list: continuous (render's default but in eager mode, its pool sized to the rows), "
+                        "static, paged (continuous with its keys and values in a pool of --kv-cache-gib)")
     p.add_argument("--kv-cache-gib", type=float, default=4.0, help="the paged pool's size, for --batching paged")
     p.add_argument("--modes", default="auto", help=f"comma list of morph modes, of {', '.join(MODES)}")
     p.add_argument("--prompts", default="mixed", choices=["mixed", "xvector", "icl"],

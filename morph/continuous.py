@@ -21,7 +21,7 @@ from .codec.live import FIRST_GRID, LIVE_CHUNK, LiveRows
 from .codec.stream import CodecStream
 from .lines.line import Row
 from .prompts import prompt_inputs, prompt_tokens, stream_keys, token_count
-from .settings import GenerationSettings
+from .settings import GenerationSettings, pool_pages
 
 if TYPE_CHECKING:
     from .decode.groups import Group
@@ -41,7 +41,8 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
              on_row: Callable[[Row, object], None], on_frames: Callable[[int], None] | None = None,
              audio: bool = True, on_chunk: Callable[[Row, np.ndarray], None] | None = None,
              kv_cache_bytes: int | None = None) -> None:
-    """Render `rows` `width` at a time, longest first (kv_cache_bytes: in a paged pool of that size); on_row(row,
+    """Render `rows` `width` at a time, longest first, their keys and values in a paged pool that holds the `width`
+    largest at once (settings.pool_pages), or one of kv_cache_bytes; on_row(row,
     float32 audio) as each is decoded (with audio=False: on_row(row, codes [frames, 16]) as each ends, no codec);
     on_frames(live rows) before each frame. stop(row): the frame at which the row ends at the latest. on_chunk(row,
     float32 audio): each row's audio in order while it is made (LiveChunks), its chunks joined being what on_row then
@@ -49,8 +50,13 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
     pending = collections.deque(sorted(zip(rows, stream_keys(rows, settings.seed), strict=True),
                                        key=lambda rk: (-rk[0].limit, -len(rk[0].text))))
     count = token_count(tts)
-    need = max(prompt_tokens(r.text, r.line.voice, r.line.instruct, count) + stop(r) + 1 for r in rows)
-    runner = RowRunner(tts, settings, width, need, stop, on_row, audio, on_chunk, pool_pages(tts, kv_cache_bytes))
+    # sized by each row's frame limit, where the engine stops it unless it ends first: what a row may take (`stop`
+    # ends a benchmark's rows where speech would, earlier, but the memory is what real use needs)
+    needs = [prompt_tokens(r.text, r.line.voice, r.line.instruct, count) + r.limit + 1 for r in rows]
+    # a row reserves its prompt, frames and EOS slot and one slot more (ContinuousBatch._join)
+    pages = pool_pages([n + 1 for n in needs], width) if kv_cache_bytes is None else \
+        budget_pages(tts, kv_cache_bytes)
+    runner = RowRunner(tts, settings, width, max(needs), stop, on_row, audio, on_chunk, pages)
     runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))], on_frames)
 
 
@@ -161,7 +167,7 @@ class RowRunner:
         self._hand = hand
 
 
-def pool_pages(tts, kv_cache_bytes: int | None) -> int | None:
+def budget_pages(tts, kv_cache_bytes: int | None) -> int | None:
     """The pages a paged pool of `kv_cache_bytes` holds on this model (None: the dense cache)."""
     if kv_cache_bytes is None:
         return None

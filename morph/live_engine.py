@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .continuous import RowRunner, pool_pages, runs_lean
+from .continuous import RowRunner, budget_pages, runs_lean
 from .line_audio import LineAudio
 from .lines.line import Line, Row
 from .lines.text_split import MAX_SEGMENT_CHARS
@@ -92,7 +92,7 @@ class LiveEngine:
         self.need = max_prompt + max_frames + 1
         self.max_waiting = 4 * width if max_waiting is None else max_waiting
         self.count_tokens = token_count(tts, private=True)  # a text's tokens, on any thread
-        self.pages = pool_pages(tts, kv_cache_bytes)
+        self.pages = budget_pages(tts, kv_cache_bytes)
         self._ids = itertools.count(1)
         self._cv = threading.Condition()
         self._waiting: collections.deque[tuple[Row, int, Request]] = collections.deque()  # rows, in order

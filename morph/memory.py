@@ -1,23 +1,36 @@
 """What a run needs on the device beyond the weights, for a host's memory manager to make room (ComfyUI's
-`memory_required`). Counted from the loaded model's shape, as the run allocates it:
+`memory_required`). Counted from the loaded model's shape, as the run allocates it.
 
-  - state: the decode's static buffers (morph/decode/talker_state.py), kept between runs of one shape: per row
-    and per slot of the cache's capacity (prompt + frames, rounded up to a power of two, at least 256), the
-    talker's keys and values in every layer, and the step's and the text's hidden states;
-  - prefill: while the prompt runs, upstream's own KV cache for it, one MLP's activations per token and the
-    attention scores, every row padded to the longest prompt;
-  - codec: in every mode but eager the lean codec (morph/codec/stream.py): each row's state (its layers' left
-    context, held while its batch runs) and the activations of one chunk call, at most DECODE_ROW_FRAMES
-    row-frames, LEAN_CODEC_BYTES_PER_ROW_FRAME each plus cuDNN's workspaces (LEAN_CODEC_WORKSPACE); in eager
-    upstream's decoder, whose largest call morph/codec/pieces.py bounds the same way, CODEC_VALUES_PER_ROW_FRAME
-    activations a row-frame plus its workspaces (UPSTREAM_CODEC_WORKSPACE);
+The continuous batch (what a render runs in every mode but eager, morph/scheduler.py) holds, all at once:
+  - pool: the talker's keys and values, in pages (morph/settings.py pool_pages): what the `batch_size` rows that
+    span the most cache slots could reserve at once;
+  - state: the decode's other buffers (morph/decode/talker_state.py), per row and per slot of its capacity (twice
+    the largest row's prompt, frames and EOS slot, rounded up to a power of two): the text's and the step's hidden
+    states, the frames and tokens;
+  - prefill: a group of up to `batch_size` joining rows through the lean layers (morph/decode/prefill.py), every row
+    padded to the longest prompt: their keys and values, kept until the rows joined, one layer's activations per
+    token and the attention scores (morph/masked_attention.py bounds them);
+  - codec: rows that ended decode whole beside the frame loop, on the codec's stream (morph/codec/stream.py
+    RowsDecode.whole), one call at a time of up to DECODE_ROW_FRAMES row-frames (more for one row longer than that),
+    LEAN_CODEC_BYTES_PER_ROW_FRAME each plus cuDNN's workspaces, and each called row's codec state;
   - WORKSPACE: cuBLAS's workspaces, the CUDA graphs' pool, the sampler's and the code predictor's scratch.
 
-A static batch (what render runs unless asked for the continuous batch, which no node does) decodes its audio
-beside its frame loop, never beside a prefill (the next batch's prefill waits for the last chunk), so a run needs
-state + the codec's row states + the larger of prefill and codec call + WORKSPACE. Prompts are counted with the
-model's tokenizer (morph/prompts.py token_count), as the run sizes its cache; bench/batch.py reports this declaration
-beside the measured peak.
+A static batch (eager mode, the exact reference, or render(continuous=False)) holds:
+  - state: the decode's static buffers, per row and per slot of the cache's capacity (prompt + frames, rounded up
+    to a power of two, at least 256), the talker's keys and values in every layer, and the step's and the text's
+    hidden states;
+  - prefill: while the prompt runs, upstream's own KV cache for it, one MLP's activations per token and the
+    attention scores, every row padded to the longest prompt;
+  - codec: in the lean modes the lean codec beside the frame loop (morph/codec/stream.py RowsDecode): each row's
+    state and one chunk call, at most DECODE_ROW_FRAMES row-frames; in eager upstream's decoder, whose largest call
+    morph/codec/pieces.py bounds the same way, CODEC_VALUES_PER_ROW_FRAME activations a row-frame plus its
+    workspaces (UPSTREAM_CODEC_WORKSPACE);
+  - WORKSPACE.
+It decodes its audio beside its frame loop, never beside a prefill (the next batch's prefill waits for the last
+chunk), so it needs state + the codec's row states + the larger of prefill and codec call + WORKSPACE.
+
+Prompts are counted with the model's tokenizer (morph/prompts.py token_count), as the run sizes its cache;
+bench/batch.py reports this declaration beside the measured peak.
 """
 
 from __future__ import annotations
@@ -25,12 +38,13 @@ from __future__ import annotations
 from typing import Sequence
 
 from .codec.pieces import DECODE_ROW_FRAMES, call_rows, row_frames
-from .codec.layers import chunk_for
+from .codec.layers import call_frames, chunk_for
 from .continuous import runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
+from .masked_attention import SCORES_BYTES
 from .prompts import prompt_tokens, token_count
-from .settings import GenerationSettings, capacity_for
+from .settings import KV_PAGE, GenerationSettings, capacity_for, pool_pages
 
 # Fit to the peaks of tests/gpu/test_memory.py on an H100 (0.6B dims, bf16, fused, 5 s lines, x-vector and ICL,
 # batch 1 to 64; bench/results/h100-2026-11-23/memory/): above the weights, 29 MiB per row (the state) plus
@@ -67,36 +81,74 @@ def _rows(lines, settings: GenerationSettings, instruct: str, count) -> list[tup
 
 
 def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: GenerationSettings | None = None,
-                   batch_size: int | None = None, instruct: str = "") -> int:
+                   batch_size: int | None = None, instruct: str = "", continuous: bool | None = None) -> int:
     """Bytes that rendering `lines` ((text, voice) pairs), `batch_size` rows at a time (None: all at once),
-    needs beyond the weights, for the batch that needs the most."""
+    needs beyond the weights: in the continuous batch (None: in every mode but eager, as render runs) or, for the
+    batch that needs the most, in static batches."""
     rows = _rows(lines, settings or GenerationSettings(), instruct, token_count(tts))
     if not rows:
         return 0
-    rows.sort(key=lambda r: -(r[0] + r[1]))
     width = len(rows) if batch_size is None else min(max(int(batch_size), 1), len(rows))
-    batch = rows[:width]  # the largest rows, batched together
     model = tts.tts.model
-    config, itemsize = model.config.talker_config, model.dtype.itemsize
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * itemsize
+    shape = _Shape(model)
+    if runs_lean(tts) if continuous is None else continuous:
+        return _continuous(tts, shape, rows, width)
+    rows.sort(key=lambda r: -(r[0] + r[1]))
+    batch = rows[:width]  # the largest rows, batched together
     prompt = max(p for p, _, _ in batch)
-
     slots = capacity_for(max(p + f for p, f, _ in batch) + 1)
-    state = width * slots * (kv_per_token + 2 * config.hidden_size * itemsize)
-    prefill = width * prompt * (kv_per_token + (3 * config.intermediate_size + 4 * config.hidden_size) * itemsize
-                                + config.num_attention_heads * prompt * 4)
+    state = width * slots * (shape.kv_per_token + 2 * shape.hidden_bytes)
+    prefill = width * prompt * (shape.kv_per_token + shape.layer_bytes_per_token + shape.heads * prompt * 4)
     if runs_lean(tts):
         chunk = chunk_for(width)  # as morph/codec/stream.py's RowsDecode groups a batch's rows
-        rows_per_call = min(width, call_rows(chunk))
-        per_row_frame = LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW if rows_per_call == 1 else LEAN_CODEC_BYTES_PER_ROW_FRAME
-        codec = per_row_frame * rows_per_call * chunk + LEAN_CODEC_WORKSPACE
-        state += width * sum(t * c for t, c in tts.codec.slot_shapes()) * _codec_itemsize(model)
+        codec = _lean_codec_call(chunk, min(width, call_rows(chunk)))
+        state += width * _codec_row_state(tts)
         state += AUDIO_COPIES * 4 * tts.codec.upsample * sum(f for _, f, _ in batch)
     else:
         codec = (CODEC_VALUES_PER_ROW_FRAME * _codec_itemsize(model)
                  * _largest_codec_call([c for _, _, c in rows], width) + UPSTREAM_CODEC_WORKSPACE)
     return int(state + max(prefill, codec) + WORKSPACE)
+
+
+def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: int) -> int:
+    """The continuous batch's need (module docstring): all of its parts at once, the codec running beside."""
+    needs = [p + f + 1 for p, f, _ in rows]  # prompt, frames and the EOS slot (morph/continuous.py run_rows)
+    pool = pool_pages([n + 1 for n in needs], width) * KV_PAGE * shape.kv_per_token
+    state = width * capacity_for(2 * max(needs)) * (2 * shape.hidden_bytes + (shape.groups + 1) * 8)
+    group = sorted((p for p, _, _ in rows), reverse=True)[:width]
+    prompt = group[0]
+    prefill = (len(group) * prompt * (shape.kv_per_token + shape.layer_bytes_per_token)
+               + min(SCORES_BYTES, len(group) * shape.heads * prompt * prompt * 4))
+    frames = call_frames(max(row_frames(c) for _, _, c in rows))  # a call runs its longest row's (RowsDecode.whole)
+    per_call = call_rows(frames)
+    codec = _lean_codec_call(frames, per_call) + per_call * _codec_row_state(tts)
+    codec += AUDIO_COPIES * 4 * tts.codec.upsample * frames * per_call
+    return int(pool + state + prefill + codec + WORKSPACE)
+
+
+class _Shape:
+    """What a token and a slot weigh in the talker (its dtype's bytes)."""
+
+    def __init__(self, model):
+        config, itemsize = model.config.talker_config, model.dtype.itemsize
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * itemsize
+        self.hidden_bytes = config.hidden_size * itemsize
+        # one layer's activations a token: the MLP's three projections and a few hidden-sized tensors
+        self.layer_bytes_per_token = (3 * config.intermediate_size + 4 * config.hidden_size) * itemsize
+        self.heads = config.num_attention_heads
+        self.groups = config.num_code_groups
+
+
+def _lean_codec_call(frames: int, rows: int) -> int:
+    """One lean codec call of `rows` rows of `frames` frames: its activations and cuDNN's workspaces."""
+    per_row_frame = LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW if rows == 1 else LEAN_CODEC_BYTES_PER_ROW_FRAME
+    return per_row_frame * rows * frames + LEAN_CODEC_WORKSPACE
+
+
+def _codec_row_state(tts) -> int:
+    """One row's lean codec state: its layers' left context."""
+    return sum(t * c for t, c in tts.codec.slot_shapes()) * _codec_itemsize(tts.tts.model)
 
 
 def _largest_codec_call(codec_frames: list[int], width: int) -> int:

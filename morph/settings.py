@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Sequence
 
 FRAMES_PER_SECOND = 12.5  # one codec frame per 80 ms
 SAMPLE_RATE = 24000
@@ -41,6 +42,24 @@ def capacity_for(needed: int) -> int:
     while cap < needed:
         cap *= 2
     return cap
+
+
+# The continuous batch's keys and values (morph/decode/kv_store.py) live in pages of KV_PAGE slots. A render's pool holds
+# what its widest set of rows could reserve at once (pool_pages), rounded up to one of 8 sizes an octave so that a
+# kept state (and its CUDA graphs) serves the next render of about the same size. Here, not in morph/decode/, because
+# morph/memory.py declares the same pool without loading the decode path.
+KV_PAGE = 32  # to be measured on a GPU against the fused kernel's tiles (the torch path gathers whole rows)
+POOL_STEPS = 8
+
+
+def pool_pages(row_slots: Sequence[int], width: int) -> int:
+    """Pages (the null page included) for a continuous batch of `width` slots whose rows each span row_slots[i] cache
+    slots (prompt, frames, EOS slot and the one after it): enough for the `width` largest at once, each reservation
+    starting anywhere in a page, rounded up to one of POOL_STEPS sizes an octave."""
+    largest = sorted(row_slots, reverse=True)[:max(1, int(width))]
+    need = 1 + sum(-(-int(n) // KV_PAGE) + 1 for n in largest)
+    step = 1 << max(0, need.bit_length() - POOL_STEPS.bit_length())
+    return -(-need // step) * step
 
 
 def check_seq_groups(seq_groups, num_groups: int = MAX_SEQ_GROUPS, who: str = "morph") -> int:

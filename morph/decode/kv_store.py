@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from ..settings import KV_PAGE as PAGE
 from . import paged
 from .blocks import BlockManager
-
-PAGE = 32  # slots a page: to be measured on a GPU against the fused kernel's tiles (the torch path gathers whole rows)
 
 
 def pages_for_bytes(loop, dtype: torch.dtype, nbytes: int) -> int:

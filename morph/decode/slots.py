@@ -56,8 +56,9 @@ class ContinuousBatch:
     def __init__(self, loop, width: int, need: int, options: dict, seq_groups: int, mode: str, device, dtype,
                  pages: int | None = None):
         """need: the most slots one row takes (prompt, frames and the EOS slot); options: the talker's sampling
-        keywords, as upstream passes them (MorphPatch.prompt_of); pages: the K/V in a pool of that many pages
-        (morph/decode/kv_store.py PagedKV; rows join while their pages can be set aside), else dense."""
+        keywords, as upstream passes them (MorphPatch.prompt_of); pages: the K/V in a pool of at least that many
+        pages (a kept state's up to twice as many; morph/decode/kv_store.py PagedKV: rows join while their pages can
+        be set aside), else dense."""
         self.loop, self.width, self.seq_groups, self.device = loop, width, seq_groups, device
         self.lag = loop.sync_lag if device.type == "cuda" else 0  # frames behind the GPU the host learns a row ended
         self.mode = runner.resolve(mode, device, loop.lean_check)
@@ -73,7 +74,7 @@ class ContinuousBatch:
         self.hold = max(int(loop.hold(o["min_new_tokens"])), 1)
         paging = None if pages is None else (pages, kv_store.PAGE)
         self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging)
-        self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st, pages, kv_store.PAGE)
+        self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st, *self.st.paging)
         self.streams = loop.row_streams(device)
         self.refill = max(1, width // REFILL_DIVISOR)
         self.position = 0  # P, the host's copy of st.step

@@ -113,6 +113,14 @@ class TalkerState:
 
     def matches(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging=None) -> bool:
         return (self.batch == batch and self.device == device and self.dtype == dtype and self.lean_kv == lean_kv
-                and self.paging == paging and needed <= self.capacity <= 2 * capacity_for(needed))
+                and _pool_fits(self.paging, paging) and needed <= self.capacity <= 2 * capacity_for(needed))
+
+
+def _pool_fits(have: tuple[int, int] | None, want: tuple[int, int] | None) -> bool:
+    """A kept paged pool serves a batch that wants at least its pages and no fewer than half of them (as a kept
+    capacity does), so that renders of about the same size keep one state and its CUDA graphs."""
+    if have is None or want is None:
+        return have == want
+    return have[1] == want[1] and want[0] <= have[0] <= 2 * want[0]
 
 

@@ -41,9 +41,9 @@ class Ends:
         self.batch.stop = lambda row: min(row.limit, self.frames[row.text])
 
 
-def test_rows_join_as_others_end_and_give_each_lines_codes(tiny_tts, lean, script, monkeypatch):
-    """40 lines through 3 slots, each ending at its own frame; with the state's capacity cut to about one row's
-    need, the shared position reaches it again and again, so live rows are moved down on the way; every row's
+def test_rows_join_as_others_end_and_give_each_lines_codes(tiny_tts, lean, script, dense_cache, monkeypatch):
+    """40 lines through 3 slots, each ending at its own frame; with the (dense) state's capacity cut to about one
+    row's need, the shared position reaches it again and again, so live rows are moved down on the way; every row's
     codes are the line's codes in eager mode alone."""
     import morph.decode.talker_loop
     from morph.decode.slots import ContinuousBatch
@@ -131,6 +131,16 @@ def test_a_codec_failure_is_raised_in_the_caller(tiny_tts, lean, script, monkeyp
 
 
 @pytest.fixture
+def dense_cache(monkeypatch):
+    """The continuous batch's keys and values dense, each row the whole capacity (the live engine's default), so
+    that a test may cut the capacity to any number of slots (a paged one is a whole number of pages; the paged
+    cache's moves are tests/morph/test_paged_batch.py's)."""
+    import morph.continuous
+
+    monkeypatch.setattr(morph.continuous, "pool_pages", lambda slots, width: None)
+
+
+@pytest.fixture
 def moves(monkeypatch):
     """Every row move the continuous batch makes, as (from slots, to slots)."""
     from morph.decode.talker_state import TalkerState
@@ -184,12 +194,13 @@ def test_a_seeded_row_draws_its_take_wherever_it_is_moved(tiny_tts, lean, script
         assert torch.equal(codes, batch.codes([line], s, continuous=True)[0]), line.text
 
 
-def test_rows_that_join_after_the_step_narrowed_widen_it_again(tiny_tts, lean, voices, moves, monkeypatch):
-    """Four slots, rows in three groups (x-vector prompts, 10 tokens), the cache cut to 54 slots: the second group
-    joins as the first one's short rows end; the third (line 0, 38 frames) does not fit behind the shared
-    position until line 7 (slot 0, whose first slot bounds a move down) has ended. Meanwhile only lines 7 and 1
-    (slots 0 and 3) are left, so line 1 moves to slot 1; line 0 then joins beside it, the step widens to 2 again,
-    and every row's codes are the line's codes in eager mode alone."""
+def test_rows_that_join_after_the_step_narrowed_widen_it_again(tiny_tts, lean, voices, moves, dense_cache,
+                                                               monkeypatch):
+    """Four slots, rows in three groups (x-vector prompts, 10 tokens), the dense cache (the live engine's) cut to 54
+    slots: the second group joins as the first one's short rows end; the third (line 0, 38 frames) does not fit
+    behind the shared position until line 7 (slot 0, whose first slot bounds a move down) has ended. Meanwhile only
+    lines 7 and 1 (slots 0 and 3) are left, so line 1 moves to slot 1; line 0 then joins beside it, the step widens
+    to 2 again, and every row's codes are the line's codes in eager mode alone."""
     import morph.decode.talker_loop
     from morph.decode.slots import ContinuousBatch
 

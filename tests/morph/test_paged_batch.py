@@ -1,7 +1,7 @@
 """The continuous batch over a paged key/value cache (morph/decode/kv_store.py PagedKV; tiny model, CPU, fp32, mode
 "lean"): every row's codes are the dense batch's bit for bit while rows join, grow into new pages, are moved down and
 compacted into narrower steps, and end; a pool too small for every row at once makes rows wait for pages rather than
-fail, and its peak stays within it; a row that could never fit is a clear error."""
+fail, and its peak stays within it; a row that could never fit is a clear error; render sizes its pool to its rows."""
 
 from __future__ import annotations
 
@@ -78,14 +78,22 @@ def test_rows_moved_down_keep_their_pages(lean, voices, monkeypatch):
         assert torch.equal(paged[i], dense[i]), i
 
 
-def test_render_takes_a_paged_pool_for_its_continuous_batch_only(lean, voices):
+def test_render_sizes_its_pool_to_the_widest_rows_or_takes_the_one_given(lean, voices):
+    """In a lean mode render runs the continuous batch by default, its pool what the `batch_size` largest rows could
+    reserve at once (settings.pool_pages: each row's prompt, frames, EOS slot and one more); a pool of a given size
+    gives the same audio; static batches take no pool."""
     from morph.scheduler import BatchTTS
+    from morph.settings import pool_pages
 
     lines = [Line(t, voices["xvec"], "English") for t in TEXTS[:3]]
     settings = GenerationSettings(seed=5, max_new_tokens=12)
-    dense = BatchTTS(lean).render(lines, settings, batch_size=2, continuous=True)
-    paged = BatchTTS(lean).render(lines, settings, batch_size=2, continuous=True, kv_cache_bytes=1 << 20)
-    assert all(torch.equal(torch.from_numpy(a), torch.from_numpy(b)) for a, b in zip(dense, paged, strict=True))
-    assert lean.patch.loop.last_run["peak_pages"] > 0
+    sized = BatchTTS(lean).render(lines, settings, batch_size=2)
+    run = dict(lean.patch.loop.last_run)
+    count = token_count(lean)
+    slots = [prompt_tokens(t, voices["xvec"], "", count) + 12 + 2 for t in TEXTS[:3]]
+    assert run["pages"] == pool_pages(slots, 2) - 1 and 0 < run["peak_pages"] <= run["pages"]
+    given = BatchTTS(lean).render(lines, settings, batch_size=2, kv_cache_bytes=1 << 20)
+    assert lean.patch.loop.last_run["pages"] != run["pages"]
+    assert all(torch.equal(torch.from_numpy(a), torch.from_numpy(b)) for a, b in zip(sized, given, strict=True))
     with pytest.raises(ValueError, match="set continuous=True"):
-        BatchTTS(lean).render(lines, settings, batch_size=2, kv_cache_bytes=1 << 20)
+        BatchTTS(lean).render(lines, settings, batch_size=2, continuous=False, kv_cache_bytes=1 << 20)

@@ -295,8 +295,35 @@ def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny
             per = LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW if rows == 1 else LEAN_CODEC_BYTES_PER_ROW_FRAME
             call = per * min(rows, DECODE_ROW_FRAMES // chunk) * chunk
             call += LEAN_CODEC_WORKSPACE
-            got = working_memory(tiny_tts, [("Hello there.", None)] * rows, settings, rows) - WORKSPACE
-            assert got == rows * row + call, rows
+            got = working_memory(tiny_tts, [("Hello there.", None)] * rows, settings, rows, continuous=False)
+            assert got - WORKSPACE == rows * row + call, rows
+    finally:
+        tiny_tts.patch.mode = "auto"
+
+
+def test_the_continuous_batch_counts_the_pages_of_its_widest_rows(tiny_tts):
+    """What a render runs in a lean mode: the pages the `batch_size` largest rows could reserve at once, the other
+    buffers per slot, a prefill of up to `batch_size` rows and one whole-row codec call, all at once: a row waiting
+    for a slot costs nothing, a wider batch at least its pages."""
+    from morph.memory import working_memory
+    from morph.prompts import PROMPT_OVERHEAD_TOKENS
+    from morph.settings import KV_PAGE, GenerationSettings, pool_pages
+
+    settings = GenerationSettings(max_new_tokens=100)
+    c = tiny_tts.tts.model.config.talker_config  # fp32
+    kv = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4
+    slots = len("Hello there.") + PROMPT_OVERHEAD_TOKENS + 100 + 2
+    tiny_tts.patch.mode = "lean"
+    try:
+        def need(lines, batch_size):
+            return working_memory(tiny_tts, lines, settings, batch_size)
+
+        short = [("Hello there.", None)]
+        for rows in (8, 32):
+            more = need(short * (rows + 1), rows) - need(short * rows, rows)
+            assert more == 0, rows  # a row beyond the batch's width waits for a slot: no memory of its own
+            wider = need(short * 2 * rows, 2 * rows) - need(short * rows, rows)
+            assert wider >= (pool_pages([slots] * 2 * rows, 2 * rows) - pool_pages([slots] * rows, rows)) * KV_PAGE * kv
     finally:
         tiny_tts.patch.mode = "auto"
 
