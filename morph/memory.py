@@ -1,7 +1,7 @@
 """What a run needs on the device beyond the weights, for a host's memory manager to make room (ComfyUI's
 `memory_required`). Counted from the loaded model's shape, as the run allocates it.
 
-The continuous batch (what a render runs in every mode but eager, morph/scheduler.py) holds, all at once:
+The continuous batch (what a render runs in every mode but eager, morph/scheduler.py) holds:
   - pool: the talker's keys and values, in pages (morph/settings.py pool_pages): what the `batch_size` rows that
     span the most cache slots could reserve at once;
   - state: the decode's other buffers (morph/decode/talker_state.py), per row and per slot of its capacity (twice
@@ -14,6 +14,10 @@ The continuous batch (what a render runs in every mode but eager, morph/schedule
     RowsDecode.whole), one call at a time of up to DECODE_ROW_FRAMES row-frames (more for one row longer than that),
     LEAN_CODEC_BYTES_PER_ROW_FRAME each plus cuDNN's workspaces, and each called row's codec state;
   - WORKSPACE: cuBLAS's workspaces, the CUDA graphs' pool, the sampler's and the code predictor's scratch.
+The pool, the state and WORKSPACE for the whole render; the prefill or a codec call on top. The two run on separate
+streams and could meet, but the peaks measured did not hold both (tests/gpu/test_memory.py: at 64 rows of 5 s,
+1.74 GiB above the start where the pool, the prefill and a codec call alone add up to 2.6;
+bench/results/h100-2026-11-25d/NOTES.md).
 
 A static batch (eager mode, the exact reference, or render(continuous=False)) holds:
   - state: the decode's static buffers, per row and per slot of the cache's capacity (prompt + frames, rounded up
@@ -111,7 +115,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
 
 
 def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: int) -> int:
-    """The continuous batch's need (module docstring): all of its parts at once, the codec running beside."""
+    """The continuous batch's need (module docstring)."""
     needs = [p + f + 1 for p, f, _ in rows]  # prompt, frames and the EOS slot (morph/continuous.py run_rows)
     pool = pool_pages([n + 1 for n in needs], width) * KV_PAGE * shape.kv_per_token
     state = width * capacity_for(2 * max(needs)) * (2 * shape.hidden_bytes + (shape.groups + 1) * 8)
@@ -119,11 +123,12 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: i
     prompt = group[0]
     prefill = (len(group) * prompt * (shape.kv_per_token + shape.layer_bytes_per_token)
                + min(SCORES_BYTES, len(group) * shape.heads * prompt * prompt * 4))
-    frames = call_frames(max(row_frames(c) for _, _, c in rows))  # a call runs its longest row's (RowsDecode.whole)
-    per_call = call_rows(frames)
+    # a call runs its longest row's own frames (RowsDecode.whole: an ICL voice's reference is decoded once, apart)
+    frames = call_frames(max(row_frames(f) for _, f, _ in rows))
+    per_call = min(width, call_rows(frames))
     codec = _lean_codec_call(frames, per_call) + per_call * _codec_row_state(tts)
     codec += AUDIO_COPIES * 4 * tts.codec.upsample * frames * per_call
-    return int(pool + state + prefill + codec + WORKSPACE)
+    return int(pool + state + max(prefill, codec) + WORKSPACE)
 
 
 class _Shape:
