@@ -194,7 +194,9 @@ class ContinuousBatch:
         the capacity yet."""
         st, shared = self.st, self._ahead[0].shared
         rows_in = [a for a in self._ahead if a.shared is shared][:len(self.free)]
-        length, needed = shared.length, max(a.stop for a in rows_in) + 1
+        # the rows' frames and EOS slot, and the frames the host steps before it learns that they ended: every row
+        # still writes the shared position then
+        length, needed = shared.length, max(a.stop for a in rows_in) + 1 + self.lag
         if self.position < length or self.position + needed > st.capacity:
             self._drain(queue, flags, finished)  # a move needs every pending snapshot read first
             if not self._move_down(length, needed):

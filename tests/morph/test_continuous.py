@@ -226,3 +226,26 @@ def test_rows_that_join_after_the_step_narrowed_widen_it_again(tiny_tts, lean, v
     for line, codes in zip(lines, got, strict=True):
         assert codes.shape[0] == ends[line.text]
         assert torch.equal(codes, alone.codes([line], settings(frames=60))[0]), line.text
+
+
+def test_rows_that_run_to_their_limit_leave_room_for_the_hosts_lag(tiny_tts, lean, script, dense_cache, monkeypatch):
+    """On a GPU the host learns that a row ended `lag` frames late, and the step writes the shared position for
+    every slot until then: a row joins only where its frames, its EOS slot and those frames fit in the capacity
+    (here cut to one row's need plus the lag, on the CPU with a GPU's lag of 4), so no step writes past it. Before,
+    rows that ran to their limit stepped past the capacity (an index out of bounds; ComfyUI's Render Lines on an
+    H100)."""
+    import morph.decode.talker_loop
+    from morph.decode.slots import ContinuousBatch
+
+    monkeypatch.setattr(morph.decode.talker_loop, "capacity_for", lambda needed: needed // 2 + 4)
+    build = ContinuousBatch.__init__
+
+    def with_a_gpus_lag(self, *args, **kwargs):
+        build(self, *args, **kwargs)
+        self.lag = 4
+
+    monkeypatch.setattr(ContinuousBatch, "__init__", with_a_gpus_lag)
+    lines = script[:5]
+    ends = {line.text: 30 for line in lines}  # every row runs to its limit
+    got = Ends(tiny_tts, ends).batch.codes(lines, settings(frames=30), batch_size=2, continuous=True)
+    assert [c.shape[0] for c in got] == [30] * 5
