@@ -8,7 +8,7 @@ every seq_groups of `--seq-groups` and every mode of `--modes`, measured three w
 - decode only: `BatchTTS.codes` (prefill and decode of each batch, no codec), as before;
 - end to end: `BatchTTS.render`: text in, tokenize, prefill, decode, codec decode, float32 audio out (the first
   run is this configuration's first render in the process);
-- script job (the batching render runs by default; each right after a render, `--repeats` of them): what
+- script job (static batches; each right after a render, `--repeats` of them): what
   `cli.py render` and Render Lines users wait for, `ScriptJob.run` of the same lines into a fresh folder: the
   render, each line smoothed (postprocess.smooth) and written with the manifest, the SRT, and the dialogue joined
   and written.
@@ -47,7 +47,6 @@ from bench.common import (HELD_FRAMES, add_model_args, emit, load_bench_model, m
                           script_lines, skewed_lines)
 from bench.sentences import SENTENCES, reference_wave
 from bench.workload import REF_TEXT, eos_suppressed, peak_bytes, sync
-from morph.continuous import runs_lean
 from morph.decode.runner import MODES, check_mode
 from morph.lines.script import parse_script
 from morph.lines.store import LineStore
@@ -123,7 +122,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
             sync(device)
             e2e_walls.append(time.perf_counter() - start)
             e2e_peak = max(e2e_peak, peak_bytes(device))
-            if script_job and continuous == runs_lean(tts) and not paged:  # what the front ends run
+            if script_job and not continuous:  # what the front ends run
                 jobs.append(run_script_job(batch, lines, settings, size))
     wall = float(np.median(walls))
     e2e_wall = float(np.median(e2e_walls))
@@ -230,8 +229,8 @@ def main(argv=None) -> dict:
     p.add_argument("--batch-sizes", default="1,8,16,32", help="comma list; 1 = one line at a time")
     p.add_argument("--seq-groups", default="15,5", help="comma list of seq_groups")
     p.add_argument("--batching", default="static",
-                   help="comma list: continuous (render's default but in eager mode, its pool sized to the rows), "
-                        "static, paged (continuous with its keys and values in a pool of --kv-cache-gib)")
+                   help="comma list: static (render's default), continuous (not in eager mode; its pool sized to the "
+                        "rows), paged (continuous with its keys and values in a pool of --kv-cache-gib)")
     p.add_argument("--kv-cache-gib", type=float, default=4.0, help="the paged pool's size, for --batching paged")
     p.add_argument("--modes", default="auto", help=f"comma list of morph modes, of {', '.join(MODES)}")
     p.add_argument("--prompts", default="mixed", choices=["mixed", "xvector", "icl"],

@@ -4,12 +4,13 @@ card of each size leaves it.
 For each card size (GiB) a fresh process caps what torch may allocate at the card less the 1 GiB the README tells
 users to keep (`torch.cuda.set_per_process_memory_fraction`, checked there by asking for more than that), loads the
 model, and renders the 256-line script of bench.common.script_lines (1-15 s lines, each row ending at its own
-frame) through BatchTTS.render, the Python API's and the nodes' path, at each batch size, largest first. A render
+frame) through BatchTTS.render, the Python API's and the nodes' path, at each batch size, largest first, in static
+batches (render's default) or, with --continuous, the continuous batch. A render
 that ran out of memory and retried at half the batch (the scheduler's warning), or failed, is recorded as such:
 the advised batch size of a card is the largest that rendered with no retry. The weights count against the cap, as
 they do on the card.
 
-    python -m bench.cards --model /tmp/model-0.6b --cards 8,12,16,24 --batch-sizes 64,32,16,8 --json out/cards.json
+    python -m bench.cards --model /tmp/model-0.6b --cards 8,12,16,24 --batch-sizes 64,32,16 --continuous --json out.json
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def one_card(args, card_gib: float) -> dict:
             with eos_suppressed(tts, HELD_FRAMES):
                 sync(tts.device)
                 start = time.perf_counter()
-                audio = batch.render(lines, GenerationSettings(seq_groups=5, seed=0), batch_size=size)
+                audio = batch.render(lines, GenerationSettings(seq_groups=5, seed=0), batch_size=size,
+                                     continuous=args.continuous)
                 sync(tts.device)
             wall = time.perf_counter() - start
             seconds = sum(a.size for a in audio) / 24000
@@ -102,6 +104,7 @@ def main(argv=None) -> dict:
     p.add_argument("--cards", default="8,12,16,24", help="comma list of card sizes, GiB")
     p.add_argument("--batch-sizes", default="64,32,16,8", type=lambda s: [int(x) for x in s.split(",")])
     p.add_argument("--lines", type=int, default=256)
+    p.add_argument("--continuous", action="store_true", help="the continuous batch, not static batches")
     p.add_argument("--one", type=float, help=argparse.SUPPRESS)  # one card, in this process (a child of main)
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)
@@ -109,8 +112,9 @@ def main(argv=None) -> dict:
         print(json.dumps(one_card(args, args.one)))
         return {}
     report = dict(run_info(torch.device("cuda")), model=args.model or f"random weights, {args.size} dims",
-                  kept_gib=KEPT_GIB, lines=args.lines, mode="auto", seq_groups=5, cards=[])
-    forwarded = [a for a in (argv if argv is not None else sys.argv[1:])]
+                  kept_gib=KEPT_GIB, lines=args.lines, mode="auto", seq_groups=5,
+                  batching="continuous" if args.continuous else "static", cards=[])
+    forwarded = list(argv if argv is not None else sys.argv[1:])
     for card in (float(c) for c in args.cards.split(",")):
         run = subprocess.run([sys.executable, "-m", "bench.cards", *forwarded, "--one", str(card)],
                              capture_output=True, text=True)

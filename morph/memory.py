@@ -1,7 +1,7 @@
 """What a run needs on the device beyond the weights, for a host's memory manager to make room (ComfyUI's
 `memory_required`). Counted from the loaded model's shape, as the run allocates it.
 
-The continuous batch (what a render runs in every mode but eager, morph/scheduler.py) holds:
+The continuous batch (render(continuous=True), morph/scheduler.py) holds:
   - pool: the talker's keys and values, in pages (morph/settings.py pool_pages): what the `batch_size` rows that
     span the most cache slots could reserve at once;
   - state: the decode's other buffers (morph/decode/talker_state.py), per row and per slot of its capacity (twice
@@ -19,7 +19,7 @@ streams and could meet, but the peaks measured did not hold both (tests/gpu/test
 1.74 GiB above the start where the pool, the prefill and a codec call alone add up to 2.6;
 bench/results/h100-2026-11-25d/NOTES.md).
 
-A static batch (eager mode, the exact reference, or render(continuous=False)) holds:
+A static batch (what render runs unless asked for the continuous batch, which no node does) holds:
   - state: the decode's static buffers, per row and per slot of the cache's capacity (prompt + frames, rounded up
     to a power of two, at least 256), the talker's keys and values in every layer, and the step's and the text's
     hidden states;
@@ -85,17 +85,17 @@ def _rows(lines, settings: GenerationSettings, instruct: str, count) -> list[tup
 
 
 def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: GenerationSettings | None = None,
-                   batch_size: int | None = None, instruct: str = "", continuous: bool | None = None) -> int:
+                   batch_size: int | None = None, instruct: str = "", continuous: bool = False) -> int:
     """Bytes that rendering `lines` ((text, voice) pairs), `batch_size` rows at a time (None: all at once),
-    needs beyond the weights: in the continuous batch (None: in every mode but eager, as render runs) or, for the
-    batch that needs the most, in static batches."""
+    needs beyond the weights: in static batches (as render runs by default), for the batch that needs the most, or
+    in the continuous batch."""
     rows = _rows(lines, settings or GenerationSettings(), instruct, token_count(tts))
     if not rows:
         return 0
     width = len(rows) if batch_size is None else min(max(int(batch_size), 1), len(rows))
     model = tts.tts.model
     shape = _Shape(model)
-    if runs_lean(tts) if continuous is None else continuous:
+    if continuous:
         return _continuous(tts, shape, rows, width)
     rows.sort(key=lambda r: -(r[0] + r[1]))
     batch = rows[:width]  # the largest rows, batched together

@@ -11,19 +11,22 @@ out-of-memory handling and decoding are here only, and only this module sets the
 render, and joined again with a pause (morph/line_audio.py, which puts each line together from its rows' audio).
 
 Two ways to run the rows (`continuous`):
-- continuous (the default in every mode but eager; morph/continuous.py): one running batch of `batch_size` slots; a
-  row that ends gives its slot to the next row at once, and its audio is decoded on a stream of its own while the batch
-  goes on. Its keys and values live in pages (morph/decode/kv_store.py): the pool holds what the `batch_size` largest
-  rows could take at once, and a row holds its pages only while it runs, so memory follows the rows in flight (the
-  static batch holds every row's cache to its batch's longest). Each row draws from its own random stream, keyed by
-  the seed and the row itself (morph/decode/streams.py), so a seeded line's take is the same alone, in any batch, at
-  any position, and after a resume, up to the rounding a different batch shape brings (below).
-- static (eager mode, the exact reference, and continuous=False): upstream's batched
+- static (the default; the exact reference in eager mode): upstream's batched
   `Qwen3TTSForConditionalGeneration.generate` per batch of rows of like length (longest first), each row ending at
   its own EOS or limit, the codec after it. Seeds as upstream: `torch.manual_seed(settings.seed)` right before every
   batched generate (retries included), so a batch of one single-segment line is upstream's generate_* seeded the same
   way, bit for bit (tests/morph/test_exactness.py); all rows draw from that one stream, so a row's take depends on its
   companions. `seed=None` reseeds none.
+- continuous (opt-in, every mode but eager; morph/continuous.py): one running batch of `batch_size` slots; a row that
+  ends gives its slot to the next row at once, and its audio is decoded on a stream of its own while the batch goes
+  on. Its keys and values live in pages (morph/decode/kv_store.py): the pool holds what the `batch_size` rows with
+  the largest frame limits could take at once, and a row holds its pages only while it runs (a static batch holds
+  every row's cache to its batch's longest). Each row draws from its own random stream, keyed by the seed and the row
+  itself (morph/decode/streams.py), so a seeded line's take is the same alone, in any batch, at any position, and
+  after a resume, up to the rounding a different batch shape brings (below).
+  Not the default: on an H100 it took about half the memory of static batches but was slower end to end (the
+  256-line script at batch 64, 0.83x; Render Lines in ComfyUI, about half as fast; README, Performance;
+  bench/results/h100-2026-11-25d/NOTES.md).
 
 Batch invariance (greedy, fp32, CPU; tests/morph/test_scheduler.py): a row never sees its companions' data (for a
 fixed batch shape and row position its logits are bit-identical whatever they hold), but the shape changes the low
@@ -82,7 +85,7 @@ class BatchTTS:
                batch_size: int | None = DEFAULT_BATCH_SIZE, on_step: OnStep | None = None,
                on_line: OnLine | None = None, who: str = "Render lines", split_long_text: bool = True,
                sort: bool = True, labels: Sequence[str] | None = None,
-               continuous: bool | None = None, words: Words = FOR_PYTHON,
+               continuous: bool = False, words: Words = FOR_PYTHON,
                on_chunk: OnChunk | None = None, kv_cache_bytes: int | None = None) -> list[np.ndarray]:
         """Speak every line; returns float32 24 kHz audio per line, in the order given.
 
@@ -93,8 +96,8 @@ class BatchTTS:
         the whole render (morph/progress.py's `SlotProgress`), and once more with `total, total` when it is done;
         an exception raised there (a cancel) stops the render and propagates.
         Messages name line i as `labels[i]`, as "line i+1" when there are several lines and no labels, and a
-        single line not at all, and word their fixes as `words` does (morph/lines/words.py). `continuous`: the
-        continuous batch (None: in every mode but eager) or static batches (module docstring).
+        single line not at all, and word their fixes as `words` does (morph/lines/words.py). `continuous=True` runs
+        the continuous batch (module docstring; not in eager mode).
         `on_chunk(i, audio)` hands line i's audio in order as it is made: in the continuous batch a row's first 1-4
         frames once they are made (4 frames later on a GPU), then every 4 frames until the 16-frame marks and every 16
         after (morph/continuous.py LiveChunks), a later segment's after the segment before, with the pause between;
@@ -109,7 +112,6 @@ class BatchTTS:
         if not rows:
             return []
         cap = batch_size or len(rows)
-        continuous = runs_lean(self.tts) if continuous is None else continuous
         out = LineAudio(rows, len(lines), on_line, on_chunk, streamed=continuous)
         if continuous and not runs_lean(self.tts):
             raise ValueError(f"{who}: continuous batching runs the lean layers; set the speed mode to fused, graphs "
@@ -150,13 +152,12 @@ class BatchTTS:
 
     def codes(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
               on_step: OnStep | None = None, who: str = "Render lines", batch_size: int | None = None,
-              continuous: bool | None = None, kv_cache_bytes: int | None = None) -> list[torch.Tensor]:
+              continuous: bool = False, kv_cache_bytes: int | None = None) -> list[torch.Tensor]:
         """The codec codes [frames, 16] of each line, in the order given, without the codec: the decode alone, in
         the continuous batch or static batches as render runs them. Every line must fit one pass (at most
         MAX_SEGMENT_CHARS characters); all lines in one batch when batch_size is None (static: ONE batched generate,
         rows in the order given)."""
         settings = (settings or GenerationSettings()).validate(who)
-        continuous = runs_lean(self.tts) if continuous is None else continuous
         rows = make_rows(self.tts, lines, settings, who, split_long_text=False)
         if not rows:
             return []

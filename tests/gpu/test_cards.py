@@ -1,6 +1,7 @@
-"""The card table's 8 and 12 GB rows (README, Batch-render a script): the 256-line realistic script renders at the
-advised batch size with no out-of-memory retry, in a process held to the card less the 1 GiB the README keeps
-(bench/cards.py), at the real 0.6B dims in bf16 and the default mode (the 1.7B rows were not measured)."""
+"""The continuous batch's card table, its 8 and 12 GB rows (README, Performance): the 256-line realistic script
+renders at the advised batch size with no out-of-memory retry, in a process held to the card less the 1 GiB the
+README keeps (bench/cards.py --continuous), at the real 0.6B dims in bf16 and the default mode (the 1.7B rows were
+not measured)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def models(tmp_path_factory):
 @pytest.mark.parametrize("size,card", sorted(ADVISED))
 def test_the_script_renders_at_the_advised_batch_size_with_no_retry(models, size, card):
     run = subprocess.run([sys.executable, "-m", "bench.cards", "--model", str(models(size)), "--device", "cuda",
-                          "--dtype", "bf16", "--batch-sizes", str(ADVISED[size, card]), "--one", str(card)],
+                          "--dtype", "bf16", "--batch-sizes", str(ADVISED[size, card]), "--continuous", "--one", str(card)],
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])

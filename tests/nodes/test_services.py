@@ -295,14 +295,14 @@ def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny
             per = LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW if rows == 1 else LEAN_CODEC_BYTES_PER_ROW_FRAME
             call = per * min(rows, DECODE_ROW_FRAMES // chunk) * chunk
             call += LEAN_CODEC_WORKSPACE
-            got = working_memory(tiny_tts, [("Hello there.", None)] * rows, settings, rows, continuous=False)
-            assert got - WORKSPACE == rows * row + call, rows
+            got = working_memory(tiny_tts, [("Hello there.", None)] * rows, settings, rows) - WORKSPACE
+            assert got == rows * row + call, rows
     finally:
         tiny_tts.patch.mode = "auto"
 
 
 def test_the_continuous_batch_counts_the_pages_of_its_widest_rows(tiny_tts):
-    """What a render runs in a lean mode: the pages the `batch_size` largest rows could reserve at once, the other
+    """render(continuous=True): the pages the `batch_size` largest rows could reserve at once, the other
     buffers per slot, a prefill of up to `batch_size` rows and one whole-row codec call, all at once: a row waiting
     for a slot costs nothing, a wider batch at least its pages."""
     from morph.memory import working_memory
@@ -316,7 +316,7 @@ def test_the_continuous_batch_counts_the_pages_of_its_widest_rows(tiny_tts):
     tiny_tts.patch.mode = "lean"
     try:
         def need(lines, batch_size):
-            return working_memory(tiny_tts, lines, settings, batch_size)
+            return working_memory(tiny_tts, lines, settings, batch_size, continuous=True)
 
         short = [("Hello there.", None)]
         for rows in (8, 32):
