@@ -24,8 +24,8 @@ Two ways to run the rows (`continuous`):
   every row's cache to its batch's longest). Each row draws from its own random stream, keyed by the seed and the row
   itself (morph/decode/streams.py), so a seeded line's take is the same alone, in any batch, at any position, and
   after a resume, up to the rounding a different batch shape brings (below).
-  Not the default: on an H100 it took about half the memory of static batches but was slower end to end (the
-  256-line script at batch 64, 0.83x; Render Lines in ComfyUI, about half as fast; README, Performance;
+  Not the default: on an H100 it took about half the memory of static batches on the 256-line script at batch 64
+  but was not faster end to end (0.83-0.95x static in one process; README, Performance;
   bench/results/h100-2026-11-25d/NOTES.md).
 
 Batch invariance (greedy, fp32, CPU; tests/morph/test_scheduler.py): a row never sees its companions' data (for a
