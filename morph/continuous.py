@@ -138,13 +138,16 @@ class RowRunner:
         if not self.audio:
             return
         side = tts.codec.side_stream(tts.device)
-        if self.on_chunk is None:
+        # the hand-over holds what it calls, not the runner: a runner its own attribute refers to would keep the
+        # batch's state (its key/value pool) alive after release_device_state, until the garbage collector ran
+        on_row, on_chunk = self.on_row, self.on_chunk
+        if on_chunk is None:
             codec = CodecStream(tts.codec, tts.device, side)
             self._ended = lambda row, codes: codec.submit(row, codes, ref_code(row))
 
             def hand(flush: bool = False) -> None:
                 for row, wav in codec.pump(flush=flush):
-                    self.on_row(row, wav)
+                    on_row(row, wav)
         else:
             from .decode.runner import FAST_MODES
 
@@ -161,9 +164,9 @@ class RowRunner:
                     live.step()
                 for row, wav, whole in live.codec.pump(flush=flush):
                     if wav.size:
-                        self.on_chunk(row, wav)
+                        on_chunk(row, wav)
                     if whole is not None:
-                        self.on_row(row, whole)
+                        on_row(row, whole)
         self._hand = hand
 
 

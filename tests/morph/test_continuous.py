@@ -249,3 +249,21 @@ def test_rows_that_run_to_their_limit_leave_room_for_the_hosts_lag(tiny_tts, lea
     ends = {line.text: 30 for line in lines}  # every row runs to its limit
     got = Ends(tiny_tts, ends).batch.codes(lines, settings(frames=30), batch_size=2, continuous=True)
     assert [c.shape[0] for c in got] == [30] * 5
+
+
+def test_a_render_leaves_nothing_that_holds_its_state_once_released(tiny_tts, lean, script):
+    """release_device_state frees the continuous batch's state (its key/value pool) at once, by reference counting
+    alone: nothing the render made holds it in a cycle that waits for the garbage collector (on an H100 a render at
+    batch 32 after one at 64 measured the first one's pool too, bench/results/h100-2026-11-25d/NOTES.md)."""
+    import gc
+    import weakref
+
+    gc.collect()
+    gc.disable()
+    try:
+        lean.render(script[:3], settings(frames=5), batch_size=2, continuous=True)
+        state = weakref.ref(tiny_tts.patch.loop._state)
+        tiny_tts.release_device_state()
+        assert state() is None
+    finally:
+        gc.enable()
