@@ -14,9 +14,9 @@ The continuous batch (render(continuous=True), morph/scheduler.py) holds:
     RowsDecode.whole), one call at a time of up to DECODE_ROW_FRAMES row-frames (more for one row longer than that),
     LEAN_CODEC_BYTES_PER_ROW_FRAME each plus cuDNN's workspaces, and each called row's codec state;
   - WORKSPACE: cuBLAS's workspaces, the CUDA graphs' pool, the sampler's and the code predictor's scratch.
-The pool, the state and WORKSPACE for the whole render; the prefill or a codec call on top. The two run on separate
-streams and could meet, but the peaks measured did not hold both (tests/gpu/test_memory.py: at 64 rows of 5 s,
-1.74 GiB above the start where the pool, the prefill and a codec call alone add up to 2.6;
+The pool, the state and WORKSPACE for the whole render; the prefill or a codec call on top (the two run on
+separate streams and could meet, but a render's prefills come as rows join and its codec calls as rows end). The
+256-line script at batch 64 peaked at 7.93 GiB above the weights where this declares 8.07 (H100, 0.6B dims, bf16;
 bench/results/h100-2026-11-25d/NOTES.md).
 
 A static batch (what render runs unless asked for the continuous batch, which no node does) holds:
