@@ -1,5 +1,6 @@
 """morph/decode/blocks.py: pages are set aside as a row joins, taken as it grows, and all given back as it ends; a
-reservation the pool cannot hold is refused, and the null page is never handed out."""
+reservation the pool cannot hold is refused, and the null page is never handed out; a render's pool
+(settings.pool_pages) holds its widest rows' reservations."""
 
 from __future__ import annotations
 
@@ -48,3 +49,26 @@ def test_every_page_but_the_null_one_is_handed_out_once():
     assert pages == [1, 2, 3, 4, 5] and blocks.peak == 5
     with pytest.raises(ValueError):
         BlockManager(pages=1, page=8)
+
+
+def test_a_renders_pool_holds_its_widest_rows_reservations_wherever_they_start():
+    """settings.pool_pages, what render(continuous=True) sizes its pool by: the `width` rows that span the most slots
+    can all reserve at once, each starting anywhere in a page, and the pool is at most an eighth (plus a page) over
+    that, on one of eight sizes an octave (so a kept pool serves the next render of about the same size)."""
+    import random
+
+    from morph.settings import KV_PAGE, pool_pages
+
+    rng = random.Random(0)
+    for _ in range(200):
+        slots = [rng.randint(1, 1200) for _ in range(rng.randint(1, 80))]
+        width = rng.randint(1, 80)
+        pages = pool_pages(slots, width)
+        blocks = BlockManager(pages, KV_PAGE)
+        widest = sorted(slots, reverse=True)[:width]
+        for i, n in enumerate(widest):
+            lo = rng.randrange(KV_PAGE) if i % 2 else KV_PAGE - 1  # the worst start: a page's last slot
+            blocks.reserve(i, blocks.pages_for(lo, lo + n))
+        need = 1 + sum(-(-n // KV_PAGE) + 1 for n in widest)
+        assert need <= pages <= need * 9 // 8 + 1, (need, pages)
+        assert pages // (pages & -pages) < 16  # eight sizes an octave: at most four significant bits
