@@ -5,12 +5,15 @@
 #   bash tools/fetch_device_wheels.sh .whl/peers peers  # here, for the peer (faster-qwen3-tts-batch)
 #   bash tools/batch_gpu.sh OUTDIR [RUN...]           # on the GPU machine (carry .whl): random 0.6B and 1.7B dims,
 #                                                     # bf16, default mode, k=5, two repeats each, ComfyUI's allocator
-# RUN names which of the runs below to make (default all; two calls of under 10 minutes take them all on an H100).
+# RUN names which of the runs below to make (default: issue 23's; `issue35` names the continuous batch's targets:
+# the skewed script, a lone row, a single 20 s line, the script at 64 and the card caps, each beside static; several
+# calls: name a few runs in each).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bash tools/batch_gpu.sh OUTDIR [RUN...]}
 shift
 wanted=" ${*:-uniform32 peer32 uniform128 script256 icl32-1.7b memory-1.7b} "
+wanted=${wanted/ issue35 / uniform32 uniform128 script256 skewed256 lone64 lone1 line20s cards-0.6b cards-1.7b }
 mkdir -p "$out"
 PIP="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target"
 [ -d /tmp/gpu-site ] || $PIP /tmp/gpu-site .whl/gpu/*.whl || exit 1
@@ -40,3 +43,19 @@ run script256 0.6b --batching continuous,static --lines 256 --lengths script --b
 run icl32-1.7b 1.7b --lines 32 --batch-sizes 32 --prompts icl --batching continuous,static
 # what morph/memory.py declares against the peak at the 1.7B dims (tests/gpu/test_memory.py runs the 0.6B ones)
 run memory-1.7b 1.7b --lines 64 --batch-sizes 1,8,32,64 --batching static --no-script-job
+# issue 35: a minute-long line in every 64 among 1-5 s ones; the minute-long line among 63 short ones, and alone; one
+# 20 s line (250 frames) end to end
+run skewed256 0.6b --batching continuous,static --lines 256 --lengths skewed --batch-sizes 64
+run lone64 0.6b --batching continuous,static --lines 64 --lengths skewed --batch-sizes 64 --no-script-job
+run lone1 0.6b --batching continuous,static --lines 1 --lengths skewed --batch-sizes 1 --no-script-job
+run line20s 0.6b --batching continuous,static --lines 1 --frames 250 --batch-sizes 1 --no-script-job
+cards() { size=$1; [[ $wanted == *" cards-$size "* ]] || return 0
+  echo "=== cards-$size"; began=$(date +%s)
+  for way in "" --continuous; do  # static batches (the default), then the continuous batch
+    python3 -m bench.cards --model "$(model "$size")" --device cuda --dtype bf16 --cards 8,12,16,24 \
+      --batch-sizes 64,32,16,8 $way --json "$out/cards-$size${way:+-continuous}.json" > /dev/null \
+      2> "$out/cards-$size${way:+-continuous}.log"
+  done
+  echo "exit $? after $(( $(date +%s) - began )) s"; }
+cards 0.6b
+cards 1.7b
