@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .codec.layers import call_frames
+from .codec.calls import call_frames
 from .codec.live import FIRST_GRID, LIVE_CHUNK, LiveRows
 from .codec.stream import CodecStream
 from .lines.line import Row

@@ -41,8 +41,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .codec.calls import call_frames, chunk_for
 from .codec.pieces import DECODE_ROW_FRAMES, call_rows, row_frames
-from .codec.layers import call_frames, chunk_for
 from .continuous import runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .layers import CHUNK, CodecState, LeanCodec
+from .calls import CHUNK, call_width
+from .layers import CodecState, LeanCodec
 from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows
 from .side import on_side, take, to_host
 
@@ -31,11 +32,6 @@ from .side import on_side, take, to_host
 # call), every live row in the same few calls, their rows padded to a power of two (call_width).
 FIRST_GRID = 4
 LIVE_CHUNK = CHUNK
-
-
-def call_width(rows: int) -> int:
-    """The rows of a live decode call holding `rows`: the next power of two, so that calls come in few shapes."""
-    return 1 << (rows - 1).bit_length()
 
 
 class _LiveRow:

@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
-from .layers import CodecState, LeanCodec, call_frames, chunk_for
+from .calls import call_frames, chunk_for
+from .layers import CodecState, LeanCodec
 from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, call_rows, pieces, row_frames, tail_audio
 from .side import on_side, take, to_host
 

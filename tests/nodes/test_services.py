@@ -276,7 +276,7 @@ def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny
     one chunk call (chunk_for's frames, at a single row's own rate) of at most DECODE_ROW_FRAMES row-frames whatever
     the batch."""
     from morph.codec.pieces import DECODE_ROW_FRAMES
-    from morph.codec.layers import chunk_for
+    from morph.codec.calls import chunk_for
     from morph.memory import (AUDIO_COPIES, LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW, LEAN_CODEC_BYTES_PER_ROW_FRAME,
                               LEAN_CODEC_WORKSPACE, WORKSPACE, working_memory)
     from morph.prompts import PROMPT_OVERHEAD_TOKENS

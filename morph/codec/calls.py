@@ -1,0 +1,32 @@
+"""The codec's call sizes: how many frames of how many rows one decode call takes (morph/codec/layers.py decodes a
+call; stream.py, live.py and morph/memory.py size them here). cuDNN plans each convolution per input shape, and a
+call launches the same ~1,400 kernels whatever its size, so calls come in few shapes (powers of two), each holding
+enough row-frames to pay for its launches."""
+
+from __future__ import annotations
+
+# Frames of a row one decode call takes: a static batch's rows decode this many at a time (1.28 s of audio, the most
+# left when a batch ends), and an ICL reference is primed in pieces of it, so that no call is larger than the
+# batch's (morph/memory.py counts such calls; a 30 s reference in one call would be about 0.7 GiB).
+CHUNK = 16
+# ... unless a batch has so few rows that a call would hold fewer row-frames than this: at batch 1 16-frame calls
+# made a 250-frame line 0.76 s where 128-frame ones made it 0.58 (H100, 0.6B dims, k=5; 8 rows: the same at 16 and 32
+# frames, slower at 64; 32 rows: the same at 16 to 64).
+MIN_CALL_ROW_FRAMES = 128
+
+
+def call_width(n: int) -> int:
+    """The next power of two of n (at least 1): a live call's rows, and a call's frames, come in these sizes."""
+    return 1 << (max(1, int(n)) - 1).bit_length()
+
+
+def call_frames(frames: int) -> int:
+    """Frames of each row in a decode call that covers `frames`: a power of two, at least CHUNK. A call at every row
+    length (a script's run from 1 to 15 s) made a continuous render's first run 3x its second (H100, 256 lines)."""
+    return max(CHUNK, call_width(frames))
+
+
+def chunk_for(rows: int) -> int:
+    """Frames of each row one decode call takes, for `rows` rows decoded together: CHUNK, or what gives
+    MIN_CALL_ROW_FRAMES row-frames a call (128 frames for one row, 64 for two, ...)."""
+    return call_frames(MIN_CALL_ROW_FRAMES // max(1, int(rows)))
