@@ -8,10 +8,9 @@ every seq_groups of `--seq-groups` and every mode of `--modes`, measured three w
 - decode only: `BatchTTS.codes` (prefill and decode of each batch, no codec), as before;
 - end to end: `BatchTTS.render`: text in, tokenize, prefill, decode, codec decode, float32 audio out (the first
   run is this configuration's first render in the process);
-- script job (static batches; each right after a render, `--repeats` of them): what
-  `cli.py render` and Render Lines users wait for, `ScriptJob.run` of the same lines into a fresh folder: the
-  render, each line smoothed (postprocess.smooth) and written with the manifest, the SRT, and the dialogue joined
-  and written.
+- script job (static batches; each right after a render, `--repeats` of them): what `cli.py render` and Render Lines
+  users wait for, `ScriptJob.run` of the same lines into a fresh folder: the render, each line smoothed
+  (postprocess.smooth) and written with the manifest, the SRT, and the dialogue joined and written.
 Per configuration the JSON reports wall time, aggregate x real time (seconds of audio of all
 lines per wall second) and peak allocated memory both ways, the weights and what morph/memory.py declares
 for the render (on CUDA also its ratio to the end-to-end peak above the weights), ms per decode step (one step

@@ -28,7 +28,7 @@ from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, ru
 from bench.sentences import reference_wave
 from bench.workload import eos_suppressed, sync
 from morph.scheduler import BatchTTS, Line
-from morph.settings import FRAMES_PER_SECOND, GenerationSettings
+from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
 
 KEPT_GIB = 1  # what the README tells users to leave for CUDA and ComfyUI
 
@@ -61,7 +61,7 @@ def one_card(args, card_gib: float) -> dict:
     """This process as a card of card_gib: every batch size, largest first."""
     cap = cap_memory(card_gib)
     tts = load_bench_model(args)
-    voice = tts.make_voice(reference_wave(), 24000)
+    voice = tts.make_voice(reference_wave(), SAMPLE_RATE)
     ends = dict(script_lines(args.lines))
     lines = [Line(text, voice, "English") for text in ends]
     batch = BatchTTS(tts)
@@ -83,7 +83,7 @@ def one_card(args, card_gib: float) -> dict:
                                      continuous=args.continuous)
                 sync(tts.device)
             wall = time.perf_counter() - start
-            seconds = sum(a.size for a in audio) / 24000
+            seconds = sum(a.size for a in audio) / SAMPLE_RATE
             row.update(wall_s=round(wall, 3), x_real_time=round(seconds / wall, 1),
                        peak_above_weights_gib=round((torch.cuda.max_memory_allocated() - weights) / 2**30, 3),
                        retried=list(retries.seen), ran_as=tts.patch.last_run.get("mode"))

@@ -53,9 +53,7 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
     # sized by each row's frame limit, where the engine stops it unless it ends first: what a row may take (`stop`
     # ends a benchmark's rows where speech would, earlier, but the memory is what real use needs)
     needs = [prompt_tokens(r.text, r.line.voice, r.line.instruct, count) + r.limit + 1 for r in rows]
-    # a row reserves its prompt, frames and EOS slot and one slot more (ContinuousBatch._join)
-    pages = pool_pages([n + 1 for n in needs], width) if kv_cache_bytes is None else \
-        budget_pages(tts, kv_cache_bytes)
+    pages = pool_pages(needs, width) if kv_cache_bytes is None else budget_pages(tts, kv_cache_bytes)
     runner = RowRunner(tts, settings, width, max(needs), stop, on_row, audio, on_chunk, pages)
     runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))], on_frames)
 

@@ -117,7 +117,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
 def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: int) -> int:
     """The continuous batch's need (module docstring)."""
     needs = [p + f + 1 for p, f, _ in rows]  # prompt, frames and the EOS slot (morph/continuous.py run_rows)
-    pool = pool_pages([n + 1 for n in needs], width) * KV_PAGE * shape.kv_per_token
+    pool = pool_pages(needs, width) * KV_PAGE * shape.kv_per_token
     state = width * capacity_for(2 * max(needs)) * (2 * shape.hidden_bytes + (shape.groups + 1) * 8)
     group = sorted((p for p, _, _ in rows), reverse=True)[:width]
     prompt = group[0]

@@ -52,12 +52,13 @@ KV_PAGE = 32  # to be measured on a GPU against the fused kernel's tiles (the to
 POOL_STEPS = 8
 
 
-def pool_pages(row_slots: Sequence[int], width: int) -> int:
-    """Pages (the null page included) for a continuous batch of `width` slots whose rows each span row_slots[i] cache
-    slots (prompt, frames, EOS slot and the one after it): enough for the `width` largest at once, each reservation
-    starting anywhere in a page, rounded up to one of POOL_STEPS sizes an octave."""
-    largest = sorted(row_slots, reverse=True)[:max(1, int(width))]
-    need = 1 + sum(-(-int(n) // KV_PAGE) + 1 for n in largest)
+def pool_pages(row_needs: Sequence[int], width: int) -> int:
+    """Pages (the null page included) for a continuous batch of `width` slots whose rows each need row_needs[i] cache
+    slots (prompt, frames and EOS slot) and reserve one slot more as they join (morph/decode/slots.py _join): enough
+    for the `width` largest reservations at once, each starting anywhere in a page, rounded up to one of POOL_STEPS
+    sizes an octave."""
+    largest = sorted(row_needs, reverse=True)[:max(1, int(width))]
+    need = 1 + sum(-(-(int(n) + 1) // KV_PAGE) + 1 for n in largest)
     step = 1 << max(0, need.bit_length() - POOL_STEPS.bit_length())
     return -(-need // step) * step
 

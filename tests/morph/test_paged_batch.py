@@ -80,8 +80,8 @@ def test_rows_moved_down_keep_their_pages(lean, voices, monkeypatch):
 
 def test_render_sizes_its_pool_to_the_widest_rows_or_takes_the_one_given(lean, voices):
     """render(continuous=True) takes a pool of what the `batch_size` largest rows could reserve at once
-    (settings.pool_pages: each row's prompt, frame limit, EOS slot and one more); a pool of a given size gives the
-    same audio; static batches take no pool."""
+    (settings.pool_pages of each row's prompt, frame limit and EOS slot); a pool of a given size gives the same audio;
+    static batches take no pool."""
     from morph.scheduler import BatchTTS
     from morph.settings import pool_pages
 
@@ -90,8 +90,8 @@ def test_render_sizes_its_pool_to_the_widest_rows_or_takes_the_one_given(lean, v
     sized = BatchTTS(lean).render(lines, settings, batch_size=2, continuous=True)
     run = dict(lean.patch.loop.last_run)
     count = token_count(lean)
-    slots = [prompt_tokens(t, voices["xvec"], "", count) + 12 + 2 for t in TEXTS[:3]]
-    assert run["pages"] == pool_pages(slots, 2) - 1 and 0 < run["peak_pages"] <= run["pages"]
+    needs = [prompt_tokens(t, voices["xvec"], "", count) + 12 + 1 for t in TEXTS[:3]]
+    assert run["pages"] == pool_pages(needs, 2) - 1 and 0 < run["peak_pages"] <= run["pages"]
     given = BatchTTS(lean).render(lines, settings, batch_size=2, continuous=True, kv_cache_bytes=1 << 20)
     assert lean.patch.loop.last_run["pages"] != run["pages"]
     assert all(torch.equal(torch.from_numpy(a), torch.from_numpy(b)) for a, b in zip(sized, given, strict=True))

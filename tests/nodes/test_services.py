@@ -312,7 +312,7 @@ def test_the_continuous_batch_counts_the_pages_of_its_widest_rows(tiny_tts):
     settings = GenerationSettings(max_new_tokens=100)
     c = tiny_tts.tts.model.config.talker_config  # fp32
     kv = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4
-    slots = len("Hello there.") + PROMPT_OVERHEAD_TOKENS + 100 + 2
+    row_need = len("Hello there.") + PROMPT_OVERHEAD_TOKENS + 100 + 1  # prompt, frames and EOS slot
     tiny_tts.patch.mode = "lean"
     try:
         def need(lines, batch_size):
@@ -323,7 +323,7 @@ def test_the_continuous_batch_counts_the_pages_of_its_widest_rows(tiny_tts):
             more = need(short * (rows + 1), rows) - need(short * rows, rows)
             assert more == 0, rows  # a row beyond the batch's width waits for a slot: no memory of its own
             wider = need(short * 2 * rows, 2 * rows) - need(short * rows, rows)
-            assert wider >= (pool_pages([slots] * 2 * rows, 2 * rows) - pool_pages([slots] * rows, rows)) * KV_PAGE * kv
+            assert wider >= (pool_pages([row_need] * 2 * rows, 2 * rows) - pool_pages([row_need] * rows, rows)) * KV_PAGE * kv
     finally:
         tiny_tts.patch.mode = "auto"
 

@@ -52,8 +52,8 @@ def test_every_page_but_the_null_one_is_handed_out_once():
 
 
 def test_a_renders_pool_holds_its_widest_rows_reservations_wherever_they_start():
-    """settings.pool_pages, what render(continuous=True) sizes its pool by: the `width` rows that span the most slots
-    can all reserve at once, each starting anywhere in a page, and the pool is at most an eighth (plus a page) over
+    """settings.pool_pages, what render(continuous=True) sizes its pool by: the `width` rows that need the most slots
+    can all reserve at once (each its need and one slot more, as a row joins), each starting anywhere in a page, and the pool is at most an eighth (plus a page) over
     that, on one of eight sizes an octave (so a kept pool serves the next render of about the same size)."""
     import random
 
@@ -61,14 +61,14 @@ def test_a_renders_pool_holds_its_widest_rows_reservations_wherever_they_start()
 
     rng = random.Random(0)
     for _ in range(200):
-        slots = [rng.randint(1, 1200) for _ in range(rng.randint(1, 80))]
+        needs = [rng.randint(1, 1200) for _ in range(rng.randint(1, 80))]
         width = rng.randint(1, 80)
-        pages = pool_pages(slots, width)
+        pages = pool_pages(needs, width)
         blocks = BlockManager(pages, KV_PAGE)
-        widest = sorted(slots, reverse=True)[:width]
+        widest = sorted(needs, reverse=True)[:width]
         for i, n in enumerate(widest):
             lo = rng.randrange(KV_PAGE) if i % 2 else KV_PAGE - 1  # the worst start: a page's last slot
-            blocks.reserve(i, blocks.pages_for(lo, lo + n))
-        need = 1 + sum(-(-n // KV_PAGE) + 1 for n in widest)
+            blocks.reserve(i, blocks.pages_for(lo, lo + n + 1))
+        need = 1 + sum(-(-(n + 1) // KV_PAGE) + 1 for n in widest)
         assert need <= pages <= need * 9 // 8 + 1, (need, pages)
         assert pages // (pages & -pages) < 16  # eight sizes an octave: at most four significant bits
