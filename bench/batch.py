@@ -71,11 +71,9 @@ def weight_bytes(tts) -> int:
 
 def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int | None, warm_frames: int,
                repeats: int, mode: str, continuous: bool, script_job: bool = True,
-               kv_cache_bytes: int | None = None, streamed: bool = False) -> dict:
+               kv_cache_bytes: int | None = None) -> dict:
     """`frames=None`: every row ends at its own frame (batch.stop) or limit (the engine's default for its text);
-    kv_cache_bytes: the continuous batch's keys and values in a paged pool of that size; streamed: the continuous
-    batch's render hands each row's audio out as it is made (an on_chunk that drops it), so its codec decodes every
-    row a chunk at a time while the batch runs (morph/continuous.py LiveChunks) rather than whole as it ends."""
+    kv_cache_bytes: the continuous batch's keys and values in a paged pool of that size."""
     paged = dict(kv_cache_bytes=kv_cache_bytes) if kv_cache_bytes is not None else {}
     tts = batch.tts
     device = tts.device
@@ -119,8 +117,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
                 torch.cuda.reset_peak_memory_stats()
             sync(device)
             start = time.perf_counter()
-            audio = batch.render(lines, settings, batch_size=size, continuous=continuous, **paged,
-                                 on_chunk=(lambda i, wav: None) if streamed else None)
+            audio = batch.render(lines, settings, batch_size=size, continuous=continuous, **paged)
             sync(device)
             e2e_walls.append(time.perf_counter() - start)
             e2e_peak = max(e2e_peak, peak_bytes(device))
@@ -137,7 +134,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
                               continuous=continuous)
     weights = weight_bytes(tts)
     row = dict(
-        batching="paged" if paged else "streamed" if streamed else "continuous" if continuous else "static", **pages, batch_size=size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=seq_groups,
+        batching="paged" if paged else "continuous" if continuous else "static", **pages, batch_size=size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=seq_groups,
         ran_as=tts.patch.last_run.get("mode"),
         frames_per_line=[min(got), max(got)], audio_s=round(audio_s, 2), wall_s=round(wall, 3),
         x_real_time=round(audio_s / wall, 2), ms_per_step=round(1000 * wall / steps, 3),
@@ -232,8 +229,7 @@ def main(argv=None) -> dict:
     p.add_argument("--seq-groups", default="15,5", help="comma list of seq_groups")
     p.add_argument("--batching", default="static",
                    help="comma list: static (render's default), continuous (not in eager mode; its pool sized to the "
-                        "rows), streamed (continuous, each row's audio decoded while it is made), paged (continuous "
-                        "with its keys and values in a pool of --kv-cache-gib)")
+                        "rows), paged (continuous with its keys and values in a pool of --kv-cache-gib)")
     p.add_argument("--kv-cache-gib", type=float, default=4.0, help="the paged pool's size, for --batching paged")
     p.add_argument("--modes", default="auto", help=f"comma list of morph modes, of {', '.join(MODES)}")
     p.add_argument("--prompts", default="mixed", choices=["mixed", "xvector", "icl"],
@@ -278,8 +274,7 @@ def main(argv=None) -> dict:
                     try:
                         kv = int(args.kv_cache_gib * 2**30) if way == "paged" else None
                         row.update(run_config(batch, lines, size, k, frames, args.warm_frames, args.repeats, mode,
-                                              way in ("continuous", "streamed", "paged"), args.script_job, kv,
-                                              way == "streamed"))
+                                              way in ("continuous", "paged"), args.script_job, kv))
                     except Exception as e:  # keep the other configurations' numbers
                         row.update(batching=way, batch_size=size, seq_groups=k, error=f"{type(e).__name__}: {e}")
                     results.append(row)

@@ -1,6 +1,6 @@
-"""A render's rows through one running batch (morph/decode/slots.py), their audio through the codec stream
-(morph/codec/stream.py) as each row ends, or, when the render streams (on_chunk), a chunk at a time while the row is
-made (`LiveChunks`, through morph/codec/live.py): what BatchTTS.render(continuous=True) runs (not in eager mode).
+"""A render's rows through one running batch (morph/decode/slots.py), each row's audio decoded a chunk at a time
+while it is made (`LiveChunks`, through morph/codec/live.py) and handed out as chunks (on_chunk, when the render
+streams) and whole when the row ends: what BatchTTS.render(continuous=True) runs (not in eager mode).
 
 Rows join longest first, in groups as slots free up; each group's prompt is built by upstream's own generate
 (MorphPatch.prompt_of), and each row draws from its own random stream (morph/decode/streams.py), keyed by the
@@ -16,9 +16,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .codec.calls import call_frames
-from .codec.live import FIRST_GRID, LIVE_CHUNK, LiveRows
-from .codec.stream import CodecStream
+from .codec.calls import FIRST_GRID, LIVE_CHUNK, call_frames
+from .codec.live import LiveRows
 from .lines.line import Row
 from .prompts import prompt_inputs, prompt_tokens, stream_keys, token_count
 from .settings import GenerationSettings, pool_pages
@@ -135,36 +134,30 @@ class RowRunner:
                                      tts.patch.mode, tts.device, tts.tts.model.dtype, self.pages)
         if not self.audio:
             return
-        side = tts.codec.side_stream(tts.device)
+        from .decode.runner import FAST_MODES
+
+        # every row is decoded while it is made (LiveChunks), streamed or not: its calls replay CUDA graphs, where
+        # decoding each row whole at its end launched every call's kernels from this thread, beside the frame loop
+        # (bench/results/h100-2026-11-25e/NOTES.md)
+        live = self._live = LiveChunks(self.batch, LiveRows(tts.codec, tts.device, tts.codec.side_stream(tts.device),
+                                                            captured=self.batch.mode in FAST_MODES))
+        if tts.device.type == "cuda":  # cuDNN plans each call shape on its first use
+            live.codec.warm(self.width, (FIRST_GRID, LIVE_CHUNK))
+        self._ended = live.end
         # the hand-over holds what it calls, not the runner: a runner its own attribute refers to would keep the
         # batch's state (its key/value pool) alive after release_device_state, until the garbage collector ran
         on_row, on_chunk = self.on_row, self.on_chunk
-        if on_chunk is None:
-            codec = CodecStream(tts.codec, tts.device, side)
-            self._ended = lambda row, codes: codec.submit(row, codes, ref_code(row))
 
-            def hand(flush: bool = False) -> None:
-                for row, wav in codec.pump(flush=flush):
-                    on_row(row, wav)
-        else:
-            from .decode.runner import FAST_MODES
-
-            live = self._live = LiveChunks(self.batch, LiveRows(tts.codec, tts.device, side,
-                                                                captured=self.batch.mode in FAST_MODES))
-            if tts.device.type == "cuda":  # cuDNN plans each call shape on its first use
-                live.codec.warm(self.width, (FIRST_GRID, LIVE_CHUNK))
-            self._ended = live.end
-
-            def hand(flush: bool = False) -> None:
-                if flush:
-                    live.finish()
-                else:
-                    live.step()
-                for row, wav, whole in live.codec.pump(flush=flush):
-                    if wav.size:
-                        on_chunk(row, wav)
-                    if whole is not None:
-                        on_row(row, whole)
+        def hand(flush: bool = False) -> None:
+            if flush:
+                live.finish()
+            else:
+                live.step()
+            for row, wav, whole in live.codec.pump(flush=flush):
+                if wav.size and on_chunk is not None:
+                    on_chunk(row, wav)
+                if whole is not None:
+                    on_row(row, whole)
         self._hand = hand
 
 

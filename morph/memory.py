@@ -10,9 +10,9 @@ The continuous batch (render(continuous=True), morph/scheduler.py) holds:
   - prefill: a group of up to `batch_size` joining rows through the lean layers (morph/decode/prefill.py), every row
     padded to the longest prompt: their keys and values, kept until the rows joined, one layer's activations per
     token and the attention scores (morph/masked_attention.py bounds them);
-  - codec: rows that ended decode whole beside the frame loop, on the codec's stream (morph/codec/stream.py
-    RowsDecode.whole), one call at a time of up to DECODE_ROW_FRAMES row-frames (more for one row longer than that),
-    LEAN_CODEC_BYTES_PER_ROW_FRAME each plus cuDNN's workspaces, and each called row's codec state;
+  - codec: each row decoded while it is made, beside the frame loop on the codec's stream (morph/codec/live.py),
+    in calls of LIVE_CHUNK frames of up to DECODE_ROW_FRAMES row-frames, LEAN_CODEC_BYTES_PER_ROW_FRAME each plus
+    cuDNN's workspaces, and every live row's codec state;
   - WORKSPACE: cuBLAS's workspaces, the CUDA graphs' pool, the sampler's and the code predictor's scratch.
 The pool, the state and WORKSPACE for the whole render; the prefill or a codec call on top (the two run on
 separate streams and could meet, but a render's prefills come as rows join and its codec calls as rows end). The
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .codec.calls import call_frames, chunk_for
+from .codec.calls import LIVE_CHUNK, call_width, chunk_for
 from .codec.pieces import DECODE_ROW_FRAMES, call_rows, row_frames
 from .continuous import runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
@@ -123,11 +123,12 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: i
     prompt = group[0]
     prefill = (len(group) * prompt * (shape.kv_per_token + shape.layer_bytes_per_token)
                + min(SCORES_BYTES, len(group) * shape.heads * prompt * prompt * 4))
-    # a call runs its longest row's own frames (RowsDecode.whole: an ICL voice's reference is decoded once, apart)
-    frames = call_frames(max(row_frames(f) for _, f, _ in rows))
-    per_call = min(width, call_rows(frames))
-    codec = _lean_codec_call(frames, per_call) + per_call * _codec_row_state(tts)
-    codec += AUDIO_COPIES * 4 * tts.codec.upsample * frames * per_call
+    # every live row is decoded LIVE_CHUNK frames at a time (an ended row's rest in a call of at most that many
+    # row-frames), the call's rows padded to a power of two; each live row keeps its codec state, and a call holds a
+    # copy of its rows' states, as does its captured graph (morph/codec/captured.py)
+    per_call = min(call_width(width), call_rows(LIVE_CHUNK))
+    codec = _lean_codec_call(LIVE_CHUNK, per_call) + (width + 2 * per_call) * _codec_row_state(tts)
+    codec += AUDIO_COPIES * 4 * tts.codec.upsample * LIVE_CHUNK * per_call
     return int(pool + state + max(prefill, codec) + WORKSPACE)
 
 

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from .codec.pieces import decode_rows
-from .codec.stream import CodecStream, RowsDecode
+from .codec.stream import RowsDecode, decode_whole
 from .continuous import ref_code, run_rows, runs_lean
 from .line_audio import LineAudio
 from .lines.line import Line, Row
@@ -178,18 +178,14 @@ class BatchTTS:
     def decode(self, codes: Sequence[torch.Tensor], voices: Sequence[Voice | None]) -> list[np.ndarray]:
         """Audio of each row's codes (voices[i]: row i's Voice, None without one), as upstream's generate_*
         decode a batch (an ICL voice's reference codes in front of its row, their audio cut off again), in
-        codec calls of bounded size, rows of like length together: the lean codec (morph/codec/stream.py, as the
-        continuous batch decodes its ended rows) in every mode but eager, upstream's own (morph/codec/pieces.py) in
+        codec calls of bounded size, rows of like length together: the lean codec (morph/codec/stream.py
+        decode_whole) in every mode but eager, upstream's own (morph/codec/pieces.py) in
         eager. A row without frames is silent."""
         refs = [None if v is None else v.ref_code for v in voices]
         if not runs_lean(self.tts):
             return decode_rows(self.tts.tts.model.speech_tokenizer, codes, refs)
         device = self.tts.device
-        stream = CodecStream(self.tts.codec, device, self.tts.codec.side_stream(device))
-        for i, (c, ref) in enumerate(zip(codes, refs, strict=True)):
-            stream.submit(i, c, ref)
-        audio = dict(stream.pump(flush=True))
-        return [audio[i] for i in range(len(codes))]
+        return decode_whole(self.tts.codec, codes, refs, device, self.tts.codec.side_stream(device))
 
     def check(self, lines: Sequence[Line], settings: GenerationSettings, who: str,
               labels: Sequence[str] | None = None) -> None:

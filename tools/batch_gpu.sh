@@ -39,13 +39,13 @@ if [[ $wanted == *" peer32 "* ]]; then
   echo "exit $?"; grep -h '^{' "$out/peer32.log" | cut -c1-400
 fi
 run uniform128 0.6b --batching continuous,static --lines 128 --batch-sizes 128
-run script256 0.6b --batching continuous,streamed,static --lines 256 --lengths script --batch-sizes 16,64
+run script256 0.6b --batching continuous,static --lines 256 --lengths script --batch-sizes 16,64
 run icl32-1.7b 1.7b --lines 32 --batch-sizes 32 --prompts icl --batching continuous,static
 # what morph/memory.py declares against the peak at the 1.7B dims (tests/gpu/test_memory.py runs the 0.6B ones)
 run memory-1.7b 1.7b --lines 64 --batch-sizes 1,8,32,64 --batching static --no-script-job
 # issue 35: a minute-long line in every 64 among 1-5 s ones; the minute-long line among 63 short ones, and alone; one
 # 20 s line (250 frames) end to end
-run skewed256 0.6b --batching continuous,streamed,static --lines 256 --lengths skewed --batch-sizes 64
+run skewed256 0.6b --batching continuous,static --lines 256 --lengths skewed --batch-sizes 64
 run lone64 0.6b --batching continuous,static --lines 64 --lengths skewed --batch-sizes 64 --no-script-job
 run lone1 0.6b --batching continuous,static --lines 1 --lengths skewed --batch-sizes 1 --no-script-job
 run line20s 0.6b --batching continuous,static --lines 1 --frames 250 --batch-sizes 1 --no-script-job

@@ -14,6 +14,16 @@ CHUNK = 16
 # frames, slower at 64; 32 rows: the same at 16 to 64).
 MIN_CALL_ROW_FRAMES = 128
 
+# The codec looks at no frame ahead (every layer is causal, morph/codec/layers.py), so a row's audio up to a frame
+# can be decoded as soon as the frame is made, in chunks of any size, the same to rounding. What sizes a chunk is
+# the cost of a call: about 1,400 kernel launches whatever it holds, on the frame loop's host thread, and a plan for
+# cuDNN to make for every new shape. So rows join at FIRST_GRID-frame marks and a row's first chunk is the
+# FIRST_GRID frames after its first frame, its next ones every FIRST_GRID frames until it is in step with the
+# LIVE_CHUNK-frame marks, and from there LIVE_CHUNK frames at a time (CHUNK: 1.28 s of audio, the static batch's
+# call), every live row in the same few calls, their rows padded to a power of two (call_width).
+FIRST_GRID = 4
+LIVE_CHUNK = CHUNK
+
 
 def call_width(n: int) -> int:
     """The next power of two of n (at least 1): a live call's rows, and a call's frames, come in these sizes."""

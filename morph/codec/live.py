@@ -18,21 +18,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .calls import CHUNK, call_width
+from .calls import FIRST_GRID, LIVE_CHUNK, call_width
 from .layers import CodecState, LeanCodec
 from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows
 from .side import on_side, take, to_host
-
-# The codec looks at no frame ahead (every layer is causal, morph/codec/layers.py), so a row's audio up to a frame
-# can be decoded as soon as the frame is made, in chunks of any size, the same to rounding. What sizes a chunk is
-# the cost of a call: about 1,400 kernel launches whatever it holds, on the frame loop's host thread, and a plan for
-# cuDNN to make for every new shape. So rows join at FIRST_GRID-frame marks and a row's first chunk is the
-# FIRST_GRID frames after its first frame, its next ones every FIRST_GRID frames until it is in step with the
-# LIVE_CHUNK-frame marks, and from there LIVE_CHUNK frames at a time (CHUNK: 1.28 s of audio, the static batch's
-# call), every live row in the same few calls, their rows padded to a power of two (call_width).
-FIRST_GRID = 4
-LIVE_CHUNK = CHUNK
-
 
 class _LiveRow:
     """One streamed row: its state, where it stands and the audio handed back so far."""

@@ -3,8 +3,8 @@
 - A static batch (what BatchTTS.render runs by default) decodes its rows together, chunk_for(rows) frames at a time
   (16 for 8 rows and up, 128 for one) as the talker makes them (`RowsDecode.feed`, called from the frame loop), so
   when the batch's last row ends only its last chunk is left: the codec is off the critical path.
-- The continuous batch decodes rows whole, together with those that ended about as they did (`CodecStream`); when
-  the render streams its audio, each row is decoded while it is made instead (live.py `LiveRows`).
+- The continuous batch decodes each row while it is made (live.py `LiveRows`); rows already made (BatchTTS.decode)
+  are decoded whole, rows of like length together (`decode_whole`).
 
 Either way a row's audio is upstream's decode to rounding, made upstream's way in two respects:
 - an ICL voice's reference codes go first and their audio is cut off: decoded once per voice (LeanCodec.primed),
@@ -20,7 +20,6 @@ read once its event has passed (side.py).
 
 from __future__ import annotations
 
-import collections
 from typing import Sequence
 
 import numpy as np
@@ -32,8 +31,6 @@ from .calls import call_frames, chunk_for
 from .layers import CodecState, LeanCodec
 from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, call_rows, pieces, row_frames, tail_audio
 from .side import on_side, take, to_host
-
-IN_FLIGHT = 2  # continuous batch: groups launched and not yet read back
 
 
 class RowsDecode:
@@ -130,38 +127,17 @@ class RowsDecode:
         self.done += codes.shape[1]
 
 
-class CodecStream:
-    """The continuous batch's ended rows: decoded whole, in groups of like length (at most `budget` row-frames),
-    IN_FLIGHT groups at a time, read back once done."""
-
-    def __init__(self, codec: LeanCodec, device: torch.device, stream: "torch.cuda.Stream | None",
-                 budget: int = DECODE_ROW_FRAMES):
-        self.codec, self.device, self.stream, self.budget = codec, device, stream, budget
-        self.waiting: list[tuple] = []  # (name, codes [frames, 16], reference codes or None)
-        self.flight: collections.deque = collections.deque()  # (names, RowsDecode)
-
-    def submit(self, name, codes: torch.Tensor, ref: torch.Tensor | None) -> None:
-        self.waiting.append((name, codes, ref))
-
-    def pump(self, flush: bool = False) -> list[tuple[object, np.ndarray]]:
-        """The rows whose audio is ready, as (name, float32 24 kHz audio); launches the next group when fewer than
-        IN_FLIGHT are under way. flush: launch and read back everything (the render's end)."""
-        done = []
-        while self.flight and (flush or self.flight[0][1].ready()):
-            names, job = self.flight.popleft()
-            done += list(zip(names, job.audio(), strict=True))
-        while self.waiting and (flush or len(self.flight) < IN_FLIGHT):
-            self._launch()
-            if flush:
-                done += self.pump(flush=True)
-        return done
-
-    def _launch(self) -> None:
-        lengths = [w[1].shape[0] for w in self.waiting]
-        # rows without frames are in no piece: they go together once the others are launched
-        group = next(iter(pieces(lengths, self.budget)), None) or list(range(len(self.waiting)))
-        rows = [self.waiting[i] for i in group]
-        self.waiting = [w for i, w in enumerate(self.waiting) if i not in set(group)]
-        job = RowsDecode.whole(self.codec, [w[1] for w in rows], [w[2] for w in rows], self.device, self.stream,
-                               self.budget)
-        self.flight.append(([w[0] for w in rows], job))
+def decode_whole(codec: LeanCodec, codes: Sequence[torch.Tensor], refs: Sequence[torch.Tensor | None],
+                 device: torch.device, stream: "torch.cuda.Stream | None",
+                 budget: int = DECODE_ROW_FRAMES) -> list[np.ndarray]:
+    """Rows already made (BatchTTS.decode), each decoded whole: rows of like length together (pieces.py pieces), one
+    call's audio read back before the next call, so that at most one call's activations are held. A row without
+    frames goes with the others' last call, or alone, and is silent."""
+    groups = pieces([c.shape[0] for c in codes], budget)
+    silent = [i for i, c in enumerate(codes) if not c.shape[0]]
+    audio: list[np.ndarray | None] = [None] * len(codes)
+    for group in groups + ([silent] if silent else []):
+        job = RowsDecode.whole(codec, [codes[i] for i in group], [refs[i] for i in group], device, stream, budget)
+        for i, wav in zip(group, job.audio(), strict=True):
+            audio[i] = wav
+    return audio

@@ -120,22 +120,3 @@ def test_paged_batching_reports_its_pool_and_the_continuous_codes(tiny_dir, tmp_
     assert (dense["batching"], paged["batching"]) == ("continuous", "paged") and "error" not in paged
     assert paged["page"] == 32 and 0 < paged["peak_pages"] <= paged["pages"]
     assert paged["frames_per_line"] == dense["frames_per_line"] and paged["audio_s"] == dense["audio_s"]
-
-
-def test_streamed_renders_the_continuous_batch_a_chunk_at_a_time(tiny_dir, tmp_path, monkeypatch):
-    """--batching streamed: the continuous batch's render with an on_chunk, so every row's audio goes through the
-    live codec while it is made (morph/continuous.py LiveChunks), the same speech as --batching continuous."""
-    from bench import batch
-    from morph.continuous import LiveChunks
-    from tests.bench.conftest import _written
-
-    steps = []
-    step = LiveChunks.step
-    monkeypatch.setattr(LiveChunks, "step", lambda self: (steps.append(1), step(self)))
-    report = _written(batch.main, ["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--lines", "3",
-                                   "--frames", "6", "--warm-frames", "2", "--batch-sizes", "2", "--seq-groups", "5",
-                                   "--modes", "lean", "--batching", "continuous,streamed", "--no-script-job"],
-                      tmp_path / "streamed.json")
-    continuous, streamed = report["results"]
-    assert (continuous["batching"], streamed["batching"]) == ("continuous", "streamed") and steps
-    assert streamed["end_to_end_audio_s"] == continuous["end_to_end_audio_s"] > 0

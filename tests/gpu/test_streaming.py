@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bench.workload import eos_suppressed
-from morph.codec.live import FIRST_GRID
+from morph.codec.calls import FIRST_GRID
 from morph.scheduler import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import torch
 
+from morph.codec.calls import FIRST_GRID, LIVE_CHUNK
 from morph.codec.layers import LeanCodec
-from morph.codec.live import FIRST_GRID, LIVE_CHUNK, LiveRows
+from morph.codec.live import LiveRows
 from morph.codec.stream import RowsDecode
 from morph.line_audio import SEGMENT_PAUSE_SECONDS
 from morph.scheduler import BatchTTS, Line
