@@ -53,10 +53,11 @@ class CapturedStep:
 
 
 class GraphCache:
-    """An LRU of captured steps sharing one memory pool."""
+    """An LRU of captured steps sharing one memory pool, captured on the side stream of `role` (capture says why a
+    cache whose graphs replay beside another's needs a role of its own)."""
 
-    def __init__(self, max_graphs: int = 4):
-        self.max_graphs = max_graphs
+    def __init__(self, max_graphs: int = 4, role: str = "capture"):
+        self.max_graphs, self.role = max_graphs, role
         self._graphs: collections.OrderedDict = collections.OrderedDict()
         self._pool = None
         self._owner = None  # (device, dtype, weights fingerprint) the graphs were captured against
@@ -82,7 +83,7 @@ class GraphCache:
             self._graphs.popitem(last=False)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        entry = capture(step, self._pool)
+        entry = capture(step, self._pool, role=self.role)
         self._graphs[key] = entry
         return entry
 
@@ -107,8 +108,8 @@ _STREAMS: dict = {}
 
 
 def side_stream(device, role: str) -> torch.cuda.Stream:
-    """The pack's one stream per device for `role` ("capture": warm-up and capture; "codec": the codec beside the
-    frame loop), for the life of the process: cuBLAS keeps a workspace (32 MiB on Hopper) per stream it has seen
+    """The pack's one stream per device for `role` ("capture": warm-up and capture of the frame step; "codec": the
+    codec beside the frame loop; "codec capture": the capture of its calls), for the life of the process: cuBLAS keeps a workspace (32 MiB on Hopper) per stream it has seen
     and no API frees it, so a new stream per capture, per render or per loaded model leaks one each (a model's own
     codec stream left 33 MiB allocated per loaded model after Unload Models in ComfyUI)."""
     device = torch.device(device)
@@ -131,8 +132,13 @@ def _keep_forever(*objects) -> None:
         _FAILED_CAPTURES.append(objects)
 
 
-def capture(step: Callable[[], object], pool=None, warmup: int = 2) -> CapturedStep:
-    """Warm `step` up on the side stream (Triton's kernel builds, cuBLAS handles), then capture it there.
+def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = "capture") -> CapturedStep:
+    """Warm `step` up on the side stream of `role` (Triton's kernel builds, cuBLAS handles), then capture it there.
+
+    A graph keeps the cuBLAS workspace of the stream it was captured on (torch keeps one per stream), so graphs
+    that replay at the same time on two streams must be captured on two: the codec's, replayed on its stream beside
+    the frame step's, shared the step's workspace and now and then changed a row's codes (tests/gpu/test_streaming.py,
+    H100, 2026-11-25).
 
     The warm-up runs the exact call the capture records, so anything that can fail
     outside a capture (a kernel that does not build, an unsupported layer) fails there, before any
@@ -140,7 +146,7 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2) -> CapturedS
     replayed): a caller captures before its buffers hold anything it keeps.
     """
     device = torch.device("cuda", torch.cuda.current_device())
-    side = side_stream(device, "capture")
+    side = side_stream(device, role)
     with _rng_preserved(device):
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):

@@ -28,7 +28,8 @@ class CapturedDecode:
 
     def __init__(self, codec, device: torch.device):
         self.codec, self.device = codec, device
-        self.graphs = GraphCache(max_graphs=MAX_SHAPES)
+        # captured on a stream of their own: they replay beside the frame step's graphs (graphs.capture says why)
+        self.graphs = GraphCache(max_graphs=MAX_SHAPES, role="codec capture")
         self.failed = False  # a capture failed: op by op from then on
 
     def decode(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
