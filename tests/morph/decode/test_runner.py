@@ -27,7 +27,7 @@ class StandInGraph:
         return self.step()
 
 
-def stand_in_capture(step, pool=None, warmup=2):
+def stand_in_capture(step, pool=None, warmup=2, role="capture"):
     state = torch.get_rng_state()
     for _ in range(warmup):
         step()
@@ -121,7 +121,7 @@ def test_a_failed_capture_runs_op_by_op_once_and_the_next_run_captures(fast_on_c
     voice = tts.make_voice(*ref_audio)
     expected = codes(tts, voice, "lean", sampled(5))
 
-    def broken(step, pool=None, warmup=2):
+    def broken(step, pool=None, warmup=2, role="capture"):
         raise RuntimeError("injected capture failure")
 
     monkeypatch.setattr(graphs, "capture", broken)
@@ -139,7 +139,7 @@ def test_a_capture_out_of_memory_is_an_out_of_memory(fast_on_cpu, ref_audio, mon
     tts = fast_on_cpu
     voice = tts.make_voice(*ref_audio)
 
-    def oom(step, pool=None, warmup=2):
+    def oom(step, pool=None, warmup=2, role="capture"):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
 
     monkeypatch.setattr(graphs, "capture", oom)
@@ -156,9 +156,9 @@ def test_a_slow_preparation_is_announced_before_it_starts(monkeypatch, caplog):
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "pool")
     seen_before_capture = []
 
-    def capture(step, pool=None, warmup=2):
+    def capture(step, pool=None, warmup=2, role="capture"):
         seen_before_capture.append([r.getMessage() for r in caplog.records if getattr(r, "status", False)])
-        return stand_in_capture(step, pool, warmup)
+        return stand_in_capture(step, pool, warmup, role)
 
     monkeypatch.setattr(graphs, "capture", capture)
     cache = graphs.GraphCache()
