@@ -14,10 +14,11 @@ The continuous batch (render(continuous=True), morph/scheduler.py) holds:
     in calls of LIVE_CHUNK frames of up to DECODE_ROW_FRAMES row-frames, LEAN_CODEC_BYTES_PER_ROW_FRAME each plus
     cuDNN's workspaces, and every live row's codec state;
   - WORKSPACE: cuBLAS's workspaces, the CUDA graphs' pool, the sampler's and the code predictor's scratch.
-The pool, the state and WORKSPACE for the whole render; the prefill or a codec call on top (the two run on
-separate streams and could meet, but a render's prefills come as rows join and its codec calls as rows end). The
-256-line script at batch 64 peaked at 7.93 GiB above the weights where this declares 8.07 (H100, 0.6B dims, bf16;
-bench/results/h100-2026-11-25d/NOTES.md).
+The pool, the state and WORKSPACE for the whole render, and a prefill and a codec call on top: the codec's calls
+come all along the render, on their own stream, so a group's prefill meets one. On an H100 (0.6B dims, bf16,
+bench/results/h100-2026-11-25e/NOTES.md) the skewed 256-line script at batch 64 peaked at 8.30 GiB above the
+weights, where this declares 8.43 (1.02), and a 60 s line alone at 0.55 GiB, where it declares 0.45 (0.81; the
+figures are the runs' own, the declaration computed for them on the CPU).
 
 A static batch (what render runs unless asked for the continuous batch, which no node does) holds:
   - state: the decode's static buffers, per row and per slot of the cache's capacity (prompt + frames, rounded up
@@ -129,7 +130,7 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: i
     per_call = min(call_width(width), call_rows(LIVE_CHUNK))
     codec = _lean_codec_call(LIVE_CHUNK, per_call) + (width + 2 * per_call) * _codec_row_state(tts)
     codec += AUDIO_COPIES * 4 * tts.codec.upsample * LIVE_CHUNK * per_call
-    return int(pool + state + max(prefill, codec) + WORKSPACE)
+    return int(pool + state + prefill + codec + WORKSPACE)
 
 
 class _Shape:

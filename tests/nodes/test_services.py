@@ -303,7 +303,7 @@ def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny
 
 def test_the_continuous_batch_counts_the_pages_of_its_widest_rows(tiny_tts):
     """render(continuous=True): the pages the `batch_size` largest rows could reserve at once, the other
-    buffers per slot, a prefill of up to `batch_size` rows and one whole-row codec call, all at once: a row waiting
+    buffers per slot, a prefill of up to `batch_size` rows and one live codec call, all at once: a row waiting
     for a slot costs nothing, a wider batch at least its pages."""
     from morph.memory import working_memory
     from morph.prompts import PROMPT_OVERHEAD_TOKENS
