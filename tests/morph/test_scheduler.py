@@ -337,8 +337,9 @@ def test_bad_lines_are_clear_errors_naming_the_line(batch, voices):
 
 
 def test_the_lean_codec_hands_each_row_its_own_audio_whatever_order_its_calls_end(tiny_tts):
-    """BatchTTS.decode through CodecStream, which decodes rows of like length together: rows of very different
-    lengths finish out of order, and each must still get its own audio (the row decoded alone)."""
+    """BatchTTS.decode through decode_whole (morph/codec/stream.py), which decodes rows of like length together:
+    rows of very different lengths are decoded out of order, and each must still get its own audio (the row decoded
+    alone)."""
     g = torch.Generator().manual_seed(5)
     codes = [torch.randint(0, 2048, (n, 16), generator=g) for n in (40, 7, 130, 19)]
     mode, tiny_tts.patch.mode = tiny_tts.patch.mode, "lean"  # the lean codec: every mode but eager
