@@ -7,9 +7,11 @@ import threading
 
 import numpy as np
 import pytest
+import torch
 
 from bench.workload import eos_suppressed
 from morph.codec.calls import FIRST_GRID
+from morph.continuous import LiveChunks
 from morph.scheduler import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
@@ -19,6 +21,18 @@ FRAME = 1920  # samples a frame at 24 kHz
 # by up to 1.5e-4 of the peak (H100, fp32, cuDNN's default algorithms; 1e-5 on the CPU); tests/gpu/test_codec.py
 # holds the codec to upstream's decode within the same 2e-3
 RTOL = 2e-3
+
+
+# four lines through three slots (the tests below), each ending at its own frame
+TEXTS = ["The longest line of the four, by far.", "A middling line here.", "Short one.", "Late."]
+ENDS = [40, 20, 6, 30]
+
+
+def four_lines(cuda_tts, voices) -> tuple[list[Line], BatchTTS]:
+    lines = [Line(text, voices["icl" if i % 2 else "xvector"], "English") for i, text in enumerate(TEXTS)]
+    batch = BatchTTS(cuda_tts)
+    batch.stop = lambda row: min(row.limit, ENDS[row.index])
+    return lines, batch
 
 
 def settings(frames: int) -> GenerationSettings:
@@ -33,11 +47,8 @@ def test_chunks_come_while_rows_run_and_join_to_each_lines_audio(cuda_tts, voice
     mark. Every line's first chunk comes within FIRST_GRID + 2 x sync_lag + 1 frames of its joining (line 3's within
     twice that of line 2's end), long before the line ends,
     and its chunks joined are on_line's audio and the render's without chunks."""
-    texts = ["The longest line of the four, by far.", "A middling line here.", "Short one.", "Late."]
-    lines = [Line(text, voices["icl" if i % 2 else "xvector"], "English") for i, text in enumerate(texts)]
-    ends = [40, 20, 6, 30]
-    batch = BatchTTS(cuda_tts)
-    batch.stop = lambda row: min(row.limit, ends[row.index])
+    lines, batch = four_lines(cuda_tts, voices)
+    ends = ENDS
     frames, log = [], []
     cuda_tts.patch.mode = mode
     try:
@@ -62,6 +73,38 @@ def test_chunks_come_while_rows_run_and_join_to_each_lines_audio(cuda_tts, voice
         assert np.array_equal(np.concatenate([wav for j, _, wav in log if j == i]), audio[i]), i
         assert audio[i].size == ends[i] * FRAME
         assert_audio_close(audio[i], plain[i], rel=RTOL)
+
+
+@pytest.mark.parametrize("mode", ["graphs", "fused"])
+def test_the_codec_beside_the_step_never_changes_a_rows_codes(cuda_tts, voices, mode, monkeypatch):
+    """The codec's graphs replay on the codec's stream while the step's replay on the loop's. Captured on one stream,
+    they shared cuBLAS's workspace, and one fused render in four of these lines changed two rows' codes (H100,
+    2026-11-25; graphs.capture). Twelve renders, streamed and not, half after release_device_state: every row's
+    codes are those BatchTTS.codes gives (no codec beside the loop), and its audio is their decode whole. (A race:
+    a pass makes it unlikely, not impossible.)"""
+    lines, batch = four_lines(cuda_tts, voices)
+    got = {}
+    end = LiveChunks.end  # each row's codes as it ends, before they go to the codec
+    monkeypatch.setattr(LiveChunks, "end", lambda self, row, codes: (
+        got.__setitem__(row.index, codes[:ENDS[row.index]].cpu()), end(self, row, codes))[1])
+    cuda_tts.patch.mode = mode
+    try:
+        with eos_suppressed(cuda_tts, 48):
+            want = [c[:e].cpu() for c, e in zip(batch.codes(lines, settings(48), batch_size=3, continuous=True),
+                                                ENDS, strict=True)]
+            for k in range(12):
+                if k == 6:
+                    cuda_tts.release_device_state()
+                got.clear()
+                streamed = dict(on_chunk=lambda i, wav: None) if k % 2 else {}
+                audio = batch.render(lines, settings(48), batch_size=3, continuous=True, **streamed)
+                codes = [got[i] for i in range(len(lines))]
+                for i, (c, w) in enumerate(zip(codes, want, strict=True)):
+                    assert torch.equal(c, w), (k, i, int((c != w).sum()))
+                for a, whole in zip(audio, batch.decode(codes, [line.voice for line in lines]), strict=True):
+                    assert_audio_close(a, whole, rel=RTOL)
+    finally:
+        cuda_tts.patch.mode = "auto"
 
 
 def test_a_stream_yields_its_line_and_closing_it_early_stops_the_render(cuda_tts, voices):
