@@ -4,7 +4,8 @@
 #   bash tools/gpu_check.sh                           # here: fill .whl/gpu (the same wheels)
 #   bash tools/fetch_device_wheels.sh .whl/peers peers  # here, for the peer (faster-qwen3-tts-batch)
 #   bash tools/batch_gpu.sh OUTDIR [RUN...]           # on the GPU machine (carry .whl): random 0.6B and 1.7B dims,
-#                                                     # bf16, default mode, k=5, two repeats each, ComfyUI's allocator
+#                                                     # bf16, default mode, k=5, two repeats each, ComfyUI's allocator;
+#                                                     # OUTDIR.tgz holds every run's JSON and log
 # RUN names which of the runs below to make (default: issue 23's; `issue35` names the continuous batch's targets:
 # the skewed script, a lone row, a single 20 s line, the script at 64 and the card caps, each beside static; several
 # calls: name a few runs in each).
@@ -59,3 +60,5 @@ cards() { size=$1; [[ $wanted == *" cards-$size "* ]] || return 0
   echo "exit $? after $(( $(date +%s) - began )) s"; }
 cards 0.6b
 cards 1.7b
+# a device call brings back at most 8 files: every run's JSON and log in one
+tar czf "$out.tgz" -C "$out" . && echo "all of $out in $out.tgz"
