@@ -177,7 +177,7 @@ def ref_code(row: Row) -> torch.Tensor | None:
 
 class LiveChunks:
     """Which frames of a continuous batch's rows go to the codec (morph/codec/live.py LiveRows) before each frame,
-    so that a row's audio comes while it is made, in as few codec calls as that takes (live.py's FIRST_GRID and
+    so that a row's audio comes while it is made, in as few codec calls as that takes (codec/calls.py's FIRST_GRID and
     LIVE_CHUNK say why these sizes).
 
     It reads the batch as it stands before each frame (its live rows' slots and first frames, the frames buffer): a

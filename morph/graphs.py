@@ -109,9 +109,10 @@ _STREAMS: dict = {}
 
 def side_stream(device, role: str) -> torch.cuda.Stream:
     """The pack's one stream per device for `role` ("capture": warm-up and capture of the frame step; "codec": the
-    codec beside the frame loop; "codec capture": the capture of its calls), for the life of the process: cuBLAS keeps a workspace (32 MiB on Hopper) per stream it has seen
-    and no API frees it, so a new stream per capture, per render or per loaded model leaks one each (a model's own
-    codec stream left 33 MiB allocated per loaded model after Unload Models in ComfyUI)."""
+    codec beside the frame loop; "codec capture": the capture of its calls), for the life of the process: cuBLAS
+    keeps a workspace (32 MiB on Hopper) per stream it has seen and no API frees it, so a new stream per capture, per
+    render or per loaded model leaks one each (a model's own codec stream left 33 MiB allocated per loaded model after
+    Unload Models in ComfyUI)."""
     device = torch.device(device)
     if device.index is None:  # "cuda" and "cuda:0" are one device: one stream
         device = torch.device("cuda", torch.cuda.current_device())

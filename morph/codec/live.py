@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .calls import FIRST_GRID, LIVE_CHUNK, call_width
+from .calls import call_width
 from .layers import CodecState, LeanCodec
 from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows
 from .side import on_side, take, to_host
