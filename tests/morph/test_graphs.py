@@ -7,7 +7,8 @@ from morph import graphs
 
 def test_graph_cache_is_an_lru_and_drops_everything_when_its_owner_changes(monkeypatch):
     roles = []
-    monkeypatch.setattr(graphs, "capture", lambda step, pool, role: roles.append(role) or graphs.CapturedStep(None, step()))
+    monkeypatch.setattr(graphs, "capture",
+                        lambda step, pool, role: roles.append(role) or graphs.CapturedStep(None, step()))
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "pool")
     cache = graphs.GraphCache(max_graphs=3)
     cache.bind("weights@1")
