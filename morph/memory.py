@@ -124,9 +124,9 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: i
     prompt = group[0]
     prefill = (len(group) * prompt * (shape.kv_per_token + shape.layer_bytes_per_token)
                + min(SCORES_BYTES, len(group) * shape.heads * prompt * prompt * 4))
-    # every live row is decoded LIVE_CHUNK frames at a time (an ended row's rest in a call of at most that many
-    # row-frames), the call's rows padded to a power of two; each live row keeps its codec state, and a call holds a
-    # copy of its rows' states, as does its captured graph (morph/codec/captured.py)
+    # every live row is decoded LIVE_CHUNK frames at a time, its rows padded to a power of two (an ended row's rest
+    # in a call of no more row-frames); each live row keeps its codec state, and a call holds a copy of its rows'
+    # states, as does its captured graph (morph/codec/captured.py)
     per_call = min(call_width(width), call_rows(LIVE_CHUNK))
     codec = _lean_codec_call(LIVE_CHUNK, per_call) + (width + 2 * per_call) * _codec_row_state(tts)
     codec += AUDIO_COPIES * 4 * tts.codec.upsample * LIVE_CHUNK * per_call
