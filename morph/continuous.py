@@ -60,8 +60,9 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
 class RowRunner:
     """One continuous batch (morph/decode/slots.py) and its audio: rows join from a source while it runs (a render's
     rows in run_rows, or the requests of morph/live_engine.py, which keeps one runner between its runs), each row's
-    audio handed to on_row as it ends or, with on_chunk, a chunk at a time while it is made. `need`: the most cache
-    slots one row may take (prompt, frames and the EOS slot); every row it is given must fit."""
+    audio decoded while it is made and handed to on_row whole as it ends and, with on_chunk, a chunk at a time as it
+    comes. `need`: the most cache slots one row may take (prompt, frames and the EOS slot); every row it is given
+    must fit."""
 
     def __init__(self, tts, settings: GenerationSettings, width: int, need: int, stop: Callable[[Row], int],
                  on_row: Callable[[Row, object], None], audio: bool = True,

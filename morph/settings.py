@@ -44,10 +44,10 @@ def capacity_for(needed: int) -> int:
     return cap
 
 
-# The continuous batch's keys and values (morph/decode/kv_store.py) live in pages of KV_PAGE slots. A render's pool holds
-# what its widest set of rows could reserve at once (pool_pages), rounded up to one of 8 sizes an octave so that a
-# kept state (and its CUDA graphs) serves the next render of about the same size. Here, not in morph/decode/, because
-# morph/memory.py declares the same pool without loading the decode path.
+# The continuous batch's keys and values (morph/decode/kv_store.py) live in pages of KV_PAGE slots. A render's pool
+# holds what its widest set of rows could reserve at once (pool_pages), rounded up to one of 8 sizes an octave so that
+# a kept state (and its CUDA graphs) serves the next render of about the same size. Here, not in morph/decode/,
+# because morph/memory.py declares the same pool without loading the decode path.
 KV_PAGE = 32  # to be measured on a GPU against the fused kernel's tiles (the torch path gathers whole rows)
 POOL_STEPS = 8
 

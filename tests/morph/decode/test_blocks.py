@@ -53,8 +53,9 @@ def test_every_page_but_the_null_one_is_handed_out_once():
 
 def test_a_renders_pool_holds_its_widest_rows_reservations_wherever_they_start():
     """settings.pool_pages, what render(continuous=True) sizes its pool by: the `width` rows that need the most slots
-    can all reserve at once (each its need and one slot more, as a row joins), each starting anywhere in a page, and the pool is at most an eighth (plus a page) over
-    that, on one of eight sizes an octave (so a kept pool serves the next render of about the same size)."""
+    can all reserve at once (each its need and one slot more, as a row joins), each starting anywhere in a page, and
+    the pool is at most an eighth (plus a page) over that, on one of eight sizes an octave (so a kept pool serves the
+    next render of about the same size)."""
     import random
 
     from morph.settings import KV_PAGE, pool_pages
