@@ -1,6 +1,7 @@
 """A failed capture never takes the process down or leaves the next run degraded; a capture OOM
 is an OOM; repeated runs do not grow device memory."""
 
+import gc
 import logging
 
 import torch
@@ -36,6 +37,31 @@ def test_an_injected_capture_failure_leaves_the_next_run_working(cuda_tts, voice
         assert again.size == first.size
     finally:
         cuda_tts.patch.mode = "auto"
+
+
+def test_garbage_holding_a_graph_of_the_pool_is_not_collected_inside_a_capture():
+    """A graph of the pool left in a reference cycle, and a step that allocates enough Python objects to set the
+    collector off many times over: freed in the middle of the capture, the graph would take the process down."""
+    pool = torch.cuda.graph_pool_handle()
+    x = torch.ones(1024, device="cuda")
+    cycle = [graphs.capture(lambda: x * 2, pool)]
+    cycle.append(cycle)
+    del cycle
+    collector_on = []
+
+    def step():
+        collector_on.append(gc.isenabled())
+        junk = [[i] for i in range(100_000)]
+        del junk
+        return x + 1
+
+    assert gc.isenabled()
+    entry = graphs.capture(step, pool)
+    assert collector_on == [True, True, False]  # warmed up as usual, captured with the collector paused
+    assert gc.isenabled()  # ... and put back after
+    assert gc.collect() > 0  # the cycle went after the capture, where freeing its graph is safe
+    x.fill_(3)
+    assert torch.equal(entry.replay(), torch.full_like(x, 4))
 
 
 def test_an_injected_capture_oom_reaches_batch_halving(cuda_tts, voices, monkeypatch, caplog):
