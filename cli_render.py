@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", default="dialogue",
                    help="file names: PREFIX_0001_Name.wav per line, PREFIX.wav, PREFIX.srt, PREFIX_lines.json")
     p.add_argument("--batch-size", type=int, default=16, help="lines rendered at once; more is faster, needs more VRAM")
+    p.add_argument("--batching", choices=["continuous", "static"], default="continuous",
+                   help="continuous: a line that ends gives its place to the next at once, and each line draws from "
+                        "its own random stream (a seeded line's take is the same in any batch); static: batches of "
+                        "like-length lines, each waiting for its longest (faster for a one-off render of a short "
+                        "script: the continuous batch prepares its codec's calls first). Eager mode and --gpus "
+                        "workers run static batches")
     p.add_argument("--pause", type=float, default=0.4, help="seconds of silence between lines in PREFIX.wav")
     p.add_argument("--no-resume", action="store_true", help="render every line again, even those already in --out")
     p.add_argument("--gpus", type=int, default=None, metavar="N",
@@ -59,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "folder every machine can write")
     add_model_options(p)
     add_generation_options(p, seed_help="random seed: the same seed, script and --batch-size give the same audio on the "
-                                        "same machine; a sampled line's take also depends on the lines batched with "
-                                        "it, so a line rendered again alone (resume) is another take")
+                                        "same machine; in static batches a sampled line's take also depends on the "
+                                        "lines batched with it, so a line rendered again alone (resume) is another "
+                                        "take")
     return p
 
 
@@ -265,6 +272,7 @@ def script_lines(engine, variant, cast, clips, transcripts, instructs, parsed, l
 
 
 def write(engine, parsed, lines, store, language, settings, args) -> int:
+    from morph.continuous import continuous_for
     from morph.qwen.quiet import quiet_third_party
     from morph.script_job import ScriptJob
     from postprocess import smooth
@@ -278,9 +286,12 @@ def write(engine, parsed, lines, store, language, settings, args) -> int:
     finish_line = functools.partial(smooth, sample_rate=SAMPLE_RATE) if smoothing else None
     start = time.perf_counter()
     todo = job.todo()
+    # the model loads only if a line is left to render
+    continuous = bool(todo) and not pool and continuous_for(engine(), args.batching, "--batching")
     if todo:
         where = f"{len(engine().actors)} workers" if pool else str(engine().device)
-        print(f"rendering {len(lines) - kept} of {len(lines)} lines on {where}, {args.batch_size} at a time"
+        print(f"rendering {len(lines) - kept} of {len(lines)} lines on {where}, {args.batch_size} at a time in "
+              + ("a continuous batch" if continuous else "static batches")
               + (f" ({kept} already in {store.folder})" if kept else ""), file=sys.stderr)
     try:
         with quiet_third_party():  # transformers' note on the repetition penalty, at the first generate
@@ -290,9 +301,10 @@ def write(engine, parsed, lines, store, language, settings, args) -> int:
             elif pool:
                 store.join_lines([p.name for p in parsed], args.pause)
                 job.finish(args.pause)
-            else:  # the model loads only if a line is left to render
+            else:
                 result = job.run(engine, settings, args.batch_size, args.pause, finish_line=finish_line,
-                                 on_step=progress.step, on_line=progress.line, who="cli.py render", words=FOR_CLI)
+                                 on_step=progress.step, on_line=progress.line, who="cli.py render", words=FOR_CLI,
+                                 continuous=continuous)
     except KeyboardInterrupt:
         progress.finish()
         print(f"interrupted: {len(job.lengths)} of {len(lines)} lines are in {store.folder}; the same command "

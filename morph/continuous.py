@@ -28,12 +28,28 @@ if TYPE_CHECKING:
 _PROMPT = ("inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_embed")
 
 
-def runs_lean(tts) -> bool:
+def runs_lean(tts, device: torch.device | None = None) -> bool:
     """Whether a render runs the lean path (the continuous batch, the lean codec): in every mode but eager, as the
-    mode runs on this device."""
+    mode runs on `device` (the model's own when None; a host's memory manager that has offloaded the model names the
+    device it loads it back to)."""
     from .decode import runner  # the decode path loads with a model, not with the nodes
 
-    return runner.resolve(tts.patch.mode, tts.device, tts.patch.loop.lean_check) != "eager"
+    return runner.resolve(tts.patch.mode, device or tts.device, tts.patch.loop.lean_check) != "eager"
+
+
+# How a script front end (Render Lines, `cli.py render`) batches its rows: the continuous batch, or static batches
+# that each wait for their longest row. "continuous" runs static batches in eager mode, the exact reference
+# (continuous_for).
+BATCHING = ("continuous", "static")
+
+
+def continuous_for(tts, batching: str, who: str, device: torch.device | None = None) -> bool:
+    """Whether a render asked for `batching` (one of BATCHING) runs the continuous batch on `device` (runs_lean):
+    "continuous" does wherever the speed mode runs the lean layers, and runs upstream's static batches in eager
+    mode."""
+    if batching not in BATCHING:
+        raise ValueError(f"{who}: batching must be one of {', '.join(BATCHING)}, got {batching!r}")
+    return batching == "continuous" and runs_lean(tts, device)
 
 
 def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int, stop: Callable[[Row], int],

@@ -20,7 +20,8 @@ bench/results/h100-2026-11-25e/NOTES.md) the skewed 256-line script at batch 64 
 weights, where this declares 8.43 (1.02), and a 60 s line alone at 0.55 GiB, where it declares 0.45 (0.81; the
 figures are the runs' own, the declaration computed for them on the CPU).
 
-A static batch (what render runs unless asked for the continuous batch, which no node does) holds:
+A static batch (what render runs unless asked for the continuous batch; Render Lines and `cli.py render` ask for
+it unless told `static`) holds:
   - state: the decode's static buffers, per row and per slot of the cache's capacity (prompt + frames, rounded up
     to a power of two, at least 256), the talker's keys and values in every layer, and the step's and the text's
     hidden states;
@@ -41,6 +42,8 @@ bench/batch.py reports this declaration beside the measured peak.
 from __future__ import annotations
 
 from typing import Sequence
+
+import torch
 
 from .codec.calls import LIVE_CHUNK, call_width, chunk_for
 from .codec.pieces import DECODE_ROW_FRAMES, call_rows, row_frames
@@ -86,10 +89,11 @@ def _rows(lines, settings: GenerationSettings, instruct: str, count) -> list[tup
 
 
 def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: GenerationSettings | None = None,
-                   batch_size: int | None = None, instruct: str = "", continuous: bool = False) -> int:
+                   batch_size: int | None = None, instruct: str = "", continuous: bool = False,
+                   device: torch.device | None = None) -> int:
     """Bytes that rendering `lines` ((text, voice) pairs), `batch_size` rows at a time (None: all at once),
     needs beyond the weights: in static batches (as render runs by default), for the batch that needs the most, or
-    in the continuous batch."""
+    in the continuous batch; on `device` (runs_lean: the model's own when None)."""
     rows = _rows(lines, settings or GenerationSettings(), instruct, token_count(tts))
     if not rows:
         return 0
@@ -104,7 +108,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     slots = capacity_for(max(p + f for p, f, _ in batch) + 1)
     state = width * slots * (shape.kv_per_token + 2 * shape.hidden_bytes)
     prefill = width * prompt * (shape.kv_per_token + shape.layer_bytes_per_token + shape.heads * prompt * 4)
-    if runs_lean(tts):
+    if runs_lean(tts, device):
         chunk = chunk_for(width)  # as morph/codec/stream.py's RowsDecode groups a batch's rows
         codec = _lean_codec_call(chunk, min(width, call_rows(chunk)))
         state += width * _codec_row_state(tts)

@@ -113,11 +113,11 @@ class ScriptJob:
     def run(self, prepare: Callable[[list[Line]], object], settings: GenerationSettings, batch_size: int,
             pause_seconds: float, finish_line: Callable[[np.ndarray], np.ndarray] | None = None,
             on_step: OnStep | None = None, on_line: OnLine | None = None, who: str = "Render lines",
-            words: Words = FOR_PYTHON) -> ScriptResult:
+            words: Words = FOR_PYTHON, continuous: bool = False) -> ScriptResult:
         """Render every line not reused, in this process, and write everything. `prepare(lines to render)` returns
         the engine to render them on (a memory manager can make room first); it is not called when every line was
         reused. `on_line(i, audio)` follows each rendered line's file, i indexing the script's lines; messages word
-        their fixes as `words` does."""
+        their fixes as `words` does; `continuous`: the continuous batch (BatchTTS.render)."""
         audio, kept = self.audio, len(self.lengths)
         todo = self.todo()
 
@@ -133,7 +133,8 @@ class ScriptJob:
             if todo:
                 rendering = [self.lines[i] for i in todo]
                 BatchTTS(prepare(rendering)).render(rendering, settings, batch_size=batch_size, on_step=on_step,
-                                                    on_line=finished, who=who, labels=self.labels(todo), words=words)
+                                                    on_line=finished, who=who, labels=self.labels(todo), words=words,
+                                                    continuous=continuous)
             clips = [audio[i] for i in range(len(self.lines))]
             dialogue, _ = join_clips(clips, float(pause_seconds))
             return ScriptResult(clips, dialogue, self.finish(pause_seconds), kept)

@@ -8,6 +8,7 @@ import logging
 
 import torch
 
+from ..morph.continuous import BATCHING, continuous_for
 from ..morph.lines.script import check_name, name_key, parse_script
 from ..morph.lines.store import LineStore
 from ..morph.lines.words import FOR_NODES
@@ -106,7 +107,15 @@ class RenderLines:
             "batch_size": ("INT", {"default": DEFAULT_BATCH_SIZE, "min": 1, "max": MAX_BATCH_SIZE, "step": 1,
                            "tooltip": "Lines rendered at once. More is faster overall but needs more VRAM; on "
                                       "out-of-memory the batch is halved automatically (and the log says which "
-                                      "size worked). With sampling on, a line's take depends on its batch."}),
+                                      "size worked). With sampling on and static batching, a line's take "
+                                      "depends on its batch."}),
+            "batching": (list(BATCHING), {"default": "continuous", "tooltip":
+                         "continuous: a line that ends gives its place to the next one at once, its audio decoded "
+                         "while it is made, and each line draws from its own random stream, so a seeded line's "
+                         "take is the same whatever its batch. The first render after loading the model is slower "
+                         "(it prepares the codec's calls); later ones are faster than static. static: batches of "
+                         "like-length lines, each waiting for its longest. In eager speed mode (the exact reference) "
+                         "both run static batches."}),
             "pause_seconds": ("FLOAT", {"default": 0.4, "min": 0.0, "max": 10.0, "step": 0.05, "tooltip":
                               "Silence between lines in the joined dialogue (and so in the SRT timing)."}),
             "smoothing": ("BOOLEAN", {"default": True, "tooltip":
@@ -125,11 +134,13 @@ class RenderLines:
             **generation_inputs(),
         }}
 
-    def render(self, model, bank, script, batch_size, pause_seconds, smoothing, resume, filename_prefix, **options):
+    def render(self, model, bank, script, batch_size, batching, pause_seconds, smoothing, resume, filename_prefix,
+               **options):
         who = self.DISPLAY_NAME
         try:
             language, settings = split_generation_options(options)
             settings.validate(who)
+            continuous = continuous_for(model.tts, batching, who, model.load_device)
             if not isinstance(bank, dict) or not bank:
                 raise ValueError("bank is empty or not a voice bank; connect a Qwen3-TTS Voice Bank")
             if not isinstance(pause_seconds, (int, float)) or not 0 <= pause_seconds <= 600:
@@ -144,7 +155,7 @@ class RenderLines:
 
         def prepare(rendering: list[Line]):
             return model.ready(working_memory(model.tts, [(line.text, line.voice) for line in rendering], settings,
-                                              int(batch_size)))
+                                              int(batch_size), continuous=continuous, device=model.load_device))
 
         with services.messages_on_node(), store:  # one job at a time writes filename_prefix
             job = ScriptJob(parsed, lines, store, context, rerun="queue it again with resume on")
@@ -153,7 +164,8 @@ class RenderLines:
             progress = LinesProgress(len(job.todo()), who)
             result = job.run(prepare, settings, int(batch_size), float(pause_seconds),
                              finish_line=(lambda wav: smooth(wav, SAMPLE_RATE)) if smoothing else None,
-                             on_step=progress.step, on_line=progress.line, who=who, words=FOR_NODES)
+                             on_step=progress.step, on_line=progress.line, who=who, words=FOR_NODES,
+                             continuous=continuous)
             progress.finish()
         return ([to_audio(c, SAMPLE_RATE) for c in result.clips], to_audio(result.dialogue, SAMPLE_RATE),
                 result.subtitles)

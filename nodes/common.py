@@ -106,7 +106,8 @@ def run_generation(model, generate, who: str, settings: GenerationSettings, text
     settings.validate(who)  # before the weights move
     services.check_interrupt()
     with services.messages_on_node():
-        tts = model.ready(working_memory(model.tts, [(str(text), voice)], settings, instruct=str(instruct)))
+        tts = model.ready(working_memory(model.tts, [(str(text), voice)], settings, instruct=str(instruct),
+                                         device=model.load_device))
         wav = generate(tts, services.step_callback())
     return to_audio(wav, SAMPLE_RATE)
 

@@ -55,6 +55,32 @@ def test_a_script_renders_every_file_and_a_rerun_renders_only_what_changed(tiny_
         np.testing.assert_array_equal(sf.read(out / name)[0], first[name])
 
 
+@pytest.mark.parametrize("batching, said", [("continuous", "in a continuous batch"), ("static", "in static batches")])
+def test_batching_runs_the_batch_asked_for_where_the_lean_layers_run(batching, said, tiny_dir, tmp_path, cast, capsys,
+                                                                     monkeypatch):
+    """On a CPU the default mode runs eager, where both run static batches (the next test); in the lean mode
+    --batching picks."""
+    load = cli_render.load_model
+
+    def lean(args):
+        tts = load(args)
+        tts.patch.mode = "lean"
+        return tts
+
+    monkeypatch.setattr(cli_render, "load_model", lean)
+    out = tmp_path / "renders"
+    argv = ["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast, "--batching", batching)]
+    assert cli.main(argv) == 0
+    assert f"rendering 3 of 3 lines on cpu, 16 at a time {said}" in capsys.readouterr().err
+    assert len(list(out.glob("dialogue_*.wav"))) == 3
+
+
+def test_eager_mode_renders_static_batches_whatever_batching_says(tiny_dir, tmp_path, cast, capsys):
+    out = tmp_path / "renders"
+    assert cli.main(["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast)]) == 0
+    assert "16 at a time in static batches" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("variant, flags", [
     ("custom_voice", ["--speaker", "Alice=Vivian", "--speaker", "Bob=ryan", "--instruct", "Bob=Cheerful."]),
     ("voice_design", ["--design", "Alice=A warm, low voice.", "--design", "Bob=A bright young voice."])])

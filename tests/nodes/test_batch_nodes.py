@@ -56,8 +56,8 @@ def out_dir(tmp_path, monkeypatch):
 
 
 def render(nodes, model, bank, script=SCRIPT, batch_size=2, pause_seconds=0.5, smoothing=False, resume=False,
-           filename_prefix="scene/take", **kw):
-    return nodes[RENDER]().render(model=model, bank=bank, script=script, batch_size=batch_size,
+           filename_prefix="scene/take", batching="continuous", **kw):
+    return nodes[RENDER]().render(model=model, bank=bank, script=script, batch_size=batch_size, batching=batching,
                                   pause_seconds=pause_seconds, smoothing=smoothing, resume=resume,
                                   filename_prefix=filename_prefix, **gen_options(**kw))
 
@@ -123,6 +123,27 @@ def test_render_lines_outputs_a_list_a_dialogue_and_srt(nodes, base_model, bank,
         start, end = h1 * 3600 + m1 * 60 + s1 + ms1 / 1000, h2 * 3600 + m2 * 60 + s2 + ms2 / 1000
         assert abs(start - at / SR) < 1e-3 and abs(end - (at + size) / SR) < 1e-3
         at += size + pause
+
+
+@pytest.mark.parametrize("batching, mode, continuous", [("continuous", "lean", True), ("static", "lean", False),
+                                                        ("continuous", "eager", False)])
+def test_batching_runs_the_continuous_batch_where_the_lean_layers_run_and_declares_its_memory(
+        nodes, pack, base_model, bank, out_dir, batch_nodes, monkeypatch, batching, mode, continuous):
+    """Eager mode is the exact reference: upstream's static batches whatever batching says."""
+    scheduler = sys.modules[pack.__name__ + ".morph.scheduler"]
+    ran, declared = [], []
+    real_render, real_memory = scheduler.BatchTTS.render, batch_nodes.working_memory
+    monkeypatch.setattr(scheduler.BatchTTS, "render",
+                        lambda self, *a, **k: ran.append(k["continuous"]) or real_render(self, *a, **k))
+    monkeypatch.setattr(batch_nodes, "working_memory",
+                        lambda *a, **k: declared.append(k["continuous"]) or real_memory(*a, **k))
+    monkeypatch.setattr(base_model.tts.patch, "mode", mode)
+    clips, _, _ = render(nodes, base_model, bank, batching=batching)
+    assert ran == declared == [continuous]
+    assert len(clips) == len(SPOKEN) and all(c["waveform"].shape[-1] > 0 for c in clips)
+    with pytest.raises(ValueError, match="^Qwen3-TTS Render Lines: batching must be one of continuous, static, "
+                                         "got 'paged'"):
+        render(nodes, base_model, bank, batching="paged")
 
 
 def test_smoothing_normalises_each_line(nodes, base_model, bank, out_dir):

@@ -38,8 +38,8 @@ ORDER = {
     "Qwen3TTSMorphVoiceDesign": ["model", "text", "instruct"] + GENERATION + ["split_long_text"],
     "Qwen3TTSMorphSmooth": ["audio", "lowpass_enabled", "cutoff_hz", "order", "normalize_enabled", "target_dbfs"],
     "Qwen3TTSMorphVoiceBank": ["name", "voice", "bank"],
-    "Qwen3TTSMorphRenderLines": ["model", "bank", "script", "batch_size", "pause_seconds", "smoothing", "resume",
-                                 "filename_prefix"] + GENERATION,
+    "Qwen3TTSMorphRenderLines": ["model", "bank", "script", "batch_size", "batching", "pause_seconds", "smoothing",
+                                 "resume", "filename_prefix"] + GENERATION,
 }
 
 
