@@ -37,10 +37,11 @@ def runs_lean(tts, device: torch.device | None = None) -> bool:
     return runner.resolve(tts.patch.mode, device or tts.device, tts.patch.loop.lean_check) != "eager"
 
 
-# How a script front end (Render Lines, `cli.py render`) batches its rows: the continuous batch, or static batches
-# that each wait for their longest row. "continuous" runs static batches in eager mode, the exact reference
-# (continuous_for).
-BATCHING = ("continuous", "static")
+# How a script front end (Render Lines, `cli.py render`) batches its rows: static batches that each wait for their
+# longest row (the default: faster at batch 16 and for a one-off render, H200, bench/results/h200-2026-11-26/), or
+# the continuous batch (less memory, a seeded line's take the same in any batch). "continuous" runs static batches
+# in eager mode, the exact reference (continuous_for).
+BATCHING = ("static", "continuous")
 
 
 def continuous_for(tts, batching: str, who: str, device: torch.device | None = None) -> bool:

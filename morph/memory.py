@@ -20,8 +20,8 @@ bench/results/h100-2026-11-25e/NOTES.md) the skewed 256-line script at batch 64 
 weights, where this declares 8.43 (1.02), and a 60 s line alone at 0.55 GiB, where it declares 0.45 (0.81; the
 figures are the runs' own, the declaration computed for them on the CPU).
 
-A static batch (what render runs unless asked for the continuous batch; Render Lines and `cli.py render` ask for
-it unless told `static`) holds:
+A static batch (what render runs unless asked for the continuous batch, as Render Lines and `cli.py render` are with
+batching continuous) holds:
   - state: the decode's static buffers, per row and per slot of the cache's capacity (prompt + frames, rounded up
     to a power of two, at least 256), the talker's keys and values in every layer, and the step's and the text's
     hidden states;

@@ -77,7 +77,8 @@ def test_batching_runs_the_batch_asked_for_where_the_lean_layers_run(batching, s
 
 def test_eager_mode_renders_static_batches_whatever_batching_says(tiny_dir, tmp_path, cast, capsys):
     out = tmp_path / "renders"
-    assert cli.main(["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast)]) == 0
+    argv = ["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast, "--batching", "continuous")]
+    assert cli.main(argv) == 0
     assert "16 at a time in static batches" in capsys.readouterr().err
 
 

@@ -133,14 +133,13 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
 
 
 # -- launcher -----------------------------------------------------------------------------
-def _tiles(length: int, page: int | None) -> tuple[int, int]:
-    """BLOCK_L and num_warps. Dense, measured (same sweep as layers._config): the talker's long caches
-    want wide blocks and 8 warps. Paged, unmeasured: a tile within one page lets whole pages outside
-    lo .. hi be skipped; whether that beats wide tiles that gather several pages' rows (the kernel is
-    right for either), how many warps each wants, and one page-number load per tile instead of the
-    gather, are for a sweep on a GPU."""
-    block_l, warps = (16, 4) if length <= 16 else (128, 8)
-    return (block_l if page is None else min(block_l, page)), warps
+def _tiles(length: int) -> tuple[int, int]:
+    """BLOCK_L and num_warps, measured (same sweep as layers._config): the talker's long caches want wide blocks and
+    8 warps. Paged the same: a 128-slot tile gathers four 32-slot pages' rows, each slot looking its page up. A lone
+    250-frame row, decode only, the kernel's time a frame (H200, 0.6B dims, bf16; bench/results/h200-2026-11-26/):
+    0.71 ms in one-page tiles, 0.58 in 64-slot ones, 0.54 in 128-slot ones (dense: 0.40), the row 2.35, 2.22 and
+    2.17 ms a frame (static batches: 2.02)."""
+    return (16, 4) if length <= 16 else (128, 8)
 
 
 def attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, q_norm: torch.Tensor,
@@ -166,7 +165,7 @@ def attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, q
     t = write_idx.shape[0]
     out = torch.empty(qkv.shape[0], d.q_size, device=qkv.device, dtype=qkv.dtype)
     rows = max(16, triton.next_power_of_2(d.heads // d.kv_heads * t))
-    block_l, warps = _tiles(length, page if table is not None else None)
+    block_l, warps = _tiles(length)
     _attention_kernel[(b, d.kv_heads)](
         qkv.data_ptr(), out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), q_norm.data_ptr(), k_norm.data_ptr(),
         cos_table.data_ptr(), sin_table.data_ptr(), rope_pos.data_ptr(), write_idx.data_ptr(), lo.data_ptr(),

@@ -218,14 +218,14 @@ def test_paged_attention_gives_the_dense_output(kernels, t, page):
 
 
 def test_paged_attention_gathers_tiles_wider_than_a_page(kernels, monkeypatch):
-    """A 64-slot tile over 16-slot pages (the launcher's tiles stay within a page; a GPU sweep may widen
-    them): each slot through its own page, and the null pages in the tile, below lo and past the new
-    slots, are masked, not loaded: NaN values times a zero weight would still be NaN."""
+    """A 64-slot tile over 16-slot pages, one tile of several over the cache (the launcher's 128-slot tiles
+    cover these 64 slots in one): each slot through its own page, and the null pages in the tile, below lo
+    and past the new slots, are masked, not loaded: NaN values times a zero weight would still be NaN."""
     from morph.kernels import attention as module
 
     args, (dense_k, dense_v), (pool_k, pool_v), table = _attention_case(2, 16, seed=4)
     want = module.attention(k_cache=dense_k, v_cache=dense_v, **args)
-    monkeypatch.setattr(module, "_tiles", lambda length, page: (64, 4))
+    monkeypatch.setattr(module, "_tiles", lambda length: (64, 4))
     got = module.attention(k_cache=pool_k, v_cache=pool_v, table=table, **args)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
