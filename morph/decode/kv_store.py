@@ -12,6 +12,7 @@ import torch
 from ..settings import KV_PAGE as PAGE
 from . import paged
 from .blocks import BlockManager
+from .host import to_device
 
 
 def pages_for_bytes(loop, dtype: torch.dtype, nbytes: int) -> int:
@@ -33,7 +34,7 @@ class DenseKV:
     def write_prompt(self, slots: list[int], kv: list, idx: torch.Tensor, at: int, length: int, names: list) -> None:
         """The joining rows' (slots) prompt keys and values, kv[layer] = (k, v) [m, kv_heads, L, D] rows idx, into
         slots at - length .. at - 1."""
-        rows = torch.tensor(slots, device=self.st.device)
+        rows = to_device(slots, self.st.device)
         for (k, v), kc, vc in zip(kv, self.st.k, self.st.v, strict=True):
             kc[rows, :, at - length:at] = k[idx]
             vc[rows, :, at - length:at] = v[idx]
@@ -79,7 +80,7 @@ class PagedKV:
     def write_prompt(self, slots: list[int], kv: list, idx: torch.Tensor, at: int, length: int, names: list) -> None:
         for slot, name in zip(slots, names, strict=True):
             self._take_to(slot, name, at)  # every page up to slot `at`, which its first step writes
-        rows, where = torch.tensor(slots, device=self.st.device), torch.arange(at - length, at, device=self.st.device)
+        rows, where = to_device(slots, self.st.device), torch.arange(at - length, at, device=self.st.device)
         table = self.st.table[rows]  # the prompt's slots below a row's first page point at the null page: never read
         for (k, v), kc, vc in zip(kv, self.st.k, self.st.v, strict=True):
             paged.write(kc, table, where, k[idx])
@@ -98,7 +99,7 @@ class PagedKV:
                 pages.append(self.blocks.take(row.name))
                 self.next[row.name] = col + 1
         if slots:
-            self.st.table[torch.tensor(slots, device=self.st.device), col] = torch.tensor(pages, device=self.st.device)
+            self.st.table[to_device(slots, self.st.device), col] = to_device(pages, self.st.device)
 
     def free(self, slot: int, name) -> None:
         self.blocks.release(name)
@@ -124,5 +125,5 @@ class PagedKV:
         first, last = self.next[name], position // self.page
         pages = [self.blocks.take(name) for _ in range(first, last + 1)]
         if pages:
-            self.st.table[slot, first:last + 1] = torch.tensor(pages, device=self.st.device)
+            self.st.table[slot, first:last + 1] = to_device(pages, self.st.device)
         self.next[name] = last + 1

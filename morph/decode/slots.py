@@ -38,6 +38,7 @@ import torch
 
 from ..settings import Sampling
 from . import kv_store, runner, widths
+from .host import to_device
 from .groups import Ahead, Group, prefill_group
 
 REFILL_DIVISOR = 16  # rows join when width / REFILL_DIVISOR slots are free (or none runs)
@@ -181,7 +182,7 @@ class ContinuousBatch:
         movers, holes = widths.moves(self.buckets, self.live, self.free)
         if movers:
             lo = min(self.live[s].lo for s in movers)
-            self.st.copy_rows(torch.tensor(movers, device=self.device), torch.tensor(holes, device=self.device),
+            self.st.copy_rows(to_device(movers, self.device), to_device(holes, self.device),
                               slice(lo, self.position))
             for s, hole in zip(movers, holes, strict=True):
                 self.live[hole] = self.live.pop(s)
@@ -213,11 +214,11 @@ class ContinuousBatch:
             return False
         n = len(rows_in)
         slots = self.free[:n]  # the lowest: rows gather at the bottom, where the narrow steps run
-        rows = torch.tensor(slots, device=dev)
-        idx = torch.tensor([a.index for a in rows_in], device=dev)
+        rows = to_device(slots, dev)
+        idx = to_device([a.index for a in rows_in], dev)
         self.kv.write_prompt(slots, shared.kv, idx, at, length, [a.name for a in rows_in])
-        keys = torch.tensor([a.key for a in rows_in], dtype=torch.long, device=dev)
-        pads = torch.tensor([a.pad for a in rows_in], dtype=torch.long, device=dev)
+        keys = to_device([a.key for a in rows_in], dev)
+        pads = to_device([a.pad for a in rows_in], dev)
         seen = torch.zeros(n, st.seen.shape[1], dtype=torch.bool, device=dev)
         first = torch.full((n,), -1, dtype=torch.long, device=dev)
         token = self.rules.next_token(shared.logits[idx], seen, first + 1, st.min_new,
@@ -226,7 +227,7 @@ class ContinuousBatch:
         st.pads[rows] = at - length + pads
         st.rope_pos[rows] = length - pads
         st.start[rows] = at
-        st.stop[rows] = at + torch.tensor([a.stop for a in rows_in], dtype=torch.long, device=dev)
+        st.stop[rows] = at + to_device([a.stop for a in rows_in], dev)
         st.keys[rows] = keys
         st.seen[rows] = seen
         st.code0[rows] = token

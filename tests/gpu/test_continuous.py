@@ -83,3 +83,24 @@ def test_a_row_left_alone_in_64_slots_steps_alone(cuda_tts, voices, mode):
     if mode == "graphs":  # the lean ops, captured; fused's kernels round apart from them, and over 64 sampled rows
         # a draw flips (its take alone, above, is the check that the moved row kept its state)
         assert all(torch.equal(a, b) for a, b in zip(fast, run("lean", lines), strict=True))
+
+
+def test_a_joins_index_copies_do_not_wait_for_the_frames_queued_ahead():
+    """morph/decode/host.py: behind about a second of queued GPU work the copy is queued too, where a copy from
+    pageable memory waits for the queue; the values arrive all the same."""
+    from morph.decode.host import to_device
+
+    def queued_behind_work(copy) -> tuple[bool, torch.Tensor]:
+        torch.cuda.synchronize()
+        torch.cuda._sleep(2_000_000_000)  # clock cycles: about a second
+        got = copy([3, 1, 2])
+        behind = torch.cuda.Event()
+        behind.record()
+        waited = behind.query()  # the host waited for the queue only if the work ahead is done already
+        torch.cuda.synchronize()
+        return waited, got
+
+    waited, got = queued_behind_work(lambda v: to_device(v, "cuda"))
+    assert not waited and got.tolist() == [3, 1, 2] and got.dtype == torch.long
+    waited, _ = queued_behind_work(lambda v: torch.tensor(v, device="cuda"))
+    assert waited  # what the joins did before

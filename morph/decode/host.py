@@ -1,0 +1,18 @@
+"""Small index tensors the host hands the GPU between frames, without waiting for its queue.
+
+`torch.tensor(values, device=cuda)` copies from pageable memory, which CUDA does only once the stream's queued work
+has finished: each join of the continuous batch (its slots, keys, pads, stops, page numbers) waited for the frames
+the host had queued ahead, and the GPU idled while the host did the rest of the join (about 20 ms of host time a
+join, most of it waiting: bench/results/h100-2026-11-25e/NOTES.md). From pinned memory the copy is queued behind
+those frames like a kernel, and torch's pinned-memory cache keeps the buffer until the copy has run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def to_device(values, device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """`values` (a list of numbers) as a tensor on `device`, copied without waiting for the device's queue."""
+    cuda = torch.device(device).type == "cuda"
+    return torch.tensor(values, dtype=dtype, pin_memory=cuda).to(device, non_blocking=cuda)
