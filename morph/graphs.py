@@ -54,10 +54,10 @@ class CapturedStep:
 
 class GraphCache:
     """An LRU of captured steps sharing one memory pool, captured on the side stream of `role` (capture says why a
-    cache whose graphs replay beside another's needs a role of its own)."""
+    cache whose graphs replay beside another's needs a role of its own) after `warmup` runs."""
 
-    def __init__(self, max_graphs: int = 4, role: str = "capture"):
-        self.max_graphs, self.role = max_graphs, role
+    def __init__(self, max_graphs: int = 4, role: str = "capture", warmup: int = 2):
+        self.max_graphs, self.role, self.warmup = max_graphs, role, warmup
         self._graphs: collections.OrderedDict = collections.OrderedDict()
         self._pool = None
         self._owner = None  # (device, dtype, weights fingerprint) the graphs were captured against
@@ -83,7 +83,7 @@ class GraphCache:
             self._graphs.popitem(last=False)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        entry = capture(step, self._pool, role=self.role)
+        entry = capture(step, self._pool, warmup=self.warmup, role=self.role)
         self._graphs[key] = entry
         return entry
 
@@ -159,8 +159,8 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = 
 
     The warm-up runs the exact call the capture records, so anything that can fail
     outside a capture (a kernel that does not build, an unsupported layer) fails there, before any
-    capture has allocated memory. The step runs for real three times in all (twice warming up, once
-    replayed): a caller captures before its buffers hold anything it keeps.
+    capture has allocated memory. The step runs for real `warmup` times and once more replayed: a caller captures
+    before its buffers hold anything it keeps.
     """
     device = torch.device("cuda", torch.cuda.current_device())
     side = side_stream(device, role)

@@ -28,8 +28,10 @@ class CapturedDecode:
 
     def __init__(self, codec, device: torch.device):
         self.codec, self.device = codec, device
-        # captured on a stream of their own: they replay beside the frame step's graphs (graphs.capture says why)
-        self.graphs = GraphCache(max_graphs=MAX_SHAPES, role="codec capture")
+        # captured on a stream of their own: they replay beside the frame step's graphs (graphs.capture says why),
+        # after one warm-up run, which plans cuDNN's convolutions and builds the activation's kernel: a 64-row call
+        # runs for tens of ms, and a continuous render's first call captures about 20 shapes
+        self.graphs = GraphCache(max_graphs=MAX_SHAPES, role="codec capture", warmup=1)
         self.failed = False  # a capture failed: op by op from then on
 
     def decode(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:

@@ -7,8 +7,8 @@ from morph import graphs
 
 def test_graph_cache_is_an_lru_and_drops_everything_when_its_owner_changes(monkeypatch):
     roles = []
-    monkeypatch.setattr(graphs, "capture",
-                        lambda step, pool, role: roles.append(role) or graphs.CapturedStep(None, step()))
+    monkeypatch.setattr(graphs, "capture", lambda step, pool, warmup, role:
+                        roles.append((role, warmup)) or graphs.CapturedStep(None, step()))
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "pool")
     cache = graphs.GraphCache(max_graphs=3)
     cache.bind("weights@1")
@@ -23,5 +23,5 @@ def test_graph_cache_is_an_lru_and_drops_everything_when_its_owner_changes(monke
     cache.bind("weights@2")  # moved, cast or re-fused: every graph points at old storage
     assert len(cache) == 0
     # the codec's calls replay beside the frame step's graphs: captured on a stream of their own (graphs.capture)
-    graphs.GraphCache(role="codec capture").get("call", lambda: None)
-    assert set(roles[:-1]) == {"capture"} and roles[-1] == "codec capture"
+    graphs.GraphCache(role="codec capture", warmup=1).get("call", lambda: None)
+    assert set(roles[:-1]) == {("capture", 2)} and roles[-1] == ("codec capture", 1)
