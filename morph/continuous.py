@@ -38,9 +38,10 @@ def runs_lean(tts, device: torch.device | None = None) -> bool:
 
 
 # How a script front end (Render Lines, `cli.py render`) batches its rows: static batches that each wait for their
-# longest row (the default: faster at batch 16 and for a one-off render, H200, bench/results/h200-2026-11-26/), or
-# the continuous batch (less memory, a seeded line's take the same in any batch). "continuous" runs static batches
-# in eager mode, the exact reference (continuous_for).
+# longest row (the default: as fast at batch 16 from a process's second render, faster on its first and for a lone
+# line; H200, bench/results/h200-2026-11-26/NOTES.md), or the continuous batch (about half the memory at batch 64, a
+# seeded line's take independent of its batch up to rounding). "continuous" runs static batches in eager mode, the
+# exact reference (continuous_for).
 BATCHING = ("static", "continuous")
 
 

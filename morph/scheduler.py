@@ -24,9 +24,10 @@ Two ways to run the rows (`continuous`):
   every row's cache to its batch's longest). Each row draws from its own random stream, keyed by the seed and the row
   itself (morph/decode/streams.py), so a seeded line's take is the same alone, in any batch, at any position, and
   after a resume, up to the rounding a different batch shape brings (below).
-  Not the default: on an H100 it took about half the memory of static batches on the 256-line script at batch 64,
-  and its second render in a process was 1.23x static's end to end, but its first 0.63x, capturing its codec's
-  calls (README, Performance; bench/results/h100-2026-11-25e/NOTES.md).
+  Not the default (Render Lines and `cli.py render` ask for it with batching continuous): on an H200 it took about
+  half the memory of static batches on the 256-line script at batch 64, and its second render in a process was
+  1.15x static's end to end, but its first 0.76x, capturing its steps' and codec's calls; at batch 16 the two are
+  even from the second render on (README, Continuous batching; bench/results/h200-2026-11-26/NOTES.md).
 
 Batch invariance (greedy, fp32, CPU; tests/morph/test_scheduler.py): a row never sees its companions' data (for a
 fixed batch shape and row position its logits are bit-identical whatever they hold), but the shape changes the low
