@@ -50,10 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=16, help="lines rendered at once; more is faster, needs more VRAM")
     p.add_argument("--batching", choices=["static", "continuous"], default="static",
                    help="static: batches of like-length lines, each waiting for its longest (at the default "
-                        "--batch-size as fast, and faster for a one-off render); continuous: a line that ends gives its place to the next at once, "
-                        "each line draws from its own random stream (a seeded line's take does not depend on its "
-                        "batch, up to rounding), about half the VRAM at batch 64, a slower first render (it "
-                        "prepares its CUDA graphs). Eager mode and --gpus workers run static batches")
+                        "--batch-size as fast, and faster for a one-off render); continuous: a line that ends gives "
+                        "its place to the next at once, each line draws from its own random stream (a seeded line's "
+                        "take does not depend on its batch, up to rounding), about half the VRAM at batch 64, a "
+                        "slower first render (it prepares its CUDA graphs). Eager mode and --gpus workers run static "
+                        "batches")
     p.add_argument("--pause", type=float, default=0.4, help="seconds of silence between lines in PREFIX.wav")
     p.add_argument("--no-resume", action="store_true", help="render every line again, even those already in --out")
     p.add_argument("--gpus", type=int, default=None, metavar="N",

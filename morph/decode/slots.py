@@ -38,8 +38,8 @@ import torch
 
 from ..settings import Sampling
 from . import kv_store, runner, widths
-from .host import to_device
 from .groups import Ahead, Group, prefill_group
+from .host import to_device
 
 REFILL_DIVISOR = 16  # rows join when width / REFILL_DIVISOR slots are free (or none runs)
 
