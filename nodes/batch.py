@@ -111,11 +111,11 @@ class RenderLines:
                                       "depends on its batch."}),
             "batching": (list(BATCHING), {"default": "static", "tooltip":
                          "static: batches of like-length lines, each waiting for its longest (at the default "
-                         "batch_size as fast, and faster on the first render). continuous: a line that ends gives its place to the next at once, "
-                         "and each line draws from its own random stream, so a seeded line's take does not "
-                         "depend on its batch (up to rounding); it needs about half the VRAM at batch 64, and its "
-                         "first render after loading the model is slower (it prepares its CUDA graphs). In eager "
-                         "speed mode (the exact reference) both run static batches."}),
+                         "batch_size as fast, and faster on the first render). continuous: a line that ends gives "
+                         "its place to the next at once, and each line draws from its own random stream, so a "
+                         "seeded line's take does not depend on its batch (up to rounding); it needs about half the "
+                         "VRAM at batch 64, and its first render after loading the model is slower (it prepares its "
+                         "CUDA graphs). In eager speed mode (the exact reference) both run static batches."}),
             "pause_seconds": ("FLOAT", {"default": 0.4, "min": 0.0, "max": 10.0, "step": 0.05, "tooltip":
                               "Silence between lines in the joined dialogue (and so in the SRT timing)."}),
             "smoothing": ("BOOLEAN", {"default": True, "tooltip":
