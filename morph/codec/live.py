@@ -1,12 +1,12 @@
-"""Rows decoded while they are made (the continuous batch's, when a render streams its audio; which frames go when is
+"""Rows decoded while they are made (every row of the continuous batch, streamed or not; which frames go when is
 morph/continuous.py's `LiveChunks`): each row a chunk at a time with a codec state of its own, any rows with as many
 new frames together in a call, on the codec's stream beside the frame loop (side.py), each call's audio read back
 once its copy is done.
 
-A row's chunks joined are its decode whole (stream.py `RowsDecode.whole`, what a render that does not stream runs) to
-rounding, made upstream's way as that is: an ICL voice's reference primes the row's state (LeanCodec.primed), and
-from upstream's 300-frame window on, each window starts again behind its 25 frames of context, as upstream's
-chunked_decode (pieces.py tail_audio) decodes it.
+A row's chunks joined are its decode whole (stream.py `RowsDecode.whole`, what BatchTTS.decode runs on rows already
+made) to rounding, made upstream's way as that is: an ICL voice's reference primes the row's state
+(LeanCodec.primed), and from upstream's 300-frame window on, each window starts again behind its 25 frames of
+context, as upstream's chunked_decode (pieces.py tail_audio) decodes it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_ro
 from .side import on_side, take, to_host
 
 class _LiveRow:
-    """One streamed row: its state, where it stands and the audio handed back so far."""
+    """One row: its state, where it stands and the audio handed back so far."""
 
     def __init__(self, state: CodecState, ref: torch.Tensor | None):
         self.state: CodecState | None = state

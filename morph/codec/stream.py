@@ -103,9 +103,6 @@ class RowsDecode:
         if self.result[0] is not None:
             torch.cuda.current_stream(self.device).wait_event(self.result[0])
 
-    def ready(self) -> bool:
-        return self.result[0] is None or self.result[0].query()
-
     def audio(self) -> list[np.ndarray]:
         """Each row's float32 24 kHz audio (waits for the copy)."""
         event, host, sizes, _ = self.result
