@@ -230,6 +230,32 @@ def test_paged_attention_gathers_tiles_wider_than_a_page(kernels, monkeypatch):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("t", [1, 2])
+def test_split_cache_gives_the_one_pass_output(kernels, monkeypatch, t, paged):
+    """16-slot tiles over the 64 slots make 4 tiles, and the launcher runs each (row, kv head) in 4 splits: the
+    output of one pass over the tiles to fp32 rounding. With t=2 the new slots 47 and 48 fall in two splits' tiles,
+    and row 2 (lo 37) leaves split 0 and 1 no slot but their own: their partial softmax must weigh nothing. The
+    new K/V land where one pass writes them, each written by the split that reads it."""
+    from morph.kernels import attention as module
+
+    args, dense, pools, table = _attention_case(t, 16, seed=5)
+    caches = dict(k_cache=pools[0], v_cache=pools[1], table=table) if paged else dict(k_cache=dense[0], v_cache=dense[1])
+    before = [c.clone() for c in caches.values() if c is not table]
+    monkeypatch.setattr(module, "_tiles", lambda length: (16, 4))
+    assert module._splits(3 * args["d"].kv_heads, 4) == 4
+    got = module.attention(**caches, **args)
+    written = [c.clone() for c in caches.values() if c is not table]
+    for c, b in zip((v for v in caches.values() if v is not table), before, strict=True):
+        c.copy_(b)
+    monkeypatch.setattr(module, "_splits", lambda programs, tiles: 1)
+    want = module.attention(**caches, **args)
+    assert want.isfinite().all()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(written, (c for c in caches.values() if c is not table), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("t", [1, 2])
 def test_paged_attention_writes_the_new_tokens_where_the_table_says(kernels, t):
     """The new K/V (the dense kernel's, exactly) land in pool[table[b, s // PAGE], :, s % PAGE], and nothing
