@@ -103,7 +103,9 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
             walls.append(time.perf_counter() - start)
         steps = tts.patch.last_run.get("frames_run") if continuous else None
         widths = tts.patch.last_run.get("widths") if continuous else None  # frames the step ran at each width
-        pages = {k: tts.patch.last_run.get(k) for k in ("pages", "page", "peak_pages")} if paged else {}
+        # the continuous batch's pool (render's own size, or kv_cache_bytes) and the rows it preempted
+        pages = {k: tts.patch.last_run.get(k) for k in ("pages", "page", "peak_pages", "preemptions")} \
+            if continuous else {}
         peak = peak_bytes(device)
         sync(device)
         start = time.perf_counter()

@@ -20,7 +20,7 @@ from .codec.calls import FIRST_GRID, LIVE_CHUNK, call_frames
 from .codec.live import LiveRows
 from .lines.line import Row
 from .prompts import prompt_inputs, prompt_tokens, stream_keys, token_count
-from .settings import GenerationSettings, pool_pages
+from .settings import GenerationSettings, pool_pages, requeue_pool_pages
 
 if TYPE_CHECKING:
     from .decode.groups import Group
@@ -59,7 +59,8 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
              audio: bool = True, on_chunk: Callable[[Row, np.ndarray], None] | None = None,
              kv_cache_bytes: int | None = None) -> None:
     """Render `rows` `width` at a time, longest first, their keys and values in a paged pool that holds the `width`
-    largest at once (settings.pool_pages), or one of kv_cache_bytes; on_row(row, float32 audio) as each is decoded
+    largest at once (settings.pool_pages) or, unless the render streams, the frames they are likely to speak
+    (settings.requeue_pool_pages: a row the pool cannot grow starts again), or one of kv_cache_bytes; on_row(row, float32 audio) as each is decoded
     (with audio=False: on_row(row, codes [frames, 16]) as each ends, no codec); on_frames(live rows) before each
     frame. stop(row): the frame at which the row ends at the latest. on_chunk(row, float32 audio): each row's audio
     in order while it is made (LiveChunks), its chunks joined being what on_row then gets. A CUDA out-of-memory error
@@ -67,12 +68,20 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
     pending = collections.deque(sorted(zip(rows, stream_keys(rows, settings.seed), strict=True),
                                        key=lambda rk: (-rk[0].limit, -len(rk[0].text))))
     count = token_count(tts)
-    # sized by each row's frame limit, where the engine stops it unless it ends first: what a row may take (`stop`
-    # ends a benchmark's rows where speech would, earlier, but the memory is what real use needs)
-    needs = [prompt_tokens(r.text, r.line.voice, r.line.instruct, count) + r.limit + 1 for r in rows]
-    pages = pool_pages(needs, width) if kv_cache_bytes is None else budget_pages(tts, kv_cache_bytes)
-    runner = RowRunner(tts, settings, width, max(needs), stop, on_row, audio, on_chunk, pages)
-    runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))], on_frames)
+    prompts = [prompt_tokens(r.text, r.line.voice, r.line.instruct, count) for r in rows]
+    needs = [p + r.limit + 1 for p, r in zip(prompts, rows, strict=True)]
+    # a row none of whose audio has gone out may be preempted and start again (ContinuousBatch): the pool is then
+    # sized for about the frames rows speak (`stop` ends a benchmark's rows where speech would), not their limits
+    requeue = on_chunk is None
+    if kv_cache_bytes is not None:
+        pages = budget_pages(tts, kv_cache_bytes)
+    elif requeue:
+        pages = requeue_pool_pages([(p, r.limit) for p, r in zip(prompts, rows, strict=True)], width)
+    else:
+        pages = pool_pages(needs, width)
+    runner = RowRunner(tts, settings, width, max(needs), stop, on_row, audio, on_chunk, pages, overcommit=requeue)
+    runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))], on_frames,
+               put_back=pending.appendleft)
 
 
 class RowRunner:
@@ -84,16 +93,20 @@ class RowRunner:
 
     def __init__(self, tts, settings: GenerationSettings, width: int, need: int, stop: Callable[[Row], int],
                  on_row: Callable[[Row, object], None], audio: bool = True,
-                 on_chunk: Callable[[Row, np.ndarray], None] | None = None, pages: int | None = None):
-        """pages: the talker's keys and values in a paged pool of that many pages (ContinuousBatch), else dense."""
+                 on_chunk: Callable[[Row, np.ndarray], None] | None = None, pages: int | None = None,
+                 overcommit: bool = False):
+        """pages: the talker's keys and values in a paged pool of that many pages (ContinuousBatch), else dense;
+        overcommit: the pool may preempt rows, which go back to run's put_back to start again."""
         self.tts, self.settings, self.width, self.need, self.stop = tts, settings, width, need, stop
         self.on_row, self.audio, self.on_chunk, self.pages = on_row, audio, on_chunk, pages
+        self.overcommit = overcommit
         self.batch = None  # built for the first group: its options come with that group's prompt
         self._ended = self._hand = self._live = None
 
-    def run(self, take: Callable[[int], list[tuple[Row, int]]], on_frames: Callable[[int], None] | None = None) -> None:
+    def run(self, take: Callable[[int], list[tuple[Row, int]]], on_frames: Callable[[int], None] | None = None,
+            put_back: Callable[[tuple[Row, int]], None] | None = None) -> None:
         """Until every row has ended and take(n) (up to n waiting rows with their stream keys, [] when none waits)
-        has none."""
+        has none; put_back((row, stream key)): a preempted row, for take to give again (overcommit)."""
         self.tts.patch.seq_groups = self.settings.seq_groups
         queued = []
         if self.batch is None:
@@ -112,8 +125,13 @@ class RowRunner:
             chunk = take(n)
             return self._group(chunk)[1] if chunk else None
 
+        def preempted(row: Row, key: int) -> None:
+            if self._live is not None:
+                self._live.drop(row)
+            put_back((row, key))
+
         if not self.audio:
-            self.batch.run(next_group, self.on_row, on_frames)
+            self.batch.run(next_group, self.on_row, on_frames, preempted)
             return
 
         def frame(n: int) -> None:
@@ -122,7 +140,7 @@ class RowRunner:
                 on_frames(n)
 
         try:
-            self.batch.run(next_group, self._ended, frame)
+            self.batch.run(next_group, self._ended, frame, preempted)
         finally:  # rows that ended before a failure or a cancel are still decoded and handed over
             self._hand(flush=True)
 
@@ -150,7 +168,7 @@ class RowRunner:
 
         tts = self.tts
         self.batch = ContinuousBatch(tts.patch.loop, self.width, self.need, options, self.settings.seq_groups,
-                                     tts.patch.mode, tts.device, tts.tts.model.dtype, self.pages)
+                                     tts.patch.mode, tts.device, tts.tts.model.dtype, self.pages, self.overcommit)
         if not self.audio:
             return
         from .decode.runner import FAST_MODES
@@ -227,6 +245,12 @@ class LiveChunks:
         """The batch's `finished`: the row ended with `codes` [frames, 16]."""
         del self.joined[row]
         self.ended.append((row, codes))
+
+    def drop(self, row: Row) -> None:
+        """The batch preempted the row: it starts again, its frames so far dropped (none has gone out)."""
+        if row in self.joined:  # else preempted before the frame it joined at: nothing of it was opened
+            del self.joined[row]
+            self.codec.drop(row)
 
     def step(self) -> None:
         """Before each frame: rows that joined start, and the chunks now due go to the codec."""

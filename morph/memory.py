@@ -2,8 +2,9 @@
 `memory_required`). Counted from the loaded model's shape, as the run allocates it.
 
 The continuous batch (render(continuous=True), morph/scheduler.py) holds:
-  - pool: the talker's keys and values, in pages (morph/settings.py pool_pages): what the `batch_size` rows that
-    span the most cache slots could reserve at once;
+  - pool: the talker's keys and values, in pages (morph/settings.py requeue_pool_pages, as a render that does not
+    stream sizes it): what the `batch_size` rows that span the most cache slots take at POOL_FRAME_SHARE of their
+    frame limits (a row the pool cannot grow is preempted and starts again), and at least the largest row whole;
   - state: the decode's other buffers (morph/decode/talker_state.py), per row and per slot of its capacity (twice
     the largest row's prompt, frames and EOS slot, rounded up to a power of two): the text's and the step's hidden
     states, the frames and tokens;
@@ -52,7 +53,7 @@ from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .masked_attention import SCORES_BYTES
 from .prompts import prompt_tokens, token_count
-from .settings import KV_PAGE, GenerationSettings, capacity_for, pool_pages
+from .settings import KV_PAGE, GenerationSettings, capacity_for, requeue_pool_pages
 
 # Fit to the peaks of tests/gpu/test_memory.py on an H100 (0.6B dims, bf16, fused, 5 s lines, x-vector and ICL,
 # batch 1 to 64; bench/results/h100-2026-11-23/memory/): above the weights, 29 MiB per row (the state) plus
@@ -122,7 +123,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
 def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: int) -> int:
     """The continuous batch's need (module docstring)."""
     needs = [p + f + 1 for p, f, _ in rows]  # prompt, frames and the EOS slot (morph/continuous.py run_rows)
-    pool = pool_pages(needs, width) * KV_PAGE * shape.kv_per_token
+    pool = requeue_pool_pages([(p, f) for p, f, _ in rows], width) * KV_PAGE * shape.kv_per_token
     state = width * capacity_for(2 * max(needs)) * (2 * shape.hidden_bytes + (shape.groups + 1) * 8)
     group = sorted((p for p, _, _ in rows), reverse=True)[:width]
     prompt = group[0]

@@ -63,6 +63,20 @@ def pool_pages(row_needs: Sequence[int], width: int) -> int:
     return -(-need // step) * step
 
 
+# A render whose rows may be preempted and start again (morph/decode/slots.py, an overcommitted pool) sizes its pool
+# for this share of each row's frame limit: speech ends at about a fifth of the text-derived limit (SECONDS_PER_CHAR
+# against about 14 characters spoken a second), and a row the pool cannot grow starts again rather than failing.
+POOL_FRAME_SHARE = 0.5
+
+
+def requeue_pool_pages(rows: Sequence[tuple[int, int]], width: int) -> int:
+    """Pages (the null page included) for a continuous batch of `width` slots whose rows, (prompt tokens, frame limit)
+    each, may be preempted: the `width` largest at POOL_FRAME_SHARE of their frames (pool_pages), and never fewer than
+    the largest row whole needs alone (the batch preempts down to the oldest row, which then has all it needs)."""
+    expected = [p + math.ceil(f * POOL_FRAME_SHARE) + 1 for p, f in rows]
+    return max(pool_pages(expected, width), pool_pages([max(p + f + 1 for p, f in rows)], 1))
+
+
 def check_seq_groups(seq_groups, num_groups: int = MAX_SEQ_GROUPS, who: str = "morph") -> int:
     """Return seq_groups as an int, or raise a ValueError that says the valid range."""
     if isinstance(seq_groups, bool) or not isinstance(seq_groups, int) or not 1 <= seq_groups <= num_groups:

@@ -44,8 +44,8 @@ class LiveRows:
         self.codec, self.device, self.stream, self.budget = codec, device, stream, budget
         self._decode = codec.captured(device).decode if captured else codec.decode
         self.rows: dict = {}  # name -> _LiveRow
-        # each feed's audio on its way to the host: (event or None, host tensor, [(name, samples, ended)], the
-        # device tensor it is copied from)
+        # each feed's audio on its way to the host: (event or None, host tensor, [(name, its _LiveRow, samples,
+        # ended)], the device tensor it is copied from)
         self.flight: collections.deque = collections.deque()
 
     def open(self, name, ref: torch.Tensor | None) -> None:
@@ -94,13 +94,19 @@ class LiveRows:
                     row.state = state.rows(j, j + 1)
             parts = [self._advance(row, codes[i, :real[i]], wavs[i], ended[i]) for i, row in enumerate(rows)]
             event, host, flat = to_host(parts, self.stream, self.device)
-        sizes = [(name, int(p.shape[0]), end) for name, p, end in zip(names, parts, ended, strict=True)]
+        sizes = [(name, row, int(p.shape[0]), end) for name, row, p, end in zip(names, rows, parts, ended, strict=True)]
         self.flight.append((event, host, sizes, flat))
 
     def end(self, name) -> None:
         """The row has ended with every frame fed: its whole audio comes after its last chunk."""
-        self.rows[name].state = None
-        self.flight.append((None, torch.zeros(0), [(name, 0, True)], None))
+        row = self.rows[name]
+        row.state = None
+        self.flight.append((None, torch.zeros(0), [(name, row, 0, True)], None))
+
+    def drop(self, name) -> None:
+        """The row will start again (a preempted one): what it was fed is dropped, its chunks still in flight
+        included, and it may be opened again."""
+        del self.rows[name]
 
     def pump(self, flush: bool = False) -> list[tuple[object, np.ndarray, np.ndarray | None]]:
         """(name, float32 24 kHz chunk, the row's whole audio after its last chunk, else None) for every chunk read
@@ -110,8 +116,9 @@ class LiveRows:
             event, host, sizes, _ = self.flight.popleft()
             if event is not None:
                 event.synchronize()
-            for (name, _, end), part in zip(sizes, torch.split(host, [s for _, s, _ in sizes]), strict=True):
-                row = self.rows[name]
+            for (name, row, _, end), part in zip(sizes, torch.split(host, [s for _, _, s, _ in sizes]), strict=True):
+                if self.rows.get(name) is not row:  # dropped (and maybe opened again) after this chunk was fed
+                    continue
                 row.audio.append(part.numpy().copy())
                 out.append((name, row.audio[-1], np.concatenate(row.audio) if end else None))
                 if end:

@@ -2,11 +2,12 @@
 
 The continuous batch's talker keys and values live in a pool of pages of `page` slots (morph/decode/talker_state.py,
 paged); a row's page table maps its slots to pages (morph/decode/paged.py). A row takes a page as it grows past one and
-gives them all back when it ends or is cancelled, so memory follows the tokens in flight. So that no row runs out of
-pages half way, a row joins only once the pages it could need at most (its prompt and its frame limit) can be set
-aside for it (`reserve`); it then takes its pages from that reservation as it grows, and what it did not use goes back
-with its pages when it ends. Page 0 is never handed out: a table's unused entries point at it (it is read only where
-attention masks it).
+gives them all back when it ends or is cancelled, so memory follows the tokens in flight. A row joins once the pages
+it is set aside can be (`reserve`): all it could need at most (its prompt and its frame limit), so that it never runs
+out half way, or (a pool that is overcommitted: morph/decode/kv_store.py) its prompt's; it takes its pages from that
+reservation as it grows, then from the pages no reservation holds, and what it did not use goes back with its pages
+when it ends. Page 0 is never handed out: a table's unused entries point at it (it is read only where attention masks
+it).
 """
 
 from __future__ import annotations
@@ -55,11 +56,17 @@ class BlockManager:
         self._reserved[row] = n
         self._held[row] = []
 
+    def can_take(self, row) -> bool:
+        """Whether `row` may take a page now: one of its reservation, or one no reservation holds."""
+        return self._reserved[row] > 0 or self.available > 0
+
     def take(self, row) -> int:
-        """One page of `row`'s reservation, now its own."""
-        if not self._reserved.get(row):
-            raise OutOfPages(f"{row!r} has no reserved page left")
-        self._reserved[row] -= 1
+        """One page for `row` (a row that joined), now its own: from its reservation while that lasts, then from the
+        pages no reservation holds; OutOfPages when neither has one."""
+        if self._reserved[row]:
+            self._reserved[row] -= 1
+        elif self.available <= 0:
+            raise OutOfPages(f"{row!r} has no reserved page left and every free page is set aside")
         page = self._free.pop()
         self._held[row].append(page)
         self.peak = max(self.peak, self.used)
@@ -72,7 +79,3 @@ class BlockManager:
         held = self._held.pop(row)
         self._free.extend(reversed(held))
         return held
-
-    def left(self, row) -> int:
-        """Pages `row` may still take."""
-        return self._reserved[row]

@@ -28,7 +28,7 @@ class DenseKV:
     def __init__(self, st):
         self.st = st
 
-    def admit(self, name, lo: int, end: int) -> bool:
+    def admit(self, name, lo: int, at: int, end: int) -> bool:
         return True
 
     def write_prompt(self, slots: list[int], kv: list, idx: torch.Tensor, at: int, length: int, names: list) -> None:
@@ -39,8 +39,8 @@ class DenseKV:
             kc[rows, :, at - length:at] = k[idx]
             vc[rows, :, at - length:at] = v[idx]
 
-    def grow(self, live: dict, position: int) -> None:
-        pass
+    def grow(self, live: dict, position: int) -> list[int]:
+        return []
 
     def free(self, slot: int, name) -> None:
         pass
@@ -61,20 +61,32 @@ class DenseKV:
 class PagedKV:
     """state.k / state.v pools of `pages` pages of `page` slots, state.table [width, capacity / page] (module
     docstring). A row reserves, as it joins, the pages from its first prompt slot to its frame limit; it takes them
-    as the batch's position reaches each page, and gives them all back when it ends."""
+    as the batch's position reaches each page, and gives them all back when it ends.
 
-    def __init__(self, st, pages: int, page: int):
-        self.st, self.page = st, page
+    Overcommitted (a render whose rows may start again, morph/decode/slots.py): a row reserves only its prompt's pages
+    and its first frame's, and joins while that leaves a page free for every row that holds pages (all rows reach a
+    page's start together); it then takes pages no reservation holds as it grows, and `grow` names the rows it found
+    none for."""
+
+    def __init__(self, st, pages: int, page: int, overcommit: bool = False):
+        self.st, self.page, self.overcommit = st, page, overcommit
         self.blocks = BlockManager(pages, page)
         self.next: dict = {}  # name -> the first page-sized span of slots it holds no page for yet
+        self.last: dict = {}  # name -> the span of its frame limit's slot: it takes no page past it
 
-    def admit(self, name, lo: int, end: int) -> bool:
-        """Set aside the pages of slots lo .. end-1 for a joining row; False when they are not free now."""
-        n = self.blocks.pages_for(lo, end)
-        if not self.blocks.can_reserve(n):
-            return False
+    def admit(self, name, lo: int, at: int, end: int) -> bool:
+        """Set aside the pages of slots lo .. end-1 (overcommitted: lo .. at, its prompt and first frame) for a row
+        that joins at slot `at`; False when they are not free now."""
+        if self.overcommit:
+            n = self.blocks.pages_for(lo, at + 1)
+            if self.blocks.available < n + len(self.next):
+                return False
+        else:
+            n = self.blocks.pages_for(lo, end)
+            if not self.blocks.can_reserve(n):
+                return False
         self.blocks.reserve(name, n)
-        self.next[name] = lo // self.page
+        self.next[name], self.last[name] = lo // self.page, (end - 1) // self.page
         return True
 
     def write_prompt(self, slots: list[int], kv: list, idx: torch.Tensor, at: int, length: int, names: list) -> None:
@@ -86,24 +98,30 @@ class PagedKV:
             paged.write(kc, table, where, k[idx])
             paged.write(vc, table, where, v[idx])
 
-    def grow(self, live: dict, position: int) -> None:
+    def grow(self, live: dict, position: int) -> list[int]:
         """A page for slot `position` to every live row, when it starts a page (all rows share the position, a
         joining row has its pages up to it, and rows move down by whole pages), in one table write; a row past its
-        frame limit, ended and not yet handed over, writes into the null page instead."""
+        frame limit, ended and not yet handed over, writes into the null page instead. Returns the live slots that
+        found no free page (only in an overcommitted pool): asked again, grow serves them and no other twice."""
         if position % self.page:
-            return
-        col, slots, pages = position // self.page, [], []
+            return []
+        col, slots, pages, short = position // self.page, [], [], []
         for slot, row in live.items():
-            if self.next[row.name] == col and self.blocks.left(row.name):
-                slots.append(slot)
-                pages.append(self.blocks.take(row.name))
-                self.next[row.name] = col + 1
+            if self.next[row.name] != col or col > self.last[row.name]:
+                continue
+            if not self.blocks.can_take(row.name):
+                short.append(slot)
+                continue
+            slots.append(slot)
+            pages.append(self.blocks.take(row.name))
+            self.next[row.name] = col + 1
         if slots:
             self.st.table[to_device(slots, self.st.device), col] = to_device(pages, self.st.device)
+        return short
 
     def free(self, slot: int, name) -> None:
         self.blocks.release(name)
-        del self.next[name]
+        del self.next[name], self.last[name]
         self.st.table[slot] = 0
 
     def align(self, shift: int) -> int:
@@ -116,6 +134,7 @@ class PagedKV:
         table[:, table.shape[1] - n:] = 0
         for name in self.next:
             self.next[name] -= n
+            self.last[name] -= n
 
     def stats(self) -> dict:
         return dict(pages=self.blocks.pages - 1, page=self.page, peak_pages=self.blocks.peak)

@@ -23,6 +23,12 @@ slots, and the attention kernels skip the blocks below a row's bound.
 - The keys and values are dense (each row the whole capacity) or paged (morph/decode/kv_store.py): a row joins once
   the pages from its prompt to its frame limit can be set aside, takes them as it grows, and frees them as it ends;
   moving rows down or narrowing the step then moves table entries, not keys and values.
+- A paged pool may be overcommitted (a render whose rows' audio has not gone out, morph/continuous.py): a row joins
+  once its prompt's pages are free, and grows into pages no row has set aside. When the rows reach a page that the
+  pool cannot give them all, the rows that ended give theirs back first; then the row that joined last is preempted
+  (vLLM's recompute): its pages freed, it goes back to the source with its stream key (`preempted`) to start again,
+  and no row joins until one ends. The oldest row is never preempted, and a pool holds any one row whole, so every
+  render ends.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ REFILL_DIVISOR = 16  # rows join when width / REFILL_DIVISOR slots are free (or 
 @dataclass
 class _Live:
     name: object
+    key: int  # its random stream's
     start: int  # the slot of its frame 0
     lo: int  # the slot of its first prompt token
 
@@ -55,11 +62,12 @@ class ContinuousBatch:
     """Rows of one render decoded `width` at a time in one running batch (module docstring)."""
 
     def __init__(self, loop, width: int, need: int, options: dict, seq_groups: int, mode: str, device, dtype,
-                 pages: int | None = None):
+                 pages: int | None = None, overcommit: bool = False):
         """need: the most slots one row takes (prompt, frames and the EOS slot); options: the talker's sampling
         keywords, as upstream passes them (MorphPatch.prompt_of); pages: the K/V in a pool of at least that many
         pages (a kept state's up to twice as many; morph/decode/kv_store.py PagedKV: rows join while their pages can
-        be set aside), else dense."""
+        be set aside), else dense; overcommit: rows of the paged pool may be preempted (module docstring; run's
+        `preempted`)."""
         self.loop, self.width, self.seq_groups, self.device = loop, width, seq_groups, device
         self.lag = loop.sync_lag if device.type == "cuda" else 0  # frames behind the GPU the host learns a row ended
         self.mode = runner.resolve(mode, device, loop.lean_check)
@@ -75,13 +83,14 @@ class ContinuousBatch:
         self.hold = max(int(loop.hold(o["min_new_tokens"])), 1)
         paging = None if pages is None else (pages, kv_store.PAGE)
         self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging)
-        self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st, *self.st.paging)
+        self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st, *self.st.paging, overcommit)
         self.streams = loop.row_streams(device)
         self.refill = max(1, width // REFILL_DIVISOR)
         self.position = 0  # P, the host's copy of st.step
         self.live: dict[int, _Live] = {}
         self.free = list(range(width))  # ascending: the lowest is handed out first
         self.ended = 0  # rows handed over so far
+        self.preemptions = 0
         self._ahead: list[Ahead] = []  # prefilled rows, in order
         self.buckets = widths.buckets(width)
         self.bucket = width  # the step's width: every live slot is below it
@@ -92,12 +101,14 @@ class ContinuousBatch:
 
     # -- the host loop ---------------------------------------------------------------------
     def run(self, next_group: Callable[[int], Group | None], finished: Callable[[object, torch.Tensor], None],
-            on_step: Callable[[int], None] | None = None) -> None:
+            on_step: Callable[[int], None] | None = None,
+            preempted: Callable[[object, int], None] | None = None) -> None:
         """Decode until every row has ended and next_group(n) (the next up to n rows, None when none waits now) has
         none; finished(name, codes [frames, 16], a copy on the device) as each row ends; on_step(live rows) before
-        every frame (an exception there stops the batch and propagates). Rows may come to next_group while the batch
-        runs (morph/live_engine.py's requests), so it is asked again whenever slots are free; run may be called again
-        once it has returned."""
+        every frame (an exception there stops the batch and propagates); preempted(name, stream key) as a row of an
+        overcommitted pool is preempted (its source gives it to next_group again). Rows may come to next_group while
+        the batch runs (morph/live_engine.py's requests), so it is asked again whenever slots are free; run may be
+        called again once it has returned."""
         cuda, lag = self.device.type == "cuda", self.lag
         flags = torch.ones(lag + 2, self.width, dtype=torch.bool, pin_memory=cuda)
         queue: collections.deque = collections.deque()  # (event, flag row, P after the step)
@@ -118,7 +129,8 @@ class ContinuousBatch:
                         self.loop.last_run = dict(mode=self.mode, frames_run=frame, rows=self.ended,
                                                   capacity=self.st.capacity, width=self.width,
                                                   widths=dict(sorted(self.widths.items())),
-                                                  capture_s=round(self.capture_s, 3), **self.kv.stats())
+                                                  capture_s=round(self.capture_s, 3),
+                                                  preemptions=self.preemptions, **self.kv.stats())
                         return
                     continue
                 self._fit()
@@ -129,7 +141,10 @@ class ContinuousBatch:
                     self._compact()
                 if on_step is not None:
                     on_step(len(self.live))
-                self.kv.grow(self.live, self.position)
+                if self._grow(queue, flags, finished, preempted):
+                    tried = self.ended  # no row joins until one ends: the pool is short now
+                    if not self.live:
+                        continue
                 self._steps[self.bucket]()
                 self.widths[self.bucket] += 1
                 self.position += 1
@@ -165,6 +180,31 @@ class ContinuousBatch:
             self.kv.free(s, row.name)
             bisect.insort(self.free, s)
             self.ended += 1
+
+    def _grow(self, queue, flags, finished, preempted) -> bool:
+        """Pages for the slot every live row writes next (kv_store's grow); in an overcommitted pool that is short,
+        rows that ended give theirs back, then the rows that joined last are preempted until the rest have theirs.
+        Returns whether a row was preempted."""
+        short = self.kv.grow(self.live, self.position)
+        if not short:
+            return False
+        self._drain(queue, flags, finished)  # a row that ended is handed over, never preempted
+        short = self.kv.grow(self.live, self.position)
+        evicted = False
+        while short:
+            if len(self.live) == 1:  # the pool is sized to hold any one row whole (settings.requeue_pool_pages)
+                raise RuntimeError("morph: a row needs more key/value cache pages than the whole pool holds; give the "
+                                   "continuous batch more pages")
+            slot = max(self.live, key=lambda s: (self.live[s].start, s))  # joined last
+            row = self.live.pop(slot)
+            self.st.unfinished[slot] = False  # the step pads it with EOS from here, as a cancelled row
+            self.kv.free(slot, row.name)
+            bisect.insort(self.free, slot)
+            self.preemptions += 1
+            evicted = True
+            preempted(row.name, row.key)
+            short = self.kv.grow(self.live, self.position)
+        return evicted
 
     def _drain(self, queue, flags, finished) -> None:
         while queue:
@@ -206,7 +246,7 @@ class ContinuousBatch:
         # rows join while their memory can be set aside (a paged cache's pages: slots lo .. at + stop + 1, `need`'s
         # prompt, frames and EOS slot, and one slot more), in order; the rest wait for a row to end
         rows_in = list(itertools.takewhile(
-            lambda a: self.kv.admit(a.name, at - length + a.pad, at + a.stop + 2), rows_in))
+            lambda a: self.kv.admit(a.name, at - length + a.pad, at, at + a.stop + 2), rows_in))
         if not rows_in:
             if not self.live:
                 raise RuntimeError("morph: a row needs more key/value cache pages than the whole pool holds; give the "
@@ -238,7 +278,7 @@ class ContinuousBatch:
         st.text[rows, at:] = shared.pad
         st.text[rows, at:at + text.shape[1]] = text
         for s, a in zip(slots, rows_in, strict=True):
-            self.live[s] = _Live(a.name, at, at - length + a.pad)
+            self.live[s] = _Live(a.name, a.key, at, at - length + a.pad)
         del self.free[:n]
         joined = {id(a) for a in rows_in}
         self._ahead = [a for a in self._ahead if id(a) not in joined]

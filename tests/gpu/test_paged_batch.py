@@ -1,6 +1,7 @@
 """The paged continuous batch on the GPU (tiny model, fp32; morph/decode/kv_store.py PagedKV, the fused mode's paged
-attention kernel): in the fast modes its codes are the dense batch's through joins, growth, compaction, moves down and
-rows waiting for pages, as on the CPU (tests/morph/test_paged_batch.py)."""
+attention kernel): in the fast modes its codes are the dense batch's through joins, growth, compaction, moves down,
+rows waiting for pages and rows preempted by an overcommitted pool (the host learning of ended rows frames behind the
+GPU), as on the CPU (tests/morph/test_paged_batch.py)."""
 
 import pytest
 import torch
@@ -9,15 +10,16 @@ from tests.morph.test_paged_batch import ENDS, TEXTS, render
 
 
 @pytest.mark.parametrize("mode", ["graphs", "fused"])
-@pytest.mark.parametrize("pages", [64, 9])
-def test_paged_fast_modes_give_the_dense_codes(cuda_tts, voices, mode, pages):
+@pytest.mark.parametrize("pages, overcommit", [(64, False), (9, False), (6, True)])
+def test_paged_fast_modes_give_the_dense_codes(cuda_tts, voices, mode, pages, overcommit):
     cuda_tts.patch.mode = mode
     try:
         dense, _ = render(cuda_tts, voices["icl"], 4, None, TEXTS * 2, ENDS * 2)
-        paged, run = render(cuda_tts, voices["icl"], 4, pages, TEXTS * 2, ENDS * 2)
+        paged, run = render(cuda_tts, voices["icl"], 4, pages, TEXTS * 2, ENDS * 2, overcommit=overcommit)
     finally:
         cuda_tts.patch.mode = "auto"
         cuda_tts.release_device_state()
     assert run["mode"] == mode and run["peak_pages"] <= pages - 1
+    assert (run["preemptions"] > 0) == overcommit
     for i in dense:
         assert torch.equal(paged[i].cpu(), dense[i].cpu()), i

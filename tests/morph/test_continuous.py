@@ -138,6 +138,7 @@ def dense_cache(monkeypatch):
     import morph.continuous
 
     monkeypatch.setattr(morph.continuous, "pool_pages", lambda slots, width: None)
+    monkeypatch.setattr(morph.continuous, "requeue_pool_pages", lambda rows, width: None)
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """The continuous batch over a paged key/value cache (morph/decode/kv_store.py PagedKV; tiny model, CPU, fp32, mode
 "lean"): every row's codes are the dense batch's bit for bit while rows join, grow into new pages, are moved down and
 compacted into narrower steps, and end; a pool too small for every row at once makes rows wait for pages rather than
-fail, and its peak stays within it; a row that could never fit is a clear error; render sizes its pool to its rows."""
+fail, and its peak stays within it; an overcommitted one preempts rows, which start again with the same codes; a row
+that could never fit is a clear error; render sizes its pool to its rows."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ TEXTS = ["one two three four.", "five six.", "seven eight nine ten eleven.", "tw
 ENDS = [41, 9, 60, 17, 33, 52, 12, 46]  # each row's last frame: the batch narrows and refills as they end
 
 
-def render(tts, voice, width, pages, texts=TEXTS, ends=ENDS):
+def render(tts, voice, width, pages, texts=TEXTS, ends=ENDS, overcommit=False):
     """Every row's codes through one RowRunner, and what the batch says it did."""
     rows = make_rows(tts, [Line(t, voice, "English") for t in texts], SETTINGS, "test", True)
     stops = {r: e for r, e in zip(rows, ends, strict=True)}
@@ -31,8 +32,8 @@ def render(tts, voice, width, pages, texts=TEXTS, ends=ENDS):
     pending = collections.deque(zip(rows, stream_keys(rows, SETTINGS.seed), strict=True))
     codes = {}
     runner = RowRunner(tts, SETTINGS, width, need, stops.get, lambda r, c: codes.__setitem__(r.index, c),
-                       audio=False, pages=pages)
-    runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))])
+                       audio=False, pages=pages, overcommit=overcommit)
+    runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))], put_back=pending.appendleft)
     return codes, dict(tts.patch.loop.last_run)
 
 
@@ -58,6 +59,33 @@ def test_a_small_pool_makes_rows_wait_for_pages(lean, voices):
     assert run["peak_pages"] <= 8
 
 
+def test_an_overcommitted_pool_preempts_the_last_row_to_join_and_it_starts_again(lean, voices):
+    """Rows join on their prompts' pages alone and grow into the pool's free pages; at a page the pool cannot give
+    every row, the row that joined last gives its pages back and starts again from its first frame (its stream key
+    with it): every row still ends with the dense batch's codes, once each, within the pool."""
+    from morph.decode.slots import ContinuousBatch
+
+    joins = collections.Counter()
+    join = ContinuousBatch._join
+
+    def spy(self, *args):
+        before = {row.name for row in self.live.values()}
+        joined = join(self, *args)
+        joins.update(row.name.index for row in self.live.values() if row.name not in before)
+        return joined
+
+    dense, _ = render(lean, voices["xvec"], 4, None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ContinuousBatch, "_join", spy)
+        paged, run = render(lean, voices["xvec"], 4, 6, overcommit=True)
+    assert sorted(paged) == list(range(len(TEXTS)))
+    for i in dense:
+        assert torch.equal(paged[i], dense[i]), i
+    assert run["preemptions"] > 0 and run["peak_pages"] <= 5
+    assert sum(joins.values()) == len(TEXTS) + run["preemptions"]  # each preempted row joined again
+    assert not lean.patch.loop._state.table.any()  # every page came back
+
+
 def test_a_row_that_can_never_fit_is_a_clear_error(lean, voices):
     with pytest.raises(RuntimeError, match="more key/value cache pages than the whole pool"):
         render(lean, voices["icl"], 4, 2)
@@ -79,21 +107,47 @@ def test_rows_moved_down_keep_their_pages(lean, voices, monkeypatch):
 
 
 def test_render_sizes_its_pool_to_the_widest_rows_or_takes_the_one_given(lean, voices):
-    """render(continuous=True) takes a pool of what the `batch_size` largest rows could reserve at once
-    (settings.pool_pages of each row's prompt, frame limit and EOS slot); a pool of a given size gives the same audio;
+    """render(continuous=True) takes a pool of what the `batch_size` largest rows take at a share of their frame
+    limits (settings.requeue_pool_pages of each row's prompt and frame limit: a row it cannot grow starts again), or,
+    streamed, what they could reserve at once (settings.pool_pages); a pool of a given size gives the same audio;
     static batches take no pool."""
     from morph.scheduler import BatchTTS
-    from morph.settings import pool_pages
+    from morph.settings import pool_pages, requeue_pool_pages
 
     lines = [Line(t, voices["xvec"], "English") for t in TEXTS[:3]]
-    settings = GenerationSettings(seed=5, max_new_tokens=12)
+    settings = GenerationSettings(seed=5, max_new_tokens=40)
     sized = BatchTTS(lean).render(lines, settings, batch_size=2, continuous=True)
     run = dict(lean.patch.loop.last_run)
     count = token_count(lean)
-    needs = [prompt_tokens(t, voices["xvec"], "", count) + 12 + 1 for t in TEXTS[:3]]
-    assert run["pages"] == pool_pages(needs, 2) - 1 and 0 < run["peak_pages"] <= run["pages"]
+    prompts = [prompt_tokens(t, voices["xvec"], "", count) for t in TEXTS[:3]]
+    assert run["pages"] == requeue_pool_pages([(p, 40) for p in prompts], 2) - 1 and 0 < run["peak_pages"]
+    assert run["peak_pages"] <= run["pages"] < pool_pages([p + 40 + 1 for p in prompts], 2) - 1
+    BatchTTS(lean).render(lines, settings, batch_size=2, continuous=True, on_chunk=lambda row, wav: None)
+    assert lean.patch.loop.last_run["pages"] == pool_pages([p + 40 + 1 for p in prompts], 2) - 1
     given = BatchTTS(lean).render(lines, settings, batch_size=2, continuous=True, kv_cache_bytes=1 << 20)
     assert lean.patch.loop.last_run["pages"] != run["pages"]
     assert all(torch.equal(torch.from_numpy(a), torch.from_numpy(b)) for a, b in zip(sized, given, strict=True))
     with pytest.raises(ValueError, match="set continuous=True"):
         BatchTTS(lean).render(lines, settings, batch_size=2, kv_cache_bytes=1 << 20)
+
+
+def test_a_preempted_rows_audio_is_its_take_from_the_start(lean, voices, monkeypatch):
+    """Through render, each row decoded while it is made: a row preempted after its first chunks went to the codec
+    starts again with a fresh codec state, and every line's audio is what a pool that preempts nothing gives (to fp32
+    rounding: the codec's calls group other rows)."""
+    import numpy as np
+
+    import morph.continuous
+    from morph.scheduler import BatchTTS
+
+    lines = [Line(t, voices["xvec"], "English") for t in TEXTS]
+    settings = GenerationSettings(seed=5, max_new_tokens=60)
+    roomy = BatchTTS(lean).render(lines, settings, batch_size=4, continuous=True)
+    assert lean.patch.loop.last_run["preemptions"] == 0
+    lean.release_device_state()  # a kept pool of the first render's size would be taken over
+    monkeypatch.setattr(morph.continuous, "requeue_pool_pages", lambda rows, width: 6)
+    tight = BatchTTS(lean).render(lines, settings, batch_size=4, continuous=True)
+    run = lean.patch.loop.last_run
+    assert run["pages"] == 5 and run["preemptions"] > 0
+    for a, b in zip(roomy, tight, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)

@@ -250,3 +250,22 @@ def test_live_calls_come_in_power_of_two_widths_and_warm_plans_each_of_them(wide
     assert shapes == [(4, 4), (1, 4)]
     assert [c.size for _, c, _ in live.pump(flush=True)] == [4 * FRAME] * 3
     assert_audio_close(live.rows[1].audio[0], alone.pump(flush=True)[0][1], rel=1e-5)
+
+
+def test_a_dropped_row_opened_again_gets_none_of_its_first_lifes_audio(wide_codec):
+    """A preempted row (the continuous batch's, morph/decode/slots.py) is dropped while its first life's chunk is
+    still on its way to the host, then opened again and fed from its first frame: what pump hands out for it is the
+    second life's alone, as a row fed those frames from the start gets."""
+    codes = torch.randint(0, 2048, (2, 4, 16), generator=torch.Generator().manual_seed(2))
+    live = LiveRows(wide_codec, torch.device("cpu"), None, budget=40)
+    live.open("a", None)
+    live.feed(["a"], codes[:1], [4], [False])  # its first life: not pumped yet
+    live.drop("a")
+    live.open("a", None)
+    live.feed(["a"], codes[1:], [4], [True])
+    fresh = LiveRows(wide_codec, torch.device("cpu"), None, budget=40)
+    fresh.open("a", None)
+    fresh.feed(["a"], codes[1:], [4], [True])
+    got, want = live.pump(flush=True), fresh.pump(flush=True)
+    assert [(name, chunk.size) for name, chunk, _ in got] == [("a", 4 * FRAME)] and not live.rows
+    np.testing.assert_array_equal(got[0][2], want[0][2])
