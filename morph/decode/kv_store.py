@@ -7,6 +7,8 @@ row's memory back when it ends (`free`), and every row's slots moved down togeth
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..settings import KV_PAGE as PAGE
@@ -28,7 +30,7 @@ class DenseKV:
     def __init__(self, st):
         self.st = st
 
-    def admit(self, name, lo: int, at: int, end: int) -> bool:
+    def admit(self, name, lo: int, at: int, end: int, share: float) -> bool:
         return True
 
     def write_prompt(self, slots: list[int], kv: list, idx: torch.Tensor, at: int, length: int, names: list) -> None:
@@ -63,10 +65,10 @@ class PagedKV:
     docstring). A row reserves, as it joins, the pages from its first prompt slot to its frame limit; it takes them
     as the batch's position reaches each page, and gives them all back when it ends.
 
-    Overcommitted (a render whose rows may start again, morph/decode/slots.py): a row reserves only its prompt's pages
-    and its first frame's, and joins while that leaves a page free for every row that holds pages (all rows reach a
-    page's start together); it then takes pages no reservation holds as it grows, and `grow` names the rows it found
-    none for."""
+    Overcommitted (a render whose rows may start again, morph/decode/slots.py): a row reserves its prompt's pages and
+    a share of its frames', and joins while that leaves a page free for every row that holds pages (all rows reach a
+    page's start together); past them it takes pages no reservation holds as it grows, and `grow` names the rows it
+    found none for."""
 
     def __init__(self, st, pages: int, page: int, overcommit: bool = False):
         self.st, self.page, self.overcommit = st, page, overcommit
@@ -74,11 +76,11 @@ class PagedKV:
         self.next: dict = {}  # name -> the first page-sized span of slots it holds no page for yet
         self.last: dict = {}  # name -> the span of its frame limit's slot: it takes no page past it
 
-    def admit(self, name, lo: int, at: int, end: int) -> bool:
-        """Set aside the pages of slots lo .. end-1 (overcommitted: lo .. at, its prompt and first frame) for a row
-        that joins at slot `at`; False when they are not free now."""
+    def admit(self, name, lo: int, at: int, end: int, share: float) -> bool:
+        """Set aside the pages of slots lo .. end-1 for a row that joins at slot `at` (overcommitted: of its prompt and
+        `share` of its frames at..end-1); False when they are not free now."""
         if self.overcommit:
-            n = self.blocks.pages_for(lo, at + 1)
+            n = self.blocks.pages_for(lo, at + 1 + math.ceil(share * (end - at - 1)))
             if self.blocks.available < n + len(self.next):
                 return False
         else:

@@ -24,11 +24,12 @@ slots, and the attention kernels skip the blocks below a row's bound.
   the pages from its prompt to its frame limit can be set aside, takes them as it grows, and frees them as it ends;
   moving rows down or narrowing the step then moves table entries, not keys and values.
 - A paged pool may be overcommitted (a render whose rows' audio has not gone out, morph/continuous.py): a row joins
-  once its prompt's pages are free, and grows into pages no row has set aside. When the rows reach a page that the
-  pool cannot give them all, the rows that ended give theirs back first; then the row that joined last is preempted
-  (vLLM's recompute): its pages freed, it goes back to the source with its stream key (`preempted`) to start again,
-  and no row joins until one ends. The oldest row is never preempted, and a pool holds any one row whole, so every
-  render ends.
+  once the pages of its prompt and of a share of its frames can be set aside (the most of its limit any row of the
+  batch has spoken, at least POOL_FRAME_SHARE: rows that run long make the batch admit fewer), and grows past them
+  into pages no row has set aside. When the rows reach a page that the pool cannot give them all, the rows that
+  ended give theirs back first; then the row that joined last is preempted (vLLM's recompute): its pages freed, it
+  goes back to the source with its stream key (`preempted`) to start again, and no row joins until one ends. The
+  oldest row is never preempted, and a pool holds any one row whole, so every render ends.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from typing import Callable
 
 import torch
 
-from ..settings import Sampling
+from ..settings import POOL_FRAME_SHARE, Sampling
 from . import kv_store, runner, widths
 from .groups import Ahead, Group, prefill_group
 from .host import to_device
@@ -56,6 +57,7 @@ class _Live:
     key: int  # its random stream's
     start: int  # the slot of its frame 0
     lo: int  # the slot of its first prompt token
+    stop: int  # its frame limit
 
 
 class ContinuousBatch:
@@ -91,6 +93,9 @@ class ContinuousBatch:
         self.free = list(range(width))  # ascending: the lowest is handed out first
         self.ended = 0  # rows handed over so far
         self.preemptions = 0
+        # the most of its frame limit a row has spoken in this batch, never under the share its pool was sized for: an
+        # overcommitted pool sets that share of a joining row's frames aside (kv_store.PagedKV.admit)
+        self.spoken = POOL_FRAME_SHARE
         self._ahead: list[Ahead] = []  # prefilled rows, in order
         self.buckets = widths.buckets(width)
         self.bucket = width  # the step's width: every live slot is below it
@@ -176,6 +181,8 @@ class ContinuousBatch:
         ended = [s for s, row in self.live.items() if row.start < position and not bool(flags[slot, s])]
         for s in ended:
             row = self.live.pop(s)
+            # snapshots come a frame apart, so the row ended at this one's position
+            self.spoken = max(self.spoken, min(1.0, (position - row.start) / max(row.stop, 1)))
             finished(row.name, self.st.frames[s, row.start:position].clone())
             self.kv.free(s, row.name)
             bisect.insort(self.free, s)
@@ -246,7 +253,7 @@ class ContinuousBatch:
         # rows join while their memory can be set aside (a paged cache's pages: slots lo .. at + stop + 1, `need`'s
         # prompt, frames and EOS slot, and one slot more), in order; the rest wait for a row to end
         rows_in = list(itertools.takewhile(
-            lambda a: self.kv.admit(a.name, at - length + a.pad, at, at + a.stop + 2), rows_in))
+            lambda a: self.kv.admit(a.name, at - length + a.pad, at, at + a.stop + 2, self.spoken), rows_in))
         if not rows_in:
             if not self.live:
                 raise RuntimeError("morph: a row needs more key/value cache pages than the whole pool holds; give the "
@@ -278,7 +285,7 @@ class ContinuousBatch:
         st.text[rows, at:] = shared.pad
         st.text[rows, at:at + text.shape[1]] = text
         for s, a in zip(slots, rows_in, strict=True):
-            self.live[s] = _Live(a.name, a.key, at, at - length + a.pad)
+            self.live[s] = _Live(a.name, a.key, at, at - length + a.pad, a.stop)
         del self.free[:n]
         joined = {id(a) for a in rows_in}
         self._ahead = [a for a in self._ahead if id(a) not in joined]

@@ -59,10 +59,23 @@ def test_a_small_pool_makes_rows_wait_for_pages(lean, voices):
     assert run["peak_pages"] <= 8
 
 
+LONG = [60] * len(TEXTS)  # rows that all run long: they outgrow the half of their frames set aside as they joined
+
+
+def preempting(run):
+    """run(pages) -> (result, the batch's last_run) at the first of a few small pools where a row was preempted
+    (which pools do depends on the rows' prompts and, on a GPU, on how far behind the host learns of ended rows)."""
+    for pages in range(5, 14):
+        got, last = run(pages)
+        if last["preemptions"]:
+            return got, last, pages
+    raise AssertionError("no pool of 5 to 13 pages preempted a row")
+
+
 def test_an_overcommitted_pool_preempts_the_last_row_to_join_and_it_starts_again(lean, voices):
-    """Rows join on their prompts' pages alone and grow into the pool's free pages; at a page the pool cannot give
-    every row, the row that joined last gives its pages back and starts again from its first frame (its stream key
-    with it): every row still ends with the dense batch's codes, once each, within the pool."""
+    """Rows join on their prompts' pages and half their frames' and grow into the pool's free pages; at a page the
+    pool cannot give every row, the row that joined last gives its pages back and starts again from its first frame
+    (its stream key with it): every row still ends with the dense batch's codes, once each, within the pool."""
     from morph.decode.slots import ContinuousBatch
 
     joins = collections.Counter()
@@ -74,16 +87,30 @@ def test_an_overcommitted_pool_preempts_the_last_row_to_join_and_it_starts_again
         joins.update(row.name.index for row in self.live.values() if row.name not in before)
         return joined
 
-    dense, _ = render(lean, voices["xvec"], 4, None)
+    dense, _ = render(lean, voices["xvec"], 4, None, TEXTS, LONG)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ContinuousBatch, "_join", spy)
-        paged, run = render(lean, voices["xvec"], 4, 6, overcommit=True)
+
+        def run(pages):
+            joins.clear()
+            return render(lean, voices["xvec"], 4, pages, TEXTS, LONG, overcommit=True)
+        paged, run, pages = preempting(run)
     assert sorted(paged) == list(range(len(TEXTS)))
     for i in dense:
         assert torch.equal(paged[i], dense[i]), i
-    assert run["preemptions"] > 0 and run["peak_pages"] <= 5
+    assert run["peak_pages"] <= pages - 1
     assert sum(joins.values()) == len(TEXTS) + run["preemptions"]  # each preempted row joined again
     assert not lean.patch.loop._state.table.any()  # every page came back
+
+
+def test_rows_that_run_long_make_the_batch_set_more_aside(lean, voices):
+    """Once a row has ended at its frame limit, joining rows set all their frames aside, as a pool that is not
+    overcommitted has them do: rows that run long wait for pages instead of being preempted half way."""
+    paged, run = render(lean, voices["xvec"], 4, 9, TEXTS * 3, LONG * 3, overcommit=True)
+    waiting, _ = render(lean, voices["xvec"], 4, 9, TEXTS * 3, LONG * 3)
+    for i in waiting:
+        assert torch.equal(paged[i], waiting[i]), i
+    assert run["preemptions"] <= 1  # at most in the first rows, which join before any has ended
 
 
 def test_a_row_that_can_never_fit_is_a_clear_error(lean, voices):
@@ -144,10 +171,28 @@ def test_a_preempted_rows_audio_is_its_take_from_the_start(lean, voices, monkeyp
     settings = GenerationSettings(seed=5, max_new_tokens=60)
     roomy = BatchTTS(lean).render(lines, settings, batch_size=4, continuous=True)
     assert lean.patch.loop.last_run["preemptions"] == 0
-    lean.release_device_state()  # a kept pool of the first render's size would be taken over
-    monkeypatch.setattr(morph.continuous, "requeue_pool_pages", lambda rows, width: 6)
-    tight = BatchTTS(lean).render(lines, settings, batch_size=4, continuous=True)
-    run = lean.patch.loop.last_run
-    assert run["pages"] == 5 and run["preemptions"] > 0
+
+    def run(pages):
+        lean.release_device_state()  # a kept pool of another size would be taken over
+        monkeypatch.setattr(morph.continuous, "requeue_pool_pages", lambda rows, width: pages)
+        return BatchTTS(lean).render(lines, settings, batch_size=4, continuous=True), lean.patch.loop.last_run
+    tight, last, pages = preempting(run)
+    assert last["pages"] == pages - 1
     for a, b in zip(roomy, tight, strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+def test_a_slot_no_row_holds_steps_inside_the_rotary_tables(lean, voices):
+    """A free slot still steps while its width runs, however long (a preempted row's slot waits for a row to end
+    before another joins): its rotary position stays inside the tables, where it once ran past them (an IndexError
+    on the CPU, an out-of-bounds read on a GPU), and no live row's is changed."""
+    rows = make_rows(lean, [Line(t, voices["xvec"], "English") for t in TEXTS[:2]], SETTINGS, "test", True)
+    count = token_count(lean)
+    need = max(prompt_tokens(r.text, voices["xvec"], "", count) + 20 + 1 for r in rows)
+    pending = collections.deque(zip(rows, stream_keys(rows, SETTINGS.seed), strict=True))
+    runner = RowRunner(lean, SETTINGS, 2, need, lambda r: 20, lambda r, c: None, audio=False, pages=16)
+    runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))])
+    st, last = runner.batch.st, runner.batch.st.cos.shape[0] - 1
+    st.rope_pos.copy_(torch.tensor([last - 1, last]))
+    runner.batch._steps[2]()
+    assert st.rope_pos.tolist() == [last, last]
