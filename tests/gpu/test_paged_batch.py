@@ -30,8 +30,8 @@ def test_preempted_rows_give_the_dense_codes(cuda_tts, voices, mode):
     with the dense batch's codes, the host learning of ended rows frames behind the GPU."""
     cuda_tts.patch.mode = mode
     try:
-        dense, _ = render(cuda_tts, voices["xvec"], 4, None, TEXTS, LONG)
-        paged, run, pages = preempting(lambda n: render(cuda_tts, voices["xvec"], 4, n, TEXTS, LONG, overcommit=True))
+        dense, _ = render(cuda_tts, voices["xvector"], 4, None, TEXTS, LONG)
+        paged, run, pages = preempting(lambda n: render(cuda_tts, voices["xvector"], 4, n, TEXTS, LONG, overcommit=True))
     finally:
         cuda_tts.patch.mode = "auto"
         cuda_tts.release_device_state()
