@@ -60,11 +60,11 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
              kv_cache_bytes: int | None = None) -> None:
     """Render `rows` `width` at a time, longest first, their keys and values in a paged pool that holds the `width`
     largest at once (settings.pool_pages) or, unless the render streams, the frames they are likely to speak
-    (settings.requeue_pool_pages: a row the pool cannot grow starts again), or one of kv_cache_bytes; on_row(row, float32 audio) as each is decoded
-    (with audio=False: on_row(row, codes [frames, 16]) as each ends, no codec); on_frames(live rows) before each
-    frame. stop(row): the frame at which the row ends at the latest. on_chunk(row, float32 audio): each row's audio
-    in order while it is made (LiveChunks), its chunks joined being what on_row then gets. A CUDA out-of-memory error
-    propagates as it is."""
+    (settings.requeue_pool_pages: a row the pool cannot grow starts again), or one of kv_cache_bytes; on_row(row,
+    float32 audio) as each is decoded (with audio=False: on_row(row, codes [frames, 16]) as each ends, no codec);
+    on_frames(live rows) before each frame. stop(row): the frame at which the row ends at the latest. on_chunk(row,
+    float32 audio): each row's audio in order while it is made (LiveChunks), its chunks joined being what on_row then
+    gets. A CUDA out-of-memory error propagates as it is."""
     pending = collections.deque(sorted(zip(rows, stream_keys(rows, settings.seed), strict=True),
                                        key=lambda rk: (-rk[0].limit, -len(rk[0].text))))
     count = token_count(tts)

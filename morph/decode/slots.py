@@ -148,8 +148,8 @@ class ContinuousBatch:
                     on_step(len(self.live))
                 if self._grow(queue, flags, finished, preempted):
                     tried = self.ended  # no row joins until one ends: the pool is short now
-                    if not self.live:
-                        continue
+                if not self.live:  # every row had ended (handed over as the pool ran short)
+                    continue
                 self._steps[self.bucket]()
                 self.widths[self.bucket] += 1
                 self.position += 1

@@ -240,7 +240,8 @@ def test_split_cache_gives_the_one_pass_output(kernels, monkeypatch, t, paged):
     from morph.kernels import attention as module
 
     args, dense, pools, table = _attention_case(t, 16, seed=5)
-    caches = dict(k_cache=pools[0], v_cache=pools[1], table=table) if paged else dict(k_cache=dense[0], v_cache=dense[1])
+    caches = dict(k_cache=pools[0], v_cache=pools[1], table=table) if paged else \
+        dict(k_cache=dense[0], v_cache=dense[1])
     before = [c.clone() for c in caches.values() if c is not table]
     monkeypatch.setattr(module, "_tiles", lambda length: (16, 4))
     assert module._splits(3 * args["d"].kv_heads, 4) == 4
