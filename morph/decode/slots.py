@@ -23,13 +23,8 @@ slots, and the attention kernels skip the blocks below a row's bound.
 - The keys and values are dense (each row the whole capacity) or paged (morph/decode/kv_store.py): a row joins once
   the pages from its prompt to its frame limit can be set aside, takes them as it grows, and frees them as it ends;
   moving rows down or narrowing the step then moves table entries, not keys and values.
-- A paged pool may be overcommitted (a render whose rows' audio has not gone out, morph/continuous.py): a row joins
-  once the pages of its prompt and of a share of its frames can be set aside (the most of its limit any row of the
-  batch has spoken, at least POOL_FRAME_SHARE: rows that run long make the batch admit fewer), and grows past them
-  into pages no row has set aside. When the rows reach a page that the pool cannot give them all, the rows that
-  ended give theirs back first; then the row that joined last is preempted (vLLM's recompute): its pages freed, it
-  goes back to the source with its stream key (`preempted`) to start again, and no row joins until one ends. The
-  oldest row is never preempted, and a pool holds any one row whole, so every render ends.
+- A paged pool may be overcommitted (a render whose rows' audio has not gone out): when it runs short, the row that
+  joined last is preempted and starts again (morph/decode/preempt.py), and no row joins until one ends.
 """
 
 from __future__ import annotations
@@ -44,7 +39,7 @@ from typing import Callable
 import torch
 
 from ..settings import POOL_FRAME_SHARE, Sampling
-from . import kv_store, runner, widths
+from . import kv_store, preempt, runner, widths
 from .groups import Ahead, Group, prefill_group
 from .host import to_device
 
@@ -146,7 +141,7 @@ class ContinuousBatch:
                     self._compact()
                 if on_step is not None:
                     on_step(len(self.live))
-                if self._grow(queue, flags, finished, preempted):
+                if preempt.grow(self, lambda: self._drain(queue, flags, finished), preempted):
                     tried = self.ended  # no row joins until one ends: the pool is short now
                 if not self.live:  # every row had ended (handed over as the pool ran short)
                     continue
@@ -187,31 +182,6 @@ class ContinuousBatch:
             self.kv.free(s, row.name)
             bisect.insort(self.free, s)
             self.ended += 1
-
-    def _grow(self, queue, flags, finished, preempted) -> bool:
-        """Pages for the slot every live row writes next (kv_store's grow); in an overcommitted pool that is short,
-        rows that ended give theirs back, then the rows that joined last are preempted until the rest have theirs.
-        Returns whether a row was preempted."""
-        short = self.kv.grow(self.live, self.position)
-        if not short:
-            return False
-        self._drain(queue, flags, finished)  # a row that ended is handed over, never preempted
-        short = self.kv.grow(self.live, self.position)
-        evicted = False
-        while short:
-            if len(self.live) == 1:  # the pool is sized to hold any one row whole (settings.requeue_pool_pages)
-                raise RuntimeError("morph: a row needs more key/value cache pages than the whole pool holds; give the "
-                                   "continuous batch more pages")
-            slot = max(self.live, key=lambda s: (self.live[s].start, s))  # joined last
-            row = self.live.pop(slot)
-            self.st.unfinished[slot] = False  # the step pads it with EOS from here, as a cancelled row
-            self.kv.free(slot, row.name)
-            bisect.insort(self.free, slot)
-            self.preemptions += 1
-            evicted = True
-            preempted(row.name, row.key)
-            short = self.kv.grow(self.live, self.position)
-        return evicted
 
     def _drain(self, queue, flags, finished) -> None:
         while queue:

@@ -150,13 +150,7 @@ class TalkerLoop:
         st.unfinished &= token != rules.eos
         st.any_left.copy_(st.unfinished.any())
         st.code0.copy_(token)
-        st.step.add_(1)
-        st.cache_pos.add_(1)
-        st.rope_pos.add_(1)
-        if st.lean_kv:
-            # a slot no row holds (free, or its row ended or was preempted) still steps, for as long as its width
-            # runs: kept inside the rotary tables, which a live row's position never leaves (it is below the capacity)
-            st.rope_pos.clamp_(max=st.cos.shape[0] - 1)
+        st.advance()
 
     # -- the loop -------------------------------------------------------------------------
     def generate(self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, trailing_text_hidden: torch.Tensor,

@@ -81,6 +81,15 @@ class TalkerState:
         for t in (self.step, self.cache_pos, self.rope_pos, self.pads):
             t.zero_()
 
+    def advance(self) -> None:
+        """Every row one slot on, after a frame step. A slot no row holds (free, or its row ended or was preempted)
+        still steps for as long as its width runs: its rotary position is kept inside the tables, which a live row's
+        never leaves (it stays below the capacity)."""
+        for t in (self.step, self.cache_pos, self.rope_pos):
+            t.add_(1)
+        if self.lean_kv:
+            self.rope_pos.clamp_(max=self.cos.shape[0] - 1)
+
     def rows(self, n: int) -> "TalkerState":
         """The first n rows as a state of batch n: views of this state's row tensors (a leading-dim slice of a
         contiguous tensor is contiguous, so the lean layers and kernels take it as they are) and the very same
