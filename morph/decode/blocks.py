@@ -17,6 +17,14 @@ class OutOfPages(RuntimeError):
     """A reservation the pool cannot hold: the caller waits for a row to end (or the row can never fit)."""
 
 
+class PoolTooSmall(RuntimeError):
+    """A row needs more pages than the whole pool holds: it could never run, however long it waited."""
+
+    def __init__(self):
+        super().__init__("morph: a row needs more key/value cache pages than the whole pool holds; give the "
+                         "continuous batch more pages")
+
+
 class BlockManager:
     """Pages 1..pages-1 of a pool (page 0 is the null page), each row's reservation and pages."""
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import bisect
 from typing import Callable
 
+from .blocks import PoolTooSmall
+
 
 def grow(batch, drain: Callable[[], None], preempted: Callable[[object, int], None]) -> bool:
     """Pages for the slot every live row of `batch` writes next (kv_store's grow); when the pool is short, drain()
@@ -28,8 +30,7 @@ def grow(batch, drain: Callable[[], None], preempted: Callable[[object, int], No
     evicted = False
     while short:
         if len(batch.live) == 1:
-            raise RuntimeError("morph: a row needs more key/value cache pages than the whole pool holds; give the "
-                               "continuous batch more pages")
+            raise PoolTooSmall()
         slot = max(batch.live, key=lambda s: (batch.live[s].start, s))  # joined last
         row = batch.live.pop(slot)
         batch.st.unfinished[slot] = False  # the step pads it with EOS from here, as a cancelled row

@@ -40,6 +40,7 @@ import torch
 
 from ..settings import POOL_FRAME_SHARE, Sampling
 from . import kv_store, preempt, runner, widths
+from .blocks import PoolTooSmall
 from .groups import Ahead, Group, prefill_group
 from .host import to_device
 
@@ -226,8 +227,7 @@ class ContinuousBatch:
             lambda a: self.kv.admit(a.name, at - length + a.pad, at, at + a.stop + 2, self.spoken), rows_in))
         if not rows_in:
             if not self.live:
-                raise RuntimeError("morph: a row needs more key/value cache pages than the whole pool holds; give the "
-                                   "continuous batch more pages")
+                raise PoolTooSmall()
             return False
         n = len(rows_in)
         slots = self.free[:n]  # the lowest: rows gather at the bottom, where the narrow steps run
