@@ -58,10 +58,19 @@ class CapturedDecode:
         state.pos.copy_(static_state.pos)
         return wav.clone()
 
+    def prepare(self, rows: int, frames: int) -> None:
+        """The graph of this call shape captured now unless it is already (or captures failed: decode says so)."""
+        if self.failed:
+            return
+        self._bind()
+        if (rows, frames) not in self.graphs:
+            self.decode(torch.zeros(rows, frames, int(self.codec.decoder.config.num_quantizers), dtype=torch.long,
+                                    device=self.device),
+                        self.codec.zero_state(rows, self.device, next(self.codec.decoder.parameters()).dtype))
+
     def _entry(self, rows: int, frames: int):
         """The graph of this shape, captured on its first call (graphs.capture: warmed up, captured, replayed)."""
-        weights = next(self.codec.decoder.parameters())
-        self.graphs.bind((self.device, weights.dtype, weights.data_ptr()))
+        weights = self._bind()
         key = (rows, frames)
         if key in self.graphs:
             return self.graphs.get(key, None)
@@ -71,3 +80,9 @@ class CapturedDecode:
         entry = self.graphs.get(key, lambda: self.codec.decode(codes, state))
         entry.keep = (codes, state)
         return entry
+
+    def _bind(self) -> torch.Tensor:
+        """Drop the graphs if the codec's weights moved since their capture; its first weight."""
+        weights = next(self.codec.decoder.parameters())
+        self.graphs.bind((self.device, weights.dtype, weights.data_ptr()))
+        return weights

@@ -42,7 +42,8 @@ class LiveRows:
                  budget: int = DECODE_ROW_FRAMES, captured: bool = False):
         """captured: the calls replay CUDA graphs (LeanCodec.captured), in the fast modes."""
         self.codec, self.device, self.stream, self.budget = codec, device, stream, budget
-        self._decode = codec.captured(device).decode if captured else codec.decode
+        self._captured = codec.captured(device) if captured else None
+        self._decode = self._captured.decode if captured else codec.decode
         self.rows: dict = {}  # name -> _LiveRow
         # each feed's audio on its way to the host: (event or None, host tensor, [(name, its _LiveRow, samples,
         # ended)], the device tensor it is copied from)
@@ -60,15 +61,20 @@ class LiveRows:
         self.rows[name] = _LiveRow(state, ref)
 
     def warm(self, rows: int, sizes: Sequence[int]) -> None:
-        """Decode blank rows once at each call shape a batch of up to `rows` rows makes with chunks of `sizes`
-        frames, so that cuDNN plans them (and, captured, their graphs are made) before the first row's audio waits."""
+        """Make ready each call shape a batch of up to `rows` rows makes with chunks of `sizes` frames before the
+        first row's audio waits for it: captured, its graph (made once a process: a render that replayed them all
+        again held a lone request's first audio by several milliseconds); else blank rows decoded, so that cuDNN
+        plans it."""
         groups = int(self.codec.decoder.config.num_quantizers)
         with on_side(self.stream), torch.inference_mode():
             for t in sizes:
                 width = 1
                 while width <= min(call_width(rows), call_width(call_rows(t, self.budget))):
-                    codes = torch.zeros(width, t, groups, dtype=torch.long, device=self.device)
-                    self._decode(codes, self._blank(width))
+                    if self._captured is not None:
+                        self._captured.prepare(width, t)
+                    else:
+                        self._decode(torch.zeros(width, t, groups, dtype=torch.long, device=self.device),
+                                     self._blank(width))
                     width *= 2
 
     def done(self, name) -> int:

@@ -72,3 +72,26 @@ def test_the_captured_decode_is_the_op_by_op_decode_call_for_call(cuda_tts):
         torch.testing.assert_close(graphed.flat, eager.flat)
         assert torch.equal(graphed.pos, eager.pos) and torch.equal(got, kept)
     assert len(captured.graphs) == 2 and not captured.failed
+
+
+def test_warm_captures_each_call_shape_once_a_process(cuda_tts, monkeypatch):
+    """LiveRows.warm in the captured modes: the first render's warm captures every shape its calls can take; the
+    next render's replays none of them (each did, every render, before 2026-11-26c), and a new shape is still
+    captured."""
+    from morph.codec.live import LiveRows
+    from morph.graphs import CapturedStep
+
+    codec, dev = cuda_tts.codec, torch.device("cuda")
+    captured = codec.captured(dev)
+    captured.graphs.clear()
+    replays = []
+    replay = CapturedStep.replay
+    monkeypatch.setattr(CapturedStep, "replay", lambda self: replays.append(self) or replay(self))
+    LiveRows(codec, dev, codec.side_stream(dev), captured=True).warm(3, (4, 16))
+    shapes = [(1, 4), (2, 4), (4, 4), (1, 16), (2, 16), (4, 16)]
+    assert all(s in captured.graphs for s in shapes) and len(captured.graphs) == 6 and not captured.failed
+    replays.clear()
+    LiveRows(codec, dev, codec.side_stream(dev), captured=True).warm(3, (4, 16))
+    assert replays == [] and len(captured.graphs) == 6
+    LiveRows(codec, dev, codec.side_stream(dev), captured=True).warm(8, (4,))
+    assert (8, 4) in captured.graphs and len(captured.graphs) == 7
