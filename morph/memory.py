@@ -8,9 +8,9 @@ The continuous batch (render(continuous=True), morph/scheduler.py) holds:
   - state: the decode's other buffers (morph/decode/talker_state.py), per row and per slot of its capacity (twice
     the largest row's prompt, frames and EOS slot, rounded up to a power of two): the text's and the step's hidden
     states, the frames and tokens;
-  - prefill: up to PREFILL_ROWS joining rows through the lean layers at once (morph/decode/groups.py,
-    morph/decode/prefill.py), every row padded to its group's longest prompt: their keys and values, kept until the
-    rows joined, one layer's activations per token and the attention scores (morph/masked_attention.py bounds them);
+  - prefill: a group of up to `batch_size` joining rows through the lean layers (morph/decode/prefill.py), every row
+    padded to the longest prompt: their keys and values, kept until the rows joined, one layer's activations per
+    token and the attention scores (morph/masked_attention.py bounds them);
   - codec: each row decoded while it is made, beside the frame loop on the codec's stream (morph/codec/live.py),
     in calls of LIVE_CHUNK frames of up to DECODE_ROW_FRAMES row-frames, LEAN_CODEC_BYTES_PER_ROW_FRAME each plus
     cuDNN's workspaces, and every live row's codec state;
@@ -53,7 +53,7 @@ from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .masked_attention import SCORES_BYTES
 from .prompts import prompt_tokens, token_count
-from .settings import KV_PAGE, PREFILL_ROWS, GenerationSettings, capacity_for, requeue_pool_pages
+from .settings import KV_PAGE, GenerationSettings, capacity_for, requeue_pool_pages
 
 # Fit to the peaks of tests/gpu/test_memory.py on an H100 (0.6B dims, bf16, fused, 5 s lines, x-vector and ICL,
 # batch 1 to 64; bench/results/h100-2026-11-23/memory/): above the weights, 29 MiB per row (the state) plus
@@ -125,7 +125,7 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: i
     needs = [p + f + 1 for p, f, _ in rows]  # prompt, frames and the EOS slot (morph/continuous.py run_rows)
     pool = requeue_pool_pages([(p, f) for p, f, _ in rows], width) * KV_PAGE * shape.kv_per_token
     state = width * capacity_for(2 * max(needs)) * (2 * shape.hidden_bytes + (shape.groups + 1) * 8)
-    group = sorted((p for p, _, _ in rows), reverse=True)[:min(width, PREFILL_ROWS)]  # one part's prefill at a time
+    group = sorted((p for p, _, _ in rows), reverse=True)[:width]
     prompt = group[0]
     prefill = (len(group) * prompt * (shape.kv_per_token + shape.layer_bytes_per_token)
                + min(SCORES_BYTES, len(group) * shape.heads * prompt * prompt * 4))

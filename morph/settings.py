@@ -68,10 +68,6 @@ def pool_pages(row_needs: Sequence[int], width: int) -> int:
 # against about 14 characters spoken a second), and a row the pool cannot grow starts again rather than failing.
 POOL_FRAME_SHARE = 0.5
 
-# Rows the continuous batch prefills at once (morph/decode/groups.py). A part's keys and values wait beside the pool
-# until its rows join, so a wide batch's first group held them for all of its rows at once. Here for morph/memory.py.
-PREFILL_ROWS = 16
-
 
 def requeue_pool_pages(rows: Sequence[tuple[int, int]], width: int) -> int:
     """Pages (the null page included) for a continuous batch of `width` slots whose rows, (prompt tokens, frame limit)

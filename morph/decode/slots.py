@@ -92,7 +92,7 @@ class ContinuousBatch:
         # the most of its frame limit a row has spoken in this batch, never under the share its pool was sized for: an
         # overcommitted pool sets that share of a joining row's frames aside (kv_store.PagedKV.admit)
         self.spoken = POOL_FRAME_SHARE
-        self._ahead: list[Ahead] = []  # rows of groups waiting for a slot, in order
+        self._ahead: list[Ahead] = []  # prefilled rows, in order
         self.buckets = widths.buckets(width)
         self.bucket = width  # the step's width: every live slot is below it
         self.widths: collections.Counter = collections.Counter()  # frames run at each width
@@ -123,11 +123,8 @@ class ContinuousBatch:
                         group = next_group(self.width)
                         if group is not None:
                             self._ahead = prefill_group(self.loop, self.st, group)
-                    while self._ahead and self.free:  # a group's parts (groups.py) join in the same frame
-                        if not self._join(queue, flags, finished):
-                            tried = self.ended
-                            break
-                        tried = -1
+                    if self._ahead:
+                        tried = -1 if self._join(queue, flags, finished) else self.ended
                 if not self.live:
                     if not self._ahead:  # next_group was just asked (no row runs, so every slot is free)
                         self.loop.last_run = dict(mode=self.mode, frames_run=frame, rows=self.ended,
@@ -212,7 +209,7 @@ class ContinuousBatch:
 
     # -- joining ------------------------------------------------------------------------------
     def _join(self, queue, flags, finished) -> bool:
-        """Rows of the oldest part of a group (groups.py) into free slots at P; False when they cannot fit behind P or before
+        """Rows of the oldest prefilled group into free slots at P; False when they cannot fit behind P or before
         the capacity yet."""
         st, shared = self.st, self._ahead[0].shared
         rows_in = [a for a in self._ahead if a.shared is shared][:len(self.free)]
@@ -236,12 +233,12 @@ class ContinuousBatch:
         slots = self.free[:n]  # the lowest: rows gather at the bottom, where the narrow steps run
         rows = to_device(slots, dev)
         idx = to_device([a.index for a in rows_in], dev)
-        self.kv.write_prompt(slots, shared.out.kv, idx, at, length, [a.name for a in rows_in])
+        self.kv.write_prompt(slots, shared.kv, idx, at, length, [a.name for a in rows_in])
         keys = to_device([a.key for a in rows_in], dev)
         pads = to_device([a.pad for a in rows_in], dev)
         seen = torch.zeros(n, st.seen.shape[1], dtype=torch.bool, device=dev)
         first = torch.full((n,), -1, dtype=torch.long, device=dev)
-        token = self.rules.next_token(shared.out.logits[idx], seen, first + 1, st.min_new,
+        token = self.rules.next_token(shared.logits[idx], seen, first + 1, st.min_new,
                                       noise=self.streams.frame(keys, first))
         seen.scatter_(1, token.unsqueeze(1), True)
         st.pads[rows] = at - length + pads
@@ -251,7 +248,7 @@ class ContinuousBatch:
         st.keys[rows] = keys
         st.seen[rows] = seen
         st.code0[rows] = token
-        st.past_hidden[rows] = shared.out.past_hidden[idx]
+        st.past_hidden[rows] = shared.past_hidden[idx]
         st.unfinished[rows] = token != self.rules.eos
         st.tokens[rows, at] = token
         text = shared.text[idx, :st.capacity - at]

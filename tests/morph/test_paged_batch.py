@@ -196,32 +196,3 @@ def test_a_slot_no_row_holds_steps_inside_the_rotary_tables(lean, voices):
     st.rope_pos.copy_(torch.tensor([last - 1, last]))
     runner.batch._steps[2]()
     assert st.rope_pos.tolist() == [last, last]
-
-
-def test_a_wide_group_prefills_a_part_at_a_time_and_joins_in_one_frame(lean, voices, monkeypatch):
-    """A group of more rows than PREFILL_ROWS (morph/decode/groups.py) goes through the prefill a part at a time, each
-    as its rows join, the part before it freed by then; every part joins in the group's frame, and the codes are those
-    of the group prefilled whole."""
-    import weakref
-
-    from morph.decode import groups
-
-    whole, _ = render(lean, voices["icl"], 8, 64)  # one part: PREFILL_ROWS is above 8
-    prefill, parts = groups.lean_prefill, []
-
-    def one_part(embeds, *args):
-        assert all(p() is None for p in parts), "an earlier part's keys and values are still held"
-        out = prefill(embeds, *args)
-        parts.append(weakref.ref(out.logits))
-        return out
-
-    from morph.decode.slots import ContinuousBatch
-
-    join, frames = ContinuousBatch._join, []
-    monkeypatch.setattr(ContinuousBatch, "_join", lambda self, *a: (join(self, *a), frames.append(self.position))[0])
-    monkeypatch.setattr(groups, "PREFILL_ROWS", 3)
-    monkeypatch.setattr(groups, "lean_prefill", one_part)
-    got, _ = render(lean, voices["icl"], 8, 64)
-    assert len(parts) == 3 and len(set(frames)) == 1  # 3, 3 and 2 rows, joined at one position
-    for i in whole:
-        assert torch.equal(got[i], whole[i]), i
