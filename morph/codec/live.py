@@ -62,9 +62,9 @@ class LiveRows:
 
     def warm(self, rows: int, sizes: Sequence[int]) -> None:
         """Make ready each call shape a batch of up to `rows` rows makes with chunks of `sizes` frames before the
-        first row's audio waits for it: captured, its graph (made once a process: a render that replayed them all
-        again held a lone request's first audio by several milliseconds); else blank rows decoded, so that cuDNN
-        plans it."""
+        first row's audio waits for it: captured, its graph (made once a process: replaying them all at every render
+        was a third more GPU time in a lone 1-frame request, bench/results/h200-2026-11-26c); else blank rows
+        decoded, so that cuDNN plans it."""
         groups = int(self.codec.decoder.config.num_quantizers)
         with on_side(self.stream), torch.inference_mode():
             for t in sizes:
