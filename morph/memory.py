@@ -29,9 +29,10 @@ batching continuous) holds:
   - prefill: while the prompt runs, upstream's own KV cache for it, one MLP's activations per token and the
     attention scores, every row padded to the longest prompt;
   - codec: in the lean modes the lean codec beside the frame loop (morph/codec/stream.py RowsDecode): each row's
-    state and one chunk call, at most DECODE_ROW_FRAMES row-frames; in eager upstream's decoder, whose largest call
-    morph/codec/pieces.py bounds the same way, CODEC_VALUES_PER_ROW_FRAME activations a row-frame plus its
-    workspaces (UPSTREAM_CODEC_WORKSPACE);
+    state and one chunk call, at most DECODE_ROW_FRAMES row-frames, or, where a row's frame limit passes
+    upstream's first 300-frame window, upstream's decoder on the windows after it (pieces.py tail_audio) if that
+    call is heavier; in eager upstream's decoder, whose largest call morph/codec/pieces.py bounds the same way,
+    CODEC_VALUES_PER_ROW_FRAME activations a row-frame plus its workspaces (UPSTREAM_CODEC_WORKSPACE);
   - WORKSPACE.
 It decodes its audio beside its frame loop, never beside a prefill (the next batch's prefill waits for the last
 chunk), so it needs state + the codec's row states + the larger of prefill and codec call + WORKSPACE.
@@ -47,7 +48,7 @@ from typing import Sequence
 import torch
 
 from .codec.calls import LIVE_CHUNK, call_width, chunk_for
-from .codec.pieces import DECODE_ROW_FRAMES, call_rows, row_frames
+from .codec.pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows, pieces, row_frames
 from .continuous import runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
@@ -111,12 +112,12 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     prefill = width * prompt * (shape.kv_per_token + shape.layer_bytes_per_token + shape.heads * prompt * 4)
     if runs_lean(tts, device):
         chunk = chunk_for(width)  # as morph/codec/stream.py's RowsDecode groups a batch's rows
-        codec = _lean_codec_call(chunk, min(width, call_rows(chunk)))
+        codec = max(_lean_codec_call(chunk, min(width, call_rows(chunk))),
+                    _upstream_codec_call(model, _tail_call([c for _, _, c in rows], width)))
         state += width * _codec_row_state(tts)
         state += AUDIO_COPIES * 4 * tts.codec.upsample * sum(f for _, f, _ in batch)
     else:
-        codec = (CODEC_VALUES_PER_ROW_FRAME * _codec_itemsize(model)
-                 * _largest_codec_call([c for _, _, c in rows], width) + UPSTREAM_CODEC_WORKSPACE)
+        codec = _upstream_codec_call(model, _largest_codec_call([c for _, _, c in rows], width))
     return int(state + max(prefill, codec) + WORKSPACE)
 
 
@@ -168,6 +169,21 @@ def _largest_codec_call(codec_frames: list[int], width: int) -> int:
     its budget, unless one row alone is heavier, and never more than a whole batch holds."""
     heaviest = row_frames(max(codec_frames))
     return min(width * heaviest, max(DECODE_ROW_FRAMES, heaviest))
+
+
+def _tail_call(codec_frames: list[int], width: int) -> int:
+    """Row-frames of the heaviest call of upstream's decoder on the windows past its first of a batch of the `width`
+    rows with the most frames (morph/codec/pieces.py tail_audio: each window behind its context, in pieces); 0 when
+    no row passes the first window."""
+    rows = sorted(codec_frames, reverse=True)[:width]
+    spans = [min(c, start + UPSTREAM_CHUNK) - start + UPSTREAM_CONTEXT
+             for c in rows for start in range(UPSTREAM_CHUNK, c, UPSTREAM_CHUNK)]
+    return max((len(piece) * max(row_frames(spans[i]) for i in piece) for piece in pieces(spans)), default=0)
+
+
+def _upstream_codec_call(model, frames: int) -> int:
+    """A call of upstream's decoder over `frames` row-frames (0: no call): its activations and workspaces."""
+    return CODEC_VALUES_PER_ROW_FRAME * _codec_itemsize(model) * frames + UPSTREAM_CODEC_WORKSPACE if frames else 0
 
 
 def _codec_itemsize(model) -> int:
