@@ -97,7 +97,10 @@ class ContinuousBatch:
         self.bucket = width  # the step's width: every live slot is below it
         self.widths: collections.Counter = collections.Counter()  # frames run at each width
         start = time.perf_counter()
-        self._steps = widths.build_steps(self, dtype)
+        # in inference mode, as run() replays them, whatever the caller's mode: a capture under autograd fails on the
+        # inference tensors an earlier call cached (the rules, the row streams) and the render ran op by op
+        with torch.inference_mode():
+            self._steps = widths.build_steps(self, dtype)
         self.capture_s = time.perf_counter() - start
 
     # -- the host loop ---------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """The continuous batch on the GPU (fp32, through the public API): the fast modes give the op-by-op codes with
 per-row streams, rows give their single-line take, and memory stays flat render after render."""
 
+import logging
+
 import pytest
 import torch
 
@@ -51,6 +53,25 @@ def test_twenty_continuous_renders_do_not_grow_allocated_memory(cuda_tts, voices
     finally:
         cuda_tts.patch.mode = "auto"
     assert max(after[1:]) - after[0] <= 1 << 20, after
+
+
+@pytest.mark.parametrize("mode", ["graphs", "fused"])
+def test_a_render_outside_inference_mode_captures_its_steps(cuda_tts, voices, mode, caplog):
+    """A render outside inference mode after one inside it (as the public API is called beside bench code or a
+    host's nodes) captures its new widths' steps: the capture failed on what the first call cached and ran op by
+    op, several times slower, with only a warning."""
+    lines = [Line(t, voices["xvector"], "English") for t in TEXTS[:3]]
+    cuda_tts.patch.mode = mode
+    try:
+        with torch.inference_mode():
+            BatchTTS(cuda_tts).codes(lines[:1], settings(5, frames=8), batch_size=1, continuous=True)
+        graphs = len(cuda_tts.patch.loop.graphs)
+        with caplog.at_level(logging.WARNING):
+            BatchTTS(cuda_tts).render(lines, settings(5, frames=40), batch_size=3, continuous=True)
+    finally:
+        cuda_tts.patch.mode = "auto"
+    assert not [r.getMessage() for r in caplog.records if "could not prepare" in r.getMessage()]
+    assert len(cuda_tts.patch.loop.graphs) > graphs  # the wider steps were captured, not run op by op
 
 
 @pytest.mark.parametrize("mode", ["graphs", "fused"])
