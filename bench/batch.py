@@ -13,7 +13,10 @@ every seq_groups of `--seq-groups` and every mode of `--modes`, measured three w
   (postprocess.smooth) and written with the manifest, the SRT, and the dialogue joined and written.
 Per configuration the JSON reports wall time, aggregate x real time (seconds of audio of all
 lines per wall second) and peak allocated memory both ways, the weights and what morph/memory.py declares
-for the render (on CUDA also its ratio to the end-to-end peak above the weights), ms per decode step (one step
+for the render (on CUDA also its ratio to the end-to-end peak above what the process held before its first render:
+the weights, the voices and the cuBLAS workspaces of the caller's stream that making them allocated, none of them
+the render's, as a host's memory manager finds them already taken; and, as before, to the peak above the weights
+alone), ms per decode step (one step
 advances every row of a batch by one frame), the codec decode of all lines alone and its share of the end-to-end
 wall, the script job's walls (median, min, max) and files, the mode the loop actually ran and (continuous) the
 frames its step ran at each width; the report starts
@@ -71,9 +74,10 @@ def weight_bytes(tts) -> int:
 
 def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int | None, warm_frames: int,
                repeats: int, mode: str, continuous: bool, script_job: bool = True,
-               kv_cache_bytes: int | None = None) -> dict:
+               kv_cache_bytes: int | None = None, held_bytes: int = 0) -> dict:
     """`frames=None`: every row ends at its own frame (batch.stop) or limit (the engine's default for its text);
-    kv_cache_bytes: the continuous batch's keys and values in a paged pool of that size."""
+    kv_cache_bytes: the continuous batch's keys and values in a paged pool of that size; held_bytes: what the process
+    held before its first render (the module docstring says what)."""
     paged = dict(kv_cache_bytes=kv_cache_bytes) if kv_cache_bytes is not None else {}
     tts = batch.tts
     device = tts.device
@@ -149,8 +153,10 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         end_to_end_peak_memory_gib=round(e2e_peak / 2**30, 3), end_to_end_runs_s=[round(w, 3) for w in e2e_walls],
         weights_gib=round(weights / 2**30, 3), declared_memory_gib=round(declared / 2**30, 3),
     )
-    if device.type == "cuda":  # what ComfyUI is told (morph/memory.py) against what the render took above the weights
-        row["declared_over_measured"] = round(declared / max(e2e_peak - weights, 1), 3)
+    if device.type == "cuda":  # what ComfyUI is told (morph/memory.py) against what the render took
+        row["end_to_end_peak_above_start_gib"] = round((e2e_peak - held_bytes) / 2**30, 3)
+        row["declared_over_measured"] = round(declared / max(e2e_peak - held_bytes, 1), 3)
+        row["declared_over_peak_above_weights"] = round(declared / max(e2e_peak - weights, 1), 3)
     if widths:
         row["frames_at_width"] = {str(w): n for w, n in widths.items()}
     if "capture_s" in last_run:
@@ -256,6 +262,7 @@ def main(argv=None) -> dict:
     frames = args.frames if args.lengths == "uniform" else None
     lines = [Line(text, voices[kinds[i % len(kinds)]], "English") for i, text in enumerate(texts)]
     batch = BatchTTS(tts)
+    held = torch.cuda.memory_allocated(tts.device) if tts.device.type == "cuda" else 0
     if ends:  # random weights never stop on their own: each row ends where its speech would (EOS held back before)
         batch.stop = lambda row: min(row.limit, ends[row.text])
 
@@ -263,7 +270,7 @@ def main(argv=None) -> dict:
     report = dict(
         run_info(tts.device), dtype=str(tts.tts.model.dtype).replace("torch.", ""), attention=args.attention,
         model=args.model or f"random weights, {args.size} dims", dims=model_dims(tts), lines=args.lines,
-        lengths=args.lengths, frames_per_line=frames,
+        lengths=args.lengths, frames_per_line=frames, held_before_renders_gib=round(held / 2**30, 3),
         script_frames=[min(ends.values()), max(ends.values()), sum(ends.values())] if ends else None,
         seconds_per_line=None if frames is None else round(frames / FRAMES_PER_SECOND, 2), prompts=args.prompts,
         results=results, complete=False,
@@ -276,7 +283,7 @@ def main(argv=None) -> dict:
                     try:
                         kv = int(args.kv_cache_gib * 2**30) if way == "paged" else None
                         row.update(run_config(batch, lines, size, k, frames, args.warm_frames, args.repeats, mode,
-                                              way in ("continuous", "paged"), args.script_job, kv))
+                                              way in ("continuous", "paged"), args.script_job, kv, held))
                     except Exception as e:  # keep the other configurations' numbers
                         row.update(batching=way, batch_size=size, seq_groups=k, error=f"{type(e).__name__}: {e}")
                     results.append(row)

@@ -13,7 +13,8 @@ The continuous batch (render(continuous=True), morph/scheduler.py) holds:
     token and the attention scores (morph/masked_attention.py bounds them);
   - codec: each row decoded while it is made, beside the frame loop on the codec's stream (morph/codec/live.py),
     in calls of LIVE_CHUNK frames of up to DECODE_ROW_FRAMES row-frames, LEAN_CODEC_BYTES_PER_ROW_FRAME each plus
-    cuDNN's workspaces, and every live row's codec state;
+    cuDNN's workspaces, or a row's restart of a window past upstream's first behind its context if that is larger,
+    and every live row's codec state;
   - WORKSPACE: cuBLAS's workspaces, the CUDA graphs' pool, the sampler's and the code predictor's scratch.
 The pool, the state and WORKSPACE for the whole render, and a prefill and a codec call on top: the codec's calls
 come all along the render, on their own stream, so a group's prefill meets one. On an H100 (0.6B dims, bf16,
@@ -134,7 +135,8 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: i
     # in a call of no more row-frames); each live row keeps its codec state, and a call holds a copy of its rows'
     # states, as does its captured graph (morph/codec/captured.py)
     per_call = min(call_width(width), call_rows(LIVE_CHUNK))
-    codec = _lean_codec_call(LIVE_CHUNK, per_call) + (width + 2 * per_call) * _codec_row_state(tts)
+    codec = max(_lean_codec_call(LIVE_CHUNK, per_call), _lean_codec_call(_live_row_call([c for _, _, c in rows]), 1))
+    codec += (width + 2 * per_call) * _codec_row_state(tts)
     codec += AUDIO_COPIES * 4 * tts.codec.upsample * LIVE_CHUNK * per_call
     return int(pool + state + prefill + codec + WORKSPACE)
 
@@ -179,6 +181,12 @@ def _tail_call(codec_frames: list[int], width: int) -> int:
     spans = [min(c, start + UPSTREAM_CHUNK) - start + UPSTREAM_CONTEXT
              for c in rows for start in range(UPSTREAM_CHUNK, c, UPSTREAM_CHUNK)]
     return max((len(piece) * max(row_frames(spans[i]) for i in piece) for piece in pieces(spans)), default=0)
+
+
+def _live_row_call(codec_frames: list[int]) -> int:
+    """Frames of the largest one-row call a live row's decode makes (morph/codec/live.py): a chunk, or, for a row
+    past upstream's first window, the restart of a window behind its context (`_fresh`, after the chunk's call)."""
+    return LIVE_CHUNK + (UPSTREAM_CONTEXT if max(codec_frames) > UPSTREAM_CHUNK else 0)
 
 
 def _upstream_codec_call(model, frames: int) -> int:

@@ -4,8 +4,11 @@ makes. The declaration against measured peaks is tests/gpu/test_memory.py's (and
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from morph import memory
+from morph.codec.calls import LIVE_CHUNK
+from morph.codec.live import LiveRows
 from morph.codec.pieces import CODEC_WINDOW
 from morph.codec.stream import RowsDecode
 from morph.settings import GenerationSettings
@@ -47,3 +50,29 @@ def test_a_line_whose_limit_passes_the_window_declares_that_call(lean, voices):
     window = memory._upstream_codec_call(lean.tts.model, CODEC_WINDOW)
     assert memory.working_memory(lean, [(text, voices["xvec"])], long, 1) > window
     assert memory.working_memory(lean, [(text, voices["xvec"])], short, 1) < window
+
+
+def _live_row_calls(codec, monkeypatch, frames: int) -> list[int]:
+    """Frames of every one-row call while one row of `frames` frames is decoded as the continuous batch makes it,
+    LIVE_CHUNK frames at a time (its last chunk padded)."""
+    calls, decode = [], codec.decode
+    monkeypatch.setattr(codec, "decode", lambda codes, state: calls.append(codes.shape[1]) or decode(codes, state))
+    codes = torch.randint(0, 2048, (1, frames, 16), generator=torch.Generator().manual_seed(0))
+    live = LiveRows(codec, torch.device("cpu"), None)
+    live.open(0, None)
+    for start in range(0, frames, LIVE_CHUNK):
+        n = min(LIVE_CHUNK, frames - start)
+        live.feed([0], F.pad(codes[:, start:start + n], (0, 0, 0, LIVE_CHUNK - n)), [n], [start + n == frames])
+    monkeypatch.undo()
+    return calls
+
+
+def test_a_live_row_past_the_first_window_declares_its_windows_restart(lean, monkeypatch):
+    """A row of the continuous batch starts each window past upstream's first again behind its context, one row op
+    by op (morph/codec/live.py), a larger call than its chunks': a minute-long line's continuous render had peaked
+    above its declaration (bench/results/h200-2026-11-26d/NOTES.md). The declared one-row call covers it, and a row
+    inside the first window declares its chunks alone."""
+    past = _live_row_calls(lean.codec, monkeypatch, 340)
+    assert max(past) > LIVE_CHUNK and memory._live_row_call([340]) >= max(past)
+    inside = _live_row_calls(lean.codec, monkeypatch, 250)
+    assert max(inside) == memory._live_row_call([250]) == LIVE_CHUNK
