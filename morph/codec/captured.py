@@ -32,6 +32,10 @@ class CapturedDecode:
         # after one warm-up run, which plans cuDNN's convolutions and builds the activation's kernel: a 64-row call
         # runs for tens of ms, and a continuous render's first call captures about 20 shapes
         self.graphs = GraphCache(max_graphs=MAX_SHAPES, role="codec capture", warmup=1)
+        # rows -> the state the graphs of that many rows read and write: every call copies its rows' state in and
+        # back out, and the graphs replay one after another on one stream, so the chunk sizes share it (a state a
+        # shape was 0.6 GiB at batch 64 of the 0.6B, bench/results/h200-2026-11-26d/NOTES.md)
+        self._states: dict[int, CodecState] = {}
         self.failed = False  # a capture failed: op by op from then on
 
     def decode(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
@@ -46,6 +50,7 @@ class CapturedDecode:
         except Exception as e:  # as the frame step's capture (runner.fast_step): said, and op by op from here
             self.failed = True
             self.graphs.clear()
+            self._states.clear()
             log.warning("morph: could not capture the live codec's calls (%s); they run op by op, slower to the "
                         "first audio under load. If this repeats, report it", reason(e))
             return self.codec.decode(codes, state)
@@ -76,13 +81,18 @@ class CapturedDecode:
             return self.graphs.get(key, None)
         groups = int(self.codec.decoder.config.num_quantizers)
         codes = torch.zeros(rows, frames, groups, dtype=torch.long, device=self.device)
-        state = self.codec.zero_state(rows, self.device, weights.dtype)
+        if rows not in self._states:
+            self._states[rows] = self.codec.zero_state(rows, self.device, weights.dtype)
+        state = self._states[rows]
         entry = self.graphs.get(key, lambda: self.codec.decode(codes, state))
         entry.keep = (codes, state)
         return entry
 
     def _bind(self) -> torch.Tensor:
-        """Drop the graphs if the codec's weights moved since their capture; its first weight."""
+        """Drop the graphs, and the states they read, if the codec's weights moved since their capture; its first
+        weight."""
         weights = next(self.codec.decoder.parameters())
         self.graphs.bind((self.device, weights.dtype, weights.data_ptr()))
+        if not len(self.graphs):
+            self._states.clear()
         return weights

@@ -80,7 +80,7 @@ class ContinuousBatch:
         # the prefill's draw is held back too: a row must not end before its first frame
         self.hold = max(int(loop.hold(o["min_new_tokens"])), 1)
         paging = None if pages is None else (pages, kv_store.PAGE)
-        self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging)
+        self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging, keep_hidden=False)
         self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st, *self.st.paging, overcommit)
         self.streams = loop.row_streams(device)
         self.refill = max(1, width // REFILL_DIVISOR)

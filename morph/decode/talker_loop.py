@@ -83,12 +83,14 @@ class TalkerLoop:
         self.predictor.release()
         graphs.trim_graph_memory()
 
-    def state(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging: tuple[int, int] | None = None):
-        """The static state; `paging` (pages, page size): its K/V in a paged pool (the continuous batch's)."""
-        if self._state is None or not self._state.matches(batch, needed, device, dtype, lean_kv, paging):
+    def state(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging: tuple[int, int] | None = None,
+              keep_hidden: bool = True):
+        """The static state; `paging` (pages, page size): its K/V in a paged pool (the continuous batch's);
+        keep_hidden: TalkerState's."""
+        if self._state is None or not self._state.matches(batch, needed, device, dtype, lean_kv, paging, keep_hidden):
             self.graphs.clear()  # graphs point at the old buffers
             self._state = None
-            self._state = TalkerState(self, batch, capacity_for(needed), device, dtype, lean_kv, paging)
+            self._state = TalkerState(self, batch, capacity_for(needed), device, dtype, lean_kv, paging, keep_hidden)
         return self._state
 
     def row_streams(self, device) -> RowStreams:
@@ -140,7 +142,8 @@ class TalkerLoop:
         h = talker_layers(x, st)  # [B, 1, H], normed
         nxt = st.step + 1
         st.past_hidden.copy_(h)
-        st.hidden.index_copy_(1, nxt, h)
+        if st.hidden is not None:
+            st.hidden.index_copy_(1, nxt, h)
         token = rules.next_token(F.linear(h[:, -1], t.codec_head.weight), st.seen, own + 1, st.min_new, picker,
                                  noise)
         token = torch.where(nxt >= st.stop, rules.eos, token)  # a row's frame limit ends it as an EOS would

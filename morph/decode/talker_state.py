@@ -24,7 +24,7 @@ def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 # The tensors with a row as their leading dim, besides the K/V caches; every other tensor is shared by all rows.
 # A row's later steps read the first ones again (`frames` holds its codes); `tokens` and `hidden` a step only
-# writes, for the static loop to read once it has ended.
+# writes, for the static loop to read once it has ended (`hidden` only where the state keeps it).
 CARRIED = ("code0", "past_hidden", "rope_pos", "pads", "start", "stop", "keys", "seen", "unfinished", "text", "frames")
 ROW_TENSORS = CARRIED + ("tokens", "hidden")
 
@@ -33,9 +33,11 @@ class TalkerState:
     """Every tensor a frame step reads or writes, allocated once per (batch, capacity, lean)."""
 
     def __init__(self, loop, batch: int, capacity: int, device: torch.device, dtype: torch.dtype,
-                 lean_kv: bool, paging: tuple[int, int] | None = None):
+                 lean_kv: bool, paging: tuple[int, int] | None = None, keep_hidden: bool = True):
         """paging (pages, page size): the K/V caches are pools of that many pages, and `table` [batch, capacity /
-        page] maps each row's slots to them (morph/decode/paged.py; morph/decode/blocks.py hands the pages out)."""
+        page] maps each row's slots to them (morph/decode/paged.py; morph/decode/blocks.py hands the pages out);
+        keep_hidden: the step's hidden state at every slot, which the static loop hands back as upstream's generate
+        does; the continuous batch reads none (0.5 GiB at batch 64, bench/results/h200-2026-11-26d/NOTES.md)."""
         cfg = loop.config
         hidden, vocab, groups = cfg.hidden_size, cfg.vocab_size, cfg.num_code_groups
         self.batch, self.capacity, self.device, self.dtype, self.lean_kv = batch, capacity, device, dtype, lean_kv
@@ -73,7 +75,7 @@ class TalkerState:
             self.text = torch.zeros(batch, capacity, hidden, dtype=dtype, **z)
             self.frames = torch.zeros(batch, capacity, groups, dtype=torch.long, **z)
             self.tokens = torch.zeros(batch, capacity, dtype=torch.long, **z)
-            self.hidden = torch.zeros(batch, capacity, hidden, dtype=dtype, **z)
+            self.hidden = torch.zeros(batch, capacity, hidden, dtype=dtype, **z) if keep_hidden else None
 
     def rewind(self) -> None:
         """Point every index at slot 0: a capture's warm-up runs the step for real, and stale
@@ -99,7 +101,8 @@ class TalkerState:
         view = copy.copy(self)
         view.batch = n
         for name in ROW_TENSORS:
-            setattr(view, name, getattr(self, name)[:n])
+            t = getattr(self, name)
+            setattr(view, name, None if t is None else t[:n])
         if self.table is not None:  # the pools are every row's: only the table is per row
             view.table = self.table[:n]
         elif self.lean_kv:
@@ -120,9 +123,11 @@ class TalkerState:
         for cache in self.k + self.v:
             cache[dst, :, kv_slots] = cache[src, :, kv_slots]
 
-    def matches(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging=None) -> bool:
+    def matches(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging=None,
+                keep_hidden: bool = True) -> bool:
         return (self.batch == batch and self.device == device and self.dtype == dtype and self.lean_kv == lean_kv
-                and _pool_fits(self.paging, paging) and needed <= self.capacity <= 2 * capacity_for(needed))
+                and _pool_fits(self.paging, paging) and needed <= self.capacity <= 2 * capacity_for(needed)
+                and (self.hidden is not None) == keep_hidden)
 
 
 def _pool_fits(have: tuple[int, int] | None, want: tuple[int, int] | None) -> bool:

@@ -268,3 +268,14 @@ def test_a_render_leaves_nothing_that_holds_its_state_once_released(tiny_tts, le
         assert state() is None
     finally:
         gc.enable()
+
+
+def test_only_the_static_loop_keeps_each_slots_hidden_state(tiny_tts, lean, script, dense_cache):
+    """The continuous batch reads no step's hidden state, so its state keeps none (0.5 GiB at batch 64 of the 0.6B,
+    bench/results/h200-2026-11-26d/NOTES.md); a static render of the same width after it gets a state that keeps
+    them, which it hands back as upstream's generate does, rather than the continuous batch's."""
+    lean.render(script[:3], settings(frames=5), batch_size=3, continuous=True)
+    assert tiny_tts.patch.loop._state.hidden is None
+    static = lean.render(script[:3], settings(frames=5), batch_size=3)
+    st = tiny_tts.patch.loop._state
+    assert st.hidden is not None and st.hidden.shape[:2] == (3, st.capacity) and len(static) == 3
