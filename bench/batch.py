@@ -45,10 +45,9 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from bench.common import (HELD_FRAMES, add_model_args, emit, load_bench_model, mixed_texts, model_dims, run_info, save,
-                          script_lines, skewed_lines)
-from bench.sentences import SENTENCES, reference_wave
-from bench.workload import REF_TEXT, eos_suppressed, peak_bytes, sync
+from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, model_dims, run_info, save
+from bench.lines import add_line_args, bench_lines
+from bench.workload import eos_suppressed, peak_bytes, sync
 from morph.decode.runner import MODES, check_mode
 from morph.lines.script import parse_script
 from morph.lines.store import LineStore
@@ -59,10 +58,6 @@ from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
 from postprocess import smooth
 
 PAUSE_S = 0.4  # between the dialogue's lines: the default of cli.py render and Render Lines
-
-
-def script(n: int) -> list[str]:
-    return [SENTENCES[i % len(SENTENCES)] for i in range(n)]
 
 
 def weight_bytes(tts) -> int:
@@ -225,14 +220,7 @@ def agreement(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, fr
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(p)
-    p.add_argument("--lines", type=int, default=32)
-    p.add_argument("--frames", type=int, default=62, help="frames per line (12.5 a second; 62 is about 5 s)")
-    p.add_argument("--lengths", default="uniform", choices=["uniform", "mixed", "script", "skewed"],
-                   help="uniform: every line --frames long; mixed: each row ending at its text-derived limit "
-                        "(about 5.4 to 15.2 s); script: a realistic script, 1-15 s lines each ending at its own "
-                        "frame, not where its text length says (bench.common.script_lines); skewed: a minute-long "
-                        "line in every 64 among 1-5 s ones (bench.common.skewed_lines); --frames is ignored but "
-                        "for uniform")
+    add_line_args(p)
     p.add_argument("--batch-sizes", default="1,8,16,32", help="comma list; 1 = one line at a time")
     p.add_argument("--seq-groups", default="15,5", help="comma list of seq_groups")
     p.add_argument("--batching", default="static",
@@ -240,8 +228,6 @@ def main(argv=None) -> dict:
                         "rows), paged (continuous with its keys and values in a pool of --kv-cache-gib)")
     p.add_argument("--kv-cache-gib", type=float, default=4.0, help="the paged pool's size, for --batching paged")
     p.add_argument("--modes", default="auto", help=f"comma list of morph modes, of {', '.join(MODES)}")
-    p.add_argument("--prompts", default="mixed", choices=["mixed", "xvector", "icl"],
-                   help="voices of the lines: x-vector and ICL alternating, or all one kind")
     p.add_argument("--warm-frames", type=int, default=8)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--no-script-job", dest="script_job", action="store_false",
@@ -253,18 +239,8 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
 
     tts = load_bench_model(args)
-    voices = {"xvector": tts.make_voice(reference_wave(), 24000),
-              "icl": tts.make_voice(reference_wave(), 24000, REF_TEXT)}
-    kinds = ["xvector", "icl"] if args.prompts == "mixed" else [args.prompts]
-    ends = dict({"script": script_lines, "skewed": skewed_lines}[args.lengths](args.lines)) \
-        if args.lengths in ("script", "skewed") else {}
-    texts = (list(ends) if ends else mixed_texts(args.lines) if args.lengths == "mixed" else script(args.lines))
-    frames = args.frames if args.lengths == "uniform" else None
-    lines = [Line(text, voices[kinds[i % len(kinds)]], "English") for i, text in enumerate(texts)]
-    batch = BatchTTS(tts)
+    batch, lines, ends, frames = bench_lines(tts, args)
     held = torch.cuda.memory_allocated(tts.device) if tts.device.type == "cuda" else 0
-    if ends:  # random weights never stop on their own: each row ends where its speech would (EOS held back before)
-        batch.stop = lambda row: min(row.limit, ends[row.text])
 
     results = []
     report = dict(

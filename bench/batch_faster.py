@@ -30,7 +30,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from bench.batch import script
+from bench.lines import script
 from bench.common import emit
 from bench.sentences import reference_wave
 from bench.speed_faster import FRAMES_PER_SECOND, SAMPLE_RATE, _timed, load_faster, peer_info

@@ -24,7 +24,7 @@ import time
 import numpy as np
 import torch
 
-from bench.batch import script
+from bench.lines import script
 from bench.common import add_model_args, emit, load_bench_model, run_info
 from bench.sentences import reference_wave
 from bench.workload import REF_TEXT, eos_suppressed, sync

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.batch import script
+from bench.lines import script
 from bench.random_model import build_random_model
 from bench.sentences import reference_wave
 from bench.workload import REF_TEXT, eos_suppressed
