@@ -17,10 +17,10 @@ The continuous batch (render(continuous=True), morph/scheduler.py) holds:
     and every live row's codec state;
   - WORKSPACE: cuBLAS's workspaces, the CUDA graphs' pool, the sampler's and the code predictor's scratch.
 The pool, the state and WORKSPACE for the whole render, and a prefill and a codec call on top: the codec's calls
-come all along the render, on their own stream, so a group's prefill meets one. On an H200 (0.6B dims, bf16,
-bench/results/h200-2026-11-26d/NOTES.md) this declared 1.05x the script's peak at batch 64, 0.98x a 60 s line's and
-0.86x a 20 s line's, above what the process held before its first render (the weights, the voices and the cuBLAS
-workspaces of the caller's stream: a host finds them taken already).
+come all along the render, on their own stream, so a group's prefill meets one. At the 0.6B dims in bf16 this
+declared 0.98x a 60 s line's peak and 0.86x a 20 s line's (H200, bench/results/h200-2026-11-26d/NOTES.md) and 1.11x
+the 256-line script's at batch 64 (H100, bench/results/h100-2026-11-26/NOTES.md), above what the process held before
+its first render (the weights, the voices and the cuBLAS workspaces of the caller's stream: a host finds them taken).
 
 A static batch (what render runs unless asked for the continuous batch, as Render Lines and `cli.py render` are with
 batching continuous) holds:
