@@ -8,7 +8,7 @@
 #                                                     # OUTDIR.tgz holds every run's JSON and log
 # RUN names which of the runs below to make (default: issue 23's; `issue35` names the continuous batch's targets:
 # the skewed script, a lone row, a single 20 s line, the script at 64 and the card caps, each beside static; several
-# calls: name a few runs in each).
+# calls: name a few runs in each; `memory-map`: where the continuous batch's memory goes at 64).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bash tools/batch_gpu.sh OUTDIR [RUN...]}
@@ -60,5 +60,13 @@ cards() { size=$1; [[ $wanted == *" cards-$size "* ]] || return 0
   echo "exit $? after $(( $(date +%s) - began )) s"; }
 cards 0.6b
 cards 1.7b
+# where the continuous batch's memory goes on the script at 64, block by block (bench.memory_map: torch records its
+# memory history under the native allocator only)
+if [[ $wanted == *" memory-map "* ]]; then
+  echo "=== memory-map"; began=$(date +%s)
+  PYTORCH_CUDA_ALLOC_CONF= python3 -m bench.memory_map --model "$(model 0.6b)" --device cuda --dtype bf16 \
+    --lines 256 --lengths script --batch-size 64 --json "$out/memory-map.json" > /dev/null 2> "$out/memory-map.log"
+  echo "exit $? after $(( $(date +%s) - began )) s"
+fi
 # a device call brings back at most 8 files: every run's JSON and log in one
 tar czf "$out.tgz" -C "$out" . && echo "all of $out in $out.tgz"
