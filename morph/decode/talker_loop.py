@@ -85,8 +85,7 @@ class TalkerLoop:
 
     def state(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging: tuple[int, int] | None = None,
               keep_hidden: bool = True):
-        """The static state; `paging` (pages, page size): its K/V in a paged pool (the continuous batch's);
-        keep_hidden: TalkerState's."""
+        """The static state; `paging` (pages, page size), `keep_hidden`: TalkerState's."""
         if self._state is None or not self._state.matches(batch, needed, device, dtype, lean_kv, paging, keep_hidden):
             self.graphs.clear()  # graphs point at the old buffers
             self._state = None
