@@ -41,18 +41,8 @@ class CapturedDecode:
     def decode(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
         """What LeanCodec.decode(codes, state) gives, `state` advanced in place the same way; the audio is a copy,
         so a later replay of the same graph leaves it as it is."""
-        if self.failed:
-            return self.codec.decode(codes, state)
-        try:
-            entry = self._entry(*codes.shape[:2])
-        except torch.cuda.OutOfMemoryError:
-            raise
-        except Exception as e:  # as the frame step's capture (runner.fast_step): said, and op by op from here
-            self.failed = True
-            self.graphs.clear()
-            self._states.clear()
-            log.warning("morph: could not capture the live codec's calls (%s); they run op by op, slower to the "
-                        "first audio under load. If this repeats, report it", reason(e))
+        entry = self.prepare(*codes.shape[:2])
+        if entry is None:
             return self.codec.decode(codes, state)
         static_codes, static_state = entry.keep
         static_codes.copy_(codes)
@@ -63,15 +53,22 @@ class CapturedDecode:
         state.pos.copy_(static_state.pos)
         return wav.clone()
 
-    def prepare(self, rows: int, frames: int) -> None:
-        """The graph of this call shape captured now unless it is already (or captures failed: decode says so)."""
+    def prepare(self, rows: int, frames: int):
+        """The graph of this call shape, captured now unless it is already; None once a capture has failed (said
+        once, and every call op by op from then on)."""
         if self.failed:
-            return
-        self._bind()
-        if (rows, frames) not in self.graphs:
-            self.decode(torch.zeros(rows, frames, int(self.codec.decoder.config.num_quantizers), dtype=torch.long,
-                                    device=self.device),
-                        self.codec.zero_state(rows, self.device, next(self.codec.decoder.parameters()).dtype))
+            return None
+        try:
+            return self._entry(rows, frames)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as e:  # as the frame step's capture (runner.fast_step): said, and op by op from here
+            self.failed = True
+            self.graphs.clear()
+            self._states.clear()
+            log.warning("morph: could not capture the live codec's calls (%s); they run op by op, slower to the "
+                        "first audio under load. If this repeats, report it", reason(e))
+            return None
 
     def _entry(self, rows: int, frames: int):
         """The graph of this shape, captured on its first call (graphs.capture: warmed up, captured, replayed)."""

@@ -65,7 +65,6 @@ class LiveRows:
         first row's audio waits for it: captured, its graph (made once a process: replaying them all at every render
         was a third more GPU time in a lone 1-frame request, bench/results/h200-2026-11-26c); else blank rows
         decoded, so that cuDNN plans it."""
-        groups = int(self.codec.decoder.config.num_quantizers)
         with on_side(self.stream), torch.inference_mode():
             for t in sizes:
                 width = 1
@@ -73,6 +72,7 @@ class LiveRows:
                     if self._captured is not None:
                         self._captured.prepare(width, t)
                     else:
+                        groups = int(self.codec.decoder.config.num_quantizers)
                         self._decode(torch.zeros(width, t, groups, dtype=torch.long, device=self.device),
                                      self._blank(width))
                     width *= 2

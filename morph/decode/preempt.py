@@ -12,7 +12,6 @@ row whole (settings.requeue_pool_pages), so every render ends.
 
 from __future__ import annotations
 
-import bisect
 from typing import Callable
 
 from .blocks import PoolTooSmall
@@ -34,8 +33,7 @@ def grow(batch, drain: Callable[[], None], preempted: Callable[[object, int], No
         slot = max(batch.live, key=lambda s: (batch.live[s].start, s))  # joined last
         row = batch.live.pop(slot)
         batch.st.unfinished[slot] = False  # the step pads it with EOS from here, as a cancelled row
-        batch.kv.free(slot, row.name)
-        bisect.insort(batch.free, slot)
+        batch.release(slot, row.name)
         batch.preemptions += 1
         evicted = True
         preempted(row.name, row.key)

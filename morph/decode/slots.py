@@ -183,9 +183,13 @@ class ContinuousBatch:
             # snapshots come a frame apart, so the row ended at this one's position
             self.spoken = max(self.spoken, min(1.0, (position - row.start) / max(row.stop, 1)))
             finished(row.name, self.st.frames[s, row.start:position].clone())
-            self.kv.free(s, row.name)
-            bisect.insort(self.free, s)
+            self.release(s, row.name)
             self.ended += 1
+
+    def release(self, slot: int, name) -> None:
+        """Slot `slot`, whose row `name` has left `live`, and its pages back to the batch."""
+        self.kv.free(slot, name)
+        bisect.insort(self.free, slot)
 
     def _drain(self, queue, flags, finished) -> None:
         while queue:
