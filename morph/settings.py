@@ -66,7 +66,9 @@ def pool_pages(row_needs: Sequence[int], width: int) -> int:
 # A render whose rows may be preempted and start again (morph/decode/slots.py, an overcommitted pool) sizes its pool
 # for this share of each row's frame limit: speech ends at about a fifth of the text-derived limit (SECONDS_PER_CHAR
 # against about 14 characters spoken a second), and a row the pool cannot grow starts again rather than failing.
-POOL_FRAME_SHARE = 0.5
+# 0.25 instead of 0.5 took 1.3 GiB off the script's pool at batch 64 (0.6B dims) with the same speed, most pages in
+# use and no preemption, on the script and the skewed script (bench/results/h100-2026-11-26b/NOTES.md).
+POOL_FRAME_SHARE = 0.25
 
 
 def requeue_pool_pages(rows: Sequence[tuple[int, int]], width: int) -> int:
