@@ -5,9 +5,10 @@ The continuous batch (render(continuous=True), morph/scheduler.py) holds:
   - pool: the talker's keys and values, in pages (morph/settings.py requeue_pool_pages, as a render that does not
     stream sizes it): what the `batch_size` rows that span the most cache slots take at POOL_FRAME_SHARE of their
     frame limits (a row the pool cannot grow is preempted and starts again), and at least the largest row whole;
-  - state: the decode's other buffers (morph/decode/talker_state.py), per row and per slot of its capacity (twice
-    the largest row's prompt, frames and EOS slot, rounded up to a power of two): the text's hidden states, the
-    frames and tokens (the step's hidden states are the static loop's alone);
+  - state: the decode's other buffers (morph/decode/talker_state.py), per row: the frames and tokens a slot of its
+    capacity (twice the largest row's prompt, frames and EOS slot, rounded up to a power of two), the text's hidden
+    states a slot of half that (a row reads them by its own frame); the step's hidden states are the static loop's
+    alone;
   - prefill: a group of up to `batch_size` joining rows through the lean layers (morph/decode/prefill.py), every row
     padded to the longest prompt: their keys and values, kept until the rows joined, one layer's activations per
     token and the attention scores (morph/masked_attention.py bounds them);
@@ -126,7 +127,8 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: i
     """The continuous batch's need (module docstring)."""
     needs = [p + f + 1 for p, f, _ in rows]  # prompt, frames and the EOS slot (morph/continuous.py run_rows)
     pool = requeue_pool_pages([(p, f) for p, f, _ in rows], width) * KV_PAGE * shape.kv_per_token
-    state = width * capacity_for(2 * max(needs)) * (shape.hidden_bytes + (shape.groups + 1) * 8)
+    state = width * (capacity_for(max(needs)) * shape.hidden_bytes
+                     + capacity_for(2 * max(needs)) * (shape.groups + 1) * 8)
     group = sorted((p for p, _, _ in rows), reverse=True)[:width]
     prompt = group[0]
     prefill = (len(group) * prompt * (shape.kv_per_token + shape.layer_bytes_per_token)

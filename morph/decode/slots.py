@@ -38,7 +38,7 @@ from typing import Callable
 
 import torch
 
-from ..settings import POOL_FRAME_SHARE, Sampling
+from ..settings import POOL_FRAME_SHARE, Sampling, capacity_for
 from . import kv_store, preempt, runner, widths
 from .blocks import PoolTooSmall
 from .groups import Ahead, Group, prefill_group
@@ -80,7 +80,9 @@ class ContinuousBatch:
         # the prefill's draw is held back too: a row must not end before its first frame
         self.hold = max(int(loop.hold(o["min_new_tokens"])), 1)
         paging = None if pages is None else (pages, kv_store.PAGE)
-        self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging, keep_hidden=False)
+        # a row reads its text by its own frame index, below its need: half the capacity's text a slot
+        self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging, keep_hidden=False,
+                             text_slots=capacity_for(need))
         self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st, *self.st.paging, overcommit)
         self.streams = loop.row_streams(device)
         self.refill = max(1, width // REFILL_DIVISOR)
@@ -258,9 +260,7 @@ class ContinuousBatch:
         st.past_hidden[rows] = shared.past_hidden[idx]
         st.unfinished[rows] = token != self.rules.eos
         st.tokens[rows, at] = token
-        text = shared.text[idx, :st.capacity - at]
-        st.text[rows, at:] = shared.pad
-        st.text[rows, at:at + text.shape[1]] = text
+        st.put_text(rows, shared.text[idx], shared.pad)
         for s, a in zip(slots, rows_in, strict=True):
             self.live[s] = _Live(a.name, a.key, at, at - length + a.pad, a.stop)
         del self.free[:n]
@@ -279,7 +279,7 @@ class ContinuousBatch:
             if shift <= 0:
                 return self.position >= length and self.position + needed <= st.capacity
             self.kv.shift(shift, self.position)
-            for buffer in (st.text, st.frames, st.tokens):
+            for buffer in (st.frames, st.tokens):  # the text goes by each row's own frame: it stays
                 buffer[:, :st.capacity - shift] = buffer[:, shift:].clone()
             for t in (st.pads, st.start, st.stop):
                 t.sub_(shift)

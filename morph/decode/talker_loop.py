@@ -84,12 +84,14 @@ class TalkerLoop:
         graphs.trim_graph_memory()
 
     def state(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging: tuple[int, int] | None = None,
-              keep_hidden: bool = True):
-        """The static state; `paging` (pages, page size), `keep_hidden`: TalkerState's."""
-        if self._state is None or not self._state.matches(batch, needed, device, dtype, lean_kv, paging, keep_hidden):
+              keep_hidden: bool = True, text_slots: int | None = None):
+        """The static state; `paging` (pages, page size), `keep_hidden`, `text_slots`: TalkerState's."""
+        kept = self._state
+        if kept is None or not kept.matches(batch, needed, device, dtype, lean_kv, paging, keep_hidden, text_slots):
             self.graphs.clear()  # graphs point at the old buffers
             self._state = None
-            self._state = TalkerState(self, batch, capacity_for(needed), device, dtype, lean_kv, paging, keep_hidden)
+            self._state = TalkerState(self, batch, capacity_for(needed), device, dtype, lean_kv, paging, keep_hidden,
+                                      text_slots)
         return self._state
 
     def row_streams(self, device) -> RowStreams:
@@ -137,7 +139,7 @@ class TalkerLoop:
         st.frames.index_copy_(1, st.step, torch.cat((st.code0.unsqueeze(1), codes), dim=1).unsqueeze(1))
         # upstream: cat([codec_embedding(code0)] + [cp.codec_embedding[i](code_i)], 1).sum(1) + text
         group_embeds = self.predictor.stacked_embeddings()[st.groups, codes]  # [B, 15, H]
-        x = torch.cat((e0, group_embeds), dim=1).sum(1, keepdim=True) + st.text.index_select(1, st.step)
+        x = torch.cat((e0, group_embeds), dim=1).sum(1, keepdim=True) + st.text_at(own)
         h = talker_layers(x, st)  # [B, 1, H], normed
         nxt = st.step + 1
         st.past_hidden.copy_(h)
@@ -254,9 +256,7 @@ class TalkerLoop:
         st.any_left.copy_(st.unfinished.any())
         st.tokens[:, 0] = token
         st.hidden[:, 0:1] = out.past_hidden
-        n_text = min(trailing_text_hidden.shape[1], st.capacity)
-        st.text[:, :n_text] = trailing_text_hidden[:, :n_text]
-        st.text[:, n_text:] = tts_pad_embed.reshape(1, 1, -1)
+        st.put_text(slice(None), trailing_text_hidden, tts_pad_embed)
         return out.past_key_values
 
     def _decode(self, st: TalkerState, run: Callable[[], object], max_frames: int,

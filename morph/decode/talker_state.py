@@ -33,11 +33,14 @@ class TalkerState:
     """Every tensor a frame step reads or writes, allocated once per (batch, capacity, lean)."""
 
     def __init__(self, loop, batch: int, capacity: int, device: torch.device, dtype: torch.dtype,
-                 lean_kv: bool, paging: tuple[int, int] | None = None, keep_hidden: bool = True):
+                 lean_kv: bool, paging: tuple[int, int] | None = None, keep_hidden: bool = True,
+                 text_slots: int | None = None):
         """paging (pages, page size): the K/V caches are pools of that many pages, and `table` [batch, capacity /
         page] maps each row's slots to them (morph/decode/paged.py; morph/decode/blocks.py hands the pages out);
         keep_hidden: the step's hidden state at every slot, which the static loop hands back as upstream's generate
-        does; the continuous batch reads none (0.5 GiB at batch 64, bench/results/h200-2026-11-26d/NOTES.md)."""
+        does; the continuous batch reads none (0.5 GiB at batch 64, bench/results/h200-2026-11-26d/NOTES.md);
+        text_slots: the text's hidden states a row may read, by its own frame index (more than any row's frames),
+        the capacity unless given: the continuous batch's rows start anywhere in a capacity twice their need."""
         cfg = loop.config
         hidden, vocab, groups = cfg.hidden_size, cfg.vocab_size, cfg.num_code_groups
         self.batch, self.capacity, self.device, self.dtype, self.lean_kv = batch, capacity, device, dtype, lean_kv
@@ -72,7 +75,7 @@ class TalkerState:
             self.seen = torch.zeros(batch, vocab, dtype=torch.bool, **z)
             self.unfinished = torch.ones(batch, dtype=torch.bool, **z)
             self.any_left = torch.ones((), dtype=torch.bool, **z)
-            self.text = torch.zeros(batch, capacity, hidden, dtype=dtype, **z)
+            self.text = torch.zeros(batch, text_slots or capacity, hidden, dtype=dtype, **z)
             self.frames = torch.zeros(batch, capacity, groups, dtype=torch.long, **z)
             self.tokens = torch.zeros(batch, capacity, dtype=torch.long, **z)
             self.hidden = torch.zeros(batch, capacity, hidden, dtype=dtype, **z) if keep_hidden else None
@@ -109,6 +112,19 @@ class TalkerState:
             view.k, view.v = [t[:n] for t in self.k], [t[:n] for t in self.v]
         return view
 
+    def text_at(self, own: torch.Tensor) -> torch.Tensor:
+        """Each row's text hidden state [batch, 1, H] at its own frame index own [batch] (a slot no row holds reads
+        one in bounds)."""
+        at = own.clamp(0, self.text.shape[1] - 1).view(-1, 1, 1).expand(-1, 1, self.text.shape[2])
+        return self.text.gather(1, at)
+
+    def put_text(self, rows, text: torch.Tensor, pad: torch.Tensor) -> None:
+        """`rows` (an index, or slice(None): all) read text [n, T, H] from their frame 0 on, then pad [1, 1, H]
+        (upstream's trailing text, then tts_pad); text past the slots is past every row's frames."""
+        n = min(text.shape[1], self.text.shape[1])
+        self.text[rows] = pad.reshape(1, 1, -1)
+        self.text[rows, :n] = text[:, :n]
+
     def copy_rows(self, src: torch.Tensor, dst: torch.Tensor, kv_slots: slice) -> None:
         """Rows src into rows dst (index tensors, the two sets apart), as far as their later steps read them (and a
         continuous batch, which reads no `tokens` or `hidden`): the CARRIED tensors whole, the K/V caches over
@@ -124,10 +140,10 @@ class TalkerState:
             cache[dst, :, kv_slots] = cache[src, :, kv_slots]
 
     def matches(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging=None,
-                keep_hidden: bool = True) -> bool:
+                keep_hidden: bool = True, text_slots: int | None = None) -> bool:
         return (self.batch == batch and self.device == device and self.dtype == dtype and self.lean_kv == lean_kv
                 and _pool_fits(self.paging, paging) and needed <= self.capacity <= 2 * capacity_for(needed)
-                and (self.hidden is not None) == keep_hidden)
+                and (self.hidden is not None) == keep_hidden and self.text.shape[1] == (text_slots or self.capacity))
 
 
 def _pool_fits(have: tuple[int, int] | None, want: tuple[int, int] | None) -> bool:
