@@ -47,8 +47,8 @@ from pathlib import Path
 
 # Run as a script, Python puts tools/ first on sys.path: the parts are the comfy_gpu package beside this file.
 from comfy_gpu.eviction import eviction_test
-from comfy_gpu.install import (ROOT, finish_checkpoints, git_head, install, load_workflow_tools, loaded_names,
-                               stage_voices, start_checkpoints)
+from comfy_gpu.install import (ROOT, changed_since_staging, finish_checkpoints, git_head, install,
+                               load_workflow_tools, loaded_names, stage_voices, start_checkpoints)
 from comfy_gpu.report import log_findings, passed, print_summary, vram_check
 from comfy_gpu.runs import (budget, cloning_prompt, eager_control, generate_and_unload, interrupt_test, over_max,
                             render_lines, repeated_runs, run_workflows, with_defaults, workflow_with)
@@ -94,6 +94,11 @@ def main() -> int:
     staged = comfy / "project_commit.txt"
     if not commit and staged.is_file():
         commit, source = staged.read_text().strip(), str(staged)
+        # commits made after staging are in the copy this call carried, not in the staged record: said, not hidden
+        listing = comfy / "project_files.txt"
+        changed = changed_since_staging(listing) if listing.is_file() else []
+        if changed:
+            commit, source = f"{commit} with {len(changed)} files changed since", f"{staged}: {', '.join(changed)}"
     if not commit:
         commit, source = git_head(), "git rev-parse HEAD"
     report: dict = {"commit": commit or "unknown", "commit_source": source,

@@ -35,6 +35,7 @@ for d in ("custom_nodes", "models", "input", "output"):
 PY
 # The device copy has no .git: record the commit the run is made from, and whether the tree differs.
 { git rev-parse HEAD; } > "$dest/project_commit.txt"
+git ls-files -s -- morph nodes postprocess workflows '*.py' requirements.txt pyproject.toml > "$dest/project_files.txt"
 dirty=$(git status --porcelain --untracked-files=no | wc -l)
 [ "$dirty" -eq 0 ] || echo "note: $dirty tracked files differ from HEAD; the run uses the working tree"
 version=${COMFYUI_VERSION:-$(python3 tools/comfy_gpu/wheels.py version "$src")}

@@ -254,3 +254,23 @@ def test_a_partial_unload_is_an_eviction_and_a_complete_load_brings_ours_back():
     assert eviction.judged(second, again) == {"evicted": True, "loaded_back": True}
     assert eviction.judged(second[:1] + second[2:], again[1:]) == {"evicted": False, "loaded_back": True}
     assert eviction.judged(["0 models unloaded."], [])["evicted"] is False
+
+
+def test_a_file_changed_after_staging_is_named_against_the_staged_commit(tmp_path):
+    """The staged record (`git ls-files -s` at staging) against the copy a later call carries: a file committed
+    or edited since is named, an unchanged tree names none."""
+    from tools.comfy_gpu.install import changed_since_staging
+
+    git = ["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "morph").mkdir()
+    for name in ("a.py", "b.py"):
+        (tmp_path / "morph" / name).write_text(f"# {name}\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "staged"], check=True)
+    listing = tmp_path / "project_files.txt"
+    listing.write_text(subprocess.run([*git, "ls-files", "-s", "--", "morph"], check=True, capture_output=True,
+                                      text=True).stdout)
+    assert changed_since_staging(listing, tmp_path) == []
+    (tmp_path / "morph" / "b.py").write_text("# b.py, committed after staging\n")
+    assert changed_since_staging(listing, tmp_path) == ["morph/b.py"]

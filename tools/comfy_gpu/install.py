@@ -3,6 +3,7 @@ checkpoints under the folder names the workflows load; the default voice under e
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -47,6 +48,20 @@ def git_head() -> str | None:
     except OSError:
         return None
     return r.stdout.strip() if r.returncode == 0 else None
+
+
+def changed_since_staging(listing: Path, root: Path = ROOT) -> list[str]:
+    """The pack's files that differ from the staged commit's: `listing` is `git ls-files -s` of them at staging
+    (tools/comfy_gpu_run_stage.sh), each file's blob hash recomputed here, where the copy may have no .git."""
+    changed = []
+    for line in listing.read_text().splitlines():
+        meta, path = line.split("\t", 1)
+        file = root / path
+        data = file.read_bytes() if file.is_file() else None
+        blob = None if data is None else hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        if blob != meta.split()[1]:
+            changed.append(path)
+    return changed
 
 
 def install(python: str, comfy: Path, args, log: list) -> dict:
