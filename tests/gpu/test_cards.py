@@ -1,7 +1,6 @@
 """The continuous batch's card table, its 8 and 12 GB rows (README, Performance): the 256-line realistic script
 renders at the advised batch size with no out-of-memory retry, in a process held to the card less the 1 GiB the
-README keeps (bench/cards.py --continuous), at the real 0.6B dims in bf16 and the default mode (the 1.7B rows were
-not measured)."""
+README keeps (bench/cards.py --continuous), at the real 0.6B and 1.7B dims in bf16 and the default mode."""
 
 from __future__ import annotations
 
@@ -15,28 +14,36 @@ import torch
 
 from bench.random_model import build_random_model
 
-# card GiB -> the README's advised batch size for the 0.6B model
-# (bench/results/h100-2026-11-25d/cards-6fa08df/cards-0.6b.json)
-ADVISED = {8: 16, 12: 64}
+# (model size, card GiB) -> the README's advised batch size (bench/results/h100-2026-11-26b/cards-20efcb0/)
+ADVISED = {("0.6b", 8): 64, ("0.6b", 12): 64, ("1.7b", 8): 32, ("1.7b", 12): 64}
 
 
 @pytest.fixture(scope="module")
 def real_dims(tmp_path_factory):
-    return build_random_model(tmp_path_factory.mktemp("0.6b"), "0.6b", "base", seed=0, dtype=torch.bfloat16)
+    """Each size's random checkpoint, built once for the module."""
+    built: dict[str, Path] = {}
+
+    def get(size: str) -> Path:
+        if size not in built:
+            built[size] = build_random_model(tmp_path_factory.mktemp(size), size, "base", seed=0,
+                                             dtype=torch.bfloat16)
+        return built[size]
+    return get
 
 
-@pytest.mark.parametrize("card", sorted(ADVISED))
-def test_the_script_renders_at_the_advised_batch_size_with_no_retry(real_dims, card):
+@pytest.mark.parametrize("size,card", sorted(ADVISED))
+def test_the_script_renders_at_the_advised_batch_size_with_no_retry(real_dims, size, card):
     if torch.cuda.get_allocator_backend() != "cudaMallocAsync":
         # the table is ComfyUI's default allocator's: under the native one (--disable-cuda-malloc) the 12 GB row ran
         # out of memory at 64 and retried at 32 (H200, bench/results/h200-2026-11-26/NOTES.md), as the README says
         pytest.skip("the card table is measured under cudaMallocAsync, ComfyUI's default allocator")
-    run = subprocess.run([sys.executable, "-m", "bench.cards", "--model", str(real_dims), "--device", "cuda",
-                          "--dtype", "bf16", "--batch-sizes", str(ADVISED[card]), "--continuous", "--one", str(card)],
+    run = subprocess.run([sys.executable, "-m", "bench.cards", "--model", str(real_dims(size)), "--device", "cuda",
+                          "--dtype", "bf16", "--batch-sizes", str(ADVISED[size, card]), "--continuous",
+                          "--one", str(card)],
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
-    print(card, got)
+    print(size, card, got)
     (row,) = got["runs"]
     assert "error" not in row and row["retried"] == [], row
     assert row["peak_above_weights_gib"] + got["weights_gib"] <= card - 1
