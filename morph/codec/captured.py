@@ -81,7 +81,11 @@ class CapturedDecode:
         if rows not in self._states:
             self._states[rows] = self.codec.zero_state(rows, self.device, weights.dtype)
         state = self._states[rows]
-        entry = self.graphs.get(key, lambda: self.codec.decode(codes, state))
+        # the audio lands in a tensor made outside the capture: a tensor the capture allocated and kept made
+        # cudaMallocAsync warn once for each graph dropped ("uncaptured free of a captured allocation", 30 lines in a
+        # ComfyUI server's log at each unload)
+        audio = torch.empty(rows, frames * self.codec.upsample, dtype=torch.float32, device=self.device)
+        entry = self.graphs.get(key, lambda: audio.copy_(self.codec.decode(codes, state)))
         entry.keep = (codes, state)
         return entry
 
