@@ -80,7 +80,7 @@ class ContinuousBatch:
         # the prefill's draw is held back too: a row must not end before its first frame
         self.hold = max(int(loop.hold(o["min_new_tokens"])), 1)
         paging = None if pages is None else (pages, kv_store.PAGE)
-        # a row reads its text by its own frame index, below its need: half the capacity's text a slot
+        # a row reads its text by its own frame index, which stays below its need: a text table of half the capacity
         self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging, keep_hidden=False,
                              text_slots=capacity_for(need))
         self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st, *self.st.paging, overcommit)
