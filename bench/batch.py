@@ -8,8 +8,8 @@ every seq_groups of `--seq-groups` and every mode of `--modes`, measured three w
 - decode only: `BatchTTS.codes` (prefill and decode of each batch, no codec), as before;
 - end to end: `BatchTTS.render`: text in, tokenize, prefill, decode, codec decode, float32 audio out (the first
   run is this configuration's first render in the process);
-- script job (static batches; each right after a render, `--repeats` of them): what `cli.py render` and Render Lines
-  users wait for, `ScriptJob.run` of the same lines into a fresh folder: the render, each line smoothed
+- script job (each right after a render, `--repeats` of them, in the same batching): what `cli.py render` and
+  Render Lines users wait for, `ScriptJob.run` of the same lines into a fresh folder: the render, each line smoothed
   (postprocess.smooth) and written with the manifest, the SRT, and the dialogue joined and written.
 Per configuration the JSON reports wall time, aggregate x real time (seconds of audio of all
 lines per wall second) and peak allocated memory both ways, the weights and what morph/memory.py declares
@@ -69,10 +69,12 @@ def weight_bytes(tts) -> int:
 
 def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int | None, warm_frames: int,
                repeats: int, mode: str, continuous: bool, script_job: bool = True,
-               kv_cache_bytes: int | None = None, held_bytes: int = 0) -> dict:
+               kv_cache_bytes: int | None = None, held_bytes: int = 0, first: bool = False) -> dict:
     """`frames=None`: every row ends at its own frame (batch.stop) or limit (the engine's default for its text);
     kv_cache_bytes: the continuous batch's keys and values in a paged pool of that size; held_bytes: what the process
-    held before its first render (the module docstring says what)."""
+    held before its first render (the module docstring says what); first: the end-to-end renders (and script jobs)
+    before the decode-only ones, so that the first is the process's first render when this is its only
+    configuration."""
     paged = dict(kv_cache_bytes=kv_cache_bytes) if kv_cache_bytes is not None else {}
     tts = batch.tts
     device = tts.device
@@ -83,47 +85,60 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     chunks = [[lines[i] for i in batch] for batch in batches]
     ordered = [line for chunk in chunks for line in chunk]
     tts.patch.mode = check_mode(mode, "bench.batch --modes")
-    with eos_suppressed(tts, held), torch.inference_mode():
-        # warm-up at this batch size: allocator, kernels, and any CUDA graph for this shape
-        warm = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=warm_frames)
-        start = time.perf_counter()
-        batch.codes(chunks[0], warm, batch_size=size, continuous=continuous, **paged)
-        sync(device)
-        warm_s = time.perf_counter() - start
-        last_run = dict(getattr(tts.patch, "last_run", {}) or {})
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        walls, codes = [], []
-        for _ in range(repeats):
-            sync(device)
+
+    def decode_only():
+        with eos_suppressed(tts, held), torch.inference_mode():
+            # warm-up at this batch size: allocator, kernels, and any CUDA graph for this shape
+            warm = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=warm_frames)
             start = time.perf_counter()
-            codes = batch.codes(ordered, settings, batch_size=size, continuous=continuous, **paged)
+            batch.codes(chunks[0], warm, batch_size=size, continuous=continuous, **paged)
             sync(device)
-            walls.append(time.perf_counter() - start)
-        steps = tts.patch.last_run.get("frames_run") if continuous else None
-        widths = tts.patch.last_run.get("widths") if continuous else None  # frames the step ran at each width
-        # the continuous batch's pool (render's own size, or kv_cache_bytes) and the rows it preempted
-        pages = {k: tts.patch.last_run.get(k) for k in ("pages", "page", "peak_pages", "preemptions")} \
-            if continuous else {}
-        peak = peak_bytes(device)
-        sync(device)
-        start = time.perf_counter()
-        batch.decode(codes, [line.voice for line in ordered])
-        sync(device)
-        decode_s = time.perf_counter() - start
-    with eos_suppressed(tts, held):  # as a caller of the public API runs it: outside inference mode
-        e2e_walls, audio, e2e_peak, jobs = [], [], 0, []
-        for _ in range(repeats):  # the render, then (static batches, what front ends run) the script job, in turn
+            warm_s = time.perf_counter() - start
+            last_run = dict(getattr(tts.patch, "last_run", {}) or {})
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()
+            walls, codes = [], []
+            for _ in range(repeats):
+                sync(device)
+                start = time.perf_counter()
+                codes = batch.codes(ordered, settings, batch_size=size, continuous=continuous, **paged)
+                sync(device)
+                walls.append(time.perf_counter() - start)
+            steps = tts.patch.last_run.get("frames_run") if continuous else None
+            widths = tts.patch.last_run.get("widths") if continuous else None  # frames the step ran at each width
+            # the continuous batch's pool (render's own size, or kv_cache_bytes) and the rows it preempted
+            pages = {k: tts.patch.last_run.get(k) for k in ("pages", "page", "peak_pages", "preemptions")} \
+                if continuous else {}
+            peak = peak_bytes(device)
             sync(device)
             start = time.perf_counter()
-            audio = batch.render(lines, settings, batch_size=size, continuous=continuous, **paged)
+            batch.decode(codes, [line.voice for line in ordered])
             sync(device)
-            e2e_walls.append(time.perf_counter() - start)
-            e2e_peak = max(e2e_peak, peak_bytes(device))
-            if script_job and not continuous:  # what the front ends run
-                jobs.append(run_script_job(batch, lines, settings, size))
+            decode_s = time.perf_counter() - start
+        return warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s
+
+    def end_to_end():
+        with eos_suppressed(tts, held):  # as a caller of the public API runs it: outside inference mode
+            e2e_walls, audio, e2e_peak, jobs = [], [], 0, []
+            for _ in range(repeats):  # the render, then the script job (what front ends run), in turn
+                if device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats()
+                sync(device)
+                start = time.perf_counter()
+                audio = batch.render(lines, settings, batch_size=size, continuous=continuous, **paged)
+                sync(device)
+                e2e_walls.append(time.perf_counter() - start)
+                e2e_peak = max(e2e_peak, peak_bytes(device))
+                if script_job:  # what the front ends run
+                    jobs.append(run_script_job(batch, lines, settings, size, continuous))
+        return e2e_walls, audio, e2e_peak, jobs
+
+    if first:
+        e2e_walls, audio, e2e_peak, jobs = end_to_end()
+        warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s = decode_only()
+    else:
+        warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s = decode_only()
+        e2e_walls, audio, e2e_peak, jobs = end_to_end()
     wall = float(np.median(walls))
     e2e_wall = float(np.median(e2e_walls))
     e2e_audio_s = sum(a.size for a in audio) / SAMPLE_RATE
@@ -167,7 +182,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     return row
 
 
-def run_script_job(batch: BatchTTS, lines: list[Line], settings: GenerationSettings, size: int):
+def run_script_job(batch: BatchTTS, lines: list[Line], settings: GenerationSettings, size: int, continuous: bool):
     """The same lines as a script job, as `cli.py render` runs one (Render Lines the same, but for the dialogue's
     file): a fresh folder held through its line store, resume checked, each line smoothed (postprocess.smooth) and
     written with the manifest, then the SRT, the dialogue joined and written. Returns the wall seconds from opening
@@ -186,7 +201,8 @@ def run_script_job(batch: BatchTTS, lines: list[Line], settings: GenerationSetti
             job = ScriptJob(parsed, lines, store, context)
             job.reuse()
             result = job.run(lambda todo: tts, settings, size, PAUSE_S,
-                             finish_line=functools.partial(smooth, sample_rate=SAMPLE_RATE), who="bench.batch")
+                             finish_line=functools.partial(smooth, sample_rate=SAMPLE_RATE), who="bench.batch",
+                             continuous=continuous)
             sf.write(str(store.dialogue_path), result.dialogue, SAMPLE_RATE, subtype="FLOAT")
         sync(tts.device)
         wall = time.perf_counter() - start
@@ -231,7 +247,10 @@ def main(argv=None) -> dict:
     p.add_argument("--warm-frames", type=int, default=8)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--no-script-job", dest="script_job", action="store_false",
-                   help="skip the script job (ScriptJob.run into a folder) after each static render")
+                   help="skip the script job (ScriptJob.run into a folder) after each end-to-end render")
+    p.add_argument("--first", action="store_true",
+                   help="the end-to-end renders before the decode-only ones: with one configuration, the first is "
+                        "the process's first render, as a user's first render after loading the model")
     p.add_argument("--agreement", action="store_true",
                    help="also: each line's codes in a continuous batch of the largest --batch-sizes against the line "
                         "alone (first mode and seq_groups; not in eager mode)")
@@ -259,7 +278,8 @@ def main(argv=None) -> dict:
                     try:
                         kv = int(args.kv_cache_gib * 2**30) if way == "paged" else None
                         row.update(run_config(batch, lines, size, k, frames, args.warm_frames, args.repeats, mode,
-                                              way in ("continuous", "paged"), args.script_job, kv, held))
+                                              way in ("continuous", "paged"), args.script_job, kv, held,
+                                              args.first))
                     except Exception as e:  # keep the other configurations' numbers
                         row.update(batching=way, batch_size=size, seq_groups=k, error=f"{type(e).__name__}: {e}")
                     results.append(row)

@@ -20,7 +20,7 @@ from .codec.calls import FIRST_GRID, LIVE_CHUNK, call_frames
 from .codec.live import LiveRows
 from .lines.line import Row
 from .prompts import prompt_inputs, prompt_tokens, stream_keys, token_count
-from .settings import GenerationSettings, pool_pages, requeue_pool_pages
+from .settings import BATCHING, DEFAULT_BATCHING, GenerationSettings, pool_pages, requeue_pool_pages
 
 if TYPE_CHECKING:
     from .decode.groups import Group
@@ -37,14 +37,6 @@ def runs_lean(tts, device: torch.device | None = None) -> bool:
     return runner.resolve(tts.patch.mode, device or tts.device, tts.patch.loop.lean_check) != "eager"
 
 
-# How a script front end (Render Lines, `cli.py render`) batches its rows: static batches that each wait for their
-# longest row (the default: as fast at batch 16 from a process's second render, faster on its first and for a lone
-# line; H200, bench/results/h200-2026-11-26/NOTES.md), or the continuous batch (about half the memory at batch 64, a
-# seeded line's take independent of its batch up to rounding). "continuous" runs static batches in eager mode, the
-# exact reference (continuous_for).
-BATCHING = ("static", "continuous")
-
-
 def continuous_for(tts, batching: str, who: str, device: torch.device | None = None) -> bool:
     """Whether a render asked for `batching` (one of BATCHING) runs the continuous batch on `device` (runs_lean):
     "continuous" does wherever the speed mode runs the lean layers, and runs upstream's static batches in eager
@@ -52,6 +44,12 @@ def continuous_for(tts, batching: str, who: str, device: torch.device | None = N
     if batching not in BATCHING:
         raise ValueError(f"{who}: batching must be one of {', '.join(BATCHING)}, got {batching!r}")
     return batching == "continuous" and runs_lean(tts, device)
+
+
+def resolve_continuous(tts, continuous: bool | None, device: torch.device | None = None) -> bool:
+    """A render's `continuous` as given, or None: the default batching (DEFAULT_BATCHING) on `device` (runs_lean).
+    What a render runs and what it declares (morph/memory.py) resolve it here, so the two never differ."""
+    return continuous_for(tts, DEFAULT_BATCHING, "render", device) if continuous is None else bool(continuous)
 
 
 def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int, stop: Callable[[Row], int],

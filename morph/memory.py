@@ -1,7 +1,7 @@
 """What a run needs on the device beyond the weights, for a host's memory manager to make room (ComfyUI's
 `memory_required`). Counted from the loaded model's shape, as the run allocates it.
 
-The continuous batch (render(continuous=True), morph/scheduler.py) holds:
+The continuous batch (what render runs by default wherever the lean layers do, morph/scheduler.py) holds:
   - pool: the talker's keys and values, in pages (morph/settings.py requeue_pool_pages, as a render that does not
     stream sizes it): what the `batch_size` rows that span the most cache slots take at POOL_FRAME_SHARE of their
     frame limits (a row the pool cannot grow is preempted and starts again), and at least the largest row whole;
@@ -23,8 +23,8 @@ declared 0.98x a 60 s line's peak and 0.86x a 20 s line's (H200, bench/results/h
 the 256-line script's at batch 64 (H100, bench/results/h100-2026-11-26/NOTES.md), above what the process held before
 its first render (the weights, the voices and the cuBLAS workspaces of the caller's stream: a host finds them taken).
 
-A static batch (what render runs unless asked for the continuous batch, as Render Lines and `cli.py render` are with
-batching continuous) holds:
+A static batch (what render runs in eager mode, or asked with continuous=False; Render Lines' and `cli.py render`'s
+batching static) holds:
   - state: the decode's static buffers, per row and per slot of the cache's capacity (prompt + frames, rounded up
     to a power of two, at least 256), the talker's keys and values in every layer, and the step's and the text's
     hidden states;
@@ -51,7 +51,7 @@ import torch
 
 from .codec.calls import LIVE_CHUNK, call_width, chunk_for
 from .codec.pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows, pieces, row_frames
-from .continuous import runs_lean
+from .continuous import resolve_continuous, runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .masked_attention import SCORES_BYTES
@@ -93,18 +93,18 @@ def _rows(lines, settings: GenerationSettings, instruct: str, count) -> list[tup
 
 
 def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: GenerationSettings | None = None,
-                   batch_size: int | None = None, instruct: str = "", continuous: bool = False,
+                   batch_size: int | None = None, instruct: str = "", continuous: bool | None = None,
                    device: torch.device | None = None) -> int:
     """Bytes that rendering `lines` ((text, voice) pairs), `batch_size` rows at a time (None: all at once),
-    needs beyond the weights: in static batches (as render runs by default), for the batch that needs the most, or
-    in the continuous batch; on `device` (runs_lean: the model's own when None)."""
+    needs beyond the weights: in the continuous batch, or in static batches, for the batch that needs the most;
+    `continuous` as BatchTTS.render takes it, resolved for `device` (the model's own when None)."""
     rows = _rows(lines, settings or GenerationSettings(), instruct, token_count(tts))
     if not rows:
         return 0
     width = len(rows) if batch_size is None else min(max(int(batch_size), 1), len(rows))
     model = tts.tts.model
     shape = _Shape(model)
-    if continuous:
+    if resolve_continuous(tts, continuous, device):
         return _continuous(tts, shape, rows, width)
     rows.sort(key=lambda r: -(r[0] + r[1]))
     batch = rows[:width]  # the largest rows, batched together

@@ -2,7 +2,7 @@
 
     batch = BatchTTS(tts)                                   # tts: a loaded MorphTTS
     lines = [Line("Hello there.", alice, "English"), Line("Hi!", bob, "English"), ...]
-    audio = batch.render(lines, GenerationSettings(seq_groups=5, seed=1), batch_size=16,
+    audio = batch.render(lines, GenerationSettings(seq_groups=5, seed=1), batch_size=64,
                          on_step=progress, on_line=save_one)  # float32 24 kHz arrays, in order
 
 `MorphTTS.clone`, `custom_voice` and `voice_design` render one line: validation, splitting, seeding, progress,
@@ -10,24 +10,20 @@ out-of-memory handling and decoding are here only, and only this module sets the
 (seq_groups, on_step, row_stops). A text over MAX_SEGMENT_CHARS is split at sentence ends into rows of the same
 render, and joined again with a pause (morph/line_audio.py, which puts each line together from its rows' audio).
 
-Two ways to run the rows (`continuous`):
-- static (the default; the exact reference in eager mode): upstream's batched
+Two ways to run the rows (`continuous`; None, the default, resolves as morph/continuous.py resolve_continuous says):
+- continuous (the default wherever the speed mode runs the lean layers; morph/continuous.py): one running batch of
+  `batch_size` slots; a row that ends gives its slot to the next row at once, and its audio is decoded on a stream of
+  its own while the batch goes on. Its keys and values live in pages (morph/decode/kv_store.py): a row holds its pages
+  only while it runs (a static batch holds every row's cache to its batch's longest). Each row draws from its own
+  random stream, keyed by the seed and the row itself (morph/decode/streams.py), so a seeded line's take is the same
+  alone, in any batch, at any position, streamed or not, and after a resume, up to the rounding a different batch
+  shape brings (below).
+- static (eager mode's, the exact reference; `continuous=False` elsewhere): upstream's batched
   `Qwen3TTSForConditionalGeneration.generate` per batch of rows of like length (longest first), each row ending at
   its own EOS or limit, the codec after it. Seeds as upstream: `torch.manual_seed(settings.seed)` right before every
   batched generate (retries included), so a batch of one single-segment line is upstream's generate_* seeded the same
   way, bit for bit (tests/morph/test_exactness.py); all rows draw from that one stream, so a row's take depends on its
   companions. `seed=None` reseeds none.
-- continuous (opt-in, every mode but eager; morph/continuous.py): one running batch of `batch_size` slots; a row that
-  ends gives its slot to the next row at once, and its audio is decoded on a stream of its own while the batch goes
-  on. Its keys and values live in pages (morph/decode/kv_store.py): the pool holds what the `batch_size` rows with
-  the largest frame limits could take at once, and a row holds its pages only while it runs (a static batch holds
-  every row's cache to its batch's longest). Each row draws from its own random stream, keyed by the seed and the row
-  itself (morph/decode/streams.py), so a seeded line's take is the same alone, in any batch, at any position, and
-  after a resume, up to the rounding a different batch shape brings (below).
-  Not the default (Render Lines and `cli.py render` ask for it with batching continuous): on an H200 it took about
-  half the memory of static batches on the 256-line script at batch 64, and its second render in a process was
-  1.15x static's end to end, but its first 0.76x, capturing its steps' and codec's calls; at batch 16 the two are
-  even from the second render on (README, Continuous batching; bench/results/h200-2026-11-26/NOTES.md).
 
 Batch invariance (greedy, fp32, CPU; tests/morph/test_scheduler.py): a row never sees its companions' data (for a
 fixed batch shape and row position its logits are bit-identical whatever they hold), but the shape changes the low
@@ -53,18 +49,17 @@ import torch
 
 from .codec.pieces import decode_rows
 from .codec.stream import RowsDecode, decode_whole
-from .continuous import ref_code, run_rows, runs_lean
+from .continuous import ref_code, resolve_continuous, run_rows, runs_lean
 from .line_audio import LineAudio
 from .lines.line import Line, Row
 from .lines.voice import Voice
 from .lines.words import FOR_PYTHON, Words
 from .progress import SlotProgress
 from .prompts import make_rows, prompt_inputs
-from .settings import GenerationSettings
+from .settings import DEFAULT_BATCH_SIZE, GenerationSettings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BATCH_SIZE = 16
 OnStep = Callable[[int, int], None]  # (done frame slots, total frame slots)
 OnLine = Callable[[int, np.ndarray], None]  # (index into the lines given, float32 24 kHz audio)
 OnChunk = Callable[[int, np.ndarray], None]  # (index into the lines given, the line's next float32 24 kHz audio)
@@ -86,7 +81,7 @@ class BatchTTS:
                batch_size: int | None = DEFAULT_BATCH_SIZE, on_step: OnStep | None = None,
                on_line: OnLine | None = None, who: str = "Render lines", split_long_text: bool = True,
                sort: bool = True, labels: Sequence[str] | None = None,
-               continuous: bool = False, words: Words = FOR_PYTHON,
+               continuous: bool | None = None, words: Words = FOR_PYTHON,
                on_chunk: OnChunk | None = None, kv_cache_bytes: int | None = None) -> list[np.ndarray]:
         """Speak every line; returns float32 24 kHz audio per line, in the order given.
 
@@ -97,8 +92,9 @@ class BatchTTS:
         the whole render (morph/progress.py's `SlotProgress`), and once more with `total, total` when it is done;
         an exception raised there (a cancel) stops the render and propagates.
         Messages name line i as `labels[i]`, as "line i+1" when there are several lines and no labels, and a
-        single line not at all, and word their fixes as `words` does (morph/lines/words.py). `continuous=True` runs
-        the continuous batch (module docstring; not in eager mode).
+        single line not at all, and word their fixes as `words` does (morph/lines/words.py). `continuous`: the
+        continuous batch (True; not in eager mode), static batches (False), or as the mode runs (None; module
+        docstring).
         `on_chunk(i, audio)` hands line i's audio in order as it is made: in the continuous batch a row's first 1-4
         frames once they are made (4 frames later on a GPU), then every 4 frames until the 16-frame marks and every 16
         after (morph/continuous.py LiveChunks), a later segment's after the segment before, with the pause between;
@@ -107,12 +103,13 @@ class BatchTTS:
         the batch's keys and values in a pool of that size, not one sized to the rows (morph/decode/kv_store.py).
         """
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):  # True is no size
-            raise ValueError(f"{who}: batch_size must be an integer >= 1, got {batch_size!r}; 16 suits most GPUs")
+            raise ValueError(f"{who}: batch_size must be an integer >= 1, got {batch_size!r}; 64 suits most GPUs")
         settings = (settings or GenerationSettings()).validate(who)
         rows = make_rows(self.tts, lines, settings, who, split_long_text, labels, words)
         if not rows:
             return []
         cap = batch_size or len(rows)
+        continuous = resolve_continuous(self.tts, continuous)
         out = LineAudio(rows, len(lines), on_line, on_chunk, streamed=continuous)
         if continuous and not runs_lean(self.tts):
             raise ValueError(f"{who}: continuous batching runs the lean layers; set the speed mode to fused, graphs "
@@ -153,7 +150,7 @@ class BatchTTS:
 
     def codes(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
               on_step: OnStep | None = None, who: str = "Render lines", batch_size: int | None = None,
-              continuous: bool = False, kv_cache_bytes: int | None = None) -> list[torch.Tensor]:
+              continuous: bool | None = None, kv_cache_bytes: int | None = None) -> list[torch.Tensor]:
         """The codec codes [frames, 16] of each line, in the order given, without the codec: the decode alone, in
         the continuous batch or static batches as render runs them. Every line must fit one pass (at most
         MAX_SEGMENT_CHARS characters); all lines in one batch when batch_size is None (static: ONE batched generate,
@@ -164,7 +161,7 @@ class BatchTTS:
             return []
         out: list[torch.Tensor | None] = [None] * len(rows)
         width = batch_size or len(rows)
-        if continuous:
+        if resolve_continuous(self.tts, continuous):
             progress = SlotProgress(on_step, sum(r.limit for r in rows))
             run_rows(self.tts, rows, settings, width, self.stop, lambda r, c: out.__setitem__(r.index, c),
                      lambda live: progress.report(progress.done + live), audio=False, kv_cache_bytes=kv_cache_bytes)

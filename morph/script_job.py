@@ -113,11 +113,11 @@ class ScriptJob:
     def run(self, prepare: Callable[[list[Line]], object], settings: GenerationSettings, batch_size: int,
             pause_seconds: float, finish_line: Callable[[np.ndarray], np.ndarray] | None = None,
             on_step: OnStep | None = None, on_line: OnLine | None = None, who: str = "Render lines",
-            words: Words = FOR_PYTHON, continuous: bool = False) -> ScriptResult:
+            words: Words = FOR_PYTHON, continuous: bool | None = None) -> ScriptResult:
         """Render every line not reused, in this process, and write everything. `prepare(lines to render)` returns
         the engine to render them on (a memory manager can make room first); it is not called when every line was
         reused. `on_line(i, audio)` follows each rendered line's file, i indexing the script's lines; messages word
-        their fixes as `words` does; `continuous`: the continuous batch (BatchTTS.render)."""
+        their fixes as `words` does; `continuous`: as BatchTTS.render takes it."""
         audio, kept = self.audio, len(self.lengths)
         todo = self.todo()
 

@@ -55,11 +55,12 @@ def test_a_script_renders_every_file_and_a_rerun_renders_only_what_changed(tiny_
         np.testing.assert_array_equal(sf.read(out / name)[0], first[name])
 
 
-@pytest.mark.parametrize("batching, said", [("continuous", "in a continuous batch"), ("static", "in static batches")])
+@pytest.mark.parametrize("batching, said", [(None, "in a continuous batch"), ("continuous", "in a continuous batch"),
+                                            ("static", "in static batches")])
 def test_batching_runs_the_batch_asked_for_where_the_lean_layers_run(batching, said, tiny_dir, tmp_path, cast, capsys,
                                                                      monkeypatch):
     """On a CPU the default mode runs eager, where both run static batches (the next test); in the lean mode
-    --batching picks."""
+    --batching picks, the continuous batch when it is not given."""
     load = cli_render.load_model
 
     def lean(args):
@@ -69,9 +70,10 @@ def test_batching_runs_the_batch_asked_for_where_the_lean_layers_run(batching, s
 
     monkeypatch.setattr(cli_render, "load_model", lean)
     out = tmp_path / "renders"
-    argv = ["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast, "--batching", batching)]
+    flags = [] if batching is None else ["--batching", batching]
+    argv = ["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast, *flags)]
     assert cli.main(argv) == 0
-    assert f"rendering 3 of 3 lines on cpu, 16 at a time {said}" in capsys.readouterr().err
+    assert f"rendering 3 of 3 lines on cpu, 64 at a time {said}" in capsys.readouterr().err
     assert len(list(out.glob("dialogue_*.wav"))) == 3
 
 
@@ -79,7 +81,7 @@ def test_eager_mode_renders_static_batches_whatever_batching_says(tiny_dir, tmp_
     out = tmp_path / "renders"
     argv = ["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast, "--batching", "continuous")]
     assert cli.main(argv) == 0
-    assert "16 at a time in static batches" in capsys.readouterr().err
+    assert "64 at a time in static batches" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("variant, flags", [

@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..continuous import continuous_for
 from ..engine import MorphTTS
 from ..lines.store import LineFiles, Written
 from ..lines.voice import Voice
@@ -43,12 +44,14 @@ class LineWorker:
         BatchTTS(self.tts).check(lines, settings, who, labels)
 
     def render(self, batch: Sequence[tuple[int, str, Line]], files: LineFiles, settings: GenerationSettings,
-               finish_line: Callable[[np.ndarray], np.ndarray] | None, who: str,
-               labels: Sequence[str]) -> list[tuple[int, Written]]:
-        """One planned batch of (script index, character name, line), rendered as one batch in the order given;
-        each line's file written; returns (script index, the file written) per line."""
+               finish_line: Callable[[np.ndarray], np.ndarray] | None, who: str, labels: Sequence[str],
+               batching: str) -> list[tuple[int, Written]]:
+        """One planned batch of (script index, character name, line), rendered as one batch (`batching`, one of
+        BATCHING, as this worker's speed mode runs it: continuous_for) in the order given; each line's file written;
+        returns (script index, the file written) per line."""
         audio = BatchTTS(self.tts).render([line for _, _, line in batch], settings, batch_size=len(batch),
-                                          who=who, sort=False, labels=labels)
+                                          who=who, sort=False, labels=labels,
+                                          continuous=continuous_for(self.tts, batching, who))
         done = []
         for (index, name, _), wav in zip(batch, audio):
             wav = finish_line(wav) if finish_line is not None else wav

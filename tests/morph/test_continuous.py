@@ -84,7 +84,7 @@ def test_a_seeded_line_draws_the_same_take_anywhere(lean, script):
 
 
 def test_static_batches_keep_upstreams_one_stream(tiny_tts, script):
-    """Static batches (the default) draw from torch's generator: a row's take depends on its companions; eager
+    """Static batches (eager mode's) draw from torch's generator: a row's take depends on its companions; eager
     mode has no continuous batch."""
     batch = BatchTTS(tiny_tts)
     assert not runs_lean(tiny_tts)
@@ -276,6 +276,6 @@ def test_only_the_static_loop_keeps_each_slots_hidden_state(tiny_tts, lean, scri
     them, which it hands back as upstream's generate does, rather than the continuous batch's."""
     lean.render(script[:3], settings(frames=5), batch_size=3, continuous=True)
     assert tiny_tts.patch.loop._state.hidden is None
-    static = lean.render(script[:3], settings(frames=5), batch_size=3)
+    static = lean.render(script[:3], settings(frames=5), batch_size=3, continuous=False)
     st = tiny_tts.patch.loop._state
     assert st.hidden is not None and st.hidden.shape[:2] == (3, st.capacity) and len(static) == 3

@@ -133,7 +133,8 @@ def test_the_morph_talker_loop_renders_batches_too(tiny_tts, batch, lines):
     tiny_tts.patch.mode = "lean"
     try:
         steps = []
-        codes = batch.codes(lines[:4], settings, on_step=lambda done, total: steps.append((done, total)))
+        codes = batch.codes(lines[:4], settings, on_step=lambda done, total: steps.append((done, total)),
+                            continuous=False)
         assert tiny_tts.patch.last_run["mode"] == "lean"
     finally:
         tiny_tts.patch.mode = "auto"

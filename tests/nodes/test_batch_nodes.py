@@ -141,7 +141,7 @@ def test_batching_runs_the_continuous_batch_where_the_lean_layers_run_and_declar
     clips, _, _ = render(nodes, base_model, bank, batching=batching)
     assert ran == declared == [continuous]
     assert len(clips) == len(SPOKEN) and all(c["waveform"].shape[-1] > 0 for c in clips)
-    with pytest.raises(ValueError, match="^Qwen3-TTS Render Lines: batching must be one of static, continuous, "
+    with pytest.raises(ValueError, match="^Qwen3-TTS Render Lines: batching must be one of continuous, static, "
                                          "got 'paged'"):
         render(nodes, base_model, bank, batching="paged")
 
