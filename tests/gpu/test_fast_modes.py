@@ -1,4 +1,5 @@
-"""graphs and fused give the op-by-op (lean) codes in fp32 on the GPU, through the public API."""
+"""graphs and fused give the op-by-op (lean) codes in fp32 on the GPU, through the public API, in static batches (the
+continuous batch's own: tests/gpu/test_continuous.py)."""
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ def codes(tts, mode: str, k: int, sampled: bool, voice, batch: int) -> list[torc
     tts.patch.mode = mode
     try:
         lines = [Line(text, voice, "English") for text in TEXTS[:batch]]
-        return [c.cpu() for c in BatchTTS(tts).codes(lines, settings(k, sampled))]
+        return [c.cpu() for c in BatchTTS(tts).codes(lines, settings(k, sampled), continuous=False)]
     finally:
         tts.patch.mode = "auto"
 

@@ -1,6 +1,8 @@
 """What the pack declares to ComfyUI (morph/memory.py) is what a render takes, at the real 0.6B dims in bf16 and in
 the default mode: within 0.8-1.25 of the peak allocated above the render's start, x-vector and ICL voices, batch
-1 to 64 of 5 s lines (bench/batch.py reports the same figures for any configuration).
+1 to 64 of 5 s lines, in static batches and in the continuous batch (bench/batch.py reports the same figures for any
+configuration). The continuous batch's declaration misses: its codec call is the one fit to static batches' calls,
+and its captured calls measured far less (1.0-2.6x over, H100, bench/results/h100-2026-11-26c/NOTES.md).
 
 Each kind is measured in a process of its own, as a ComfyUI server's first render of the pack runs: that one also
 allocates what the process keeps from then on whatever runs (cuBLAS's workspace for each of the pack's streams,
@@ -36,7 +38,7 @@ def real_dims(tmp_path_factory):
     return build_random_model(tmp_path_factory.mktemp("0.6b"), "0.6b", "base", seed=0, dtype=torch.bfloat16)
 
 
-def measure(folder: str, kind: str) -> dict[int, tuple[int, int]]:
+def measure(folder: str, kind: str, continuous: bool) -> dict[int, tuple[int, int]]:
     """rows -> (peak above the start, declared) for each batch size, in this process (run in a fresh one)."""
     tts = MorphTTS.load(folder, device="cuda", dtype="bf16")
     voice = tts.make_voice(reference_wave(), 24000, REF_TEXT if kind == "icl" else None)
@@ -48,25 +50,28 @@ def measure(folder: str, kind: str) -> dict[int, tuple[int, int]]:
         torch.cuda.synchronize()
         start = torch.cuda.memory_allocated()
         with eos_suppressed(tts, FRAMES):
-            batch.render(lines, settings, batch_size=rows)  # warm: graphs and state for this shape
+            batch.render(lines, settings, batch_size=rows, continuous=continuous)  # warm: graphs, state for this shape
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-            batch.render(lines, settings, batch_size=rows)
+            batch.render(lines, settings, batch_size=rows, continuous=continuous)
             torch.cuda.synchronize()
         got[rows] = (torch.cuda.max_memory_allocated() - start,
-                     working_memory(tts, [(line.text, line.voice) for line in lines], settings, rows))
+                     working_memory(tts, [(line.text, line.voice) for line in lines], settings, rows,
+                                    continuous=continuous))
     return got
 
 
+@pytest.mark.parametrize("batching", ["static", pytest.param("continuous", marks=pytest.mark.xfail(
+    strict=True, reason="the continuous batch declares 1.0-2.6x its allocated peak on 5 s lines (module docstring)"))])
 @pytest.mark.parametrize("kind", ["xvector", "icl"])
-def test_declared_memory_is_within_a_quarter_of_the_peak(real_dims, kind):
+def test_declared_memory_is_within_a_quarter_of_the_peak(real_dims, kind, batching):
     code = ("import json, sys; from tests.gpu.test_memory import measure; "
-            "print(json.dumps(measure(sys.argv[1], sys.argv[2])))")
-    run = subprocess.run([sys.executable, "-c", code, str(real_dims), kind], capture_output=True, text=True,
+            "print(json.dumps(measure(sys.argv[1], sys.argv[2], sys.argv[3] == 'continuous')))")
+    run = subprocess.run([sys.executable, "-c", code, str(real_dims), kind, batching], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[2], timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     ratios = {int(rows): (round(declared / peak, 3), round(peak / 2**30, 3), round(declared / 2**30, 3))
               for rows, (peak, declared) in got.items()}
-    print(kind, "rows: (declared / peak, peak GiB above the start, declared GiB)", ratios)
+    print(kind, batching, "rows: (declared / peak, peak GiB above the start, declared GiB)", ratios)
     assert all(0.8 <= ratio <= 1.25 for ratio, _, _ in ratios.values()), ratios
