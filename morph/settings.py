@@ -27,10 +27,11 @@ EXTRA_SECONDS = 5.0
 
 # How a render batches its rows (Render Lines' and `cli.py render`'s `batching`, BatchTTS.render's `continuous`), and
 # how many at once: the continuous batch (the default wherever the speed mode runs the lean layers; morph/continuous.py
-# resolve_continuous) at 64 rendered the realistic 256-line script 1.27x as fast as static batches of 64 from a
-# process's second render, in a quarter of their memory, and as fast as ... (H100, bench/results/h100-2026-11-26c/NOTES.md);
-# static batches each wait for their longest row (upstream's own generate: the exact reference, what eager mode runs
-# either way). Here so that the CLI's help loads nothing of the engine.
+# resolve_continuous) at 64 rendered the realistic 256-line script 2.4x as fast as static batches of 16 (the previous
+# default) in about their memory, and 1.3x static batches of 64 in a quarter of theirs, from a process's second render
+# (its first: 8.3 s against 9.5 and 5.9 s; H100, bench/results/h100-2026-11-26c/NOTES.md). Static batches each wait
+# for their longest row (upstream's own generate: the exact reference, what eager mode runs either way). Here so that
+# the CLI's help loads nothing of the engine.
 BATCHING = ("continuous", "static")
 DEFAULT_BATCHING = "continuous"
 DEFAULT_BATCH_SIZE = 64
