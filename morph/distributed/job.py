@@ -158,8 +158,9 @@ class WorkerPool:
                on_lines: Callable[[list[tuple[int, int]]], None] | None = None,
                batching: str = DEFAULT_BATCHING) -> str:
         """Render the job's lines still to do over the pool, each planned batch on one worker as `batching` (one of
-        BATCHING) runs it there, then write its dialogue, subtitles and manifest; returns the subtitles. `on_lines([(script index, samples)])` follows each batch's files, `on_step(done,
-        total)` counts frame slots as the one-GPU scheduler does. `finish_line` runs on the workers (picklable)."""
+        BATCHING) runs it there, then write its dialogue, subtitles and manifest; returns the subtitles.
+        `on_lines([(script index, samples)])` follows each batch's files, `on_step(done, total)` counts frame slots as
+        the one-GPU scheduler does. `finish_line` runs on the workers (picklable)."""
         ray, who, todo = self.ray, self.who, job.todo()
         if todo:
             self._first("check", [job.lines[i] for i in todo], settings, who, job.labels(todo))
