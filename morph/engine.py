@@ -166,7 +166,8 @@ class MorphTTS:
 
     def _speak(self, line: Line, settings: GenerationSettings | None, on_step: OnStep | None, who: str,
                split_long_text: bool, words: Words = FOR_PYTHON) -> np.ndarray:
-        """A long text's segments are the rows of one batch (halved on out-of-memory like any batch)."""
+        """A long text's segments are the rows of one batch (halved on out-of-memory like any batch), the continuous
+        batch wherever the speed mode runs the lean layers (BatchTTS.render's default)."""
         return BatchTTS(self).render([line], settings, batch_size=None, on_step=on_step, who=who,
                                      split_long_text=split_long_text, words=words)[0]
 
@@ -176,7 +177,7 @@ class MorphTTS:
         In every mode but eager the line runs in the continuous batch (BatchTTS.render(continuous=True, on_chunk=...)):
         its first chunk holds its first 4 frames and comes once they are made (on a GPU, which learns a row's end 4
         frames late, once 8 are), the next ones every 4 frames up to frame 16 and every 16 after; its take is the
-        continuous batch's (each row's own random stream), not clone's. In eager mode (the exact reference) the whole
+        continuous batch's (each row's own random stream), as clone's is. In eager mode (the exact reference) the whole
         line is one chunk at its end. The line is checked here; the render runs on a thread of its own while the
         chunks are read, and closing the iterator (or dropping it) stops it before its next frame, its state freed by
         the time close() returns."""
