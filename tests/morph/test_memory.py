@@ -41,15 +41,15 @@ def test_rows_past_upstreams_first_window_declare_the_heaviest_call_of_their_res
 
 
 def test_a_line_whose_limit_passes_the_window_declares_that_call(lean, voices):
-    """A single line (the Generate nodes' render): its declaration covers the call of upstream's decoder on a full
-    window once the line's frame limit reaches past the first two, and a line held to the first window's frames
-    declares no such call."""
+    """A single line in static batches (eager mode's Generate nodes): its declaration covers the call of upstream's
+    decoder on a full window once the line's frame limit reaches past the first two, and a line held to the first
+    window's frames declares no such call."""
     text = "A line long enough that its frame limit reaches well past the first two windows of the codec. " * 2
     long, short = GenerationSettings(max_new_tokens=700), GenerationSettings(max_new_tokens=250)
     assert long.frame_limit(text) == 700
     window = memory._upstream_codec_call(lean.tts.model, CODEC_WINDOW)
-    assert memory.working_memory(lean, [(text, voices["xvec"])], long, 1) > window
-    assert memory.working_memory(lean, [(text, voices["xvec"])], short, 1) < window
+    assert memory.working_memory(lean, [(text, voices["xvec"])], long, 1, continuous=False) > window
+    assert memory.working_memory(lean, [(text, voices["xvec"])], short, 1, continuous=False) < window
 
 
 def _live_row_calls(codec, monkeypatch, frames: int) -> list[int]:

@@ -155,7 +155,7 @@ def test_render_sizes_its_pool_to_the_widest_rows_or_takes_the_one_given(lean, v
     assert lean.patch.loop.last_run["pages"] != run["pages"]
     assert all(torch.equal(torch.from_numpy(a), torch.from_numpy(b)) for a, b in zip(sized, given, strict=True))
     with pytest.raises(ValueError, match="set continuous=True"):
-        BatchTTS(lean).render(lines, settings, batch_size=2, kv_cache_bytes=1 << 20)
+        BatchTTS(lean).render(lines, settings, batch_size=2, kv_cache_bytes=1 << 20, continuous=False)
 
 
 def test_a_preempted_rows_audio_is_its_take_from_the_start(lean, voices, monkeypatch):
