@@ -292,8 +292,10 @@ def write(engine, parsed, lines, store, language, settings, args) -> int:
     continuous = bool(todo) and not pool and continuous_for(engine(), args.batching, "--batching")
     if todo:
         where = f"{len(engine().actors)} workers" if pool else str(engine().device)
-        how = ("continuous batches" if args.batching == "continuous" else "static batches") if pool \
-            else "a continuous batch" if continuous else "static batches"
+        if pool:  # each worker runs its batches as its own speed mode allows (continuous_for)
+            how = "continuous batches" if args.batching == "continuous" else "static batches"
+        else:
+            how = "a continuous batch" if continuous else "static batches"
         print(f"rendering {len(lines) - kept} of {len(lines)} lines on {where}, {args.batch_size} at a time in {how}"
               + (f" ({kept} already in {store.folder})" if kept else ""), file=sys.stderr)
     try:

@@ -133,12 +133,9 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
                     jobs.append(run_script_job(batch, lines, settings, size, continuous))
         return e2e_walls, audio, e2e_peak, jobs
 
-    if first:
-        e2e_walls, audio, e2e_peak, jobs = end_to_end()
-        warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s = decode_only()
-    else:
-        warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s = decode_only()
-        e2e_walls, audio, e2e_peak, jobs = end_to_end()
+    ran = {part: part() for part in ((end_to_end, decode_only) if first else (decode_only, end_to_end))}
+    warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s = ran[decode_only]
+    e2e_walls, audio, e2e_peak, jobs = ran[end_to_end]
     wall = float(np.median(walls))
     e2e_wall = float(np.median(e2e_walls))
     e2e_audio_s = sum(a.size for a in audio) / SAMPLE_RATE
