@@ -93,6 +93,26 @@ def test_script_job_ends_each_row_where_the_render_does(tiny_dir, tmp_path):
     assert row["audio_s"] == row["end_to_end_audio_s"] == row["script_job_audio_s"] == pytest.approx(ends * 0.08)
 
 
+@pytest.mark.parametrize("first", [False, True])
+def test_first_renders_end_to_end_before_any_decode_only_pass(tiny_dir, tmp_path, monkeypatch, first):
+    """--first: the configuration's first render (BatchTTS.render) comes before its warm-up and decode-only passes
+    (BatchTTS.codes), as a user's first render after loading the model; without it, after them."""
+    from bench import batch
+    from tests.bench.conftest import _written
+
+    calls = []
+    for name in ("render", "codes"):
+        real = getattr(batch.BatchTTS, name)
+        monkeypatch.setattr(batch.BatchTTS, name, lambda self, *a, _n=name, _r=real, **k: calls.append(_n)
+                            or _r(self, *a, **k))
+    flags = ["--first"] if first else []
+    report = _written(batch.main, ["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--lines", "2",
+                                   "--frames", "4", "--warm-frames", "2", "--batch-sizes", "2", "--seq-groups", "5",
+                                   "--repeats", "2", "--no-script-job", *flags], tmp_path / "first.json")
+    assert "error" not in report["results"][0]
+    assert calls == (["render"] * 2 + ["codes"] * 3 if first else ["codes"] * 3 + ["render"] * 2)
+
+
 def test_a_skewed_script_holds_a_minute_long_line_in_every_64_among_short_ones():
     from bench.common import skewed_lines
     from morph.lines.text_split import MAX_SEGMENT_CHARS
