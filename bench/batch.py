@@ -12,7 +12,8 @@ every seq_groups of `--seq-groups` and every mode of `--modes`, measured three w
   Render Lines users wait for, `ScriptJob.run` of the same lines into a fresh folder: the render, each line smoothed
   (postprocess.smooth) and written with the manifest, the SRT, and the dialogue joined and written.
 Per configuration the JSON reports wall time, aggregate x real time (seconds of audio of all
-lines per wall second) and peak allocated memory both ways, the weights and what morph/memory.py declares
+lines per wall second) and peak memory both ways (allocated, plus what the CUDA graphs held: bench/workload.py), the
+weights and what morph/memory.py declares
 for the render (on CUDA also its ratio to the end-to-end peak above what the process held before its first render:
 the weights, the voices and the cuBLAS workspaces of the caller's stream that making them allocated, none of them
 the render's, as a host's memory manager finds them already taken; and, as before, to the peak above the weights
@@ -47,7 +48,7 @@ import torch
 
 from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, model_dims, run_info, save
 from bench.lines import add_line_args, bench_lines
-from bench.workload import eos_suppressed, peak_bytes, sync
+from bench.workload import eos_suppressed, graph_bytes, peak_bytes, sync
 from morph.decode.runner import MODES, check_mode
 from morph.lines.script import parse_script
 from morph.lines.store import LineStore
@@ -97,6 +98,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
             last_run = dict(getattr(tts.patch, "last_run", {}) or {})
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()
+            graphs = graph_bytes(device)  # captured by the warm-up
             walls, codes = [], []
             for _ in range(repeats):
                 sync(device)
@@ -109,7 +111,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
             # the continuous batch's pool (render's own size, or kv_cache_bytes) and the rows it preempted
             pages = {k: tts.patch.last_run.get(k) for k in ("pages", "page", "peak_pages", "preemptions")} \
                 if continuous else {}
-            peak = peak_bytes(device)
+            peak = peak_bytes(device) + graphs
             sync(device)
             start = time.perf_counter()
             batch.decode(codes, [line.voice for line in ordered])
@@ -123,12 +125,13 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
             for _ in range(repeats):  # the render, then the script job (what front ends run), in turn
                 if device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats()
+                graphs = graph_bytes(device)  # what the graphs held as the render began (bench/workload.py)
                 sync(device)
                 start = time.perf_counter()
                 audio = batch.render(lines, settings, batch_size=size, continuous=continuous, **paged)
                 sync(device)
                 e2e_walls.append(time.perf_counter() - start)
-                e2e_peak = max(e2e_peak, peak_bytes(device))
+                e2e_peak = max(e2e_peak, peak_bytes(device) + graphs)
                 if script_job:  # what the front ends run
                     jobs.append(run_script_job(batch, lines, settings, size, continuous))
         return e2e_walls, audio, e2e_peak, jobs
@@ -256,7 +259,7 @@ def main(argv=None) -> dict:
 
     tts = load_bench_model(args)
     batch, lines, ends, frames = bench_lines(tts, args)
-    held = torch.cuda.memory_allocated(tts.device) if tts.device.type == "cuda" else 0
+    held = torch.cuda.memory_allocated(tts.device) + graph_bytes(tts.device) if tts.device.type == "cuda" else 0
 
     results = []
     report = dict(

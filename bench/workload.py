@@ -1,10 +1,17 @@
 """What every bench speaks, and how it reads the device: the fixed line and reference voice, EOS held
-back so random weights speak a set number of frames, and the device's sync and peak memory."""
+back so random weights speak a set number of frames, and the device's sync and peak memory.
+
+A render's memory on CUDA is torch's allocated peak plus what the CUDA graphs it replays hold outside that counter
+(graph_bytes): a render's footprint is its allocated peak plus the graph memory held when it began, the most of that
+over a run's renders. It leaves out graphs captured during a render before its peak (a first render's), so it reads
+a process's first render low by those; a later render replays them all."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import resource
+import sys
 
 import torch
 
@@ -53,3 +60,26 @@ def peak_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated()
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # process peak RSS on CPU
+
+
+CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2  # the driver API's CUgraphMem_attribute
+
+
+def graph_bytes(device: torch.device) -> int:
+    """What captured CUDA graphs hold on `device` that torch.cuda.memory_allocated does not count: under
+    cudaMallocAsync CUDA's graph memory pool (captures allocate there, and it keeps what they took), under the native
+    allocator the free blocks of torch's private pools (the graphs' own: a replay uses them, the counter sees only the
+    blocks their capture left in use). 0 off CUDA."""
+    if device.type != "cuda":
+        return 0
+    if torch.cuda.get_allocator_backend() == "cudaMallocAsync":
+        driver = ctypes.CDLL("nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1")
+        value = ctypes.c_uint64()
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        status = driver.cuDeviceGetGraphMemAttribute(index, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
+                                                     ctypes.byref(value))
+        if status != 0:
+            raise RuntimeError(f"cuDeviceGetGraphMemAttribute failed with CUDA error {status}")
+        return value.value
+    return sum(segment["total_size"] - segment["allocated_size"] for segment in torch.cuda.memory_snapshot()
+               if tuple(segment["segment_pool_id"]) != (0, 0))

@@ -51,7 +51,7 @@ import torch
 
 from .codec.calls import LIVE_CHUNK, call_width, chunk_for
 from .codec.pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows, pieces, row_frames
-from .continuous import resolve_continuous, runs_lean
+from .continuous import replays_graphs, resolve_continuous, runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .masked_attention import SCORES_BYTES
@@ -78,6 +78,17 @@ LEAN_CODEC_BYTES_PER_ROW_FRAME = int(1.85 * 2**20)
 LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW = int(2.5 * 2**20)
 LEAN_CODEC_WORKSPACE = 16 * 2**20
 AUDIO_COPIES = 6
+# In the fast modes the live rows' calls replay CUDA graphs (morph/codec/captured.py), and the graphs hold their
+# calls' activations for as long as they are kept: in CUDA's graph memory pool under cudaMallocAsync, where torch's
+# allocated counter does not see them, and in torch's private pools under the native allocator. Against the widest
+# call's op-by-op bytes (the widest captured first, as LiveRows.warm does), with CAPTURED_GRAPHS, they held (H100,
+# 0.6B dims, bf16, 5 s lines at 1 to 64 rows, bench/results/h100-2026-11-26d/NOTES.md) about 1.25x under
+# cudaMallocAsync; under the native allocator from about 1x for a call of one row to 3x for one of 32, its private
+# pool fragmented by the larger activations (NATIVE_CAPTURED_SHARE).
+ASYNC_CAPTURED_SHARE = 1.25
+NATIVE_CAPTURED_SHARE = (1.0, 16, 3.0)  # 1 + rows / 16, at most 3
+# the frame step's graphs, one per width bucket, and the smaller codec shapes' leftovers
+CAPTURED_GRAPHS = 64 * 2**20
 
 
 def _rows(lines, settings: GenerationSettings, instruct: str, count) -> list[tuple[int, int, int]]:
@@ -105,7 +116,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     model = tts.tts.model
     shape = _Shape(model)
     if resolve_continuous(tts, continuous, device):
-        return _continuous(tts, shape, rows, width)
+        return _continuous(tts, shape, rows, width, replays_graphs(tts, device))
     rows.sort(key=lambda r: -(r[0] + r[1]))
     batch = rows[:width]  # the largest rows, batched together
     prompt = max(p for p, _, _ in batch)
@@ -123,8 +134,8 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     return int(state + max(prefill, codec) + WORKSPACE)
 
 
-def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: int) -> int:
-    """The continuous batch's need (module docstring)."""
+def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: int, captured: bool) -> int:
+    """The continuous batch's need (module docstring); captured: its codec calls replay CUDA graphs."""
     needs = [p + f + 1 for p, f, _ in rows]  # prompt, frames and the EOS slot (morph/continuous.py run_rows)
     pool = requeue_pool_pages([(p, f) for p, f, _ in rows], width) * KV_PAGE * shape.kv_per_token
     state = width * (capacity_for(max(needs)) * shape.hidden_bytes
@@ -137,7 +148,16 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: i
     # in a call of no more row-frames); each live row keeps its codec state, and a call holds a copy of its rows'
     # states, as does its captured graph (morph/codec/captured.py)
     per_call = min(call_width(width), call_rows(LIVE_CHUNK))
-    codec = max(_lean_codec_call(LIVE_CHUNK, per_call), _lean_codec_call(_live_row_call([c for _, _, c in rows]), 1))
+    codec_frames = [c for _, _, c in rows]
+    restart = _lean_codec_call(_live_row_call(codec_frames), 1)
+    if captured:
+        # the graphs hold their calls' activations all along; op by op beside them, a window's restart and an ICL
+        # voice's priming (LeanCodec.primed: its reference a chunk at a time, once a voice)
+        primes = any(c > f for _, f, c in rows)
+        beside = restart if max(codec_frames) > UPSTREAM_CHUNK else _lean_codec_call(LIVE_CHUNK, 1) if primes else 0
+        codec = _captured_codec_calls(LIVE_CHUNK, per_call) + beside
+    else:
+        codec = max(_lean_codec_call(LIVE_CHUNK, per_call), restart)
     codec += (width + 2 * per_call) * _codec_row_state(tts)
     codec += AUDIO_COPIES * 4 * tts.codec.upsample * LIVE_CHUNK * per_call
     return int(pool + state + prefill + codec + WORKSPACE)
@@ -161,6 +181,17 @@ def _lean_codec_call(frames: int, rows: int) -> int:
     """One lean codec call of `rows` rows of `frames` frames: its activations and cuDNN's workspaces."""
     per_row_frame = LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW if rows == 1 else LEAN_CODEC_BYTES_PER_ROW_FRAME
     return per_row_frame * rows * frames + LEAN_CODEC_WORKSPACE
+
+
+def _captured_codec_calls(frames: int, rows: int) -> int:
+    """The live codec's captured graphs, the widest a call of `rows` rows of `frames` frames, and the frame step's
+    (CAPTURED_GRAPHS), under the process's CUDA allocator (ASYNC_CAPTURED_SHARE, NATIVE_CAPTURED_SHARE)."""
+    if torch.cuda.get_allocator_backend() == "cudaMallocAsync":
+        share = ASYNC_CAPTURED_SHARE
+    else:
+        base, rows_per_step, most = NATIVE_CAPTURED_SHARE
+        share = min(most, base + rows / rows_per_step)
+    return int(share * (_lean_codec_call(frames, rows) - LEAN_CODEC_WORKSPACE)) + CAPTURED_GRAPHS
 
 
 def _codec_row_state(tts) -> int:

@@ -76,3 +76,27 @@ def test_a_live_row_past_the_first_window_declares_its_windows_restart(lean, mon
     assert max(past) > LIVE_CHUNK and memory._live_row_call([340]) >= max(past)
     inside = _live_row_calls(lean.codec, monkeypatch, 250)
     assert max(inside) == memory._live_row_call([250]) == LIVE_CHUNK
+
+
+def test_an_icl_voices_priming_is_declared_beside_the_captured_calls(lean, voices, monkeypatch):
+    """An ICL voice's reference is decoded op by op, a chunk at a time, once a voice (LeanCodec.primed), while the
+    live codec's captured graphs hold their memory: the declaration of a captured continuous render counts that
+    one-row chunk call for ICL rows and not for x-vector ones (a 1-row ICL render peaked 56 MiB above the x-vector
+    one, H100, bench/results/h100-2026-11-26d/NOTES.md)."""
+    calls, decode = [], lean.codec.decode
+    monkeypatch.setattr(lean.codec, "decode", lambda codes, state: calls.append(codes.shape[:2]) or decode(codes,
+                                                                                                         state))
+    lean.codec.primed(voices["icl"].ref_code, torch.device("cpu"))
+    monkeypatch.undo()
+    assert calls and max(frames for _, frames in calls) == LIVE_CHUNK and {rows for rows, _ in calls} == {1}
+    settings = GenerationSettings(max_new_tokens=60)
+    shape = memory._Shape(lean.tts.model)
+
+    def declared(voice, captured):
+        rows = memory._rows([("A line of about five seconds.", voice)], settings, "", memory.token_count(lean))
+        return memory._continuous(lean, shape, rows, 1, captured)
+
+    beside_graphs = declared(voices["icl"], True) - declared(voices["xvec"], True)
+    op_by_op = declared(voices["icl"], False) - declared(voices["xvec"], False)
+    assert beside_graphs - op_by_op == memory._lean_codec_call(LIVE_CHUNK, 1)
+

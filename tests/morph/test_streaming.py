@@ -269,3 +269,15 @@ def test_a_dropped_row_opened_again_gets_none_of_its_first_lifes_audio(wide_code
     got, want = live.pump(flush=True), fresh.pump(flush=True)
     assert [(name, chunk.size) for name, chunk, _ in got] == [("a", 4 * FRAME)] and not live.rows
     np.testing.assert_array_equal(got[0][2], want[0][2])
+
+
+def test_the_live_codec_makes_ready_its_heaviest_call_first(lean, monkeypatch):
+    """LiveRows.warm makes each call shape ready widest first: the native allocator's captures reuse their shared
+    pool's free memory only for calls no larger (memory.py NATIVE_CAPTURED_SHARE)."""
+    calls, decode = [], lean.codec.decode
+    monkeypatch.setattr(lean.codec, "decode", lambda codes, state: calls.append(tuple(codes.shape[:2])) or decode(
+        codes, state))
+    LiveRows(lean.codec, torch.device("cpu"), None).warm(8, (FIRST_GRID, LIVE_CHUNK))
+    monkeypatch.undo()
+    assert sorted(calls) == sorted((w, t) for w in (1, 2, 4, 8) for t in (FIRST_GRID, LIVE_CHUNK))
+    assert [w * t for w, t in calls] == sorted((w * t for w, t in calls), reverse=True)
