@@ -8,8 +8,8 @@ the Python API) runs it here, so each writes the same files and resumes the same
 
 Each line is fingerprinted (morph/lines/store.py) from what decides its audio; `reuse()` reads back a line whose file
 and fingerprint an earlier run left instead of rendering it again. The others go to the scheduler in one render, and
-each is written (after the front end's `finish_line`, e.g. smoothing) the moment it is complete, so a crash or a
-cancel loses only lines still in flight. Then the subtitles and the manifest of exactly this script. A file that
+each is written (after the front end's `finish_line`, e.g. smoothing) as soon as it is complete, on a thread beside
+the render (`_LineWriter`), so a crash or a cancel loses only lines still in flight. Then the subtitles and the manifest of exactly this script. A file that
 cannot be written stops the job with what is kept and how to go on (`stopped`).
 """
 
@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import queue
+import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -132,9 +134,10 @@ class ScriptJob:
         try:
             if todo:
                 rendering = [self.lines[i] for i in todo]
-                BatchTTS(prepare(rendering)).render(rendering, settings, batch_size=batch_size, on_step=on_step,
-                                                    on_line=finished, who=who, labels=self.labels(todo), words=words,
-                                                    continuous=continuous)
+                with _LineWriter(finished) as hand_over:
+                    BatchTTS(prepare(rendering)).render(rendering, settings, batch_size=batch_size, on_step=on_step,
+                                                        on_line=hand_over, who=who, labels=self.labels(todo),
+                                                        words=words, continuous=continuous)
             clips = [audio[i] for i in range(len(self.lines))]
             dialogue, _ = join_clips(clips, float(pause_seconds))
             return ScriptResult(clips, dialogue, self.finish(pause_seconds), kept)
@@ -144,3 +147,44 @@ class ScriptJob:
     def labels(self, indices: Sequence[int]) -> list[str]:
         """How messages name these script lines."""
         return [f"script line {self.parsed[i].number}, {self.parsed[i].name}" for i in indices]
+
+
+class _LineWriter:
+    """Each line `finish`ed (smoothed, written, recorded) on a thread of its own, in the order the render hands them
+    over: the render's thread, the continuous batch's frame loop, goes on meanwhile. Finishing on that thread took
+    1.6-1.7 s of the 256-line script's 4.6 s job at batch 64 (H100, bench/results/h100-2026-11-26c/NOTES.md).
+
+    A line that fails to finish (a file that cannot be written) stops the render at its next line, with that error;
+    the lines after it are not written. Leaving the block waits for every line handed over, so a render that stops
+    (an interrupt, an error) keeps the lines it finished."""
+
+    def __init__(self, finish: Callable[[int, np.ndarray], None]):
+        self.finish = finish
+        self.error: BaseException | None = None
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._drain, name="morph-line-writer", daemon=True)
+
+    def __enter__(self) -> Callable[[int, np.ndarray], None]:
+        self.thread.start()
+        return self.hand_over
+
+    def hand_over(self, k: int, wav: np.ndarray) -> None:
+        if self.error is not None:
+            raise self.error
+        self.queue.put((k, wav))
+
+    def _drain(self) -> None:
+        while (item := self.queue.get()) is not None:
+            if self.error is None:
+                try:
+                    self.finish(*item)
+                except BaseException as e:  # handed to the render's thread: it raises it
+                    self.error = e
+
+    def __exit__(self, kind, value, traceback) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None and value is None:
+            raise self.error
+        if self.error is not None and value is not self.error:
+            log.error("a line could not be finished after the render stopped: %s", self.error)

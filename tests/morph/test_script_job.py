@@ -5,6 +5,8 @@ import json
 import logging
 import os
 import re
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -91,3 +93,28 @@ def test_a_file_changed_after_it_was_recorded_is_rendered_again(tiny_tts, voice,
     (tmp_path / "s_0002_A.wav").write_bytes((tmp_path / "s_0001_A.wav").read_bytes())  # another line's take
     kept, again = run(tiny_tts, voice, tmp_path)
     assert kept == 3 and np.array_equal(again.clips[1], first.clips[1])
+
+
+def test_lines_are_finished_beside_the_render_and_all_of_them_before_the_job_returns(tiny_tts, voice, tmp_path):
+    """Each line is smoothed and written on a thread of its own while the render goes on (the first line's finish
+    waits until the render has stepped again, which would never happen were it finished on the render's thread), in
+    the order the render hands them over, and the job returns with every file written and recorded."""
+    steps, finished_on, went_on, handed = [], [], [], []
+
+    def finish(wav):
+        if not finished_on:
+            seen, deadline = len(steps), time.monotonic() + 30
+            while len(steps) == seen and time.monotonic() < deadline:
+                time.sleep(0.005)
+            went_on.append(len(steps) > seen)
+        finished_on.append(threading.current_thread())
+        return wav
+
+    _, result = run(tiny_tts, voice, tmp_path, finish_line=finish, on_step=lambda *progress: steps.append(progress),
+                    on_line=lambda i, wav: handed.append(i))
+    assert went_on == [True]
+    assert len(finished_on) == 4 and threading.current_thread() not in finished_on
+    assert sorted(handed) == [0, 1, 2, 3] and len(result.clips) == 4
+    recorded = json.loads((tmp_path / "s_lines.json").read_text())["lines"]
+    assert sorted(recorded) == ["0001", "0002", "0003", "0004"]
+    assert all((tmp_path / entry["file"]).exists() for entry in recorded.values())
