@@ -13,15 +13,18 @@ The continuous batch (what render runs by default wherever the lean layers do, m
     padded to the longest prompt: their keys and values, kept until the rows joined, one layer's activations per
     token and the attention scores (morph/masked_attention.py bounds them);
   - codec: each row decoded while it is made, beside the frame loop on the codec's stream (morph/codec/live.py),
-    in calls of LIVE_CHUNK frames of up to DECODE_ROW_FRAMES row-frames, LEAN_CODEC_BYTES_PER_ROW_FRAME each plus
+    in calls of LIVE_CHUNK frames of up to LIVE_ROW_FRAMES row-frames, LEAN_CODEC_BYTES_PER_ROW_FRAME each plus
     cuDNN's workspaces, or a row's restart of a window past upstream's first behind its context if that is larger,
-    and every live row's codec state;
-  - WORKSPACE: cuBLAS's workspaces, the CUDA graphs' pool, the sampler's and the code predictor's scratch.
-The pool, the state and WORKSPACE for the whole render, and a prefill and a codec call on top: the codec's calls
-come all along the render, on their own stream, so a group's prefill meets one. At the 0.6B dims in bf16 this
-declared 0.98x a 60 s line's peak and 0.86x a 20 s line's (H200, bench/results/h200-2026-11-26d/NOTES.md) and 1.11x
-the 256-line script's at batch 64 (H100, bench/results/h100-2026-11-26/NOTES.md), above what the process held before
-its first render (the weights, the voices and the cuBLAS workspaces of the caller's stream: a host finds them taken).
+    and every live row's codec state. In the fast modes the calls replay CUDA graphs, which keep their activations
+    for the whole render (ASYNC_CAPTURED_SHARE, NATIVE_CAPTURED_SHARE), a restart or an ICL voice's priming op by op
+    beside them;
+  - WORKSPACE: cuBLAS's workspaces, the sampler's and the code predictor's scratch.
+The pool, the state and WORKSPACE for the whole render, and a prefill and the codec on top: the codec's calls come
+all along the render, on their own stream, so a group's prefill meets one. At the 0.6B dims in bf16 this declared
+0.89-1.16x the peaks of 5 s lines at 1 to 64 rows under either allocator, the graphs' memory counted
+(tests/gpu/test_memory.py), and 0.95x the 256-line script's at batch 64 (H100, bench/results/h100-2026-11-26d/NOTES.md),
+above what the process held before its first render (the weights, the voices and the cuBLAS workspaces of the
+caller's stream: a host finds them taken).
 
 A static batch (what render runs in eager mode, or asked with continuous=False; Render Lines' and `cli.py render`'s
 batching static) holds:
@@ -49,7 +52,7 @@ from typing import Sequence
 
 import torch
 
-from .codec.calls import LIVE_CHUNK, call_width, chunk_for
+from .codec.calls import LIVE_CHUNK, LIVE_ROW_FRAMES, call_width, chunk_for
 from .codec.pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows, pieces, row_frames
 from .continuous import replays_graphs, resolve_continuous, runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
@@ -86,7 +89,7 @@ AUDIO_COPIES = 6
 # cudaMallocAsync; under the native allocator from about 1x for a call of one row to 3x for one of 32, its private
 # pool fragmented by the larger activations (NATIVE_CAPTURED_SHARE).
 ASYNC_CAPTURED_SHARE = 1.25
-NATIVE_CAPTURED_SHARE = (1.0, 16, 3.0)  # 1 + rows / 16, at most 3
+NATIVE_CAPTURED_SHARE = (1.0, 12, 3.0)  # 1 + rows / 12, at most 3
 # the frame step's graphs, one per width bucket, and the smaller codec shapes' leftovers
 CAPTURED_GRAPHS = 64 * 2**20
 
@@ -147,7 +150,7 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: i
     # every live row is decoded LIVE_CHUNK frames at a time, its rows padded to a power of two (an ended row's rest
     # in a call of no more row-frames); each live row keeps its codec state, and a call holds a copy of its rows'
     # states, as does its captured graph (morph/codec/captured.py)
-    per_call = min(call_width(width), call_rows(LIVE_CHUNK))
+    per_call = min(call_width(width), call_rows(LIVE_CHUNK, LIVE_ROW_FRAMES))
     codec_frames = [c for _, _, c in rows]
     restart = _lean_codec_call(_live_row_call(codec_frames), 1)
     if captured:

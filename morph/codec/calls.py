@@ -23,6 +23,11 @@ MIN_CALL_ROW_FRAMES = 128
 # call), every live row in the same few calls, their rows padded to a power of two (call_width).
 FIRST_GRID = 4
 LIVE_CHUNK = CHUNK
+# The most row-frames of one live call (16 rows of LIVE_CHUNK frames). In the fast modes each call shape is a CUDA
+# graph that keeps its activations (morph/memory.py counts them), so the widest call sets what they hold: calls of 256
+# row-frames instead of the static batch's 512 held 0.6 GiB less over the 256-line script at batch 64 and rendered it
+# as fast (2.58-3.14 s against 2.74-3.20 end to end, H200, bench/results/h100-2026-11-26d/NOTES.md).
+LIVE_ROW_FRAMES = 256
 
 
 def call_width(n: int) -> int:

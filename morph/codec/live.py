@@ -18,9 +18,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .calls import call_width
+from .calls import LIVE_ROW_FRAMES, call_width
 from .layers import CodecState, LeanCodec
-from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows
+from .pieces import UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows
 from .side import on_side, take, to_host
 
 class _LiveRow:
@@ -39,7 +39,7 @@ class LiveRows:
     most `budget` row-frames; each row is a name, opened, fed its frames in order, and read back with pump()."""
 
     def __init__(self, codec: LeanCodec, device: torch.device, stream: "torch.cuda.Stream | None",
-                 budget: int = DECODE_ROW_FRAMES, captured: bool = False):
+                 budget: int = LIVE_ROW_FRAMES, captured: bool = False):
         """captured: the calls replay CUDA graphs (LeanCodec.captured), in the fast modes."""
         self.codec, self.device, self.stream, self.budget = codec, device, stream, budget
         self._captured = codec.captured(device) if captured else None
