@@ -156,8 +156,11 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: i
     if captured:
         # the graphs hold their calls' activations all along; op by op beside them, a window's restart and an ICL
         # voice's priming (LeanCodec.primed: its reference a chunk at a time, once a voice)
-        primes = any(c > f for _, f, c in rows)
-        beside = restart if max(codec_frames) > UPSTREAM_CHUNK else _lean_codec_call(LIVE_CHUNK, 1) if primes else 0
+        beside = 0
+        if max(codec_frames) > UPSTREAM_CHUNK:
+            beside = restart
+        elif any(c > f for _, f, c in rows):
+            beside = _lean_codec_call(LIVE_CHUNK, 1)
         codec = _captured_codec_calls(LIVE_CHUNK, per_call) + beside
     else:
         codec = max(_lean_codec_call(LIVE_CHUNK, per_call), restart)

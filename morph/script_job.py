@@ -9,8 +9,9 @@ the Python API) runs it here, so each writes the same files and resumes the same
 Each line is fingerprinted (morph/lines/store.py) from what decides its audio; `reuse()` reads back a line whose file
 and fingerprint an earlier run left instead of rendering it again. The others go to the scheduler in one render, and
 each is written (after the front end's `finish_line`, e.g. smoothing) as soon as it is complete, on a thread beside
-the render (`_LineWriter`), so a crash or a cancel loses only lines still in flight. Then the subtitles and the manifest of exactly this script. A file that
-cannot be written stops the job with what is kept and how to go on (`stopped`).
+the render (`_LineWriter`), so a crash or a cancel loses only lines still in flight. Then the subtitles and the
+manifest of exactly this script. A file that cannot be written stops the job with what is kept and how to go on
+(`stopped`).
 """
 
 from __future__ import annotations
