@@ -37,14 +37,6 @@ def runs_lean(tts, device: torch.device | None = None) -> bool:
     return runner.resolve(tts.patch.mode, device or tts.device, tts.patch.loop.lean_check) != "eager"
 
 
-def replays_graphs(tts, device: torch.device | None = None) -> bool:
-    """Whether a render replays CUDA graphs (the frame step's, the live codec's calls): in the fast modes, as the mode
-    runs on `device` (runs_lean)."""
-    from .decode import runner  # the decode path loads with a model, not with the nodes
-
-    return runner.resolve(tts.patch.mode, device or tts.device, tts.patch.loop.lean_check) in runner.FAST_MODES
-
-
 def continuous_for(tts, batching: str, who: str, device: torch.device | None = None) -> bool:
     """Whether a render asked for `batching` (one of BATCHING) runs the continuous batch on `device` (runs_lean):
     "continuous" does wherever the speed mode runs the lean layers, and runs upstream's static batches in eager

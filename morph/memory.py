@@ -54,7 +54,7 @@ import torch
 
 from .codec.calls import LIVE_CHUNK, LIVE_ROW_FRAMES, call_width, chunk_for
 from .codec.pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows, pieces, row_frames
-from .continuous import replays_graphs, resolve_continuous, runs_lean
+from .continuous import resolve_continuous, runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .masked_attention import SCORES_BYTES
@@ -119,7 +119,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     model = tts.tts.model
     shape = _Shape(model)
     if resolve_continuous(tts, continuous, device):
-        return _continuous(tts, shape, rows, width, replays_graphs(tts, device))
+        return _continuous(tts, shape, rows, width, _replays_graphs(tts, device))
     rows.sort(key=lambda r: -(r[0] + r[1]))
     batch = rows[:width]  # the largest rows, batched together
     prompt = max(p for p, _, _ in batch)
@@ -135,6 +135,14 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     else:
         codec = _upstream_codec_call(model, _largest_codec_call([c for _, _, c in rows], width))
     return int(state + max(prefill, codec) + WORKSPACE)
+
+
+def _replays_graphs(tts, device: torch.device | None) -> bool:
+    """Whether a render replays CUDA graphs (the frame step's, the live codec's calls): in the fast modes, as the mode
+    runs on `device` (the model's own when None)."""
+    from .decode import runner  # the decode path loads with a model, not with the nodes
+
+    return runner.resolve(tts.patch.mode, device or tts.device, tts.patch.loop.lean_check) in runner.FAST_MODES
 
 
 def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: int, captured: bool) -> int:
