@@ -32,9 +32,7 @@ def runs_lean(tts, device: torch.device | None = None) -> bool:
     """Whether a render runs the lean path (the continuous batch, the lean codec): in every mode but eager, as the
     mode runs on `device` (the model's own when None; a host's memory manager that has offloaded the model names the
     device it loads it back to)."""
-    from .decode import runner  # the decode path loads with a model, not with the nodes
-
-    return runner.resolve(tts.patch.mode, device or tts.device, tts.patch.loop.lean_check) != "eager"
+    return tts.patch.resolved_mode(device or tts.device) != "eager"
 
 
 def continuous_for(tts, batching: str, who: str, device: torch.device | None = None) -> bool:

@@ -140,9 +140,9 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
 def _replays_graphs(tts, device: torch.device | None) -> bool:
     """Whether a render replays CUDA graphs (the frame step's, the live codec's calls): in the fast modes, as the mode
     runs on `device` (the model's own when None)."""
-    from .decode import runner  # the decode path loads with a model, not with the nodes
+    from .decode.runner import FAST_MODES  # the decode path loads with a model, not with the nodes
 
-    return runner.resolve(tts.patch.mode, device or tts.device, tts.patch.loop.lean_check) in runner.FAST_MODES
+    return tts.patch.resolved_mode(device or tts.device) in FAST_MODES
 
 
 def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: int, captured: bool) -> int:

@@ -93,6 +93,10 @@ class MorphPatch:
             self._capture = False
         raise RuntimeError("morph: upstream's generate returned without calling the talker; install qwen-tts 0.1.1")
 
+    def resolved_mode(self, device) -> str:
+        """What the mode runs as on `device`: eager, lean, graphs or fused (runner.resolve)."""
+        return runner.resolve(self.mode, device, self.loop.lean_check)
+
     @property
     def last_run(self) -> dict:
         """What the last call did: mode, frames, capture seconds, cache capacity."""
