@@ -9,9 +9,9 @@ The continuous batch (what render runs by default wherever the lean layers do, m
     capacity (twice the largest row's prompt, frames and EOS slot, rounded up to a power of two), the text's hidden
     states a slot of half that (a row reads them by its own frame); the step's hidden states are the static loop's
     alone;
-  - prefill: a group of up to `batch_size` joining rows through the lean layers (morph/decode/prefill.py), every row
-    padded to the longest prompt: their keys and values, kept until the rows joined, one layer's activations per
-    token and the attention scores (morph/masked_attention.py bounds them);
+  - prefill: a slice of joining rows through the lean layers (morph/decode/groups.py, prefill.py), up to
+    PREFILL_TOKENS tokens of prompts padded to the longest: their keys and values, kept until the rows joined, one
+    layer's activations per token and the attention scores (morph/masked_attention.py bounds them);
   - codec: each row decoded while it is made, beside the frame loop on the codec's stream (morph/codec/live.py),
     in calls of LIVE_CHUNK frames of up to LIVE_ROW_FRAMES row-frames, LEAN_CODEC_BYTES_PER_ROW_FRAME each plus
     cuDNN's workspaces, or a row's restart of a window past upstream's first behind its context if that is larger,
@@ -59,7 +59,7 @@ from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .masked_attention import SCORES_BYTES
 from .prompts import prompt_tokens, token_count
-from .settings import KV_PAGE, GenerationSettings, capacity_for, requeue_pool_pages
+from .settings import KV_PAGE, PREFILL_TOKENS, GenerationSettings, capacity_for, requeue_pool_pages
 
 # Fit to the peaks of tests/gpu/test_memory.py on an H100 (0.6B dims, bf16, fused, 5 s lines, x-vector and ICL,
 # batch 1 to 64; bench/results/h100-2026-11-23/memory/): above the weights, 29 MiB per row (the state) plus
@@ -151,10 +151,11 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: i
     pool = requeue_pool_pages([(p, f) for p, f, _ in rows], width) * KV_PAGE * shape.kv_per_token
     state = width * (capacity_for(max(needs)) * shape.hidden_bytes
                      + capacity_for(2 * max(needs)) * (shape.groups + 1) * 8)
-    group = sorted((p for p, _, _ in rows), reverse=True)[:width]
-    prompt = group[0]
-    prefill = (len(group) * prompt * (shape.kv_per_token + shape.layer_bytes_per_token)
-               + min(SCORES_BYTES, len(group) * shape.heads * prompt * prompt * 4))
+    # a slice of a group (morph/decode/groups.py): up to PREFILL_TOKENS tokens of prompt, a row at least
+    prompt = max(p for p, _, _ in rows)
+    tokens = min(width * prompt, max(PREFILL_TOKENS, prompt))
+    prefill = (tokens * (shape.kv_per_token + shape.layer_bytes_per_token)
+               + min(SCORES_BYTES, tokens * shape.heads * prompt * 4))
     # every live row is decoded LIVE_CHUNK frames at a time, its rows padded to a power of two (an ended row's rest
     # in a call of no more row-frames); each live row keeps its codec state, and a call holds a copy of its rows'
     # states, as does its captured graph (morph/codec/captured.py)

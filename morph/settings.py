@@ -80,6 +80,11 @@ def pool_pages(row_needs: Sequence[int], width: int) -> int:
 # 0.25 instead of 0.5 took 1.3 GiB off the script's pool at batch 64 (0.6B dims) with the same speed, most pages in
 # use and no preemption, on the script and the skewed script (bench/results/h100-2026-11-26b/NOTES.md).
 POOL_FRAME_SHARE = 0.25
+# A group's prefill holds its keys and values and one layer's activations for every token of its prompts, padded to
+# the longest, until its rows have joined (morph/decode/groups.py): rows are prefilled a slice of at most this many
+# tokens at a time (at least one row), as serving engines bound a step's prefill tokens. At the 0.6B dims a
+# slice takes about 0.28 GiB, where the script's first 64 rows took 1.2 GiB at once.
+PREFILL_TOKENS = 2048
 
 
 def requeue_pool_pages(rows: Sequence[tuple[int, int]], width: int) -> int:

@@ -1,13 +1,13 @@
 """Rows that join the continuous batch together (morph/decode/slots.py): a group as its prompt was built, its prefill
-on the lean layers, and each of its rows waiting for a slot."""
+on the lean layers a slice at a time, and each of its rows waiting for a slot."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 
-from .prefill import lean_prefill
+from ..settings import PREFILL_TOKENS
+from .prefill import Prefilled, lean_prefill
 
 
 @dataclass
@@ -21,41 +21,50 @@ class Group:
     keys: list[int]
 
 
-@dataclass
-class GroupPrefill:
-    """A group's prefill (prefill.py), its trailing text [m, T, H] and pad [1, 1, H], kept until its rows joined."""
+class Slice:
+    """Rows of a group prefilled together (prefill.py) when the first of them joins: at most PREFILL_TOKENS tokens of
+    prompt, padded to the group's length. Its keys and values, last logits and hidden states are kept until its
+    rows have joined (the rows waiting for a slot refer to it), then let go with it."""
 
-    kv: list
-    logits: torch.Tensor
-    past_hidden: torch.Tensor
-    text: torch.Tensor
-    pad: torch.Tensor
-    length: int
+    def __init__(self, loop, st, prompt: dict, rows: slice, length: int):
+        self.loop, self.st, self.length = loop, st, length
+        self.embeds, self.mask = prompt["inputs_embeds"][rows], prompt["attention_mask"][rows]
+        self.text = prompt["trailing_text_hidden"][rows]  # [m, T, H]
+        self.pad = prompt["tts_pad_embed"].reshape(1, 1, -1)
+        self._out: Prefilled | None = None
+
+    def prefilled(self) -> Prefilled:
+        """The slice through the lean layers, with the rotary tables of the batch's state: once."""
+        if self._out is None:
+            loop = self.loop
+            self._out = lean_prefill(self.embeds, self.mask, loop.stack.weights(), loop.talker.model.norm.weight,
+                                     loop.talker.codec_head.weight, self.st.cos, self.st.sin, loop.stack.dims)
+        return self._out
 
 
 @dataclass
 class Ahead:
-    """A prefilled row waiting for a slot."""
+    """A row waiting for a slot."""
 
-    shared: GroupPrefill
-    index: int  # its row in the prefill
+    shared: Slice
+    index: int  # its row in the slice
     name: object
     stop: int
     key: int
     pad: int  # left padding of its prompt
 
 
-
-def prefill_group(loop, st, group: Group) -> list[Ahead]:
-    """A group's prompts through the lean layers at once (morph/decode/prefill.py: upstream's talker forward without
-    its host time, about as long for a batch's width of rows as for one), with the rotary tables of the batch's
-    state `st`; the rows then join from it, a few at a time, as slots free up."""
+def slice_group(loop, st, group: Group) -> list[Ahead]:
+    """A group's rows, to join in order, in slices of at most PREFILL_TOKENS prompt tokens (at least a row each), each
+    prefilled as its first row joins (Slice): the prefill of a few rows costs about as many launches as that of many,
+    and holding a whole group's took more memory than any other part of a render's start."""
     p = group.prompt
-    out = lean_prefill(p["inputs_embeds"], p["attention_mask"], loop.stack.weights(), loop.talker.model.norm.weight,
-                       loop.talker.codec_head.weight, st.cos, st.sin, loop.stack.dims)
     length = p["inputs_embeds"].shape[1]
     pads = (length - p["attention_mask"].sum(-1)).tolist()  # one host sync a group
-    shared = GroupPrefill(out.kv, out.logits, out.past_hidden, p["trailing_text_hidden"],
-                          p["tts_pad_embed"].reshape(1, 1, -1), length)
-    return [Ahead(shared, i, name, stop, key, pad)
-            for i, (name, stop, key, pad) in enumerate(zip(group.names, group.stops, group.keys, pads, strict=True))]
+    per = max(1, PREFILL_TOKENS // length)
+    rows = list(zip(group.names, group.stops, group.keys, pads, strict=True))
+    aheads = []
+    for lo in range(0, len(rows), per):
+        part = Slice(loop, st, p, slice(lo, lo + per), length)
+        aheads += [Ahead(part, i, name, stop, key, pad) for i, (name, stop, key, pad) in enumerate(rows[lo:lo + per])]
+    return aheads

@@ -1,16 +1,17 @@
 """Continuous batching: a row that ends gives its slot to the next line at once, so no row waits for the longest.
 
 One static state (morph/decode/talker_state.py) of `width` rows, and the one frame step of morph/decode/talker_loop.py
-(one CUDA graph for every step in the fast modes). All rows share the cache position P, which the step advances;
-a row joins at the current P: upstream's talker forward prefills its prompt (L tokens, left-padded with the rows
-that join with it), whose keys and values go into cache slots P-L..P-1 of its row; its lower bound (`pads`) hides
-the slots before them from attention, its rotary positions count from its own prompt, its first frame is decoded
-at P and its frame limit is the slot `stop`. So the step is the static batch's step, rows only start at other
-slots, and the attention kernels skip the blocks below a row's bound.
+(one CUDA graph for every step in the fast modes). All rows share the cache position P, which the step advances; a
+row joins at the current P: the lean layers prefill its prompt (L tokens, left-padded with the rows that join with
+it; prefill.py) into cache slots P-L..P-1 of its row; its lower bound (`pads`) hides the slots before them from
+attention, its rotary positions count from its own prompt, its first frame is decoded at P and its frame limit is
+the slot `stop`. So the step is the static batch's step, rows only start at other slots, and the attention kernels
+skip the blocks below a row's bound.
 
-- A prefill takes about as long for `width` rows as for one (launches), so rows are prefilled `width` at a
-  time, ahead of need, and join from there: a join is a few copies and the first token's draw. Rows join when
-  at least `width / REFILL_DIVISOR` slots are free, or no row runs.
+- A prefill costs about as many launches for many rows as for one: a group of up to `width` rows has its prompt
+  built at once and is prefilled a slice of up to PREFILL_TOKENS tokens at a time (groups.py), as the slice's first
+  row joins; a join is then a few copies and the first token's draw. Rows join when at least
+  `width / REFILL_DIVISOR` slots are free, or no row runs, and then fill every free slot.
 - P grows by one a frame. When a joining group would run past the capacity, the pipeline is drained and every
   live row's slots move down by the same amount (to the oldest live row's first slot): positions within a row,
   and so its rotary positions and its attention, stay as they were. The capacity is twice the largest row's need,
@@ -41,7 +42,7 @@ import torch
 from ..settings import POOL_FRAME_SHARE, Sampling, capacity_for
 from . import kv_store, preempt, runner, widths
 from .blocks import PoolTooSmall
-from .groups import Ahead, Group, prefill_group
+from .groups import Ahead, Group, slice_group
 from .host import to_device
 
 REFILL_DIVISOR = 16  # rows join when width / REFILL_DIVISOR slots are free (or none runs)
@@ -94,7 +95,7 @@ class ContinuousBatch:
         # the most of its frame limit a row has spoken in this batch, never under the share its pool was sized for: an
         # overcommitted pool sets that share of a joining row's frames aside (kv_store.PagedKV.admit)
         self.spoken = POOL_FRAME_SHARE
-        self._ahead: list[Ahead] = []  # prefilled rows, in order
+        self._ahead: list[Ahead] = []  # rows waiting for a slot, in order
         self.buckets = widths.buckets(width)
         self.bucket = width  # the step's width: every live slot is below it
         self.widths: collections.Counter = collections.Counter()  # frames run at each width
@@ -107,8 +108,7 @@ class ContinuousBatch:
 
     # -- the host loop ---------------------------------------------------------------------
     def run(self, next_group: Callable[[int], Group | None], finished: Callable[[object, torch.Tensor], None],
-            on_step: Callable[[int], None] | None = None,
-            preempted: Callable[[object, int], None] | None = None) -> None:
+            on_step: Callable[[int], None] | None = None, preempted: Callable[[object, int], None] | None = None) -> None:
         """Decode until every row has ended and next_group(n) (the next up to n rows, None when none waits now) has
         none; finished(name, codes [frames, 16], a copy on the device) as each row ends; on_step(live rows) before
         every frame (an exception there stops the batch and propagates); preempted(name, stream key) as a row of an
@@ -122,14 +122,8 @@ class ContinuousBatch:
         with torch.inference_mode():
             while True:
                 # rows that did not fit are tried again only after a row has ended (each try drains the queue)
-                ready = tried < 0 or self.ended > tried
-                if ready and self.free and (not self.live or len(self.free) >= self.refill):
-                    if not self._ahead:
-                        group = next_group(self.width)
-                        if group is not None:
-                            self._ahead = prefill_group(self.loop, self.st, group)
-                    if self._ahead:
-                        tried = -1 if self._join(queue, flags, finished) else self.ended
+                if (tried < 0 or self.ended > tried) and self.free and (not self.live or len(self.free) >= self.refill):
+                    tried = -1 if self._fill(next_group, queue, flags, finished) else self.ended
                 if not self.live:
                     if not self._ahead:  # next_group was just asked (no row runs, so every slot is free)
                         self.loop.last_run = dict(mode=self.mode, frames_run=frame, rows=self.ended,
@@ -167,8 +161,7 @@ class ContinuousBatch:
 
     def cancel(self, names) -> None:
         """End these rows early (between frames, on the thread that runs the batch): a live one is finished at the
-        next frame, its codes so far handed to `finished` as any row's; a prefilled one waiting for a slot is
-        dropped."""
+        next frame, its codes so far handed to `finished` as any row's; one waiting for a slot is dropped."""
         self._ahead = [a for a in self._ahead if a.name not in names]
         for s, row in self.live.items():
             if row.name in names:
@@ -217,9 +210,22 @@ class ContinuousBatch:
         self._fit()
 
     # -- joining ------------------------------------------------------------------------------
+    def _fill(self, next_group, queue, flags, finished) -> bool:
+        """Rows into the free slots, a slice at a time (morph/decode/groups.py), until the slots or the waiting rows
+        run out; False when a row cannot fit yet."""
+        while self.free:
+            if not self._ahead:
+                group = next_group(self.width)
+                if group is None:
+                    return True
+                self._ahead = slice_group(self.loop, self.st, group)
+            if not self._join(queue, flags, finished):
+                return False
+        return True
+
     def _join(self, queue, flags, finished) -> bool:
-        """Rows of the oldest prefilled group into free slots at P; False when they cannot fit behind P or before
-        the capacity yet."""
+        """Rows of the oldest slice waiting into free slots at P, the slice prefilled if it was not; False when they
+        cannot fit behind P or before the capacity yet."""
         st, shared = self.st, self._ahead[0].shared
         rows_in = [a for a in self._ahead if a.shared is shared][:len(self.free)]
         # the rows' frames and EOS slot, and the frames the host steps before it learns that they ended: every row
@@ -238,16 +244,17 @@ class ContinuousBatch:
             if not self.live:
                 raise PoolTooSmall()
             return False
+        out = shared.prefilled()
         n = len(rows_in)
         slots = self.free[:n]  # the lowest: rows gather at the bottom, where the narrow steps run
         rows = to_device(slots, dev)
         idx = to_device([a.index for a in rows_in], dev)
-        self.kv.write_prompt(slots, shared.kv, idx, at, length, [a.name for a in rows_in])
+        self.kv.write_prompt(slots, out.kv, idx, at, length, [a.name for a in rows_in])
         keys = to_device([a.key for a in rows_in], dev)
         pads = to_device([a.pad for a in rows_in], dev)
         seen = torch.zeros(n, st.seen.shape[1], dtype=torch.bool, device=dev)
         first = torch.full((n,), -1, dtype=torch.long, device=dev)
-        token = self.rules.next_token(shared.logits[idx], seen, first + 1, st.min_new,
+        token = self.rules.next_token(out.logits[idx], seen, first + 1, st.min_new,
                                       noise=self.streams.frame(keys, first))
         seen.scatter_(1, token.unsqueeze(1), True)
         st.pads[rows] = at - length + pads
@@ -257,7 +264,7 @@ class ContinuousBatch:
         st.keys[rows] = keys
         st.seen[rows] = seen
         st.code0[rows] = token
-        st.past_hidden[rows] = shared.past_hidden[idx]
+        st.past_hidden[rows] = out.past_hidden[idx]
         st.unfinished[rows] = token != self.rules.eos
         st.tokens[rows, at] = token
         st.put_text(rows, shared.text[idx], shared.pad)
