@@ -10,8 +10,9 @@ The continuous batch (what render runs by default wherever the lean layers do, m
     states a slot of half that (a row reads them by its own frame); the step's hidden states are the static loop's
     alone;
   - prefill: a slice of joining rows through the lean layers (morph/decode/groups.py, prefill.py), up to
-    PREFILL_TOKENS tokens of prompts padded to the longest: their keys and values, kept until the rows joined, one
-    layer's activations per token and the attention scores (morph/masked_attention.py bounds them);
+    PREFILL_TOKENS tokens of prompts (morph/prompts.py prefill_tokens: a voice's text is read beside its codes, not
+    prefilled) padded to the longest: their keys and values, kept until the rows joined, one layer's activations per
+    token and the attention scores (morph/masked_attention.py bounds them);
   - codec: each row decoded while it is made, beside the frame loop on the codec's stream (morph/codec/live.py),
     in calls of LIVE_CHUNK frames of up to LIVE_ROW_FRAMES row-frames, LEAN_CODEC_BYTES_PER_ROW_FRAME each plus
     cuDNN's workspaces, or a row's restart of a window past upstream's first behind its context if that is larger,
@@ -58,7 +59,7 @@ from .continuous import resolve_continuous, runs_lean
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .masked_attention import SCORES_BYTES
-from .prompts import prompt_tokens, token_count
+from .prompts import prefill_tokens, prompt_tokens, token_count
 from .settings import KV_PAGE, PREFILL_TOKENS, GenerationSettings, capacity_for, requeue_pool_pages
 
 # Fit to the peaks of tests/gpu/test_memory.py on an H100 (0.6B dims, bf16, fused, 5 s lines, x-vector and ICL,
@@ -87,9 +88,10 @@ AUDIO_COPIES = 6
 # call's op-by-op bytes (the widest captured first, as LiveRows.warm does), with CAPTURED_GRAPHS, they held (H100,
 # 0.6B dims, bf16, 5 s lines at 1 to 64 rows, bench/results/h100-2026-11-26d/NOTES.md) about 1.25x under
 # cudaMallocAsync; under the native allocator from about 1x for a call of one row to 3x for one of 32, its private
-# pool fragmented by the larger activations (NATIVE_CAPTURED_SHARE).
+# pool fragmented by the larger activations (NATIVE_CAPTURED_SHARE). Refit to 1 + rows / 10 once a prefill no longer
+# kept its layers' whole projections (bench/results/h100-2026-11-26f/NOTES.md).
 ASYNC_CAPTURED_SHARE = 1.25
-NATIVE_CAPTURED_SHARE = (1.0, 12, 3.0)  # 1 + rows / 12, at most 3
+NATIVE_CAPTURED_SHARE = (1.0, 10, 3.0)  # 1 + rows / 10, at most 3
 # the frame step's graphs, one per width bucket, and the smaller codec shapes' leftovers
 CAPTURED_GRAPHS = 64 * 2**20
 
@@ -112,14 +114,16 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     """Bytes that rendering `lines` ((text, voice) pairs), `batch_size` rows at a time (None: all at once),
     needs beyond the weights: in the continuous batch, or in static batches, for the batch that needs the most;
     `continuous` as BatchTTS.render takes it, resolved for `device` (the model's own when None)."""
-    rows = _rows(lines, settings or GenerationSettings(), instruct, token_count(tts))
+    count = token_count(tts)
+    rows = _rows(lines, settings or GenerationSettings(), instruct, count)
     if not rows:
         return 0
     width = len(rows) if batch_size is None else min(max(int(batch_size), 1), len(rows))
     model = tts.tts.model
     shape = _Shape(model)
     if resolve_continuous(tts, continuous, device):
-        return _continuous(tts, shape, rows, width, _replays_graphs(tts, device))
+        prefill = max(prefill_tokens(text, voice, instruct, count) for text, voice in lines)
+        return _continuous(tts, shape, rows, prefill, width, _replays_graphs(tts, device))
     rows.sort(key=lambda r: -(r[0] + r[1]))
     batch = rows[:width]  # the largest rows, batched together
     prompt = max(p for p, _, _ in batch)
@@ -145,14 +149,15 @@ def _replays_graphs(tts, device: torch.device | None) -> bool:
     return tts.patch.resolved_mode(device or tts.device) in FAST_MODES
 
 
-def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], width: int, captured: bool) -> int:
-    """The continuous batch's need (module docstring); captured: its codec calls replay CUDA graphs."""
+def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: int, width: int,
+                captured: bool) -> int:
+    """The continuous batch's need (module docstring); prompt: the longest a row's prefill takes (prefill_tokens);
+    captured: its codec calls replay CUDA graphs."""
     needs = [p + f + 1 for p, f, _ in rows]  # prompt, frames and the EOS slot (morph/continuous.py run_rows)
     pool = requeue_pool_pages([(p, f) for p, f, _ in rows], width) * KV_PAGE * shape.kv_per_token
     state = width * (capacity_for(max(needs)) * shape.hidden_bytes
                      + capacity_for(2 * max(needs)) * (shape.groups + 1) * 8)
     # a slice of a group (morph/decode/groups.py): up to PREFILL_TOKENS tokens of prompt, a row at least
-    prompt = max(p for p, _, _ in rows)
     tokens = min(width * prompt, max(PREFILL_TOKENS, prompt))
     prefill = (tokens * (shape.kv_per_token + shape.layer_bytes_per_token)
                + min(SCORES_BYTES, tokens * shape.heads * prompt * 4))

@@ -21,6 +21,10 @@ from .settings import GenerationSettings
 log = logging.getLogger(__name__)
 
 PROMPT_OVERHEAD_TOKENS = 32  # chat markup, codec control tokens, the speaker embedding
+# Upstream's generate reads a voice's row (Base model, streaming mode) a text token a frame beside the codes: the talker
+# prefills its markup and speaker (10 tokens at the 0.6B dims) and an ICL voice's reference frames, beside which the
+# transcript and the text start (bench/results/h100-2026-11-26f/NOTES.md)
+VOICE_PREFILL_TOKENS = 16
 
 
 def make_rows(tts, lines: Sequence[Line], settings: GenerationSettings, who: str, split_long_text: bool,
@@ -113,6 +117,14 @@ def prompt_tokens(text: str, voice: Voice | None = None, instruct: str = "", cou
     if voice is not None and voice.icl:
         tokens += count(voice.ref_text or "") + int(voice.ref_code.shape[0])
     return tokens
+
+
+def prefill_tokens(text: str, voice: Voice | None = None, instruct: str = "", count=len) -> int:
+    """The tokens the talker prefills for a row, at most: for a voice, VOICE_PREFILL_TOKENS and an ICL voice's
+    reference frames; for a built-in speaker or an instruct (non-streaming: the text in the prompt), prompt_tokens."""
+    if voice is None:
+        return prompt_tokens(text, voice, instruct, count)
+    return VOICE_PREFILL_TOKENS + (int(voice.ref_code.shape[0]) if voice.icl else 0)
 
 
 def token_count(tts, private: bool = False):
