@@ -241,7 +241,7 @@ class LiveEngine:
             self._cancels.clear()
         self._runner.cancel(rows)
         running = {row.name for row in batch.live.values()}
-        with self._cv:  # a prefilled row that had no slot yet is gone; a live one ends through _row_done
+        with self._cv:  # a row that had no slot yet is gone; a live one ends through _row_done
             for row in rows - running:
                 self._rows.pop(row, None)
                 self._joined.pop(row, None)

@@ -82,8 +82,9 @@ def pool_pages(row_needs: Sequence[int], width: int) -> int:
 POOL_FRAME_SHARE = 0.25
 # A group's prefill holds its keys and values and one layer's activations for every token of its prompts, padded to
 # the longest, until its rows have joined (morph/decode/groups.py): rows are prefilled a slice of at most this many
-# tokens at a time (at least one row), as serving engines bound a step's prefill tokens. At the 0.6B dims a
-# slice takes about 0.28 GiB, where the script's first 64 rows took 1.2 GiB at once.
+# tokens at a time (at least one row), as serving engines bound a step's prefill tokens. On the 256-line script at
+# batch 64 (groups of 64 rows of 60 tokens) this took its footprint from 4.54 to 4.27 GiB above the start at the 0.6B
+# dims, end to end within the spread of two calls (H100, bench/results/h100-2026-11-26f/NOTES.md).
 PREFILL_TOKENS = 2048
 
 
