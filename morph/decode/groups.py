@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 from ..settings import PREFILL_TOKENS
 from .prefill import Prefilled, lean_prefill
 
@@ -56,8 +55,9 @@ class Ahead:
 
 def slice_group(loop, st, group: Group) -> list[Ahead]:
     """A group's rows, to join in order, in slices of at most PREFILL_TOKENS prompt tokens (at least a row each), each
-    prefilled as its first row joins (Slice): the prefill of a few rows costs about as many launches as that of many,
-    and holding a whole group's took more memory than any other part of a render's start."""
+    prefilled as its first row joins (Slice): a prefill of a few rows costs about as many launches as one of many, but
+    a whole group's, kept while its rows joined a few at a time beside the codec's calls, set the render's peak
+    (bench/results/h100-2026-11-26f/NOTES.md)."""
     p = group.prompt
     length = p["inputs_embeds"].shape[1]
     pads = (length - p["attention_mask"].sum(-1)).tolist()  # one host sync a group
