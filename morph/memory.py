@@ -24,8 +24,8 @@ The pool, the state and WORKSPACE for the whole render, and a prefill and the co
 all along the render, on their own stream, so a group's prefill meets one. At the 0.6B dims in bf16 this declared
 0.82-1.20x the peaks of 5 s lines at 1 to 64 rows under either allocator, the graphs' memory counted
 (tests/gpu/test_memory.py), and 0.89x the 256-line script's at batch 64, 0.6B and 1.7B dims (H100,
-bench/results/h100-2026-11-26f/NOTES.md), above what the process held before its first render (the weights, the voices and the cuBLAS workspaces of the
-caller's stream: a host finds them taken).
+bench/results/h100-2026-11-26f/NOTES.md), above what the process held before its first render (the weights, the
+voices and the cuBLAS workspaces of the caller's stream: a host finds them taken).
 
 A static batch (what render runs in eager mode, or asked with continuous=False; Render Lines' and `cli.py render`'s
 batching static) holds:

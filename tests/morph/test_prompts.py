@@ -23,7 +23,8 @@ def test_a_prompt_is_counted_in_the_models_tokens_and_bounds_the_real_prompt(tin
 
 def test_a_voices_prefill_is_its_markup_and_reference_whatever_its_text(tiny_tts, voices):
     """Upstream reads a voice's text beside its codes: the prompt the talker prefills (its attention mask) stays
-    within prefill_tokens for a short and a long text, x-vector and ICL alike, and an ICL voice's reference adds to it."""
+    within prefill_tokens for a short and a long text, x-vector and ICL alike, and an ICL voice's reference adds to
+    it."""
     model, settings = tiny_tts.tts, GenerationSettings()
     texts = ["Hi.", "A much longer line of text, " * 8 + "which the talker reads a token a frame."]
     for voice in voices.values():
