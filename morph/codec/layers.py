@@ -12,7 +12,7 @@ The layers run channels last ([rows, time, channels]): cuDNN's tensor-core convo
 where upstream's [rows, channels, time] made it transpose every activation in and out of each convolution
 (13% of the codec's GPU time on an H100, bench/results/h100-2026-11-24b). The weights are upstream's modules'
 own; nothing is copied but per-channel tables (the codebooks divided out, each activation's exp(alpha) and
-1 / (exp(beta) + 1e-9)), rebuilt when the weights move.
+1 / (exp(beta) + 1e-9)), rebuilt when the weights move; on CUDA the units' activations also move samples (`_unit`).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class LeanCodec:
         self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
         self.codebook_size = int(cfg.codebook_size)
         self._tables: tuple | None = None
-        self._snake_kernel = None  # morph/kernels/snake.py's snake_last where it runs, else False
+        self._kernels = None  # morph/kernels/snake.py where it runs (_fused), else False
         self._primed: collections.OrderedDict = collections.OrderedDict()  # id(reference) -> (reference, state)
         self._captured: dict = {}  # device -> CapturedDecode
 
@@ -164,8 +164,7 @@ class LeanCodec:
                 snake, transposed, *units = block.block
                 x = self._transposed(self._snake(x, snake, tabs), transposed.conv, cur)
                 for unit in units:
-                    y = self._conv(self._snake(x, unit.act1, tabs), unit.conv1.conv, cur)
-                    x = x + F.linear(self._snake(y, unit.act2, tabs), unit.conv2.conv.weight[..., 0],
+                    x = x + F.linear(self._unit(x, unit, tabs, cur), unit.conv2.conv.weight[..., 0],
                                      unit.conv2.conv.bias)
             x = self._conv(self._snake(x, d.decoder[-2], tabs), d.decoder[-1].conv, cur)
             state.pos += codes.shape[1]
@@ -224,26 +223,48 @@ class LeanCodec:
         y = block.pwconv2(block.act(block.pwconv1(y)))
         return x + block.gamma * y
 
+    def _unit(self, x: torch.Tensor, unit, tabs: dict, cur: Cursor) -> torch.Tensor:
+        """A residual unit's activation, dilated convolution and activation. On CUDA the first activation writes where
+        the convolution reads (after the state's context, interleaved as _conv interleaves) and the second reads
+        where it wrote and adds its bias: _conv's ops less its copies, a third of a 64-row call's GPU time."""
+        conv = unit.conv1.conv
+        kernels, (b, t, c) = self._fused(x.device), x.shape
+        dilation, lead = conv.dilation[0], conv.kernel_size[0] - 1  # lead: phases of context in front of each row
+        context = lead * dilation
+        if kernels is None or t < context:  # a call shorter than the context (a voice's last reference frame)
+            return self._snake(self._conv(self._snake(x, unit.act1, tabs), conv, cur), unit.act2, tabs)
+        first, second = tabs["snakes"][id(unit.act1)], tabs["snakes"][id(unit.act2)]
+        phases = lead + -(-t // dilation)
+        window = torch.empty(b * dilation, phases, c, dtype=x.dtype, device=x.device)
+        grid = window.view(b, dilation, phases, c)
+        grid[:, :, -1] = 0  # past the last sample: read by no output that is kept, but kept finite
+        grid[:, :, :lead] = cur.take().view(b, lead, dilation, c).transpose(1, 2)
+        cur.swap(kernels.snake_last(x[:, t - context:], *first))
+        kernels.snake_samples(kernels.Samples(x), kernels.Samples(window, dilation, context), b, t, *first)
+        y = _conv_output(F.conv2d(_conv_input(window), conv.weight.unsqueeze(2)))  # [b * dilation, phases - lead, C]
+        out = torch.empty(b, t, y.shape[-1], dtype=x.dtype, device=x.device)
+        return kernels.snake_samples(kernels.Samples(y, dilation), kernels.Samples(out), b, t, *second, bias=conv.bias)
+
     def _snake(self, x: torch.Tensor, module, tabs: dict) -> torch.Tensor:
         alpha, inv = tabs["snakes"][id(module)]
-        kernel = self._snake_fn(x)
-        if kernel is not None:
-            return kernel(x, alpha, inv)
+        kernels = self._fused(x.device)
+        if kernels is not None:
+            return kernels.snake_last(x, alpha, inv)
         return x + inv * torch.pow(torch.sin(x * alpha), 2)  # upstream's ops, in its order
 
-    def _snake_fn(self, x: torch.Tensor):
-        """The fused activation (morph/kernels/snake.py) on CUDA where Triton runs, else None (torch's ops)."""
-        if not x.is_cuda or self._snake_kernel is False:
+    def _fused(self, device: torch.device):
+        """morph/kernels/snake.py (the activation's kernels) on CUDA where Triton runs, else None (torch's ops)."""
+        if device.type != "cuda" or self._kernels is False:
             return None
-        if self._snake_kernel is None:
+        if self._kernels is None:
             try:
-                from ..kernels.snake import snake_last
+                from ..kernels import snake
             except Exception as e:  # no Triton here: torch's ops, said once
                 log.info("morph: the codec runs its activation op by op (%s)", reason(e))
-                self._snake_kernel = False
+                self._kernels = False
                 return None
-            self._snake_kernel = snake_last
-        return self._snake_kernel
+            self._kernels = snake
+        return self._kernels
 
     def _transformer(self, x: torch.Tensor, pos: torch.Tensor, cur: Cursor) -> torch.Tensor:
         """Upstream's pre-transformer over a chunk: each frame attends to itself and the `window` frames before it,

@@ -13,11 +13,17 @@ values are equal and the rest are no further from the exact function than upstre
 Only audio on CUDA goes through it; the codes, and everything on the CPU, are untouched.
 exp(alpha) and 1 / (exp(beta) + 1e-9) are per channel and computed by torch as upstream
 computes them. Like morph/kernels/layers.py the kernel takes addresses.
+
+The lean codec's channels-last launch (`snake_samples`) also moves samples as it goes: it reads them from where a
+convolution left them and writes them where the next one reads them, a dilated convolution's input interleaved
+(morph/codec/layers.py says why), and may add a convolution's bias first. Each is a pass over the activations that
+it saves (bench/results/h100-2026-11-26g/NOTES.md).
 """
 
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 import torch
 import triton
@@ -33,11 +39,18 @@ BLOCK = 1024
 
 
 @triton.jit
+def _snake_beta(x, a, inv, DTYPE: tl.constexpr):
+    """fp32 values x (each already in DTYPE) through upstream's five ops, each rounded to DTYPE."""
+    s = libdevice.sin((x * a).to(DTYPE).to(tl.float32)).to(DTYPE).to(tl.float32)
+    m = (inv * (s * s).to(DTYPE).to(tl.float32)).to(DTYPE).to(tl.float32)
+    return (x + m).to(DTYPE)
+
+
+@triton.jit
 def _snake_kernel(x_addr, a_addr, inv_addr, o_addr, C, INNER, N, DTYPE: tl.constexpr, BLOCK: tl.constexpr,
                   WIDE: tl.constexpr):
-    """x's element i belongs to channel (i // INNER) % C: INNER is T for [B, C, T] (upstream's layout), 1 for
-    [..., C] (channels last, the lean codec's, morph/codec/layers.py). Offsets are 64-bit only where they must be
-    (WIDE): the division is much cheaper in 32 bits."""
+    """x [B, C, T] (upstream's layout): element i belongs to channel (i // T) % C. Offsets are 64-bit only where
+    they must be (WIDE): the division is much cheaper in 32 bits."""
     pid = tl.program_id(0).to(tl.int64) if WIDE else tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     ok = offs < N
@@ -45,31 +58,93 @@ def _snake_kernel(x_addr, a_addr, inv_addr, o_addr, C, INNER, N, DTYPE: tl.const
     a = tl.load(as_ptr(a_addr, DTYPE) + channel, mask=ok, other=0.0).to(tl.float32)
     inv = tl.load(as_ptr(inv_addr, DTYPE) + channel, mask=ok, other=0.0).to(tl.float32)
     x = tl.load(as_ptr(x_addr, DTYPE) + offs, mask=ok, other=0.0).to(tl.float32)
-    s = libdevice.sin((x * a).to(DTYPE).to(tl.float32)).to(DTYPE).to(tl.float32)
-    m = (inv * (s * s).to(DTYPE).to(tl.float32)).to(DTYPE).to(tl.float32)
-    tl.store(as_ptr(o_addr, DTYPE) + offs, (x + m).to(DTYPE), mask=ok)
+    tl.store(as_ptr(o_addr, DTYPE) + offs, _snake_beta(x, a, inv, DTYPE), mask=ok)
 
 
-def _launch(x: torch.Tensor, alpha: torch.Tensor, inv: torch.Tensor, channels: int, inner: int) -> torch.Tensor:
-    out = torch.empty_like(x)
-    n = x.numel()
-    _snake_kernel[(triton.cdiv(n, BLOCK),)](x.data_ptr(), alpha.data_ptr(), inv.data_ptr(), out.data_ptr(), channels,
-                                            inner, n, DTYPE=TL_DTYPES[x.dtype], BLOCK=BLOCK, WIDE=n >= 2**31 - BLOCK,
-                                            num_warps=4)
-    return out
+@triton.jit
+def _at(row, sample, channel, ROW, SHIFT, EVERY: tl.constexpr, C: tl.constexpr):
+    """Where sample `sample` of row `row` lies (Samples): row row * EVERY + s % EVERY at s // EVERY, s = sample +
+    SHIFT."""
+    s = sample + SHIFT
+    return (row * EVERY + s % EVERY) * ROW + (s // EVERY) * C + channel
+
+
+@triton.jit
+def _snake_samples_kernel(x_addr, a_addr, inv_addr, b_addr, o_addr, T, N, X_ROW, X_SHIFT, O_ROW, O_SHIFT,
+                          C: tl.constexpr, X_EVERY: tl.constexpr, O_EVERY: tl.constexpr, BIAS: tl.constexpr,
+                          DTYPE: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    """Element i of [rows, T, C] (channels last): read where the input Samples put it, written where the output's
+    do. C and the interleaving are compile-time, so their divisions are multiplications; one division by T an
+    element."""
+    pid = tl.program_id(0).to(tl.int64) if WIDE else tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < N
+    channel = offs % C
+    frame = offs // C
+    row = frame // T
+    sample = frame - row * T
+    a = tl.load(as_ptr(a_addr, DTYPE) + channel, mask=ok, other=0.0).to(tl.float32)
+    inv = tl.load(as_ptr(inv_addr, DTYPE) + channel, mask=ok, other=0.0).to(tl.float32)
+    x = tl.load(as_ptr(x_addr, DTYPE) + _at(row, sample, channel, X_ROW, X_SHIFT, X_EVERY, C), mask=ok, other=0.0)
+    x = x.to(tl.float32)
+    if BIAS:  # a convolution's bias, added as torch adds it to the convolution's rounded output
+        x = (x + tl.load(as_ptr(b_addr, DTYPE) + channel, mask=ok, other=0.0).to(tl.float32)).to(DTYPE)
+        x = x.to(tl.float32)
+    y = _snake_beta(x, a, inv, DTYPE)
+    tl.store(as_ptr(o_addr, DTYPE) + _at(row, sample, channel, O_ROW, O_SHIFT, O_EVERY, C), y, mask=ok)
 
 
 def snake(x: torch.Tensor, module) -> torch.Tensor:
     """SnakeBeta `module` applied to x [B, C, T] (contiguous, the module's dtype)."""
     alpha = torch.exp(module.alpha)
     inv = 1.0 / (torch.exp(module.beta) + module.no_div_by_zero)
-    return _launch(x, alpha, inv, x.shape[1], x.shape[2])
+    out = torch.empty_like(x)
+    n = x.numel()
+    _snake_kernel[(triton.cdiv(n, BLOCK),)](x.data_ptr(), alpha.data_ptr(), inv.data_ptr(), out.data_ptr(),
+                                            x.shape[1], x.shape[2], n, DTYPE=TL_DTYPES[x.dtype], BLOCK=BLOCK,
+                                            WIDE=n >= 2**31 - BLOCK, num_warps=4)
+    return out
+
+
+class Samples(NamedTuple):
+    """Where the samples of [rows, T, C] (channels last) lie in `tensor`, seen as [rows * every, length, C] with each
+    of its rows dense (a slice along time of a longer tensor is): sample t of row r is row r * every + s % every,
+    at s // every, s = t + shift. every = 1 is the plain layout; every = d interleaves a row's samples d ways,
+    the input of a dilation-d convolution run as d plain ones (morph/codec/layers.py)."""
+
+    tensor: torch.Tensor
+    every: int = 1
+    shift: int = 0
+
+    def row(self) -> int:
+        t = self.tensor
+        assert t.stride(-1) == 1 and t.stride(-2) == t.shape[-1], "snake_samples: each row must be dense"
+        return t.stride(0)
+
+
+def snake_samples(x: Samples, out: Samples, rows: int, samples: int, alpha: torch.Tensor, inv: torch.Tensor,
+                  bias: torch.Tensor | None = None) -> torch.Tensor:
+    """SnakeBeta of `samples` samples of `rows` rows, channels last, read from x and written to out (their layouts
+    as Samples say), given exp(alpha) and 1 / (exp(beta) + 1e-9) per channel, all in x's dtype; a bias first where
+    given. Returns out's tensor."""
+    c = x.tensor.shape[-1]
+    n = rows * samples * c
+    x_row, o_row = x.row(), out.row()
+    span = max(n, rows * x.every * x_row, rows * out.every * o_row)
+    _snake_samples_kernel[(triton.cdiv(n, BLOCK),)](
+        x.tensor.data_ptr(), alpha.data_ptr(), inv.data_ptr(), (bias if bias is not None else alpha).data_ptr(),
+        out.tensor.data_ptr(), samples, n, x_row, x.shift, o_row, out.shift, C=c, X_EVERY=x.every,
+        O_EVERY=out.every, BIAS=bias is not None, DTYPE=TL_DTYPES[x.tensor.dtype], BLOCK=BLOCK,
+        WIDE=span >= 2**31 - BLOCK, num_warps=4)
+    return out.tensor
 
 
 def snake_last(x: torch.Tensor, alpha: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
-    """SnakeBeta of x [..., C] (channels last) given exp(alpha) and 1 / (exp(beta) + 1e-9) per channel, all in x's
-    dtype. The kernel reads x as one dense block: a slice (a trimmed transposed convolution's output) is copied."""
-    return _launch(x.contiguous(), alpha, inv, x.shape[-1], 1)
+    """SnakeBeta of x [B, T, C] (channels last, each row dense: a slice along time is read where it lies) into a new
+    tensor."""
+    x = x if x.stride(-1) == 1 and x.stride(-2) == x.shape[-1] else x.contiguous()
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return snake_samples(Samples(x), Samples(out), x.shape[0], x.shape[1], alpha, inv)
 
 
 _failed: list[str] = []

@@ -168,6 +168,56 @@ def test_snake_last_is_the_same_activation_channels_last(monkeypatch):
                                    rtol=1e-6, atol=2e-6)
 
 
+def test_snake_samples_moves_samples_between_layouts(monkeypatch):
+    """Interleaved 3 ways after 6 samples of context, then read back with a bias: each sample lands where a
+    dilation-3 convolution reads it, and what is around it is untouched."""
+    import triton.language as tl
+
+    from morph.kernels import snake as snake_module
+    from morph.kernels.snake import Samples, snake_samples
+
+    monkeypatch.setattr(snake_module, "libdevice", tl)
+    g = torch.Generator().manual_seed(6)
+    alpha, inv, bias = (torch.rand(16, generator=g) + 0.5 for _ in range(3))
+    x = torch.randn(2, 11, 16, generator=g)
+    act = x + inv * torch.sin(x * alpha) ** 2
+    window = torch.full((2 * 3, 6, 16), 7.0)  # 2 phases of context, then the 11 samples and one spare slot
+    snake_samples(Samples(x), Samples(window, 3, 6), 2, 11, alpha, inv)
+    samples = window.view(2, 3, 6, 16).transpose(1, 2).reshape(2, 18, 16)  # back in time order
+    torch.testing.assert_close(samples[:, 6:17], act, rtol=1e-6, atol=2e-6)
+    assert bool((samples[:, :6] == 7.0).all()) and bool((samples[:, 17] == 7.0).all())
+    out = torch.empty(2, 11, 16)
+    snake_samples(Samples(window, 3, 6), Samples(out), 2, 11, alpha, inv, bias=bias)
+    torch.testing.assert_close(out, (act + bias) + inv * torch.sin((act + bias) * alpha) ** 2, rtol=1e-6, atol=2e-6)
+
+
+def test_codec_decodes_as_torchs_ops_with_the_units_fused(monkeypatch, tiny_tts):
+    """The lean codec's residual units through the kernel's layouts (LeanCodec._unit, what runs on CUDA) against
+    torch's ops, chunk by chunk, the last chunk shorter than the widest unit's context: the audio and the state."""
+    import triton.language as tl
+
+    from morph.codec.layers import LeanCodec
+    from morph.kernels import snake as snake_module
+
+    monkeypatch.setattr(snake_module, "libdevice", tl)
+    codec = tiny_tts.codec
+    codes = torch.randint(0, codec.codebook_size, (2, 11, 16), generator=torch.Generator().manual_seed(2))
+
+    def decode():
+        state = codec.zero_state(2, torch.device("cpu"), torch.float32)
+        return torch.cat([codec.decode(piece, state) for piece in codes.split(5, dim=1)], dim=1), state.flat
+
+    want = decode()
+    monkeypatch.setattr(LeanCodec, "_fused", lambda self, device: snake_module)
+    samples, conv, fused, dilated = snake_module.snake_samples, LeanCodec._conv, [], []
+    monkeypatch.setattr(snake_module, "snake_samples", lambda *a, **k: fused.append(1) or samples(*a, **k))
+    monkeypatch.setattr(LeanCodec, "_conv", staticmethod(
+        lambda x, c, cur: (dilated.append(1) if c.dilation[0] > 1 else None) or conv(x, c, cur)))
+    got = decode()
+    assert fused and dilated  # both ways ran: the units' kernels, and torch's for the short last chunk
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-5)
+
 
 # -- paged caches: the same kernel through a page table -----------------------------------------
 def _paged(dense: torch.Tensor, lo: torch.Tensor, hi: int, page: int, seed: int):
