@@ -14,7 +14,7 @@ The continuous batch (what render runs by default wherever the lean layers do, m
     prefilled) padded to the longest: their keys and values, kept until the rows joined, one layer's activations per
     token and the attention scores (morph/masked_attention.py bounds them);
   - codec: each row decoded while it is made, beside the frame loop on the codec's stream (morph/codec/live.py),
-    in calls of LIVE_CHUNK frames of up to LIVE_ROW_FRAMES row-frames, LEAN_CODEC_BYTES_PER_ROW_FRAME each plus
+    in calls of LIVE_CHUNK frames of up to LIVE_ROW_FRAMES row-frames, LEAN_CODEC_BYTES each plus
     cuDNN's workspaces, or a row's restart of a window past upstream's first behind its context if that is larger,
     and every live row's codec state. In the fast modes the calls replay CUDA graphs, which keep their activations
     for the whole render (ASYNC_CAPTURED_SHARE, NATIVE_CAPTURED_SHARE), a restart or an ICL voice's priming op by op
@@ -74,12 +74,14 @@ WORKSPACE = 64 * 2**20
 # Fit to the peaks of tests/gpu/test_memory.py with the lean codec (H100, 0.6B dims, bf16, fused, 5 s x-vector
 # lines, batch 1 to 64; bench/results/h100-2026-11-24c/NOTES.md): 1.85 MiB per row-frame of the largest chunk call
 # (cuDNN's workspaces included: a 32-row chunk peaked at 917 MiB alone), 16 MiB more for a call of few rows, and each
-# row's audio held about six times on the device (a chunk's, the row's, the batch's) in float32.
-LEAN_CODEC_BYTES_PER_ROW_FRAME = int(1.85 * 2**20)
-# A call of one row (batch 1's 128-frame calls) takes more a frame: 2.46-2.49 MiB, against 1.79-1.82 per row-frame for
-# any call of 2 to 32 rows (one codec call alone, 16 to 256 frames, H100, both allocators;
-# bench/results/h100-2026-11-24d/NOTES.md).
-LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW = int(2.5 * 2**20)
+# row's audio held about six times on the device (a chunk's, the row's, the batch's) in float32. A call of one row
+# (batch 1's 128-frame calls) took more a frame: 2.46-2.49 MiB (bench/results/h100-2026-11-24d/NOTES.md). Once a
+# residual unit's activations moved its samples (morph/codec/layers.py _unit) a static batch's peaks fell by 0.04 to
+# 0.18 GiB at 1 to 64 rows: refit to 1.45 and 1.85 MiB (bench/results/h100-2026-11-26g/NOTES.md).
+LEAN_CODEC_BYTES = (int(1.45 * 2**20), int(1.85 * 2**20))  # a row-frame of a call of many rows; of one row
+# The live codec's captured graphs (below) hold about what the calls took op by op before that change: the continuous
+# batch's peaks fell by 0.03 to 0.06 GiB where the op-by-op calls' fell by a fifth.
+CAPTURED_CODEC_BYTES = (int(1.85 * 2**20), int(2.5 * 2**20))
 LEAN_CODEC_WORKSPACE = 16 * 2**20
 AUDIO_COPIES = 6
 # In the fast modes the live rows' calls replay CUDA graphs (morph/codec/captured.py), and the graphs hold their
@@ -89,8 +91,9 @@ AUDIO_COPIES = 6
 # 0.6B dims, bf16, 5 s lines at 1 to 64 rows, bench/results/h100-2026-11-26d/NOTES.md) about 1.25x under
 # cudaMallocAsync; under the native allocator from about 1x for a call of one row to 3x for one of 32, its private
 # pool fragmented by the larger activations (NATIVE_CAPTURED_SHARE). Refit to 1 + rows / 10 once a prefill no longer
-# kept its layers' whole projections (bench/results/h100-2026-11-26f/NOTES.md).
-ASYNC_CAPTURED_SHARE = 1.25
+# kept its layers' whole projections (bench/results/h100-2026-11-26f/NOTES.md), and the cudaMallocAsync share to
+# 1.15 once the continuous batch's peaks fell (CAPTURED_CODEC_BYTES).
+ASYNC_CAPTURED_SHARE = 1.15
 NATIVE_CAPTURED_SHARE = (1.0, 10, 3.0)  # 1 + rows / 10, at most 3
 # the frame step's graphs, one per width bucket, and the smaller codec shapes' leftovers
 CAPTURED_GRAPHS = 64 * 2**20
@@ -198,9 +201,8 @@ class _Shape:
 
 
 def _lean_codec_call(frames: int, rows: int) -> int:
-    """One lean codec call of `rows` rows of `frames` frames: its activations and cuDNN's workspaces."""
-    per_row_frame = LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW if rows == 1 else LEAN_CODEC_BYTES_PER_ROW_FRAME
-    return per_row_frame * rows * frames + LEAN_CODEC_WORKSPACE
+    """One lean codec call of `rows` rows of `frames` frames, op by op: its activations and cuDNN's workspaces."""
+    return LEAN_CODEC_BYTES[rows == 1] * rows * frames + LEAN_CODEC_WORKSPACE
 
 
 def _captured_codec_calls(frames: int, rows: int) -> int:
@@ -211,7 +213,7 @@ def _captured_codec_calls(frames: int, rows: int) -> int:
     else:
         base, rows_per_step, most = NATIVE_CAPTURED_SHARE
         share = min(most, base + rows / rows_per_step)
-    return int(share * (_lean_codec_call(frames, rows) - LEAN_CODEC_WORKSPACE)) + CAPTURED_GRAPHS
+    return int(share * CAPTURED_CODEC_BYTES[rows == 1] * rows * frames) + CAPTURED_GRAPHS
 
 
 def _codec_row_state(tts) -> int:

@@ -277,8 +277,7 @@ def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny
     the batch."""
     from morph.codec.pieces import DECODE_ROW_FRAMES
     from morph.codec.calls import chunk_for
-    from morph.memory import (AUDIO_COPIES, LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW, LEAN_CODEC_BYTES_PER_ROW_FRAME,
-                              LEAN_CODEC_WORKSPACE, WORKSPACE, working_memory)
+    from morph.memory import AUDIO_COPIES, LEAN_CODEC_BYTES, LEAN_CODEC_WORKSPACE, WORKSPACE, working_memory
     from morph.prompts import PROMPT_OVERHEAD_TOKENS
     from morph.settings import GenerationSettings, capacity_for
 
@@ -292,8 +291,7 @@ def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny
     try:
         for rows in (1, 8, 32, 64):
             chunk = chunk_for(rows)
-            per = LEAN_CODEC_BYTES_PER_FRAME_ONE_ROW if rows == 1 else LEAN_CODEC_BYTES_PER_ROW_FRAME
-            call = per * min(rows, DECODE_ROW_FRAMES // chunk) * chunk
+            call = LEAN_CODEC_BYTES[rows == 1] * min(rows, DECODE_ROW_FRAMES // chunk) * chunk
             call += LEAN_CODEC_WORKSPACE
             got = working_memory(tiny_tts, [("Hello there.", None)] * rows, settings, rows, continuous=False) - WORKSPACE
             assert got == rows * row + call, rows
