@@ -109,16 +109,36 @@ _STREAMS: dict = {}
 
 def side_stream(device, role: str) -> torch.cuda.Stream:
     """The pack's one stream per device for `role` ("capture": warm-up and capture of the frame step; "codec": the
-    codec beside the frame loop; "codec capture": the capture of its calls), for the life of the process: cuBLAS
-    keeps a workspace (32 MiB on Hopper) per stream it has seen and no API frees it, so a new stream per capture, per
-    render or per loaded model leaks one each (a model's own codec stream left 33 MiB allocated per loaded model after
-    Unload Models in ComfyUI)."""
+    codec beside the frame loop; "codec capture": the capture of its calls; "frame loop": the continuous batch's,
+    frame_loop_stream), for the life of the process: cuBLAS keeps a workspace (32 MiB on Hopper) per stream it has
+    seen and no API frees it, so a new stream per capture, per render or per loaded model leaks one each (a model's
+    own codec stream left 33 MiB allocated per loaded model after Unload Models in ComfyUI)."""
     device = torch.device(device)
     if device.index is None:  # "cuda" and "cuda:0" are one device: one stream
         device = torch.device("cuda", torch.cuda.current_device())
     if (device, role) not in _STREAMS:
-        _STREAMS[device, role] = torch.cuda.Stream(device)
+        priority = torch.cuda.Stream.priority_range()[1] if role == "frame loop" else 0
+        _STREAMS[device, role] = torch.cuda.Stream(device, priority=priority)
     return _STREAMS[device, role]
+
+
+@contextlib.contextmanager
+def frame_loop_stream(device: torch.device):
+    """Run the continuous batch's frame loop on the pack's "frame loop" stream, of the device's highest priority,
+    ordered after the caller's stream's work and before its next. The codec's calls on their own stream fill the GPU
+    with large kernels; at equal priority the frame step's small ones queued behind their blocks, and at the highest
+    they take the SMs as those free up: the 256-line script at batch 64 rendered in 2.67-3.04 s against 3.12-3.34 s
+    on the caller's stream (H100, bench/results/h100-2026-11-26h/NOTES.md). Off CUDA it runs where it is."""
+    if device.type != "cuda":
+        yield
+        return
+    stream, caller = side_stream(device, "frame loop"), torch.cuda.current_stream(device)
+    stream.wait_stream(caller)
+    try:
+        with torch.cuda.stream(stream):
+            yield
+    finally:
+        caller.wait_stream(stream)
 
 
 _FAILED_CAPTURES: list = []

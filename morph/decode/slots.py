@@ -19,8 +19,8 @@ skip the blocks below a row's bound.
 - The host reads each row's "unfinished" flag a few frames behind the GPU (as the static loop reads its "rows
   left" flag), so the queue never drains; an ended row's codes are copied out on the device and handed to
   `finished` at once, while the batch goes on.
-- The step runs over the live rows only, one step per width bucket, and rows are moved down to narrow it
-  (morph/decode/widths.py).
+- The step runs over the live rows only, one step per width bucket (widths.py), rows moved down to narrow it; the
+  loop runs on a stream of the highest priority, beside the codec's (morph/graphs.py frame_loop_stream).
 - The keys and values are dense (each row the whole capacity) or paged (morph/decode/kv_store.py): a row joins once
   the pages from its prompt to its frame limit can be set aside, takes them as it grows, and frees them as it ends;
   moving rows down or narrowing the step then moves table entries, not keys and values.
@@ -39,6 +39,7 @@ from typing import Callable
 
 import torch
 
+from ..graphs import frame_loop_stream
 from ..settings import POOL_FRAME_SHARE, Sampling, capacity_for
 from . import kv_store, preempt, runner, widths
 from .blocks import PoolTooSmall
@@ -119,7 +120,7 @@ class ContinuousBatch:
         flags = torch.ones(lag + 2, self.width, dtype=torch.bool, pin_memory=cuda)
         queue: collections.deque = collections.deque()  # (event, flag row, P after the step)
         frame, tried = 0, -1
-        with torch.inference_mode():
+        with torch.inference_mode(), frame_loop_stream(self.device):
             while True:
                 # rows that did not fit are tried again only after a row has ended (each try drains the queue)
                 if (tried < 0 or self.ended > tried) and self.free and (not self.live or len(self.free) >= self.refill):
@@ -150,9 +151,8 @@ class ContinuousBatch:
                 self.position += 1
                 slot = frame % flags.shape[0]
                 flags[slot].copy_(self.st.unfinished, non_blocking=cuda)
-                event = None
+                event = torch.cuda.Event() if cuda else None
                 if cuda:
-                    event = torch.cuda.Event()
                     event.record()
                 queue.append((event, slot, self.position))
                 frame += 1
