@@ -3,8 +3,9 @@ while it is made (`LiveChunks`, through morph/codec/live.py) and handed out as c
 streams) and whole when the row ends: what BatchTTS.render(continuous=True) runs (not in eager mode).
 
 Rows join longest first, in groups as slots free up; each group's prompt is built by upstream's own generate
-(MorphPatch.prompt_of), and each row draws from its own random stream (morph/decode/streams.py), keyed by the
-seed and the row (morph/prompts.py), so its take does not depend on its neighbours.
+(MorphPatch.prompt_of), a render's next one on a worker thread (morph/group_ahead.py); each row draws from its own
+random stream (morph/decode/streams.py), keyed by the seed and the row (morph/prompts.py), so its take does not
+depend on its neighbours.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 
 from .codec.calls import FIRST_GRID, LIVE_CHUNK, call_frames
 from .codec.live import LiveRows
+from .group_ahead import GroupAhead
 from .lines.line import Row
 from .prompts import prompt_inputs, prompt_tokens, stream_keys, token_count
 from .settings import BATCHING, DEFAULT_BATCHING, GenerationSettings, pool_pages, requeue_pool_pages
@@ -77,7 +79,7 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
         pages = pool_pages(needs, width)
     runner = RowRunner(tts, settings, width, max(needs), stop, on_row, audio, on_chunk, pages, overcommit=requeue)
     runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))], on_frames,
-               put_back=pending.appendleft)
+               put_back=pending.appendleft, ahead=True)
 
 
 class RowRunner:
@@ -94,15 +96,15 @@ class RowRunner:
         """pages: the talker's keys and values in a paged pool of that many pages (ContinuousBatch), else dense;
         overcommit: the pool may preempt rows, which go back to run's put_back to start again."""
         self.tts, self.settings, self.width, self.need, self.stop = tts, settings, width, need, stop
-        self.on_row, self.audio, self.on_chunk, self.pages = on_row, audio, on_chunk, pages
-        self.overcommit = overcommit
+        self.on_row, self.audio, self.on_chunk, self.pages, self.overcommit = on_row, audio, on_chunk, pages, overcommit
         self.batch = None  # built for the first group: its options come with that group's prompt
         self._ended = self._hand = self._live = None
 
     def run(self, take: Callable[[int], list[tuple[Row, int]]], on_frames: Callable[[int], None] | None = None,
-            put_back: Callable[[tuple[Row, int]], None] | None = None) -> None:
+            put_back: Callable[[tuple[Row, int]], None] | None = None, ahead: bool = False) -> None:
         """Until every row has ended and take(n) (up to n waiting rows with their stream keys, [] when none waits)
-        has none; put_back((row, stream key)): a preempted row, for take to give again (overcommit)."""
+        has none; put_back((row, stream key)): a preempted row, for take to give again (overcommit); ahead: take's
+        rows are a render's, known ahead, so each group's prompt is built while the one before joins (GroupAhead)."""
         self.tts.patch.seq_groups = self.settings.seq_groups
         queued = []
         if self.batch is None:
@@ -112,23 +114,22 @@ class RowRunner:
             options, first = self._group(chunk)
             self._build(options)
             queued.append(first)
+        # once the batch is built: its captures need not wait for the worker's first group
+        source = GroupAhead(lambda chunk: self._group(chunk)[1], take, self.width, self.tts.device) if ahead else None
 
         def next_group(n: int) -> "Group | None":
             if queued:
                 return queued.pop()
             if self._live is not None and not self._live.may_join():
                 return None
-            chunk = take(n)
-            return self._group(chunk)[1] if chunk else None
+            if source is not None:
+                return source.next()
+            return self._group(chunk)[1] if (chunk := take(n)) else None
 
         def preempted(row: Row, key: int) -> None:
             if self._live is not None:
                 self._live.drop(row)
             put_back((row, key))
-
-        if not self.audio:
-            self.batch.run(next_group, self.on_row, on_frames, preempted)
-            return
 
         def frame(n: int) -> None:
             self._hand()
@@ -136,9 +137,13 @@ class RowRunner:
                 on_frames(n)
 
         try:
-            self.batch.run(next_group, self._ended, frame, preempted)
-        finally:  # rows that ended before a failure or a cancel are still decoded and handed over
-            self._hand(flush=True)
+            self.batch.run(next_group, self._ended if self.audio else self.on_row, frame if self.audio else on_frames,
+                           preempted)
+        finally:
+            if source is not None:
+                source.close()
+            if self.audio:  # rows that ended before a failure or a cancel are still decoded and handed over
+                self._hand(flush=True)
 
     def cancel(self, rows) -> None:
         """End these rows at the next frame (on the thread that runs the batch; ContinuousBatch.cancel)."""

@@ -26,6 +26,7 @@ import contextlib
 import ctypes
 import gc
 import sys
+import threading
 from typing import Callable
 
 import torch
@@ -110,9 +111,10 @@ _STREAMS: dict = {}
 def side_stream(device, role: str) -> torch.cuda.Stream:
     """The pack's one stream per device for `role` ("capture": warm-up and capture of the frame step; "codec": the
     codec beside the frame loop; "codec capture": the capture of its calls; "frame loop": the continuous batch's,
-    frame_loop_stream), for the life of the process: cuBLAS keeps a workspace (32 MiB on Hopper) per stream it has
-    seen and no API frees it, so a new stream per capture, per render or per loaded model leaks one each (a model's
-    own codec stream left 33 MiB allocated per loaded model after Unload Models in ComfyUI)."""
+    frame_loop_stream; "prompts": its next group's, morph/group_ahead.py), for the life of the process: cuBLAS keeps
+    a workspace (32 MiB on Hopper) per stream it has seen and no API frees it, so a new stream per capture, per render
+    or per loaded model leaks one each (a model's own codec stream left 33 MiB allocated per loaded model after Unload
+    Models in ComfyUI)."""
     device = torch.device(device)
     if device.index is None:  # "cuda" and "cuda:0" are one device: one stream
         device = torch.device("cuda", torch.cuda.current_device())
@@ -140,6 +142,10 @@ def frame_loop_stream(device: torch.device):
     finally:
         caller.wait_stream(stream)
 
+
+# Held by every capture, and by the pack's GPU work on other threads (morph/group_ahead.py), so that the two never
+# overlap: while a stream captures, CUDA forbids other threads' syncs and allocations (torch's default capture mode)
+CAPTURE_LOCK = threading.Lock()
 
 _FAILED_CAPTURES: list = []
 # The list itself must outlive interpreter shutdown too, when module globals are cleared.
@@ -192,7 +198,7 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = 
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         try:
-            with _collector_paused(), torch.cuda.graph(graph, pool=pool, stream=side):
+            with CAPTURE_LOCK, _collector_paused(), torch.cuda.graph(graph, pool=pool, stream=side):
                 outputs = step()
         except BaseException as e:
             _keep_forever(graph, e, e.__traceback__)

@@ -19,7 +19,9 @@ The continuous batch (what render runs by default wherever the lean layers do, m
     and every live row's codec state. In the fast modes the calls replay CUDA graphs, which keep their activations
     for the whole render (ASYNC_CAPTURED_SHARE, NATIVE_CAPTURED_SHARE), a restart or an ICL voice's priming op by op
     beside them;
-  - WORKSPACE: cuBLAS's workspaces, the sampler's and the code predictor's scratch, and FRAME_LOOP_WORKSPACE.
+  - prompts: the joining group's prompt (embeddings a token, up to `batch_size` rows) and the next one's, built
+    while it joins (morph/group_ahead.py);
+  - WORKSPACE: cuBLAS's workspaces, the sampler's and the code predictor's scratch, and STREAM_WORKSPACES.
 The pool, the state and WORKSPACE for the whole render, and a prefill and the codec on top: the codec's calls come
 all along the render, on their own stream, so a group's prefill meets one. At the 0.6B dims in bf16 this declared
 0.82-1.20x the peaks of 5 s lines at 1 to 64 rows under either allocator, the graphs' memory counted
@@ -71,9 +73,9 @@ UPSTREAM_CODEC_WORKSPACE = 80 * 2**20  # with WORKSPACE, that fit's 144 MiB
 # Every run's: measured above the start of a fresh process's batch-1 render with the lean codec (0.12-0.15 GiB in
 # all, bench/results/h100-2026-11-24c/NOTES.md)
 WORKSPACE = 64 * 2**20
-# cuBLAS's workspace for the continuous batch's own stream (morph/graphs.py frame_loop_stream), taken by the first
-# render of a process and kept (graphs.side_stream says why)
-FRAME_LOOP_WORKSPACE = 32 * 2**20
+# cuBLAS's workspaces for the continuous batch's own streams, its frame loop's (morph/graphs.py frame_loop_stream) and
+# its next group's prompt's (morph/group_ahead.py), taken by a process's first render and kept (graphs.side_stream)
+STREAM_WORKSPACES = 2 * 32 * 2**20
 # Fit to the peaks of tests/gpu/test_memory.py with the lean codec (H100, 0.6B dims, bf16, fused, 5 s x-vector
 # lines, batch 1 to 64; bench/results/h100-2026-11-24c/NOTES.md): 1.85 MiB per row-frame of the largest chunk call
 # (cuDNN's workspaces included: a 32-row chunk peaked at 917 MiB alone), 16 MiB more for a call of few rows, and each
@@ -186,7 +188,8 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
         codec = max(_lean_codec_call(LIVE_CHUNK, per_call), restart)
     codec += (width + 2 * per_call) * _codec_row_state(tts)
     codec += AUDIO_COPIES * 4 * tts.codec.upsample * LIVE_CHUNK * per_call
-    return int(pool + state + prefill + codec + WORKSPACE + FRAME_LOOP_WORKSPACE)
+    prompts = 2 * width * max(p for p, _, _ in rows) * shape.hidden_bytes
+    return int(pool + state + prefill + codec + prompts + WORKSPACE + STREAM_WORKSPACES)
 
 
 class _Shape:

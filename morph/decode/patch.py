@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from typing import Callable
 
 from ..qwen.marks import note_foreign_wrapper  # the decode path's one import from morph/qwen/
@@ -60,7 +61,8 @@ class MorphPatch:
         self.on_step: StepCallback | None = None
         self.row_stops: list[int] | None = None  # the next call's rows end at these frames (TalkerLoop.generate)
         self.on_frames = None  # called with the frames buffer as the loop goes on (TalkerLoop.generate)
-        self._capture = False
+        # per thread: a render builds its next group's prompt on a worker thread (morph/group_ahead.py)
+        self._capturing = threading.local()
         self.talker.generate = self._talker_generate
         self.snakes = [m for m in tts.model.speech_tokenizer.model.modules() if type(m).__name__ == "SnakeBeta"]
         if self.snakes and graphs.triton_available():
@@ -75,7 +77,7 @@ class MorphPatch:
             raise RuntimeError(f"morph: talker.generate was called with {', '.join(unexpected)}, which this qwen-tts "
                                "version does not pass; install qwen-tts 0.1.1 (see the README)")
         loop_kwargs = {k: v for k, v in kwargs.items() if k not in ("output_hidden_states", "return_dict_in_generate")}
-        if self._capture:
+        if getattr(self._capturing, "on", False):
             raise _Captured(loop_kwargs)
         return self.loop.generate(**loop_kwargs, seq_groups=self.seq_groups, mode=self.mode, on_step=self.on_step,
                                   row_stops=self.row_stops, on_frames=self.on_frames)
@@ -84,13 +86,13 @@ class MorphPatch:
         """What `generate()` (upstream's generate on this model) passes the talker, without decoding: the prompt
         of its batch (left-padded embeddings, mask, trailing text) and its sampling settings, as keywords of
         TalkerLoop.generate. The continuous batch (morph/decode/slots.py) prefills rows from it."""
-        self._capture = True
+        self._capturing.on = True
         try:
             generate()
         except _Captured as got:
             return got.kwargs
         finally:
-            self._capture = False
+            self._capturing.on = False
         raise RuntimeError("morph: upstream's generate returned without calling the talker; install qwen-tts 0.1.1")
 
     def resolved_mode(self, device) -> str:
