@@ -115,13 +115,23 @@ def side_stream(device, role: str) -> torch.cuda.Stream:
     a workspace (32 MiB on Hopper) per stream it has seen and no API frees it, so a new stream per capture, per render
     or per loaded model leaks one each (a model's own codec stream left 33 MiB allocated per loaded model after Unload
     Models in ComfyUI)."""
+    key = _stream_key(device, role)
+    if key not in _STREAMS:
+        priority = torch.cuda.Stream.priority_range()[1] if role == "frame loop" else 0
+        _STREAMS[key] = torch.cuda.Stream(key[0], priority=priority)
+    return _STREAMS[key]
+
+
+def side_stream_made(device, role: str) -> bool:
+    """Whether this process has made the stream of `role` on `device`: its cuBLAS workspace is then taken already."""
+    return torch.device(device).type == "cuda" and _stream_key(device, role) in _STREAMS
+
+
+def _stream_key(device, role: str) -> tuple:
     device = torch.device(device)
     if device.index is None:  # "cuda" and "cuda:0" are one device: one stream
         device = torch.device("cuda", torch.cuda.current_device())
-    if (device, role) not in _STREAMS:
-        priority = torch.cuda.Stream.priority_range()[1] if role == "frame loop" else 0
-        _STREAMS[device, role] = torch.cuda.Stream(device, priority=priority)
-    return _STREAMS[device, role]
+    return device, role
 
 
 @contextlib.contextmanager

@@ -21,7 +21,8 @@ The continuous batch (what render runs by default wherever the lean layers do, m
     beside them;
   - prompts: the joining group's prompt (embeddings a token, up to `batch_size` rows) and the next one's, built
     while it joins (morph/group_ahead.py);
-  - WORKSPACE: cuBLAS's workspaces, the sampler's and the code predictor's scratch, and STREAM_WORKSPACES.
+  - WORKSPACE: cuBLAS's workspaces, the sampler's and the code predictor's scratch, and STREAM_WORKSPACE for each
+    of the batch's own streams the process has not used yet.
 The pool, the state and WORKSPACE for the whole render, and a prefill and the codec on top: the codec's calls come
 all along the render, on their own stream, so a group's prefill meets one. At the 0.6B dims in bf16 this declared
 0.82-1.20x the peaks of 5 s lines at 1 to 64 rows under either allocator, the graphs' memory counted
@@ -58,6 +59,7 @@ import torch
 from .codec.calls import LIVE_CHUNK, LIVE_ROW_FRAMES, call_width, chunk_for
 from .codec.pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows, pieces, row_frames
 from .continuous import resolve_continuous, runs_lean
+from .graphs import side_stream_made
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .masked_attention import SCORES_BYTES
@@ -73,9 +75,12 @@ UPSTREAM_CODEC_WORKSPACE = 80 * 2**20  # with WORKSPACE, that fit's 144 MiB
 # Every run's: measured above the start of a fresh process's batch-1 render with the lean codec (0.12-0.15 GiB in
 # all, bench/results/h100-2026-11-24c/NOTES.md)
 WORKSPACE = 64 * 2**20
-# cuBLAS's workspaces for the continuous batch's own streams, its frame loop's (morph/graphs.py frame_loop_stream) and
-# its next group's prompt's (morph/group_ahead.py), taken by a process's first render and kept (graphs.side_stream)
-STREAM_WORKSPACES = 2 * 32 * 2**20
+# cuBLAS's workspace for each of the continuous batch's own streams, its frame loop's (morph/graphs.py
+# frame_loop_stream) and its next group's prompt's (morph/group_ahead.py): taken by the first render of a process that
+# uses the stream and kept (graphs.side_stream), so counted until then (a batch-1 render's peak rose by 32 MiB with
+# the frame loop's, H200, bench/results/h100-2026-11-26h/NOTES.md)
+STREAM_WORKSPACE = 32 * 2**20
+CONTINUOUS_STREAMS = ("frame loop", "prompts")
 # Fit to the peaks of tests/gpu/test_memory.py with the lean codec (H100, 0.6B dims, bf16, fused, 5 s x-vector
 # lines, batch 1 to 64; bench/results/h100-2026-11-24c/NOTES.md): 1.85 MiB per row-frame of the largest chunk call
 # (cuDNN's workspaces included: a 32-row chunk peaked at 917 MiB alone), 16 MiB more for a call of few rows, and each
@@ -131,7 +136,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     shape = _Shape(model)
     if resolve_continuous(tts, continuous, device):
         prefill = max(prefill_tokens(text, voice, instruct, count) for text, voice in lines)
-        return _continuous(tts, shape, rows, prefill, width, _replays_graphs(tts, device))
+        return _continuous(tts, shape, rows, prefill, width, _replays_graphs(tts, device), device or tts.device)
     rows.sort(key=lambda r: -(r[0] + r[1]))
     batch = rows[:width]  # the largest rows, batched together
     prompt = max(p for p, _, _ in batch)
@@ -158,9 +163,9 @@ def _replays_graphs(tts, device: torch.device | None) -> bool:
 
 
 def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: int, width: int,
-                captured: bool) -> int:
-    """The continuous batch's need (module docstring); prompt: the longest a row's prefill takes (prefill_tokens);
-    captured: its codec calls replay CUDA graphs."""
+                captured: bool, device: torch.device) -> int:
+    """The continuous batch's need on `device` (module docstring); prompt: the longest a row's prefill takes
+    (prefill_tokens); captured: its codec calls replay CUDA graphs."""
     needs = [p + f + 1 for p, f, _ in rows]  # prompt, frames and the EOS slot (morph/continuous.py run_rows)
     pool = requeue_pool_pages([(p, f) for p, f, _ in rows], width) * KV_PAGE * shape.kv_per_token
     state = width * (capacity_for(max(needs)) * shape.hidden_bytes
@@ -189,7 +194,8 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
     codec += (width + 2 * per_call) * _codec_row_state(tts)
     codec += AUDIO_COPIES * 4 * tts.codec.upsample * LIVE_CHUNK * per_call
     prompts = 2 * width * max(p for p, _, _ in rows) * shape.hidden_bytes
-    return int(pool + state + prefill + codec + prompts + WORKSPACE + STREAM_WORKSPACES)
+    streams = STREAM_WORKSPACE * sum(not side_stream_made(device, role) for role in CONTINUOUS_STREAMS)
+    return int(pool + state + prefill + codec + prompts + WORKSPACE + streams)
 
 
 class _Shape:

@@ -9,7 +9,9 @@ Each kind is measured in a process of its own, as a ComfyUI server's first rende
 allocates what the process keeps from then on whatever runs (cuBLAS's workspace for each of the pack's streams,
 about 0.06 GiB), which a later render does not need again, so a process that had rendered before measured batch 1
 at 0.09 GiB where a fresh one measured 0.12-0.15 (bench/results/h100-2026-11-24c/NOTES.md). The declaration
-covers the first render (whose captures' warm-ups run each codec call op by op) and the second (replaying them)."""
+covers the first render (whose captures' warm-ups run each codec call op by op) and the second (replaying them). It
+is asked before each size's renders, as a host asks: the continuous batch's own streams' workspaces are counted until
+the process has taken them (morph/memory.py STREAM_WORKSPACE), at batch 1 here."""
 
 from __future__ import annotations
 
@@ -55,6 +57,10 @@ def measure(folder: str, kind: str, continuous: bool) -> dict[int, tuple[int, in
         torch.cuda.empty_cache()
         trim_graph_memory()
         start, graphs, peak = torch.cuda.memory_allocated(), graph_bytes(device), 0
+        # asked before the render, as a host asks: what the process has taken by then (the cuBLAS workspaces of the
+        # pack's streams) is not declared again
+        declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, rows,
+                                  continuous=continuous)
         with eos_suppressed(tts, FRAMES):
             for _ in range(2):  # the first captures the graphs and builds the state for this shape
                 held = graph_bytes(device) - graphs
@@ -62,9 +68,7 @@ def measure(folder: str, kind: str, continuous: bool) -> dict[int, tuple[int, in
                 batch.render(lines, settings, batch_size=rows, continuous=continuous)
                 torch.cuda.synchronize()
                 peak = max(peak, torch.cuda.max_memory_allocated() - start + held)
-        got[rows] = (peak,
-                     working_memory(tts, [(line.text, line.voice) for line in lines], settings, rows,
-                                    continuous=continuous))
+        got[rows] = (peak, declared)
     return got
 
 

@@ -95,7 +95,7 @@ def test_an_icl_voices_priming_is_declared_beside_the_captured_calls(lean, voice
     def declared(voice, captured):
         text = "A line of about five seconds."
         rows = memory._rows([(text, voice)], settings, "", memory.token_count(lean))
-        return memory._continuous(lean, shape, rows, memory.prefill_tokens(text, voice), 1, captured)
+        return memory._continuous(lean, shape, rows, memory.prefill_tokens(text, voice), 1, captured, lean.device)
 
     beside_graphs = declared(voices["icl"], True) - declared(voices["xvec"], True)
     op_by_op = declared(voices["icl"], False) - declared(voices["xvec"], False)
