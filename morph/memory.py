@@ -19,10 +19,10 @@ The continuous batch (what render runs by default wherever the lean layers do, m
     and every live row's codec state. In the fast modes the calls replay CUDA graphs, which keep their activations
     for the whole render (ASYNC_CAPTURED_SHARE, NATIVE_CAPTURED_SHARE), a restart or an ICL voice's priming op by op
     beside them;
-  - prompts: the joining group's prompt (embeddings a token, up to `batch_size` rows) and the next one's, built
-    while it joins (morph/group_ahead.py);
+  - prompts: the joining group's prompt (embeddings a token, up to `batch_size` rows) and, when there are more rows,
+    the next one's, built while it joins (morph/group_ahead.py);
   - WORKSPACE: cuBLAS's workspaces, the sampler's and the code predictor's scratch, and STREAM_WORKSPACE for each
-    of the batch's own streams the process has not used yet.
+    of the batch's own streams the render uses and the process has not used yet.
 The pool, the state and WORKSPACE for the whole render, and a prefill and the codec on top: the codec's calls come
 all along the render, on their own stream, so a group's prefill meets one. At the 0.6B dims in bf16 this declared
 0.82-1.20x the peaks of 5 s lines at 1 to 64 rows under either allocator, the graphs' memory counted
@@ -193,8 +193,9 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
         codec = max(_lean_codec_call(LIVE_CHUNK, per_call), restart)
     codec += (width + 2 * per_call) * _codec_row_state(tts)
     codec += AUDIO_COPIES * 4 * tts.codec.upsample * LIVE_CHUNK * per_call
-    prompts = 2 * width * max(p for p, _, _ in rows) * shape.hidden_bytes
-    streams = STREAM_WORKSPACE * sum(not side_stream_made(device, role) for role in CONTINUOUS_STREAMS)
+    ahead = len(rows) > width  # a next group's prompt is built while one joins (morph/group_ahead.py), on its stream
+    prompts = (1 + ahead) * width * max(p for p, _, _ in rows) * shape.hidden_bytes
+    streams = STREAM_WORKSPACE * sum(not side_stream_made(device, role) for role in CONTINUOUS_STREAMS[:1 + ahead])
     return int(pool + state + prefill + codec + prompts + WORKSPACE + streams)
 
 

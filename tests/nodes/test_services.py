@@ -301,10 +301,11 @@ def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny
 
 def test_the_continuous_batch_counts_the_pages_of_its_widest_rows(tiny_tts):
     """render(continuous=True): the pages the `batch_size` largest rows could reserve at once, the other
-    buffers per slot, a prefill of up to `batch_size` rows and one live codec call, all at once: a row waiting
-    for a slot costs nothing, a wider batch at least its pages."""
-    from morph.memory import working_memory
-    from morph.prompts import PROMPT_OVERHEAD_TOKENS
+    buffers per slot, a prefill of up to `batch_size` rows and one live codec call, all at once: rows waiting
+    for a slot cost the next group's prompt, built ahead on a stream of its own, and no more however many they are;
+    a wider batch at least its pages."""
+    from morph.memory import STREAM_WORKSPACE, working_memory
+    from morph.prompts import PROMPT_OVERHEAD_TOKENS, prompt_tokens, token_count
     from morph.settings import KV_PAGE, GenerationSettings, pool_pages
 
     settings = GenerationSettings(max_new_tokens=100)
@@ -318,8 +319,10 @@ def test_the_continuous_batch_counts_the_pages_of_its_widest_rows(tiny_tts):
 
         short = [("Hello there.", None)]
         for rows in (8, 32):
-            more = need(short * (rows + 1), rows) - need(short * rows, rows)
-            assert more == 0, rows  # a row beyond the batch's width waits for a slot: no memory of its own
+            waiting = need(short * (rows + 1), rows) - need(short * rows, rows)
+            prompt = prompt_tokens("Hello there.", None, "", token_count(tiny_tts))
+            assert waiting == rows * prompt * c.hidden_size * 4 + STREAM_WORKSPACE, rows
+            assert need(short * (3 * rows), rows) == need(short * (rows + 1), rows)
             wider = need(short * 2 * rows, 2 * rows) - need(short * rows, rows)
             assert wider >= (pool_pages([row_need] * 2 * rows, 2 * rows) - pool_pages([row_need] * rows, rows)) * KV_PAGE * kv
     finally:
