@@ -78,7 +78,7 @@ WORKSPACE = 64 * 2**20
 # cuBLAS's workspace for each of the continuous batch's own streams, its frame loop's (morph/graphs.py
 # frame_loop_stream) and its next group's prompt's (morph/group_ahead.py): taken by the first render of a process that
 # uses the stream and kept (graphs.side_stream), so counted until then (a batch-1 render's peak rose by 32 MiB with
-# the frame loop's, H200, bench/results/h100-2026-11-26h/NOTES.md)
+# the frame loop's, H200, bench/results/h200-2026-11-26f/NOTES.md)
 STREAM_WORKSPACE = 32 * 2**20
 CONTINUOUS_STREAMS = ("frame loop", "prompts")
 # Fit to the peaks of tests/gpu/test_memory.py with the lean codec (H100, 0.6B dims, bf16, fused, 5 s x-vector
