@@ -23,12 +23,13 @@ The continuous batch (what render runs by default wherever the lean layers do, m
     the next one's, built while it joins (morph/group_ahead.py);
   - WORKSPACE: cuBLAS's workspaces, the sampler's and the code predictor's scratch, and STREAM_WORKSPACE for each
     of the batch's own streams the render uses and the process has not used yet.
-The pool, the state and WORKSPACE for the whole render, and a prefill and the codec on top: the codec's calls come
-all along the render, on their own stream, so a group's prefill meets one. At the 0.6B dims in bf16 this declared
-0.82-1.20x the peaks of 5 s lines at 1 to 64 rows under either allocator, the graphs' memory counted
-(tests/gpu/test_memory.py), and 0.89x the 256-line script's at batch 64, 0.6B and 1.7B dims (H100,
-bench/results/h100-2026-11-26f/NOTES.md), above what the process held before its first render (the weights, the
-voices and the cuBLAS workspaces of the caller's stream: a host finds them taken).
+The pool, the state, the prompts and WORKSPACE for the whole render, and a prefill and the codec on top: the codec's
+calls come all along the render, on their own stream, so a group's prefill meets one. At the 0.6B dims in bf16 this
+declared 0.86-1.21x the peaks of 5 s lines at 1 to 64 rows under either allocator, the graphs' memory counted
+(tests/gpu/test_memory.py, H200, bench/results/h200-2026-11-26f/NOTES.md), and 0.88x the 256-line script's at batch
+64 (0.89x at 0.6B and 1.7B dims before the prompts ahead, H100, bench/results/h100-2026-11-26f/NOTES.md), above what
+the process held before its first render (the weights, the voices and the cuBLAS workspaces of the caller's stream:
+a host finds them taken).
 
 A static batch (what render runs in eager mode, or asked with continuous=False; Render Lines' and `cli.py render`'s
 batching static) holds:
