@@ -136,6 +136,9 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
                     jobs.append(run_script_job(batch, lines, settings, size, continuous))
         return e2e_walls, audio, e2e_peak, jobs
 
+    # asked before the renders, as a host asks: the workspaces the first render takes and keeps are declared until then
+    declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, size,
+                              continuous=continuous)
     ran = {part: part() for part in ((end_to_end, decode_only) if first else (decode_only, end_to_end))}
     warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s = ran[decode_only]
     e2e_walls, audio, e2e_peak, jobs = ran[end_to_end]
@@ -146,8 +149,6 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     audio_s = sum(got) / FRAMES_PER_SECOND
     if steps is None:  # static: each batch runs to its longest row
         steps = sum(max(int(c.shape[0]) for c in codes[i:i + size]) for i in range(0, len(codes), size))
-    declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, size,
-                              continuous=continuous)
     weights = weight_bytes(tts)
     row = dict(
         batching="paged" if paged else "continuous" if continuous else "static", **pages, batch_size=size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=seq_groups,
