@@ -1,8 +1,12 @@
-"""Test helpers for the engine: capture the codec codes a generate call produced."""
+"""Test helpers for the engine: capture the codec codes a generate call produced; run rows through one RowRunner."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
+
+from morph.continuous import RowRunner
+from morph.prompts import make_rows, prompt_tokens, stream_keys, token_count
 
 
 @contextlib.contextmanager
@@ -31,3 +35,20 @@ def storage_bytes(module) -> int:
         s = p.untyped_storage()
         storages[s.data_ptr()] = s.nbytes()
     return sum(storages.values())
+
+
+def runner_codes(tts, settings, lines, width: int, stop, pages=None, overcommit: bool = False,
+                 ahead: bool = False) -> tuple[dict, dict]:
+    """Every row's codes (line index -> [frames, 16]) through one RowRunner with no codec, each row ending at
+    stop(row) at the latest, and what the batch says it did (its last_run); pages, overcommit and ahead as
+    RowRunner and its run take them."""
+    rows = make_rows(tts, lines, settings, "test", True)
+    count = token_count(tts)
+    need = max(prompt_tokens(r.text, r.line.voice, "", count) + stop(r) + 1 for r in rows)
+    pending = collections.deque(zip(rows, stream_keys(rows, settings.seed), strict=True))
+    codes = {}
+    runner = RowRunner(tts, settings, width, need, stop, lambda r, c: codes.__setitem__(r.index, c), audio=False,
+                       pages=pages, overcommit=overcommit)
+    runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))], put_back=pending.appendleft,
+               ahead=ahead)
+    return codes, dict(tts.patch.loop.last_run)

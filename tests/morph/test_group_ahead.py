@@ -11,11 +11,10 @@ import threading
 import pytest
 import torch
 
-from morph.continuous import RowRunner
 from morph.group_ahead import GroupAhead
-from morph.prompts import make_rows, prompt_tokens, stream_keys, token_count
 from morph.scheduler import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
+from .helpers import runner_codes
 
 CPU = torch.device("cpu")
 WORKER = "morph-prompts"
@@ -80,15 +79,8 @@ TEXTS = ["one two three four.", "five six.", "seven eight nine ten eleven.", "tw
 
 
 def codes_of(tts, voice, ahead: bool) -> dict:
-    rows = make_rows(tts, [Line(t, voice, "English") for t in TEXTS], SETTINGS, "test", True)
-    count = token_count(tts)
-    need = max(prompt_tokens(r.text, voice, "", count) + r.limit + 1 for r in rows)
-    pending = collections.deque(zip(rows, stream_keys(rows, SETTINGS.seed), strict=True))
-    codes = {}
-    runner = RowRunner(tts, SETTINGS, 2, need, lambda r: r.limit, lambda r, c: codes.__setitem__(r.index, c),
-                       audio=False)
-    runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))], ahead=ahead)
-    return codes
+    lines = [Line(t, voice, "English") for t in TEXTS]
+    return runner_codes(tts, SETTINGS, lines, 2, lambda row: row.limit, ahead=ahead)[0]
 
 
 def test_groups_built_ahead_give_the_rows_their_codes(lean, voices, monkeypatch):

@@ -15,6 +15,7 @@ from morph.continuous import RowRunner
 from morph.prompts import make_rows, prompt_tokens, stream_keys, token_count
 from morph.scheduler import Line
 from morph.settings import GenerationSettings, Sampling
+from .helpers import runner_codes
 
 SETTINGS = GenerationSettings(seq_groups=5, do_sample=False, subtalker=Sampling(do_sample=False), seed=3,
                               max_new_tokens=64)
@@ -25,16 +26,9 @@ ENDS = [41, 9, 60, 17, 33, 52, 12, 46]  # each row's last frame: the batch narro
 
 def render(tts, voice, width, pages, texts=TEXTS, ends=ENDS, overcommit=False):
     """Every row's codes through one RowRunner, and what the batch says it did."""
-    rows = make_rows(tts, [Line(t, voice, "English") for t in texts], SETTINGS, "test", True)
-    stops = {r: e for r, e in zip(rows, ends, strict=True)}
-    count = token_count(tts)
-    need = max(prompt_tokens(r.text, voice, "", count) + stops[r] + 1 for r in rows)
-    pending = collections.deque(zip(rows, stream_keys(rows, SETTINGS.seed), strict=True))
-    codes = {}
-    runner = RowRunner(tts, SETTINGS, width, need, stops.get, lambda r, c: codes.__setitem__(r.index, c),
-                       audio=False, pages=pages, overcommit=overcommit)
-    runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))], put_back=pending.appendleft)
-    return codes, dict(tts.patch.loop.last_run)
+    assert len(ends) == len(texts)  # a short line each: one row each, its line's index
+    lines = [Line(t, voice, "English") for t in texts]
+    return runner_codes(tts, SETTINGS, lines, width, lambda row: ends[row.index], pages, overcommit)
 
 
 def test_a_paged_batch_gives_the_dense_batchs_codes(lean, voices):
