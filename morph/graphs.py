@@ -53,11 +53,17 @@ class CapturedStep:
         return self.outputs
 
 
+# The roles of the pack's streams (side_stream): warm-up and capture of the frame step; the codec beside the frame
+# loop; the capture of the codec's calls; the continuous batch's frame loop (frame_loop_stream); its next group's
+# prompt (morph/group_ahead.py)
+CAPTURE, CODEC, CODEC_CAPTURE, FRAME_LOOP, PROMPTS = "capture", "codec", "codec capture", "frame loop", "prompts"
+
+
 class GraphCache:
     """An LRU of captured steps sharing one memory pool, captured on the side stream of `role` (capture says why a
     cache whose graphs replay beside another's needs a role of its own) after `warmup` runs."""
 
-    def __init__(self, max_graphs: int = 4, role: str = "capture", warmup: int = 2):
+    def __init__(self, max_graphs: int = 4, role: str = CAPTURE, warmup: int = 2):
         self.max_graphs, self.role, self.warmup = max_graphs, role, warmup
         self._graphs: collections.OrderedDict = collections.OrderedDict()
         self._pool = None
@@ -109,15 +115,13 @@ _STREAMS: dict = {}
 
 
 def side_stream(device, role: str) -> torch.cuda.Stream:
-    """The pack's one stream per device for `role` ("capture": warm-up and capture of the frame step; "codec": the
-    codec beside the frame loop; "codec capture": the capture of its calls; "frame loop": the continuous batch's,
-    frame_loop_stream; "prompts": its next group's, morph/group_ahead.py), for the life of the process: cuBLAS keeps
+    """The pack's one stream per device for `role` (one of the roles above), for the life of the process: cuBLAS keeps
     a workspace (32 MiB on Hopper) per stream it has seen and no API frees it, so a new stream per capture, per render
     or per loaded model leaks one each (a model's own codec stream left 33 MiB allocated per loaded model after Unload
     Models in ComfyUI)."""
     key = _stream_key(device, role)
     if key not in _STREAMS:
-        priority = torch.cuda.Stream.priority_range()[1] if role == "frame loop" else 0
+        priority = torch.cuda.Stream.priority_range()[1] if role == FRAME_LOOP else 0
         _STREAMS[key] = torch.cuda.Stream(key[0], priority=priority)
     return _STREAMS[key]
 
@@ -144,7 +148,7 @@ def frame_loop_stream(device: torch.device):
     if device.type != "cuda":
         yield
         return
-    stream, caller = side_stream(device, "frame loop"), torch.cuda.current_stream(device)
+    stream, caller = side_stream(device, FRAME_LOOP), torch.cuda.current_stream(device)
     stream.wait_stream(caller)
     try:
         with torch.cuda.stream(stream):
@@ -185,7 +189,7 @@ def _collector_paused():
             gc.enable()
 
 
-def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = "capture") -> CapturedStep:
+def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = CAPTURE) -> CapturedStep:
     """Warm `step` up on the side stream of `role` (Triton's kernel builds, cuBLAS handles), then capture it there.
 
     A graph keeps the cuBLAS workspace of the stream it was captured on (torch keeps one per stream), so graphs

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from .graphs import CAPTURE_LOCK, side_stream
+from .graphs import CAPTURE_LOCK, PROMPTS, side_stream
 
 if TYPE_CHECKING:
     from .decode.groups import Group
@@ -74,7 +74,7 @@ class GroupAhead:
         with torch.inference_mode():
             if after is None:
                 return self.build(chunk), None
-            stream = side_stream(self.device, "prompts")
+            stream = side_stream(self.device, PROMPTS)
             with CAPTURE_LOCK, torch.cuda.device(self.device), torch.cuda.stream(stream):
                 stream.wait_event(after)
                 group = self.build(chunk)

@@ -60,7 +60,7 @@ import torch
 from .codec.calls import LIVE_CHUNK, LIVE_ROW_FRAMES, call_width, chunk_for
 from .codec.pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows, pieces, row_frames
 from .continuous import resolve_continuous, runs_lean
-from .graphs import side_stream_made
+from .graphs import FRAME_LOOP, PROMPTS, side_stream_made
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .masked_attention import SCORES_BYTES
@@ -81,7 +81,7 @@ WORKSPACE = 64 * 2**20
 # uses the stream and kept (graphs.side_stream), so counted until then (a batch-1 render's peak rose by 32 MiB with
 # the frame loop's, H200, bench/results/h200-2026-11-26f/NOTES.md)
 STREAM_WORKSPACE = 32 * 2**20
-CONTINUOUS_STREAMS = ("frame loop", "prompts")
+CONTINUOUS_STREAMS = (FRAME_LOOP, PROMPTS)
 # Fit to the peaks of tests/gpu/test_memory.py with the lean codec (H100, 0.6B dims, bf16, fused, 5 s x-vector
 # lines, batch 1 to 64; bench/results/h100-2026-11-24c/NOTES.md): 1.85 MiB per row-frame of the largest chunk call
 # (cuDNN's workspaces included: a 32-row chunk peaked at 917 MiB alone), 16 MiB more for a call of few rows, and each

@@ -15,7 +15,7 @@ import logging
 import torch
 
 from ..errors import reason
-from ..graphs import GraphCache
+from ..graphs import CODEC_CAPTURE, GraphCache
 from .state import CodecState
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class CapturedDecode:
         # captured on a stream of their own: they replay beside the frame step's graphs (graphs.capture says why),
         # after one warm-up run, which plans cuDNN's convolutions and builds the activation's kernel: a 64-row call
         # runs for tens of ms, and a continuous render's first call captures about 20 shapes
-        self.graphs = GraphCache(max_graphs=MAX_SHAPES, role="codec capture", warmup=1)
+        self.graphs = GraphCache(max_graphs=MAX_SHAPES, role=CODEC_CAPTURE, warmup=1)
         # rows -> the state the graphs of that many rows read and write: every call copies its rows' state in and
         # back out, and the graphs replay one after another on one stream, so the chunk sizes share it (a state a
         # shape was 0.6 GiB at batch 64 of the 0.6B, bench/results/h200-2026-11-26d/NOTES.md)

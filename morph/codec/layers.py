@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import reason
-from ..graphs import side_stream
+from ..graphs import CODEC, side_stream
 from ..masked_attention import masked_attention
 from .calls import CHUNK
 from .state import CodecState, Cursor
@@ -102,7 +102,7 @@ class LeanCodec:
     def side_stream(device) -> "torch.cuda.Stream | None":
         """The CUDA stream rows decode on beside the frame loop (None off CUDA: they decode in line): one per device
         for every model and render (morph/graphs.py side_stream says why)."""
-        return side_stream(device, "codec") if torch.device(device).type == "cuda" else None
+        return side_stream(device, CODEC) if torch.device(device).type == "cuda" else None
 
     # -- the state -------------------------------------------------------------------------------
     def slot_shapes(self) -> list[tuple[int, int]]:

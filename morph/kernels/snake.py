@@ -106,6 +106,11 @@ def snake(x: torch.Tensor, module) -> torch.Tensor:
     return out
 
 
+def _rows_dense(t: torch.Tensor) -> bool:
+    """Whether each row of t [rows, T, C] is dense, as a slice along time of a longer tensor is."""
+    return t.stride(-1) == 1 and t.stride(-2) == t.shape[-1]
+
+
 class Samples(NamedTuple):
     """Where the samples of [rows, T, C] (channels last) lie in `tensor`, seen as [rows * every, length, C] with each
     of its rows dense (a slice along time of a longer tensor is): sample t of row r is row r * every + s % every,
@@ -118,7 +123,7 @@ class Samples(NamedTuple):
 
     def row(self) -> int:
         t = self.tensor
-        assert t.stride(-1) == 1 and t.stride(-2) == t.shape[-1], "snake_samples: each row must be dense"
+        assert _rows_dense(t), "snake_samples: each row must be dense"
         return t.stride(0)
 
 
@@ -142,7 +147,7 @@ def snake_samples(x: Samples, out: Samples, rows: int, samples: int, alpha: torc
 def snake_last(x: torch.Tensor, alpha: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
     """SnakeBeta of x [B, T, C] (channels last, each row dense: a slice along time is read where it lies) into a new
     tensor."""
-    x = x if x.stride(-1) == 1 and x.stride(-2) == x.shape[-1] else x.contiguous()
+    x = x if _rows_dense(x) else x.contiguous()
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     return snake_samples(Samples(x), Samples(out), x.shape[0], x.shape[1], alpha, inv)
 

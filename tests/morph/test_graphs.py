@@ -23,5 +23,5 @@ def test_graph_cache_is_an_lru_and_drops_everything_when_its_owner_changes(monke
     cache.bind("weights@2")  # moved, cast or re-fused: every graph points at old storage
     assert len(cache) == 0
     # the codec's calls replay beside the frame step's graphs: captured on a stream of their own (graphs.capture)
-    graphs.GraphCache(role="codec capture", warmup=1).get("call", lambda: None)
-    assert set(roles[:-1]) == {("capture", 2)} and roles[-1] == ("codec capture", 1)
+    graphs.GraphCache(role=graphs.CODEC_CAPTURE, warmup=1).get("call", lambda: None)
+    assert set(roles[:-1]) == {(graphs.CAPTURE, 2)} and roles[-1] == (graphs.CODEC_CAPTURE, 1)
