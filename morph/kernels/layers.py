@@ -92,7 +92,7 @@ def _rms_norm_kernel(x_addr, w_addr, o_addr, N, eps, DTYPE: tl.constexpr, BLOCK:
 
 
 # -- launchers ---------------------------------------------------------------------------
-GEMV_ROWS = 4  # above this many rows (batched decoding), cuBLAS GEMMs beat these kernels
+GEMV_ROWS = 2  # above this many rows (batched decoding), cuBLAS GEMMs beat these kernels
 
 
 def _config(m: int, n: int, k: int) -> dict:
