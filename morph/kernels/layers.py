@@ -92,16 +92,19 @@ def _rms_norm_kernel(x_addr, w_addr, o_addr, N, eps, DTYPE: tl.constexpr, BLOCK:
 
 
 # -- launchers ---------------------------------------------------------------------------
-GEMV_ROWS = 2  # above this many rows (batched decoding), cuBLAS GEMMs beat these kernels
+# Above this many rows cuBLAS (with the norm, SiLU and residual as torch ops) beats these kernels. At 3 and 4 rows
+# the broadcast sums took 10.7-10.8 us for the 0.6B's q/k/v (norm fused) against 7.4-7.5 for cuBLAS with its norm,
+# and 10.2-10.5 against 8.0-8.3 for the down projection, the other two even (H100, in CUDA graphs, weights cold;
+# bench/results/h100-2026-11-27/NOTES.md, where tensor-core dots in this kernel were slower still)
+GEMV_ROWS = 2
 
 
 def _config(m: int, n: int, k: int) -> dict:
     """Tile sizes from a sweep on an H100 at the 0.6B decode shapes, weights read cold from
     memory (bench/results/h100-2026-11-22b/sweep.json): 4-8 columns per program and K up to
     1024 per loop step were best for 1 and 2 rows."""
-    rows = triton.next_power_of_2(m)
-    block_k = min(triton.next_power_of_2(k), 1024 if rows <= 2 else 512)
-    return dict(BLOCK_M=rows, BLOCK_N=8 if n >= 4096 else 4, BLOCK_K=block_k, num_warps=4, num_stages=2)
+    return dict(BLOCK_M=triton.next_power_of_2(m), BLOCK_N=8 if n >= 4096 else 4,
+                BLOCK_K=min(triton.next_power_of_2(k), 1024), num_warps=4, num_stages=2)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, norm_w: torch.Tensor | None = None, eps: float = 0.0,
