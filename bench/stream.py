@@ -7,10 +7,12 @@ clone, its whole line), the wall time and the seconds of audio; for the stream a
 audio and the number of chunks. The first line is each way's first call in the process (its captures included, as
 a user's first request pays them) and is reported apart (`first_call`); the rest give p50, p95 and max. Alone, one
 line at a time: what a voice agent's single request waits for, not a server's load (that is bench/serve.py's, to
-come with issue 36).
+come with issue 36). `--frames 1` holds every line to one frame: a warm clone of one frame, the floor of first audio
+(issue 35's target: at most 20 ms), whatever the line's text.
 
     python -m bench.stream --size tiny --device cpu --lines 3 --mode lean              # quick, on CPU
     python -m bench.stream --size 0.6b --device cuda --dtype bf16 --lines 20 --json out/stream.json
+    python -m bench.stream --size 0.6b --device cuda --dtype bf16 --lines 16 --frames 1 --json out/clone1.json
 """
 
 from __future__ import annotations
@@ -71,17 +73,23 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--lines", type=int, default=20, help="lines of the realistic script, each spoken both ways")
     p.add_argument("--mode", default="auto", help="the speed mode (morph.settings.MODES); eager streams nothing")
     p.add_argument("--seq-groups", type=int, default=5)
+    p.add_argument("--frames", type=int, default=0,
+                   help="hold every line to this many frames instead of where its own speech ends (1: a warm clone "
+                        "of one frame, the floor of first audio)")
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)
     if args.lines < 2:
         p.error("--lines must be at least 2: the first line is the first call, reported apart")
+    if args.frames < 0:
+        p.error("--frames must be 0 (each line's own) or more")
     tts = load_bench_model(args)
     tts.patch.mode = check_mode(args.mode, "bench.stream --mode")
     voice = tts.make_voice(reference_wave(), 24000, transcript=REF_TEXT)
     report = dict(run_info(tts.device), dims=model_dims(tts), dtype=str(tts.tts.model.dtype), mode=args.mode,
-                  seq_groups=args.seq_groups, lines=args.lines, complete=False)
+                  seq_groups=args.seq_groups, lines=args.lines, held_frames=args.frames or None, complete=False)
     ways = {"stream": [], "clone": []}
-    for i, (text, frames) in enumerate(script_lines(args.lines)):
+    for i, (text, own) in enumerate(script_lines(args.lines)):
+        frames = args.frames or own
         for way, rows in ways.items():
             rows.append(dict(speak(tts, text, voice, frames, args.seq_groups, way == "stream"), frames=frames))
         report["runs"] = ways

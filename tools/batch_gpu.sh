@@ -7,14 +7,15 @@
 #                                                     # bf16, default mode, k=5, two repeats each, ComfyUI's allocator;
 #                                                     # OUTDIR.tgz holds every run's JSON and log
 # RUN names which of the runs below to make (default: issue 23's; `issue35` names the continuous batch's targets:
-# the skewed script, a lone row, a single 20 s line, the script at 64 and the card caps, each beside static; several
-# calls: name a few runs in each; `memory-map`: where the continuous batch's memory goes at 64).
+# the skewed script, a lone row, a single 20 s line, the script at 64 and the card caps, each beside static, and a
+# warm clone of one frame; several calls: name a few runs in each; `script64`: the script at 64 alone, both ways, no
+# script job; `memory-map`: where the continuous batch's memory goes at 64).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bash tools/batch_gpu.sh OUTDIR [RUN...]}
 shift
 wanted=" ${*:-uniform32 peer32 uniform128 script256 icl32-1.7b memory-1.7b} "
-wanted=${wanted/ issue35 / uniform32 uniform128 script256 skewed256 lone64 lone1 line20s cards-0.6b cards-1.7b }
+wanted=${wanted/ issue35 / uniform32 uniform128 script256 skewed256 lone64 lone1 line20s clone1 cards-0.6b cards-1.7b }
 mkdir -p "$out"
 PIP="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target"
 [ -d /tmp/gpu-site ] || $PIP /tmp/gpu-site .whl/gpu/*.whl || exit 1
@@ -41,6 +42,7 @@ if [[ $wanted == *" peer32 "* ]]; then
 fi
 run uniform128 0.6b --batching continuous,static --lines 128 --batch-sizes 128
 run script256 0.6b --batching continuous,static --lines 256 --lengths script --batch-sizes 16,64
+run script64 0.6b --batching continuous,static --lines 256 --lengths script --batch-sizes 64 --no-script-job
 run icl32-1.7b 1.7b --lines 32 --batch-sizes 32 --prompts icl --batching continuous,static
 # what morph/memory.py declares against the peak at the 1.7B dims (tests/gpu/test_memory.py runs the 0.6B ones)
 run memory-1.7b 1.7b --lines 64 --batch-sizes 1,8,32,64 --batching static --no-script-job
@@ -50,6 +52,16 @@ run skewed256 0.6b --batching continuous,static --lines 256 --lengths skewed --b
 run lone64 0.6b --batching continuous,static --lines 64 --lengths skewed --batch-sizes 64 --no-script-job
 run lone1 0.6b --batching continuous,static --lines 1 --lengths skewed --batch-sizes 1 --no-script-job
 run line20s 0.6b --batching continuous,static --lines 1 --frames 250 --batch-sizes 1 --no-script-job
+# issue 35: a warm clone of one frame, the floor of first audio (bench.stream --frames 1: streamed and whole, 16 lines
+# each, the first call apart), at both sizes
+if [[ $wanted == *" clone1 "* ]]; then
+  for size in 0.6b 1.7b; do
+    echo "=== clone1-$size"; began=$(date +%s)
+    python3 -m bench.stream --model "$(model "$size")" --device cuda --dtype bf16 --lines 16 --frames 1 \
+      --json "$out/clone1-$size.json" > /dev/null 2> "$out/clone1-$size.log"
+    echo "exit $? after $(( $(date +%s) - began )) s"
+  done
+fi
 cards() { size=$1; [[ $wanted == *" cards-$size "* ]] || return 0
   echo "=== cards-$size"; began=$(date +%s)
   for way in "" --continuous; do  # static batches (the default), then the continuous batch

@@ -43,3 +43,15 @@ def test_the_summary_leaves_the_first_call_apart(report):
         assert s["x_real_time"] == pytest.approx(sum(r["audio_s"] for r in runs[1:]) / sum(r["wall_s"] for r in runs[1:]),
                                                  rel=1e-2)
     assert report["stream"]["first_chunk_audio_p50_s"] > 0
+
+
+def test_frames_holds_every_line_to_that_many_frames(tiny_dir, tmp_path):
+    """--frames 1: a warm clone of one frame, each line's own text (issue 35's floor of first audio)."""
+    from bench import stream
+
+    report = _written(stream.main, ["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--lines", "2",
+                                    "--mode", "lean", "--frames", "1"], tmp_path / "clone1.json")
+    assert report["held_frames"] == 1
+    for way in ("stream", "clone"):
+        assert [r["frames"] for r in report["runs"][way]] == [1, 1]
+        assert [r["audio_s"] for r in report["runs"][way]] == pytest.approx([0.08, 0.08], abs=1e-3)
