@@ -37,11 +37,10 @@ def storage_bytes(module) -> int:
     return sum(storages.values())
 
 
-def runner_codes(tts, settings, lines, width: int, stop, pages=None, overcommit: bool = False,
-                 ahead: bool = False) -> tuple[dict, dict]:
-    """Every row's codes (line index -> [frames, 16]) through one RowRunner with no codec, each row ending at
-    stop(row) at the latest, and what the batch says it did (its last_run); pages, overcommit and ahead as
-    RowRunner and its run take them."""
+def ran_runner(tts, settings, lines, width: int, stop, pages=None, overcommit: bool = False,
+               ahead: bool = False) -> tuple[RowRunner, dict]:
+    """One RowRunner with no codec after it has run `lines`' rows, each ending at stop(row) at the latest, and every
+    row's codes (line index -> [frames, 16]); pages, overcommit and ahead as RowRunner and its run take them."""
     rows = make_rows(tts, lines, settings, "test", True)
     count = token_count(tts)
     need = max(prompt_tokens(r.text, r.line.voice, "", count) + stop(r) + 1 for r in rows)
@@ -51,4 +50,11 @@ def runner_codes(tts, settings, lines, width: int, stop, pages=None, overcommit:
                        pages=pages, overcommit=overcommit)
     runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))], put_back=pending.appendleft,
                ahead=ahead)
+    return runner, codes
+
+
+def runner_codes(tts, settings, lines, width: int, stop, pages=None, overcommit: bool = False,
+                 ahead: bool = False) -> tuple[dict, dict]:
+    """ran_runner's codes, and what the batch says it did (its last_run)."""
+    _, codes = ran_runner(tts, settings, lines, width, stop, pages, overcommit, ahead)
     return codes, dict(tts.patch.loop.last_run)

@@ -11,11 +11,10 @@ import collections
 import pytest
 import torch
 
-from morph.continuous import RowRunner
-from morph.prompts import make_rows, prompt_tokens, stream_keys, token_count
+from morph.prompts import prompt_tokens, token_count
 from morph.scheduler import Line
 from morph.settings import GenerationSettings, Sampling
-from .helpers import runner_codes
+from .helpers import ran_runner, runner_codes
 
 SETTINGS = GenerationSettings(seq_groups=5, do_sample=False, subtalker=Sampling(do_sample=False), seed=3,
                               max_new_tokens=64)
@@ -180,12 +179,8 @@ def test_a_slot_no_row_holds_steps_inside_the_rotary_tables(lean, voices):
     """A free slot still steps while its width runs, however long (a preempted row's slot waits for a row to end
     before another joins): its rotary position stays inside the tables, where it once ran past them (an IndexError
     on the CPU, an out-of-bounds read on a GPU), and no live row's is changed."""
-    rows = make_rows(lean, [Line(t, voices["xvec"], "English") for t in TEXTS[:2]], SETTINGS, "test", True)
-    count = token_count(lean)
-    need = max(prompt_tokens(r.text, voices["xvec"], "", count) + 20 + 1 for r in rows)
-    pending = collections.deque(zip(rows, stream_keys(rows, SETTINGS.seed), strict=True))
-    runner = RowRunner(lean, SETTINGS, 2, need, lambda r: 20, lambda r, c: None, audio=False, pages=16)
-    runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))])
+    runner, _ = ran_runner(lean, SETTINGS, [Line(t, voices["xvec"], "English") for t in TEXTS[:2]], 2, lambda r: 20,
+                           pages=16)
     st, last = runner.batch.st, runner.batch.st.cos.shape[0] - 1
     st.rope_pos.copy_(torch.tensor([last - 1, last]))
     with torch.inference_mode():  # as ContinuousBatch.run steps it (its steps are built in inference mode)
