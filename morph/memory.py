@@ -11,8 +11,9 @@ The continuous batch (what render runs by default wherever the lean layers do, m
     alone;
   - prefill: a slice of joining rows through the lean layers (morph/decode/groups.py, prefill.py), up to
     PREFILL_TOKENS tokens of prompts (morph/prompts.py prefill_tokens: a voice's text is read beside its codes, not
-    prefilled) padded to the longest: their keys and values, kept until the rows joined, one layer's activations per
-    token and the attention scores (morph/masked_attention.py bounds them);
+    prefilled) padded to the longest, and in the fast modes to its bucket (settings.prefill_bucket): their keys and
+    values, kept until the rows joined, one layer's activations per token and the attention scores
+    (morph/masked_attention.py bounds them);
   - codec: each row decoded while it is made, beside the frame loop on the codec's stream (morph/codec/live.py),
     in calls of LIVE_CHUNK frames of up to LIVE_ROW_FRAMES row-frames, LEAN_CODEC_BYTES each plus
     cuDNN's workspaces, or a row's restart of a window past upstream's first behind its context if that is larger,
@@ -65,7 +66,7 @@ from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .masked_attention import SCORES_BYTES
 from .prompts import prefill_tokens, prompt_tokens, token_count
-from .settings import KV_PAGE, PREFILL_TOKENS, GenerationSettings, capacity_for, requeue_pool_pages
+from .settings import KV_PAGE, GenerationSettings, capacity_for, prefill_bucket, prefill_rows, requeue_pool_pages
 
 # Fit to the peaks of tests/gpu/test_memory.py on an H100 (0.6B dims, bf16, fused, 5 s lines, x-vector and ICL,
 # batch 1 to 64; bench/results/h100-2026-11-23/memory/): above the weights, 29 MiB per row (the state) plus
@@ -166,13 +167,16 @@ def _replays_graphs(tts, device: torch.device | None) -> bool:
 def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: int, width: int,
                 captured: bool, device: torch.device) -> int:
     """The continuous batch's need on `device` (module docstring); prompt: the longest a row's prefill takes
-    (prefill_tokens); captured: its codec calls replay CUDA graphs."""
+    (prefill_tokens); captured: its codec calls and prefills replay CUDA graphs."""
     needs = [p + f + 1 for p, f, _ in rows]  # prompt, frames and the EOS slot (morph/continuous.py run_rows)
     pool = requeue_pool_pages([(p, f) for p, f, _ in rows], width) * KV_PAGE * shape.kv_per_token
     state = width * (capacity_for(max(needs)) * shape.hidden_bytes
                      + capacity_for(2 * max(needs)) * (shape.groups + 1) * 8)
-    # a slice of a group (morph/decode/groups.py): up to PREFILL_TOKENS tokens of prompt, a row at least
-    tokens = min(width * prompt, max(PREFILL_TOKENS, prompt))
+    # a slice of a group (morph/decode/groups.py), in the fast modes padded to its bucket, whose graph's arena holds
+    # its inputs and keys and values and whose scratch a layer's activations (morph/decode/prefill_graphs.py)
+    rows_in = min(width, prefill_rows(prompt))
+    rows_in, prompt = (prefill_bucket(rows_in, prompt) if captured else None) or (rows_in, prompt)
+    tokens = rows_in * prompt
     prefill = (tokens * (shape.kv_per_token + shape.layer_bytes_per_token)
                + min(SCORES_BYTES, tokens * shape.heads * prompt * 4))
     # every live row is decoded LIVE_CHUNK frames at a time, its rows padded to a power of two (an ended row's rest

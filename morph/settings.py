@@ -86,6 +86,24 @@ POOL_FRAME_SHARE = 0.25
 # batch 64 (groups of 64 rows of 60 tokens) this took its footprint from 4.54 to 4.27 GiB above the start at the 0.6B
 # dims, end to end within the spread of two calls (H100, bench/results/h100-2026-11-26f/NOTES.md).
 PREFILL_TOKENS = 2048
+# In the fast modes a slice's prefill replays the CUDA graph of its bucket (morph/decode/prefill_graphs.py): its
+# prompts' length padded up to the next of these (the powers of two and the halves between: at most half as many
+# tokens again), its rows up to a power of two. A longer prompt is prefilled op by op.
+PREFILL_LENGTHS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
+
+
+def prefill_bucket(rows: int, length: int) -> tuple[int, int] | None:
+    """(rows, length) that a slice of `rows` prompts of `length` tokens is padded to; None past the longest length."""
+    padded = next((b for b in PREFILL_LENGTHS if b >= length), None)
+    return None if padded is None else (1 << (rows - 1).bit_length(), padded)
+
+
+def prefill_rows(length: int) -> int:
+    """The most prompts of `length` tokens a slice holds: a power of two whose bucket takes at most PREFILL_TOKENS
+    tokens, one at least. Here, not in morph/decode/, because morph/memory.py declares the same slice."""
+    bucket = prefill_bucket(1, length)
+    per = max(1, PREFILL_TOKENS // (length if bucket is None else bucket[1]))
+    return 1 << (per.bit_length() - 1)
 
 
 def requeue_pool_pages(rows: Sequence[tuple[int, int]], width: int) -> int:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..settings import PREFILL_TOKENS
-from .prefill import Prefilled, lean_prefill
+from ..settings import prefill_rows
+from .prefill import Prefilled
+from .runner import FAST_MODES
 
 
 @dataclass
@@ -21,23 +22,23 @@ class Group:
 
 
 class Slice:
-    """Rows of a group prefilled together (prefill.py) when the first of them joins: at most PREFILL_TOKENS tokens of
-    prompt, padded to the group's length. Its keys and values, last logits and hidden states are kept until its
-    rows have joined (the rows waiting for a slot refer to it), then let go with it."""
+    """Rows of a group prefilled together (prefill.py) when the first of them joins: settings.prefill_rows of them,
+    padded to the group's length. Its keys and values, last logits and hidden states are kept until its rows have
+    joined (the rows waiting for a slot refer to it), then let go with it."""
 
-    def __init__(self, loop, st, prompt: dict, rows: slice, length: int):
-        self.loop, self.st, self.length = loop, st, length
+    def __init__(self, loop, st, prompt: dict, rows: slice, length: int, mode: str):
+        self.loop, self.st, self.length, self.mode = loop, st, length, mode
         self.embeds, self.mask = prompt["inputs_embeds"][rows], prompt["attention_mask"][rows]
         self.text = prompt["trailing_text_hidden"][rows]  # [m, T, H]
         self.pad = prompt["tts_pad_embed"].reshape(1, 1, -1)
         self._out: Prefilled | None = None
 
     def prefilled(self) -> Prefilled:
-        """The slice through the lean layers, with the rotary tables of the batch's state: once."""
+        """The slice through the lean layers, once: replayed from its bucket's CUDA graph in the fast modes
+        (prefill_graphs.py), else op by op with the rotary tables of the batch's state."""
         if self._out is None:
-            loop = self.loop
-            self._out = lean_prefill(self.embeds, self.mask, loop.stack.weights(), loop.talker.model.norm.weight,
-                                     loop.talker.codec_head.weight, self.st.cos, self.st.sin, loop.stack.dims)
+            self._out = self.loop.prefills.prefill(self.loop, self.embeds, self.mask, (self.st.cos, self.st.sin),
+                                                   self.mode in FAST_MODES)
         return self._out
 
 
@@ -53,18 +54,18 @@ class Ahead:
     pad: int  # left padding of its prompt
 
 
-def slice_group(loop, st, group: Group) -> list[Ahead]:
-    """A group's rows, to join in order, in slices of at most PREFILL_TOKENS prompt tokens (at least a row each), each
-    prefilled as its first row joins (Slice): a prefill of a few rows costs about as many launches as one of many, but
-    a whole group's, kept while its rows joined a few at a time beside the codec's calls, set the render's peak
-    (bench/results/h100-2026-11-26f/NOTES.md)."""
+def slice_group(loop, st, group: Group, mode: str) -> list[Ahead]:
+    """A group's rows, to join in order, in slices of settings.prefill_rows rows (whose bucket holds at most
+    PREFILL_TOKENS tokens of prompt, a row at least), each prefilled as its first row joins (Slice) in the batch's
+    mode: a prefill of a few rows costs about as many launches as one of many, but a whole group's, kept while its
+    rows joined a few at a time beside the codec's calls, set the render's peak (bench/results/h100-2026-11-26f)."""
     p = group.prompt
     length = p["inputs_embeds"].shape[1]
     pads = (length - p["attention_mask"].sum(-1)).tolist()  # one host sync a group
-    per = max(1, PREFILL_TOKENS // length)
+    per = prefill_rows(length)
     rows = list(zip(group.names, group.stops, group.keys, pads, strict=True))
     aheads = []
     for lo in range(0, len(rows), per):
-        part = Slice(loop, st, p, slice(lo, lo + per), length)
+        part = Slice(loop, st, p, slice(lo, lo + per), length, mode)
         aheads += [Ahead(part, i, name, stop, key, pad) for i, (name, stop, key, pad) in enumerate(rows[lo:lo + per])]
     return aheads

@@ -31,10 +31,11 @@ class Prefilled(NamedTuple):
 
 def lean_prefill(inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, weights: list[LayerW],
                  norm_w: torch.Tensor, head_w: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor,
-                 d: Dims) -> Prefilled:
+                 d: Dims, into: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Prefilled:
     """The talker over a left-padded prompt batch: inputs_embeds [rows, L, hidden], attention_mask [rows, L] (1 on the
     prompt's tokens, 0 on the padding before them); cos/sin_table [>= L, D] (lean.rope_tables); head_w: the codec head's
-    weight."""
+    weight; into: per layer (keys, values) [rows, kv_heads, L, D] that the keys and values are written into (a CUDA
+    graph's outputs, prefill_graphs.py), else they are new tensors."""
     rows, length, _ = inputs_embeds.shape
     device = inputs_embeds.device
     pads = length - attention_mask.sum(-1).to(torch.long)  # [rows]
@@ -47,11 +48,11 @@ def lean_prefill(inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, weig
     mask = allowed.unsqueeze(1)  # [rows, 1, L, L]
     x = inputs_embeds.to(torch.float32)
     kv = []
-    for w in weights:  # lean.layer_step's layer, its attention over the prompt alone
+    for i, w in enumerate(weights):  # lean.layer_step's layer, its attention over the prompt alone
         q, k, v = project(x, w, cos, sin, d)
         # v is a view into the layer's fused q/k/v projection: kept as it is, every layer's whole projection (four
         # times the values) stayed alive until the rows joined, 2.5x the keys and values a token
-        kv.append((k, v.contiguous()))
+        kv.append((k, v.contiguous()) if into is None else (into[i][0].copy_(k), into[i][1].copy_(v)))
         out = masked_attention(q, k, v, mask, d.scale)
         x = mlp(x + F.linear(out.transpose(1, 2).reshape(rows, length, d.q_size), w.wo), w, d)
     last = rms_norm(x[:, -1:], norm_w, d.eps)  # [rows, 1, hidden]

@@ -8,10 +8,10 @@ attention, its rotary positions count from its own prompt, its first frame is de
 the slot `stop`. So the step is the static batch's step, rows only start at other slots, and the attention kernels
 skip the blocks below a row's bound.
 
-- A prefill costs about as many launches for many rows as for one: a group of up to `width` rows has its prompt
-  built at once and is prefilled a slice of up to PREFILL_TOKENS tokens at a time (groups.py), as the slice's first
-  row joins; a join is then a few copies and the first token's draw. Rows join when at least
-  `width / REFILL_DIVISOR` slots are free, or no row runs, and then fill every free slot.
+- A group of up to `width` rows has its prompt built at once and is prefilled a slice of up to PREFILL_TOKENS
+  tokens at a time (groups.py; in the fast modes a CUDA graph per bucket, prefill_graphs.py) as the slice's first row
+  joins; a join is then a few copies and the first token's draw. Rows join when at least `width / REFILL_DIVISOR`
+  slots are free, or no row runs, and then fill every free slot.
 - P grows by one a frame. When a joining group would run past the capacity, the pipeline is drained and every
   live row's slots move down by the same amount (to the oldest live row's first slot): positions within a row,
   and so its rotary positions and its attention, stay as they were. The capacity is twice the largest row's need,
@@ -218,7 +218,7 @@ class ContinuousBatch:
                 group = next_group(self.width)
                 if group is None:
                     return True
-                self._ahead = slice_group(self.loop, self.st, group)
+                self._ahead = slice_group(self.loop, self.st, group, self.mode)
             if not self._join(queue, flags, finished):
                 return False
         return True

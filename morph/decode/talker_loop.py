@@ -7,9 +7,9 @@ upstream's `Qwen3TTSForConditionalGeneration.generate` reads from it (`hidden_st
 per step), so EOS trimming stays upstream's; the frames also reach a caller as they are made (`on_frames`: the
 codec decodes beside the loop, morph/codec/stream.py).
 
-- Prefill is upstream's own `talker.forward` over the prompt (the continuous batch's: morph/decode/prefill.py). Each
-  frame is `frame_step`: the predictor's codes (morph/decode/predictor.py), the embedding sum plus the trailing text
-  (or tts_pad), one talker step, the codec head, upstream's logits rules (sampling.py), all on device tensors.
+- Prefill is upstream's own `talker.forward` over the prompt (the continuous batch's runs the lean layers: prefill.py,
+  prefill_graphs.py). Each frame is `frame_step`: the predictor's codes (predictor.py), the embedding sum plus the
+  trailing text (or tts_pad), one talker step, the codec head, upstream's logits rules (sampling.py), on the device.
 - Layers: in mode "eager" the talker model's own forward with the prefill's DynamicCache, as HF generate calls it
   (exact); else the lean stack over a static KV buffer (or paged pool) with a device-side length mask, so one CUDA
   graph replays at every position (morph/decode/runner.py decides how). The host only replays, and reads back a
@@ -32,6 +32,7 @@ from .. import graphs
 from . import lean, runner
 from .fused_stack import FusedStack
 from .predictor import Predictor
+from .prefill_graphs import PrefillGraphs
 from .sampling import TalkerRules, fused_pick, sample, talker_pick, torch_noise
 from .streams import RowStreams
 from .hf_talker import HFTalker
@@ -49,11 +50,11 @@ class TalkerLoop:
     """Owns the talker decode for one model: `generate` stands in for `talker.generate`."""
 
     def __init__(self, talker: torch.nn.Module, max_graphs: int = 4):
-        self.talker = talker
-        self.config = talker.config
+        self.talker, self.config = talker, talker.config
         self.predictor = Predictor(talker.code_predictor)
         self._stack: FusedStack | None = None
         self.graphs = graphs.GraphCache(max_graphs)
+        self.prefills = PrefillGraphs()  # the continuous batch's prefills of joining rows
         self._state: TalkerState | None = None
         self._rules: collections.OrderedDict = collections.OrderedDict()
         self.sync_lag = 4  # frames the host may run ahead of the GPU before it reads the EOS flag
@@ -74,6 +75,7 @@ class TalkerLoop:
     def release(self) -> None:
         """Drop the graphs, buffers and fused weight storage; all rebuilt on the next call."""
         self.graphs.clear()
+        self.prefills.clear()
         self._state = None
         self._rules.clear()
         self._streams = None
@@ -212,8 +214,7 @@ class TalkerLoop:
             frames_run = self._decode(st, run or step, max_new_tokens - 1, on_step, on_frames)
             tokens = st.tokens[:, :frames_run + 1].cpu()
         frames = self._frames_kept(tokens, rules.eos, frames_run)
-        codes = st.frames[:, :frames].clone()
-        hidden = st.hidden[:, :frames + 1].clone()
+        codes, hidden = st.frames[:, :frames].clone(), st.hidden[:, :frames + 1].clone()
         self.last_run = dict(mode=mode, frames_run=frames_run, frames=frames, capture_s=round(capture_s, 3),
                              capacity=st.capacity)
         steps = [((hidden[:, 0:1],), None)] + [((hidden[:, j + 1:j + 2],), codes[:, j]) for j in range(frames)]
@@ -262,8 +263,7 @@ class TalkerLoop:
     def _decode(self, st: TalkerState, run: Callable[[], object], max_frames: int,
                 on_step: Callable[[], None] | None, on_frames: Callable[[torch.Tensor, int], None] | None) -> int:
         """Run up to max_frames steps; stop once every row has emitted EOS. Returns steps run."""
-        cuda = st.device.type == "cuda"
-        ring = self.sync_lag + 2
+        cuda, ring = st.device.type == "cuda", self.sync_lag + 2
         flags = torch.ones(ring, dtype=torch.bool, pin_memory=cuda)
         pending: collections.deque = collections.deque()
         frames = 0

@@ -48,7 +48,9 @@ def build_steps(batch, dtype) -> dict[int, Callable[[], object]]:
     full = loop.predictor.lean_state(width, device, dtype)
     sizes = buckets(width)
     if mode in runner.FAST_MODES:
-        loop.graphs.bind(loop.owner(device, dtype))
+        owner = loop.owner(device, dtype)
+        loop.graphs.bind(owner)
+        loop.prefills.bind(owner)  # the prefills of the rows that join (morph/decode/prefill_graphs.py)
         # a render replays every bucket's graph in turn: an LRU smaller than that would capture them all again on
         # every render. They share one memory pool, so each one more costs little memory.
         loop.graphs.max_graphs = max(loop.graphs.max_graphs, len(sizes))

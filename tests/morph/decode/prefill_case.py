@@ -1,6 +1,7 @@
 """One left-padded prompt batch (an x-vector line and a longer ICL line), as the continuous batch prefills it, and
 upstream's talker forward over it: what tests/morph/decode/test_prefill.py and tests/gpu/test_prefill.py compare
-morph/decode/prefill.py's lean_prefill with."""
+morph/decode/prefill.py's lean_prefill with, and what they and test_prefill_graphs.py run through the buckets of
+morph/decode/prefill_graphs.py."""
 
 from __future__ import annotations
 
@@ -34,14 +35,11 @@ def prompt(tts) -> dict:
 def both(tts):
     """(upstream's forward, lean_prefill, each row's left padding) over prompt(tts)."""
     p, loop = prompt(tts), tts.patch.loop
+    embeds, mask = p["inputs_embeds"], p["attention_mask"]
     with torch.inference_mode():
-        upstream = loop.prefill(p["inputs_embeds"], p["attention_mask"], p["trailing_text_hidden"], p["tts_pad_embed"])
-        length = p["inputs_embeds"].shape[1]
-        cos, sin = lean.rope_tables(loop.talker.model.rotary_emb, length, tts.device, p["inputs_embeds"].dtype,
-                                    multimodal=True)
-        ours = lean_prefill(p["inputs_embeds"], p["attention_mask"], loop.stack.weights(),
-                            loop.talker.model.norm.weight, loop.talker.codec_head.weight, cos, sin, loop.stack.dims)
-    pads = (length - p["attention_mask"].sum(-1)).tolist()
+        upstream = loop.prefill(embeds, mask, p["trailing_text_hidden"], p["tts_pad_embed"])
+        ours = alone(loop, embeds, mask, tables_of(tts, embeds))
+    pads = (embeds.shape[1] - mask.sum(-1)).tolist()
     return upstream, ours, pads
 
 
@@ -55,3 +53,31 @@ def worst(upstream, ours, pads) -> dict:
              for r, p in enumerate(pads) for k, k2 in ((k, k2), (v, v2)))
     return dict(kv=kv, logits=rel(upstream.logits[:, -1], ours.logits),
                 hidden=rel(upstream.past_hidden, ours.past_hidden))
+
+
+def tables_of(tts, embeds):
+    """The rotary tables (cos, sin) for a prompt batch as long as `embeds`."""
+    loop = tts.patch.loop
+    return lean.rope_tables(loop.talker.model.rotary_emb, embeds.shape[1], tts.device, embeds.dtype, multimodal=True)
+
+
+def slice_of(tts):
+    """(loop, inputs_embeds, attention_mask, rotary tables) of prompt(tts): a left-padded two-row slice."""
+    p = prompt(tts)
+    return tts.patch.loop, p["inputs_embeds"], p["attention_mask"], tables_of(tts, p["inputs_embeds"])
+
+
+def alone(loop, embeds, mask, tables):
+    """lean_prefill over the slice alone, op by op."""
+    return lean_prefill(embeds, mask, loop.stack.weights(), loop.talker.model.norm.weight,
+                        loop.talker.codec_head.weight, *tables, loop.stack.dims)
+
+
+def assert_same(got, want, tol: float = 1e-5):
+    """Two prefills' outputs equal to `tol` (relative and absolute)."""
+    assert len(got.kv) == len(want.kv)
+    for (k, v), (k2, v2) in zip(got.kv, want.kv, strict=True):
+        torch.testing.assert_close(k, k2, rtol=tol, atol=tol)
+        torch.testing.assert_close(v, v2, rtol=tol, atol=tol)
+    torch.testing.assert_close(got.logits, want.logits, rtol=tol, atol=tol)
+    torch.testing.assert_close(got.past_hidden, want.past_hidden, rtol=tol, atol=tol)

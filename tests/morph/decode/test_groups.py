@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import morph.decode.groups as groups
+import morph.decode.prefill_graphs as prefill_graphs
+import morph.settings as settings
 from morph.scheduler import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 
@@ -19,12 +20,12 @@ SETTINGS = GenerationSettings(seq_groups=5, do_sample=True, subtalker=Sampling(d
 def prefills(monkeypatch):
     """The (rows, tokens) of every prefill the batch runs."""
     calls = []
-    real = groups.lean_prefill
+    real = prefill_graphs.lean_prefill
 
     def spy(embeds, mask, *rest):
         calls.append(tuple(embeds.shape[:2]))
         return real(embeds, mask, *rest)
-    monkeypatch.setattr(groups, "lean_prefill", spy)
+    monkeypatch.setattr(prefill_graphs, "lean_prefill", spy)
     return calls
 
 
@@ -39,14 +40,14 @@ def test_slices_bound_the_prefill_and_keep_every_rows_codes(lean, voices, prefil
     assert sum(rows for rows, _ in prefills) == len(lines)
 
     prefills.clear()
-    monkeypatch.setattr(groups, "PREFILL_TOKENS", 1)  # under any prompt: a row a slice
+    monkeypatch.setattr(settings, "PREFILL_TOKENS", 1)  # under any prompt: a row a slice
     one = batch.codes(lines, SETTINGS, batch_size=6, continuous=True)
     assert all(rows == 1 for rows, _ in prefills) and len(prefills) == len(lines), prefills
     for a, b in zip(whole, one, strict=True):
         assert torch.equal(a, b)
 
     prefills.clear()
-    monkeypatch.setattr(groups, "PREFILL_TOKENS", 100)
+    monkeypatch.setattr(settings, "PREFILL_TOKENS", 100)
     two = batch.codes(lines, SETTINGS, batch_size=6, continuous=True)
     assert all(rows * tokens <= 100 or rows == 1 for rows, tokens in prefills), prefills
     assert max(rows for rows, _ in prefills) > 1 and sum(rows for rows, _ in prefills) == len(lines), prefills

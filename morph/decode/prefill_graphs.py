@@ -1,0 +1,163 @@
+"""A slice's prefill (prefill.py) replayed from the CUDA graph of its bucket: how the continuous batch prefills its
+joining rows in the fast modes (groups.py Slice).
+
+Op by op, a prefill launches about 500 kernels whatever its size (28 layers of norms, rotary, projections and masked
+attention), and their host time was most of a warm clone's: 35 of the 75 ms a one-frame clone took under cProfile
+(0.6B dims, H200, bench/results/h200-2026-11-28/NOTES.md). So a slice is padded to its bucket
+(settings.prefill_bucket: the prompts' length up to the next of PREFILL_LENGTHS, the rows up to a power of two), and
+each bucket's graph is captured on its first slice and replayed after that:
+- the prompts are left-padded further, as a group's shorter prompts already are, and the added rows are padding
+  alone: lean_prefill hides every pad token from the real ones, so a real token's keys, values and outputs are those
+  of the slice alone, up to the rounding of a larger matrix product;
+- every bucket's graph reads and writes one arena (the prompts, the keys and values, the last logits and hidden
+  states), as large as the largest bucket so far: a slice's outputs are read only until the next slice is
+  prefilled (slots.py joins the oldest slice's rows first, and prefills a slice as its first row joins). A larger
+  bucket replaces the arena and drops the graphs that wrote the old one;
+- the graphs share one memory pool for their scratch (a layer's activations, the attention's scores) and are
+  captured on the frame step's capture stream: they replay on the frame loop's stream between its steps, never
+  beside them.
+A prompt past the longest bucket runs op by op; so does every slice after a capture fails (said once).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..errors import reason
+from ..graphs import CAPTURE, GraphCache
+from ..settings import PREFILL_LENGTHS, prefill_bucket
+from . import lean
+from .prefill import Prefilled, lean_prefill
+
+log = logging.getLogger(__name__)
+
+MAX_SHAPES = 16  # graphs kept: a script's groups meet a few prompt lengths, each at one or two row counts
+
+
+class Arena:
+    """What every bucket's graph reads and writes, flat, for `tokens` tokens of prompt (Bucket views it), and the
+    rotary tables of the longest bucket."""
+
+    def __init__(self, loop, tokens: int, embeds: torch.Tensor, mask: torch.Tensor):
+        t, d = loop.talker, loop.stack.dims
+        device, hidden, rows = embeds.device, embeds.shape[-1], tokens // PREFILL_LENGTHS[0]
+        self.tokens = tokens
+        self.embeds = torch.zeros(tokens * hidden, dtype=embeds.dtype, device=device)
+        self.mask = torch.zeros(tokens, dtype=mask.dtype, device=device)
+        self.kv = [(torch.zeros(tokens * d.kv_size, dtype=embeds.dtype, device=device),
+                    torch.zeros(tokens * d.kv_size, dtype=embeds.dtype, device=device))
+                   for _ in range(loop.config.num_hidden_layers)]
+        head, norm = t.codec_head.weight, t.model.norm.weight
+        self.logits = torch.zeros(rows * head.shape[0], dtype=head.dtype, device=device)
+        self.hidden = torch.zeros(rows * hidden, dtype=norm.dtype, device=device)
+        self.cos, self.sin = lean.rope_tables(t.model.rotary_emb, PREFILL_LENGTHS[-1], device, embeds.dtype,
+                                              multimodal=True)
+
+
+class Bucket:
+    """One bucket's views of an arena: `rows` prompts of `length` tokens in, their prefill out."""
+
+    def __init__(self, arena: Arena, loop, rows: int, length: int):
+        d, hidden, vocab = loop.stack.dims, loop.config.hidden_size, loop.talker.codec_head.weight.shape[0]
+        n = rows * length
+        self.loop, self.rows, self.length = loop, rows, length
+        self.embeds = arena.embeds[:n * hidden].view(rows, length, hidden)
+        self.mask = arena.mask[:n].view(rows, length)
+        self.kv = [tuple(t[:n * d.kv_size].view(rows, d.kv_heads, length, d.head_dim) for t in pair)
+                   for pair in arena.kv]
+        self.logits = arena.logits[:rows * vocab].view(rows, vocab)
+        self.hidden = arena.hidden[:rows * hidden].view(rows, 1, hidden)
+        self.cos, self.sin = arena.cos, arena.sin
+
+    def load(self, embeds: torch.Tensor, mask: torch.Tensor) -> None:
+        """A slice's prompts (lean_prefill's inputs) into the bucket's first rows, each at its end: what comes before
+        them, and the rows after, is padding."""
+        rows, length = mask.shape
+        self.mask.zero_()
+        self.mask[:rows, self.length - length:].copy_(mask)
+        self.embeds[:rows, self.length - length:].copy_(embeds)
+
+    def step(self) -> None:
+        """The bucket's prefill, from its inputs into its outputs: what its graph captures."""
+        loop = self.loop
+        out = lean_prefill(self.embeds, self.mask, loop.stack.weights(), loop.talker.model.norm.weight,
+                           loop.talker.codec_head.weight, self.cos, self.sin, loop.stack.dims, into=self.kv)
+        self.logits.copy_(out.logits)
+        self.hidden.copy_(out.past_hidden)
+
+    def out(self, rows: int, length: int) -> Prefilled:
+        """The loaded slice's part of the outputs, shaped as lean_prefill over the slice alone gives them."""
+        lo = self.length - length
+        return Prefilled([(k[:rows, :, lo:], v[:rows, :, lo:]) for k, v in self.kv], self.logits[:rows],
+                         self.hidden[:rows])
+
+
+class PrefillGraphs:
+    """A TalkerLoop's prefills of joining rows: replayed per bucket in the fast modes, op by op otherwise (module
+    docstring)."""
+
+    def __init__(self):
+        self.graphs = GraphCache(max_graphs=MAX_SHAPES, role=CAPTURE, warmup=1)
+        self._owner = None
+        self._arena: Arena | None = None
+        self._buckets: dict[tuple[int, int], Bucket] = {}
+        self.failed = False  # a capture failed: op by op from then on
+
+    def bind(self, owner) -> None:
+        """Drop the graphs and their arena if the device, dtype or weight storage changed since their capture
+        (TalkerLoop.owner; a batch binds its graphs as it starts, widths.build_steps)."""
+        self._owner = owner
+        self.graphs.bind(owner)
+        if not len(self.graphs):
+            self._drop()
+
+    def clear(self) -> None:
+        self.graphs.clear()
+        self._drop()
+        self._owner = None
+        self.failed = False
+
+    def prefill(self, loop, embeds: torch.Tensor, mask: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor],
+                captured: bool) -> Prefilled:
+        """lean_prefill over a slice (its inputs_embeds, attention_mask and the state's rotary tables): replayed
+        from its bucket's graph when `captured` (a fast mode on CUDA) and the slice has a bucket."""
+        rows, length = mask.shape
+        shape = prefill_bucket(rows, length) if captured and not self.failed else None
+        bucket = None if shape is None else self._bucket(loop, shape, embeds, mask)
+        if bucket is None:
+            return lean_prefill(embeds, mask, loop.stack.weights(), loop.talker.model.norm.weight,
+                                loop.talker.codec_head.weight, *tables, loop.stack.dims)
+        bucket.load(embeds, mask)
+        try:
+            entry = self.graphs.get(shape, bucket.step)
+        except torch.cuda.OutOfMemoryError:
+            self.clear()
+            raise
+        except Exception as e:  # as the frame step's capture (runner.fast_step): said, and op by op from here
+            self.clear()
+            self.failed = True
+            log.warning("morph: could not capture the prefill of joining rows (%s); it runs op by op, slower to "
+                        "the first audio. If this repeats, report it", reason(e))
+            return self.prefill(loop, embeds, mask, tables, captured)
+        entry.replay()
+        return bucket.out(rows, length)
+
+    def _bucket(self, loop, shape: tuple[int, int], embeds: torch.Tensor, mask: torch.Tensor) -> Bucket:
+        """The bucket of `shape` over an arena that holds it: a larger arena drops every graph of the old one."""
+        rows, length = shape
+        arena = self._arena
+        if arena is None or arena.tokens < rows * length or arena.embeds.dtype != embeds.dtype:
+            self.graphs.clear()
+            self.graphs.bind(self._owner)
+            self._drop()
+            # a power of two of tokens: an arena is replaced a few times a process at most
+            self._arena = arena = Arena(loop, 1 << (rows * length - 1).bit_length(), embeds, mask)
+        if shape not in self._buckets:
+            self._buckets[shape] = Bucket(arena, loop, rows, length)
+        return self._buckets[shape]
+
+    def _drop(self) -> None:
+        self._arena = None
+        self._buckets.clear()

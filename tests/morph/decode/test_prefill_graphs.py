@@ -1,0 +1,46 @@
+"""morph/decode/prefill_graphs.py on the CPU (tiny model, fp32): a slice loaded into a larger bucket (more rows, a
+longer prompt) and run op by op, as its CUDA graph replays it, gives lean_prefill's outputs over the slice alone,
+whatever an earlier slice left in the arena; outside the fast modes a slice runs lean_prefill itself and nothing is
+captured. The captures themselves: tests/gpu/test_prefill.py."""
+
+from __future__ import annotations
+
+import torch
+
+from morph.decode.prefill_graphs import Arena, Bucket, PrefillGraphs
+
+from .prefill_case import alone, assert_same, slice_of
+
+
+def test_a_slice_padded_to_a_larger_bucket_gives_its_own_prefill(tiny_tts):
+    loop, embeds, mask, tables = slice_of(tiny_tts)
+    rows, length = mask.shape
+    assert 0 < int(mask[0].sum()) < length  # the first row is left-padded within the slice already
+    with torch.inference_mode():
+        arena = Arena(loop, 4 * (length + 9), embeds, mask)
+        bucket = Bucket(arena, loop, 4, length + 9)
+        bucket.load(embeds, mask)
+        bucket.step()
+        got = bucket.out(rows, length)
+        assert_same(got, alone(loop, embeds, mask, tables))
+        for k, v in bucket.kv:  # the added rows and tokens are padding: what they compute stays finite
+            assert torch.isfinite(k).all() and torch.isfinite(v).all()
+
+        # a shorter slice after it, in the same bucket: nothing of the first one's reaches it (its second row's
+        # tokens before these are still in the arena)
+        short = int(mask[0].sum())
+        last = (embeds[:, -short:], mask[:, -short:])
+        bucket.load(*last)
+        bucket.step()
+        assert_same(bucket.out(rows, short), alone(loop, *last, tables))
+
+
+def test_outside_the_fast_modes_a_slice_runs_the_lean_prefill(tiny_tts):
+    loop, embeds, mask, tables = slice_of(tiny_tts)
+    graphs = PrefillGraphs()
+    with torch.inference_mode():
+        got = graphs.prefill(loop, embeds, mask, tables, captured=False)
+        want = alone(loop, embeds, mask, tables)
+    for (k, v), (k2, v2) in zip(got.kv, want.kv, strict=True):
+        assert torch.equal(k, k2) and torch.equal(v, v2)
+    assert torch.equal(got.logits, want.logits) and len(graphs.graphs) == 0
