@@ -91,8 +91,7 @@ class ContinuousBatch:
         self.position = 0  # P, the host's copy of st.step
         self.live: dict[int, _Live] = {}
         self.free = list(range(width))  # ascending: the lowest is handed out first
-        self.ended = 0  # rows handed over so far
-        self.preemptions = 0
+        self.ended = self.preemptions = 0  # rows handed over, rows preempted so far
         # the most of its frame limit a row has spoken in this batch, never under the share its pool was sized for: an
         # overcommitted pool sets that share of a joining row's frames aside (kv_store.PagedKV.admit)
         self.spoken = POOL_FRAME_SHARE
@@ -134,6 +133,9 @@ class ContinuousBatch:
                                                   preemptions=self.preemptions, **self.kv.stats())
                         return
                     continue
+                if queue and self.position >= max(row.start + row.stop for row in self.live.values()):
+                    self._drain(queue, flags, finished)  # every row is at its frame limit: a step adds no frame
+                    continue
                 self._fit()
                 if len(self.live) <= self.bucket // 2:
                     self._drain(queue, flags, finished)  # a row that ended must not be moved as a live one
@@ -151,9 +153,7 @@ class ContinuousBatch:
                 self.position += 1
                 slot = frame % flags.shape[0]
                 flags[slot].copy_(self.st.unfinished, non_blocking=cuda)
-                event = torch.cuda.Event() if cuda else None
-                if cuda:
-                    event.record()
+                event = torch.cuda.current_stream().record_event() if cuda else None
                 queue.append((event, slot, self.position))
                 frame += 1
                 while len(queue) > lag:

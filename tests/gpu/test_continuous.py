@@ -74,6 +74,24 @@ def test_a_render_outside_inference_mode_captures_its_steps(cuda_tts, voices, mo
     assert len(cuda_tts.patch.loop.graphs) > graphs  # the wider steps were captured, not run op by op
 
 
+@pytest.mark.parametrize("frames", [1, 6])
+def test_no_frame_is_stepped_past_every_rows_frame_limit(cuda_tts, voices, frames):
+    """Rows held to their frame limit (a one-frame clone's, a benchmark's fixed lengths): the host knows that they end
+    there, so the batch steps no frame past it. It used to step the sync_lag frames it reads the GPU's flags behind
+    by: 4 of the 5 steps of a warm one-frame clone."""
+    from bench.workload import eos_suppressed
+
+    lines = [Line(text, voices["xvector"], "English") for text in TEXTS[:3]]
+    cuda_tts.patch.mode = "fused"
+    try:
+        with eos_suppressed(cuda_tts, frames):
+            got = BatchTTS(cuda_tts).codes(lines, settings(5, frames=frames), batch_size=4, continuous=True)
+    finally:
+        cuda_tts.patch.mode = "auto"
+    assert [c.shape[0] for c in got] == [frames] * len(lines)
+    assert cuda_tts.patch.last_run["frames_run"] == frames, cuda_tts.patch.last_run
+
+
 @pytest.mark.parametrize("mode", ["graphs", "fused"])
 def test_a_row_left_alone_in_64_slots_steps_alone(cuda_tts, voices, mode):
     """64 seeded lines through 64 slots, all but one ending within 6 frames. The one left has the shortest text,
