@@ -10,9 +10,19 @@ import torch
 def write(pool: torch.Tensor, table: torch.Tensor, slots: torch.Tensor, x: torch.Tensor) -> None:
     """x [B, kv_heads, T, D] into logical slots `slots` [T] of every row (a slot whose page is the null page writes
     there: it is never read unmasked)."""
-    page = pool.shape[2]
-    pages = table[:, slots // page]  # [B, T]
-    pool[pages, :, (slots % page).expand_as(pages)] = x.transpose(1, 2)
+    put(pool, *place(table, slots, pool.shape[2]), x)
+
+
+def place(table: torch.Tensor, slots: torch.Tensor, page: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pages, offsets) [B, T]: where logical slots `slots` [T] of every row of `table` live in a pool of `page`-slot
+    pages; the same for every layer's pool."""
+    pages = table[:, slots // page]
+    return pages, (slots % page).expand_as(pages)
+
+
+def put(pool: torch.Tensor, pages: torch.Tensor, offsets: torch.Tensor, x: torch.Tensor) -> None:
+    """x [B, kv_heads, T, D] into the pool at `place`'s pages and offsets."""
+    pool[pages, :, offsets] = x.transpose(1, 2)
 
 
 def gather(pool: torch.Tensor, table: torch.Tensor) -> torch.Tensor:

@@ -247,9 +247,9 @@ class ContinuousBatch:
         out = shared.prefilled()
         n = len(rows_in)
         slots = self.free[:n]  # the lowest: rows gather at the bottom, where the narrow steps run
-        rows = to_device(slots, dev)
-        idx = to_device([a.index for a in rows_in], dev)
-        self.kv.write_prompt(slots, out.kv, idx, at, length, [a.name for a in rows_in])
+        rows, index = to_device(slots, dev), [a.index for a in rows_in]
+        idx = to_device(index, dev)
+        self.kv.write_prompt(slots, out.kv, index, at, length, [a.name for a in rows_in])
         keys = to_device([a.key for a in rows_in], dev)
         pads = to_device([a.pad for a in rows_in], dev)
         seen = torch.zeros(n, st.seen.shape[1], dtype=torch.bool, device=dev)
