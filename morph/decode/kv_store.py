@@ -103,7 +103,8 @@ class PagedKV:
             self._take_to(slot, name, at)  # every page up to slot `at`, which its first step writes
         rows, where = to_device(slots, self.st.device), torch.arange(at - length, at, device=self.st.device)
         # the prompt's slots below a row's first page point at the null page: never read. Placed once for every
-        # layer: per layer, the places and the rows' gather were 5 of a warm one-frame clone's 25 ms (H100)
+        # layer: per layer, the places and the rows' gather took 5.3 ms of a warm one-frame clone, 1.3 since (H100,
+        # bench/results/h100-2026-11-27b/NOTES.md)
         pages, offsets = paged.place(self.st.table[rows], where, self.page)
         sel = prompt_rows(index, self.st.device)
         for (k, v), kc, vc in zip(kv, self.st.k, self.st.v, strict=True):
