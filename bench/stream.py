@@ -8,16 +8,23 @@ audio and the number of chunks. The first line is each way's first call in the p
 a user's first request pays them) and is reported apart (`first_call`); the rest give p50, p95 and max. Alone, one
 line at a time: what a voice agent's single request waits for, not a server's load (that is bench/serve.py's, to
 come with issue 36). `--frames 1` holds every line to one frame: a warm clone of one frame, the floor of first audio
-(issue 35's target: at most 20 ms), whatever the line's text.
+(issue 35's target: at most 20 ms), whatever the line's text. `--parts` then speaks every line whole once more with
+the engine's parts (PARTS) timed on the host, each part's wall time summed (a part inside another counts in both),
+and reports their milliseconds a line apart from the timings above, which the timing would slow.
 
     python -m bench.stream --size tiny --device cpu --lines 3 --mode lean              # quick, on CPU
     python -m bench.stream --size 0.6b --device cuda --dtype bf16 --lines 20 --json out/stream.json
     python -m bench.stream --size 0.6b --device cuda --dtype bf16 --lines 16 --frames 1 --json out/clone1.json
+    python -m bench.stream --size 0.6b --device cuda --dtype bf16 --lines 16 --frames 1 --parts --json out/parts.json
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
+import functools
+import importlib
 import sys
 import time
 
@@ -28,6 +35,40 @@ from bench.sentences import reference_wave
 from bench.workload import REF_TEXT, eos_suppressed, sync
 from morph.decode.runner import check_mode
 from morph.settings import SAMPLE_RATE, GenerationSettings
+
+
+# Where a warm line's host time goes (--parts): the render, the prompt built by upstream's generate, the batch's setup
+# and the weights' fingerprint in it, a join with its prompt writes and prefill, the wait for a row's end, the live
+# codec's calls. Measured on 2026-11-27: bench/results/h100-2026-11-27b/NOTES.md.
+PARTS = (("morph.scheduler", "BatchTTS.render"), ("morph.continuous", "RowRunner._group"),
+         ("morph.decode.slots", "ContinuousBatch.__init__"), ("morph.decode.talker_loop", "TalkerLoop.owner"),
+         ("morph.decode.slots", "ContinuousBatch._join"), ("morph.decode.kv_store", "PagedKV.write_prompt"),
+         ("morph.decode.prefill_graphs", "PrefillGraphs.prefill"), ("morph.decode.slots", "ContinuousBatch._settle"),
+         ("morph.codec.live", "LiveRows.open"), ("morph.codec.live", "LiveRows.feed"),
+         ("morph.codec.live", "LiveRows.pump"))
+
+
+@contextlib.contextmanager
+def timed_parts(spent: collections.Counter):
+    """Each of PARTS wrapped to add its wall seconds to spent[its name] while inside; put back after."""
+    kept = []
+    for module, name in PARTS:
+        owner_name, attr = name.split(".")
+        owner = getattr(importlib.import_module(module), owner_name)
+        kept.append((owner, attr, getattr(owner, attr)))
+
+        def timed(*args, _fn=getattr(owner, attr), _name=name, **kw):
+            start = time.perf_counter()
+            try:
+                return _fn(*args, **kw)
+            finally:
+                spent[_name] += time.perf_counter() - start
+        setattr(owner, attr, functools.wraps(getattr(owner, attr))(timed))
+    try:
+        yield spent
+    finally:
+        for owner, attr, fn in kept:
+            setattr(owner, attr, fn)
 
 
 def speak(tts, text: str, voice, frames: int, seq_groups: int, streamed: bool) -> dict:
@@ -76,6 +117,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--frames", type=int, default=0,
                    help="hold every line to this many frames instead of where its own speech ends (1: a warm clone "
                         "of one frame, the floor of first audio)")
+    p.add_argument("--parts", action="store_true",
+                   help="then speak every line whole once more with the engine's parts timed on the host (PARTS)")
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)
     if args.lines < 2:
@@ -99,6 +142,13 @@ def main(argv: list[str] | None = None) -> dict:
               file=sys.stderr)
     for way, rows in ways.items():
         report[way] = dict(first_call=rows[0], **summary(rows[1:]))
+    if args.parts:
+        spent: collections.Counter = collections.Counter()
+        lines = script_lines(args.lines)[1:]  # warm: the first line's captures are behind
+        with timed_parts(spent):
+            for text, own in lines:
+                speak(tts, text, voice, args.frames or own, args.seq_groups, False)
+        report["host_parts_ms_a_line"] = {name: round(spent[name] / len(lines) * 1e3, 3) for _, name in PARTS}
     report["complete"] = True
     return emit(report, args.json)
 

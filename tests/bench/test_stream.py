@@ -55,3 +55,23 @@ def test_frames_holds_every_line_to_that_many_frames(tiny_dir, tmp_path):
     for way in ("stream", "clone"):
         assert [r["frames"] for r in report["runs"][way]] == [1, 1]
         assert [r["audio_s"] for r in report["runs"][way]] == pytest.approx([0.08, 0.08], abs=1e-3)
+
+
+def test_parts_times_the_engines_parts_on_the_host_and_puts_them_back(tiny_dir, tmp_path):
+    """--parts: every part of bench.stream.PARTS in ms a line, the render holding the rest; on the CPU in mode lean
+    the weights' fingerprint is not taken (only the fast modes bind graphs) and every other part runs; after the run
+    no part is left wrapped."""
+    import importlib
+
+    from bench import stream
+
+    report = _written(stream.main, ["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--lines", "3",
+                                    "--mode", "lean", "--frames", "2", "--parts"], tmp_path / "parts.json")
+    parts = report["host_parts_ms_a_line"]
+    assert list(parts) == [name for _, name in stream.PARTS]
+    assert parts["TalkerLoop.owner"] == 0
+    assert all(ms > 0 for name, ms in parts.items() if name != "TalkerLoop.owner"), parts
+    assert all(parts["BatchTTS.render"] >= ms for ms in parts.values())
+    for module, name in stream.PARTS:
+        owner, attr = name.split(".")
+        assert not hasattr(getattr(getattr(importlib.import_module(module), owner), attr), "__wrapped__")
