@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import time
 
 import numpy as np
@@ -27,46 +26,18 @@ import torch
 from bench.lines import script
 from bench.common import add_model_args, emit, load_bench_model, run_info
 from bench.sentences import reference_wave
-from bench.workload import REF_TEXT, eos_suppressed, sync
+from bench.workload import REF_TEXT, eos_suppressed, sync, timed_calls
 from morph import scheduler
 from morph.decode.talker_loop import TalkerLoop
 from morph.scheduler import BatchTTS, Line
 from morph.settings import FRAMES_PER_SECOND, GenerationSettings
 
 
-@contextlib.contextmanager
 def phases(tts, device):
-    """Wraps the render's parts with syncs; yields the dict of seconds per part they fill."""
-    spent = collections.Counter()
-    saved = []
-
-    def timed(owner, name, label):
-        fn = getattr(owner, name)
-        saved.append((owner, name, fn))
-
-        def wrapper(*a, **kw):
-            sync(device)
-            start = time.perf_counter()
-            try:
-                return fn(*a, **kw)
-            finally:
-                sync(device)
-                spent[label] += time.perf_counter() - start
-
-        setattr(owner, name, wrapper)
-
-    timed(scheduler, "prompt_inputs", "prompt_inputs")
-    timed(tts.tts.model, "generate", "generate")
-    timed(TalkerLoop, "prefill", "prefill")
-    timed(TalkerLoop, "_decode", "frame_loop")
-    try:
-        yield spent
-    finally:
-        for owner, name, fn in reversed(saved):
-            if owner is tts.tts.model:
-                del owner.generate
-            else:
-                setattr(owner, name, fn)
+    """Wraps the render's parts with syncs (workload.timed_calls); yields the dict of seconds per part they fill."""
+    return timed_calls([(scheduler, "prompt_inputs", "prompt_inputs"), (tts.tts.model, "generate", "generate"),
+                        (TalkerLoop, "prefill", "prefill"), (TalkerLoop, "_decode", "frame_loop")],
+                       around=lambda: sync(device))
 
 
 def kernel_table(run, top: int) -> tuple[dict, float, int]:

@@ -21,9 +21,6 @@ and reports their milliseconds a line apart from the timings above, which the ti
 from __future__ import annotations
 
 import argparse
-import collections
-import contextlib
-import functools
 import importlib
 import sys
 import time
@@ -32,7 +29,7 @@ import numpy as np
 
 from bench.common import add_model_args, emit, load_bench_model, model_dims, run_info, save, script_lines
 from bench.sentences import reference_wave
-from bench.workload import REF_TEXT, eos_suppressed, sync
+from bench.workload import REF_TEXT, eos_suppressed, sync, timed_calls
 from morph.decode.runner import check_mode
 from morph.settings import SAMPLE_RATE, GenerationSettings
 
@@ -48,27 +45,13 @@ PARTS = (("morph.scheduler", "BatchTTS.render"), ("morph.continuous", "RowRunner
          ("morph.codec.live", "LiveRows.pump"))
 
 
-@contextlib.contextmanager
-def timed_parts(spent: collections.Counter):
-    """Each of PARTS wrapped to add its wall seconds to spent[its name] while inside; put back after."""
-    kept = []
+def timed_parts():
+    """PARTS wrapped to time their calls (workload.timed_calls): yields the seconds spent in each, by name."""
+    targets = []
     for module, name in PARTS:
-        owner_name, attr = name.split(".")
-        owner = getattr(importlib.import_module(module), owner_name)
-        kept.append((owner, attr, getattr(owner, attr)))
-
-        def timed(*args, _fn=getattr(owner, attr), _name=name, **kw):
-            start = time.perf_counter()
-            try:
-                return _fn(*args, **kw)
-            finally:
-                spent[_name] += time.perf_counter() - start
-        setattr(owner, attr, functools.wraps(getattr(owner, attr))(timed))
-    try:
-        yield spent
-    finally:
-        for owner, attr, fn in kept:
-            setattr(owner, attr, fn)
+        owner, attr = name.split(".")
+        targets.append((getattr(importlib.import_module(module), owner), attr, name))
+    return timed_calls(targets)
 
 
 def speak(tts, text: str, voice, frames: int, seq_groups: int, streamed: bool) -> dict:
@@ -143,9 +126,8 @@ def main(argv: list[str] | None = None) -> dict:
     for way, rows in ways.items():
         report[way] = dict(first_call=rows[0], **summary(rows[1:]))
     if args.parts:
-        spent: collections.Counter = collections.Counter()
         lines = script_lines(args.lines)[1:]  # warm: the first line's captures are behind
-        with timed_parts(spent):
+        with timed_parts() as spent:
             for text, own in lines:
                 speak(tts, text, voice, args.frames or own, args.seq_groups, False)
         report["host_parts_ms_a_line"] = {name: round(spent[name] / len(lines) * 1e3, 3) for _, name in PARTS}

@@ -1,5 +1,6 @@
 """What every bench speaks, and how it reads the device: the fixed line and reference voice, EOS held
-back so random weights speak a set number of frames, and the device's sync and peak memory.
+back so random weights speak a set number of frames, the engine's parts timed as they are called (timed_calls), and
+the device's sync and peak memory.
 
 A render's memory on CUDA is torch's allocated peak plus what the CUDA graphs it replays hold outside that counter
 (graph_bytes): a render's footprint is its allocated peak plus the graph memory held when it began, the most of that
@@ -8,10 +9,14 @@ a process's first render low by those; a later render replays them all."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
+import functools
 import resource
 import sys
+import time
+from typing import Callable, Iterable
 
 import torch
 
@@ -49,6 +54,37 @@ def eos_suppressed(tts: MorphTTS, frames: int):
             yield
     finally:
         loop.min_new_tokens = None
+
+
+@contextlib.contextmanager
+def timed_calls(targets: Iterable[tuple[object, str, str]], around: Callable[[], None] | None = None):
+    """Each (owner, attribute, label) of `targets` (a module's function, a class's method, an object's bound method)
+    wrapped so that its calls add their wall seconds to the yielded Counter's [label], `around()` run before and after
+    each call (a device sync charges a call its GPU time); all put back after, in reverse."""
+    spent, saved = collections.Counter(), []
+    for owner, name, label in targets:
+        fn = getattr(owner, name)
+        saved.append((owner, name, fn, name in vars(owner)))
+
+        def timed(*args, _fn=fn, _label=label, **kw):
+            if around is not None:
+                around()
+            start = time.perf_counter()
+            try:
+                return _fn(*args, **kw)
+            finally:
+                if around is not None:
+                    around()
+                spent[_label] += time.perf_counter() - start
+        setattr(owner, name, functools.wraps(fn)(timed))
+    try:
+        yield spent
+    finally:
+        for owner, name, fn, own in reversed(saved):
+            if own:
+                setattr(owner, name, fn)
+            else:  # an inherited method or an object's own bound method: the wrapper shadowed it
+                delattr(owner, name)
 
 
 def sync(device: torch.device) -> None:
