@@ -94,9 +94,13 @@ class GraphCache:
         self._graphs[key] = entry
         return entry
 
-    def clear(self) -> None:
+    def drop(self) -> None:
+        """Forget every graph and their pool, staying bound to the same owner (their inputs moved, not the weights)."""
         self._graphs.clear()
         self._pool = None
+
+    def clear(self) -> None:
+        self.drop()
         self._owner = None
 
 

@@ -82,7 +82,6 @@ WORKSPACE = 64 * 2**20
 # uses the stream and kept (graphs.side_stream), so counted until then (a batch-1 render's peak rose by 32 MiB with
 # the frame loop's, H200, bench/results/h200-2026-11-26f/NOTES.md)
 STREAM_WORKSPACE = 32 * 2**20
-CONTINUOUS_STREAMS = (FRAME_LOOP, PROMPTS)
 # Fit to the peaks of tests/gpu/test_memory.py with the lean codec (H100, 0.6B dims, bf16, fused, 5 s x-vector
 # lines, batch 1 to 64; bench/results/h100-2026-11-24c/NOTES.md): 1.85 MiB per row-frame of the largest chunk call
 # (cuDNN's workspaces included: a 32-row chunk peaked at 917 MiB alone), 16 MiB more for a call of few rows, and each
@@ -200,7 +199,8 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
     codec += AUDIO_COPIES * 4 * tts.codec.upsample * LIVE_CHUNK * per_call
     ahead = len(rows) > width  # a next group's prompt is built while one joins (morph/group_ahead.py), on its stream
     prompts = (1 + ahead) * width * max(p for p, _, _ in rows) * shape.hidden_bytes
-    streams = STREAM_WORKSPACE * sum(not side_stream_made(device, role) for role in CONTINUOUS_STREAMS[:1 + ahead])
+    roles = (FRAME_LOOP, PROMPTS) if ahead else (FRAME_LOOP,)
+    streams = STREAM_WORKSPACE * sum(not side_stream_made(device, role) for role in roles)
     return int(pool + state + prefill + codec + prompts + WORKSPACE + streams)
 
 

@@ -23,11 +23,11 @@ def _fuse(linears: list[torch.nn.Linear]) -> torch.Tensor:
 def _views_of(fused: torch.Tensor | None, linears: list[torch.nn.Linear]) -> bool:
     if fused is None:
         return False
-    start = 0
+    # addresses, not slices of `fused`: a render checks every layer's weights, and a slice is a new tensor each
+    base, row, start = fused.data_ptr(), fused.stride(0) * fused.element_size(), 0
     for m in linears:
         w = m.weight
-        if (w.device != fused.device or w.dtype != fused.dtype
-                or w.data_ptr() != fused[start:start + w.shape[0]].data_ptr()):
+        if w.device != fused.device or w.dtype != fused.dtype or w.data_ptr() != base + start * row:
             return False
         start += w.shape[0]
     return start == fused.shape[0]

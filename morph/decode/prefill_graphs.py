@@ -33,6 +33,13 @@ from .prefill import Prefilled, lean_prefill
 
 log = logging.getLogger(__name__)
 
+
+def _lean(loop, embeds, mask, cos, sin, into=None) -> Prefilled:
+    """lean_prefill over the loop's talker: op by op, or the step a bucket's graph captures."""
+    t = loop.talker
+    return lean_prefill(embeds, mask, loop.stack.weights(), t.model.norm.weight, t.codec_head.weight, cos, sin,
+                        loop.stack.dims, into=into)
+
 MAX_SHAPES = 16  # graphs kept: a script's groups meet a few prompt lengths, each at one or two row counts
 
 
@@ -81,9 +88,7 @@ class Bucket:
 
     def step(self) -> None:
         """The bucket's prefill, from its inputs into its outputs: what its graph captures."""
-        loop = self.loop
-        out = lean_prefill(self.embeds, self.mask, loop.stack.weights(), loop.talker.model.norm.weight,
-                           loop.talker.codec_head.weight, self.cos, self.sin, loop.stack.dims, into=self.kv)
+        out = _lean(self.loop, self.embeds, self.mask, self.cos, self.sin, into=self.kv)
         self.logits.copy_(out.logits)
         self.hidden.copy_(out.past_hidden)
 
@@ -100,7 +105,6 @@ class PrefillGraphs:
 
     def __init__(self):
         self.graphs = GraphCache(max_graphs=MAX_SHAPES, role=CAPTURE, warmup=1)
-        self._owner = None
         self._arena: Arena | None = None
         self._buckets: dict[tuple[int, int], Bucket] = {}
         self.failed = False  # a capture failed: op by op from then on
@@ -108,7 +112,6 @@ class PrefillGraphs:
     def bind(self, owner) -> None:
         """Drop the graphs and their arena if the device, dtype or weight storage changed since their capture
         (TalkerLoop.owner; a batch binds its graphs as it starts, widths.build_steps)."""
-        self._owner = owner
         self.graphs.bind(owner)
         if not len(self.graphs):
             self._drop()
@@ -116,7 +119,6 @@ class PrefillGraphs:
     def clear(self) -> None:
         self.graphs.clear()
         self._drop()
-        self._owner = None
         self.failed = False
 
     def prefill(self, loop, embeds: torch.Tensor, mask: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor],
@@ -127,8 +129,7 @@ class PrefillGraphs:
         shape = prefill_bucket(rows, length) if captured and not self.failed else None
         bucket = None if shape is None else self._bucket(loop, shape, embeds, mask)
         if bucket is None:
-            return lean_prefill(embeds, mask, loop.stack.weights(), loop.talker.model.norm.weight,
-                                loop.talker.codec_head.weight, *tables, loop.stack.dims)
+            return _lean(loop, embeds, mask, *tables)
         bucket.load(embeds, mask)
         try:
             entry = self.graphs.get(shape, bucket.step)
@@ -149,8 +150,7 @@ class PrefillGraphs:
         rows, length = shape
         arena = self._arena
         if arena is None or arena.tokens < rows * length or arena.embeds.dtype != embeds.dtype:
-            self.graphs.clear()
-            self.graphs.bind(self._owner)
+            self.graphs.drop()
             self._drop()
             # a power of two of tokens: an arena is replaced a few times a process at most
             self._arena = arena = Arena(loop, 1 << (rows * length - 1).bit_length(), embeds, mask)

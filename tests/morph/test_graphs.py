@@ -22,6 +22,12 @@ def test_graph_cache_is_an_lru_and_drops_everything_when_its_owner_changes(monke
     assert len(cache) == 3
     cache.bind("weights@2")  # moved, cast or re-fused: every graph points at old storage
     assert len(cache) == 0
+    cache.get(("frame", 1), lambda: 1)
+    cache.drop()  # the graphs' inputs moved (prefill_graphs.py's arena grew), not the weights
+    assert len(cache) == 0
+    cache.get(("frame", 2), lambda: 2)
+    cache.bind("weights@2")  # still bound to the weights they were captured against
+    assert ("frame", 2) in cache
     # the codec's calls replay beside the frame step's graphs: captured on a stream of their own (graphs.capture)
     graphs.GraphCache(role=graphs.CODEC_CAPTURE, warmup=1).get("call", lambda: None)
     assert set(roles[:-1]) == {(graphs.CAPTURE, 2)} and roles[-1] == (graphs.CODEC_CAPTURE, 1)
