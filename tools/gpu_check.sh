@@ -5,7 +5,10 @@
 #   bash tools/gpu_check.sh OUTDIR     # on the GPU machine (no network): install those wheels, run the
 #                                      # tests under cudaMallocAsync (ComfyUI's default) and the native
 #                                      # allocator, and write OUTDIR/gpu_check.json with the project commit
-#                                      # (BACKENDS="native" runs one of them)
+#                                      # (BACKENDS="native" runs one of them; TESTS="tests/gpu/test_a.py ..."
+#                                      # a part of the tests: all of them under cudaMallocAsync took an H100
+#                                      # past a device call's 600 s, so two calls, two OUTDIRs, and
+#                                      # tools/gpu_check_age.py adds the parts up)
 #
 # The GPU machine gets this tree with .whl/gpu carried along (its wheels are pinned in the manifest,
 # so a refill gives the same files). The project commit is written next to them here, because
@@ -31,18 +34,18 @@ for backend in ${BACKENDS:-cudaMallocAsync native}; do
   start=$(date +%s)
   # the allocator test starts a process per backend itself: once is enough
   only=(); [ "$backend" = native ] && only=(-k "not allocators")
-  python3 -m pytest -q -p no:cacheprovider tests/gpu "${only[@]}" --junitxml "$out/gpu_$backend.xml" 2>&1 | tail -n 25
+  python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests/gpu} "${only[@]}" --junitxml "$out/gpu_$backend.xml" 2>&1 | tail -n 25
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   echo "$(( $(date +%s) - start ))" > "$out/gpu_$backend.seconds"
 done
 python3 - "$out" <<'EOF'
-import json, pathlib, platform, sys, xml.etree.ElementTree as ET
+import json, os, pathlib, platform, sys, xml.etree.ElementTree as ET
 import torch
 out = pathlib.Path(sys.argv[1])
 commit = pathlib.Path(".whl/gpu/COMMIT")
 report = {"commit": commit.read_text().strip() if commit.exists() else None,
           "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
-          "backends": {}}
+          "tests": os.environ.get("TESTS", "tests/gpu"), "backends": {}}
 for backend in ("cudaMallocAsync", "native"):
     xml = out / f"gpu_{backend}.xml"
     if not xml.exists():

@@ -26,7 +26,7 @@ def git(*args: str) -> str | None:
 
 def checks(results: Path) -> list[dict]:
     """Every committed GPU check report (gpu_check.json, or gpu_check_<allocator>.json where the allocators ran in
-    calls of their own), at any depth, with how many commits HEAD is past its commit (None where git does not know
+    calls of their own; a part of the tests in a folder of its own), at any depth, with how many commits HEAD is past its commit (None where git does not know
     the commit): the fewest is the newest, whatever the clock said."""
     found = []
     for path in sorted(results.rglob("gpu_check*.json")):
@@ -54,9 +54,16 @@ def main() -> int:
         print("GPU checks: none committed at a commit this clone knows")
         return 0
     behind = min(c["behind"] for c in known)
-    # the allocators of one check may sit in a file each: together they are its result
+    # the allocators of one check may sit in a file each, and an allocator's tests in parts (calls of their own,
+    # tools/gpu_check.sh TESTS): together they are its result
     at = [c for c in known if c["behind"] == behind]
-    newest = dict(at[0], backends={b: r for c in at for b, r in c.get("backends", {}).items()})
+    backends: dict[str, dict] = {}
+    for c in at:
+        for backend, result in c.get("backends", {}).items():
+            total = backends.setdefault(backend, dict(passed=0, failed=[]))
+            total["passed"] += result.get("passed", 0)
+            total["failed"] += result.get("failed", [])
+    newest = dict(at[0], backends=backends)
     after = git("rev-list", "--count", f"{newest['commit']}..HEAD", "--", *ENGINE)
     paths = ", ".join(str(c["path"].relative_to(ROOT)) for c in at)
     print(f"GPU checks last ran at {newest['commit'][:10]} on {newest.get('device', 'an unnamed GPU')} "

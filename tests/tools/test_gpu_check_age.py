@@ -33,6 +33,8 @@ def test_the_newest_check_its_result_and_the_engine_commits_since(tmp_path, monk
     commit(tmp_path, "bench/results/d2/final/gpu_check_cudaMallocAsync.json",
            check(new, failed=["t::x"], backends=["cudaMallocAsync"]))
     commit(tmp_path, "bench/results/d2/final/gpu_check_native.json", check(new, backends=["native"]))
+    # ... and the rest of its cudaMallocAsync tests in a call of their own (tools/gpu_check.sh TESTS)
+    commit(tmp_path, "bench/results/d2/final2/gpu_check.json", check(new, backends=["cudaMallocAsync"]))
     commit(tmp_path, "bench/results/d2/gpu_check-lost/gpu_check.json", check("0" * 40))  # a commit not here
     commit(tmp_path, "morph/a.py", "2")
     commit(tmp_path, "README.md", "not the engine")
@@ -41,8 +43,8 @@ def test_the_newest_check_its_result_and_the_engine_commits_since(tmp_path, monk
     assert gpu_check_age.main() == 0
     assert capsys.readouterr().out.strip() == (
         f"GPU checks last ran at {new[:10]} on GPU X (bench/results/d2/final/gpu_check_cudaMallocAsync.json, "
-        "bench/results/d2/final/gpu_check_native.json): "
-        "cudaMallocAsync 3 passed, 1 failed; native 2 passed, 0 failed; 2 commits to morph and nodes since")
+        "bench/results/d2/final/gpu_check_native.json, bench/results/d2/final2/gpu_check.json): "
+        "cudaMallocAsync 6 passed, 1 failed; native 2 passed, 0 failed; 2 commits to morph and nodes since")
 
 
 def test_a_clone_without_checks_says_so(tmp_path, monkeypatch, capsys):
