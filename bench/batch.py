@@ -48,7 +48,7 @@ import torch
 
 from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, model_dims, run_info, save
 from bench.lines import add_line_args, bench_lines
-from bench.workload import eos_suppressed, graph_bytes, peak_bytes, sync
+from bench.workload import StepClock, eos_suppressed, graph_bytes, peak_bytes, sync
 from morph.decode.runner import MODES, check_mode
 from morph.lines.script import parse_script
 from morph.lines.store import LineStore
@@ -101,9 +101,11 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
             graphs = graph_bytes(device)  # captured by the warm-up
             walls, codes = [], []
             for _ in range(repeats):
+                clock = StepClock()  # the frames' pace at each live-row count (continuous only: static steps all rows)
                 sync(device)
                 start = time.perf_counter()
-                codes = batch.codes(ordered, settings, batch_size=size, continuous=continuous, **paged)
+                codes = batch.codes(ordered, settings, batch_size=size, continuous=continuous, **paged,
+                                    on_step=clock if continuous else None)
                 sync(device)
                 walls.append(time.perf_counter() - start)
             steps = tts.patch.last_run.get("frames_run") if continuous else None
@@ -117,7 +119,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
             batch.decode(codes, [line.voice for line in ordered])
             sync(device)
             decode_s = time.perf_counter() - start
-        return warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s
+        return warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s, clock.ms_per_frame()
 
     def end_to_end():
         with eos_suppressed(tts, held):  # as a caller of the public API runs it: outside inference mode
@@ -140,7 +142,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, size,
                               continuous=continuous)
     ran = {part: part() for part in ((end_to_end, decode_only) if first else (decode_only, end_to_end))}
-    warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s = ran[decode_only]
+    warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s, paced = ran[decode_only]
     e2e_walls, audio, e2e_peak, jobs = ran[end_to_end]
     wall = float(np.median(walls))
     e2e_wall = float(np.median(e2e_walls))
@@ -170,6 +172,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         row["declared_over_peak_above_weights"] = round(declared / max(e2e_peak - weights, 1), 3)
     if widths:
         row["frames_at_width"] = {str(w): n for w, n in widths.items()}
+        row["ms_per_frame_at_live_rows"] = paced  # the last decode-only run's (workload.StepClock)
     if "capture_s" in last_run:
         row["capture_s"] = round(float(last_run["capture_s"]), 3)
     if jobs:

@@ -87,6 +87,29 @@ def timed_calls(targets: Iterable[tuple[object, str, str]], around: Callable[[],
                 delattr(owner, name)
 
 
+class StepClock:
+    """A render's `on_step(done, total)` (morph/progress.py: before every step, `done` grown by the step's live rows)
+    timed on the host: ms a frame at each live-row count, the median gap between a step and the next. The host runs a
+    few frames ahead of the GPU and waits on it from then on, so a long run of frames at one count paces at the GPU's
+    frame time there: how a lone row in a wide batch compares with the same line alone."""
+
+    def __init__(self):
+        self.steps: list[tuple[float, int, int]] = []  # (when, live rows, done) of each report
+
+    def __call__(self, done: int, total: int) -> None:
+        before = self.steps[-1][2] if self.steps else 0
+        self.steps.append((time.perf_counter(), done - before, done))
+
+    def ms_per_frame(self, least: int = 32) -> dict[str, list]:
+        """{live rows: [frames, median ms a frame]} for each count seen at `least` steps or more (a render's last
+        report, `total` at its end, counts once, and never that often)."""
+        gaps = collections.defaultdict(list)
+        for (when, live, _), (after, _, _) in zip(self.steps, self.steps[1:]):
+            gaps[live].append(after - when)
+        return {str(live): [len(g), round(1000 * sorted(g)[len(g) // 2], 3)]
+                for live, g in sorted(gaps.items()) if len(g) >= least}
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
