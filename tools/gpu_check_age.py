@@ -26,8 +26,8 @@ def git(*args: str) -> str | None:
 
 def checks(results: Path) -> list[dict]:
     """Every committed GPU check report (gpu_check.json, or gpu_check_<allocator>.json where the allocators ran in
-    calls of their own; a part of the tests in a folder of its own), at any depth, with how many commits HEAD is past its commit (None where git does not know
-    the commit): the fewest is the newest, whatever the clock said."""
+    calls of their own; a part of the tests in a folder of its own), at any depth, with how many commits HEAD is past
+    its commit (None where git does not know the commit): the fewest is the newest, whatever the clock said."""
     found = []
     for path in sorted(results.rglob("gpu_check*.json")):
         try:
