@@ -22,9 +22,9 @@ def prefills(monkeypatch):
     calls = []
     real = prefill_graphs.lean_prefill
 
-    def spy(embeds, mask, *rest):
+    def spy(embeds, mask, *rest, **named):
         calls.append(tuple(embeds.shape[:2]))
-        return real(embeds, mask, *rest)
+        return real(embeds, mask, *rest, **named)
     monkeypatch.setattr(prefill_graphs, "lean_prefill", spy)
     return calls
 
