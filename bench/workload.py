@@ -94,17 +94,18 @@ class StepClock:
     frame time there: how a lone row in a wide batch compares with the same line alone."""
 
     def __init__(self):
-        self.steps: list[tuple[float, int, int]] = []  # (when, live rows, done) of each report
+        self.steps: list[tuple[float, int]] = []  # (when, live rows) of each report
+        self.done = 0  # the last report's
 
     def __call__(self, done: int, total: int) -> None:
-        before = self.steps[-1][2] if self.steps else 0
-        self.steps.append((time.perf_counter(), done - before, done))
+        self.steps.append((time.perf_counter(), done - self.done))
+        self.done = done
 
     def ms_per_frame(self, least: int = 32) -> dict[str, list]:
         """{live rows: [frames, median ms a frame]} for each count seen at `least` steps or more (a render's last
         report, `total` at its end, counts once, and never that often)."""
         gaps = collections.defaultdict(list)
-        for (when, live, _), (after, _, _) in zip(self.steps, self.steps[1:]):
+        for (when, live), (after, _) in zip(self.steps, self.steps[1:]):
             gaps[live].append(after - when)
         return {str(live): [len(g), round(1000 * sorted(g)[len(g) // 2], 3)]
                 for live, g in sorted(gaps.items()) if len(g) >= least}
