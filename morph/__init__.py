@@ -1,4 +1,4 @@
-"""Fast Qwen3-TTS voice cloning: `from morph import MorphTTS, GenerationSettings` (ARCHITECTURE.md maps the rest).
+"""Fast Qwen3-TTS voice cloning: `from morph import MorphTTS, GenerationSettings` (docs/architecture.md maps the rest).
 
 Both are looked up on first use, so importing a light module such as morph.settings does not load the engine.
 """

@@ -1,4 +1,4 @@
-"""The layout stays layered: no import cycle, no import pointing up the layers (ARCHITECTURE.md draws them).
+"""The layout stays layered: no import cycle, no import pointing up the layers (docs/architecture.md draws them).
 
 Every import in morph/, nodes/ and postprocess/ counts: module level, inside functions and under
 `if TYPE_CHECKING:`, absolute and relative (the pack's root is itself a package, so nodes/ reaches the
