@@ -32,13 +32,18 @@ def _warp_softmax_kernel(x_addr, o_addr, V, temperature, k, X_DTYPE: tl.constexp
 
 @triton.jit
 def _race_kernel(p_addr, q_addr, o_addr, V, BLOCK: tl.constexpr):
-    """argmax(p / q) of one row: sampling.draw's exponential race (first index on ties)."""
+    """argmax(p / q) of one row: sampling.draw's exponential race (first index on ties). A NaN ranks above every
+    number, as in torch.argmax: Triton's argmax ranks it below the padding lanes, and a row of NaN probabilities
+    (non-finite logits) picked an index past the vocabulary, which the caller's scatter into `seen` turned into a
+    device-side assert that ended the process."""
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     ok = cols < V
     p = tl.load(as_ptr(p_addr, tl.float32) + row * V + cols, mask=ok, other=0.0)
     q = tl.load(as_ptr(q_addr, tl.float32) + row * V + cols, mask=ok, other=1.0)
-    tl.store(as_ptr(o_addr, tl.int64) + row, tl.argmax(tl.where(ok, p / q, -1.0), axis=0).to(tl.int64))
+    r = p / q
+    r = tl.where(r != r, float("inf"), r)
+    tl.store(as_ptr(o_addr, tl.int64) + row, tl.argmax(tl.where(ok, r, -1.0), axis=0).to(tl.int64))
 
 
 def sample_warped(scores: torch.Tensor, s: Sampling, noise, slot: int = 0) -> torch.Tensor:
