@@ -39,7 +39,11 @@ class RowStreams:
         counter = (frame.view(-1, 1) + 1) * SLOTS + self.slots  # [B, SLOTS], distinct per (frame, slot)
         base = _mix(_mix(keys.view(-1, 1) ^ _mix(counter)) + counter)  # [B, SLOTS]
         bits = _mix(base.unsqueeze(-1) ^ self.tokens)  # [B, SLOTS, V]
-        uniform = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))  # (0, 1), 24 bits
+        uniform = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))  # 24 bits
+        # the top value's + 0.5 rounds to 1.0 in float32, an Exp(1) value of 0 (one draw in 2**24, several a minute
+        # under a server's load): a token of probability 0 then raced with 0 / 0 = NaN, which sampling.draw picked
+        # and the fused race's Triton argmax turned into an index past the vocabulary (a device-side assert)
+        uniform.clamp_(max=1.0 - 2.0 ** -24)
         return FrameNoise(-torch.log(uniform))
 
 
