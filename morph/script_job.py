@@ -9,9 +9,11 @@ the Python API) runs it here, so each writes the same files and resumes the same
 Each line is fingerprinted (morph/lines/store.py) from what decides its audio; `reuse()` reads back a line whose file
 and fingerprint an earlier run left instead of rendering it again. The others go to the scheduler in one render, and
 each is written (after the front end's `finish_line`, e.g. smoothing) as soon as it is complete, on a thread beside
-the render (`_LineWriter`), so a crash or a cancel loses only lines still in flight. Then the subtitles and the
-manifest of exactly this script. A file that cannot be written stops the job with what is kept and how to go on
-(`stopped`).
+the render (`_LineWriter`), so a crash or a cancel loses only lines still in flight. Then the dialogue `{prefix}.wav`
+where the front end writes one (joined from the line files: RF64 past a WAV's 4 GiB, so it never fails for its
+length), the subtitles and the manifest of exactly this script. A disk too small for the job's files is refused
+before the first line (`check_space`); a file that cannot be written stops the job with what is kept and how to go
+on (`stopped`).
 """
 
 from __future__ import annotations
@@ -26,21 +28,31 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .lines.script import ScriptLine
-from .lines.files import LineWriteError
+from .lines.files import LineWriteError, check_space, wav_header
 from .lines.store import LineStore, Written, cues, fingerprint, join_clips, srt
 from .lines.words import FOR_PYTHON, Words
 from .scheduler import BatchTTS, Line, OnLine, OnStep
-from .settings import GenerationSettings
+from .settings import SAMPLE_RATE, GenerationSettings
 
 log = logging.getLogger(__name__)
+
+# A line's length before it is rendered, for the disk check: speech at 15 characters a second, brisk for most
+# languages (CJK speaks fewer), so the estimate errs low and a job is refused only when its files would not fit.
+ESTIMATE_CHARS_PER_SECOND = 15.0
 
 
 @dataclass(frozen=True)
 class ScriptResult:
     clips: list[np.ndarray]  # every line's audio, in script order
-    dialogue: np.ndarray  # the lines joined with pauses
     subtitles: str  # SRT of the dialogue
     reused: int  # lines read back from an earlier run instead of rendered
+    pause_seconds: float
+
+    @property
+    def dialogue(self) -> np.ndarray:
+        """The lines joined with pauses, made when asked (a front end that only writes `{prefix}.wav` never holds
+        the whole script's audio twice)."""
+        return join_clips(self.clips, self.pause_seconds)[0]
 
 
 def job_context(source: str, model_size: str, dtype, attention: str, mode: str, device_type: str, language: str,
@@ -106,6 +118,23 @@ class ScriptJob:
         return (f"{why}; {len(self.lengths)} of {len(self.lines)} lines are kept in {self.store.folder}; "
                 f"{self.rerun} to render the rest")
 
+    def check_space(self, pause_seconds: float, dialogue: bool, words: Words = FOR_PYTHON) -> None:
+        """Before the first line: refuse a job whose files (the lines still to render, and the dialogue if it is
+        written) would not fit on the store's disk. A line rendered is its exact length, one to render an estimate
+        (ESTIMATE_CHARS_PER_SECOND)."""
+        todo = self.todo()
+        guess = {i: round(len(self.lines[i].text.strip()) / ESTIMATE_CHARS_PER_SECOND * SAMPLE_RATE) for i in todo}
+        need = sum(len(wav_header(n)) + 4 * n for n in guess.values())
+        if dialogue:
+            pause = int(round(pause_seconds * SAMPLE_RATE))
+            samples = sum(self.lengths.values()) + sum(guess.values()) + pause * max(len(self.lines) - 1, 0)
+            need += len(wav_header(samples)) + 4 * samples
+        check_space(self.store.folder, need, self.store.who, words.other_disk)
+
+    def write_dialogue(self, pause_seconds: float):
+        """`{prefix}.wav`, joined from the line files once every line is done; returns its path."""
+        return self.store.join_lines([p.name for p in self.parsed], float(pause_seconds))
+
     def finish(self, pause_seconds: float) -> str:
         """The subtitles and the manifest of exactly this script, once every line is done; returns the SRT."""
         timed = cues([self.lengths[i] for i in range(len(self.lines))], float(pause_seconds))
@@ -116,13 +145,14 @@ class ScriptJob:
     def run(self, prepare: Callable[[list[Line]], object], settings: GenerationSettings, batch_size: int,
             pause_seconds: float, finish_line: Callable[[np.ndarray], np.ndarray] | None = None,
             on_step: OnStep | None = None, on_line: OnLine | None = None, who: str = "Render lines",
-            words: Words = FOR_PYTHON, continuous: bool | None = None) -> ScriptResult:
-        """Render every line not reused, in this process, and write everything. `prepare(lines to render)` returns
-        the engine to render them on (a memory manager can make room first); it is not called when every line was
-        reused. `on_line(i, audio)` follows each rendered line's file, i indexing the script's lines; messages word
-        their fixes as `words` does; `continuous`: as BatchTTS.render takes it."""
+            words: Words = FOR_PYTHON, continuous: bool | None = None, dialogue: bool = False) -> ScriptResult:
+        """Render every line not reused, in this process, and write everything (`dialogue`: `{prefix}.wav` too).
+        `prepare(lines to render)` returns the engine to render them on (a memory manager can make room first); it is
+        not called when every line was reused. `on_line(i, audio)` follows each rendered line's file, i indexing the
+        script's lines; messages word their fixes as `words` does; `continuous`: as BatchTTS.render takes it."""
         audio, kept = self.audio, len(self.lengths)
         todo = self.todo()
+        self.check_space(pause_seconds, dialogue, words)
 
         def finished(k: int, wav: np.ndarray) -> None:
             i = todo[k]
@@ -140,8 +170,9 @@ class ScriptJob:
                                                         on_line=hand_over, who=who, labels=self.labels(todo),
                                                         words=words, continuous=continuous)
             clips = [audio[i] for i in range(len(self.lines))]
-            dialogue, _ = join_clips(clips, float(pause_seconds))
-            return ScriptResult(clips, dialogue, self.finish(pause_seconds), kept)
+            if dialogue:
+                self.write_dialogue(pause_seconds)
+            return ScriptResult(clips, self.finish(pause_seconds), kept, float(pause_seconds))
         except LineWriteError as e:
             raise LineWriteError(self.stopped(str(e))) from e
 

@@ -13,7 +13,9 @@ planned batch is one continuous batch on its worker, and a seeded line's take is
 GPU, up to rounding) and hands them out one at a time as workers free up: long and short
 batches mixed over the GPUs, every GPU busy until the queue is empty, and all finish within about one batch of each
 other. Each worker writes its lines' files; the driver keeps the manifest, so a rerun resumes as it does in one
-process, and at the end joins the dialogue from the files and writes the subtitles.
+process, and at the end joins the dialogue from the files and writes the subtitles. The workers are given the job's
+token (morph/lines/job_lock.py): a worker that outlives a killed driver puts no file into the folder once another
+job holds it.
 
 Faults: a worker whose process dies (killed, out of host memory, a lost machine) is restarted by Ray (up to
 MAX_RESTARTS times) and its batch goes back to the front of the queue, to whichever worker frees up first; its
@@ -35,6 +37,7 @@ import numpy as np
 
 from ..lines.files import LineWriteError
 from ..lines.store import LineFiles
+from ..lines.words import FOR_PYTHON, Words
 from ..scheduler import Line, OnStep, plan_batches
 from ..script_job import ScriptJob
 from ..settings import DEFAULT_BATCHING, GenerationSettings
@@ -156,19 +159,22 @@ class WorkerPool:
     def render(self, job: ScriptJob, settings: GenerationSettings, batch_size: int, pause_seconds: float,
                finish_line: Callable[[np.ndarray], np.ndarray] | None = None, on_step: OnStep | None = None,
                on_lines: Callable[[list[tuple[int, int]]], None] | None = None,
-               batching: str = DEFAULT_BATCHING) -> str:
+               batching: str = DEFAULT_BATCHING, words: Words = FOR_PYTHON) -> str:
         """Render the job's lines still to do over the pool, each planned batch on one worker as `batching` (one of
         BATCHING) runs it there, then write its dialogue, subtitles and manifest; returns the subtitles.
         `on_lines([(script index, samples)])` follows each batch's files, `on_step(done, total)` counts frame slots as
-        the one-GPU scheduler does. `finish_line` runs on the workers (picklable)."""
+        the one-GPU scheduler does. `finish_line` runs on the workers (picklable); messages word their fixes as
+        `words` does."""
         ray, who, todo = self.ray, self.who, job.todo()
+        job.check_space(pause_seconds, True, words)
         if todo:
             self._first("check", [job.lines[i] for i in todo], settings, who, job.labels(todo))
         queue = deque(plan(todo, job.lines, settings, batch_size))
         slots = {tuple(b): len(b) * max(settings.frame_limit(job.lines[i].text.strip()) for i in b) for b in queue}
         total, done = max(sum(slots.values()), 1), 0
-        # Workers on other machines write under the path as given: a relative one would land where `ray start` ran
-        files = LineFiles(Path(job.store.root).absolute(), job.store.prefix, who)
+        # Workers on other machines write under the path as given: a relative one would land where `ray start` ran.
+        # The job's token: a worker that outlives this driver writes nothing into a folder another job took over.
+        files = LineFiles(Path(job.store.root).absolute(), job.store.prefix, who, token=job.store.lock.token)
         pending, tries, actors = {}, {}, list(self.actors)  # pending: call -> (worker, its batch; None: a probe)
         # A worker Ray is starting again -> when to ask next whether it is back (None: asked, no answer yet); it
         # gets no batch until its probe answers, or each batch sent would come back refused at once
@@ -220,7 +226,7 @@ class WorkerPool:
                     on_lines([(i, file.samples) for i, file in rendered])
             if actor not in restarting:
                 fill(actor)
-        files.join_lines([p.name for p in job.parsed], pause_seconds)
+        job.write_dialogue(pause_seconds)
         return job.finish(pause_seconds)
 
     def _lost(self, e, actor, batch, running, job: ScriptJob, queue: deque, tries: dict, restarting: dict,

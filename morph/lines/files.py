@@ -11,6 +11,7 @@ import errno
 import hashlib
 import os
 import secrets
+import shutil
 import struct
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -19,7 +20,8 @@ import numpy as np
 
 from ..settings import SAMPLE_RATE
 
-MAX_WAV_BYTES = 0xFFFF_FFFF - 64  # a RIFF file's sizes are 32-bit: about 12 hours of float32 mono at 24 kHz
+RIFF_LIMIT = 0xFFFF_FFFF  # a RIFF chunk's size is 32-bit: about 12.4 hours of float32 mono at 24 kHz
+_FMT = struct.pack("<HHIIHH", 3, 1, SAMPLE_RATE, SAMPLE_RATE * 4, 4, 32)  # IEEE float, mono, 32-bit
 
 _FIXES = {errno.ENOSPC: "free some space on its disk", errno.EDQUOT: "free some of your disk quota",
           errno.EACCES: "make the folder writable, or choose another", errno.EPERM: "make the folder writable, or "
@@ -32,16 +34,23 @@ class LineWriteError(OSError):
 
 
 def wav_header(samples: int) -> bytes:
-    """A mono float32 WAV header at SAMPLE_RATE for `samples` samples (format 3, IEEE float, with its fact chunk)."""
+    """A mono float32 WAV header at SAMPLE_RATE for `samples` samples (format 3, IEEE float, with its fact chunk).
+    Past what RIFF's 32-bit sizes hold it is an RF64 header (EBU Tech 3306: the sizes in a ds64 chunk, 0xFFFFFFFF
+    in their 32-bit places), the long WAV that libsndfile (soundfile) reads, so an audiobook-long dialogue is still
+    one file."""
     data = samples * 4
-    if data > MAX_WAV_BYTES:
-        raise ValueError(f"{samples / SAMPLE_RATE / 3600:.1f} hours of audio do not fit in one WAV file (at most "
-                         f"{MAX_WAV_BYTES / 4 / SAMPLE_RATE / 3600:.1f}); render the script in parts")
-    fmt = struct.pack("<HHIIHH", 3, 1, SAMPLE_RATE, SAMPLE_RATE * 4, 4, 32)
-    return (b"RIFF" + struct.pack("<I", 4 + 8 + len(fmt) + 12 + 8 + data) + b"WAVE"
-            + b"fmt " + struct.pack("<I", len(fmt)) + fmt
-            + b"fact" + struct.pack("<II", 4, samples)
-            + b"data" + struct.pack("<I", data))
+    riff = 4 + 8 + len(_FMT) + 12 + 8 + data  # the file's size less RIFF's own 8 bytes
+    if riff <= RIFF_LIMIT:
+        return (b"RIFF" + struct.pack("<I", riff) + b"WAVE"
+                + b"fmt " + struct.pack("<I", len(_FMT)) + _FMT
+                + b"fact" + struct.pack("<II", 4, samples)
+                + b"data" + struct.pack("<I", data))
+    ds64 = struct.pack("<QQQI", riff + 36, data, samples, 0)  # RIFF, data and fact sizes; no table
+    return (b"RF64" + struct.pack("<I", RIFF_LIMIT) + b"WAVE"
+            + b"ds64" + struct.pack("<I", len(ds64)) + ds64
+            + b"fmt " + struct.pack("<I", len(_FMT)) + _FMT
+            + b"fact" + struct.pack("<II", 4, min(samples, RIFF_LIMIT))
+            + b"data" + struct.pack("<I", RIFF_LIMIT))
 
 
 def wav_bytes(wav: np.ndarray) -> bytes:
@@ -54,16 +63,20 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def write_atomic(path: Path, write: Callable[[BinaryIO], None], who: str) -> None:
+def write_atomic(path: Path, write: Callable[[BinaryIO], None], who: str,
+                 still_ours: Callable[[], None] | None = None) -> None:
     """`write(f)` into a temporary file beside `path`, then renamed over it: a reader sees the old file or the new one,
     never part of one. The temporary name is this writer's own (its process and a random part), so two writers never
-    write into one file. Whatever stops the write, the temporary file is removed. No fsync: a line file that a power
-    cut leaves torn no longer matches the SHA-256 its manifest entry records, and is rendered again."""
+    write into one file. `still_ours()`, right before the rename, raises if the file must no longer be put in place
+    (its job has lost the folder). Whatever stops the write, the temporary file is removed. No fsync: a line file
+    that a power cut leaves torn no longer matches the SHA-256 its manifest entry records, and is rendered again."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.part")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "xb") as f:
             write(f)
+        if still_ours is not None:
+            still_ours()
         os.replace(tmp, path)
     except BaseException as e:
         try:
@@ -74,3 +87,15 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], who: str) -> Non
             fix = _FIXES.get(e.errno, "check the folder's permissions and free space, or choose another folder")
             raise LineWriteError(f"{who}: could not write {path}: {e.strerror or e}; {fix}") from e
         raise
+
+
+def check_space(folder: Path, need: int, who: str, fix: str) -> None:
+    """Refuse, before any work, a job whose files (about `need` bytes) do not fit on `folder`'s disk."""
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        raise LineWriteError(f"{who}: this job writes about {_size(need)} into {folder}, and its disk has "
+                             f"{_size(free)} free; free some space there, or {fix}")
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"

@@ -5,12 +5,20 @@ over by the next one without a word and a live one's refuses the newcomer with w
 Two jobs on one line store would interleave their writes: one line's file from the first job under the second
 job's manifest entry. The lock file names its holder (process, machine, what it runs, since when) for that refusal;
 it is removed when the holder lets go.
+
+The operating system's lock belongs to the holder's process alone, and a distributed job's workers are other
+processes (other machines too), which may outlive a killed driver. So the lock file also holds a token of this
+holding, random and new at each acquire: a worker is given its job's token and puts a file in place only while the
+lock file still holds it (`check_holds`, right before its rename), so a job that took the folder over gets no file
+from an earlier job's workers. A takeover that falls between that check and the rename (a few microseconds) can
+still let that one file through; the manifest's SHA-256 of each file tells on the next run.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import sys
 import time
@@ -40,6 +48,10 @@ class JobBusy(RuntimeError):
     """Another live job holds the lock; the message names it."""
 
 
+class FolderTakenOver(RuntimeError):
+    """A job's worker found that its job no longer holds the folder: it writes nothing more there."""
+
+
 class JobLock:
     """Held from `acquire()` until `release()` (or the process's end). `what` names the job in the lock file, e.g.
     'cli.py render scene1.txt'; `who` starts the refusal message."""
@@ -47,6 +59,7 @@ class JobLock:
     def __init__(self, path: Path, who: str, what: str):
         self.path, self.who, self.what = Path(path), who, what
         self._file = None
+        self.token: str | None = None  # this holding's, while held
 
     def acquire(self) -> "JobLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,16 +82,18 @@ class JobLock:
             f.close()
         f.seek(0)
         f.truncate()
-        f.write(json.dumps(dict(pid=os.getpid(), host=socket.gethostname(), what=self.what,
-                                since=time.strftime("%Y-%m-%d %H:%M:%S"))))
+        token = secrets.token_hex(16)
+        # After the locked first byte, which Windows lets no other process read
+        f.write("\n" + json.dumps(dict(pid=os.getpid(), host=socket.gethostname(), what=self.what,
+                                       since=time.strftime("%Y-%m-%d %H:%M:%S"), token=token)))
         f.flush()
-        self._file = f
+        self._file, self.token = f, token
         return self
 
     def release(self) -> None:
         if self._file is None:
             return
-        f, self._file = self._file, None
+        f, self._file, self.token = self._file, None, None
         # Removed while still held, so no newcomer ever locks a file that is about to disappear.
         try:
             os.unlink(self.path)
@@ -91,9 +106,30 @@ class JobLock:
         return self._file is not None
 
 
-def _describe(path: Path) -> str:
+def check_holds(path: Path, token: str, who: str, writing: Path) -> None:
+    """Raise FolderTakenOver unless the lock file at `path` still holds `token`: the job that gave it out still
+    holds the folder (not a job that took over after its driver died, nor none after it ended)."""
+    holder = _holder(path)
+    if holder is None or holder.get("token") != token:
+        now = f"now {_describe(path)}" if holder is not None else "no job holds it now"
+        raise FolderTakenOver(f"{who}: this worker's job no longer holds {path.parent} ({now}): {writing.name} is not "
+                              "written there; the job was stopped or another job took the folder over, which "
+                              "renders the lines itself")
+
+
+def _holder(path: Path) -> dict | None:
     try:
-        holder = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, encoding="utf-8") as f:
+            f.seek(1)
+            holder = json.loads(f.read())
+    except (OSError, ValueError):  # none, or a new holder still writing its name
+        return None
+    return holder if isinstance(holder, dict) else None
+
+
+def _describe(path: Path) -> str:
+    holder = _holder(path)
+    try:
         return f"{holder['what']}, process {holder['pid']} on {holder['host']}, since {holder['since']}"
-    except (OSError, ValueError, KeyError, TypeError):  # it is still writing its name
+    except (KeyError, TypeError):  # it is still writing its name
         return f"its lock is {path}"

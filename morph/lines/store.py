@@ -21,7 +21,7 @@ import numpy as np
 
 from ..settings import SAMPLE_RATE
 from .files import digest, wav_bytes, wav_header, write_atomic
-from .job_lock import JobLock
+from .job_lock import JobLock, check_holds
 from .words import FOR_PYTHON, Words
 
 log = logging.getLogger(__name__)
@@ -108,9 +108,10 @@ class LineFiles:
     """Where one render's files go under `root` (the node's: ComfyUI's output folder): `{prefix}_{index:04d}_{name}.wav`
     per line (float32 WAV, so a reused line is the exact audio), `{prefix}.wav` and `{prefix}.srt`, every file written
     whole or not at all (morph/lines/files.py). A worker of a distributed job writes its lines through this, without
-    the manifest or the lock, which the driver's LineStore holds."""
+    the manifest or the lock, which the driver's LineStore holds: `token` is that holding's (JobLock.token), and a
+    line file is put in place only while the driver's job still holds the folder."""
 
-    def __init__(self, root: Path, prefix: str, who: str, words: Words = FOR_PYTHON):
+    def __init__(self, root: Path, prefix: str, who: str, words: Words = FOR_PYTHON, token: str | None = None):
         prefix = str(prefix).strip().replace("\\", "/")
         parts = [p for p in prefix.split("/") if p not in ("", ".")]
         if not parts or prefix.startswith("/") or ".." in parts or re.match(r"^[A-Za-z]:", prefix):
@@ -119,7 +120,8 @@ class LineFiles:
         self.root, self.prefix = Path(root), prefix
         self.folder = Path(root).joinpath(*parts[:-1])
         self.stem = parts[-1]
-        self.who = who
+        self.who, self.token = who, token
+        self.lock_path = self.folder / f".{self.stem}.lock"
 
     def path(self, index: int, name: str) -> Path:
         return self.folder / f"{self.stem}_{index:04d}_{file_name_part(name)}.wav"
@@ -129,38 +131,32 @@ class LineFiles:
         return self.folder / f"{self.stem}.wav"
 
     def write_line(self, index: int, name: str, wav: np.ndarray) -> Written:
+        """One line's file, whole or not at all (with a token: only while its job holds the folder)."""
         path = self.path(index, name)
-        return Written(path.name, int(np.size(wav)), self._write_wav(path, wav))
-
-    def write_dialogue(self, wav: np.ndarray) -> Path:
-        """`{prefix}.wav` from the joined clip in memory (a job that rendered in this process has it)."""
-        self._write_wav(self.dialogue_path, wav)
-        return self.dialogue_path
-
-    def _write_wav(self, path: Path, wav: np.ndarray) -> str:
-        """One clip as a WAV file, whole or not at all; returns the file's SHA-256."""
         data = wav_bytes(wav)
-        write_atomic(path, lambda f: f.write(data), self.who)
-        return digest(data)
+        still_ours = None if self.token is None else lambda: check_holds(self.lock_path, self.token, self.who, path)
+        write_atomic(path, lambda f: f.write(data), self.who, still_ours)
+        return Written(path.name, int(np.size(wav)), digest(data))
 
     def join_lines(self, names: list[str], pause_seconds: float) -> Path:
-        """`{prefix}.wav`: the line files of lines 1..len(names) joined with pauses, one file at a time (a long
-        script's dialogue need not fit in memory)."""
+        """`{prefix}.wav`, the one writer of the dialogue: the line files of lines 1..len(names) joined with pauses,
+        one file at a time (a long script's dialogue need not fit in memory); RF64 past what a WAV holds
+        (wav_header), so it is always one file."""
         import soundfile
 
-        pause = np.zeros(int(round(pause_seconds * SAMPLE_RATE)), "<f4").tobytes()
+        pause = int(round(pause_seconds * SAMPLE_RATE))
+        paths = [str(self.path(i + 1, name)) for i, name in enumerate(names)]
+        lengths = [soundfile.info(path).frames for path in paths]  # the header, whose form follows the size, first
 
         def join(f) -> None:
-            f.write(wav_header(0))  # rewritten once the length is known
-            samples = 0
-            for i, name in enumerate(names):
+            f.write(wav_header(sum(lengths) + pause * max(len(paths) - 1, 0)))
+            for i, path in enumerate(paths):
                 if i:
-                    f.write(pause)
-                clip = soundfile.read(str(self.path(i + 1, name)), dtype="float32")[0]
+                    f.write(bytes(pause * 4))  # float32 zeros
+                clip = soundfile.read(path, dtype="float32")[0]
+                if clip.size != lengths[i]:
+                    raise RuntimeError(f"{self.who}: {path} changed while the dialogue was joined from it")
                 f.write(clip.astype("<f4", copy=False).tobytes())
-                samples += clip.size + (len(pause) // 4 if i else 0)
-            f.seek(0)
-            f.write(wav_header(samples))
 
         write_atomic(self.dialogue_path, join, self.who)
         return self.dialogue_path
@@ -178,7 +174,7 @@ class LineStore(LineFiles):
     def __init__(self, root: Path, prefix: str, who: str, what: str = "", words: Words = FOR_PYTHON):
         super().__init__(root, prefix, who, words)
         self.manifest_path = self.folder / f"{self.stem}{MANIFEST_SUFFIX}"
-        self.lock = JobLock(self.folder / f".{self.stem}.lock", who, what or f"{who} writing {self.prefix}")
+        self.lock = JobLock(self.lock_path, who, what or f"{who} writing {self.prefix}")
         self.lines: dict[int, dict] = {}  # this run's lines: reused or rendered
         self.earlier: dict[int, dict] = {}
         # What a rerun found and renders again, by why (one status line says so)

@@ -19,6 +19,7 @@ class Words:
     make_voice: str  # how a saved voice file is made
     add_names: str  # how a script's missing character gets a voice
     prefix: str  # the name of the option that says where a script's files go
+    other_disk: str  # how a script's files go to another disk
 
 
 FOR_PYTHON = Words(
@@ -28,6 +29,7 @@ FOR_PYTHON = Words(
     make_voice="make it with MorphTTS.make_voice and morph.lines.voice.save_voice",
     add_names="give the missing character a voice",
     prefix="prefix",
+    other_disk="give the job an output folder on another disk",
 )
 FOR_NODES = Words(
     new_clip="connect a recording of the voice to clone",
@@ -36,6 +38,7 @@ FOR_NODES = Words(
     make_voice="make it with the Voice prompt node and save it with the Save Voice node",
     add_names="add a Voice Bank node for each missing character",
     prefix="filename_prefix",
+    other_disk="start ComfyUI with its output folder on another disk (its output-directory option)",
 )
 FOR_CLI = Words(
     new_clip="give --voice a recording of the voice to clone",
@@ -44,6 +47,7 @@ FOR_CLI = Words(
     make_voice="make it with: python cli.py voice save CLIP --transcript TEXT --out NAME.safetensors",
     add_names="give the missing character a --voice, --speaker or --design",
     prefix="--prefix",
+    other_disk="give --out a folder on another disk",
 )
 
 _SIZES = {"0b6": "0.6B", "1b7": "1.7B"}  # checkpoints' tts_model_size -> how the model cards write it

@@ -52,3 +52,13 @@ def test_the_summary_counts_lines_audio_speed_and_time_left(clock):
     job.lines_done([24000 * 2, 24000 * 6])
     assert job.summary(final=True) == "4 of 4 lines | 16.0 s of audio | 4.0x real time | took 0:04"
 
+
+
+def test_frame_slots_never_go_backwards_and_never_past_the_total():
+    """Batches report their own slot counts as they go; a later, smaller one never takes the bar back."""
+    seen = []
+    slots = progress.SlotProgress(lambda done, total: seen.append((done, total)), total=100)
+    for value in (5, 3, 7, 7, 250, 40):
+        slots.report(value)
+    slots.finish()
+    assert seen == [(5, 100), (5, 100), (7, 100), (7, 100), (100, 100), (100, 100)]

@@ -7,6 +7,7 @@ import os
 import re
 import threading
 import time
+from collections import namedtuple
 
 import numpy as np
 import pytest
@@ -118,3 +119,53 @@ def test_lines_are_finished_beside_the_render_and_all_of_them_before_the_job_ret
     recorded = json.loads((tmp_path / "s_lines.json").read_text())["lines"]
     assert sorted(recorded) == ["0001", "0002", "0003", "0004"]
     assert all((tmp_path / entry["file"]).exists() for entry in recorded.values())
+
+
+@pytest.mark.parametrize("dialogue, need", [(False, (56 + 4 * 24000) + (56 + 4 * 48000)),
+                                            # and the dialogue: both lines and one pause of 0.5 s
+                                            (True, (56 + 4 * 24000) + (56 + 4 * 48000) + 56 + 4 * 84000)])
+def test_a_job_that_would_not_fit_on_its_disk_is_refused_before_its_first_line(tmp_path, monkeypatch, dialogue, need):
+    """Lines to render are estimated at 15 characters a second (these: 1 s and 2 s)."""
+    from morph.lines import files
+    from morph.lines.voice import Voice
+    import torch
+
+    usage = namedtuple("usage", "total used free")
+    voice = Voice(spk_embedding=torch.zeros(8), ref_code=None, ref_text=None, model_size="0b6")
+    parsed = parse_script("A: Fifteen chars..\nA: And this line is thirty chars.\n", ["A"])
+    assert [len(p.text) for p in parsed] == [15, 30]
+
+    def unwanted(todo):
+        raise AssertionError("rendering began")
+
+    for free, fits in ((need, True), (need - 1, False)):
+        monkeypatch.setattr(files.shutil, "disk_usage", lambda folder, free=free: usage(10**12, 0, free))
+        with LineStore(tmp_path, "s", "test") as store:
+            job = ScriptJob(parsed, [Line(p.text, voice) for p in parsed], store, {"model": "tiny"})
+            if fits:
+                job.check_space(0.5, dialogue)
+                continue
+            with pytest.raises(LineWriteError, match=rf"^test: this job writes about {need / 1e6:.1f} MB into .+, and "
+                                                     r"its disk has .+ free; free some space there, or give the job an "
+                                                     r"output folder on another disk$"):
+                job.run(unwanted, SETTINGS, batch_size=1, pause_seconds=0.5, dialogue=dialogue)
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # nothing written
+
+
+def test_a_line_already_rendered_counts_its_own_length(tmp_path, monkeypatch):
+    from morph.lines import files
+    from morph.lines.voice import Voice
+    import torch
+
+    usage = namedtuple("usage", "total used free")
+    voice = Voice(spk_embedding=torch.zeros(8), ref_code=None, ref_text=None, model_size="0b6")
+    parsed = parse_script("A: Fifteen chars..\nA: And this line is thirty chars.\n", ["A"])
+    need = (56 + 4 * 48000) + 56 + 4 * (1000 + 48000)  # line 2 to render; line 1 kept, 1,000 samples; no pause
+    with LineStore(tmp_path, "s", "test") as store:
+        job = ScriptJob(parsed, [Line(p.text, voice) for p in parsed], store, {"model": "tiny"})
+        job.lengths[0] = 1000
+        monkeypatch.setattr(files.shutil, "disk_usage", lambda folder: usage(10**12, 0, need))
+        job.check_space(0.0, True)
+        monkeypatch.setattr(files.shutil, "disk_usage", lambda folder: usage(10**12, 0, need - 1))
+        with pytest.raises(LineWriteError):
+            job.check_space(0.0, True)
