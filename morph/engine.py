@@ -53,11 +53,12 @@ class MorphTTS:
     @classmethod
     def load(cls, source: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
              attention: str = "auto", search_dirs: list[Path] = (), download_dir: Path | None = None,
-             mode: str = "auto") -> "MorphTTS":
+             mode: str = "auto", progress_bars: bool = False) -> "MorphTTS":
         """`mode` picks the decode path: auto (fused on CUDA, eager elsewhere),
-        fused, graphs, lean or eager (morph/decode/runner.py says what each is; the retired compile runs fused)."""
+        fused, graphs, lean or eager (morph/decode/runner.py says what each is; the retired compile runs fused).
+        transformers' loading bars show with `progress_bars` only; a download's bars show as huggingface_hub has them."""
         folder = locate_checkpoint(source, list(search_dirs), download_dir)
-        return cls(load_qwen_tts(folder, *resolve_load(device, dtype, attention)), source, mode)
+        return cls(load_qwen_tts(folder, *resolve_load(device, dtype, attention), progress_bars), source, mode)
 
     # -- what the loaded model is ------------------------------------------------------
     @property

@@ -5,6 +5,7 @@ Torch-free on purpose: the CLI checks its --model before it imports torch.
 
 from __future__ import annotations
 
+import difflib
 import logging
 from pathlib import Path
 
@@ -71,14 +72,23 @@ def _from_hf_cache(repo_id: str) -> Path | None:
     return folder if not missing_files(folder) else None
 
 
-def locate_checkpoint(source: str, search_dirs: list[Path] = (), download_dir: Path | None = None) -> Path:
-    """A complete local checkpoint folder for `source`, tried in this order:
+def _close_name(source: str, search_dirs: list[Path]) -> str | None:
+    """The known hub id, or folder in `search_dirs`, that comes closest to `source`, if any comes close."""
+    names = list(HUB_MODELS) + [m.split("/")[1] for m in HUB_MODELS]
+    names += [f.name for d in search_dirs if Path(d).is_dir() for f in Path(d).iterdir() if f.is_dir()]
+    close = difflib.get_close_matches(source, names, n=1, cutoff=0.6)
+    return close[0] if close else None
 
-    1. `source` as a path;
-    2. a folder `source` or (for a hub id) the repo's name inside one of `search_dirs`;
-    3. for a hub id, the Hugging Face cache, when it already holds the whole model;
-    4. for a hub id, a download: into `download_dir/<name>` when given, else into the Hugging Face cache.
-    """
+
+def _did_you_mean_hub(source: str) -> str:
+    close = None if source in HUB_MODELS else _close_name(source, [])
+    return f". Did you mean {close}?" if close else ""
+
+
+def check_source(source: str, search_dirs: list[Path] = ()) -> Path | None:
+    """The checked local folder `source` names (a path, or a folder in one of `search_dirs`), or None for a hub id
+    (looked up in the cache, or downloaded, by locate_checkpoint). Anything else is refused, with the name it comes
+    close to. Needs no network."""
     source = str(source).strip()
     name = source.rstrip("/").split("/")[-1]
     candidates = [Path(source).expanduser()]
@@ -88,9 +98,27 @@ def locate_checkpoint(source: str, search_dirs: list[Path] = (), download_dir: P
             return _checked(folder.resolve(), source)
     if not is_hub_id(source):
         where = ", ".join(str(Path(d).resolve()) for d in search_dirs)
+        close = _close_name(source, search_dirs)
         raise FileNotFoundError(
             f"no model folder {source!r}" + (f" (looked in {where})" if where else "")
-            + f"; give the path of a checkpoint folder (holding {FILE_LIST}), or a hub id such as {DEFAULT_MODEL}")
+            + (f": did you mean {close}? Or give" if close else "; give")
+            + f" the path of a checkpoint folder (holding {FILE_LIST}), or a hub id such as {DEFAULT_MODEL}")
+    return None
+
+
+def locate_checkpoint(source: str, search_dirs: list[Path] = (), download_dir: Path | None = None) -> Path:
+    """A complete local checkpoint folder for `source`, tried in this order:
+
+    1. `source` as a path;
+    2. a folder `source` or (for a hub id) the repo's name inside one of `search_dirs`;
+    3. for a hub id, the Hugging Face cache, when it already holds the whole model;
+    4. for a hub id, a download: into `download_dir/<name>` when given, else into the Hugging Face cache.
+    """
+    source = str(source).strip()
+    local = check_source(source, search_dirs)
+    if local is not None:
+        return local
+    name = source.rstrip("/").split("/")[-1]
     cached = _from_hf_cache(source)
     if cached is not None:
         log.info("Qwen3-TTS: using %s from the Hugging Face cache (%s)", source, cached)
@@ -108,5 +136,5 @@ def locate_checkpoint(source: str, search_dirs: list[Path] = (), download_dir: P
         raise FileNotFoundError(
             f"could not download {source} ({type(e).__name__}: {e}). Offline, {place}: {FILE_LIST}. To get them, "
             f"run on a machine with network access: {fetch} (the hf command comes with huggingface_hub), "
-            "then copy that folder here") from e
+            "then copy that folder here" + _did_you_mean_hub(source)) from e
     return _checked(folder, source)

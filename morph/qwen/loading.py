@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
 import torch
 
-from .quiet import quiet_third_party
+from .quiet import no_loading_bars, quiet_third_party
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,6 @@ def resolve_attention(attention: str, device: torch.device, dtype: torch.dtype) 
                            "here; choose auto or sdpa (same output, no extra install)")
     elif attention not in ("sdpa", "eager", "flash_attention_2"):
         raise ValueError(f"attention must be auto, sdpa, flash_attention_2 or eager; got {attention!r}")
-    log.info("Qwen3-TTS attention: %s", attention)
     return attention
 
 
@@ -78,13 +78,15 @@ def checkpoint_config(folder: Path) -> dict:
                            "corrupt: download it again") from e
 
 
-def load_qwen_tts(folder: Path, device: torch.device, dtype: torch.dtype, attention: str):
-    """Load a checkpoint folder with qwen-tts, turning its failures into clear messages."""
+def load_qwen_tts(folder: Path, device: torch.device, dtype: torch.dtype, attention: str, progress_bars: bool = False):
+    """Load a checkpoint folder with qwen-tts, turning its failures into clear messages; transformers' loading bars
+    only with `progress_bars`."""
     from .compat import import_qwen_tts
 
     qwen_tts = import_qwen_tts()
+    log.info("Qwen3-TTS attention: %s", attention)  # said here, once a load: resolve_load also runs without one
     try:
-        with quiet_third_party():
+        with quiet_third_party(), contextlib.nullcontext() if progress_bars else no_loading_bars():
             tts = qwen_tts.Qwen3TTSModel.from_pretrained(str(folder), dtype=dtype, attn_implementation=attention)
     except Exception as e:
         raise RuntimeError(f"loading the Qwen3-TTS checkpoint in {folder} failed ({type(e).__name__}: {e}); "

@@ -70,3 +70,25 @@ def quiet_third_party():
         kept = [line for line in printed.getvalue().splitlines() if line.strip() and not KNOWN_PRINTS.search(line)]
         if kept:
             print("\n".join(kept))
+
+
+@contextlib.contextmanager
+def no_loading_bars():
+    """transformers' progress bars off for the block, and back as they were after it: a load from a local folder
+    takes seconds, and its "Loading weights" bars tell a caller nothing. transformers turns huggingface_hub's bars
+    off and on with its own, so theirs are put back as they were too."""
+    from huggingface_hub import utils as hub
+    from transformers.utils import logging as transformers_logging
+
+    bars, hub_bars = transformers_logging.is_progress_bar_enabled(), not hub.are_progress_bars_disabled()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the hub's note that HF_HUB_DISABLE_PROGRESS_BARS, when set, decides
+        transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if bars:
+                transformers_logging.enable_progress_bar()
+            (hub.enable_progress_bars if hub_bars else hub.disable_progress_bars)()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from morph.qwen.checkpoints import FILES, locate_checkpoint, missing_files
+from morph.qwen.checkpoints import FILES, check_source, locate_checkpoint, missing_files
 from morph.qwen.loading import resolve_attention, resolve_device, resolve_dtype
 
 
@@ -53,6 +53,16 @@ def test_unknown_local_name_is_a_clear_error(tmp_path):
         locate_checkpoint("nothing-here", [tmp_path])
 
 
+def test_a_name_close_to_a_folder_or_a_known_model_says_which(tmp_path):
+    (tmp_path / "my-voice-model").mkdir()
+    with pytest.raises(FileNotFoundError, match=f"no model folder 'my-voice-modle' \\(looked in {tmp_path}\\): did you "
+                                                "mean my-voice-model\\? Or give the path of a checkpoint folder"):
+        check_source("my-voice-modle", [tmp_path])
+    with pytest.raises(FileNotFoundError, match=r": did you mean Qwen3-TTS-12Hz-1.7B-Base\? Or give"):
+        check_source("Qwen3-TTS-12Hz-1.7B-Bsae", [tmp_path])
+    assert check_source("Qwen/Qwen3-TTS-12Hz-1.7B-Base", [tmp_path]) is None  # a hub id: looked up when it loads
+
+
 @pytest.fixture
 def offline_hub(monkeypatch):
     import huggingface_hub
@@ -75,6 +85,11 @@ def test_offline_hub_id_says_where_to_put_which_files_and_how_to_fetch_them(tmp_
     assert all(name in message for name in FILES)
     assert f"hf download Qwen/Some-Model --local-dir {tmp_path}/Some-Model" in message
     assert offline_hub[0] == dict(repo_id="Qwen/Some-Model", local_files_only=True)  # the cache was asked first
+
+
+def test_a_mistyped_hub_id_that_cannot_be_fetched_says_the_one_meant(tmp_path, offline_hub):
+    with pytest.raises(FileNotFoundError, match=r"Did you mean Qwen/Qwen3-TTS-12Hz-0.6B-Base\?$"):
+        locate_checkpoint("Qwen/Qwen3-TTS-12Hz-0.6B-Bas", [tmp_path], tmp_path)
 
 
 def test_a_relative_download_folder_is_named_absolutely(tmp_path, offline_hub, monkeypatch):
@@ -164,3 +179,24 @@ def test_moving_the_model_drops_the_tensors_upstream_keeps_outside_its_parameter
     again = tiny_tts.make_voice(*ref_audio, transcript="A short reference sentence.")
     assert torch.equal(voice.ref_code, again.ref_code)
     assert np.array_equal(audio, tiny_tts.clone("Moved, then run again.", again, "English", settings))
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_transformers_loading_bars_show_only_when_asked_and_are_put_back(tiny_dir, monkeypatch, asked):
+    """The Python API's load, as the CLI's: no "Loading weights" bars unless progress_bars=True; transformers' own
+    setting is left as it was."""
+    import qwen_tts
+    from transformers.utils import logging as transformers_logging
+
+    from morph.engine import MorphTTS
+
+    load, seen = qwen_tts.Qwen3TTSModel.from_pretrained, []
+
+    def spy(*args, **kwargs):
+        seen.append(transformers_logging.is_progress_bar_enabled())
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(qwen_tts.Qwen3TTSModel, "from_pretrained", spy)
+    transformers_logging.enable_progress_bar()
+    MorphTTS.load(str(tiny_dir), device="cpu", dtype="fp32", attention="sdpa", progress_bars=asked)
+    assert seen == [asked] and transformers_logging.is_progress_bar_enabled()
