@@ -1,12 +1,5 @@
-"""Speak text in a cloned voice: text (+ reference clip) in, 24 kHz wav out; `cli.py render` renders a whole script
-(cli_render.py), `cli.py voice save` makes a saved voice (cli_voice.py), `cli.py serve` serves speech over HTTP
-(cli_serve.py).
-
-    python cli.py --text "Hello there."                       # the bundled default voice
-    python cli.py --text "Hello." --voice me.wav --transcript "What I say in me.wav."
-
-Every input is checked before the model loads; hub models are looked for in --models-dir and the
-Hugging Face cache, and downloaded into --models-dir when missing.
+"""The command line: `cli.py speak` (the default command) speaks a text in a cloned voice; render, voice and serve
+live in cli_render.py, cli_voice.py and cli_serve.py. `python cli.py --help` lists them.
 """
 
 from __future__ import annotations
@@ -17,25 +10,51 @@ import sys
 import time
 from pathlib import Path
 
-from cli_common import (CliError, HelpFormatter, Progress, add_generation_options, add_model_options, check_language,
-                        check_output, check_voice_file, guarded, load_base_model, read_clip, settings_from)
+from cli_common import (SAVED_VOICE, CliError, Parser, Progress, add_generation_options, add_model_options,
+                        check_language, check_model, check_output, check_voice_file, guarded, is_saved_voice,
+                        load_base_model, read_clip, settings_from)
 from morph.settings import SAMPLE_RATE
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 DEFAULT_VOICE = ASSETS / "default_voice.wav"
 
+# name: (what it does, an example)
+COMMANDS = {  # name: (what it does, an example)
+    "speak": ("speak a text in a cloned voice (the default command)",
+              'python cli.py --text "Hello there." --voice me.wav --transcript "What me.wav says."'),
+    "render": ("render a script: a WAV per line, the dialogue, subtitles",
+               "python cli.py render scene1.txt --voice Alice=alice.wav --voice Bob=bob.safetensors"),
+    "voice": ("save a voice cloned from a clip, for speak, render and serve",
+              'python cli.py voice save bob.wav --transcript "What bob.wav says." --out bob.safetensors'),
+    "serve": ("serve speech over HTTP, as OpenAI's /v1/audio/speech",
+              "python cli.py serve --voices voices"),
+}
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cli.py", description=__doc__, formatter_class=HelpFormatter,
-                                epilog="A whole script: python cli.py render --help; a saved voice: python cli.py "
-                                       "voice --help; an HTTP server: python cli.py serve --help")
+
+def overview() -> str:
+    """`cli.py --help`: what the CLI does, each command in a line with an example."""
+    commands = "\n".join(f"  {name:<7} {what}\n    {example}" for name, (what, example) in COMMANDS.items())
+    return ("usage: python cli.py COMMAND [options]    (speak when the first argument is an option)\n\n"
+            "Clone a voice with Qwen3-TTS: a text and a short clip of the voice in, 24 kHz speech out.\n\n"
+            f"commands:\n{commands}\n\n"
+            "python cli.py COMMAND --help shows a command's options, --help-all all of them. Models are\n"
+            "looked for in --models-dir and the Hugging Face cache, and downloaded when missing.\n")
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="cli.py speak", usage="python cli.py [speak] --text TEXT [--voice FILE] [options]",
+               description="Speak a text in a cloned voice: a 24 kHz audio file.",
+               epilog="examples:\n"
+                      '  python cli.py --text "Hello there."                       # the bundled default voice\n'
+                      '  python cli.py --text "Hello." --voice me.wav --transcript "What me.wav says."\n'
+                      '  python cli.py --text "Hello." --voice bob.safetensors     # a saved voice\n')
     p.add_argument("--text", required=True, help="what to say; text over 500 characters is split at sentence ends")
     p.add_argument("--voice", type=Path, default=DEFAULT_VOICE,
-                   help="reference clip of the voice to clone (wav, flac, ogg or mp3, any rate, mono or stereo; "
-                        "3-10 s of clean speech); default: the bundled voice, assets/default_voice.wav")
+                   help="the voice to clone: a clip (wav, flac, ogg or mp3; 3-10 s of clean speech) or a saved "
+                        f"voice ({SAVED_VOICE}, from cli.py voice save); default: the bundled voice")
     p.add_argument("--transcript", default=None,
-                   help="what the reference clip says (in-context cloning, the closest match); without it the "
-                        "voice is x-vector only. With the bundled default voice, its transcript is the default")
+                   help="what the clip says (in-context cloning, the closest match); without it the voice is "
+                        "x-vector only. With the bundled default voice, its transcript is the default")
     p.add_argument("--out", type=Path, default=Path("out.wav"),
                    help="audio file to write (its folder is created; .wav is added when it has no extension)")
     add_model_options(p)
@@ -58,27 +77,36 @@ def check_text(text: str) -> str:
 def run(args: argparse.Namespace) -> int:
     text = check_text(args.text)
     language = check_language(args.language)
+    check_model(args)
     voice_path = check_voice_file(args.voice)
     out = check_output(args.out)
     settings = settings_from(args)
     transcript = args.transcript
+    saved = is_saved_voice(voice_path)
+    if saved and transcript is not None:
+        raise CliError(f"--transcript: {voice_path.name} is a saved voice, which holds its own transcript (or none); "
+                       "leave out --transcript")
     if transcript is None and args.voice == DEFAULT_VOICE:
         transcript = (ASSETS / "default_voice.txt").read_text(encoding="utf-8").strip()
 
     from morph.lines.text_split import MAX_SEGMENT_CHARS, split_text
     from morph.lines.words import FOR_CLI
 
-    clip = read_clip(voice_path, f"--voice {voice_path.name}", bool((transcript or "").strip()), FOR_CLI)
+    who = f"--voice {voice_path.name}"
+    clip = None if saved else read_clip(voice_path, who, bool((transcript or "").strip()), FOR_CLI)
 
     import numpy as np
     import soundfile as sf
 
+    from morph.lines.voice import load_voice
     from morph.qwen.quiet import quiet_third_party
     from postprocess import DEFAULT_CUTOFF_HZ, DEFAULT_PEAK_DBFS, lowpass, peak_normalize
 
+    voice = load_voice(voice_path, who, FOR_CLI) if saved else None  # render reads a saved voice the same way
     segments = len(split_text(text)) if len(text) > MAX_SEGMENT_CHARS else 1
     tts = load_base_model(args)
-    voice = tts.voice_from_clip(clip, transcript, who="--voice")
+    if voice is None:
+        voice = tts.voice_from_clip(clip, transcript, who="--voice")
     print(f"speaking {len(text)} characters in {segments} segment{'s' if segments != 1 else ''} on {tts.device}"
           + (f" (--max-new-tokens {args.max_new_tokens} applies to each segment)" if segments > 1
              and args.max_new_tokens else ""), file=sys.stderr)
@@ -97,38 +125,37 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"render": "render a script: python cli.py render SCRIPT --voice NAME=FILE ...",
-            "voice": "make a saved voice: python cli.py voice save CLIP --transcript TEXT --out NAME.safetensors",
-            "serve": "serve speech over HTTP (OpenAI-compatible): python cli.py serve --model MODEL"}
-
-
 def unknown_command(word: str) -> str:
-    """What `cli.py WORD` says when WORD is neither an option nor a command (argparse alone would ask for --text)."""
+    """What `cli.py WORD` says when WORD is neither an option nor a command."""
     close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
     if close:
-        return f"error: unknown command {word!r}; did you mean {close[0]}? ({COMMANDS[close[0]]})"
-    return (f"error: unknown command {word!r}; speak a text with python cli.py --text \"...\", "
-            + "; ".join(COMMANDS.values()))
+        what, example = COMMANDS[close[0]]
+        return f"error: unknown command {word!r}; did you mean {close[0]}? ({what}: {example})"
+    return f"error: unknown command {word!r}; the commands are {', '.join(COMMANDS)}: python cli.py --help"
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["render"]:  # a whole script: cli_render.py
+    if argv[:1] in ([], ["-h"], ["--help"], ["--help-all"]):
+        print(overview(), file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    command, rest = (argv[0], argv[1:]) if not argv[0].startswith("-") else ("speak", argv)
+    if command == "speak":
+        return guarded(run, build_parser().parse_args(rest))
+    if command == "render":  # a whole script
         from cli_render import main as render_main
 
-        return render_main(argv[1:])
-    if argv[:1] == ["voice"]:  # a saved voice: cli_voice.py
+        return render_main(rest)
+    if command == "voice":  # a saved voice
         from cli_voice import main as voice_main
 
-        return voice_main(argv[1:])
-    if argv[:1] == ["serve"]:  # an HTTP server: cli_serve.py
+        return voice_main(rest)
+    if command == "serve":  # an HTTP server
         from cli_serve import main as serve_main
 
-        return serve_main(argv[1:])
-    if argv and not argv[0].startswith("-"):
-        print(unknown_command(argv[0]), file=sys.stderr)
-        return 2
-    return guarded(run, parse_args(argv))
+        return serve_main(rest)
+    print(unknown_command(command), file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -1,13 +1,14 @@
-"""What the CLI's commands share (cli.py speaks a text, cli_render.py renders a script): the model and generation
-options, the checks that need no model, the progress line, model loading, and how an error or Ctrl-C ends a command.
+"""What the CLI's commands share: their parser, the model and generation options, the checks that need no model,
+the progress line, model loading, and how an error or Ctrl-C ends a command.
 
-Only the standard library and morph's torch-free checkpoints and settings are imported up here, so that --help and
-argument errors answer at once; numpy, torch and qwen-tts come in after the arguments parse.
+Only the standard library and morph's torch-free modules are imported up here, so that --help and argument errors
+answer at once; numpy, torch and qwen-tts come in after the arguments parse.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import re
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from morph.lines.words import Words
 from morph.progress import Cadence, clock
-from morph.qwen.checkpoints import DEFAULT_MODEL, LANGUAGES
+from morph.qwen.checkpoints import DEFAULT_MODEL, LANGUAGES, check_source
 from morph.settings import DEFAULT_SEQ_GROUPS, MAX_SEQ_GROUPS, GenerationSettings, Sampling
 
 if TYPE_CHECKING:
@@ -59,42 +60,133 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text + " (default: %(default)s)"
 
 
-def add_model_options(p: argparse.ArgumentParser) -> None:
+class Parser(argparse.ArgumentParser):
+    """A command's options: no abbreviations (`--batch` is not taken for `--batch-size`), a "did you mean" for a
+    mistyped option, command or choice, errors in one line, and a help that fits a screen: the options added to
+    `more()` show with --help-all only."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(allow_abbrev=False, **kwargs)
+        self._help_all = self.add_argument("--help-all", action=_HelpAll, nargs=0,
+                                           help="show every option, those this help leaves out too")
+        self._more: argparse._ArgumentGroup | None = None
+
+    def more(self) -> argparse._ArgumentGroup:
+        """The group of options that only --help-all shows."""
+        if self._more is None:
+            self._more = self.add_argument_group("more options")
+        return self._more
+
+    def format_help(self, everything: bool = False) -> str:
+        if self._more is None:  # nothing left out: no --help-all to offer
+            hidden = [self._help_all]
+        else:
+            hidden = [] if everything else self._more._group_actions
+        helps = [action.help for action in hidden]
+        for action in hidden:
+            action.help = argparse.SUPPRESS
+        try:
+            text = super().format_help()
+        finally:
+            for action, help_text in zip(hidden, helps):
+                action.help = help_text
+        return text + (f"\n{len(hidden)} more options: python {self.prog} --help-all\n" if self._more and hidden
+                       else "")
+
+    def parse_args(self, args=None, namespace=None) -> argparse.Namespace:
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self.error(self._unknown(extra[0], parsed))
+        return parsed
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = sys.argv[1:] if args is None else list(args)  # for `error`: a typo beats a missing option
+        return super().parse_known_args(args, namespace)
+
+    def _unknown(self, word: str, parsed: argparse.Namespace | None) -> str:
+        """What to say of an argument no option took: the options it may have meant (of the command it came to)."""
+        parser = self
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parser = action.choices.get(getattr(parsed, action.dest, None), self)
+        if not word.startswith("--"):
+            return f"unexpected argument {word!r}"
+        flag = word.partition("=")[0]
+        options = parser._option_string_actions
+        meant = [option for option in options if option.startswith(flag)] or \
+            difflib.get_close_matches(flag, options, n=1, cutoff=0.6)
+        return f"unknown option {flag}" + (f"; did you mean {' or '.join(meant[:3])}?" if meant else "")
+
+    def _check_value(self, action: argparse.Action, value) -> None:
+        if action.choices is None or value in action.choices:
+            return
+        choices = [str(choice) for choice in action.choices]
+        close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.5)
+        fix = f"did you mean {close[0]}?" if close else f"choose from {', '.join(choices)}"
+        if isinstance(action, argparse._SubParsersAction):  # `cli.py voice sve`: said as the command typed
+            command = self.prog.partition(" ")[2]
+            raise argparse.ArgumentError(None, f"unknown command '{command} {value}'; " + fix.replace(
+                "mean ", f"mean {command} "))
+        raise argparse.ArgumentError(action, f"invalid choice {value!r}; {fix}")
+
+    def error(self, message: str):
+        if message.startswith("the following arguments are required"):  # `--txt Hi`: said as the typo it is
+            typos = [word for word in getattr(self, "_given", []) if word.startswith("--")
+                     and word.partition("=")[0] not in self._option_string_actions]
+            message = self._unknown(typos[0], None) if typos else message
+        message = message.removeprefix("argument ")
+        if "did you mean" not in message:
+            message += f"; python {self.prog} --help lists the options"
+        self.exit(2, f"error: {message}\n")
+
+
+class _HelpAll(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(parser.format_help(everything=True), sys.stdout)
+        parser.exit()
+
+
+def add_model_options(p: Parser) -> None:
+    """--model and --device; where models are kept, the precision and the attention kernel under --help-all."""
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help="a checkpoint folder, a folder name in --models-dir, or a hub id")
-    p.add_argument("--models-dir", type=Path, default=Path(os.environ.get(MODELS_DIR_ENV) or DEFAULT_MODELS_DIR),
-                   help=f"where model folders are looked for, and where hub models are downloaded to; default: "
-                        f"${MODELS_DIR_ENV}, else models/qwen3-tts in the pack's folder")
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu", "mps"],
                    help="where the model runs; auto is CUDA when available, else the CPU")
-    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
-                   help="weight precision; auto is bf16 on GPUs that support it, fp32 on the CPU")
-    p.add_argument("--attention", default="auto", choices=["auto", "sdpa", "flash_attention_2", "eager"],
-                   help="attention kernel; auto is flash-attention 2 when flash_attn imports, else sdpa")
+    more = p.more()
+    more.add_argument("--models-dir", type=Path, default=Path(os.environ.get(MODELS_DIR_ENV) or DEFAULT_MODELS_DIR),
+                      help=f"where model folders are looked for, and where hub models are downloaded to; default: "
+                           f"${MODELS_DIR_ENV}, else models/qwen3-tts in the pack's folder")
+    more.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
+                      help="weight precision; auto is bf16 on GPUs that support it, fp32 on the CPU")
+    more.add_argument("--attention", default="auto", choices=["auto", "sdpa", "flash_attention_2", "eager"],
+                      help="attention kernel; auto is flash-attention 2 when flash_attn imports, else sdpa")
 
 
-def add_generation_options(p: argparse.ArgumentParser, seed_help: str, audio_out: bool = True) -> None:
-    """The generation flags; with audio_out also --language and --no-smooth, which the server takes per request
-    (language) or does not do (smoothing: a stream cannot be normalised to its peak)."""
+def add_generation_options(p: Parser, seed_help: str, audio_out: bool = True) -> None:
+    """The generation flags (--language and --seed shown, the sampling under --help-all); with audio_out also
+    --language and --no-smooth, which the server takes per request (language) or does not do (smoothing: a stream
+    cannot be normalised to its peak)."""
     if audio_out:
         p.add_argument("--language", default="Auto", help=f"language of the text: {', '.join(LANGUAGES)}")
-    p.add_argument("--seq-groups", type=int, default=DEFAULT_SEQ_GROUPS,
-                   help=f"code groups decoded one by one (1-{MAX_SEQ_GROUPS}); {MAX_SEQ_GROUPS} is closest to upstream "
-                        "(bit-exact only in the Python API's eager mode, fp32), lower is faster")
     p.add_argument("--seed", type=int, default=None, help=seed_help)
-    p.add_argument("--greedy", action="store_true", help="no sampling anywhere (deterministic, may loop or hum)")
-    p.add_argument("--temperature", type=float, default=DEFAULT_SAMPLING["temperature"],
-                   help="sampling temperature (talker and code predictor)")
-    p.add_argument("--top-k", type=int, default=DEFAULT_SAMPLING["top_k"], help="top-k sampling; 0 is off")
-    p.add_argument("--top-p", type=float, default=DEFAULT_SAMPLING["top_p"], help="top-p sampling; 1.0 is off")
-    p.add_argument("--repetition-penalty", type=float, default=DEFAULT_SAMPLING["repetition_penalty"],
-                   help="penalty on repeated talker tokens; 1.0 is none")
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="frame limit of each segment (12.5 frames a second); default: 5 s plus 0.35 s per character "
-                        "of the segment")
+    more = p.more()
+    more.add_argument("--seq-groups", type=int, default=DEFAULT_SEQ_GROUPS,
+                      help=f"code groups decoded one by one (1-{MAX_SEQ_GROUPS}); {MAX_SEQ_GROUPS} is closest to "
+                           "upstream (bit-exact only in the Python API's eager mode, fp32), lower is faster")
+    more.add_argument("--greedy", action="store_true", help="no sampling anywhere (deterministic, may loop or hum)")
+    more.add_argument("--temperature", type=float, default=DEFAULT_SAMPLING["temperature"],
+                      help="sampling temperature (talker and code predictor)")
+    more.add_argument("--top-k", type=int, default=DEFAULT_SAMPLING["top_k"], help="top-k sampling; 0 is off")
+    more.add_argument("--top-p", type=float, default=DEFAULT_SAMPLING["top_p"], help="top-p sampling; 1.0 is off")
+    more.add_argument("--repetition-penalty", type=float, default=DEFAULT_SAMPLING["repetition_penalty"],
+                      help="penalty on repeated talker tokens; 1.0 is none")
+    more.add_argument("--max-new-tokens", type=int, default=None,
+                      help="frame limit of each segment (12.5 frames a second); default: 5 s plus 0.35 s per "
+                           "character of the segment")
     if audio_out:
-        p.add_argument("--no-smooth", action="store_true",
-                       help="skip the low-pass filter and the -3 dBFS normalisation")
+        more.add_argument("--no-smooth", action="store_true",
+                          help="skip the low-pass filter and the -3 dBFS normalisation")
 
 
 def settings_from(args: argparse.Namespace) -> GenerationSettings:
@@ -120,12 +212,31 @@ def check_language(language: str) -> str:
     raise CliError(f"--language {language!r} is not one of {', '.join(LANGUAGES)}")
 
 
-def check_voice_file(path: Path, flag: str = "--voice") -> Path:
-    """A clip file that exists and reads as audio; messages name it as `flag` (the option or argument it came in)."""
+def check_model(args: argparse.Namespace) -> None:
+    """--model names a checkpoint folder that is there, or a hub id: a typo is answered at once, not after torch's
+    import (seconds). Hub ids are looked up, or downloaded, when the model loads."""
+    try:
+        check_source(args.model, [args.models_dir])
+    except FileNotFoundError as e:
+        raise CliError(f"--model: {e}") from e
+
+
+SAVED_VOICE = ".safetensors"  # a saved voice, as `cli.py voice save` and ComfyUI's Save Voice write it
+
+
+def is_saved_voice(path: Path) -> bool:
+    return path.suffix.lower() == SAVED_VOICE
+
+
+def check_voice_file(path: Path, flag: str = "--voice", saved: bool = True) -> Path:
+    """A voice file that exists: a saved voice (with `saved`; read with torch, when the model loads) or a clip that
+    reads as audio. Messages name it as `flag` (the option or argument it came in)."""
     import soundfile as sf
 
     if not path.is_file():
         raise CliError(f"{flag}: file not found: {path}" + (" (it is a folder)" if path.is_dir() else ""))
+    if saved and is_saved_voice(path):
+        return path
     try:
         sf.info(str(path))
     except Exception as e:  # soundfile raises its own error types for unreadable files
@@ -270,22 +381,8 @@ def load_model(args: argparse.Namespace, mode: str = "auto"):
     from morph.engine import MorphTTS
 
     print(f"loading {args.model} ...", file=sys.stderr)
-    no_loading_bars()
     return MorphTTS.load(args.model, args.device, args.dtype, args.attention, search_dirs=[args.models_dir],
                          download_dir=args.models_dir, mode=mode)
-
-
-def no_loading_bars() -> None:
-    """transformers' per-load bars ("Loading weights") say nothing on a load that takes seconds; this
-    process is the CLI's own, so they go for it. huggingface_hub's download bars stay (a first run
-    downloads 2 GB), unless the user's environment turned them off."""
-    import huggingface_hub.utils as hub
-    import transformers
-
-    hub_bars = not hub.are_progress_bars_disabled()
-    transformers.utils.logging.disable_progress_bar()  # turns the hub's off too
-    if hub_bars:
-        hub.enable_progress_bars()
 
 
 def guarded(job, args: argparse.Namespace) -> int:

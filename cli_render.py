@@ -1,14 +1,5 @@
-"""Render a dialogue script into a folder: one WAV per line, the joined dialogue, SRT subtitles and a manifest.
-
-    python cli.py voice save bob.wav --transcript "What bob.wav says." --out bob.safetensors
-    python cli.py render scene1.txt --voice Alice=alice.wav --transcript "Alice=What alice.wav says." --voice Bob=bob.safetensors --out renders --prefix scene1
-    python cli.py render scene1.txt --speaker Alice=Vivian --model Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice --out renders
-    python cli.py render scene1.txt --design "Alice=A warm, low voice" --model Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign
-
-The script is `Name: text` per line (`#` starts a comment), as ComfyUI's Render Lines node reads it, and the
-files are the ones that node writes; a rerun of the same command renders only the lines that are missing or
-changed (the manifest says which).
-Everything is checked before the model loads: the script against the characters, every voice file, the folder.
+"""`cli.py render`: a dialogue script rendered into a folder, as ComfyUI's Render Lines node reads and writes it;
+everything is checked before the model loads (the script against the characters, every voice file, the folder).
 """
 
 from __future__ import annotations
@@ -19,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from cli_common import (CliError, HelpFormatter, ProgressLine, add_generation_options, add_model_options, bar,
-                        check_language, check_voice_file, check_writable, guarded, interrupt_on_terminate, load_model,
-                        read_clip, settings_from)
+from cli_common import (CliError, Parser, ProgressLine, add_generation_options, add_model_options, bar, check_language,
+                        check_model, check_voice_file, check_writable, guarded, interrupt_on_terminate, is_saved_voice,
+                        load_model, read_clip, settings_from)
 from morph.lines.words import FOR_CLI
 from morph.progress import JobProgress
 from morph.settings import BATCHING, DEFAULT_BATCH_SIZE, DEFAULT_BATCHING, SAMPLE_RATE
@@ -30,46 +21,59 @@ MAX_PAUSE_SECONDS = 600
 KINDS = {"voice": "base", "speaker": "custom_voice", "design": "voice_design"}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cli.py render", description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("script", type=Path, help="the script: one 'Name: text' line per spoken line (UTF-8)")
+DESCRIPTION = """\
+Render a script into a folder: a WAV per line, the joined dialogue, SRT subtitles and a manifest.
+The script is one 'Name: text' line per spoken line ('#' starts a comment); a rerun of the same
+command renders only the lines that are missing or changed."""
+EXAMPLES = """\
+examples:
+  python cli.py render scene1.txt --voice Alice=alice.wav --transcript "Alice=What alice.wav says." \\
+      --voice Bob=bob.safetensors --out renders --prefix scene1
+  python cli.py render scene1.txt --speaker Alice=Vivian --model Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice
+  python cli.py render scene1.txt --design "Alice=A warm, low voice" --model Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign
+"""
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="cli.py render", usage="python cli.py render SCRIPT --voice NAME=FILE ... [options]",
+               description=DESCRIPTION, epilog=EXAMPLES)
+    p.add_argument("script", type=Path, help="the script, a UTF-8 text file")
     p.add_argument("--voice", action="append", default=[], metavar="NAME=FILE",
-                   help="a character cloned from a clip (wav, flac, ogg, mp3) or a saved voice (.safetensors); "
-                        "Base models")
+                   help="a character cloned from a clip or a saved voice (.safetensors); Base models")
     p.add_argument("--transcript", action="append", default=[], metavar="NAME=TEXT",
-                   help="what a --voice clip says (in-context cloning); without it that voice is x-vector only")
+                   help="what a --voice clip says; without it, x-vector only")
     p.add_argument("--speaker", action="append", default=[], metavar="NAME=SPEAKER",
-                   help="a character spoken by a built-in speaker; CustomVoice models")
-    p.add_argument("--instruct", action="append", default=[], metavar="NAME=TEXT",
-                   help="how a --speaker character speaks (1.7B CustomVoice models)")
+                   help="a built-in speaker; CustomVoice models")
     p.add_argument("--design", action="append", default=[], metavar="NAME=DESCRIPTION",
-                   help="a character's voice described in words; VoiceDesign models")
-    p.add_argument("--out", type=Path, default=Path("renders"), help="the folder the files go into (created)")
-    p.add_argument("--prefix", default="dialogue",
-                   help="file names: PREFIX_0001_Name.wav per line, PREFIX.wav, PREFIX.srt, PREFIX_lines.json")
+                   help="a voice described in words; VoiceDesign models")
+    p.add_argument("--out", type=Path, default=Path("renders"), help="the folder the files go into")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
-                   help="lines rendered at once; more is faster, needs more VRAM (64 fits the 0.6B model on an 8 GB "
-                        "card, the 1.7B on 12 GB)")
-    p.add_argument("--batching", choices=BATCHING, default=DEFAULT_BATCHING,
-                   help="continuous: a line that ends gives its place to the next at once, each line draws from its "
-                        "own random stream (a seeded line's take does not depend on its batch, up to rounding), "
-                        "memory follows the speech in flight; static: batches of like-length lines, each waiting "
-                        "for its longest, about 4x the VRAM at batch 64. Eager mode runs static batches; --gpus "
-                        "workers run each planned batch of --batch-size lines as one batch")
-    p.add_argument("--pause", type=float, default=0.4, help="seconds of silence between lines in PREFIX.wav")
-    p.add_argument("--no-resume", action="store_true", help="render every line again, even those already in --out")
-    p.add_argument("--gpus", type=int, default=None, metavar="N",
-                   help="render over N GPUs with Ray, one worker each (a local cluster, or the one --address names); "
-                        "with --device cpu, N CPU workers")
-    p.add_argument("--address", default=None, metavar="HEAD:PORT",
-                   help="join a running Ray cluster (ray start --head on one machine, ray start --address on the "
-                        "others; 'auto' for the one this machine joined) and render over its GPUs; --out must be a "
-                        "folder every machine can write")
+                   help="lines rendered at once; more is faster and needs more VRAM")
+    more = p.more()
+    more.add_argument("--instruct", action="append", default=[], metavar="NAME=TEXT",
+                      help="how a --speaker character speaks (1.7B CustomVoice models)")
+    more.add_argument("--prefix", default="dialogue",
+                      help="file names: PREFIX_0001_Name.wav per line, PREFIX.wav, PREFIX.srt, PREFIX_lines.json")
+    more.add_argument("--batching", choices=BATCHING, default=DEFAULT_BATCHING,
+                      help="continuous: a line that ends gives its place to the next at once, each line draws from "
+                           "its own random stream (a seeded line's take does not depend on its batch, up to "
+                           "rounding), memory follows the speech in flight; static: batches of like-length lines, "
+                           "each waiting for its longest, about 4x the VRAM at batch 64, and a sampled line's take "
+                           "also depends on the lines batched with it, so a line rendered again alone (resume) is "
+                           "another take. Eager mode runs static batches; --gpus workers run each planned batch of "
+                           "--batch-size lines as one batch")
+    more.add_argument("--pause", type=float, default=0.4, help="seconds of silence between lines in PREFIX.wav")
+    more.add_argument("--no-resume", action="store_true", help="render every line again, even those already in --out")
+    more.add_argument("--gpus", type=int, default=None, metavar="N",
+                      help="render over N GPUs with Ray, one worker each (a local cluster, or the one --address "
+                           "names); with --device cpu, N CPU workers")
+    more.add_argument("--address", default=None, metavar="HEAD:PORT",
+                      help="join a running Ray cluster (ray start --head on one machine, ray start --address on the "
+                           "others; 'auto' for the one this machine joined) and render over its GPUs; --out must be "
+                           "a folder every machine can write")
     add_model_options(p)
-    add_generation_options(p, seed_help="random seed: the same seed, script and --batch-size give the same audio on the "
-                                        "same machine; in static batches a sampled line's take also depends on the "
-                                        "lines batched with it, so a line rendered again alone (resume) is another "
-                                        "take")
+    add_generation_options(p, seed_help="random seed: the same seed, script and --batch-size give the same audio on "
+                                        "the same machine")
     return p
 
 
@@ -139,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
     from morph.lines.script import parse_script
 
     variant, cast = characters(args)
+    check_model(args)
     if not args.script.is_file():
         raise CliError(f"script: file not found: {args.script}")
     try:
@@ -237,13 +242,10 @@ def read_voices(cast: dict, transcripts: dict) -> dict:
 
     voices, saved = {}, {}
     for key, (name, value) in cast.items():
-        path, who = Path(value), f"--voice {name}={value}"
-        if path.suffix.lower() == ".safetensors":
-            if not path.is_file():
-                raise CliError(f"{who}: file not found")
+        path, who = check_voice_file(Path(value)), f"--voice {name}={value}"
+        if is_saved_voice(path):
             saved[key] = (path, who)
             continue
-        check_voice_file(path)
         words = dataclasses.replace(FOR_CLI, new_clip=f"give {name} another recording",
                                     no_transcript=f"leave out --transcript {name}=...")
         voices[key] = (read_clip(path, who, key in transcripts, words), path.name)
@@ -296,20 +298,21 @@ def write(engine, parsed, lines, store, language, settings, args) -> int:
             how = "continuous batches" if args.batching == "continuous" else "static batches"
         else:
             how = "a continuous batch" if continuous else "static batches"
-        print(f"rendering {len(lines) - kept} of {len(lines)} lines on {where}, {args.batch_size} at a time in {how}"
-              + (f" ({kept} already in {store.folder})" if kept else ""), file=sys.stderr)
+        # the lines already in --out are said once, by job.reuse
+        print(f"rendering {len(lines) - kept} of {len(lines)} lines on {where}, {args.batch_size} at a time in {how}",
+              file=sys.stderr)
     try:
         with quiet_third_party():  # transformers' note on the repetition penalty, at the first generate
             if pool and todo:
                 engine().render(job, settings, args.batch_size, args.pause, finish_line, on_step=progress.step,
-                                on_lines=progress.lines_done, batching=args.batching, words=FOR_CLI)
+                                on_lines=progress.lines_done, batching=args.batching)
             elif pool:
-                job.write_dialogue(args.pause)
+                store.join_lines([p.name for p in parsed], args.pause)
                 job.finish(args.pause)
             else:
-                job.run(engine, settings, args.batch_size, args.pause, finish_line=finish_line, on_step=progress.step,
-                        on_line=progress.line, who="cli.py render", words=FOR_CLI, continuous=continuous,
-                        dialogue=True)
+                result = job.run(engine, settings, args.batch_size, args.pause, finish_line=finish_line,
+                                 on_step=progress.step, on_line=progress.line, who="cli.py render", words=FOR_CLI,
+                                 continuous=continuous)
     except KeyboardInterrupt:
         progress.finish()
         print(f"interrupted: {len(job.lengths)} of {len(lines)} lines are in {store.folder}; the same command "
@@ -317,8 +320,10 @@ def write(engine, parsed, lines, store, language, settings, args) -> int:
         return 130
     progress.finish()
     took = time.perf_counter() - start
+    # the workers' files were joined into it already; here, written whole like every file of the store
+    dialogue = store.dialogue_path if pool else store.write_dialogue(result.dialogue)
     print(f"wrote {len(lines)} lines ({kept} reused), {progress.tally.audio_s:.1f} s of new audio in {took:.1f} s, "
-          f"the dialogue {store.dialogue_path}, {store.stem}.srt and {store.manifest_path.name} in {store.folder}")
+          f"the dialogue {dialogue}, {store.stem}.srt and {store.manifest_path.name} in {store.folder}")
     return 0
 
 

@@ -1,5 +1,5 @@
 """Serve speech over HTTP: an OpenAI-compatible POST /v1/audio/speech that streams audio as it is made, with saved
-voices (morph/serve/). Needs the optional extra: pip install "fastapi>=0.110" "uvicorn>=0.29" python-multipart.
+voices. Needs the optional extra: pip install "fastapi>=0.110" "uvicorn>=0.29" python-multipart.
 
     python cli.py serve --model Qwen/Qwen3-TTS-12Hz-0.6B-Base
     curl -s http://127.0.0.1:8000/v1/audio/speech -H 'Content-Type: application/json' \\
@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from cli_common import CliError, HelpFormatter, add_generation_options, add_model_options, guarded, load_model, \
+from cli_common import CliError, Parser, add_generation_options, add_model_options, check_model, guarded, load_model, \
     settings_from
 from morph.settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH
 
@@ -23,7 +23,7 @@ SWITCH_INTERVAL_S = 0.0005  # Python's default is 0.005
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cli.py serve", description=__doc__, formatter_class=HelpFormatter)
+    p = Parser(prog="cli.py serve", usage="python cli.py serve [options]", description=__doc__)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 serves other machines too "
                                                        "(set --api-key then)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on")
@@ -35,20 +35,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=LIVE_WIDTH,
                    help="rows decoded together: requests (and a long text's segments) in flight at once; each row "
                         "holds its own key/value cache, so memory grows with it")
-    p.add_argument("--max-frames", type=int, default=LIVE_MAX_FRAMES,
-                   help="the most frames of one segment (12.5 a second); a request's max_new_tokens may not exceed it")
-    p.add_argument("--max-prompt", type=int, default=LIVE_MAX_PROMPT,
-                   help="the most prompt tokens of one segment (text, a voice's transcript and reference)")
-    p.add_argument("--max-waiting", type=int, default=None,
-                   help="rows queued for a slot before new requests get 503 with Retry-After; default 4x --batch-size")
-    p.add_argument("--kv-cache-gib", type=float, default=None,
-                   help="keep the talker's keys and values in a paged pool of this many GiB: rows join while their "
-                        "pages can be set aside, so --batch-size can be large while memory follows the speech in "
-                        "flight (new: not yet run on a GPU); default: each row holds its whole cache")
-    p.add_argument("--model-name", default=None, help="the id GET /v1/models reports; default: the model's name")
-    p.add_argument("--mode", default="auto", choices=["auto", "fused", "graphs", "lean"],
-                   help="decode path: auto is fused on CUDA and lean elsewhere (the server runs the continuous batch, "
-                        "which runs the lean layers; eager is not served)")
+    more = p.more()
+    more.add_argument("--max-frames", type=int, default=LIVE_MAX_FRAMES,
+                      help="the most frames of one segment (12.5 a second); a request's max_new_tokens may not exceed it")
+    more.add_argument("--max-prompt", type=int, default=LIVE_MAX_PROMPT,
+                      help="the most prompt tokens of one segment (text, a voice's transcript and reference)")
+    more.add_argument("--max-waiting", type=int, default=None,
+                      help="rows queued for a slot before new requests get 503 with Retry-After; default 4x --batch-size")
+    more.add_argument("--kv-cache-gib", type=float, default=None,
+                      help="keep the talker's keys and values in a paged pool of this many GiB: rows join while their "
+                           "pages can be set aside, so --batch-size can be large while memory follows the speech in "
+                           "flight (new: not yet run on a GPU); default: each row holds its whole cache")
+    more.add_argument("--model-name", default=None, help="the id GET /v1/models reports; default: the model's name")
+    more.add_argument("--mode", default="auto", choices=["auto", "fused", "graphs", "lean"],
+                      help="decode path: auto is fused on CUDA and lean elsewhere (the server runs the continuous batch, "
+                           "which runs the lean layers; eager is not served)")
     add_model_options(p)
     add_generation_options(p, seed_help="the seed of requests that send none; without it every request is a new "
                                         "take", audio_out=False)
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_model(args)
     try:
         import uvicorn
 

@@ -8,14 +8,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 from pathlib import Path
 
-from cli_common import (CliError, HelpFormatter, add_model_options, check_voice_file, check_writable, guarded,
-                        load_base_model, read_clip)
+from cli_common import (SAVED_VOICE, CliError, Parser, add_model_options, check_model, check_voice_file,
+                        check_writable, guarded, load_base_model, read_clip)
 from morph.lines.words import FOR_CLI, model_size_name
 from morph.settings import FRAMES_PER_SECOND
 
-SUFFIX = ".safetensors"
+SUFFIX = SAVED_VOICE
 EXAMPLES = """examples:
   python cli.py voice save bob.wav --transcript "What bob.wav says." --out bob.safetensors
   python cli.py voice save bob.wav --out voices/bob            # x-vector only; writes voices/bob.safetensors
@@ -28,14 +29,14 @@ SAVE_WORDS = dataclasses.replace(FOR_CLI, new_clip="give another recording of th
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cli.py voice", description=__doc__, formatter_class=HelpFormatter,
-                                epilog=EXAMPLES)
+    p = Parser(prog="cli.py voice", description=__doc__, epilog=EXAMPLES)
     commands = p.add_subparsers(dest="command", required=True, metavar="{save,info}")
 
     save = commands.add_parser("save", help="clone a voice from a clip into a .safetensors file",
+                               usage="python cli.py voice save CLIP --out NAME.safetensors [options]",
                                description="Clone a voice from CLIP into a .safetensors file, the one ComfyUI's Save "
                                            "Voice node writes.\nCLIP and --out are checked before the model loads.",
-                               formatter_class=HelpFormatter, epilog=EXAMPLES)
+                               epilog=EXAMPLES)
     save.add_argument("clip", type=Path, metavar="CLIP",
                       help="reference clip of the voice (wav, flac, ogg or mp3, any rate, mono or stereo; 3-10 s of "
                            "clean speech works best)")
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     info = commands.add_parser("info", help="what a saved voice file holds",
                                description="Say what a saved voice file holds: the model size it works with, ICL or "
                                            "x-vector only,\nits transcript and the length of its reference.",
-                               formatter_class=HelpFormatter, epilog=EXAMPLES)
+                               epilog=EXAMPLES)
     info.add_argument("file", type=Path, metavar="FILE.safetensors", help="a voice file from cli.py voice save or "
                                                                           "ComfyUI's Save Voice")
     info.set_defaults(job=voice_info)
@@ -80,7 +81,8 @@ def check_out(path: Path, force: bool) -> Path:
 
 
 def save_voice_file(args: argparse.Namespace) -> int:
-    clip_path = check_voice_file(args.clip, "CLIP")
+    check_model(args)
+    clip_path = check_voice_file(args.clip, "CLIP", saved=False)
     out = check_out(args.out, args.force)
     transcript = (args.transcript or "").strip() or None
     clip = read_clip(clip_path, f"CLIP {clip_path.name}", bool(transcript) and not args.x_vector_only, SAVE_WORDS)
@@ -135,5 +137,9 @@ def voice_info(args: argparse.Namespace) -> int:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if argv is not None and not argv:  # `cli.py voice` alone: what it does
+        print(parser.format_help(), file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     return guarded(args.job, args)

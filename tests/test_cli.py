@@ -1,10 +1,13 @@
 """The README's main job (cli.py), end to end on a tiny model, and each of its input checks."""
 
+import argparse
+import contextlib
 import logging
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +16,9 @@ import soundfile as sf
 
 import cli
 import cli_common
+import cli_render
+import cli_serve
+import cli_voice
 from tests.clips import clip_names, write_clip
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,7 +144,8 @@ def test_a_device_this_machine_lacks_is_refused_before_loading(capsys, no_load, 
 
 def test_help_comes_up_at_once_with_defaults_and_a_line_for_every_option():
     """At once: --help and the argument checks import none of the heavy modules (the probe below)."""
-    run = subprocess.run([sys.executable, "cli.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    run = subprocess.run([sys.executable, "cli.py", "speak", "--help-all"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
     assert run.returncode == 0, run.stderr
     assert "(default: 5)" in run.stdout and "(default: Qwen/Qwen3-TTS-12Hz-0.6B-Base)" in run.stdout
     undocumented = [a.dest for a in cli.build_parser()._actions if not a.help]
@@ -228,7 +235,7 @@ def test_the_models_dir_defaults_to_the_environment_variable(tiny_dir, tmp_path,
     monkeypatch.setenv(cli_common.MODELS_DIR_ENV, str(mine))
     assert cli.parse_args(["--text", "Hi"]).models_dir == mine
     assert f"default: ${cli_common.MODELS_DIR_ENV}, else models/qwen3-tts" in \
-        " ".join(cli.build_parser().format_help().split())
+        " ".join(cli.build_parser().format_help(everything=True).split())
     args = ["--text", "Hi.", "--out", str(tmp_path / "o.wav"), *quick(model="tiny")]  # a folder name in it
     assert cli.main(args) == 0, capsys.readouterr().err
 
@@ -251,3 +258,123 @@ def test_a_model_that_cannot_clone_is_refused_in_the_clis_words(model_dirs, caps
     err = fails(["--text", "Hi", "--model", str(model), "--device", "cpu"], capsys)
     assert f"error: --model: {model} is a CustomVoice model; cloning a voice needs a Base model" in err
     assert not any(word in err for word in NODE_WORDS), err
+
+
+# -- issue 60: the commands listed, help that fits a screen, typos answered, the model checked first, saved voices --
+def cli_run(*argv, cwd=ROOT, timeout=120):
+    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, COLUMNS="80"))
+
+
+def test_help_lists_every_command_with_a_line_and_an_example():
+    run = cli_run("--help")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    for command in ("speak", "render", "voice", "serve"):
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"  {command} "))
+        assert lines[at + 1].strip().startswith("python cli.py "), lines[at:at + 2]
+    assert "python cli.py render scene1.txt" in run.stdout and "python cli.py voice save" in run.stdout
+    assert "cli_" not in run.stdout and ".py " not in run.stdout.replace("cli.py ", "")  # no internal files named
+    assert "required" not in run.stdout
+    bare = cli_run()  # no command at all: the same list, as an error
+    assert bare.returncode == 2 and bare.stderr.strip() == run.stdout.strip()
+
+
+@pytest.mark.parametrize("command", [["speak"], ["render"], ["voice", "save"], ["voice", "info"], ["serve"]])
+def test_each_commands_help_fits_a_screen_and_help_all_shows_the_rest(command):
+    short, everything = cli_run(*command, "--help"), cli_run(*command, "--help-all")
+    assert short.returncode == everything.returncode == 0, short.stderr + everything.stderr
+    assert len(short.stdout.splitlines()) <= 42, short.stdout
+    options = set(re.findall(r"^\s+(--[a-z-]+)", everything.stdout, re.M))
+    shown = set(re.findall(r"^\s+(--[a-z-]+)", short.stdout, re.M))
+    if command[-1] != "info":  # info has a single argument: nothing to leave out
+        assert f"more options: python cli.py {' '.join(command)} --help-all" in short.stdout
+        assert shown < options and "--models-dir" in options - shown
+    parser = {"speak": cli, "render": cli_render, "voice": cli_voice, "serve": cli_serve}[command[0]].build_parser()
+    if command[0] == "voice":
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = commands.choices[command[1]]
+    every = {option for action in parser._actions for option in action.option_strings if option.startswith("--")}
+    assert options - {"--help-all"} == every - {"--help", "--help-all"}  # --help-all leaves nothing out
+
+
+@pytest.mark.parametrize("argv, answer", [
+    (["rendr", "x.txt"], "error: unknown command 'rendr'; did you mean render?"),
+    (["voice", "sve", "bob.wav"], "error: unknown command 'voice sve'; did you mean voice save?"),
+    (["--txt", "Hi"], "error: unknown option --txt; did you mean --text?"),
+    (["speak", "--text", "Hi", "--devise", "cpu"], "error: unknown option --devise; did you mean --device?"),
+    (["--text", "Hi", "--device", "cud"], "error: --device: invalid choice 'cud'; did you mean cuda?"),
+    (["serve", "--batch", "0"], "error: unknown option --batch; did you mean --batch-size?"),
+    (["render", "s.txt", "--batch", "0"], "error: unknown option --batch; did you mean --batch-size or --batching?"),
+    (["voice", "save", "bob.wav", "--out", "bob", "--x-vector"],
+     "error: unknown option --x-vector; did you mean --x-vector-only?"),
+])
+def test_a_typo_at_every_level_gets_what_was_meant_in_one_line(argv, answer, capsys, no_load):
+    with pytest.raises(SystemExit) if argv[0] != "rendr" else contextlib.nullcontext() as ended:
+        assert cli.main(argv) == 2
+    assert ended is None or ended.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(answer) and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("argv, abbreviation", [
+    (["--text", "Hi", "--temp", "0.5"], "--temp"),
+    (["render", "s.txt", "--voice", "A=a.wav", "--batch-s", "4"], "--batch-s"),
+    (["serve", "--max-f", "100"], "--max-f"),
+    (["voice", "save", "a.wav", "--out", "a", "--forc"], "--forc"),
+])
+def test_abbreviated_options_are_refused_not_guessed(argv, abbreviation, capsys, no_load):
+    with pytest.raises(SystemExit) as ended:
+        cli.main(argv)
+    assert ended.value.code == 2
+    assert capsys.readouterr().err.startswith(f"error: unknown option {abbreviation}; did you mean --")
+
+
+@pytest.mark.parametrize("argv", [
+    ["--text", "Hi"],
+    ["render", "scene.txt", "--voice", "Alice=a.wav"],
+    ["voice", "save", "a.wav", "--out", "a"],
+    ["serve"],
+])
+def test_a_mistyped_model_is_answered_before_torch_loads(argv, tmp_path):
+    """`--model tinyy` next to a folder `tiny`: refused naming the folder meant, in under 3 s with the interpreter's
+    start, and with none of the heavy modules imported."""
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); import cli; "
+            f"rc = cli.main({argv + ['--model', 'tinyy', '--models-dir', 'models']!r}); "
+            "print(rc, sorted(m for m in ('torch', 'transformers', 'qwen_tts') if m in sys.modules))")
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    took = time.perf_counter() - start
+    assert run.stdout.split() == ["2", "[]"], run.stdout + run.stderr
+    assert run.stderr.startswith("error: --model: no model folder 'tinyy' (looked in "), run.stderr
+    assert "models): did you mean tiny? Or give the path of a checkpoint folder" in run.stderr
+    assert took < 3.0, took
+
+
+def test_the_one_liner_speaks_in_a_saved_voice(tiny_dir, tiny_tts, tmp_path, capsys):
+    """A saved voice is read as render reads one, not as a clip; it holds its transcript, so --transcript is refused."""
+    from morph.lines.voice import save_voice
+
+    save_voice(tiny_tts.make_voice(speech(2.0), 24000, transcript="Hello there."), tmp_path / "bob.safetensors")
+    out = tmp_path / "bob.wav"
+    code = cli.main(["--text", "Hi.", "--voice", str(tmp_path / "bob.safetensors"), "--out", str(out),
+                     *quick(model=tiny_dir)])
+    assert code == 0, capsys.readouterr().err
+    assert sf.read(out)[0].size > 0
+    capsys.readouterr()
+    err = fails(["--text", "Hi.", "--voice", str(tmp_path / "bob.safetensors"), "--transcript", "Hello there.",
+                 "--model", str(tiny_dir)], capsys)
+    assert err == ("error: --transcript: bob.safetensors is a saved voice, which holds its own transcript (or none); "
+                   "leave out --transcript\n")
+    (tmp_path / "junk.safetensors").write_bytes(b"not a voice")
+    err = fails(["--text", "Hi.", "--voice", str(tmp_path / "junk.safetensors"), "--model", str(tiny_dir),
+                 "--out", str(out)], capsys)
+    assert err.startswith("error: --voice junk.safetensors: junk.safetensors is not a valid safetensors voice file")
+    assert "python cli.py voice save" in err
+
+
+def test_a_speak_logs_the_attention_kernel_once(tiny_dir, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    assert cli.main(["--text", "Hi.", "--out", str(tmp_path / "o.wav"), *quick(model=tiny_dir)]) == 0
+    assert [r.getMessage() for r in caplog.records].count("Qwen3-TTS attention: sdpa") == 1

@@ -2,6 +2,7 @@
 keeps what is done; every bad input refused before the model loads, in the CLI's words."""
 
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -53,6 +54,23 @@ def test_a_script_renders_every_file_and_a_rerun_renders_only_what_changed(tiny_
     assert "rendering 1 of 3 lines" in captured.err and "wrote 3 lines (2 reused)" in captured.out
     for name in names[:2]:
         np.testing.assert_array_equal(sf.read(out / name)[0], first[name])
+
+
+def test_each_note_is_said_once_the_attention_kernel_and_the_lines_reused(tiny_dir, tmp_path, cast, capsys, caplog):
+    """A render works out its fingerprints' context (the attention kernel among it) and then loads: the kernel is
+    logged by the load alone. A rerun's reused lines are said by the job's one status line, not again by the CLI."""
+    caplog.set_level(logging.INFO)
+    argv = ["render", str(tmp_path / "scene.txt"), *options(tiny_dir, tmp_path / "r", *cast)]
+    assert cli.main(argv) == 0
+    assert [r.getMessage() for r in caplog.records].count("Qwen3-TTS attention: sdpa") == 1
+    (tmp_path / "scene.txt").write_text(SCRIPT.replace("Fine, thanks.", "Fine, thank you."), encoding="utf-8")
+    caplog.clear()
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    said = captured.out + captured.err + caplog.text
+    assert said.count("2 of 3 lines already rendered in") == 1 and "already in" not in said, said
+    assert "rendering 1 of 3 lines on cpu" in captured.err
 
 
 @pytest.mark.parametrize("batching, said", [(None, "in a continuous batch"), ("continuous", "in a continuous batch"),
@@ -283,23 +301,23 @@ def test_a_terminal_bar_redraws_its_final_counts(monkeypatch):
 
 
 def test_help_states_each_default_once_and_the_render_help_shows_its_examples(capsys):
-    for argv in (["--help"], ["render", "--help"]):
+    for argv in (["speak", "--help-all"], ["render", "--help-all"]):
         with pytest.raises(SystemExit):
             cli.main(argv)
         text = " ".join(capsys.readouterr().out.split())
         assert not any(f"(default: {v})" in text for v in ("None", "False", "[]")), argv
         assert "default: 5 s plus 0.35 s per character" in text and "(default: 0.9)" in text
     assert "python cli.py render scene1.txt --voice Alice=alice.wav" in text
-    assert "python cli.py voice save bob.wav" in text
+    assert "--voice Bob=bob.safetensors" in text
     assert "a sampled line's take also depends on the lines batched with it" in text
 
 
 @pytest.mark.parametrize("argv, answer", [
-    (["rendr", "x.txt"], "error: unknown command 'rendr'; did you mean render? (render a script: python cli.py "
-                         "render SCRIPT"),
+    (["rendr", "x.txt"], "error: unknown command 'rendr'; did you mean render? (render a script: a WAV per line, "
+                         "the dialogue, subtitles: python cli.py render scene1.txt"),
     (["voices", "save"], "error: unknown command 'voices'; did you mean voice?"),
-    (["hello.txt"], "error: unknown command 'hello.txt'; speak a text with python cli.py --text \"...\", render a "
-                    "script: "),
+    (["hello.txt"], "error: unknown command 'hello.txt'; the commands are speak, render, voice, serve: python cli.py "
+                    "--help"),
 ])
 def test_a_mistyped_command_gets_the_command_meant(argv, answer, capsys, no_load):
     assert cli.main(argv) == 2

@@ -183,7 +183,7 @@ def test_a_failed_overwrite_keeps_the_voice_that_was_there(tiny_dir, tmp_path, b
 
 
 def test_the_help_states_each_default_once_and_shows_the_examples(capsys):
-    for argv in (["voice", "--help"], ["voice", "save", "--help"], ["voice", "info", "--help"]):
+    for argv in (["voice", "--help"], ["voice", "save", "--help-all"], ["voice", "info", "--help"]):
         with pytest.raises(SystemExit):
             cli.main(argv)
         text = " ".join(capsys.readouterr().out.split())
