@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 PROMPT_OVERHEAD_TOKENS = 32  # chat markup, codec control tokens, the speaker embedding
 # Upstream's generate reads a voice's row (Base model, streaming mode) a text token a frame beside the codes: the talker
 # prefills its markup and speaker (10 tokens at the 0.6B dims) and an ICL voice's reference frames, beside which the
-# transcript and the text start (bench/results/h100-2026-11-26f/NOTES.md)
+# transcript and the text start.
 VOICE_PREFILL_TOKENS = 16
 
 

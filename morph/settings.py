@@ -26,12 +26,11 @@ EXTRA_SECONDS = 5.0
 
 
 # How a render batches its rows (Render Lines' and `cli.py render`'s `batching`, BatchTTS.render's `continuous`), and
-# how many at once: the continuous batch (the default wherever the speed mode runs the lean layers; morph/continuous.py
-# resolve_continuous) at 64 rendered the realistic 256-line script 2.4x as fast as static batches of 16 (the previous
-# default) in about their memory, and 1.3x static batches of 64 in a quarter of theirs, from a process's second render
-# (its first: 8.3 s against 9.5 and 5.9 s; H100, bench/results/h100-2026-11-26c/NOTES.md). Static batches each wait
-# for their longest row (upstream's own generate: the exact reference, what eager mode runs either way). Here so that
-# the CLI's help loads nothing of the engine.
+# how many at once. The continuous batch is the default wherever the speed mode runs the lean layers
+# (morph/continuous.py resolve_continuous): a row that ends gives its slot to the next at once, so a script renders
+# faster than in static batches and in less memory (docs/performance.md). Static batches each wait for their longest
+# row (upstream's own generate: the exact reference, what eager mode runs either way). Here so that the CLI's help
+# loads nothing of the engine.
 BATCHING = ("continuous", "static")
 DEFAULT_BATCHING = "continuous"
 DEFAULT_BATCH_SIZE = 64
@@ -77,14 +76,12 @@ def pool_pages(row_needs: Sequence[int], width: int) -> int:
 # A render whose rows may be preempted and start again (morph/decode/slots.py, an overcommitted pool) sizes its pool
 # for this share of each row's frame limit: speech ends at about a fifth of the text-derived limit (SECONDS_PER_CHAR
 # against about 14 characters spoken a second), and a row the pool cannot grow starts again rather than failing.
-# 0.25 instead of 0.5 took 1.3 GiB off the script's pool at batch 64 (0.6B dims) with the same speed, most pages in
-# use and no preemption, on the script and the skewed script (bench/results/h100-2026-11-26b/NOTES.md).
+# A quarter rather than a half gave a smaller pool at the same speed, with no row preempted on the pack's scripts.
 POOL_FRAME_SHARE = 0.25
 # A group's prefill holds its keys and values and one layer's activations for every token of its prompts, padded to
 # the longest, until its rows have joined (morph/decode/groups.py): rows are prefilled a slice of at most this many
-# tokens at a time (at least one row), as serving engines bound a step's prefill tokens. On the 256-line script at
-# batch 64 (groups of 64 rows of 60 tokens) this took its footprint from 4.54 to 4.27 GiB above the start at the 0.6B
-# dims, end to end within the spread of two calls (H100, bench/results/h100-2026-11-26f/NOTES.md).
+# tokens at a time (at least one row), as serving engines bound a step's prefill tokens: a wide group's prefill then
+# holds less memory at once, at no cost in speed.
 PREFILL_TOKENS = 2048
 # In the fast modes a slice's prefill replays the CUDA graph of its bucket (morph/decode/prefill_graphs.py): its
 # prompts' length padded up to the next of these (the powers of two and the halves between: at most half as many
