@@ -28,14 +28,18 @@ def test_requirements_never_name_torch_torchaudio_or_qwen_tts_with_its_pins():
     assert "transformers" in names  # a range, so the user's version stays: checked below
 
 
-def pip_dry_run(*args) -> list[str]:
+def pip_report(*args) -> list[dict]:
+    """The metadata of what `pip install ARGS` would install here."""
     run = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-",
                           "--disable-pip-version-check", *args],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     if run.returncode != 0:
         pytest.fail(f"pip --dry-run failed: {run.stderr[-2000:]}")
-    report = json.loads(run.stdout)
-    return [item["metadata"]["name"].lower() for item in report["install"]]
+    return [item["metadata"] for item in json.loads(run.stdout)["install"]]
+
+
+def pip_dry_run(*args) -> list[str]:
+    return [metadata["name"].lower() for metadata in pip_report(*args)]
 
 
 def test_the_readme_install_changes_neither_torch_nor_transformers():
@@ -49,8 +53,8 @@ def test_install_py_installs_qwen_tts_without_its_pins():
     assert '"--no-deps"' in source and 'QWEN_TTS = "qwen-tts==0.1.1"' in source
 
 
-def built_wheel(tmp_path: Path) -> Path:
-    """`pip wheel .` of a copy of what the package is built from (the build writes into its source tree)."""
+def source_copy(tmp_path: Path) -> Path:
+    """A copy of what the package is built from (a build writes into its source tree)."""
     import shutil
 
     src = tmp_path / "src"
@@ -59,6 +63,21 @@ def built_wheel(tmp_path: Path) -> Path:
         shutil.copy(ROOT / name, src / name)
     for package in ("morph", "postprocess"):
         shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return src
+
+
+def test_the_servers_and_rays_extras_install_without_touching_torch_or_transformers(tmp_path):
+    """The README's `pip install '.[serve]'` (and docs/scripts.md's '.[ray]'), resolved by pip in this environment."""
+    would_install = pip_report(f"{source_copy(tmp_path)}[serve,ray]")
+    [pack] = [m for m in would_install if m["name"] == "comfyui-qwen3-tts-morph"]
+    assert {"serve", "ray"} <= set(pack["provides_extra"])  # pip installs a missing extra's nothing, with a warning
+    names = {m["name"].lower() for m in would_install}
+    assert not names & (KEPT | NEVER | {"qwen-tts"}), names
+
+
+def built_wheel(tmp_path: Path) -> Path:
+    """`pip wheel .` of a copy of what the package is built from."""
+    src = source_copy(tmp_path)
     run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--disable-pip-version-check",
                           "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=600)
     if run.returncode != 0:
