@@ -1,5 +1,5 @@
-"""The README's card table: the realistic script rendered as a front end renders it, with the process held to what a
-card of each size leaves it.
+"""The card table (README, docs/performance.md): the realistic script rendered as a front end renders it, with
+the process held to what a card of each size leaves it.
 
 For each card size (GiB) a fresh process caps what torch may allocate at the card less the 1 GiB the README tells
 users to keep (`torch.cuda.set_per_process_memory_fraction`, checked there by asking for more than that), loads the

@@ -33,7 +33,8 @@ run() { name=$1; size=$2; shift 2; [[ $wanted == *" $name "* ]] || return 0
 run uniform32 0.6b --batching continuous,static --lines 32 --batch-sizes 32
 if [[ $wanted == *" peer32 "* ]]; then
   # faster-qwen3-tts-batch on the same checkpoint and 32 lines, in a folder of its own (qwen-tts-hf installs the
-  # import name qwen_tts); under the native allocator: it crashed under cudaMallocAsync (README, Performance)
+  # import name qwen_tts); under the native allocator: it crashed under cudaMallocAsync
+  # (bench/results/h100-2026-11-22d/NOTES.md)
   [ -d /tmp/peers ] || $PIP /tmp/peers .whl/peers/*.whl || exit 1
   echo "=== peer32"
   PYTHONPATH=/tmp/peers:$PYTHONPATH PYTORCH_CUDA_ALLOC_CONF= python3 -m bench.batch_faster --model "$(model 0.6b)" \

@@ -1,4 +1,4 @@
-"""The continuous batch's card table, its 8 and 12 GB rows (README, Performance): the 256-line realistic script
+"""The continuous batch's card table, its 8 and 12 GB rows (docs/performance.md): the 256-line realistic script
 renders at the advised batch size with no out-of-memory retry, in a process held to the card less the 1 GiB the
 README keeps (bench/cards.py --continuous), at the real 0.6B and 1.7B dims in bf16 and the default mode."""
 
@@ -14,7 +14,7 @@ import torch
 
 from bench.random_model import build_random_model
 
-# (model size, card GiB) -> the README's advised batch size (bench/results/h100-2026-11-26b/cards-20efcb0/)
+# (model size, card GiB) -> the advised batch size (docs/performance.md, bench/results/h100-2026-11-26b/cards-20efcb0/)
 ADVISED = {("0.6b", 8): 64, ("0.6b", 12): 64, ("1.7b", 8): 32, ("1.7b", 12): 64}
 
 
@@ -35,7 +35,7 @@ def real_dims(tmp_path_factory):
 def test_the_script_renders_at_the_advised_batch_size_with_no_retry(real_dims, size, card):
     if torch.cuda.get_allocator_backend() != "cudaMallocAsync":
         # the table is ComfyUI's default allocator's: under the native one (--disable-cuda-malloc) the 12 GB row ran
-        # out of memory at 64 and retried at 32 (H200, bench/results/h200-2026-11-26/NOTES.md), as the README says
+        # out of memory at 64 and retried at 32 (H200, bench/results/h200-2026-11-26/NOTES.md)
         pytest.skip("the card table is measured under cudaMallocAsync, ComfyUI's default allocator")
     run = subprocess.run([sys.executable, "-m", "bench.cards", "--model", str(real_dims(size)), "--device", "cuda",
                           "--dtype", "bf16", "--batch-sizes", str(ADVISED[size, card]), "--continuous",

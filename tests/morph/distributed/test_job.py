@@ -210,7 +210,7 @@ def test_an_output_folder_the_workers_do_not_share_is_refused_at_the_first_batch
 
 def test_address_joins_a_running_cluster_and_leaves_it_running(design_dir, tmp_path, own_ray):
     """`--address`: the multi-machine way (`ray start --head`, then the job joins it), here with one machine, with
-    Ray's token authentication on as README says to run it: a token in the (test's own) ~/.ray, RAY_AUTH_MODE=token
+    Ray's token authentication on as docs/scripts.md runs it: a token in the (test's own) ~/.ray, RAY_AUTH_MODE=token
     set before Ray is imported (so the job runs in a process of its own)."""
     import subprocess
 
