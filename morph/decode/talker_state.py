@@ -132,6 +132,9 @@ class TalkerState:
         for name in CARRIED:
             t = getattr(self, name)
             t[dst] = t[src]
+        # the rows left are free slots: a wider step later steps them until a row joins there, as finished rows
+        # (padded with EOS), not as the live rows they were
+        self.unfinished[src] = False
         if self.table is not None:  # their pages go with them; the rows they leave point at the null page again
             self.table[dst] = self.table[src]
             self.table[src] = 0

@@ -139,9 +139,11 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
         pages = _tile_pages(s0 + STRIDE, lo, hi, b, table_addr, L, PAGE, NPT, PAGED)
         if (s0 < hi) & (s0 + BLOCK_L > lo):
             s = s0 + tl.arange(0, BLOCK_L)
-            kv_ok = s < hi
+            # slots below lo are not loaded, dense or paged: a slot no row holds steps with whatever bound its last
+            # row left, and wrote NaN there (0 / 0 below), which a zero weight times NaN carried into the next row
+            # to join that slot
+            kv_ok = (s < hi) & (s >= lo)
             if PAGED:
-                kv_ok = kv_ok & (s >= lo)
                 page = tl.reshape(tl.broadcast_to(here[:, None], (NPT, PAGE)), (BLOCK_L,))
                 kv_off = _in_pool(page, s, h, KVH, D, PAGE)
             else:
@@ -164,7 +166,9 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
             m_i = m_new
     o_off = ((b * T + tq) * (H * D) + (h * G + r // T) * D)[:, None]
     if SPLITS == 1:
-        tl.store(as_ptr(o_addr, DTYPE) + o_off + d[None, :], (acc / l_i[:, None]).to(DTYPE), mask=r_ok[:, None])
+        # a row that sees no slot (a free slot whose bound its last row left past the position) gets 0, not 0 / 0
+        out = tl.where(l_i[:, None] > 0, acc / l_i[:, None], 0.0)
+        tl.store(as_ptr(o_addr, DTYPE) + o_off + d[None, :], out.to(DTYPE), mask=r_ok[:, None])
     else:
         # part [B, KVH, G * T, SPLITS, D + 2]: each real query row's max, sum and output
         part = as_ptr(part_addr, tl.float32) + (((b * KVH + h) * G * T + r) * SPLITS + split) * (D + 2)
@@ -183,9 +187,10 @@ def _combine_kernel(part_addr, o_addr, H: tl.constexpr, KVH: tl.constexpr, D: tl
     d, sp = tl.arange(0, D), tl.arange(0, SPLITS)
     part = as_ptr(part_addr, tl.float32) + (((b * KVH + h) * G * T + r) * SPLITS + sp) * (D + 2)
     m = tl.load(part)
-    w = tl.exp(m - tl.max(m, axis=0))
+    top = tl.max(m, axis=0)
+    w = tl.exp(m - tl.where(top == float("-inf"), 0.0, top))  # no split saw a slot: every weight 0, the output 0
     total = tl.sum(w * tl.load(part + 1), axis=0)
-    out = tl.sum(w[:, None] * tl.load(part[:, None] + 2 + d[None, :]), axis=0) / total
+    out = tl.sum(w[:, None] * tl.load(part[:, None] + 2 + d[None, :]), axis=0) / tl.where(total > 0, total, 1.0)
     o_off = (b * T + r % T) * (H * D) + (h * G + r // T) * D
     tl.store(as_ptr(o_addr, DTYPE) + o_off + d, out.to(DTYPE))
 

@@ -61,3 +61,15 @@ def test_text_past_the_table_is_dropped_and_the_table_size_is_part_of_the_match(
     assert not st.matches(3, 16, torch.device("cpu"), torch.float32, False, text_slots=8)
     assert not st.matches(3, 16, torch.device("cpu"), torch.float32, False)  # the static loop's: the capacity
     assert state(capacity=16).text.shape == (3, 16, HIDDEN)
+
+
+def test_rows_moved_away_leave_finished_slots_behind():
+    """A row moved down (ContinuousBatch._compact) leaves a free slot that a wider step steps again before a row
+    joins there: it must step as a finished row, not as the live row it was."""
+    st = state(batch=4)
+    st.k = st.v = []  # no key/value caches to move in this state
+    st.unfinished[:] = torch.tensor([False, True, True, True])
+    st.start[:] = torch.tensor([0, 5, 6, 7])
+    st.copy_rows(torch.tensor([3]), torch.tensor([0]), slice(0, 4))
+    assert st.unfinished.tolist() == [True, True, True, False]
+    assert st.start.tolist() == [7, 5, 6, 7]

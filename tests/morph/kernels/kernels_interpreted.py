@@ -280,6 +280,32 @@ def test_paged_attention_gathers_tiles_wider_than_a_page(kernels, monkeypatch):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("splits", [False, True])
+def test_a_dense_row_reads_nothing_below_its_bound_and_a_row_that_sees_no_slot_gets_zeros(kernels, monkeypatch,
+                                                                                         splits):
+    """NaN below a row's bound (what a free slot stepping past its last row's bound wrote into that row's cache)
+    stays out of its output, in one pass or split; a row whose bound is past its slot (such a free slot) gets 0,
+    not 0 / 0 = NaN, which made the step's pick for it an index past the vocabulary."""
+    from morph.kernels import attention as module
+
+    args, (dense_k, dense_v), _, _ = _attention_case(1, 16, seed=6)
+    monkeypatch.setattr(module, "_tiles", lambda length: (16, 4))
+    if not splits:
+        monkeypatch.setattr(module, "_splits", lambda programs, tiles: 1)
+    want = module.attention(k_cache=dense_k.clone(), v_cache=dense_v.clone(), **args)
+    poisoned = [c.clone() for c in (dense_k, dense_v)]
+    for c in poisoned:
+        c[1, :, :5] = float("nan")  # row 1's bound is 5, row 2's 37 (mid-tile)
+        c[2, :, 32:37] = float("nan")
+    got = module.attention(k_cache=poisoned[0], v_cache=poisoned[1], **args)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    args["lo"] = torch.tensor([0, 5, 60])  # row 2's bound past its slot, 47
+    got = module.attention(k_cache=dense_k.clone(), v_cache=dense_v.clone(), **args)
+    rows = got.view(3, -1)
+    assert rows.isfinite().all() and not rows[2].any()
+    torch.testing.assert_close(rows[:2], want.view(3, -1)[:2], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("paged", [False, True])
 @pytest.mark.parametrize("t", [1, 2])
 def test_split_cache_gives_the_one_pass_output(kernels, monkeypatch, t, paged):
