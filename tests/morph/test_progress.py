@@ -62,3 +62,27 @@ def test_frame_slots_never_go_backwards_and_never_past_the_total():
         slots.report(value)
     slots.finish()
     assert seen == [(5, 100), (5, 100), (7, 100), (7, 100), (100, 100), (100, 100)]
+
+
+def test_a_render_reports_from_zero_and_its_finish_fills_the_slots_eos_left_unused():
+    seen = []
+    slots = progress.SlotProgress(lambda done, total: seen.append((done, total)), total=1)
+    slots.report(0)
+    slots.finish()
+    empty = progress.SlotProgress(lambda done, total: seen.append((done, total)), total=0)  # nothing to decode
+    empty.finish()
+    assert seen == [(0, 1), (1, 1), (1, 1)]
+
+
+def test_a_clock_reads_minutes_and_seconds():
+    assert [progress.clock(s) for s in (0, 59.4, 59.6, 125, 3600)] == ["0:00", "0:59", "1:00", "2:05", "60:00"]
+
+
+def test_the_time_left_waits_for_two_percent_and_a_short_elapsed_time_still_gives_the_speed(clock):
+    job = progress.JobProgress(lines=1)
+    clock[0] += 0.5
+    job.lines_done([24000 * 4])
+    job.step(2, 100)
+    assert job.summary() == "1 of 1 lines | 4.0 s of audio | 8.0x real time | estimating"
+    job.step(1, 1)
+    assert job.fraction == 1.0 and job.summary().endswith("about 0:00 left")

@@ -92,11 +92,18 @@ def test_a_write_no_longer_wanted_at_its_rename_is_not_put_in_place(tmp_path):
 
 def test_a_job_that_does_not_fit_on_its_disk_is_refused_with_the_sizes_and_the_fix(tmp_path, monkeypatch):
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(files.shutil, "disk_usage", lambda folder: usage(10**13, 0, 2_500_000_000))
-    check_space(tmp_path, 2_500_000_000, "test", "use another disk")
-    with pytest.raises(LineWriteError, match=rf"^test: this job writes about 2.5 GB into {tmp_path}, and its disk has "
-                                             r"2.5 GB free; free some space there, or use another disk$"):
-        check_space(tmp_path, 2_500_000_001, "test", "use another disk")
-    monkeypatch.setattr(files.shutil, "disk_usage", lambda folder: usage(10**13, 0, 999_999))
-    with pytest.raises(LineWriteError, match=r"about 1.0 MB into .+ has 1.0 MB free"):
-        check_space(tmp_path, 1_000_000, "test", "use another disk")
+
+    def free(n):
+        def disk_usage(folder):
+            assert folder == tmp_path  # the disk of the job's folder
+            return usage(10**13, 0, n)
+        monkeypatch.setattr(files.shutil, "disk_usage", disk_usage)
+
+    free(1_000_000_000)
+    check_space(tmp_path, 1_000_000_000, "test", "use another disk")
+    with pytest.raises(LineWriteError, match=rf"^test: this job writes about 1.1 GB into {tmp_path}, and its disk has "
+                                             r"1.0 GB free; free some space there, or use another disk$"):
+        check_space(tmp_path, 1_050_000_000, "test", "use another disk")
+    free(999_999)
+    with pytest.raises(LineWriteError, match=r"about 1.1 MB into .+ has 1.0 MB free"):
+        check_space(tmp_path, 1_050_000, "test", "use another disk")

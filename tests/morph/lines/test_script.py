@@ -116,3 +116,13 @@ def test_well_formed_scripts_keep_order_names_and_text(entries):
     parsed = parse_script("\n".join(rows), NAMES)
     assert [(p.name, p.text) for p in parsed] == [(name, text.strip()) for name, _, text, _ in entries]
     assert [p.number for p in parsed] == list(range(2, 2 * len(entries) + 1, 2))
+
+
+def test_a_name_of_the_longest_length_is_kept_and_one_more_is_refused_with_its_start():
+    assert check_name("n" * 60) == "n" * 60
+    with pytest.raises(ValueError, match=r"^Voice bank: the character name 'aaaaaaaaaabbbbbbbbbb'\.\.\. is 61 characters; "
+                                         r"use at most 60$"):
+        check_name("a" * 10 + "b" * 10 + "c" * 41)
+    with pytest.raises(ValueError, match=r"^Voice bank: the character name 'A: B' cannot hold ':' or start with '#' "
+                                         r"\(scripts are written 'Name: text'\); choose a name without them$"):
+        check_name("A: B")

@@ -207,3 +207,66 @@ def test_finish_removes_what_a_killed_writer_left_of_this_jobs_lines_only(tmp_pa
         store.finish(1, "")
     assert not left.exists() and all(p.exists() for p in others)
     assert sf.read(tmp_path / written.file)[0].size == 100
+
+
+# -- what a fingerprint holds --------------------------------------------------------------------------------------
+def test_a_fingerprint_changes_with_everything_that_decides_a_lines_audio_and_nothing_else():
+    context = dict(model="tiny", settings={"seq_groups": 5})
+    base = fingerprint(context, "Alice", "Hello.", voice())
+    assert fingerprint(dict(reversed(list(context.items()))), "Alice", "Hello.", voice()) == base  # key order
+    assert len({base, fingerprint(dict(context, model="other"), "Alice", "Hello.", voice()),
+                fingerprint(context, "Bob", "Hello.", voice()), fingerprint(context, "Alice", "Hello!", voice()),
+                fingerprint(context, "Alice", "Hello.", voice(1))}) == 5
+    assert fingerprint(context, "Alice", "Hello.", voice(), speaker="ryan", instruct="loud") == base  # a voice's own
+    spoken = fingerprint(context, "Alice", "Hello.", speaker="ryan", instruct="")
+    assert len({spoken, fingerprint(context, "Alice", "Hello.", speaker="vivian", instruct=""),
+                fingerprint(context, "Alice", "Hello.", speaker="ryan", instruct="loud"),
+                fingerprint(context, "Alice", "Hello.", speaker=None, instruct="loud")}) == 4
+
+
+def test_a_voice_digest_holds_its_embedding_codes_and_transcript():
+    from morph.lines.store import voice_digest
+
+    spk, code = torch.ones(8), torch.zeros((3, 16), dtype=torch.int64)
+    digests = {voice_digest(Voice(spk, code, "Hi.", "0b6")), voice_digest(Voice(spk, code + 1, "Hi.", "0b6")),
+               voice_digest(Voice(spk, code, "Hello.", "0b6")), voice_digest(Voice(spk, None, None, "0b6")),
+               voice_digest(Voice(spk * 2, None, None, "0b6"))}
+    assert len(digests) == 5
+
+
+# -- the dialogue: in memory, in its subtitles and in its file ------------------------------------------------------
+def test_three_clips_join_as_float32_with_a_pause_between_each_two():
+    clips = [np.full(3, 0.5), np.full(2, -0.25), np.full(1, 1.0)]  # float64 in, float32 out
+    joined, cues = join_clips(clips, 1 / 24000)
+    assert joined.dtype == np.float32 and joined.tolist() == [0.5] * 3 + [0] + [-0.25] * 2 + [0] + [1.0]
+    assert cues == [(0, 3 / 24000), (4 / 24000, 6 / 24000), (7 / 24000, 8 / 24000)]
+    empty, none = join_clips([], 0.5)
+    assert empty.dtype == np.float32 and empty.size == 0 and none == []
+
+
+def test_subtitles_time_hours_minutes_and_milliseconds():
+    assert srt([(59.9994, 60.0, "A", "one"), (3599.9996, 3661.001, "B", "two")]) == (
+        "1\n00:00:59,999 --> 00:01:00,000\nA: one\n\n2\n01:00:00,000 --> 01:01:01,001\nB: two\n")
+
+
+def test_the_dialogues_header_claims_exactly_its_samples(tmp_path):
+    from morph.lines.files import wav_header
+
+    files = LineFiles(tmp_path, "s", "test")
+    files.write_line(1, "A", np.ones(10, np.float32))
+    one = files.join_lines(["A"], 0.5).read_bytes()  # one line: no pause
+    assert one == wav_header(10) + np.ones(10, "<f4").tobytes()
+    files.write_line(2, "B", np.full(5, -1, np.float32))
+    two = files.join_lines(["A", "B"], 1 / 24000).read_bytes()
+    assert two == wav_header(16) + np.array([1] * 10 + [0] + [-1] * 5, "<f4").tobytes()
+
+
+def test_a_line_file_that_changes_while_the_dialogue_is_joined_stops_the_join(tmp_path, monkeypatch):
+    files = LineFiles(tmp_path, "s", "test")
+    files.write_line(1, "A", np.ones(10, np.float32))
+    info = sf.info
+    monkeypatch.setattr(sf, "info", lambda path: type("Info", (), {"frames": info(path).frames - 1}))
+    with pytest.raises(RuntimeError, match=rf"^test: {re.escape(str(files.path(1, 'A')))} changed while the dialogue "
+                                           "was joined from it$"):
+        files.join_lines(["A"], 0.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s_0001_A.wav"]
