@@ -6,15 +6,17 @@ Here the same decoder layers are called directly, with the RoPE tables and masks
 once per (device, dtype).
 
 With `seq_groups = k`, groups 0..k-1 are decoded one after another exactly as upstream
-does; groups k..14 are read off the hidden state that produced group k-1 through one
-einsum over the stacked lm_head weights (the "crossbar"). k = 15 is upstream exactly.
+does; groups k..14 are read off the hidden state that produced group k-1 (the "crossbar").
+k = 15 is upstream exactly.
 
-`codes` is the one definition of that step. What runs the layers is passed in:
+`codes` is the one definition of that step. What runs the layers, and the lm_heads that
+read their output, is passed in (`Layers`):
 - `hf_layers`: the modules' own forward over a cache that returns exactly what HF's
-  DynamicCache would (mode "eager", the exact reference);
+  DynamicCache would, and the lm_head modules themselves (mode "eager", the exact reference);
 - `lean_layers`: the lean layers of morph/decode/lean.py (or their fused kernels) over
-  fixed-shape buffers with device-side indices (modes "lean", "graphs" and "fused"), so a whole frame
-  can be captured in one CUDA graph and replayed.
+  fixed-shape buffers with device-side indices, and the lm_head weights stacked into one
+  tensor (modes "lean", "graphs" and "fused"), so a whole frame can be captured in one CUDA
+  graph and replayed.
 """
 
 from __future__ import annotations
@@ -31,7 +33,45 @@ from .fused_stack import FusedStack
 from ..settings import Sampling
 from .sampling import Noise, sample, torch_noise
 
-Layers = Callable[[torch.Tensor, int], torch.Tensor]  # (embeds [B, n, H], group) -> normed hidden [B, n, H]
+Run = Callable[[torch.Tensor, int], torch.Tensor]  # (embeds [B, n, H], group) -> normed hidden [B, n, H_cp]
+
+
+class ModuleHeads:
+    """The lm_head modules themselves, called as upstream's forward calls them (mode "eager"). Their weights stay
+    where loading put them, the crossbar's too: the CPU GEMM can round a logit one ulp differently for the same
+    weights at another address, enough to flip an exact tie."""
+
+    def __init__(self, lm_head: torch.nn.ModuleList):
+        self.heads = lm_head
+
+    def logits(self, h: torch.Tensor, g: int) -> torch.Tensor:
+        return self.heads[g](h)
+
+    def crossbar(self, h_last: torch.Tensor, start: int) -> torch.Tensor:
+        return torch.stack([head(h_last) for head in self.heads[start:]], dim=1)
+
+
+class StackedHeads:
+    """The 15 lm_head weights as one [15, V, H] tensor: a group's slice, or the rest in one einsum."""
+
+    def __init__(self, stacked: torch.Tensor):
+        self.stacked = stacked
+
+    def logits(self, h: torch.Tensor, g: int) -> torch.Tensor:
+        return F.linear(h, self.stacked[g])
+
+    def crossbar(self, h_last: torch.Tensor, start: int) -> torch.Tensor:
+        return torch.einsum("bh,gvh->bgv", h_last, self.stacked[start:])
+
+
+class Layers:
+    """One mode's passes over a frame: `layers(embeds, group)` runs the layers (Run), `heads` reads logits off them."""
+
+    def __init__(self, run: Run, heads: ModuleHeads | StackedHeads):
+        self.run, self.heads = run, heads
+
+    def __call__(self, x: torch.Tensor, g: int) -> torch.Tensor:
+        return self.run(x, g)
 
 
 class LeanState:
@@ -176,11 +216,12 @@ class Predictor:
         proj = self.cp.small_to_mtp_projection
         proj_w, proj_b = (proj.weight, proj.bias) if isinstance(proj, torch.nn.Linear) else (None, None)
         fused = kind == "fused"
-        return lambda x, g: lean.predictor_pass(x, proj_w, proj_b, weights, norm_w, st.k, st.v, st.cos, st.sin, st.idx[g], st.lo, d,
-                                fused)
+        return Layers(lambda x, g: lean.predictor_pass(x, proj_w, proj_b, weights, norm_w, st.k, st.v, st.cos, st.sin,
+                                                       st.idx[g], st.lo, d, fused),
+                      StackedHeads(self.stacked_heads()))
 
     def hf_layers(self, batch: int, device: torch.device, dtype: torch.dtype) -> Layers:
-        """The modules' own layers, called as upstream's generate calls them, for one frame."""
+        """The modules' own layers and lm_heads, called as upstream's generate calls them, for one frame."""
         st: HFState = self._state(HFState, batch, device, dtype)
         st.cache.length = 0  # a new frame: upstream starts a fresh cache
 
@@ -196,22 +237,21 @@ class Predictor:
             st.cache.length = window.stop
             return self.cp.model.norm(h)
 
-        return layers
+        return Layers(layers, ModuleHeads(self.cp.lm_head))
 
     # -- the step: one definition for every mode ------------------------------------------
     def codes(self, inputs_embeds: torch.Tensor, seq_groups: int, sampling: Sampling, layers: Layers,
               pick: Callable = sample, noise: Noise = torch_noise) -> torch.Tensor:
         """Codes of groups 1..15 for one frame: inputs_embeds [B, 2, H] -> int64 [B, 15]; no host syncs.
         Group g draws at slot g + 1 of the frame's stream (slot 0 is the talker's)."""
-        heads, embeddings = self.stacked_heads(), self.stacked_embeddings()
+        heads, embeddings = layers.heads, self.stacked_embeddings()
         codes: list[torch.Tensor] = []
         h = layers(inputs_embeds, 0)
         for g in range(seq_groups):
             if g:
                 h = layers(F.embedding(codes[-1].unsqueeze(1), embeddings[g - 1]), g)
             # upstream projects every position of the pass, then keeps the last one
-            codes.append(pick(F.linear(h, heads[g])[:, -1], sampling, noise, g + 1))
+            codes.append(pick(heads.logits(h, g)[:, -1], sampling, noise, g + 1))
         if seq_groups < self.num_groups:
-            crossbar = torch.einsum("bh,gvh->bgv", h[:, -1], heads[seq_groups:])
-            codes.extend(pick(crossbar, sampling, noise, seq_groups + 1).unbind(1))
+            codes.extend(pick(heads.crossbar(h[:, -1], seq_groups), sampling, noise, seq_groups + 1).unbind(1))
         return torch.stack(codes, dim=1)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from morph.decode.predictor import Predictor
+from morph.decode.predictor import Layers, Predictor
 from morph.settings import Sampling, check_seq_groups
 
 from ..helpers import storage_bytes
@@ -35,7 +35,7 @@ def test_crossbar_groups_are_argmax_of_their_head_on_the_seed_state(predictor, k
         seen.append(out[:, -1].clone())
         return out
 
-    codes = predictor.codes(x, k, GREEDY, spy)
+    codes = predictor.codes(x, k, GREEDY, Layers(spy, layers.heads))
     assert codes.shape == (3, 15) and codes.dtype == torch.int64
     assert len(seen) == k  # k sequential passes, no extra pass for the crossbar
     seed_state = seen[-1]  # the hidden state that produced group k-1
