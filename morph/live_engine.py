@@ -14,7 +14,13 @@ draws from its own random stream, so a seeded request's take does not depend on 
 
 Every row must fit the batch's cache (`need` slots: prompt, frames, EOS slot): a row's frames are capped at
 `max_frames`, its prompt at `max_prompt` tokens (submit refuses a request over either, naming the field). Too many rows
-waiting (`max_waiting`) is `Busy`, with a wait to try again after, rather than an unbounded queue."""
+waiting (`max_waiting`) is `Busy`, with a wait to try again after, rather than an unbounded queue.
+
+A failed batch fails the requests in it and the engine goes on, but for two cases. Out of memory, it backs off as
+BatchTTS does: the batch narrows to half its rows and the rows that have handed out no audio run again (a request whose
+unfinished rows had streamed audio fails). An error that leaves the CUDA context unusable (a device-side assert, an
+illegal memory access: `fatal`), or the engine's thread ending any other way, fails the engine: every request it holds
+ends at once with `EngineFailed`, so do those sent after, and `on_fatal` tells the owner, who must end the process."""
 
 from __future__ import annotations
 
@@ -42,6 +48,9 @@ from .settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSe
 
 log = logging.getLogger(__name__)
 
+RETRY_AFTER_MAX_S = 60  # the longest Retry-After OpenAI's client honours
+# What torch's errors say when the CUDA context is lost: nothing more can run in this process.
+FATAL_WORDS = ("CUDA error", "device-side assert", "illegal memory access")
 
 
 class Busy(RuntimeError):
@@ -49,6 +58,16 @@ class Busy(RuntimeError):
     def __init__(self, message: str, retry_after: int):
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class EngineFailed(RuntimeError):
+    """The engine cannot go on (its CUDA context failed, or its thread ended): what every request it held, and every
+    request after, ends with."""
+
+
+def fatal(error: BaseException) -> bool:
+    """Whether an error leaves the CUDA context unusable (out of memory does not)."""
+    return not isinstance(error, torch.cuda.OutOfMemoryError) and any(w in str(error) for w in FATAL_WORDS)
 
 
 @dataclasses.dataclass(eq=False)
@@ -80,10 +99,11 @@ class LiveEngine:
 
     def __init__(self, tts, width: int = LIVE_WIDTH, max_frames: int = LIVE_MAX_FRAMES,
                  max_prompt: int = LIVE_MAX_PROMPT, max_waiting: int | None = None, who: str = "Serve",
-                 kv_cache_bytes: int | None = None):
+                 kv_cache_bytes: int | None = None, on_fatal: Callable[[EngineFailed], None] | None = None):
         """kv_cache_bytes: the talker's keys and values in a paged pool of that size (rows join while their pages
         can be set aside; the paged batch has run on a GPU, the live engine on it not yet), else each of the `width`
-        rows holds its whole capacity."""
+        rows holds its whole capacity. on_fatal(error): once, on the engine's thread, when the engine has failed
+        (module docstring)."""
         if not runs_lean(tts):
             raise ValueError(f"{who}: the live engine runs the continuous batch, which runs the lean layers; load "
                              "the model with mode fused, graphs or lean (eager runs static batches only)")
@@ -101,6 +121,8 @@ class LiveEngine:
         self._calls: collections.deque = collections.deque()  # (function, future): model work for this thread
         self._runner: RowRunner | None = None
         self._closed = False
+        self.failure: EngineFailed | None = None
+        self.on_fatal = on_fatal
         self.live_rows = self.cache_slots = 0  # as the engine's thread last saw them
         self.row_seconds = 5.0  # a row's time in the batch, averaged as rows end (for Busy's retry_after)
         self._joined: dict[Row, float] = {}
@@ -131,10 +153,10 @@ class LiveEngine:
         request.audio = LineAudio(rows, 1, on_line=lambda i, whole: self._end(request, None),
                                   on_chunk=lambda i, wav: self._hand(request, wav), streamed=True)
         with self._cv:
-            if self._closed:
-                raise RuntimeError(f"{who}: the engine has been closed")
-            if len(self._waiting) + len(rows) > self.max_waiting:
-                wait = math.ceil(self.row_seconds * (len(self._waiting) / self.width + 1))
+            self._check_open(who)
+            excess = len(self._waiting) + len(rows) - self.max_waiting
+            if excess > 0:  # a slot frees about every row_seconds / width: the queue has room once `excess` have
+                wait = min(RETRY_AFTER_MAX_S, max(1, math.ceil(excess * self.row_seconds / self.width)))
                 raise Busy(f"{who}: {len(self._waiting)} rows are waiting, the most this server queues is "
                            f"{self.max_waiting}; try again in {wait} s", wait)
             self._waiting.extend((r, k, request) for r, k in zip(rows, request.keys, strict=True))
@@ -157,20 +179,36 @@ class LiveEngine:
         break."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._cv:
-            if self._closed:
-                raise RuntimeError(f"{self.who}: the engine has been closed")
+            self._check_open(self.who)
             self._calls.append((fn, future))
             self._cv.notify()
         return future
 
     def stats(self) -> dict:
         """What the engine holds now."""
-        with self._cv:
-            return dict(rows_live=self.live_rows, rows_waiting=len(self._waiting), rows_in_batch=len(self._rows),
-                        width=self.width, cache_slots=self.cache_slots)
+        with self._cv:  # the frame's figures hold while rows are in the batch: once it is empty they are stale
+            held = bool(self._rows)
+            return dict(rows_live=self.live_rows if held else 0, rows_waiting=len(self._waiting),
+                        rows_in_batch=len(self._rows), width=self.width, cache_slots=self.cache_slots if held else 0)
 
-    def close(self) -> None:
-        """Stop the engine's thread once its batch has drained; requests still waiting end with an error."""
+    def abort(self, error: BaseException) -> None:
+        """End every request now, waiting or in the batch, with `error` (their rows leave the batch at its next
+        frame), and the calls not yet run."""
+        with self._cv:
+            held = dict.fromkeys([w[2] for w in self._waiting] + list(self._rows.values()))
+            self._waiting.clear()
+            self._cancels.update(r for r in held if r.state == "running")
+            calls, self._calls = list(self._calls), collections.deque()
+        for _, future in calls:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(error)
+        for request in held:
+            self._end(request, error)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the engine's thread once its batch has drained, waiting at most `timeout` seconds for it (a thread
+        still running then is left behind: it does not keep the process alive); requests still waiting end with an
+        error."""
         with self._cv:
             self._closed = True
             left = [w[2] for w in self._waiting]
@@ -181,10 +219,24 @@ class LiveEngine:
             future.set_exception(RuntimeError(f"{self.who}: the engine was closed"))
         for request in dict.fromkeys(left):
             self._end(request, RuntimeError(f"{self.who}: the engine was closed before this request ran"))
-        self._thread.join()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("%s: the engine's thread had not stopped %.0f s after close; leaving it", self.who, timeout)
+
+    def _check_open(self, who: str) -> None:
+        if self.failure is not None:
+            raise EngineFailed(f"{who}: {self.failure}")
+        if self._closed:
+            raise RuntimeError(f"{who}: the engine has been closed")
 
     # -- the engine's thread ---------------------------------------------------------------
     def _serve(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # the thread ends: nothing will run the requests any more
+            self._fail(e)
+
+    def _run(self) -> None:
         device = self.tts.device
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             while True:
@@ -198,23 +250,64 @@ class LiveEngine:
                             return
                         continue
                     key = self._waiting[0][2].batch_key
-                if self._runner is None or self._runner.settings != key:
-                    self._runner = None  # the old batch's state and graphs go before the new one's are made
-                    self._runner = RowRunner(self.tts, key, self.width, self.need, lambda row: row.limit,
-                                             self._row_done, on_chunk=self._chunk, pages=self.pages)
                 try:
+                    if self._runner is None or self._runner.settings != key:
+                        self._runner = None  # the old batch's state and graphs go before the new one's are made
+                        self._runner = RowRunner(self.tts, key, self.width, self.need, lambda row: row.limit,
+                                                 self._row_done, on_chunk=self._chunk, pages=self.pages)
                     self._runner.run(lambda n: self._take(key, n), self._between)
-                except BaseException as e:  # the batch's state is unknown: every request in it fails, and the
-                    self._runner = None     # next burst builds a new one
-                    log.exception("%s: the batch failed", self.who)
-                    with self._cv:
-                        failed = set(self._rows.values())
-                        self._rows.clear()
-                        self._waiting = collections.deque(w for w in self._waiting if w[2] not in failed)
-                    for request in failed:
-                        self._end(request, e)
+                except BaseException as e:  # the batch's state is unknown: the next burst builds a new one
+                    self._runner = None
+                    if fatal(e):
+                        raise
+                    self._batch_failed(e)
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
+
+    def _batch_failed(self, error: BaseException) -> None:
+        """A batch failed and the CUDA context survived: its requests fail, but out of memory, where the batch narrows
+        and the rows that have handed out no audio go back to the front of the queue (BatchTTS.render's back-off)."""
+        oom = isinstance(error, torch.cuda.OutOfMemoryError)
+        with self._cv:
+            held = dict.fromkeys(self._rows.values())
+            width = min(self.width, len(self._rows))
+            self._rows.clear()
+            self._joined.clear()
+            again = []
+            if oom and width > 1:
+                self.width = (width + 1) // 2
+                for request in list(held):
+                    todo = request.audio.todo(request.rows)
+                    if request.state == "running" and request.audio.restart(todo):
+                        queued = {w[0] for w in self._waiting if w[2] is request}
+                        again += [(r, k, request) for r, k in zip(request.rows, request.keys, strict=True)
+                                  if r in todo and r not in queued]
+                        held.pop(request)
+                self._waiting.extendleft(reversed(again))
+            failed = set(held)
+            self._waiting = collections.deque(w for w in self._waiting if w[2] not in failed)
+        if oom and width > 1:
+            log.warning("%s: out of GPU memory with %d rows in the batch; %d rows run again in a batch of at most %d "
+                        "(set --batch-size %d to start there)", self.who, width, len(again), self.width, self.width)
+        else:
+            log.error("%s: the batch failed", self.who, exc_info=error)
+        if oom:
+            error = RuntimeError(f"{self.who}: the GPU ran out of memory ({_first_line(error)}) " + (
+                "after this request's audio had begun; send it again" if width > 1 else
+                "with one row in the batch; send a shorter text or a lower max_new_tokens"))
+        for request in held:
+            self._end(request, error)
+
+    def _fail(self, error: BaseException) -> None:
+        """The engine cannot go on: every request it holds, and every one after, ends with EngineFailed."""
+        log.critical("%s: the engine failed and cannot go on", self.who, exc_info=error)
+        failure = EngineFailed(f"the speech engine failed ({type(error).__name__}: {_first_line(error)}) and cannot go "
+                               "on; the process must be restarted")
+        with self._cv:
+            self.failure, self._closed = failure, True
+        self.abort(failure)
+        if self.on_fatal is not None:
+            self.on_fatal(failure)
 
     def _take(self, key: GenerationSettings, n: int) -> list[tuple[Row, int]]:
         """Up to n waiting rows, in the order they came, while they sample as the batch does (a request with other
@@ -254,8 +347,10 @@ class LiveEngine:
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(fn())
-                except BaseException as e:  # the caller's to handle
+                except BaseException as e:  # the caller's to handle, unless nothing more can run
                     future.set_exception(e)
+                    if fatal(e):
+                        raise
 
     def _chunk(self, row: Row, wav: np.ndarray) -> None:
         request = self._rows.get(row)
@@ -292,3 +387,7 @@ class LiveEngine:
                 request.on_end(error)
             except Exception:  # a caller's callback must not stop the batch
                 log.exception("%s: request %d: on_end failed", self.who, request.id)
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).splitlines() or [""])[0]

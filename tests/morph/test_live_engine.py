@@ -8,11 +8,14 @@ import threading
 
 import numpy as np
 import pytest
+import torch
 
-from morph.live_engine import Busy, LiveEngine
+import morph.live_engine
+from morph.live_engine import Busy, EngineFailed, LiveEngine, fatal
 from morph.scheduler import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
+from tests.serve_faults import CUDA_ASSERT, fault_runner
 
 FRAME = 1920  # samples a frame at 24 kHz
 TIMEOUT = 120
@@ -96,7 +99,8 @@ def test_a_cancelled_request_stops_at_once_and_frees_its_rows(engine, voices):
     submit(engine, "and then another.", voices["xvec"], 10, after)
     assert after.audio().size <= 10 * FRAME
     assert not sink.done.is_set() and len(sink.chunks) == 1 and request.state == "cancelled"
-    assert engine.stats()["rows_in_batch"] == 0 and engine.stats()["rows_waiting"] == 0
+    stats = engine.stats()
+    assert stats["rows_in_batch"] == stats["rows_waiting"] == stats["rows_live"] == stats["cache_slots"] == 0
 
 
 def test_other_settings_get_a_batch_of_their_own(engine, voices):
@@ -124,9 +128,14 @@ def test_the_queue_is_bounded_and_limits_name_their_field(lean, voices):
         sinks = [Sink(), Sink()]
         for s in sinks:
             submit(engine, "one more.", voices["xvec"], 4, s)
+        engine.row_seconds = 3.5  # a row's time in the batch: one slot frees about every 3.5 s
         with pytest.raises(Busy, match="2 rows are waiting") as busy:
             submit(engine, "one too many.", voices["xvec"], 4, Sink())
-        assert busy.value.retry_after >= 1
+        assert busy.value.retry_after == 4  # one row over the queue's bound, one slot: ceil(3.5)
+        engine.row_seconds = 1e4
+        with pytest.raises(Busy, match="try again in 60 s") as busy:
+            submit(engine, "one too many.", voices["xvec"], 4, Sink())
+        assert busy.value.retry_after == 60  # the most OpenAI's client waits
         gate.set()
         for s in (held, *sinks):
             s.audio()
@@ -165,3 +174,60 @@ def test_calls_run_on_the_engines_thread_between_frames(engine, voices):
     engine.close()
     with pytest.raises(RuntimeError, match="closed"):
         engine.call(lambda: None)
+
+
+def test_out_of_memory_narrows_the_batch_and_runs_again_the_rows_that_handed_nothing(lean, voices, monkeypatch):
+    """The batch runs out of memory once, with a streaming request and one that has just joined: the first has
+    handed audio out, so it fails; the second runs again in a batch of half the rows and gets the take it has alone."""
+    oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    monkeypatch.setattr(morph.live_engine, "RowRunner", fault_runner(oom, times=1))
+    engine = LiveEngine(lean, width=4, max_frames=64, max_prompt=400)
+    try:
+        again = Sink()
+        streamed = Sink(on_first=lambda: submit(engine, "FAIL, then again.", voices["xvec"], 12, again, seed=3))
+        submit(engine, "a long line that would run for many frames.", voices["xvec"], 64, streamed)
+        got = again.audio()
+        assert streamed.done.wait(TIMEOUT) and "ran out of memory" in str(streamed.error)
+        assert "after this request's audio had begun" in str(streamed.error)
+        assert engine.stats()["width"] == 1  # two rows in the batch: half of them
+        alone = BatchTTS(lean).render([Line("FAIL, then again.", voices["xvec"], "English")], settings(12, 3),
+                                      batch_size=1, continuous=True)[0]
+        assert_audio_close(got, alone, rel=1e-4)
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("error,is_fatal", [
+    (RuntimeError(CUDA_ASSERT), True),
+    (RuntimeError("CUDA error: an illegal memory access was encountered"), True),
+    (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), False),
+    (ValueError("a bug"), False),
+])
+def test_which_errors_leave_the_cuda_context_unusable(error, is_fatal):
+    assert fatal(error) is is_fatal
+
+
+def test_a_fatal_error_ends_every_request_and_refuses_the_next(lean, voices, monkeypatch):
+    """A device-side assert: the request in the batch and the one waiting end at once with EngineFailed, the owner is
+    told once, and what comes after is refused."""
+    monkeypatch.setattr(morph.live_engine, "RowRunner", fault_runner(RuntimeError(CUDA_ASSERT)))
+    told = []
+    engine = LiveEngine(lean, width=1, max_frames=32, max_prompt=400, on_fatal=told.append)
+    gate = threading.Event()
+    try:
+        held = engine.call(lambda: gate.wait(TIMEOUT))  # the engine's thread waits until both are queued
+        failing, waiting = Sink(), Sink()
+        submit(engine, "FAIL in the batch.", voices["xvec"], 16, failing)
+        submit(engine, "waiting.", voices["xvec"], 8, waiting)
+        gate.set()
+        held.result(TIMEOUT)
+        for sink in (failing, waiting):
+            assert sink.done.wait(TIMEOUT) and isinstance(sink.error, EngineFailed)
+        assert "device-side assert" in str(waiting.error) and told == [waiting.error]
+        with pytest.raises(EngineFailed, match="device-side assert"):
+            submit(engine, "after.", voices["xvec"], 8, Sink())
+        with pytest.raises(EngineFailed):
+            engine.call(lambda: None)
+    finally:
+        gate.set()
+        engine.close()

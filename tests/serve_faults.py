@@ -1,0 +1,55 @@
+"""Faults put into the speech server's engine from outside, for its tests: `fault_runner` is a RowRunner (the live
+engine's batch, morph/continuous.py) that raises `error` at each frame once a row whose text holds FAIL has joined
+(`times` times at most), and sleeps `delay` seconds a frame while a row whose text holds SLOW is in it.
+
+    python -m tests.serve_faults fail|slow SERVE_ARGS...   # cli.py serve with that fault (tests/test_cli_serve.py)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from morph.continuous import RowRunner
+
+CUDA_ASSERT = "CUDA error: device-side assert triggered"
+
+
+def fault_runner(error: BaseException | None = None, times: int | None = None, delay: float = 0.0):
+    left = [times]
+
+    class FaultyRunner(RowRunner):
+        def run(self, take, on_frames=None, *args, **kwargs):
+            failing, slow = set(), set()
+
+            def taking(n):
+                rows = take(n)
+                failing.update(r for r, _ in rows if "FAIL" in r.text)
+                slow.update(r for r, _ in rows if "SLOW" in r.text)
+                return rows
+
+            def frame(n):
+                on_frames(n)
+                if slow & {row.name for row in self.batch.live.values()}:
+                    time.sleep(delay)
+                if failing and error is not None and left[0] != 0:
+                    left[0] = None if left[0] is None else left[0] - 1
+                    raise error
+
+            return super().run(taking, frame, *args, **kwargs)
+
+    return FaultyRunner
+
+
+def main(argv: list[str]) -> int:
+    import cli
+    import morph.live_engine
+
+    mode, serve_args = argv[0], argv[1:]
+    morph.live_engine.RowRunner = fault_runner(RuntimeError(CUDA_ASSERT)) if mode == "fail" else \
+        fault_runner(delay=0.1)
+    return cli.main(["serve", *serve_args])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
