@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "them); POST /v1/audio/voices adds to it")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                    help=f"the Bearer key every route but /health asks for; default: ${API_KEY_ENV}, else none")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0,
+                   help="seconds requests in flight get to finish after SIGTERM or SIGINT (GET /health answers 503 "
+                        "draining, new requests 503); the rest are then cut off with an error and the process exits 0")
     p.add_argument("--batch-size", type=int, default=LIVE_WIDTH,
                    help="rows decoded together: requests (and a long text's segments) in flight at once; each row "
                         "holds its own key/value cache, so memory grows with it")
@@ -59,10 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     check_model(args)
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 (run_server's, checked before the model loads)
 
         from morph.continuous import runs_lean
         from morph.serve.app import create_app
+        from morph.serve.lifecycle import run_server
     except ImportError as e:
         raise CliError(f"cli.py serve needs the server's packages ({e.name} is missing): pip install "
                        "\"fastapi>=0.110\" \"uvicorn>=0.29\" python-multipart") from None
@@ -72,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"{flag} must be >= 1, got {value}")
     if args.kv_cache_gib is not None and not args.kv_cache_gib > 0:
         raise CliError(f"--kv-cache-gib must be > 0, got {args.kv_cache_gib}")
+    if not 0 <= args.shutdown_timeout < float("inf"):
+        raise CliError(f"--shutdown-timeout must be >= 0 seconds, got {args.shutdown_timeout}")
     settings = settings_from(args)
     tts = load_model(args, args.mode)
     if not runs_lean(tts):  # auto on a CPU: the lean layers in torch
@@ -86,8 +92,7 @@ def run(args: argparse.Namespace) -> int:
     # thread, busy with many streams, may then hold it for Python's whole switch interval (5 ms) before handing it
     # back: a frame lost each time. This process is the server's own, so it switches sooner.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    return 0
+    return run_server(app, args.host, args.port, args.shutdown_timeout)  # 0 once drained; a failed engine exits 1
 
 
 def main(argv=None) -> int:

@@ -1,12 +1,28 @@
-"""`cli.py serve`: its flags are checked before the model loads, and the server it starts answers the pack's load test
-(bench/serve.py, which starts it as a user would, saves a voice and streams speech from it) on the tiny model."""
+"""`cli.py serve`: its flags are checked before the model loads, the server it starts answers the pack's load test
+(bench/serve.py, which starts it as a user would, saves a voice and streams speech from it) on the tiny model, and the
+process ends as a supervisor needs: 1 when its engine fails, 0 after a bounded drain on SIGTERM."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
 import pytest
 
 import cli
 from bench import serve as load_test
+from tests.morph.serve.test_app import wav_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -15,6 +31,7 @@ from bench import serve as load_test
     (["--temperature", "0"], "error: --temperature must be > 0"),
     (["--seed", "-2"], "error: --seed must be >= 0"),
     (["--kv-cache-gib", "0"], "error: --kv-cache-gib must be > 0"),
+    (["--shutdown-timeout", "-1"], "error: --shutdown-timeout must be >= 0 seconds, got -1.0"),
 ])
 def test_bad_flags_are_refused_before_loading(flags, message, capsys, no_load):
     assert cli.main(["serve", *flags]) == 2
@@ -35,3 +52,81 @@ def test_the_server_it_starts_streams_speech_to_the_load_test(tiny_dir, tmp_path
     assert summary["sent"] >= 1 and summary["ok"] == summary["sent"] and not summary["errors"]
     assert summary["audio_s_total"] > 0 and summary["ttfa_p50_s"] < summary["e2e_p50_s"]
     assert (tmp_path / "voices" / "alice.safetensors").is_file()
+
+
+@contextlib.contextmanager
+def faulty_server(tiny_dir, tmp_path, mode, *flags):
+    """`cli.py serve` in a process of its own, its engine given a fault (tests/serve_faults.py); its URL and process
+    once /health is 200."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "tests.serve_faults", mode, "--model", str(tiny_dir), "--device",
+                                "cpu", "--voices", str(tmp_path / "voices"), "--port", str(port), "--batch-size", "2",
+                                *flags], cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300  # a loaded machine: the load and the warm-up can take minutes
+        while True:
+            assert process.poll() is None, "the server exited while starting"
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the server never became ready"
+            time.sleep(0.1)
+        reply = httpx.post(f"{url}/v1/audio/voices", data={"name": "alice"}, timeout=60,
+                           files={"audio_sample": ("a.wav", wav_bytes(np.random.default_rng(0).normal(
+                               0, 0.1, 24000).astype(np.float32)), "audio/wav")})
+        assert reply.status_code == 200, reply.text
+        yield url, process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_an_engine_failure_ends_the_process_with_an_error(tiny_dir, tmp_path):
+    """A device-side assert in the batch: the request gets 503 naming it, and the process exits 1 within seconds, for
+    its supervisor to restart it."""
+    with faulty_server(tiny_dir, tmp_path, "fail") as (url, process):
+        reply = httpx.post(f"{url}/v1/audio/speech", timeout=60, json={"input": "FAIL now.", "voice": "alice",
+                                                                       "response_format": "wav", "stream": False})
+        failed = time.monotonic()
+        assert reply.status_code == 503 and "device-side assert" in reply.json()["error"]["message"]
+        assert process.wait(15) == 1
+        assert time.monotonic() - failed < 10
+
+
+def test_sigterm_drains_within_the_shutdown_timeout_then_exits_0(tiny_dir, tmp_path):
+    """SIGTERM while a short and a stuck request run: /health says draining and new requests get 503 at once, the
+    short one finishes whole, the stuck one is cut off with a 503 once --shutdown-timeout has passed, and the process
+    exits 0."""
+    with faulty_server(tiny_dir, tmp_path, "slow", "--shutdown-timeout", "8") as (url, process), \
+            concurrent.futures.ThreadPoolExecutor(2) as pool:
+        def speak(text, frames):
+            return pool.submit(httpx.post, f"{url}/v1/audio/speech", timeout=60, json={
+                "input": text, "voice": "alice", "response_format": "wav", "stream": False, "max_new_tokens": frames})
+
+        def live_rows():
+            return float(re.search(r"^morph_rows_live (\S+)$", httpx.get(f"{url}/metrics").text, re.M).group(1))
+
+        stuck = speak("SLOW and long.", 400)  # 0.1 s a frame: 40 s
+        while live_rows() < 1:
+            time.sleep(0.05)
+        short = speak("Short.", 2)
+        while live_rows() < 2:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        time.sleep(0.3)
+        health = httpx.get(f"{url}/health")
+        assert health.status_code == 503 and health.json() == {"status": "draining"}
+        refused = httpx.post(f"{url}/v1/audio/speech", json={"input": "Hi.", "voice": "alice"})
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_shutting_down"
+        assert short.result(30).status_code == 200
+        cut = stuck.result(30)
+        assert cut.status_code == 503 and "shutdown timeout is 8 s" in cut.json()["error"]["message"]
+        assert 8 <= time.monotonic() - signalled < 16
+        assert process.wait(15) == 0

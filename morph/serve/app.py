@@ -3,15 +3,16 @@
     app = create_app(tts, Path("voices"), api_key=None)   # tts: a loaded MorphTTS; cli.py serve runs it with uvicorn
 
 Every route but /health needs `Authorization: Bearer <key>` when the server has a key. /health answers 503 until
-the model is warm (one short request has run through the engine, so its CUDA graphs are captured), then 200.
-Errors are OpenAI's shape, {"error": {"message", "type", "param", "code"}}, with a 4xx for what the request got wrong.
+the model is warm (one short request has run through the engine, so its CUDA graphs are captured), then 200, and
+503 again once the server drains or fails (lifecycle.py owns that state and the door every request passes).
+Errors are OpenAI's shape, {"error": {"message", "type", "param", "code"}} (protocol.api_error): a 4xx for what the
+request got wrong, 503 for what may be sent again later, 500 for a failure of the server's own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hmac
 import logging
 import threading
 import time
@@ -22,12 +23,14 @@ import numpy as np
 from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException
 
 from ..lines.line import Line
-from ..live_engine import LiveEngine
+from ..live_engine import Busy, EngineFailed, LiveEngine
 from ..settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSettings
+from .lifecycle import GRACE_S, Gate, Lifecycle
 from .metrics import Metrics
-from .protocol import ApiError, SpeechRequest, error_response, validation_error
+from .protocol import ApiError, SpeechRequest, api_error
 from .speech import Speech
 from .voices import VoiceFolder, check_name
 
@@ -42,38 +45,33 @@ def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str 
                max_frames: int = LIVE_MAX_FRAMES, max_prompt: int = LIVE_MAX_PROMPT,
                max_waiting: int | None = None, kv_cache_bytes: int | None = None) -> FastAPI:
     """The app over a loaded model; its engine starts with the app and closes with it."""
-    voices, metrics = VoiceFolder(voices_dir), Metrics()
+    voices, metrics, lifecycle = VoiceFolder(voices_dir), Metrics(), Lifecycle()
     model_id = model_id or Path(str(tts.source)).name
     defaults = (defaults or GenerationSettings()).validate("cli.py serve")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        engine = LiveEngine(tts, width, max_frames, max_prompt, max_waiting, who="serve", kv_cache_bytes=kv_cache_bytes)
+        engine = LiveEngine(tts, width, max_frames, max_prompt, max_waiting, who="serve", kv_cache_bytes=kv_cache_bytes,
+                            on_fatal=lambda error: lifecycle.fail(str(error)))
         app.state.speech = Speech(tts, engine, voices, defaults, metrics)
-        app.state.warm = asyncio.get_running_loop().run_in_executor(None, _warm_up, tts, engine, defaults)
+        warm = asyncio.get_running_loop().run_in_executor(None, _warm_up, tts, engine, defaults)
+        warm.add_done_callback(lambda f: _warmed(f, lifecycle))
         try:
             yield
-        finally:
-            await asyncio.to_thread(engine.close)
+        finally:  # what a drain left (the warm-up, a request whose client is still being answered) ends now
+            engine.abort(RuntimeError("serve: the server stopped before this request finished"))
+            await asyncio.to_thread(engine.close, GRACE_S)
 
     app = FastAPI(title="Qwen3-TTS Morph", lifespan=lifespan)
+    app.state.lifecycle = lifecycle
+    app.add_middleware(Gate, lifecycle=lifecycle, api_key=api_key)
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        if api_key and request.url.path != "/health":
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-                return error_response(401, "the API key is missing or wrong; send Authorization: Bearer <key>",
-                                      None, "invalid_api_key")
-        return await call_next(request)
+    async def error_reply(request: Request, error: Exception) -> JSONResponse:
+        return api_error(error, request.method, request.url.path).response()
 
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, error: ApiError) -> JSONResponse:
-        return error.response()
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
-        return validation_error(error.errors()).response()
+    # each kind by name, so FastAPI's own {"detail": ...} handlers are not used; Exception (a bug) is also logged
+    for kind in (ApiError, RequestValidationError, HTTPException, Busy, EngineFailed, Exception):
+        app.add_exception_handler(kind, error_reply)
 
     @app.post("/v1/audio/speech")
     async def speech(body: SpeechRequest, request: Request):
@@ -115,13 +113,9 @@ def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str 
                                             "owned_by": "qwen3-tts-morph", "task_type": tts.variant}]}
 
     @app.get("/health")
-    async def health(request: Request):
-        warm = request.app.state.warm
-        error = warm.exception() if warm.done() else None
-        if warm.done() and error is None:
-            return {"status": "ok"}
-        return JSONResponse({"status": "failed" if error else "loading", **({"error": str(error)} if error else {})},
-                            status_code=503)
+    async def health():
+        status, body = lifecycle.health()
+        return JSONResponse(body, status_code=status)
 
     @app.get("/metrics")
     async def metrics_text(request: Request):
@@ -133,6 +127,16 @@ def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str 
 
 def _voice_object(record: dict) -> dict:
     return {"object": "voice", "id": record["name"], **record}
+
+
+def _warmed(warm: asyncio.Future, lifecycle: Lifecycle) -> None:
+    if warm.cancelled():  # the server stopped first
+        return
+    error = warm.exception()
+    if error is None:
+        lifecycle.ready()
+    else:
+        lifecycle.fail(f"the warm-up request failed: {error}")
 
 
 def _warm_up(tts, engine: LiveEngine, defaults: GenerationSettings) -> None:

@@ -3,16 +3,23 @@
 The body of POST /v1/audio/speech is OpenAI's (model, input, voice, response_format, speed, stream_format) plus the
 fields vLLM-Omni's users already send for Qwen3-TTS (ref_audio, ref_text, x_vector_only_mode, task_type,
 instructions, language, stream) and the pack's sampling fields. Fields the server does not know are ignored, as
-OpenAI-compatible servers do; a known field out of range is a 400 that names it (`param`).
+OpenAI-compatible servers do; a known field out of range is a 400 that names it (`param`). Text must be encodable
+(no lone surrogates) and numbers finite.
+
+Every answer other than audio is OpenAI's error shape, {"error": {"message", "type", "param", "code"}}, and
+`api_error` alone decides which, from what went wrong.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from starlette.exceptions import HTTPException
 
+from ..live_engine import Busy, EngineFailed
 from ..settings import MAX_SEQ_GROUPS
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit for one request
@@ -29,13 +36,35 @@ class ApiError(Exception):
         self.headers = headers or {}
 
     def response(self) -> JSONResponse:
-        return error_response(self.status, self.message, self.param, self.code, self.kind, self.headers)
+        return JSONResponse({"error": {"message": self.message, "type": self.kind, "param": self.param,
+                                       "code": self.code}}, status_code=self.status, headers=self.headers)
 
 
-def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
-                   kind: str = "invalid_request_error", headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}},
-                        status_code=status, headers=headers)
+def api_error(error: BaseException, method: str = "", path: str = "") -> ApiError:
+    """What a client is answered when `error` stopped its request (`method` and `path`: the request's): a 4xx for what
+    the request got wrong, 503 for what it may send again (a full queue, an engine that failed, a server shutting
+    down), else 500."""
+    if isinstance(error, ApiError):
+        return error
+    if isinstance(error, RequestValidationError):
+        return validation_error(error.errors())
+    if isinstance(error, Busy):
+        return ApiError(503, str(error), None, "server_busy", "server_error", {"Retry-After": str(error.retry_after)})
+    if isinstance(error, EngineFailed):
+        return ApiError(503, str(error), None, "engine_failed", "server_error")
+    if isinstance(error, HTTPException):  # the framework's own: no route, a method the route lacks, a body unread
+        if error.status_code == 404:
+            return ApiError(404, f"{method} {path}: no such route; the API is POST /v1/audio/speech, GET, POST and "
+                                 "DELETE /v1/audio/voices, GET /v1/models", None, "not_found")
+        if error.status_code == 405:
+            allowed = (error.headers or {}).get("Allow", "")
+            return ApiError(405, f"{method} {path}: the route does not take {method}; send {allowed}", None,
+                            "method_not_allowed", headers=error.headers)
+        if isinstance(error.__cause__, UnicodeDecodeError):
+            return ApiError(400, "the request body is not UTF-8; send JSON encoded as UTF-8", None, "invalid_json")
+        return ApiError(error.status_code, str(error.detail), None, None, headers=error.headers)
+    return ApiError(500, f"the server failed this request ({type(error).__name__}: {error})", None, "server_error",
+                    "server_error")
 
 
 def validation_error(errors: list[dict]) -> ApiError:
@@ -54,7 +83,7 @@ def validation_error(errors: list[dict]) -> ApiError:
 class SpeechRequest(BaseModel):
     """POST /v1/audio/speech (module docstring)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     model: str = ""
     input: str
@@ -75,6 +104,18 @@ class SpeechRequest(BaseModel):
     top_p: float | None = Field(default=None, gt=0, le=1)
     seq_groups: int | None = Field(default=None, ge=1, le=MAX_SEQ_GROUPS)
     max_new_tokens: int | None = Field(default=None, ge=1)
+
+    @field_validator("*")
+    @classmethod
+    def _encodable(cls, value):
+        """A lone surrogate ("\\ud800" in the JSON) is valid JSON but no text: the tokenizer cannot take it."""
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"character {e.start} ({value[e.start]!r}) is not valid Unicode text (a lone "
+                                 "surrogate); send the text as UTF-8") from None
+        return value
 
     @field_validator("input")
     @classmethod

@@ -4,7 +4,9 @@ events), or one whole file.
 
 Streamed, the reply's status and headers go out at once and audio follows chunk by chunk; a failure after that can no
 longer change the status, so the stream is cut off (its chunked body never ends properly) rather than ended as if
-whole. A client that goes away cancels its request: its rows leave the batch at the next frame.
+whole. A client that goes away cancels its request, whatever the format: its rows leave the batch at the next frame
+(a stream's at its next chunk, when Starlette stops the stream; a whole file's at once, `_whole` listening for the
+disconnect all the while).
 """
 
 from __future__ import annotations
@@ -28,13 +30,12 @@ from ..settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings, Sampl
 from .audio_io import FORMATS, STREAMABLE, decode_base64_audio, encode, media_type, pcm16, read_audio, \
     wav_stream_header
 from .metrics import Metrics
-from .protocol import TASKS, ApiError, SpeechRequest
+from .protocol import TASKS, ApiError, SpeechRequest, api_error
 from .voices import VoiceFolder
 
 WHO = "POST /v1/audio/speech"
 DEFAULT_FORMAT = "mp3" if "mp3" in FORMATS else "wav"
 REF_CACHE = 32  # voices made from a request's ref_audio, kept for the next request that sends the same clip
-DISCONNECT_POLL = 0.5  # seconds between checks that a whole-file request's client is still there
 
 
 class _End:
@@ -42,6 +43,13 @@ class _End:
 
     def __init__(self, error: BaseException | None):
         self.error = error
+
+
+class _Gone(_End):
+    """The last item of a whole-file request's queue when its client went away."""
+
+    def __init__(self):
+        super().__init__(None)
 
 
 class Speech:
@@ -73,9 +81,9 @@ class Speech:
 
         try:
             request = self.engine.submit(line, settings, put, lambda error: put(_End(error)), who=WHO)
-        except Busy as e:
+        except Busy:
             self.metrics.count("busy")
-            raise ApiError(503, str(e), None, "server_busy", "server_error", {"Retry-After": str(e.retry_after)})
+            raise
         except ValueError as e:
             raise ApiError(400, str(e), None, "invalid_value")
         sse = body.stream_format == "sse"
@@ -194,28 +202,32 @@ class Speech:
 
     async def _whole(self, request, items: asyncio.Queue, fmt: str, http: HttpRequest, started: float) -> Response:
         chunks, status = [], "cancelled"
+        gone = asyncio.create_task(_until_gone(http, items))
         try:
-            while True:
-                try:
-                    item = await asyncio.wait_for(items.get(), DISCONNECT_POLL)
-                except asyncio.TimeoutError:
-                    if await http.is_disconnected():
-                        return Response(status_code=499)
-                    continue
-                if isinstance(item, _End):
-                    break
+            while not isinstance(item := await items.get(), _End):
                 if not chunks:
                     self.metrics.first_audio(time.perf_counter() - started)
                 chunks.append(item)
+            if isinstance(item, _Gone):
+                return Response(status_code=499)  # nobody reads it
             if item.error is not None:
                 status = "error"
-                raise ApiError(500, f"{WHO}: the request failed: {item.error}", None, "server_error", "server_error")
+                raise api_error(item.error)
             audio = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
             status = "ok"
             return Response(encode(audio, fmt), media_type=media_type(fmt))
         finally:
-            request.cancel()
+            gone.cancel()
+            request.cancel()  # nothing once it has ended; a client that went away frees its rows
             self.metrics.finished(status, sum(c.size for c in chunks) / SAMPLE_RATE, time.perf_counter() - started)
+
+
+async def _until_gone(http: HttpRequest, items: asyncio.Queue) -> None:
+    """Wait for the client to hang up (its body is read, so the connection's next message is its disconnect), then end
+    the request's queue."""
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
+    items.put_nowait(_Gone())
 
 
 def _refuse_unused(body: SpeechRequest, task: str, model_size: str) -> None:

@@ -1,0 +1,192 @@
+"""The server's state, owned here alone: `loading` until the warm-up request has run, then `serving`; `draining` once
+SIGTERM or SIGINT came (no new requests, those in flight finish within the shutdown timeout, then the rest are cut off
+and the process exits 0); `failed` when the engine cannot go on (every request is answered at once and the process
+exits 1, for its supervisor to restart it).
+
+`Gate` is the door every HTTP request passes, in this order: the API key (401), the state (503 unless loading or
+serving), the body's size (413, before any of it is parsed); it counts the requests inside, which a drain waits for.
+/health and /metrics pass in every state: they report it. `run_server` runs the app under uvicorn and turns the state
+into the process's end.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import sys
+import threading
+import time
+
+from .protocol import ApiError
+
+log = logging.getLogger(__name__)
+
+LOADING, SERVING, DRAINING, FAILED = "loading", "serving", "draining", "failed"
+MAX_JSON_BYTES = 8 << 20  # a speech request may carry its reference clip as base64 (ref_audio)
+MAX_UPLOAD_BYTES = 25 << 20  # a voice upload (multipart): OpenAI's limit for an audio file
+UPLOAD_ROUTE = "/v1/audio/voices"
+OPEN_ROUTES = ("/health", "/metrics")
+GRACE_S = 5  # after the state says exit: for the answers already decided to go out, and the engine's thread to stop
+
+
+class Lifecycle:
+    """The server's state (module docstring); any thread may change it, the first failure's reason is kept."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.state, self.reason = LOADING, None
+        self.active = 0  # requests past the gate and not yet answered (the event loop's alone)
+
+    def ready(self) -> None:
+        with self._lock:
+            if self.state == LOADING:
+                self.state = SERVING
+
+    def drain(self) -> bool:
+        """Stop admitting requests; False when already draining or failed."""
+        with self._lock:
+            if self.state in (DRAINING, FAILED):
+                return False
+            self.state = DRAINING
+            return True
+
+    def fail(self, reason: str) -> None:
+        with self._lock:
+            if self.state == FAILED:
+                return
+            self.state, self.reason = FAILED, reason
+        log.critical("serve: %s; exiting with status 1 for a supervisor to restart the server", reason)
+
+    def health(self) -> tuple[int, dict]:
+        """GET /health: 200 while serving, else 503 and the state (and a failure's reason)."""
+        state, reason = self.state, self.reason
+        if state == SERVING:
+            return 200, {"status": "ok"}
+        return 503, {"status": state, **({"error": reason} if reason else {})}
+
+    def refusal(self) -> ApiError | None:
+        """Why a new request is refused now, or None."""
+        state, reason = self.state, self.reason
+        if state == DRAINING:
+            return ApiError(503, "the server is shutting down and takes no new requests; send the request to another "
+                                 "server, or again once this one is back", None, "server_shutting_down", "server_error")
+        if state == FAILED:
+            return ApiError(503, f"this server has failed and is exiting to be restarted: {reason}; send the request "
+                                 "again once it is back", None, "server_failed", "server_error")
+        return None
+
+
+class Gate:
+    """ASGI middleware: the door (module docstring)."""
+
+    def __init__(self, app, lifecycle: Lifecycle, api_key: str | None):
+        self.app, self.lifecycle, self.api_key = app, lifecycle, api_key
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope["path"]
+        refusal = None if path == "/health" else self._unauthorized(scope)
+        if refusal is None and path not in OPEN_ROUTES:
+            refusal = self.lifecycle.refusal()
+        if refusal is None and scope["method"] in ("POST", "PUT", "PATCH"):
+            cap = MAX_UPLOAD_BYTES if path == UPLOAD_ROUTE else MAX_JSON_BYTES
+            body, refusal = await _read_body(scope, receive, cap)
+            if body is None and refusal is None:  # the client left while sending
+                return None
+            receive = _replay(body, receive)
+        if refusal is not None:
+            return await refusal.response()(scope, receive, send)
+        counted = path not in OPEN_ROUTES
+        self.lifecycle.active += counted
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.lifecycle.active -= counted
+
+    def _unauthorized(self, scope) -> ApiError | None:
+        if not self.api_key:
+            return None
+        given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        scheme, _, key = given.strip().partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode("latin-1", "replace"),
+                                                              self.api_key.encode()):
+            return None
+        return ApiError(401, "the API key is missing or wrong; send Authorization: Bearer <key>", None,
+                        "invalid_api_key")
+
+
+async def _read_body(scope, receive, cap: int) -> tuple[bytes | None, ApiError | None]:
+    """The whole body, or the 413 once it is known to pass `cap` bytes (by its Content-Length, before reading any),
+    or (None, None) when the client left."""
+    too_large = ApiError(413, f"the request body is over this server's {cap >> 20} MiB; send a shorter clip or text",
+                         None, "request_too_large")
+    length = dict(scope["headers"]).get(b"content-length", b"")
+    if length.isdigit() and int(length) > cap:
+        return None, too_large
+    parts, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None, None
+        parts.append(message.get("body", b""))
+        size += len(parts[-1])
+        if size > cap:
+            return None, too_large
+        if not message.get("more_body", False):
+            return b"".join(parts), None
+
+
+def _replay(body: bytes, receive):
+    """receive() that gives the body read already, then what the connection says next (its disconnect)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay():
+        return pending.pop() if pending else await receive()
+    return replay
+
+
+def run_server(app, host: str, port: int, shutdown_timeout: float) -> int:
+    """Serve `app` (create_app's) until a signal has drained it (0) or it fails (the process exits 1 at once)."""
+    import uvicorn
+
+    lifecycle: Lifecycle = app.state.lifecycle
+
+    class Server(uvicorn.Server):
+        deadline = cut = None
+
+        def handle_exit(self, sig, frame) -> None:
+            """SIGTERM, SIGINT: drain; a second one cuts the rest off now (uvicorn would stop at once instead)."""
+            now = time.monotonic()
+            if lifecycle.drain():
+                log.warning("serve: draining: no new requests, %d in flight get up to %g s", lifecycle.active,
+                            shutdown_timeout)
+                self.deadline = now + shutdown_timeout
+            else:
+                self.deadline = now
+
+        async def on_tick(self, counter: int) -> bool:
+            if await super().on_tick(counter) or lifecycle.state == FAILED:
+                return True
+            if lifecycle.state != DRAINING:
+                return False
+            now = time.monotonic()
+            if lifecycle.active and now >= self.deadline and self.cut is None:
+                self.cut = now
+                log.warning("serve: cutting off %d requests still in flight after %g s", lifecycle.active,
+                            shutdown_timeout)
+                app.state.speech.engine.abort(ApiError(
+                    503, f"the server shut down before this request finished (its shutdown timeout is "
+                         f"{shutdown_timeout:g} s); send it again", None, "server_shutting_down", "server_error"))
+            return not lifecycle.active or (self.cut is not None and now >= self.cut + GRACE_S)
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_S)
+    Server(config).run()
+    if lifecycle.state != FAILED:
+        return 0
+    # Every request is answered. The interpreter's own teardown would free device memory in a context that has
+    # failed, which can hang or abort: the process ends here instead.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)

@@ -1,0 +1,124 @@
+"""The server's state and its door (morph/serve/lifecycle.py) on a bare ASGI app, without a model: which state lets
+which request in, the key in any case of its scheme, the size caps (by Content-Length before reading, and by the bytes
+read), the count of requests inside that a drain waits for. The same over real HTTP with the model: test_faults.py, and
+the process's end: tests/test_cli_serve.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from morph.serve.lifecycle import MAX_JSON_BYTES, MAX_UPLOAD_BYTES, Gate, Lifecycle
+
+KEY = "k"
+
+
+def test_the_states_and_what_health_says():
+    life = Lifecycle()
+    assert life.health() == (503, {"status": "loading"}) and life.refusal() is None
+    life.ready()
+    assert life.health() == (200, {"status": "ok"}) and life.refusal() is None
+    assert life.drain() and not life.drain()  # once
+    assert life.health() == (503, {"status": "draining"})
+    assert (life.refusal().status, life.refusal().code) == (503, "server_shutting_down")
+    life.ready()  # a drain is not undone
+    assert life.state == "draining"
+    life.fail("the speech engine failed (CUDA error)")
+    life.fail("a later reason")  # the first is kept
+    assert life.health() == (503, {"status": "failed", "error": "the speech engine failed (CUDA error)"})
+    refusal = life.refusal()
+    assert (refusal.status, refusal.code, refusal.kind) == (503, "server_failed", "server_error")
+    assert "the speech engine failed (CUDA error)" in refusal.message
+    assert not life.drain() and life.state == "failed"
+
+
+def test_a_failure_while_loading():
+    life = Lifecycle()
+    life.fail("the warm-up request failed: boom")
+    life.ready()
+    assert life.health() == (503, {"status": "failed", "error": "the warm-up request failed: boom"})
+
+
+class Echo:
+    """An ASGI app that answers with the body it read and how many requests the gate counted inside."""
+
+    def __init__(self):
+        self.gate = None
+
+    async def __call__(self, scope, receive, send):
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-active", str(
+            self.gate.lifecycle.active).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def request(gate: Gate, method: str, path: str, **kw) -> httpx.Response:
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://t") as client:
+            return await client.request(method, path, **kw)
+    return asyncio.run(go())
+
+
+def make_gate(key: str | None) -> Gate:
+    echo = Echo()
+    echo.gate = Gate(echo, Lifecycle(), key)
+    return echo.gate
+
+
+@pytest.fixture
+def gate():
+    return make_gate(KEY)
+
+
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+def test_the_key_in_any_case_of_its_scheme(gate):
+    for given in ("Bearer k", "bearer k", "BEARER   k", " Bearer k "):
+        assert request(gate, "GET", "/v1/models", headers={"Authorization": given}).status_code == 200, given
+    for given in ("Bearer kk", "Basic k", "k", "Bearer", ""):
+        reply = request(gate, "GET", "/v1/models", headers={"Authorization": given})
+        assert reply.status_code == 401 and reply.json()["error"]["code"] == "invalid_api_key", given
+    assert request(gate, "GET", "/health").status_code == 200  # no key
+    assert request(gate, "GET", "/metrics").status_code == 401
+    assert request(make_gate(None), "GET", "/v1/models").status_code == 200  # a server without a key
+
+
+def test_requests_are_counted_inside_and_refused_while_draining(gate):
+    assert request(gate, "GET", "/v1/models", headers=AUTH).headers["x-active"] == "1"
+    assert request(gate, "GET", "/metrics", headers=AUTH).headers["x-active"] == "0"  # not waited for
+    assert gate.lifecycle.active == 0
+    gate.lifecycle.drain()
+    refused = request(gate, "POST", "/v1/audio/speech", headers=AUTH, content=b"{}")
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_shutting_down"
+    assert request(gate, "GET", "/v1/models", headers=AUTH).status_code == 503
+    assert request(gate, "GET", "/metrics", headers=AUTH).status_code == 200
+    assert request(gate, "GET", "/health").status_code == 200  # the route itself says 503: not the gate's
+    assert request(gate, "POST", "/v1/audio/speech", content=b"{}").status_code == 401  # the key first
+
+
+def test_bodies_are_capped_by_their_length_and_by_what_is_read(gate):
+    reply = request(gate, "POST", "/v1/audio/speech", headers=AUTH, content=b"x" * MAX_JSON_BYTES)
+    assert reply.status_code == 200 and len(reply.content) == MAX_JSON_BYTES  # at the cap: whole
+    over = request(gate, "POST", "/v1/audio/speech", headers=AUTH, content=b"x" * (MAX_JSON_BYTES + 1))
+    assert over.status_code == 413 and over.json()["error"]["code"] == "request_too_large"
+    assert over.json()["error"]["message"] == ("the request body is over this server's 8 MiB; send a shorter clip or "
+                                               "text")
+
+    async def chunks(size, step=1 << 20):  # no Content-Length: counted as read
+        for start in range(0, size, step):
+            yield b"x" * min(step, size - start)
+    assert request(gate, "POST", "/v1/audio/speech", headers=AUTH,
+                   content=chunks(MAX_JSON_BYTES + 1)).status_code == 413
+    assert request(gate, "POST", "/v1/audio/speech", headers=AUTH, content=chunks(5 << 20)).content == b"x" * (5 << 20)
+    upload = request(gate, "POST", "/v1/audio/voices", headers=AUTH, content=b"x" * (MAX_JSON_BYTES + 1))
+    assert upload.status_code == 200  # an upload may be larger
+    huge = request(gate, "POST", "/v1/audio/voices", headers=AUTH, content=b"x" * (MAX_UPLOAD_BYTES + 1))
+    assert huge.status_code == 413 and "25 MiB" in huge.json()["error"]["message"]
+    assert gate.lifecycle.active == 0

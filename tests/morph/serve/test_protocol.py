@@ -1,0 +1,132 @@
+"""What a speech request may say and the error every failure is answered with (morph/serve/protocol.py), without a
+server: the input's bounds (exactly 4,096 characters taken, one more refused), text that is no Unicode, numbers that
+are not finite, and the one mapping from what went wrong to OpenAI's error shape. The same over real HTTP:
+test_app.py and test_faults.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException
+
+from morph.live_engine import Busy, EngineFailed
+from morph.serve.protocol import MAX_INPUT_CHARS, ApiError, SpeechRequest, api_error, validation_error
+
+
+def refusal(**body) -> ApiError:
+    with pytest.raises(ValidationError) as e:
+        SpeechRequest(**{"input": "Hello.", **body})
+    return validation_error(e.value.errors())
+
+
+def test_the_input_bound_is_exactly_4096_characters():
+    assert MAX_INPUT_CHARS == 4096
+    assert SpeechRequest(input="x" * 4096).input == "x" * 4096
+    error = refusal(input="x" * 4097)
+    assert (error.status, error.param) == (400, "input")
+    assert error.message == ("input: the text is 4097 characters, over the 4096 a request takes; split it into several "
+                             "requests")
+    assert refusal(input=" \n").message == "input: the text is empty; send the words to speak"
+
+
+@pytest.mark.parametrize("field", ["input", "instructions", "ref_text", "language", "voice"])
+def test_a_lone_surrogate_is_a_400_naming_its_field(field):
+    text = json.loads('"Hello \\ud800 there."')  # what a JSON body with the escape parses to
+    error = refusal(**{field: text})
+    assert (error.status, error.param, error.code) == (400, field, "invalid_value")
+    assert error.message == (f"{field}: character 6 ('\\ud800') is not valid Unicode text (a lone surrogate); send "
+                             "the text as UTF-8")
+    assert SpeechRequest(input="Grüße, 你好 🙂").input == "Grüße, 你好 🙂"  # any real text passes
+
+
+@pytest.mark.parametrize("field,value", [("temperature", float("inf")), ("top_p", float("nan")),
+                                         ("speed", float("-inf"))])
+def test_numbers_must_be_finite(field, value):
+    error = refusal(**{field: value})
+    assert (error.status, error.param) == (400, field)
+    assert "finite" in error.message
+
+
+def test_sampling_fields_keep_their_bounds():
+    assert refusal(temperature=0).param == "temperature"
+    assert refusal(top_p=1.01).param == "top_p"
+    assert SpeechRequest(input="a", top_p=1, top_k=0, seed=0, seq_groups=1, max_new_tokens=1).top_p == 1
+    assert refusal(seed=-1).param == "seed"
+    assert refusal(seed=2**63).param == "seed"
+    assert SpeechRequest(input="a", seed=2**63 - 1).seed == 2**63 - 1
+    assert refusal(seq_groups=0).param == "seq_groups"
+    assert refusal(max_new_tokens=0).param == "max_new_tokens"
+    assert refusal(speed=1.25).message.startswith("speed: 1.25 is not supported")
+    assert refusal(speed=0.5).param == "speed" and SpeechRequest(input="a", speed=1).speed == 1.0
+    assert SpeechRequest(input="a", task_type=None).task_type is None  # a JSON null is no task
+    assert refusal(task_type="Singing").message == "task_type: 'Singing' is not a task; use one of Base, CustomVoice, " \
+                                                   "VoiceDesign"
+    assert SpeechRequest(input="a", task_type="VoiceDesign", unknown_field=1).task_type == "VoiceDesign"
+
+
+def test_an_object_voice_needs_an_id():
+    assert SpeechRequest(input="a", voice={"id": "alice"}).voice_name == "alice"
+    assert SpeechRequest(input="a", voice="bob").voice_name == "bob"
+    with pytest.raises(ApiError) as e:
+        SpeechRequest(input="a", voice={"name": "alice"}).voice_name
+    assert (e.value.status, e.value.param) == (400, "voice")
+
+
+def body(error: ApiError) -> dict:
+    return json.loads(error.response().body)
+
+
+def test_an_error_answers_with_its_status_headers_and_openais_shape():
+    error = ApiError(503, "serve: busy", None, "server_busy", "server_error", {"Retry-After": "7"})
+    response = error.response()
+    assert str(error) == "serve: busy" and response.status_code == 503 and response.headers["retry-after"] == "7"
+    assert body(error) == {"error": {"message": "serve: busy", "type": "server_error", "param": None,
+                                     "code": "server_busy"}}
+    assert ApiError(400, "x").kind == "invalid_request_error" and ApiError(400, "x").headers == {}
+
+
+def test_every_failure_maps_to_one_openai_shaped_answer():
+    own = ApiError(409, "name: taken", "name", "voice_exists")
+    assert api_error(own) is own
+    assert body(own) == {"error": {"message": "name: taken", "type": "invalid_request_error", "param": "name",
+                                   "code": "voice_exists"}}
+
+    busy = api_error(Busy("serve: 9 rows are waiting", 7))
+    assert busy.message == "serve: 9 rows are waiting"
+    assert (busy.status, busy.code, busy.kind, busy.headers) == (503, "server_busy", "server_error",
+                                                                 {"Retry-After": "7"})
+    failed = api_error(EngineFailed("the speech engine failed (RuntimeError: CUDA error: device-side assert)"))
+    assert (failed.status, failed.code, failed.kind) == (503, "engine_failed", "server_error")
+    assert "device-side assert" in failed.message
+
+    missing = api_error(HTTPException(404), "GET", "/v1/nothing")
+    assert (missing.status, missing.code) == (404, "not_found")
+    assert missing.message == ("GET /v1/nothing: no such route; the API is POST /v1/audio/speech, GET, POST and DELETE "
+                               "/v1/audio/voices, GET /v1/models")
+    wrong = api_error(HTTPException(405, headers={"Allow": "POST"}), "GET", "/v1/audio/speech")
+    assert (wrong.status, wrong.code, wrong.headers) == (405, "method_not_allowed", {"Allow": "POST"})
+    assert wrong.message == "GET /v1/audio/speech: the route does not take GET; send POST"
+    unread = HTTPException(400, "There was an error parsing the body")
+    unread.__cause__ = UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+    assert (api_error(unread).status, api_error(unread).code) == (400, "invalid_json")
+    assert api_error(unread).message == "the request body is not UTF-8; send JSON encoded as UTF-8"
+    other = api_error(HTTPException(400, "There was an error parsing the body", headers={"X-Why": "1"}))
+    assert (other.status, other.message, other.headers) == (400, "There was an error parsing the body", {"X-Why": "1"})
+
+    bug = api_error(KeyError("x"))
+    assert (bug.status, bug.code, bug.kind) == (500, "server_error", "server_error")
+    assert bug.message == "the server failed this request (KeyError: 'x')"
+
+    invalid = api_error(RequestValidationError([{"type": "json_invalid", "loc": ("body", 3), "msg": "JSON"}]))
+    assert (invalid.status, invalid.code, invalid.param) == (400, "invalid_json", None)
+    assert invalid.message == "the request body is not valid JSON; send a JSON object"
+    empty = validation_error([])
+    assert (empty.status, empty.message) == (400, "the request body is not valid JSON for this route")
+    assert validation_error([{"type": "x", "msg": "Value error, bad"}]).message == "bad"  # no field: no prefix
+    nested = validation_error([{"type": "x", "loc": ("body", "voice", "id")}])
+    assert (nested.param, nested.message) == ("voice.id", "voice.id: invalid value")
+    missing_field = validation_error([{"type": "missing", "loc": ("body", "input"), "msg": "Field required"}])
+    assert (missing_field.param, missing_field.message) == ("input", "input: Field required")
