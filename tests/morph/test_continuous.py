@@ -141,15 +141,21 @@ def dense_cache(monkeypatch):
     monkeypatch.setattr(morph.continuous, "requeue_pool_pages", lambda rows, width: None)
 
 
+class Moves(list):
+    """The moves made, and the state they were made in."""
+    state = None
+
+
 @pytest.fixture
 def moves(monkeypatch):
     """Every row move the continuous batch makes, as (from slots, to slots)."""
     from morph.decode.talker_state import TalkerState
 
-    made, copy_rows = [], TalkerState.copy_rows
+    made, copy_rows = Moves(), TalkerState.copy_rows
 
     def spy(self, src, dst, kv_slots):
         made.append((src.tolist(), dst.tolist()))
+        made.state = self
         copy_rows(self, src, dst, kv_slots)
 
     monkeypatch.setattr(TalkerState, "copy_rows", spy)
@@ -220,6 +226,9 @@ def test_rows_that_join_after_the_step_narrowed_widen_it_again(tiny_tts, lean, v
         cut.setattr(morph.decode.talker_loop, "capacity_for", lambda needed: 54)
         got = Ends(tiny_tts, ends).batch.codes(lines, settings(frames=60), batch_size=4, continuous=True)
     assert moves == [([3], [1])], moves
+    # the slot line 1 left is free, not a live row a wider step would step (with its old bound: 0 / 0 in the fused
+    # attention once the position restarted, and a pick past the vocabulary, the device-side assert under load)
+    assert not moves.state.unfinished.any(), moves.state.unfinished
     assert (False, 0, [0, 3]) in joins and joins[-1] == (True, 1, [0, 1]), joins  # line 0 joined after the move
     assert tiny_tts.patch.last_run["widths"][2] > 30, tiny_tts.patch.last_run
     tiny_tts.patch.mode = "eager"
