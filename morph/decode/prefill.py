@@ -1,7 +1,7 @@
 """A prompt's prefill on the lean layers: what upstream's talker forward computes for a left-padded prompt batch (its
 keys and values, the last position's logits and hidden state), without HF's per-call machinery (the 4-D mask, the
-rotary module, configuration look-ups and cache objects), whose host time was most of a short request's first audio
-(about 80 ms at the 0.6B dims on an H100, ../README's Performance). The continuous batch prefills its groups here.
+rotary module, configuration look-ups and cache objects), whose host time was most of a short request's first audio.
+The continuous batch prefills its groups here.
 
 It follows upstream's forward exactly where it decides something: a row's token i (i >= its left padding p) sits at
 rotary position i - p, as the talker's get_rope_index gives a text-only prompt, and attends to its own tokens p..i.
