@@ -161,3 +161,30 @@ def test_a_path_that_exists_is_never_read(monkeypatch, tmp_path):
     for path in (str(clip), "/etc/hostname"):
         with pytest.raises(ValueError, match="looks like a file path"):
             decode_base64_audio(path, "ref_audio")
+
+
+def test_read_audio_says_libsndfiles_own_words():
+    with pytest.raises(ValueError) as e:
+        read_audio(b"this is not audio at all" * 10, "audio_sample")
+    assert str(e.value) == ("audio_sample: could not read the audio (Format not recognised.); send a WAV, FLAC, OGG "
+                            "or MP3 file")
+
+
+@pytest.mark.skipif("mp3" not in FORMATS, reason="libsndfile without MP3")
+def test_mp3_clips_past_full_scale_rather_than_wrapping():
+    loud = tone(peak=1.6)  # a third of each half-wave past full scale
+    back, _ = sf.read(io.BytesIO(encode(loud, "mp3")), dtype="float32")
+    clipped = np.clip(loud, -1, 1)
+    n = min(back.size, clipped.size)
+    lag = int(np.argmax(np.correlate(back[:4000], clipped[:2000], mode="valid")))  # the encoder's delay
+    assert np.max(np.abs(back)) < 1.2
+    assert np.corrcoef(back[lag:lag + n - 4000], clipped[:n - 4000])[0, 1] > 0.95
+
+
+def test_base64_refusals_name_what_they_saw():
+    with pytest.raises(ValueError, match="a data URL of type 'text/plain' is not audio"):
+        decode_base64_audio("data:;base64,AAAA", "ref_audio")  # no media type: text/plain, as RFC 2397 says
+    path = "/" + "a" * 100
+    with pytest.raises(ValueError) as e:
+        decode_base64_audio(path, "ref_audio")
+    assert f"ref_audio: {path[:80]!r} looks like a file path" in str(e.value)

@@ -190,3 +190,20 @@ def test_concurrent_saves_and_loads(tmp_path):
     assert errors == []
     assert [r["name"] for r in folder.records()] == ["v", "v0", "v1", "v2", "v3"]
     assert not [p for p in tmp_path.iterdir() if not p.name.endswith(".safetensors")]
+
+
+def test_the_cache_keeps_the_most_recent_voices(tmp_path, monkeypatch):
+    monkeypatch.setattr("morph.serve.voices.CACHE_SIZE", 2)
+    folder = VoiceFolder(tmp_path)
+    for name in ("a", "b", "c"):
+        folder.save(name, icl_voice(name))
+    folder.load("a")
+    folder.load("b")
+    assert list(folder._cache) == ["a", "b"]  # at the bound: all kept
+    folder.load("a")  # used again: the most recent
+    folder.load("c")
+    assert list(folder._cache) == ["a", "c"]  # the least recently used went
+    assert folder.delete("c") and list(folder._cache) == ["a"]
+    with pytest.raises(KeyError) as e:
+        folder.load("c")
+    assert e.value.args == ("c",)
