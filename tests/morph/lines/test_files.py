@@ -107,3 +107,19 @@ def test_a_job_that_does_not_fit_on_its_disk_is_refused_with_the_sizes_and_the_f
     free(999_999)
     with pytest.raises(LineWriteError, match=r"about 1.1 MB into .+ has 1.0 MB free"):
         check_space(tmp_path, 1_050_000, "test", "use another disk")
+
+
+def test_a_write_makes_its_folders_and_a_failure_of_no_known_kind_gets_the_general_fix(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    path = tmp_path / "a" / "b" / "x.wav"
+    write_atomic(path, lambda f: f.write(b"x"), "test")
+    assert path.read_bytes() == b"x"
+
+    def broken(f):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    with pytest.raises(LineWriteError, match=rf"^test: could not write {path}: Input/output error; check the folder's "
+                                             r"permissions and free space, or choose another folder$"):
+        write_atomic(path, broken, "test")

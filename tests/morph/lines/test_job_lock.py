@@ -58,3 +58,23 @@ def test_each_holding_has_a_token_of_its_own_which_goes_with_it(tmp_path):
             tokens.append(store.lock.token)
         assert store.lock.token is None
     assert len(set(tokens)) == 2 and None not in tokens
+
+
+def test_the_lock_file_names_its_holder_and_a_lock_file_of_another_shape_is_no_holder(tmp_path):
+    import json
+    import re
+    import socket
+
+    from morph.lines.job_lock import check_holds
+
+    with LineStore(tmp_path / "a" / "b", "c/s", "test", what="the job") as store:  # folders made as deep as needed
+        holder = json.loads(store.lock_path.read_text(encoding="utf-8"))
+        assert store.lock_path == tmp_path / "a" / "b" / "c" / ".s.lock"
+        assert (holder["pid"], holder["host"], holder["what"], holder["token"]) == (os.getpid(), socket.gethostname(),
+                                                                                    "the job", store.lock.token)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", holder["since"])
+    lock = tmp_path / ".s.lock"
+    lock.write_text("\n[1, 2]", encoding="utf-8")
+    with pytest.raises(FolderTakenOver, match=rf"^w: this worker's job no longer holds {tmp_path} \(no job holds it "
+                                              r"now\): x.wav is not written"):
+        check_holds(lock, "token", "w", tmp_path / "x.wav")

@@ -270,3 +270,11 @@ def test_a_line_file_that_changes_while_the_dialogue_is_joined_stops_the_join(tm
                                            "was joined from it$"):
         files.join_lines(["A"], 0.0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s_0001_A.wav"]
+
+
+def test_each_file_a_rerun_finds_unrecorded_is_counted(tmp_path):
+    files = LineFiles(tmp_path, "s", "test")
+    for i in (1, 2):
+        files.write_line(i, "A", np.ones(10, np.float32))
+    with LineStore(tmp_path, "s", "test") as store:
+        assert store.load(1, "A", "x") is None and store.load(2, "A", "x") is None and store.unrecorded == 2
