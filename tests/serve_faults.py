@@ -3,6 +3,8 @@ engine's batch, morph/continuous.py) that raises `error` at each frame once a ro
 (`times` times at most), and sleeps `delay` seconds a frame while a row whose text holds SLOW is in it.
 
     python -m tests.serve_faults fail|slow SERVE_ARGS...   # cli.py serve with that fault (tests/test_cli_serve.py)
+    python -m tests.serve_faults assert SERVE_ARGS...      # on a GPU: a real device-side assert (an index out of
+                                                           # bounds on the device), as the issue's load test met
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from morph.continuous import RowRunner
 CUDA_ASSERT = "CUDA error: device-side assert triggered"
 
 
-def fault_runner(error: BaseException | None = None, times: int | None = None, delay: float = 0.0):
+def fault_runner(error: BaseException | type[BaseException] | None = None, times: int | None = None,
+                 delay: float = 0.0):
+    """`error`: an exception, or a class made only when it is raised (at the fault's frame)."""
     left = [times]
 
     class FaultyRunner(RowRunner):
@@ -46,9 +50,21 @@ def main(argv: list[str]) -> int:
     import morph.live_engine
 
     mode, serve_args = argv[0], argv[1:]
-    morph.live_engine.RowRunner = fault_runner(RuntimeError(CUDA_ASSERT)) if mode == "fail" else \
-        fault_runner(delay=0.1)
+    morph.live_engine.RowRunner = {"fail": lambda: fault_runner(RuntimeError(CUDA_ASSERT)),
+                                   "slow": lambda: fault_runner(delay=0.1),
+                                   "assert": lambda: fault_runner(_DeviceAssert)}[mode]()
     return cli.main(["serve", *serve_args])
+
+
+class _DeviceAssert(BaseException):
+    """Made at the fault's frame, it runs a kernel that indexes out of bounds: what is raised is CUDA's own error."""
+
+    def __init__(self):
+        super().__init__()
+        import torch
+
+        index = torch.tensor([1 << 20], device="cuda")
+        torch.zeros(4, device="cuda")[index].sum().item()
 
 
 if __name__ == "__main__":
