@@ -49,10 +49,12 @@ class Echo:
 
     async def __call__(self, scope, receive, send):
         body, more = b"", True
-        while more:
+        while more:  # strictly as ASGI says: a replayed body must be a well-formed message
             message = await receive()
+            assert message["type"] == "http.request"
             body += message.get("body", b"")
-            more = message.get("more_body", False)
+            more = message["more_body"] if "more_body" in message else False
+            assert more in (True, False)
         await send({"type": "http.response.start", "status": 200, "headers": [(b"x-active", str(
             self.gate.lifecycle.active).encode())]})
         await send({"type": "http.response.body", "body": body})

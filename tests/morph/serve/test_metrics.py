@@ -13,30 +13,41 @@ def lines(metrics: Metrics) -> list[str]:
 def test_counters_histograms_and_gauges():
     m = Metrics()
     m.count("busy")
+    m.count("busy")
     m.first_audio(0.02)  # on a bound: counted in that bucket (le)
     m.first_audio(9.0)  # past the last bound: only in +Inf
+    m.first_audio(0.015)
     m.finished("ok", 4.0, 2.0)  # 2x real time
     m.finished("cancelled", 1.0, 5.0)  # not in the real-time factor
     m.finished("ok", 1.0, 0.0)  # no time: no factor
+    m.finished("ok", 0.1, 0.5)  # 0.2x: under a second is still a time
     out = lines(m)
-    assert 'morph_requests_total{status="busy"} 1' in out and 'morph_requests_total{status="ok"} 2' in out
+    assert 'morph_requests_total{status="busy"} 2' in out and 'morph_requests_total{status="ok"} 3' in out
     assert 'morph_requests_total{status="cancelled"} 1' in out
     ttfa = [x for x in out if x.startswith("morph_time_to_first_audio_seconds")]
     assert ttfa[:3] == ['morph_time_to_first_audio_seconds_bucket{le="0.01"} 0',
-                        'morph_time_to_first_audio_seconds_bucket{le="0.02"} 1',
-                        'morph_time_to_first_audio_seconds_bucket{le="0.03"} 1']
-    assert ttfa[len(TTFA_BUCKETS) - 1] == 'morph_time_to_first_audio_seconds_bucket{le="5"} 1'
-    assert ttfa[-3:] == ['morph_time_to_first_audio_seconds_bucket{le="+Inf"} 2',
-                         "morph_time_to_first_audio_seconds_sum 9.020000",
-                         "morph_time_to_first_audio_seconds_count 2"]
+                        'morph_time_to_first_audio_seconds_bucket{le="0.02"} 2',  # two in one bucket
+                        'morph_time_to_first_audio_seconds_bucket{le="0.03"} 2']
+    assert ttfa[len(TTFA_BUCKETS) - 1] == 'morph_time_to_first_audio_seconds_bucket{le="5"} 2'
+    assert ttfa[-3:] == ['morph_time_to_first_audio_seconds_bucket{le="+Inf"} 3',
+                         "morph_time_to_first_audio_seconds_sum 9.035000",
+                         "morph_time_to_first_audio_seconds_count 3"]
     rtf = [x for x in out if x.startswith("morph_real_time_factor")]
-    assert rtf[:3] == ['morph_real_time_factor_bucket{le="0.5"} 0', 'morph_real_time_factor_bucket{le="1"} 0',
-                       'morph_real_time_factor_bucket{le="2"} 1']
-    assert len(rtf) == len(RTF_BUCKETS) + 3 and rtf[-1] == "morph_real_time_factor_count 1"
-    assert "morph_audio_seconds_total 6.000" in out
+    assert rtf[:3] == ['morph_real_time_factor_bucket{le="0.5"} 1', 'morph_real_time_factor_bucket{le="1"} 1',
+                       'morph_real_time_factor_bucket{le="2"} 2']
+    assert len(rtf) == len(RTF_BUCKETS) + 3 and rtf[-1] == "morph_real_time_factor_count 2"
+    assert "morph_audio_seconds_total 6.100" in out
     for key, value in ENGINE.items():
         assert f"morph_{key} {value}" in out and f"# TYPE morph_{key} gauge" in out
-    assert "# TYPE morph_requests_total counter" in out and "# TYPE morph_real_time_factor histogram" in out
+    for header in ("# HELP morph_requests_total Speech requests by how they ended.",
+                   "# TYPE morph_requests_total counter",
+                   "# HELP morph_time_to_first_audio_seconds From a request's arrival to its first audio.",
+                   "# TYPE morph_time_to_first_audio_seconds histogram",
+                   "# HELP morph_real_time_factor Seconds of audio per second of a request, finished ones.",
+                   "# TYPE morph_real_time_factor histogram", "# TYPE morph_audio_seconds_total counter",
+                   "# HELP morph_rows_live Rows decoding in the batch at its last frame.",
+                   "# HELP morph_cache_slots Key/value cache slots the live rows use (prompt and frames so far)."):
+        assert header in out
     assert m.text(ENGINE).endswith("\n")
 
 
