@@ -266,11 +266,12 @@ class LiveEngine:
 
     def _batch_failed(self, error: BaseException) -> None:
         """A batch failed and the CUDA context survived: its requests fail, but out of memory, where the batch narrows
-        and the rows that have handed out no audio go back to the front of the queue (BatchTTS.render's back-off)."""
+        to half its width and the rows that have handed out no audio go back to the front of the queue
+        (BatchTTS.render's back-off)."""
         oom = isinstance(error, torch.cuda.OutOfMemoryError)
         with self._cv:
             held = dict.fromkeys(self._rows.values())
-            width = min(self.width, len(self._rows))
+            width = self.width  # what the batch allocates for, however many rows it held
             self._rows.clear()
             self._joined.clear()
             again = []
@@ -294,7 +295,7 @@ class LiveEngine:
         if oom:
             error = RuntimeError(f"{self.who}: the GPU ran out of memory ({_first_line(error)}) " + (
                 "after this request's audio had begun; send it again" if width > 1 else
-                "with one row in the batch; send a shorter text or a lower max_new_tokens"))
+                "in a batch of one row; send a shorter text or a lower max_new_tokens"))
         for request in held:
             self._end(request, error)
 

@@ -178,7 +178,8 @@ def test_calls_run_on_the_engines_thread_between_frames(engine, voices):
 
 def test_out_of_memory_narrows_the_batch_and_runs_again_the_rows_that_handed_nothing(lean, voices, monkeypatch):
     """The batch runs out of memory once, with a streaming request and one that has just joined: the first has
-    handed audio out, so it fails; the second runs again in a batch of half the rows and gets the take it has alone."""
+    handed audio out, so it fails; the second runs again in a batch of half the width and gets the take it has
+    alone."""
     oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     monkeypatch.setattr(morph.live_engine, "RowRunner", fault_runner(oom, times=1))
     engine = LiveEngine(lean, width=4, max_frames=64, max_prompt=400)
@@ -189,7 +190,7 @@ def test_out_of_memory_narrows_the_batch_and_runs_again_the_rows_that_handed_not
         got = again.audio()
         assert streamed.done.wait(TIMEOUT) and "ran out of memory" in str(streamed.error)
         assert "after this request's audio had begun" in str(streamed.error)
-        assert engine.stats()["width"] == 1  # two rows in the batch: half of them
+        assert engine.stats()["width"] == 2  # half the slots the batch had
         alone = BatchTTS(lean).render([Line("FAIL, then again.", voices["xvec"], "English")], settings(12, 3),
                                       batch_size=1, continuous=True)[0]
         assert_audio_close(got, alone, rel=1e-4)
