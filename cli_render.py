@@ -305,14 +305,14 @@ def write(engine, parsed, lines, store, language, settings, args) -> int:
         with quiet_third_party():  # transformers' note on the repetition penalty, at the first generate
             if pool and todo:
                 engine().render(job, settings, args.batch_size, args.pause, finish_line, on_step=progress.step,
-                                on_lines=progress.lines_done, batching=args.batching)
+                                on_lines=progress.lines_done, batching=args.batching, words=FOR_CLI)
             elif pool:
-                store.join_lines([p.name for p in parsed], args.pause)
+                job.write_dialogue(args.pause)
                 job.finish(args.pause)
             else:
-                result = job.run(engine, settings, args.batch_size, args.pause, finish_line=finish_line,
-                                 on_step=progress.step, on_line=progress.line, who="cli.py render", words=FOR_CLI,
-                                 continuous=continuous)
+                job.run(engine, settings, args.batch_size, args.pause, finish_line=finish_line, on_step=progress.step,
+                        on_line=progress.line, who="cli.py render", words=FOR_CLI, continuous=continuous,
+                        dialogue=True)
     except KeyboardInterrupt:
         progress.finish()
         print(f"interrupted: {len(job.lengths)} of {len(lines)} lines are in {store.folder}; the same command "
@@ -320,10 +320,8 @@ def write(engine, parsed, lines, store, language, settings, args) -> int:
         return 130
     progress.finish()
     took = time.perf_counter() - start
-    # the workers' files were joined into it already; here, written whole like every file of the store
-    dialogue = store.dialogue_path if pool else store.write_dialogue(result.dialogue)
     print(f"wrote {len(lines)} lines ({kept} reused), {progress.tally.audio_s:.1f} s of new audio in {took:.1f} s, "
-          f"the dialogue {dialogue}, {store.stem}.srt and {store.manifest_path.name} in {store.folder}")
+          f"the dialogue {store.dialogue_path}, {store.stem}.srt and {store.manifest_path.name} in {store.folder}")
     return 0
 
 
