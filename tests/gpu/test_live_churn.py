@@ -73,7 +73,7 @@ def test_requests_joining_ending_and_cancelled_at_random_times_all_end(tmp_path)
     finally:
         engine.close()
     states = [r.state for r in requests]
-    assert len(requests) > 1000
+    assert len(requests) > 300
     assert set(states) <= {"done", "cancelled"}, [(i, s, ends.get(i)) for i, s in enumerate(states) if s not in
                                                   ("done", "cancelled")][:5]
     assert not [e for e in ends.values() if e is not None]
