@@ -8,7 +8,6 @@ import concurrent.futures
 import contextlib
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import pytest
 
 import cli
 from bench import serve as load_test
+from tests.http_server import free_port, wait_healthy
 from tests.morph.serve.test_app import wav_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,24 +58,14 @@ def test_the_server_it_starts_streams_speech_to_the_load_test(tiny_dir, tmp_path
 def faulty_server(tiny_dir, tmp_path, mode, *flags):
     """`cli.py serve` in a process of its own, its engine given a fault (tests/serve_faults.py); its URL and process
     once /health is 200."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "tests.serve_faults", mode, "--model", str(tiny_dir), "--device",
                                 "cpu", "--voices", str(tmp_path / "voices"), "--port", str(port), "--batch-size", "2",
                                 *flags], cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300  # a loaded machine: the load and the warm-up can take minutes
-        while True:
-            assert process.poll() is None, "the server exited while starting"
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the server never became ready"
-            time.sleep(0.1)
+        # a loaded machine: the load and the warm-up can take minutes
+        wait_healthy(url, 300, alive=lambda: process.poll() is None)
         reply = httpx.post(f"{url}/v1/audio/voices", data={"name": "alice"}, timeout=60,
                            files={"audio_sample": ("a.wav", wav_bytes(np.random.default_rng(0).normal(
                                0, 0.1, 24000).astype(np.float32)), "audio/wav")})

@@ -4,12 +4,11 @@ morph/serve/app.py, waited on until /health says it is warm."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
-import time
 
-import httpx
 import pytest
+
+from tests.http_server import free_port, wait_healthy
 
 API_KEY = "test-key"
 LIMITS = dict(width=4, max_frames=400, max_prompt=400)
@@ -23,22 +22,12 @@ def serving(tts, voices_dir, **options):
     from morph.serve.app import create_app
 
     app = create_app(tts, voices_dir, **{"api_key": API_KEY, **LIMITS, **options})
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "the server never became ready"
-        time.sleep(0.1)
+    wait_healthy(url, 120)
     try:
         yield url, app
     finally:
