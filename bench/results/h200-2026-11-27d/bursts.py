@@ -1,5 +1,5 @@
 """Scratch: bursts through a live engine whose small cache makes the shared position restart while the batch is empty."""
-import json, os, random, sys, time, threading
+import json, os, random, sys, time
 import torch
 sys.path.insert(0, os.getcwd())
 from morph.engine import MorphTTS
