@@ -1,5 +1,6 @@
 """Layout rules a test keeps: bench/results/ holds results (data) and no scripts; no module of the engine,
-the nodes or the tools is over 300 lines, so that each is one a reader can hold; and nodes/services.py is the
+the nodes or the tools is over about 600 lines (the developers' guide: one concept a file, never split just to fit a
+count), so that each is one a reader can hold; and nodes/services.py is the
 only module of the pack that imports ComfyUI (its docstring's contract), lazily."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MAX_LINES = 300
+MAX_LINES = 600
 CODE_FOLDERS = ("morph", "nodes", "tools")
 
 
@@ -30,7 +31,7 @@ def test_bench_results_hold_no_scripts():
                          f"belongs in bench/ (documented there), a one-off in the history only: {scripts}")
 
 
-def test_no_module_is_over_300_lines():
+def test_no_module_is_over_600_lines():
     over = {}
     for folder in CODE_FOLDERS:
         for path in files_under(folder):
