@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from .continuous import RowRunner, budget_pages, runs_lean
+from .errors import reason
 from .line_audio import LineAudio
 from .lines.line import Line, Row
 from .lines.text_split import MAX_SEGMENT_CHARS
@@ -293,7 +294,7 @@ class LiveEngine:
         else:
             log.error("%s: the batch failed", self.who, exc_info=error)
         if oom:
-            error = RuntimeError(f"{self.who}: the GPU ran out of memory ({_first_line(error)}) " + (
+            error = RuntimeError(f"{self.who}: the GPU ran out of memory ({reason(error)}) " + (
                 "after this request's audio had begun; send it again" if width > 1 else
                 "in a batch of one row; send a shorter text or a lower max_new_tokens"))
         for request in held:
@@ -302,7 +303,7 @@ class LiveEngine:
     def _fail(self, error: BaseException) -> None:
         """The engine cannot go on: every request it holds, and every one after, ends with EngineFailed."""
         log.critical("%s: the engine failed and cannot go on", self.who, exc_info=error)
-        failure = EngineFailed(f"the speech engine failed ({type(error).__name__}: {_first_line(error)}) and cannot go "
+        failure = EngineFailed(f"the speech engine failed ({reason(error)}) and cannot go "
                                "on; the process must be restarted")
         with self._cv:
             self.failure, self._closed = failure, True
@@ -388,7 +389,3 @@ class LiveEngine:
                 request.on_end(error)
             except Exception:  # a caller's callback must not stop the batch
                 log.exception("%s: request %d: on_end failed", self.who, request.id)
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).splitlines() or [""])[0]
