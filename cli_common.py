@@ -258,7 +258,7 @@ def read_clip(path: Path, who: str, icl: bool, words: Words) -> np.ndarray:
 
 def load_base_model(args: argparse.Namespace):
     """load_model for cloning a voice: --device checked first, then a Base model, or an error naming --model."""
-    from morph.engine import VARIANT_NAMES
+    from morph.api import VARIANT_NAMES
     from morph.qwen.loading import resolve_device
 
     resolve_device(args.device)
@@ -378,7 +378,7 @@ def bar(fraction: float, width: int = 24) -> str:
 
 def load_model(args: argparse.Namespace, mode: str = "auto"):
     """The MorphTTS that --model and its options name, loaded quietly, decoding in `mode`."""
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     print(f"loading {args.model} ...", file=sys.stderr)
     return MorphTTS.load(args.model, args.device, args.dtype, args.attention, search_dirs=[args.models_dir],

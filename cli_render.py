@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     with store, Engine(args) as engine:  # this command alone writes --prefix in --out until it ends
         kind = engine.config.get("tts_model_type")
         if kind != variant:
-            from morph.engine import VARIANT_NAMES
+            from morph.api import VARIANT_NAMES
 
             flag = next(f"--{k}" for k, v in KINDS.items() if v == variant)
             raise CliError(f"--model: {args.model} is a {VARIANT_NAMES.get(kind, kind)} model; {flag} needs a "
@@ -260,7 +260,7 @@ def script_lines(engine, variant, cast, clips, transcripts, instructs, parsed, l
     """One scheduler Line per script line, each character's voice made once (a clip's by the model: its voice, which
     the fingerprint holds, is known only once made)."""
     from morph.lines.script import name_key
-    from morph.scheduler import Line
+    from morph.render import Line
 
     made = {}
     for key, (name, value) in cast.items():

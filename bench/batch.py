@@ -3,7 +3,7 @@
 The same `--lines` lines (about 5 s each: `--frames` frames, EOS held back so random weights
 cannot stop early; or, with `--lengths mixed`, a script's spread of lengths, each row ending at its own frame:
 bench.common.mixed_texts; x-vector and ICL voices alternating, or one kind) are rendered through
-morph/scheduler.py's BatchTTS at every batch size of `--batch-sizes` (1 = one line at a time),
+morph/render.py's BatchTTS at every batch size of `--batch-sizes` (1 = one line at a time),
 every seq_groups of `--seq-groups` and every mode of `--modes`, measured three ways:
 - decode only: `BatchTTS.codes` (prefill and decode of each batch, no codec), as before;
 - end to end: `BatchTTS.render`: text in, tokenize, prefill, decode, codec decode, float32 audio out (the first
@@ -53,7 +53,7 @@ from morph.decode.runner import MODES, check_mode
 from morph.lines.script import parse_script
 from morph.lines.store import LineStore
 from morph.memory import working_memory
-from morph.scheduler import BatchTTS, Line, plan_batches
+from morph.render import BatchTTS, Line, plan_batches
 from morph.script_job import ScriptJob, render_context
 from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
 from postprocess import smooth

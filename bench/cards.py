@@ -27,7 +27,7 @@ import torch
 from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, run_info, script_lines
 from bench.sentences import reference_wave
 from bench.workload import eos_suppressed, sync
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
 
 KEPT_GIB = 1  # what the README tells users to leave for CUDA and ComfyUI
@@ -67,7 +67,7 @@ def one_card(args, card_gib: float) -> dict:
     batch = BatchTTS(tts)
     batch.stop = lambda row: min(row.limit, ends[row.text])
     retries = _Retries()
-    logging.getLogger("morph.scheduler").addHandler(retries)
+    logging.getLogger("morph.render").addHandler(retries)
     weights = torch.cuda.memory_allocated()
     rows = []
     for size in args.batch_sizes:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from bench.random_model import build_random_model
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 from morph.lines.text_split import MAX_SEGMENT_CHARS
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

@@ -34,7 +34,7 @@ import torch
 
 from bench import numerics
 from bench.common import add_model_args, emit, load_bench_model, project_commit
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 from morph.settings import SAMPLE_RATE, GenerationSettings, default_max_frames
 
 KS = (15, 7, 5, 4)

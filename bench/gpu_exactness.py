@@ -21,7 +21,7 @@ from bench.common import emit
 from bench.stacks import Runner, stack
 from bench.sentences import reference_wave
 from bench.workload import REF_TEXT, eos_suppressed
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 from morph.decode.sampling import draw, torch_noise
 
 

@@ -7,7 +7,7 @@ import contextlib
 
 import torch
 
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 
 
 class Stop(Exception):

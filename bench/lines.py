@@ -5,7 +5,7 @@ from __future__ import annotations
 from bench.common import mixed_texts, script_lines, skewed_lines
 from bench.sentences import SENTENCES, reference_wave
 from bench.workload import REF_TEXT
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 
 
 def script(n: int) -> list[str]:

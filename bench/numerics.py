@@ -59,7 +59,7 @@ from bench.sentences import reference_wave
 from bench.workload import REF_TEXT, TEXT
 from morph import graphs
 from morph.decode import runner
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 
 STACKS = ("upstream", "lean", "graphs", "fused")
 YARDSTICK = "upstream"

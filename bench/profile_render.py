@@ -27,15 +27,15 @@ from bench.lines import script
 from bench.common import add_model_args, emit, load_bench_model, run_info
 from bench.sentences import reference_wave
 from bench.workload import REF_TEXT, eos_suppressed, sync, timed_calls
-from morph import scheduler
+from morph import render
 from morph.decode.talker_loop import TalkerLoop
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import FRAMES_PER_SECOND, GenerationSettings
 
 
 def phases(tts, device):
     """Wraps the render's parts with syncs (workload.timed_calls); yields the dict of seconds per part they fill."""
-    return timed_calls([(scheduler, "prompt_inputs", "prompt_inputs"), (tts.tts.model, "generate", "generate"),
+    return timed_calls([(render, "prompt_inputs", "prompt_inputs"), (tts.tts.model, "generate", "generate"),
                         (TalkerLoop, "prefill", "prefill"), (TalkerLoop, "_decode", "frame_loop")],
                        around=lambda: sync(device))
 
@@ -101,10 +101,10 @@ def profile_batch(tts, lines: list[Line], frames: int, top: int) -> dict:
         refs = [v.ref_code for v in voices]
         tok = tts.tts.model.speech_tokenizer
         lean = batch.decode(codes, voices)
-        up = scheduler.decode_rows(tok, codes, refs)
+        up = render.decode_rows(tok, codes, refs)
         row["codec_s"] = {}
         for name, run in (("lean", lambda: batch.decode(codes, voices)),
-                          ("upstream", lambda: scheduler.decode_rows(tok, codes, refs))):
+                          ("upstream", lambda: render.decode_rows(tok, codes, refs))):
             sync(device)
             start = time.perf_counter()
             run()
@@ -112,7 +112,7 @@ def profile_batch(tts, lines: list[Line], frames: int, top: int) -> dict:
             row["codec_s"][name] = round(time.perf_counter() - start, 4)
         dtype = next(tok.model.parameters()).dtype
         tok.model.float()
-        exact = scheduler.decode_rows(tok, codes, refs)
+        exact = render.decode_rows(tok, codes, refs)
         tok.model.to(dtype)
         rms = float(np.sqrt(np.mean(np.concatenate(exact) ** 2)))
         row["codec_error_vs_fp32"] = {

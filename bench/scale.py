@@ -42,10 +42,10 @@ from bench.sentences import reference_wave
 from bench.workload import eos_suppressed
 from morph.distributed.job import WorkerPool
 from morph.distributed.worker import LineWorker
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 from morph.lines.script import parse_script
 from morph.lines.store import LineStore
-from morph.scheduler import Line
+from morph.render import Line
 from morph.script_job import ScriptJob, render_context
 from morph.settings import SAMPLE_RATE, GenerationSettings, default_max_frames
 

@@ -51,9 +51,9 @@ from bench.sentences import reference_wave
 from bench.workload import REF_TEXT, TEXT, eos_suppressed, peak_bytes, sync
 from morph.continuous import runs_lean
 from morph.decode.runner import check_mode
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 from morph.qwen.loading import resolve_device
-from morph.scheduler import BatchTTS
+from morph.render import BatchTTS
 from morph.settings import DEFAULT_SEQ_GROUPS, FRAMES_PER_SECOND, MODES, SAMPLE_RATE, GenerationSettings
 
 # Every mode the engine has, at the exact setting and the default one.

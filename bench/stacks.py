@@ -10,7 +10,7 @@ import torch
 
 from bench.workload import REF_TEXT, TEXT
 from morph.decode.runner import check_mode
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 from morph.settings import GenerationSettings, Sampling
 
 

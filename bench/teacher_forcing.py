@@ -22,7 +22,7 @@ from bench.workload import eos_held_back
 from morph import graphs
 from morph.decode import lean, runner
 from morph.decode.fused_stack import FusedStack
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 from morph.settings import GenerationSettings
 
 # -- recording the forced codes ------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 
 TEXT = ("The river ran quietly past the old mill, and the children counted the boats until the sun went down "
         "behind the hills, then walked home along the towpath, telling stories about the people on board.")

@@ -3,7 +3,7 @@
 Both are looked up on first use, so importing a light module such as morph.settings does not load the engine.
 """
 
-_EXPORTS = {"MorphTTS": "engine", "GenerationSettings": "settings"}
+_EXPORTS = {"MorphTTS": "api", "GenerationSettings": "settings"}
 
 
 def __getattr__(name: str):

@@ -1,7 +1,7 @@
 """What a run needs on the device beyond the weights, for a host's memory manager to make room (ComfyUI's
 `memory_required`). Counted from the loaded model's shape, as the run allocates it.
 
-The continuous batch (what render runs by default wherever the lean layers do, morph/scheduler.py) holds:
+The continuous batch (what render runs by default wherever the lean layers do, morph/render.py) holds:
   - pool: the talker's keys and values, in pages (morph/settings.py requeue_pool_pages, as a render that does not
     stream sizes it): what the `batch_size` rows that span the most cache slots take at POOL_FRAME_SHARE of their
     frame limits (a row the pool cannot grow is preempted and starts again), and at least the largest row whole;

@@ -65,7 +65,7 @@ class Cadence:
 
 
 class JobProgress:
-    """The tally of one job's rendering: `step(done, total)` with the engine's frame slots (morph/scheduler.py's
+    """The tally of one job's rendering: `step(done, total)` with the engine's frame slots (morph/render.py's
     on_step), `lines_done(samples of each)` as lines are written. The time left follows the frame slots; the audio
     and the speed follow the lines written."""
 

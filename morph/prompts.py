@@ -35,7 +35,7 @@ def make_rows(tts, lines: Sequence[Line], settings: GenerationSettings, who: str
     for i, line in enumerate(lines):
         where = f"{who} ({labels[i]})" if labels else f"{who} (line {i + 1})" if len(lines) > 1 else who
         if not isinstance(line, Line):
-            raise TypeError(f"{where}: expected a morph.scheduler.Line, got {type(line).__name__}")
+            raise TypeError(f"{where}: expected a morph.render.Line, got {type(line).__name__}")
         check_line(tts, line, who, where, words)
         text = line.text.strip()
         pieces = split_text(text, MAX_SEGMENT_CHARS) if len(text) > MAX_SEGMENT_CHARS else [text]

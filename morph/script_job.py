@@ -31,7 +31,7 @@ from .lines.script import ScriptLine
 from .lines.files import LineWriteError, check_space, wav_header
 from .lines.store import LineStore, Written, cues, fingerprint, join_clips, srt
 from .lines.words import FOR_PYTHON, Words
-from .scheduler import BatchTTS, Line, OnLine, OnStep
+from .render import BatchTTS, Line, OnLine, OnStep
 from .settings import SAMPLE_RATE, GenerationSettings
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from ..morph.lines.store import LineStore
 from ..morph.lines.words import FOR_NODES
 from ..morph.memory import working_memory
 from ..morph.progress import Cadence, JobProgress
-from ..morph.scheduler import Line
+from ..morph.render import Line
 from ..morph.script_job import ScriptJob, render_context
 from ..morph.settings import BATCHING, DEFAULT_BATCH_SIZE, DEFAULT_BATCHING, SAMPLE_RATE
 from ..postprocess import smooth

@@ -79,7 +79,7 @@ class LoadModel:
     @staticmethod
     def _load(model, dtype, attention, device, speed_mode, where):
         from ..morph.decode.runner import device_note
-        from ..morph.engine import MorphTTS  # the decode path and its kernels load when a model does
+        from ..morph.api import MorphTTS  # the decode path and its kernels load when a model does
 
         load_device, offload_device = services.choose_devices(device)
         target = resolve_device(load_device or device)

@@ -34,7 +34,7 @@ def tiny_dir(model_dirs):
 @pytest.fixture(scope="session")
 def tiny_tts(tiny_dir):
     """The tiny Base model loaded through the pack's own loader (fp32, sdpa, CPU)."""
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     return MorphTTS.load(str(tiny_dir), device="cpu", dtype="fp32", attention="sdpa")
 
@@ -56,7 +56,7 @@ def _deterministic():
 @pytest.fixture
 def no_load(monkeypatch):
     """For the CLI's checks: every one must fail before the model loads."""
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     def load(*args, **kwargs):
         raise AssertionError("the model was loaded before the inputs were checked")

@@ -203,7 +203,7 @@ def test_every_common_clip_file_clones(name, tiny_dir, tmp_path, capsys, caplog)
 @pytest.fixture
 def never_ending(monkeypatch):
     """Random weights end their speech at random frames; here they never do, so every frame limit is reached."""
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     load = MorphTTS.load
 

@@ -210,6 +210,6 @@ def test_the_checks_that_need_no_model_run_before_torch_and_info_loads_no_model(
     for argv, answer in runs.items():
         code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); import cli; rc = cli.main({argv}); " \
                "print(rc, 'torch' in sys.modules, any(m.split('.')[0] in ('transformers', 'qwen_tts') or " \
-               "m == 'morph.engine' for m in sys.modules))"
+               "m == 'morph.api' for m in sys.modules))"
         run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert run.stdout.split()[-3:] == [*answer, "False"], (argv, run.stdout, run.stderr)

@@ -22,7 +22,7 @@ LAYERS = (
     ("morph.lines", 1, "lines"), ("morph.qwen", 1, "qwen"), ("morph.kernels", 1, "kernels"),
     ("morph.graphs", 1, "graphs"), ("morph.masked_attention", 1, "attention"),
     ("morph.decode", 2, "decode"), ("morph.codec", 2, "codec"),
-    ("morph.engine", 3, "top"), ("morph.scheduler", 3, "top"), ("morph.memory", 3, "top"), ("morph", 3, "top"),
+    ("morph.api", 3, "top"), ("morph.render", 3, "top"), ("morph.memory", 3, "top"), ("morph", 3, "top"),
     ("nodes", 4, "nodes"),
 )
 # Imports that no rank allows: (importer prefix, imported prefix).
@@ -146,9 +146,9 @@ def test_every_module_has_a_layer():
 
 def test_the_graph_sees_every_kind_of_import():
     graph = import_graph()
-    assert "morph.decode.patch" in graph["morph.engine"]  # relative, module level
+    assert "morph.decode.patch" in graph["morph.api"]  # relative, module level
     assert "morph.kernels.snake" in graph["morph.decode.patch"]  # relative, inside a function
-    assert "morph.scheduler" in graph["nodes.batch"]  # `from ..morph.scheduler import ...` from the nodes
+    assert "morph.render" in graph["nodes.batch"]  # `from ..morph.render import ...` from the nodes
     assert "torch" in graph["morph.graphs"]
 
 
@@ -156,8 +156,8 @@ def test_the_checker_reports_a_cycle_an_upward_import_and_a_bypassed_seam(tmp_pa
     """On a synthetic package: the checks can fail."""
     files = {
         "morph/__init__.py": "",
-        "morph/settings.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .engine import X\n",
-        "morph/engine.py": "def f():\n    from morph import settings\n",
+        "morph/settings.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .api import X\n",
+        "morph/api.py": "def f():\n    from morph import settings\n",
         "morph/decode/__init__.py": "",
         "morph/decode/step.py": "from ..qwen import compat\n",
         "morph/decode/patch.py": "from ..qwen.compat import y\n",
@@ -168,9 +168,9 @@ def test_the_checker_reports_a_cycle_an_upward_import_and_a_bypassed_seam(tmp_pa
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     graph = import_graph(tmp_path, ("morph",))
-    assert cycles(graph) == [["morph.engine", "morph.settings"]]
+    assert cycles(graph) == [["morph.api", "morph.settings"]]
     assert violations(graph) == [
         "morph.decode.step -> morph.qwen.compat: decode reaches qwen only through morph.decode.patch",
         "morph.qwen.compat -> nodes: forbidden",
-        "morph.settings -> morph.engine: top (rank 3) is not below records (rank 0)",
+        "morph.settings -> morph.api: top (rank 3) is not below records (rank 0)",
     ]

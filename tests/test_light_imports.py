@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "triton", "transformers", "qwen_tts", "morph.decode", "morph.kernels", "morph.engine")
+HEAVY = ("torch", "triton", "transformers", "qwen_tts", "morph.decode", "morph.kernels", "morph.api")
 
 
 def loaded_after(code: str) -> list[str]:
@@ -30,7 +30,7 @@ def test_the_settings_and_the_package_import_no_torch():
 
 def test_the_package_exports_load_on_first_use():
     modules = loaded_after("from morph import MorphTTS")
-    assert "morph.engine" in modules and "morph.decode.patch" in modules
+    assert "morph.api" in modules and "morph.decode.patch" in modules
 
 
 def test_loading_the_nodes_under_comfyui_loads_no_decode_path():
@@ -39,5 +39,5 @@ def test_loading_the_nodes_under_comfyui_loads_no_decode_path():
             "assert len(pack.NODE_CLASS_MAPPINGS) > 5")
     modules = loaded_after(code)
     pack = "qwen3tts_morph_pack_under_test."
-    assert pack + "nodes.batch" in modules and pack + "morph.scheduler" in modules
+    assert pack + "nodes.batch" in modules and pack + "morph.render" in modules
     assert heavy(modules, pack) == [] and "triton" not in modules

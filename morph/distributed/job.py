@@ -38,7 +38,7 @@ import numpy as np
 from ..lines.files import LineWriteError
 from ..lines.store import LineFiles
 from ..lines.words import FOR_PYTHON, Words
-from ..scheduler import Line, OnStep, plan_batches
+from ..render import Line, OnStep, plan_batches
 from ..script_job import ScriptJob
 from ..settings import DEFAULT_BATCHING, GenerationSettings
 from .worker import LineWorker

@@ -14,10 +14,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..continuous import continuous_for
-from ..engine import MorphTTS
+from ..api import MorphTTS
 from ..lines.store import LineFiles, Written
 from ..lines.voice import Voice
-from ..scheduler import BatchTTS, Line
+from ..render import BatchTTS, Line
 from ..script_job import render_context
 from ..settings import GenerationSettings
 

@@ -22,7 +22,7 @@ import numpy as np
 from fastapi import Request as HttpRequest
 from fastapi.responses import Response, StreamingResponse
 
-from ..engine import VARIANT_NAMES
+from ..api import VARIANT_NAMES
 from ..lines.line import Line
 from ..lines.voice import Voice
 from ..live_engine import Busy, LiveEngine

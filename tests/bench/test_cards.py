@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from bench.cards import _Retries
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings
 
 
@@ -22,11 +22,11 @@ def test_a_retry_at_half_the_batch_is_seen(tiny_tts, monkeypatch):
 
     monkeypatch.setattr(BatchTTS, "_static", once_out_of_memory)
     retries = _Retries()
-    logging.getLogger("morph.scheduler").addHandler(retries)
+    logging.getLogger("morph.render").addHandler(retries)
     try:
         voice = tiny_tts.make_voice((0.3 * np.sin(np.arange(24000) / 9.0)).astype(np.float32), 24000)
         lines = [Line(text, voice, "English") for text in ("One.", "Two.", "Three.", "Four.")]
         BatchTTS(tiny_tts).render(lines, GenerationSettings(max_new_tokens=4), batch_size=4)
     finally:
-        logging.getLogger("morph.scheduler").removeHandler(retries)
+        logging.getLogger("morph.render").removeHandler(retries)
     assert failed == [4] and retries.seen and "retrying in batches of 2" in retries.seen[0]

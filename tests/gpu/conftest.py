@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 
 NO_GPU = "no CUDA device here: run bash tools/gpu_check.sh on an NVIDIA GPU"
 HERE = Path(__file__).parent

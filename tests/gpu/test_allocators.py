@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = r"""
 import json, sys, torch
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 from morph.settings import GenerationSettings
 import numpy as np
 tts = MorphTTS.load(sys.argv[1], device="cuda", dtype="fp32")

@@ -6,7 +6,7 @@ import logging
 import pytest
 import torch
 
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 
 TEXTS = ["The first line, and the longest of the six in this batch.", "A short one.", "Number three here.",

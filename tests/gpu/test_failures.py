@@ -8,7 +8,7 @@ import torch
 
 from morph import graphs
 from morph.decode import lean
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings
 
 SETTINGS = GenerationSettings(seq_groups=5, seed=3, max_new_tokens=16)

@@ -4,7 +4,7 @@ continuous batch's own: tests/gpu/test_continuous.py)."""
 import pytest
 import torch
 
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 
 TEXTS = ["The first line, and the longest of the four in this batch.", "A short one.", "Number three here.",

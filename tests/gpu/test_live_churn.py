@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from bench.random_model import build_random_model
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 from morph.lines.line import Line
 from morph.live_engine import Busy, LiveEngine
 from morph.settings import GenerationSettings

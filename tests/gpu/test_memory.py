@@ -27,10 +27,10 @@ from bench.lines import script
 from bench.random_model import build_random_model
 from bench.sentences import reference_wave
 from bench.workload import REF_TEXT, eos_suppressed, graph_bytes
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 from morph.graphs import trim_graph_memory
 from morph.memory import working_memory
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings
 
 FRAMES = 62  # about 5 s

@@ -4,7 +4,7 @@ exact function than upstream's own ops), alone and in a whole codec decode."""
 import pytest
 import torch
 
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.qwen.compat import import_qwen_tts
 from morph.settings import GenerationSettings
 from tests.audio_compare import assert_audio_close

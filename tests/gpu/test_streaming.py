@@ -12,7 +12,7 @@ import torch
 from bench.workload import eos_suppressed
 from morph.codec.calls import FIRST_GRID
 from morph.continuous import LiveChunks
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
 

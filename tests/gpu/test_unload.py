@@ -28,7 +28,7 @@ def test_another_loaded_model_leaves_no_more_memory_after_its_unload(cuda_tts, t
     """What each render's streams keep for the process (cuBLAS's workspace per stream it has seen) is kept once: a
     second model loaded, rendered with and released leaves allocated memory where the first left it (a stream per
     model left 33 MiB a model in ComfyUI)."""
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     settings = GenerationSettings(seq_groups=5, seed=1, max_new_tokens=20)
     cuda_tts.clone("One model, rendered once.", voices["xvector"], "English", settings)

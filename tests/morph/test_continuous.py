@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from morph.continuous import runs_lean
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
 

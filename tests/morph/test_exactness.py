@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 
 from .helpers import recorded_codes
@@ -74,7 +74,7 @@ def test_k15_batch_equals_upstreams_batch(tiny_tts, voices, do_sample):
 
 @pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sampled"])
 def test_k15_custom_voice_and_voice_design_equal_upstream(model_dirs, do_sample):
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     settings = exact(do_sample, frames=12)
     cv = MorphTTS.load(str(model_dirs("tiny", "custom_voice")), device="cpu", dtype="fp32", attention="sdpa")
@@ -94,7 +94,7 @@ def test_k15_custom_voice_and_voice_design_equal_upstream(model_dirs, do_sample)
 
 def test_k15_equals_upstream_with_projection(model_dirs, ref_audio):
     """The 1.7B layout: the predictor is narrower than the talker, behind a Linear projection."""
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     tts = MorphTTS.load(str(model_dirs("tiny-proj", "base")), device="cpu", dtype="fp32", attention="sdpa")
     assert isinstance(tts.tts.model.talker.code_predictor.small_to_mtp_projection, torch.nn.Linear)
@@ -108,7 +108,7 @@ def test_k15_equals_upstream_with_projection(model_dirs, ref_audio):
 
 def test_k15_equals_upstream_eager_attention(tiny_dir, ref_audio):
     """Eager attention needs the explicit causal prefill mask; sdpa infers it."""
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     tts = MorphTTS.load(str(tiny_dir), device="cpu", dtype="fp32", attention="eager")
     voice = tts.make_voice(*ref_audio)

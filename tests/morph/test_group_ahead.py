@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from morph.group_ahead import GroupAhead
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from .helpers import runner_codes
 

@@ -12,7 +12,7 @@ import torch
 
 import morph.live_engine
 from morph.live_engine import Busy, EngineFailed, LiveEngine, fatal
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
 from tests.serve_faults import CUDA_ASSERT, fault_runner

@@ -16,7 +16,7 @@ from morph.settings import GenerationSettings
 
 def _upstream_calls(tts, lengths):
     """Row-frames of every call of upstream's decoder while a static batch's rows of `lengths` frames are decoded, as
-    the batch decodes them (morph/scheduler.py: one RowsDecode, finished when its longest row ends)."""
+    the batch decodes them (morph/render.py: one RowsDecode, finished when its longest row ends)."""
     g = torch.Generator().manual_seed(0)
     codes = [torch.randint(0, 2048, (n, 16), generator=g) for n in lengths]
     calls = []

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from morph.prompts import prompt_tokens, token_count
-from morph.scheduler import Line
+from morph.render import Line
 from morph.settings import GenerationSettings, Sampling
 from .helpers import ran_runner, runner_codes
 
@@ -131,7 +131,7 @@ def test_render_sizes_its_pool_to_the_widest_rows_or_takes_the_one_given(lean, v
     limits (settings.requeue_pool_pages of each row's prompt and frame limit: a row it cannot grow starts again), or,
     streamed, what they could reserve at once (settings.pool_pages); a pool of a given size gives the same audio;
     static batches take no pool."""
-    from morph.scheduler import BatchTTS
+    from morph.render import BatchTTS
     from morph.settings import pool_pages, requeue_pool_pages
 
     lines = [Line(t, voices["xvec"], "English") for t in TEXTS[:3]]
@@ -158,7 +158,7 @@ def test_a_preempted_rows_audio_is_its_take_from_the_start(lean, voices, monkeyp
     import numpy as np
 
     import morph.continuous
-    from morph.scheduler import BatchTTS
+    from morph.render import BatchTTS
 
     lines = [Line(t, voices["xvec"], "English") for t in TEXTS]
     settings = GenerationSettings(seed=5, max_new_tokens=60)

@@ -5,7 +5,7 @@ prefill_tokens, whatever the length of its text (the declared memory of a prefil
 from __future__ import annotations
 
 from morph.prompts import PROMPT_OVERHEAD_TOKENS, make_rows, prefill_tokens, prompt_inputs, prompt_tokens, token_count
-from morph.scheduler import Line
+from morph.render import Line
 from morph.settings import GenerationSettings
 
 

@@ -15,7 +15,7 @@ import pytest
 from morph.lines.files import LineWriteError
 from morph.lines.script import parse_script
 from morph.lines.store import LineStore
-from morph.scheduler import Line
+from morph.render import Line
 from morph.script_job import ScriptJob
 from morph.settings import GenerationSettings, Sampling
 

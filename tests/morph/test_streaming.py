@@ -19,7 +19,7 @@ from morph.codec.layers import LeanCodec
 from morph.codec.live import LiveRows
 from morph.codec.stream import RowsDecode
 from morph.line_audio import SEGMENT_PAUSE_SECONDS
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
 
@@ -95,7 +95,7 @@ def test_out_of_memory_retries_a_streamed_render_only_while_no_chunk_is_out(lean
                             on_chunk=lambda i, wav: got.append((i, wav)))
 
     got = []
-    with caplog.at_level("WARNING", logger="morph.scheduler"):
+    with caplog.at_level("WARNING", logger="morph.render"):
         audio = render(1, got)
     assert "retrying in batches of 1" in caplog.text
     plain = batch.render(lines, settings(12), batch_size=2, continuous=True)

@@ -130,10 +130,10 @@ def test_render_lines_outputs_a_list_a_dialogue_and_srt(nodes, base_model, bank,
 def test_batching_runs_the_continuous_batch_where_the_lean_layers_run_and_declares_its_memory(
         nodes, pack, base_model, bank, out_dir, batch_nodes, monkeypatch, batching, mode, continuous):
     """Eager mode is the exact reference: upstream's static batches whatever batching says."""
-    scheduler = sys.modules[pack.__name__ + ".morph.scheduler"]
+    render = sys.modules[pack.__name__ + ".morph.render"]
     ran, declared = [], []
-    real_render, real_memory = scheduler.BatchTTS.render, batch_nodes.working_memory
-    monkeypatch.setattr(scheduler.BatchTTS, "render",
+    real_render, real_memory = render.BatchTTS.render, batch_nodes.working_memory
+    monkeypatch.setattr(render.BatchTTS, "render",
                         lambda self, *a, **k: ran.append(k["continuous"]) or real_render(self, *a, **k))
     monkeypatch.setattr(batch_nodes, "working_memory",
                         lambda *a, **k: declared.append(k["continuous"]) or real_memory(*a, **k))
@@ -187,7 +187,7 @@ def test_progress_counts_frames_across_batches_and_cancel_lands_within_one_step(
 
 def test_resume_after_a_crash_renders_only_the_missing_lines(nodes, base_model, bank, out_dir, batch_nodes,
                                                              monkeypatch):
-    engine = sys.modules[batch_nodes.__name__.rsplit(".nodes.", 1)[0] + ".morph.scheduler"].BatchTTS
+    engine = sys.modules[batch_nodes.__name__.rsplit(".nodes.", 1)[0] + ".morph.render"].BatchTTS
     real = engine._generate
     rows = []
 

@@ -395,7 +395,7 @@ def test_a_warning_from_another_thread_is_not_shown_on_the_node(services, comfy)
         other = threading.Thread(target=lambda: logging.getLogger(services.PACK_LOGGER).warning("not mine"))
         other.start()
         other.join()
-        logging.getLogger(services.PACK_LOGGER + ".morph.engine").warning("mine")
+        logging.getLogger(services.PACK_LOGGER + ".morph.api").warning("mine")
     assert comfy.texts == [("7", "Warning: mine")]
     logging.getLogger(services.PACK_LOGGER).warning("after the node")
     assert comfy.texts == [("7", "Warning: mine")]

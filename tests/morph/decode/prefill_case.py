@@ -12,7 +12,7 @@ from morph.decode import lean
 from morph.decode.prefill import lean_prefill
 from morph.decode.talker_state import cache_tensors
 from morph.prompts import make_rows, prompt_inputs
-from morph.scheduler import Line
+from morph.render import Line
 from morph.settings import GenerationSettings
 
 SR = 24000

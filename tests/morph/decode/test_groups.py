@@ -9,7 +9,7 @@ import torch
 
 import morph.decode.prefill_graphs as prefill_graphs
 import morph.settings as settings
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 
 SETTINGS = GenerationSettings(seq_groups=5, do_sample=True, subtalker=Sampling(do_sample=True), max_new_tokens=12,

@@ -11,7 +11,7 @@ from morph.decode import lean
 from morph.decode.fused_stack import FusedStack
 from morph.settings import GenerationSettings, Sampling
 
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 
 from ..helpers import storage_bytes
 

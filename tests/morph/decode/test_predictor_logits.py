@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from bench.random_model import build_random_model
-from morph.engine import MorphTTS
-from morph.scheduler import BatchTTS, Line
+from morph.api import MorphTTS
+from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 
 from ..helpers import recorded_codes

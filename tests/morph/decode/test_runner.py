@@ -11,7 +11,7 @@ import logging
 import pytest
 import torch
 
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 
 from morph import graphs
 from morph.decode import runner
@@ -83,7 +83,7 @@ def test_without_triton_the_triton_modes_run_plain_graphs(monkeypatch, caplog):
 
 
 def test_the_retired_compile_mode_runs_fused_and_says_so(tiny_dir, caplog):
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     with caplog.at_level(logging.WARNING, logger="morph.decode.runner"):
         assert runner.check_mode("compile") == "fused"

@@ -18,7 +18,7 @@ from morph.distributed import job as distributed  # noqa: E402
 from morph.lines.files import LineWriteError  # noqa: E402
 from morph.lines.script import parse_script  # noqa: E402
 from morph.lines.store import LineStore  # noqa: E402
-from morph.scheduler import Line  # noqa: E402
+from morph.render import Line  # noqa: E402
 from morph.script_job import ScriptJob  # noqa: E402
 from morph.settings import GenerationSettings, Sampling  # noqa: E402
 
@@ -119,7 +119,7 @@ def test_gpus_starts_its_own_cluster_beside_a_ray_start_one(design_dir, tmp_path
 
 
 def test_nothing_left_to_render_starts_no_cluster_and_loads_no_model(design_dir, tmp_path, monkeypatch, capsys):
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     (tmp_path / "scene.txt").write_text(SCRIPT, encoding="utf-8")
     argv = ["render", str(tmp_path / "scene.txt"), *CAST, *options(design_dir, tmp_path / "r")]

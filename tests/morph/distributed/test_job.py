@@ -20,7 +20,7 @@ import cli  # noqa: E402
 from morph.distributed.job import WorkerPool, plan  # noqa: E402
 from morph.lines.script import parse_script  # noqa: E402
 from morph.lines.store import LineStore  # noqa: E402
-from morph.scheduler import Line  # noqa: E402
+from morph.render import Line  # noqa: E402
 from morph.script_job import ScriptJob  # noqa: E402
 from morph.settings import GenerationSettings, Sampling  # noqa: E402
 
@@ -113,7 +113,7 @@ def test_a_killed_worker_loses_no_line_and_writes_none_twice(design_dir, tmp_pat
     assert sorted(manifest) == [f"{i:04d}" for i in range(1, 11)]
     assert len(list((tmp_path / "ray").glob("s_*.wav"))) == 10 and not list((tmp_path / "ray").glob("*.part"))
 
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     tts = MorphTTS.load(**load)  # ... and each file what one process renders
     alone = script_job(tmp_path / "one", parsed, {}).run(lambda todo: tts, settings, 1, 0.1).clips

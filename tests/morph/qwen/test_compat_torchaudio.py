@@ -34,7 +34,7 @@ else:  # installed, but its library does not load against this torch
 
 logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
 import numpy as np
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 from morph.settings import GenerationSettings
 
 tts = MorphTTS.load(model, device="cpu", dtype="fp32", attention="sdpa")

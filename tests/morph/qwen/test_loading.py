@@ -32,7 +32,7 @@ def test_each_required_file_is_named_when_missing(tiny_dir, tmp_path, name):
 def test_the_file_list_is_what_loading_really_needs(tiny_dir, tmp_path):
     """A folder holding exactly FILES loads and speaks (tokenizer.json and the top-level
     preprocessor_config.json are extras the real checkpoints may or may not ship)."""
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     lean = tmp_path / "lean"
     for name in FILES:
@@ -130,7 +130,7 @@ def test_a_model_already_in_the_hugging_face_cache_is_used_offline(tmp_path, mon
 
 
 def test_corrupt_weights_are_a_clear_error(tiny_dir, tmp_path):
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     broken = tmp_path / "corrupt"
     shutil.copytree(tiny_dir, broken)
@@ -188,7 +188,7 @@ def test_transformers_loading_bars_show_only_when_asked_and_are_put_back(tiny_di
     import qwen_tts
     from transformers.utils import logging as transformers_logging
 
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     load, seen = qwen_tts.Qwen3TTSModel.from_pretrained, []
 

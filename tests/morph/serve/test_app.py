@@ -19,7 +19,7 @@ import openai
 import pytest
 import soundfile as sf
 
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.serve.app import create_app
 from morph.settings import GenerationSettings
 from tests.audio_compare import assert_audio_close

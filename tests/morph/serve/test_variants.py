@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from morph.engine import MorphTTS
+from morph.api import MorphTTS
 
 from .conftest import API_KEY, serving
 

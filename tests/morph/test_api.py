@@ -61,7 +61,7 @@ def test_cancel_in_on_step_propagates_and_the_next_run_is_clean(tiny_tts, ref_au
 
 def test_missed_eos_is_bounded_by_the_text_derived_limit(tiny_tts, ref_audio):
     """A model that never emits EOS stops at default_max_frames(text), not after minutes."""
-    from .test_scheduler import talker_logits
+    from .test_render import talker_logits
 
     voice = tiny_tts.make_voice(*ref_audio)
     text = "Hi."
@@ -107,7 +107,7 @@ def test_wrong_variant_names_the_variant_needed(tiny_tts, ref_audio):
 
 
 def test_custom_voice_and_voice_design_variants(model_dirs):
-    from morph.engine import MorphTTS
+    from morph.api import MorphTTS
 
     cv = MorphTTS.load(str(model_dirs("tiny", "custom_voice")), device="cpu", dtype="fp32")
     assert "vivian" in cv.speakers

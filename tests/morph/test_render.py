@@ -13,7 +13,7 @@ import torch
 
 import morph.prompts as prompts_module
 from morph.line_audio import SEGMENT_PAUSE_SECONDS
-from morph.scheduler import BatchTTS, Line
+from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
 
@@ -99,7 +99,7 @@ def test_a_row_never_sees_its_companions_data(tiny_tts, batch, lines, voices):
 @pytest.mark.parametrize("seq_groups", [1, 15])
 def test_rows_give_the_single_line_codes_in_any_batch(tiny_tts, batch, lines, seq_groups):
     """Across batch sizes, orders and paddings: the same codes as each line alone, with logits equal
-    to rounding (shapes pick different GEMM/attention reductions, see morph/scheduler.py)."""
+    to rounding (shapes pick different GEMM/attention reductions, see morph/render.py)."""
     settings = greedy(seq_groups)
     single_logits, single_codes = [], []
     for line in lines:
@@ -260,7 +260,7 @@ def test_out_of_memory_halves_the_batch_and_keeps_the_smaller_size(tiny_tts, bat
     settings = greedy(frames=4)
     alone = [batch.render([line], settings)[0] for line in lines[1:]]
     sizes = out_of_memory_above(tiny_tts, 2, monkeypatch)
-    with caplog.at_level(logging.WARNING, logger="morph.scheduler"):
+    with caplog.at_level(logging.WARNING, logger="morph.render"):
         got = batch.render(lines[1:], settings, batch_size=8)
     assert sizes == [4, 2, 2]
     for a, b in zip(got, alone, strict=True):

@@ -25,7 +25,7 @@ Two ways to run the rows (`continuous`; None, the default, resolves as morph/con
   way, bit for bit (tests/morph/test_exactness.py); all rows draw from that one stream, so a row's take depends on its
   companions. `seed=None` reseeds none.
 
-Batch invariance (greedy, fp32, CPU; tests/morph/test_scheduler.py): a row never sees its companions' data (for a
+Batch invariance (greedy, fp32, CPU; tests/morph/test_render.py): a row never sees its companions' data (for a
 fixed batch shape and row position its logits are bit-identical whatever they hold), but the shape changes the low
 bits (GEMM reduction order depends on M; left padding shifts keys across SIMD lanes; CPU sdpa depends on the row
 index). Bit-identical rows across shapes would need per-row GEMVs and attention, that is, no batching; the
@@ -70,7 +70,7 @@ def _allotment(rows: Sequence[Row]) -> int:
 
 
 class BatchTTS:
-    """Renders lines on a loaded engine, any number at once. The engine (morph/engine.py's MorphTTS) comes in
+    """Renders lines on a loaded engine, any number at once. The engine (morph/api.py's MorphTTS) comes in
     as an object: it imports this module, never the other way round. Only this class drives its patch."""
 
     def __init__(self, tts):

@@ -6,7 +6,7 @@
 
 Host services (progress, cancel) come in through `on_step(step, total)`, called once per
 frame before it is decoded; an exception raised there stops generation and propagates.
-Generation itself is morph/scheduler.py's: one line is a batch of one.
+Generation itself is morph/render.py's: one line is a batch of one.
 
     for chunk in tts.stream("Hello there.", voice, "English", settings):  # the line's audio as it is made
         play(chunk)
@@ -32,7 +32,7 @@ from .lines.words import FOR_PYTHON, Words
 from .lines.voice import Voice
 from .qwen.checkpoints import DEFAULT_MODEL, locate_checkpoint
 from .qwen.loading import load_qwen_tts, place, resolve_load
-from .scheduler import BatchTTS, Line, OnStep
+from .render import BatchTTS, Line, OnStep
 from .settings import SAMPLE_RATE, GenerationSettings
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ class MorphTTS:
             ref_text=transcript, model_size=self.model_size,
         )
 
-    # -- generation: one line through the batch front end (morph/scheduler.py) -------------
+    # -- generation: one line through the batch front end (morph/render.py) -------------
     def clone(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,
               on_step: OnStep | None = None, who: str = "Generate", split_long_text: bool = True,
               words: Words = FOR_PYTHON) -> np.ndarray:
