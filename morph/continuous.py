@@ -1,4 +1,4 @@
-"""A render's rows through one running batch (morph/decode/slots.py), each row's audio decoded a chunk at a time
+"""A render's rows through one running batch (morph/engine/batch.py), each row's audio decoded a chunk at a time
 while it is made (`LiveChunks`, through morph/codec/live.py) and handed out as chunks (on_chunk, when the render
 streams) and whole when the row ends: what BatchTTS.render(continuous=True) runs (not in eager mode).
 
@@ -83,7 +83,7 @@ def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int,
 
 
 class RowRunner:
-    """One continuous batch (morph/decode/slots.py) and its audio: rows join from a source while it runs (a render's
+    """One continuous batch (morph/engine/batch.py) and its audio: rows join from a source while it runs (a render's
     rows in run_rows, or the requests of morph/live_engine.py, which keeps one runner between its runs), each row's
     audio decoded while it is made and handed to on_row whole as it ends and, with on_chunk, a chunk at a time as it
     comes. `need`: the most cache slots one row may take (prompt, frames and the EOS slot); every row it is given
@@ -165,7 +165,7 @@ class RowRunner:
         return got, Group(rows, {k: got[k] for k in _PROMPT}, [self.stop(r) for r in rows], [k for _, k in chunk])
 
     def _build(self, options: dict) -> None:
-        from .decode.slots import ContinuousBatch
+        from .engine.batch import ContinuousBatch
 
         tts = self.tts
         self.batch = ContinuousBatch(tts.patch.loop, self.width, self.need, options, self.settings.seq_groups,

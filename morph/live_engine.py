@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from .continuous import RowRunner, budget_pages, runs_lean
+from .engine.scheduler import back_off
 from .errors import reason
 from .line_audio import LineAudio
 from .lines.line import Line, Row
@@ -276,8 +277,9 @@ class LiveEngine:
             self._rows.clear()
             self._joined.clear()
             again = []
-            if oom and width > 1:
-                self.width = (width + 1) // 2
+            narrower = back_off(width) if oom else None
+            if narrower is not None:
+                self.width = narrower
                 for request in list(held):
                     todo = request.audio.todo(request.rows)
                     if request.state == "running" and request.audio.restart(todo):
@@ -288,14 +290,14 @@ class LiveEngine:
                 self._waiting.extendleft(reversed(again))
             failed = set(held)
             self._waiting = collections.deque(w for w in self._waiting if w[2] not in failed)
-        if oom and width > 1:
+        if narrower is not None:
             log.warning("%s: out of GPU memory with %d rows in the batch; %d rows run again in a batch of at most %d "
                         "(set --batch-size %d to start there)", self.who, width, len(again), self.width, self.width)
         else:
             log.error("%s: the batch failed", self.who, exc_info=error)
         if oom:
             error = RuntimeError(f"{self.who}: the GPU ran out of memory ({reason(error)}) " + (
-                "after this request's audio had begun; send it again" if width > 1 else
+                "after this request's audio had begun; send it again" if narrower is not None else
                 "in a batch of one row; send a shorter text or a lower max_new_tokens"))
         for request in held:
             self._end(request, error)

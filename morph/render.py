@@ -50,6 +50,7 @@ import torch
 from .codec.pieces import decode_rows
 from .codec.stream import RowsDecode, decode_whole
 from .continuous import ref_code, resolve_continuous, run_rows, runs_lean
+from .engine.scheduler import back_off
 from .line_audio import LineAudio
 from .lines.line import Line, Row
 from .lines.voice import Voice
@@ -135,12 +136,13 @@ class BatchTTS:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
             width = min(cap, len(pending))
-            if width == 1:
+            narrower = back_off(width)
+            if narrower is None:
                 raise RuntimeError(_too_large(pending[0], oom))
             if not out.restart(pending):
                 raise RuntimeError(f"{who}: the GPU ran out of memory after audio had been handed to on_chunk, which "
                                    f"a retry in smaller batches would hand again: {oom}; set batch_size lower")
-            cap = (width + 1) // 2
+            cap = narrower
             log.warning("%s: out of GPU memory with a batch of %d rows; retrying in batches of %d",
                         who, width, cap)
         if batch_size is not None and cap < batch_size:

@@ -64,7 +64,7 @@ POOL_STEPS = 8
 
 def pool_pages(row_needs: Sequence[int], width: int) -> int:
     """Pages (the null page included) for a continuous batch of `width` slots whose rows each need row_needs[i] cache
-    slots (prompt, frames and EOS slot) and reserve one slot more as they join (morph/decode/slots.py _join): enough
+    slots (prompt, frames and EOS slot) and reserve one slot more as they join (morph/engine/batch.py _join): enough
     for the `width` largest reservations at once, each starting anywhere in a page, rounded up to one of POOL_STEPS
     sizes an octave."""
     largest = sorted(row_needs, reverse=True)[:max(1, int(width))]
@@ -73,7 +73,7 @@ def pool_pages(row_needs: Sequence[int], width: int) -> int:
     return -(-need // step) * step
 
 
-# A render whose rows may be preempted and start again (morph/decode/slots.py, an overcommitted pool) sizes its pool
+# A render whose rows may be preempted and start again (morph/engine/batch.py, an overcommitted pool) sizes its pool
 # for this share of each row's frame limit: speech ends at about a fifth of the text-derived limit (SECONDS_PER_CHAR
 # against about 14 characters spoken a second), and a row the pool cannot grow starts again rather than failing.
 # A quarter rather than a half gave a smaller pool at the same speed, with no row preempted on the pack's scripts.

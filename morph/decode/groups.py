@@ -1,4 +1,4 @@
-"""Rows that join the continuous batch together (morph/decode/slots.py): a group as its prompt was built, its prefill
+"""Rows that join the continuous batch together (morph/engine/batch.py): a group as its prompt was built, its prefill
 on the lean layers a slice at a time, and each of its rows waiting for a slot."""
 
 from __future__ import annotations

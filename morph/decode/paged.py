@@ -1,6 +1,6 @@
 """A paged key/value cache in torch (modes lean and graphs; morph/kernels/layers.py's paged attention is the fused
 mode's): per layer a pool [pages, kv_heads, page, D]; a row's logical slot s lives at pool[table[row, s // page], :,
-s % page] (morph/decode/blocks.py hands the pages out; page 0 is the null page that unused entries point at)."""
+s % page] (morph/engine/block_manager.py hands the pages out; page 0 is the null page that unused entries point at)."""
 
 from __future__ import annotations
 

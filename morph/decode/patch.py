@@ -85,7 +85,7 @@ class MorphPatch:
     def prompt_of(self, generate: Callable[[], object]) -> dict:
         """What `generate()` (upstream's generate on this model) passes the talker, without decoding: the prompt
         of its batch (left-padded embeddings, mask, trailing text) and its sampling settings, as keywords of
-        TalkerLoop.generate. The continuous batch (morph/decode/slots.py) prefills rows from it."""
+        TalkerLoop.generate. The continuous batch (morph/engine/batch.py) prefills rows from it."""
         self._capturing.on = True
         try:
             generate()

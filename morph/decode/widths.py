@@ -1,52 +1,24 @@
-"""The width a continuous batch's step runs at (morph/decode/slots.py): over its live rows only.
-
-The step runs over the first `bucket` slots, the smallest bucket (a power of two, or the batch's width) that holds
-the highest live slot, through a view of the state's first rows (TalkerState.rows, LeanState.rows): one step, one
-CUDA graph in the fast modes, per bucket, all captured before the first row joins, since a capture's warm-up runs
-the step for real and would write over live rows. Free slots are handed out lowest first, so rows gather at the
-bottom; once the live rows fit half the bucket, the rows above the bucket they fit are moved into free slots below
-it (`moves`), so a row left alone in a wide batch steps at the cost of a single line. Halving is what it takes to
-narrow again, so a join and a row's end cannot make the width flip every frame.
+"""The continuous batch's frame steps (morph/engine/batch.py), one per width it runs at (its scheduler's buckets,
+morph/engine/scheduler.py): each over the state's first `bucket` rows, through a view of them (TalkerState.rows,
+LeanState.rows); one CUDA graph per bucket in the fast modes, all captured before the first row joins, since a
+capture's warm-up runs the step for real and would write over live rows.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable
 
 from . import runner
 
 
-def buckets(width: int) -> list[int]:
-    """The widths a step runs at: the powers of two below `width`, then `width`."""
-    out = [1]
-    while out[-1] * 2 < width:
-        out.append(out[-1] * 2)
-    return out + [width] if width > 1 else out
-
-
-def bucket_for(sizes: list[int], rows: int) -> int:
-    """The smallest bucket of `sizes` that holds `rows` slots."""
-    return next(b for b in sizes if b >= rows)
-
-
-def moves(sizes: list[int], live: Iterable[int], free: list[int]) -> tuple[list[int], list[int]]:
-    """(from slots, to slots): the live slots above the smallest bucket that holds them all, each to one of the
-    lowest free slots (`free` ascending), which all lie below that bucket."""
-    live = sorted(live)
-    fits = bucket_for(sizes, len(live))
-    movers = [s for s in live if s >= fits]
-    return movers, free[:len(movers)]
-
-
-def build_steps(batch, dtype) -> dict[int, Callable[[], object]]:
-    """One frame step per bucket of a ContinuousBatch, each over the state's first `bucket` rows. The state is
-    left as a batch starts: no row unfinished, the batch's frame hold set."""
+def build_steps(batch, dtype, sizes: list[int]) -> dict[int, Callable[[], object]]:
+    """One frame step per width in `sizes` of a ContinuousBatch, each over the state's first `width` rows. The state
+    is left as a batch starts: no row unfinished, the batch's frame hold set."""
     # the steps hold the batch's parts, never the batch: a batch that its own steps refer to is freed only by the
     # garbage collector, which may run in the middle of a later capture and free graphs of the same pool there
     loop, st, mode, device, width = batch.loop, batch.st, batch.mode, batch.device, batch.width
     seq_groups, cp_sampling, rules, streams = batch.seq_groups, batch.cp_sampling, batch.rules, batch.streams
     full = loop.predictor.lean_state(width, device, dtype)
-    sizes = buckets(width)
     if mode in runner.FAST_MODES:
         owner = loop.owner(device, dtype)
         loop.graphs.bind(owner)

@@ -46,7 +46,7 @@ def test_rows_join_as_others_end_and_give_each_lines_codes(tiny_tts, lean, scrip
     row's need, the shared position reaches it again and again, so live rows are moved down on the way; every row's
     codes are the line's codes in eager mode alone."""
     import morph.decode.talker_loop
-    from morph.decode.slots import ContinuousBatch
+    from morph.engine.batch import ContinuousBatch
 
     monkeypatch.setattr(morph.decode.talker_loop, "capacity_for", lambda needed: needed // 2 + 8)
     moves, move_down = [], ContinuousBatch._move_down
@@ -209,7 +209,7 @@ def test_rows_that_join_after_the_step_narrowed_widen_it_again(tiny_tts, lean, v
     lines 7 and 1 (slots 0 and 3) are left, so line 1 moves to slot 1; line 0 then joins beside it, the step widens
     to 2 again, and every row's codes are the line's codes in eager mode alone."""
     import morph.decode.talker_loop
-    from morph.decode.slots import ContinuousBatch
+    from morph.engine.batch import ContinuousBatch
 
     words = "one two three four five six seven eight".split()
     lines = [Line(" ".join(words[:1 + i]) + ".", voices["xvec"], "English") for i in range(8)]
@@ -245,7 +245,7 @@ def test_rows_that_run_to_their_limit_leave_room_for_the_hosts_lag(tiny_tts, lea
     rows that ran to their limit stepped past the capacity (an index out of bounds; ComfyUI's Render Lines on an
     H100)."""
     import morph.decode.talker_loop
-    from morph.decode.slots import ContinuousBatch
+    from morph.engine.batch import ContinuousBatch
 
     monkeypatch.setattr(morph.decode.talker_loop, "capacity_for", lambda needed: needed // 2 + 4)
     build = ContinuousBatch.__init__

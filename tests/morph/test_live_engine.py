@@ -81,7 +81,7 @@ def test_requests_join_a_running_batch_and_each_gets_its_own_take(engine, lean, 
         assert_audio_close(g, a, rel=1e-4)
     assert got[0].size <= 40 * FRAME and len(first.chunks) >= 3
     assert engine._runner is runners[0] and engine.stats()["rows_in_batch"] == 0
-    assert (engine.pages is None) == ("peak_pages" not in engine._runner.batch.kv.stats())
+    assert (engine.pages is None) == ("peak_pages" not in engine._runner.batch.sched.stats())
 
 
 def test_a_cancelled_request_stops_at_once_and_frees_its_rows(engine, voices):

@@ -69,7 +69,7 @@ def test_an_overcommitted_pool_preempts_the_last_row_to_join_and_it_starts_again
     """Rows join on their prompts' pages and half their frames' and grow into the pool's free pages; at a page the
     pool cannot give every row, the row that joined last gives its pages back and starts again from its first frame
     (its stream key with it): every row still ends with the dense batch's codes, once each, within the pool."""
-    from morph.decode.slots import ContinuousBatch
+    from morph.engine.batch import ContinuousBatch
 
     joins = collections.Counter()
     join = ContinuousBatch._join

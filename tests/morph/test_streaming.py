@@ -185,7 +185,7 @@ def test_stream_yields_a_lines_audio_as_it_is_made(lean, voices):
 def test_closing_a_stream_stops_its_render_and_frees_it(lean, voices, monkeypatch):
     """A 200-frame line: the reader takes its first chunk and closes the stream; no more than the frame under way
     is run, the render's thread has ended, and its batch is gone, by the time close() returns."""
-    from morph.decode.slots import ContinuousBatch
+    from morph.engine.batch import ContinuousBatch
 
     batches, steps = [], []
     init, step = ContinuousBatch.__init__, lean.patch.loop.frame_step
@@ -255,7 +255,7 @@ def test_live_calls_come_in_power_of_two_widths_and_warm_plans_each_of_them(wide
 
 
 def test_a_dropped_row_opened_again_gets_none_of_its_first_lifes_audio(wide_codec):
-    """A preempted row (the continuous batch's, morph/decode/slots.py) is dropped while its first life's chunk is
+    """A preempted row (the continuous batch's, morph/engine/batch.py) is dropped while its first life's chunk is
     still on its way to the host, then opened again and fed from its first frame: what pump hands out for it is the
     second life's alone, as a row fed those frames from the start gets."""
     codes = torch.randint(0, 2048, (2, 4, 16), generator=torch.Generator().manual_seed(2))

@@ -19,43 +19,34 @@ skip the blocks below a row's bound.
 - The host reads each row's "unfinished" flag a few frames behind the GPU (as the static loop reads its "rows
   left" flag), so the queue never drains; an ended row's codes are copied out on the device and handed to
   `finished` at once, while the batch goes on.
-- The step runs over the live rows only, one step per width bucket (widths.py), rows moved down to narrow it; the
+- The step runs over the live rows only, one step per width bucket (decode/widths.py), rows moved down to narrow it; the
   loop runs on a stream of the highest priority, beside the codec's (morph/graphs.py frame_loop_stream).
 - The keys and values are dense (each row the whole capacity) or paged (morph/decode/kv_store.py): a row joins once
   the pages from its prompt to its frame limit can be set aside, takes them as it grows, and frees them as it ends;
   moving rows down or narrowing the step then moves table entries, not keys and values.
 - A paged pool may be overcommitted (a render whose rows' audio has not gone out): when it runs short, the row that
-  joined last is preempted and starts again (morph/decode/preempt.py), and no row joins until one ends.
+  joined last is preempted and starts again, and no row joins until one ends.
+
+Which row takes which slot, when rows join, which the pool admits, who is preempted and how wide the step runs are
+the scheduler's decisions (morph/engine/scheduler.py, host integers; the pages morph/engine/block_manager.py's); this
+module turns them into tensors and runs the frames.
 """
 
 from __future__ import annotations
 
-import bisect
 import collections
-import itertools
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from ..decode import kv_store, runner, widths
+from ..decode.groups import Ahead, Group, slice_group
+from ..decode.host import to_device
 from ..graphs import frame_loop_stream
-from ..settings import POOL_FRAME_SHARE, Sampling, capacity_for
-from . import kv_store, preempt, runner, widths
-from .blocks import PoolTooSmall
-from .groups import Ahead, Group, slice_group
-from .host import to_device
-
-REFILL_DIVISOR = 16  # rows join when width / REFILL_DIVISOR slots are free (or none runs)
-
-
-@dataclass
-class _Live:
-    name: object
-    key: int  # its random stream's
-    start: int  # the slot of its frame 0
-    lo: int  # the slot of its first prompt token
-    stop: int  # its frame limit
+from ..settings import Sampling, capacity_for
+from .block_manager import BlockManager
+from .scheduler import Live, Scheduler
 
 
 class ContinuousBatch:
@@ -85,26 +76,27 @@ class ContinuousBatch:
         # a row reads its text by its own frame index, which stays below its need: a text table of half the capacity
         self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging, keep_hidden=False,
                              text_slots=capacity_for(need))
-        self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st, *self.st.paging, overcommit)
+        self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st)
+        self.sched = Scheduler(width, None if pages is None else BlockManager(*self.st.paging, overcommit))
         self.streams = loop.row_streams(device)
-        self.refill = max(1, width // REFILL_DIVISOR)
         self.position = 0  # P, the host's copy of st.step
-        self.live: dict[int, _Live] = {}
-        self.free = list(range(width))  # ascending: the lowest is handed out first
-        self.ended = self.preemptions = 0  # rows handed over, rows preempted so far
-        # the most of its frame limit a row has spoken in this batch, never under the share its pool was sized for: an
-        # overcommitted pool sets that share of a joining row's frames aside (kv_store.PagedKV.admit)
-        self.spoken = POOL_FRAME_SHARE
         self._ahead: list[Ahead] = []  # rows waiting for a slot, in order
-        self.buckets = widths.buckets(width)
-        self.bucket = width  # the step's width: every live slot is below it
         self.widths: collections.Counter = collections.Counter()  # frames run at each width
         start = time.perf_counter()
         # in inference mode, as run() replays them, whatever the caller's mode: a capture under autograd fails on the
         # inference tensors an earlier call cached (the rules, the row streams) and the render ran op by op
         with torch.inference_mode():
-            self._steps = widths.build_steps(self, dtype)
+            self._steps = widths.build_steps(self, dtype, self.sched.buckets)
         self.capture_s = time.perf_counter() - start
+
+    @property
+    def live(self) -> dict[int, Live]:
+        """slot -> the row in it (the scheduler's)."""
+        return self.sched.live
+
+    @property
+    def ended(self) -> int:
+        return self.sched.ended
 
     # -- the host loop ---------------------------------------------------------------------
     def run(self, next_group: Callable[[int], Group | None], finished: Callable[[object, torch.Tensor], None],
@@ -118,38 +110,35 @@ class ContinuousBatch:
         cuda, lag = self.device.type == "cuda", self.lag
         flags = torch.ones(lag + 2, self.width, dtype=torch.bool, pin_memory=cuda)
         queue: collections.deque = collections.deque()  # (event, flag row, P after the step)
-        frame, tried = 0, -1
+        frame, sched = 0, self.sched
         with torch.inference_mode(), frame_loop_stream(self.device):
             while True:
-                # rows that did not fit are tried again only after a row has ended (each try drains the queue)
-                if (tried < 0 or self.ended > tried) and self.free and (not self.live or len(self.free) >= self.refill):
-                    tried = -1 if self._fill(next_group, queue, flags, finished) else self.ended
+                if sched.may_fill():
+                    sched.filled(self._fill(next_group, queue, flags, finished))
                 if not self.live:
                     if not self._ahead:  # next_group was just asked (no row runs, so every slot is free)
                         self.loop.last_run = dict(mode=self.mode, frames_run=frame, rows=self.ended,
                                                   capacity=self.st.capacity, width=self.width,
                                                   widths=dict(sorted(self.widths.items())),
-                                                  capture_s=round(self.capture_s, 3),
-                                                  preemptions=self.preemptions, **self.kv.stats())
+                                                  capture_s=round(self.capture_s, 3), **sched.stats())
                         return
                     continue
                 if queue and self.position >= max(row.start + row.stop for row in self.live.values()):
                     self._drain(queue, flags, finished)  # every row is at its frame limit: a step adds no frame
                     continue
-                self._fit()
-                if len(self.live) <= self.bucket // 2:
+                sched.fit()  # no row moves: one that ended but is not yet handed over keeps its slot inside
+                if sched.narrows():
                     self._drain(queue, flags, finished)  # a row that ended must not be moved as a live one
                     if not self.live:
                         continue
                     self._compact()
                 if on_step is not None:
                     on_step(len(self.live))
-                if preempt.grow(self, lambda: self._drain(queue, flags, finished), preempted):
-                    tried = self.ended  # no row joins until one ends: the pool is short now
+                self._grow(lambda: self._drain(queue, flags, finished), preempted)
                 if not self.live:  # every row had ended (handed over as the pool ran short)
                     continue
-                self._steps[self.bucket]()
-                self.widths[self.bucket] += 1
+                self._steps[sched.bucket]()
+                self.widths[sched.bucket] += 1
                 self.position += 1
                 slot = frame % flags.shape[0]
                 flags[slot].copy_(self.st.unfinished, non_blocking=cuda)
@@ -174,46 +163,49 @@ class ContinuousBatch:
             event.synchronize()
         ended = [s for s, row in self.live.items() if row.start < position and not bool(flags[slot, s])]
         for s in ended:
-            row = self.live.pop(s)
             # snapshots come a frame apart, so the row ended at this one's position
-            self.spoken = max(self.spoken, min(1.0, (position - row.start) / max(row.stop, 1)))
+            row = self.sched.end(s, position)
             finished(row.name, self.st.frames[s, row.start:position].clone())
-            self.release(s, row.name)
-            self.ended += 1
+            self.kv.free(s)
 
-    def release(self, slot: int, name) -> None:
-        """Slot `slot`, whose row `name` has left `live`, and its pages back to the batch."""
-        self.kv.free(slot, name)
-        bisect.insort(self.free, slot)
+    def _grow(self, drain: Callable[[], None], preempted: Callable[[object, int], None]) -> None:
+        """Pages for the slot every live row writes next; when an overcommitted pool is short, drain() (rows that ended
+        are handed over, never preempted), then the rows that joined last are preempted, each handed to
+        preempted(name, stream key), until the rest have theirs."""
+        granted, short = self.sched.grow(self.position)
+        self.kv.grow(granted, self.position)
+        if not short:
+            return
+        drain()
+        granted, short = self.sched.grow(self.position)
+        self.kv.grow(granted, self.position)
+        while short:
+            slot, row = self.sched.preempt()
+            self.st.unfinished[slot] = False  # the step pads it with EOS from here, as a cancelled row
+            self.kv.free(slot)
+            preempted(row.name, row.key)
+            granted, short = self.sched.grow(self.position)
+            self.kv.grow(granted, self.position)
 
     def _drain(self, queue, flags, finished) -> None:
         while queue:
             self._settle(queue.popleft(), flags, finished)
 
     # -- the step's width -----------------------------------------------------------------------
-    def _fit(self) -> None:
-        """The smallest bucket that holds the highest live slot (no row moves: one that ended but is not yet
-        handed over is still in `live`, so its slot stays inside)."""
-        self.bucket = widths.bucket_for(self.buckets, max(self.live) + 1)
-
     def _compact(self) -> None:
         """Move the live rows down into the smallest bucket that holds them all, after a drain (every row in
         `live` is live at P): their state and the K/V slots they still read."""
-        movers, holes = widths.moves(self.buckets, self.live, self.free)
+        movers, holes = self.sched.compact()
         if movers:
-            lo = min(self.live[s].lo for s in movers)
+            lo = min(self.live[s].lo for s in holes)
             self.st.copy_rows(to_device(movers, self.device), to_device(holes, self.device),
                               slice(lo, self.position))
-            for s, hole in zip(movers, holes, strict=True):
-                self.live[hole] = self.live.pop(s)
-            self.free = sorted(self.free[len(movers):] + movers)
-        self._fit()
 
     # -- joining ------------------------------------------------------------------------------
     def _fill(self, next_group, queue, flags, finished) -> bool:
         """Rows into the free slots, a slice at a time (morph/decode/groups.py), until the slots or the waiting rows
         run out; False when a row cannot fit yet."""
-        while self.free:
+        while self.sched.free:
             if not self._ahead:
                 group = next_group(self.width)
                 if group is None:
@@ -227,7 +219,7 @@ class ContinuousBatch:
         """Rows of the oldest slice waiting into free slots at P, the slice prefilled if it was not; False when they
         cannot fit behind P or before the capacity yet."""
         st, shared = self.st, self._ahead[0].shared
-        rows_in = [a for a in self._ahead if a.shared is shared][:len(self.free)]
+        rows_in = [a for a in self._ahead if a.shared is shared][:len(self.sched.free)]
         # the rows' frames and EOS slot, and the frames the host steps before it learns that they ended: every row
         # still writes the shared position then
         length, needed = shared.length, max(a.stop for a in rows_in) + 1 + self.lag
@@ -236,20 +228,16 @@ class ContinuousBatch:
             if not self._move_down(length, needed):
                 return False
         at, dev = self.position, self.device
-        # rows join while their memory can be set aside (a paged cache's pages: slots lo .. at + stop + 1, `need`'s
-        # prompt, frames and EOS slot, and one slot more), in order; the rest wait for a row to end
-        rows_in = list(itertools.takewhile(
-            lambda a: self.kv.admit(a.name, at - length + a.pad, at, at + a.stop + 2, self.spoken), rows_in))
+        # rows join while their memory can be set aside, in order; the rest wait for a row to end
+        rows_in = rows_in[:self.sched.admit([(a.name, at - length + a.pad, a.stop) for a in rows_in], at)]
         if not rows_in:
-            if not self.live:
-                raise PoolTooSmall()
             return False
         out = shared.prefilled()
         n = len(rows_in)
-        slots = self.free[:n]  # the lowest: rows gather at the bottom, where the narrow steps run
+        slots = self.sched.join([Live(a.name, a.key, at, at - length + a.pad, a.stop) for a in rows_in])
         rows, index = to_device(slots, dev), [a.index for a in rows_in]
         idx = to_device(index, dev)
-        self.kv.write_prompt(slots, out.kv, index, at, length, [a.name for a in rows_in])
+        self.kv.write_prompt(slots, out.kv, index, at, length, self.sched.take_prompt_pages(slots, at))
         keys = to_device([a.key for a in rows_in], dev)
         pads = to_device([a.pad for a in rows_in], dev)
         seen = torch.zeros(n, st.seen.shape[1], dtype=torch.bool, device=dev)
@@ -268,9 +256,6 @@ class ContinuousBatch:
         st.unfinished[rows] = token != self.rules.eos
         st.tokens[rows, at] = token
         st.put_text(rows, shared.text[idx], shared.pad)
-        for s, a in zip(slots, rows_in, strict=True):
-            self.live[s] = _Live(a.name, a.key, at, at - length + a.pad, a.stop)
-        del self.free[:n]
         joined = {id(a) for a in rows_in}
         self._ahead = [a for a in self._ahead if id(a) not in joined]
         return True
@@ -280,20 +265,18 @@ class ContinuousBatch:
         `length` fits behind P and `needed` slots after it; False when that is not yet possible."""
         st = self.st
         if not self.live:  # nothing to keep: start again at the prompt's length
-            shift = self.kv.align(self.position - length)
+            shift = self.sched.align(self.position - length)
         else:
-            shift = self.kv.align(min(min(row.lo for row in self.live.values()), self.position - length))
+            shift = self.sched.align(min(min(row.lo for row in self.live.values()), self.position - length))
             if shift <= 0:
                 return self.position >= length and self.position + needed <= st.capacity
             self.kv.shift(shift, self.position)
+            self.sched.shift(shift)
             for buffer in (st.frames, st.tokens):  # the text goes by each row's own frame: it stays
                 buffer[:, :st.capacity - shift] = buffer[:, shift:].clone()
             for t in (st.pads, st.start, st.stop):
                 t.sub_(shift)
             st.pads.clamp_(min=0)  # rows that ended: their bound only has to stay in the buffer
-            for row in self.live.values():
-                row.start -= shift
-                row.lo -= shift
         self.position -= shift
         st.step.fill_(self.position)
         st.cache_pos.fill_(self.position)

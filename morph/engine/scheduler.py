@@ -1,0 +1,198 @@
+"""Who runs in the continuous batch's slots, decided in host integers: which slot a row takes, when rows join, which
+of them the key/value pool admits, who gives way when an overcommitted pool runs short, how wide the step runs, and
+how a batch backs off after running out of memory. The runner (morph/engine/runner.py) turns these decisions into
+tensors; nothing here touches the device.
+
+- Slots: a joining row takes the lowest free slots, so rows gather at the bottom, where the narrow steps run.
+- Joining: rows are asked for once at least `width / REFILL_DIVISOR` slots are free, or no row runs; rows that did not
+  fit are asked for again only after a row has ended (each try costs the runner a drain of its queue).
+- Admission: in order, while the block manager can set the rows' pages aside (morph/engine/block_manager.py); a dense
+  cache admits every row that has a slot.
+- Preemption (vLLM's preemption by recompute): when an overcommitted pool cannot give every live row its next page,
+  the row that joined last gives way, its slot and pages freed, to start again from its first frame; the oldest row
+  never does, and no row joins until one ends.
+- Width: the step runs over the first `bucket` slots, the smallest bucket (a power of two, or the batch's width) that
+  holds the highest live slot (one step, one CUDA graph, per bucket: morph/decode/widths.py). Once the live rows fit
+  half the bucket, the rows above the bucket they fit move to the lowest free slots (`moves`), so a row left alone in
+  a wide batch steps at the cost of a single line. Halving is what it takes to narrow again, so a join and a row's
+  end cannot make the width flip every frame.
+- Out of memory: the batch narrows to half its width, down to one row (`back_off`).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Iterable
+
+from ..settings import POOL_FRAME_SHARE
+from .block_manager import BlockManager, PoolTooSmall
+
+REFILL_DIVISOR = 16  # rows join when width / REFILL_DIVISOR slots are free (or none runs)
+
+
+@dataclass
+class Live:
+    """A row in a slot: its name (the caller's), its random stream's key, and the cache slots it spans."""
+
+    name: object
+    key: int
+    start: int  # the slot of its frame 0
+    lo: int  # the slot of its first prompt token
+    stop: int  # its frame limit
+
+
+def buckets(width: int) -> list[int]:
+    """The widths a step runs at: the powers of two below `width`, then `width`."""
+    out = [1]
+    while out[-1] * 2 < width:
+        out.append(out[-1] * 2)
+    return out + [width] if width > 1 else out
+
+
+def bucket_for(sizes: list[int], rows: int) -> int:
+    """The smallest bucket of `sizes` that holds `rows` slots."""
+    return next(b for b in sizes if b >= rows)
+
+
+def moves(sizes: list[int], live: Iterable[int], free: list[int]) -> tuple[list[int], list[int]]:
+    """(from slots, to slots): the live slots above the smallest bucket that holds them all, each to one of the
+    lowest free slots (`free` ascending), which all lie below that bucket."""
+    live = sorted(live)
+    fits = bucket_for(sizes, len(live))
+    movers = [s for s in live if s >= fits]
+    return movers, free[:len(movers)]
+
+
+def back_off(width: int) -> int | None:
+    """The width to retry at after running out of memory with `width` rows (half, rounded up); None at one row."""
+    return None if width <= 1 else (width + 1) // 2
+
+
+class Scheduler:
+    """The slots of one continuous batch of `width` rows and the rows in them; `blocks`: the paged pool's pages (None:
+    a dense cache, every row the whole capacity)."""
+
+    def __init__(self, width: int, blocks: BlockManager | None = None):
+        self.width, self.blocks = width, blocks
+        self.live: dict[int, Live] = {}
+        self.free = list(range(width))  # ascending: the lowest is handed out first
+        self.refill = max(1, width // REFILL_DIVISOR)
+        self.ended = self.preemptions = 0  # rows handed over, rows preempted so far
+        # the most of its frame limit a row has spoken in this batch, never under the share its pool was sized for: an
+        # overcommitted pool sets that share of a joining row's frames aside (BlockManager.admit)
+        self.spoken = POOL_FRAME_SHARE
+        self._tried = -1  # rows ended when a join last found no room; -1: none is waiting for room
+        self.buckets = buckets(width)
+        self.bucket = width  # the step's width: every live slot is below it
+
+    # -- joining -----------------------------------------------------------------------------------
+    def may_fill(self) -> bool:
+        """Whether to ask for rows before this frame."""
+        if self._tried >= 0 and self.ended <= self._tried:
+            return False
+        return bool(self.free) and (not self.live or len(self.free) >= self.refill)
+
+    def filled(self, all_joined: bool) -> None:
+        """The runner's answer to may_fill: every row waiting joined (or none waits), or one found no room yet."""
+        self._tried = -1 if all_joined else self.ended
+
+    def admit(self, rows: list[tuple[object, int, int]], at: int) -> int:
+        """How many of `rows` (name, first prompt slot, frame limit), in order and at most one a free slot, join at
+        slot `at`: those whose pages (up to the slot after their EOS slot) can be set aside. PoolTooSmall when the
+        first cannot with no row running: it never could."""
+        n = 0
+        for name, lo, stop in rows[:len(self.free)]:
+            if self.blocks is not None and not self.blocks.admit(name, lo, at, at + stop + 2, self.spoken):
+                break
+            n += 1
+        if n == 0 and rows and not self.live:
+            raise PoolTooSmall()
+        return n
+
+    def join(self, rows: list[Live]) -> list[int]:
+        """Admitted rows into the lowest free slots; returns their slots."""
+        slots, self.free = self.free[:len(rows)], self.free[len(rows):]
+        for slot, row in zip(slots, rows, strict=True):
+            self.live[slot] = row
+        return slots
+
+    def take_prompt_pages(self, slots: list[int], at: int) -> list[tuple[int, list[int]]] | None:
+        """The pages of the rows that just joined into `slots` up to slot `at` (their prompt's, and the page their first
+        step writes): per slot (the first page column they are for, the pages); None for a dense cache."""
+        if self.blocks is None:
+            return None
+        return [self.blocks.take_through(self.live[s].name, at) for s in slots]
+
+    # -- leaving -------------------------------------------------------------------------------------
+    def end(self, slot: int, position: int) -> Live:
+        """The row in `slot` ended before slot `position` (the runner hands its codes over): its slot and pages back."""
+        row = self.live[slot]
+        self.spoken = max(self.spoken, min(1.0, (position - row.start) / max(row.stop, 1)))
+        self.ended += 1
+        return self._leave(slot)
+
+    def cancel(self, slot: int) -> Live:
+        """The row in `slot` leaves before it ended (cancelled before its first frame)."""
+        return self._leave(slot)
+
+    def preempt(self) -> tuple[int, Live]:
+        """The row that joined last gives way (the pool is short): (its slot, the row), its slot and pages back, and no
+        row joins until one ends. PoolTooSmall when it is the only row: it can never have its pages."""
+        if len(self.live) <= 1:
+            raise PoolTooSmall()
+        slot = max(self.live, key=lambda s: (self.live[s].start, s))
+        self.preemptions += 1
+        self._tried = self.ended
+        return slot, self._leave(slot)
+
+    def _leave(self, slot: int) -> Live:
+        row = self.live.pop(slot)
+        if self.blocks is not None:
+            self.blocks.release(row.name)
+        bisect.insort(self.free, slot)
+        return row
+
+    # -- pages as the rows grow ------------------------------------------------------------------------
+    def grow(self, position: int) -> tuple[list[tuple[int, int]], list[int]]:
+        """Pages for slot `position` to the live rows that reach a page of their own there: ([(slot, page)], the slots
+        that found none). Dense: nothing to do."""
+        if self.blocks is None:
+            return [], []
+        slot_of = {row.name: slot for slot, row in self.live.items()}
+        granted, short = self.blocks.grow([row.name for row in self.live.values()], position)
+        return [(slot_of[name], page) for name, page in granted], [slot_of[name] for name in short]
+
+    def shift(self, shift: int) -> None:
+        """Every live row's slots moved down by `shift` (whole pages in a paged pool)."""
+        for row in self.live.values():
+            row.start -= shift
+            row.lo -= shift
+        if self.blocks is not None:
+            self.blocks.shift(shift // self.blocks.page)
+
+    def align(self, shift: int) -> int:
+        """The largest move down of at most `shift` slots the cache allows: whole pages in a paged pool."""
+        return shift if self.blocks is None else shift - shift % self.blocks.page
+
+    # -- the step's width --------------------------------------------------------------------------------
+    def fit(self) -> None:
+        """The smallest bucket that holds the highest live slot (no row moves)."""
+        self.bucket = bucket_for(self.buckets, max(self.live) + 1)
+
+    def narrows(self) -> bool:
+        """Whether the live rows fit half the step's width: moving them down would narrow it."""
+        return len(self.live) <= self.bucket // 2
+
+    def compact(self) -> tuple[list[int], list[int]]:
+        """(from slots, to slots): the live rows above the smallest bucket that holds them all move to the lowest free
+        slots, and the step narrows to that bucket. The runner moves their state."""
+        movers, holes = moves(self.buckets, self.live, self.free)
+        for s, hole in zip(movers, holes, strict=True):
+            self.live[hole] = self.live.pop(s)
+        self.free = sorted(self.free[len(movers):] + movers)
+        self.fit()
+        return movers, holes
+
+    def stats(self) -> dict:
+        return dict(preemptions=self.preemptions, **({} if self.blocks is None else self.blocks.stats()))

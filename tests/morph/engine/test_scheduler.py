@@ -1,0 +1,144 @@
+"""morph/engine/scheduler.py in host integers, without a model: rows take the lowest free slots, are asked for only when
+enough slots are free and, after one found no room, only once a row has ended; admission in order while the pool can
+set pages aside; the row that joined last gives way when the pool is short, never the only one; the step runs at the
+smallest bucket that holds the live rows and narrows once they fit half of it; out of memory halves the width down to
+one row. (The moves themselves, and the codes they keep, are tests/morph/test_continuous.py's.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from morph.engine.block_manager import BlockManager, PoolTooSmall
+from morph.engine.scheduler import REFILL_DIVISOR, Live, Scheduler, back_off, bucket_for, buckets, moves
+
+
+def joined(sched: Scheduler, names, at: int, stop: int = 10) -> list[int]:
+    rows = [(name, at - 2, stop) for name in names]
+    n = sched.admit(rows, at)
+    return sched.join([Live(name, 0, at, lo, stop) for name, lo, stop in rows[:n]])
+
+
+def test_rows_take_the_lowest_free_slots_and_give_them_back_as_they_end():
+    sched = Scheduler(4)
+    assert joined(sched, "abc", at=8) == [0, 1, 2] and sched.free == [3]
+    assert sched.end(1, position=12).name == "b"
+    assert sched.free == [1, 3] and sched.ended == 1
+    assert joined(sched, "d", at=12) == [1]
+    assert sched.cancel(0).name == "a" and sched.ended == 1  # a cancel is no row handed over
+
+
+def test_rows_are_asked_for_when_enough_slots_are_free_and_again_only_after_a_row_ended():
+    width = 4 * REFILL_DIVISOR
+    sched = Scheduler(width)
+    assert sched.may_fill()  # no row runs
+    joined(sched, range(width), at=8)
+    for slot in range(3):
+        sched.end(slot, 12)
+        assert sched.may_fill() == (slot + 1 >= 4)  # width / REFILL_DIVISOR free
+    sched.filled(all_joined=False)  # one found no room
+    assert not sched.may_fill()
+    sched.end(5, 13)
+    assert sched.may_fill()
+    sched.filled(all_joined=True)
+    assert sched.may_fill()
+    assert Scheduler(3).refill == 1
+
+
+def test_admission_stops_at_the_first_row_the_pool_cannot_hold_and_one_that_never_fits_is_refused():
+    sched = Scheduler(4, BlockManager(pages=5, page=4))  # 4 pages of 4 slots
+    rows = [("a", 0, 2), ("b", 0, 12), ("c", 0, 2)]  # slots 0 .. at + stop + 1
+    assert sched.admit(rows, at=4) == 1  # a: slots 0..7, 2 pages; b would need 5
+    sched.join([Live("a", 0, 4, 0, 2)])
+    assert sched.admit(rows[1:], at=4) == 0  # b blocks c behind it: order is kept
+    with pytest.raises(PoolTooSmall):
+        Scheduler(4, BlockManager(pages=5, page=4)).admit([("b", 0, 12)], at=4)  # with no row running
+    assert Scheduler(2).admit(rows, at=4) == 2  # dense: every row that has a slot
+
+
+def test_the_row_that_joined_last_gives_way_and_no_row_joins_until_one_ends():
+    sched = Scheduler(4, BlockManager(pages=17, page=4, overcommit=True))
+    for name, at in (("old", 4), ("mid", 8), ("new", 8)):
+        assert sched.admit([(name, at - 4, 20)], at) == 1
+        sched.join([Live(name, 0, at, at - 4, 20)])
+        sched.take_prompt_pages([max(sched.live)], at)
+    slot, row = sched.preempt()
+    assert (slot, row.name) == (2, "new")  # joined last; of two at one slot, the higher
+    assert sched.preemptions == 1 and 2 in sched.free and not sched.may_fill()
+    assert sched.preempt()[1].name == "mid"
+    with pytest.raises(PoolTooSmall):
+        sched.preempt()  # the oldest never gives way
+    sched.end(0, 30)
+    assert sched.may_fill() and sched.blocks.used == 0
+
+
+def test_grow_names_slots_and_the_pages_they_took():
+    sched = Scheduler(2, BlockManager(pages=6, page=4, overcommit=True))  # 5 pages of 4 slots
+    for slot, name in enumerate("ab"):
+        assert sched.admit([(name, 0, 10)], 4) == 1  # its prompt's page and a quarter of its frames': 2 pages
+        sched.join([Live(name, 0, 4, 0, 10)])
+        sched.take_prompt_pages([slot], 4)
+    assert sched.grow(6) == ([], [])
+    granted, short = sched.grow(8)
+    assert [s for s, _ in granted] == [0] and short == [1]  # one free page left
+    assert Scheduler(2).grow(8) == ([], [])  # dense: nothing to take
+
+
+@pytest.mark.parametrize("width, expected", [(1, [1]), (2, [1, 2]), (6, [1, 2, 4, 6]), (64, [1, 2, 4, 8, 16, 32, 64])])
+def test_buckets_are_powers_of_two_below_the_width_then_the_width(width, expected):
+    assert buckets(width) == expected
+
+
+def test_the_bucket_for_a_slot_count_is_the_smallest_that_holds_it():
+    sizes = buckets(6)
+    assert [bucket_for(sizes, n) for n in range(1, 7)] == [1, 2, 4, 4, 6, 6]
+
+
+def test_rows_above_the_bucket_they_fit_move_to_the_lowest_free_slots():
+    # three live rows fit 4 slots: the two at 5 and 7 go to the free 0 and 2, the one at 1 stays
+    assert moves(buckets(8), {7: "a", 1: "b", 5: "c"}, [0, 2, 3, 4, 6]) == ([5, 7], [0, 2])
+    assert moves(buckets(8), [0, 3], [1, 2, 4, 5, 6, 7]) == ([3], [1])
+    assert moves(buckets(8), [0, 2], [1, 3, 4, 5, 6, 7]) == ([2], [1])  # the row at slot == bucket moves too
+    assert moves(buckets(8), [0, 1], [2, 3, 4, 5, 6, 7]) == ([], [])
+
+
+def test_the_step_narrows_once_the_live_rows_fit_half_and_the_row_at_the_buckets_edge_moves():
+    sched = Scheduler(8)
+    joined(sched, "abcde", at=8)  # slots 0..4
+    sched.fit()
+    assert sched.bucket == 8 and not sched.narrows()
+    for slot in (0, 1, 3):
+        sched.end(slot, 10)
+    sched.fit()
+    assert sched.bucket == 8 and sched.narrows()  # rows at 2 and 4: fit 2 slots
+    movers, holes = sched.compact()
+    assert (movers, holes) == ([2, 4], [0, 1]) and sched.bucket == 2
+    assert {s: r.name for s, r in sched.live.items()} == {0: "c", 1: "e"} and sched.free == [2, 3, 4, 5, 6, 7]
+    sched.end(0, 12)
+    sched.fit()
+    assert sched.narrows() and sched.compact() == ([1], [0]) and sched.bucket == 1  # the row at slot == bucket
+
+
+def test_rows_moved_down_keep_their_spans_and_pages():
+    sched = Scheduler(2, BlockManager(pages=9, page=4))
+    sched.admit([("a", 8, 8)], 12)
+    sched.join([Live("a", 0, 12, 8, 8)])
+    sched.take_prompt_pages([0], 12)
+    assert sched.align(7) == 4 and Scheduler(2).align(7) == 7
+    sched.shift(8)
+    assert (sched.live[0].start, sched.live[0].lo) == (4, 0)
+    assert [s for s, _ in sched.grow(8)[0]] == [0]  # its next column moved with it
+
+
+def test_a_row_that_speaks_long_raises_the_share_an_overcommitted_pool_sets_aside():
+    sched = Scheduler(2)
+    joined(sched, "ab", at=4, stop=40)
+    assert sched.spoken == 0.25
+    sched.end(0, 4 + 10)
+    assert sched.spoken == 0.25
+    sched.end(1, 4 + 30)
+    assert sched.spoken == 0.75
+
+
+@pytest.mark.parametrize("width, narrower", [(64, 32), (3, 2), (2, 1), (1, None)])
+def test_out_of_memory_halves_the_width_down_to_one_row(width, narrower):
+    assert back_off(width) == narrower
