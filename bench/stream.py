@@ -38,9 +38,9 @@ from morph.settings import SAMPLE_RATE, GenerationSettings
 # and the weights' fingerprint in it, a join with its prompt writes and prefill, the wait for a row's end, the live
 # codec's calls. Measured on 2026-11-27: bench/results/h100-2026-11-27b/NOTES.md.
 PARTS = (("morph.render", "BatchTTS.render"), ("morph.continuous", "RowRunner._group"),
-         ("morph.decode.slots", "ContinuousBatch.__init__"), ("morph.decode.talker_loop", "TalkerLoop.owner"),
-         ("morph.decode.slots", "ContinuousBatch._join"), ("morph.decode.kv_store", "PagedKV.write_prompt"),
-         ("morph.decode.prefill_graphs", "PrefillGraphs.prefill"), ("morph.decode.slots", "ContinuousBatch._settle"),
+         ("morph.engine.batch", "ContinuousBatch.__init__"), ("morph.decode.talker_loop", "TalkerLoop.owner"),
+         ("morph.engine.batch", "ContinuousBatch._join"), ("morph.decode.kv_store", "PagedKV.write_prompt"),
+         ("morph.decode.prefill_graphs", "PrefillGraphs.prefill"), ("morph.engine.batch", "ContinuousBatch._settle"),
          ("morph.codec.live", "LiveRows.open"), ("morph.codec.live", "LiveRows.feed"),
          ("morph.codec.live", "LiveRows.pump"))
 
