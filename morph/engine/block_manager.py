@@ -65,7 +65,7 @@ class BlockManager:
         return dict(pages=self.pages - 1, page=self.page, peak_pages=self.peak)
 
     # -- a row's life ----------------------------------------------------------------------------
-    def admit(self, row, lo: int, at: int, end: int, share: float = 1.0) -> bool:
+    def admit(self, row, lo: int, at: int, end: int, share: float) -> bool:
         """Set aside the pages of slots lo .. end-1 for a row that joins at slot `at` (overcommitted: of its prompt and
         `share` of its frames at .. end-1, while a page stays free for every row that holds pages); False when they are
         not free now."""

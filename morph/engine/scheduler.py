@@ -82,20 +82,20 @@ class Scheduler:
         # the most of its frame limit a row has spoken in this batch, never under the share its pool was sized for: an
         # overcommitted pool sets that share of a joining row's frames aside (BlockManager.admit)
         self.spoken = POOL_FRAME_SHARE
-        self._tried = -1  # rows ended when a join last found no room; -1: none is waiting for room
+        self._tried: int | None = None  # rows ended when a join last found no room (None: none waits for room)
         self.buckets = buckets(width)
         self.bucket = width  # the step's width: every live slot is below it
 
     # -- joining -----------------------------------------------------------------------------------
     def may_fill(self) -> bool:
         """Whether to ask for rows before this frame."""
-        if self._tried >= 0 and self.ended <= self._tried:
+        if self._tried is not None and self.ended <= self._tried:
             return False
         return bool(self.free) and (not self.live or len(self.free) >= self.refill)
 
     def filled(self, all_joined: bool) -> None:
         """The runner's answer to may_fill: every row waiting joined (or none waits), or one found no room yet."""
-        self._tried = -1 if all_joined else self.ended
+        self._tried = None if all_joined else self.ended
 
     def admit(self, rows: list[tuple[object, int, int]], at: int) -> int:
         """How many of `rows` (name, first prompt slot, frame limit), in order and at most one a free slot, join at
@@ -113,8 +113,7 @@ class Scheduler:
     def join(self, rows: list[Live]) -> list[int]:
         """Admitted rows into the lowest free slots; returns their slots."""
         slots, self.free = self.free[:len(rows)], self.free[len(rows):]
-        for slot, row in zip(slots, rows, strict=True):
-            self.live[slot] = row
+        self.live.update(zip(slots, rows))
         return slots
 
     def take_prompt_pages(self, slots: list[int], at: int) -> list[tuple[int, list[int]]] | None:
@@ -188,8 +187,7 @@ class Scheduler:
         """(from slots, to slots): the live rows above the smallest bucket that holds them all move to the lowest free
         slots, and the step narrows to that bucket. The runner moves their state."""
         movers, holes = moves(self.buckets, self.live, self.free)
-        for s, hole in zip(movers, holes, strict=True):
-            self.live[hole] = self.live.pop(s)
+        self.live.update({hole: self.live.pop(s) for s, hole in zip(movers, holes)})
         self.free = sorted(self.free[len(movers):] + movers)
         self.fit()
         return movers, holes

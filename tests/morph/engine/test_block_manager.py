@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from morph.engine.block_manager import BlockManager
+from morph.engine.block_manager import BlockManager, OutOfPages, PoolTooSmall
 from morph.settings import KV_PAGE, POOL_FRAME_SHARE, pool_pages, requeue_pool_pages
 
 
@@ -19,13 +19,16 @@ def test_pages_for_counts_the_pages_a_span_of_slots_touches():
                                                                                                           0, 3]
 
 
-def test_a_row_takes_its_prompts_pages_then_one_at_each_page_it_reaches_and_none_past_its_limit():
-    """Page 4 slots; a row whose prompt is slots 2..9 joins at 10 and may write up to slot 21 (page column 5)."""
-    blocks = BlockManager(pages=12, page=4)
-    assert blocks.admit("a", lo=2, at=10, end=22)
-    assert blocks.available == 11 - 6  # columns 0..5 set aside: 6 pages
-    first, pages = blocks.take_through("a", 10)  # columns 0, 1, 2 (slot 10 is in column 2)
-    assert first == 0 and len(pages) == 3 and 0 not in pages
+@pytest.mark.parametrize("end", [22, 21])
+def test_a_row_takes_its_prompts_pages_then_one_at_each_page_it_reaches_and_none_past_its_limit(end):
+    """Page 4 slots; a row whose prompt is slots 6..9 joins at 10 and writes up to slot end - 1, in page column 5
+    either way; the pool holds exactly its pages."""
+    blocks = BlockManager(pages=6, page=4)
+    assert blocks.peak == 0 and blocks.stats() == dict(pages=5, page=4, peak_pages=0)
+    assert blocks.admit("a", lo=6, at=10, end=end, share=1.0)
+    assert blocks.available == 0  # columns 1..5 set aside: 5 pages
+    first, pages = blocks.take_through("a", 10)  # columns 1 and 2 (slot 10 is in column 2)
+    assert first == 1 and len(pages) == 2 and 0 not in pages
     grown = {}
     for position in range(10, 40):
         granted, short = blocks.grow(["a"], position)
@@ -34,24 +37,25 @@ def test_a_row_takes_its_prompts_pages_then_one_at_each_page_it_reaches_and_none
             assert position % 4 == 0 and row == "a"
             grown[position // 4] = page
     assert sorted(grown) == [3, 4, 5]  # each column once, none past column 5
-    assert len(set(pages) | set(grown.values())) == 6 and blocks.used == 6 and blocks.available == 5
+    assert len(set(pages) | set(grown.values())) == 5 and blocks.used == 5 and blocks.available == 0
+    assert blocks.stats() == dict(pages=5, page=4, peak_pages=5)
     assert sorted(blocks.release("a")) == sorted(pages + list(grown.values()))
-    assert blocks.used == 0 and blocks.available == 11 and blocks.peak == 6
+    assert blocks.used == 0 and blocks.available == 5 and blocks.peak == 5
 
 
 def test_a_pool_admits_only_what_it_can_set_aside_and_keeps_each_rows_pages_its_own():
     blocks = BlockManager(pages=9, page=4)  # pages 1..8
-    assert blocks.admit("a", 0, 4, 12)  # columns 0..2
-    assert not blocks.admit("b", 0, 4, 24)  # 6 pages, 5 left
-    assert blocks.admit("b", 0, 4, 20)  # 5 pages
-    assert blocks.available == 0 and not blocks.admit("c", 0, 0, 1)
-    with pytest.raises(ValueError):
-        blocks.admit("a", 0, 4, 8)  # a row joins once
+    assert blocks.admit("a", 0, 4, 12, 1.0)  # columns 0..2
+    assert not blocks.admit("b", 0, 4, 24, 1.0)  # 6 pages, 5 left
+    assert blocks.admit("b", 0, 4, 20, 1.0)  # 5 pages
+    assert blocks.available == 0 and not blocks.admit("c", 0, 0, 1, 1.0)
+    with pytest.raises(ValueError, match="'a' already holds pages"):
+        blocks.admit("a", 0, 4, 8, 1.0)  # a row joins once
     a = blocks.take_through("a", 4)[1] + [page for _, page in blocks.grow(["a", "b"], 8)[0] if _ == "a"]
     b = blocks.take_through("b", 4)[1]
     assert not set(a) & set(b)
     blocks.release("a")
-    assert blocks.available == 3 and blocks.admit("c", 0, 0, 12)
+    assert blocks.available == 3 and blocks.admit("c", 0, 0, 12, 1.0)
 
 
 def test_an_overcommitted_pool_admits_a_share_and_names_the_rows_it_has_no_page_for():
@@ -73,23 +77,56 @@ def test_an_overcommitted_pool_admits_a_share_and_names_the_rows_it_has_no_page_
     assert blocks.grow(["a"], 48) == ([], [])  # and never twice
 
 
+def test_an_overcommitted_row_sets_aside_its_prompt_and_a_share_of_its_frames():
+    """Page 4: a row with its prompt at slots 0..3 joins at 4 with 45 frames and its EOS slot to come (end 50): a
+    quarter of the 45, rounded up, is 12, so slots 0..16, 5 pages, are set aside."""
+    blocks = BlockManager(pages=20, page=4, overcommit=True)
+    assert blocks.admit("a", 0, 4, 50, 0.25) and blocks.available == 19 - 5
+
+
+def test_a_row_past_its_share_takes_no_page_another_row_set_aside():
+    blocks = BlockManager(pages=4, page=4, overcommit=True)  # 3 pages
+    assert blocks.admit("a", 0, 0, 40, 0.0)  # slot 0 only: 1 page
+    assert blocks.admit("b", 0, 0, 4, 1.0)  # 1 page, one left for the two of them
+    blocks.take_through("a", 0)
+    assert blocks.grow(["a"], 4)[1] == []  # the page no row set aside
+    with pytest.raises(OutOfPages, match="'a' has no reserved page left and every free page is set aside"):
+        blocks.take_through("a", 8)  # b's page is b's
+
+
+def test_grow_serves_every_row_that_reaches_a_page_whatever_the_rows_before_it():
+    blocks = BlockManager(pages=9, page=4)
+    assert blocks.admit("x", 0, 4, 8, 1.0) and blocks.admit("a", 0, 4, 16, 1.0)
+    blocks.take_through("x", 4)
+    blocks.take_through("a", 4)
+    granted, short = blocks.grow(["x", "a"], 8)  # x's limit is in column 1: it takes none
+    assert [row for row, _ in granted] == ["a"] and short == []
+
+
+def test_a_pool_needs_a_page_besides_the_null_one():
+    assert BlockManager(pages=2, page=8).available == 1
+    with pytest.raises(ValueError, match="at least 2 pages"):
+        BlockManager(pages=1, page=8)
+    assert str(PoolTooSmall()) == ("morph: a row needs more key/value cache pages than the whole pool holds; give the "
+                                   "continuous batch more pages")
+
+
 def test_rows_moved_down_by_whole_pages_take_the_columns_they_moved_to():
     blocks = BlockManager(pages=9, page=4)
-    assert blocks.admit("a", 8, 12, 24)  # columns 2..5
+    assert blocks.admit("a", 8, 12, 28, 1.0)  # columns 2..6
     blocks.take_through("a", 12)  # 2, 3
-    blocks.shift(2)  # every slot down by 8: now columns 0..3, the next one 2
+    blocks.shift(1)  # every slot down by 4: now columns 1..5, the next one 3
     assert blocks.grow(["a"], 16) == ([], [])
-    assert len(blocks.grow(["a"], 8)[0]) == 1 and len(blocks.grow(["a"], 12)[0]) == 1
-    assert blocks.grow(["a"], 16) == ([], [])  # past its limit's column, which moved to 3
+    assert len(blocks.grow(["a"], 12)[0]) == 1 and len(blocks.grow(["a"], 16)[0]) == 1
+    assert len(blocks.grow(["a"], 20)[0]) == 1
+    assert blocks.grow(["a"], 24) == ([], [])  # past its limit's column, which moved to 5
 
 
 def test_every_page_but_the_null_one_is_handed_out_once():
     blocks = BlockManager(pages=6, page=8)
-    assert blocks.admit("a", 0, 32, 40)
+    assert blocks.admit("a", 0, 32, 40, 1.0)
     pages = sorted(blocks.take_through("a", 39)[1])
     assert pages == [1, 2, 3, 4, 5] and blocks.peak == 5
-    with pytest.raises(ValueError):
-        BlockManager(pages=1, page=8)
 
 
 def test_a_renders_pool_holds_its_widest_rows_reservations_wherever_they_start():
@@ -106,7 +143,7 @@ def test_a_renders_pool_holds_its_widest_rows_reservations_wherever_they_start()
         widest = sorted(needs, reverse=True)[:width]
         for i, n in enumerate(widest):
             lo = rng.randrange(KV_PAGE) if i % 2 else KV_PAGE - 1  # the worst start: a page's last slot
-            assert blocks.admit(i, lo, lo, lo + n + 1)
+            assert blocks.admit(i, lo, lo, lo + n + 1, 1.0)
         need = 1 + sum(-(-(n + 1) // KV_PAGE) + 1 for n in widest)
         assert need <= pages <= need * 9 // 8 + 1, (need, pages)
         assert pages // (pages & -pages) < 16  # eight sizes an octave: at most four significant bits
@@ -119,4 +156,4 @@ def test_a_requeue_pool_holds_its_widest_rows_at_a_share_of_their_frames_and_its
     assert pages < pool_pages([p + f + 1 for p, f in rows], 4)  # less than the rows' limits
     # one row far longer than the others: the pool still holds it whole, wherever it starts in a page
     lone = requeue_pool_pages([(10, 50)] * 8 + [(30, 4000)], 2)
-    assert BlockManager(lone, KV_PAGE).admit("long", KV_PAGE - 1, KV_PAGE - 1 + 30, KV_PAGE - 1 + 30 + 4000 + 2)
+    assert BlockManager(lone, KV_PAGE).admit("long", KV_PAGE - 1, KV_PAGE - 1 + 30, KV_PAGE - 1 + 30 + 4000 + 2, 1.0)

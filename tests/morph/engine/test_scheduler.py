@@ -44,6 +44,23 @@ def test_rows_are_asked_for_when_enough_slots_are_free_and_again_only_after_a_ro
     assert Scheduler(3).refill == 1
 
 
+def test_a_batch_that_has_ended_no_row_asks_again_once_every_row_joined():
+    sched = Scheduler(4)
+    sched.filled(all_joined=True)
+    assert sched.may_fill()
+    sched.filled(all_joined=False)
+    assert not sched.may_fill()
+
+
+def test_the_refill_share_rounds_down():
+    sched = Scheduler(40)  # 40 / REFILL_DIVISOR: 2 slots
+    joined(sched, range(40), at=8)
+    sched.end(0, 9)
+    assert not sched.may_fill()
+    sched.end(1, 9)
+    assert sched.may_fill()
+
+
 def test_admission_stops_at_the_first_row_the_pool_cannot_hold_and_one_that_never_fits_is_refused():
     sched = Scheduler(4, BlockManager(pages=5, page=4))  # 4 pages of 4 slots
     rows = [("a", 0, 2), ("b", 0, 12), ("c", 0, 2)]  # slots 0 .. at + stop + 1
@@ -53,6 +70,9 @@ def test_admission_stops_at_the_first_row_the_pool_cannot_hold_and_one_that_neve
     with pytest.raises(PoolTooSmall):
         Scheduler(4, BlockManager(pages=5, page=4)).admit([("b", 0, 12)], at=4)  # with no row running
     assert Scheduler(2).admit(rows, at=4) == 2  # dense: every row that has a slot
+    # a row's pages run to the slot after its EOS slot: at 4 with 6 frames, slots 0..11, 3 pages of 4
+    edge = Scheduler(2, BlockManager(pages=4, page=4))
+    assert edge.admit([("d", 0, 6)], at=4) == 1 and edge.blocks.available == 0
 
 
 def test_the_row_that_joined_last_gives_way_and_no_row_joins_until_one_ends():
@@ -67,8 +87,19 @@ def test_the_row_that_joined_last_gives_way_and_no_row_joins_until_one_ends():
     assert sched.preempt()[1].name == "mid"
     with pytest.raises(PoolTooSmall):
         sched.preempt()  # the oldest never gives way
+    assert sched.stats() == dict(preemptions=2, pages=16, page=4, peak_pages=6)
     sched.end(0, 30)
     assert sched.may_fill() and sched.blocks.used == 0
+    # the row that joined last may sit in a lower slot than an older one
+    for name, at in (("first", 40), ("second", 44), ("third", 48)):
+        sched.admit([(name, at - 4, 20)], at)
+        sched.join([Live(name, 0, at, at - 4, 20)])
+    sched.end(0, 50)
+    sched.admit([("fourth", 48, 20)], 52)
+    assert sched.join([Live("fourth", 0, 52, 48, 20)]) == [0]
+    slot, row = sched.preempt()
+    assert (slot, row.name) == (0, "fourth")
+    assert Scheduler(2).stats() == dict(preemptions=0)
 
 
 def test_grow_names_slots_and_the_pages_they_took():
@@ -103,6 +134,7 @@ def test_rows_above_the_bucket_they_fit_move_to_the_lowest_free_slots():
 
 def test_the_step_narrows_once_the_live_rows_fit_half_and_the_row_at_the_buckets_edge_moves():
     sched = Scheduler(8)
+    assert sched.bucket == 8  # before any row: the whole width
     joined(sched, "abcde", at=8)  # slots 0..4
     sched.fit()
     assert sched.bucket == 8 and not sched.narrows()
@@ -137,6 +169,12 @@ def test_a_row_that_speaks_long_raises_the_share_an_overcommitted_pool_sets_asid
     assert sched.spoken == 0.25
     sched.end(1, 4 + 30)
     assert sched.spoken == 0.75
+    joined(sched, "cd", at=40, stop=1)
+    sched.end(0, 40 + 1)  # a row of one frame that spoke it
+    assert sched.spoken == 1.0
+    joined(sched, "e", at=50, stop=10)
+    sched.end(0, 50 + 14)  # the host learns of an end a few frames late
+    assert sched.spoken == 1.0
 
 
 @pytest.mark.parametrize("width, narrower", [(64, 32), (3, 2), (2, 1), (1, None)])
