@@ -25,11 +25,8 @@ def stop_after(tts: MorphTTS, frames: int, upstream: bool):
             raise Stop
 
     if not upstream:
-        tts.patch.on_step = tick
-        try:
+        with tts.patch.call(on_step=tick):
             yield
-        finally:
-            tts.patch.on_step = None
         return
     cp = tts.tts.model.talker.code_predictor
 

@@ -105,7 +105,6 @@ class RowRunner:
         """Until every row has ended and take(n) (up to n waiting rows with their stream keys, [] when none waits)
         has none; put_back((row, stream key)): a preempted row, for take to give again (overcommit); ahead: take's
         rows are a render's, known ahead, so each group's prompt is built while the one before joins (GroupAhead)."""
-        self.tts.patch.seq_groups = self.settings.seq_groups
         queued = []
         if self.batch is None:
             chunk = take(self.width)

@@ -6,8 +6,8 @@
                          on_step=progress, on_line=save_one)  # float32 24 kHz arrays, in order
 
 `MorphTTS.clone`, `custom_voice` and `voice_design` render one line: validation, splitting, seeding, progress,
-out-of-memory handling and decoding are here only, and only this module sets the patch's per-call inputs
-(seq_groups, on_step, row_stops). A text over MAX_SEGMENT_CHARS is split at sentence ends into rows of the same
+out-of-memory handling and decoding are here only; a static batch's per-call inputs (seq_groups, on_step, row_stops)
+go to the patch with its call (MorphPatch.call), the continuous batch's with the batch it builds. A text over MAX_SEGMENT_CHARS is split at sentence ends into rows of the same
 render, and joined again with a pause (morph/line_audio.py, which puts each line together from its rows' audio).
 
 Two ways to run the rows (`continuous`; None, the default, resolves as morph/continuous.py resolve_continuous says):
@@ -72,7 +72,8 @@ def _allotment(rows: Sequence[Row]) -> int:
 
 class BatchTTS:
     """Renders lines on a loaded engine, any number at once. The engine (morph/api.py's MorphTTS) comes in
-    as an object: it imports this module, never the other way round. Only this class drives its patch."""
+    as an object: it imports this module, never the other way round. Only this class calls its model's generate, each
+    call's inputs going with it (MorphPatch.call)."""
 
     def __init__(self, tts):
         self.tts = tts
@@ -255,19 +256,15 @@ class BatchTTS:
         longest = max(rows, key=lambda r: r.limit)
         kwargs = model._merge_generate_kwargs(**settings.upstream_kwargs(longest.text))
         inputs = prompt_inputs(self.tts, rows)
-        patch = self.tts.patch
-        patch.seq_groups = settings.seq_groups
-        patch.row_stops = [self.stop(r) for r in rows]
-        patch.on_frames = None if audio is None else audio.feed
+        on_step = None
         if progress.on_step is not None:
             base, width, step = progress.done, len(rows), itertools.count(1)
-            patch.on_step = lambda: progress.report(base + width * next(step))
-        try:
+            on_step = lambda: progress.report(base + width * next(step))  # noqa: E731
+        with self.tts.patch.call(settings.seq_groups, on_step, [self.stop(r) for r in rows],
+                                 None if audio is None else audio.feed):
             if settings.seed is not None:
                 torch.manual_seed(settings.seed)
             codes, _ = model.model.generate(languages=[r.line.language for r in rows], **inputs, **kwargs)
-        finally:
-            patch.on_step = patch.row_stops = patch.on_frames = None
         return [c[: r.limit] for c, r in zip(codes, rows, strict=True)]
 
 

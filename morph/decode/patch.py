@@ -11,9 +11,11 @@ Two seams, both instance attributes that shadow a class method for this model on
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Callable
 
 from ..qwen.marks import note_foreign_wrapper  # the decode path's one import from morph/qwen/
@@ -36,6 +38,16 @@ _TALKER_KWARGS = {
 }
 
 
+@dataclass(frozen=True)
+class CallInputs:
+    """What one call's decode needs beyond the keywords upstream's generate passes the talker (MorphPatch.call)."""
+
+    seq_groups: int
+    on_step: StepCallback | None = None  # before each frame: progress and cancel hook in here
+    row_stops: list[int] | None = None  # the frame at which each row ends (TalkerLoop.generate)
+    on_frames: Callable | None = None  # the frames buffer as the loop goes on (TalkerLoop.generate)
+
+
 class _Captured(Exception):
     """Carries the talker's keywords out of upstream's generate (MorphPatch.prompt_of)."""
 
@@ -45,7 +57,8 @@ class _Captured(Exception):
 
 
 class MorphPatch:
-    """The live patch on one model. Change `seq_groups`, `mode` or `on_step` between calls freely."""
+    """The live patch on one model. `seq_groups` and `mode` are its defaults, changed between calls freely; a call's
+    own inputs go in with `call`."""
 
     def __init__(self, tts, seq_groups: int = 5, mode: str = "auto"):
         self.talker = tts.model.talker
@@ -57,12 +70,9 @@ class MorphPatch:
         self.loop = TalkerLoop(self.talker)
         self.seq_groups = check_seq_groups(seq_groups, self.loop.predictor.num_groups)
         self.mode = runner.check_mode(mode)
-        # Called once per frame before decoding it: progress and cancel hook in here.
-        self.on_step: StepCallback | None = None
-        self.row_stops: list[int] | None = None  # the next call's rows end at these frames (TalkerLoop.generate)
-        self.on_frames = None  # called with the frames buffer as the loop goes on (TalkerLoop.generate)
-        # per thread: a render builds its next group's prompt on a worker thread (morph/group_ahead.py)
-        self._capturing = threading.local()
+        # per thread: a call's inputs, and whether a prompt is being captured (a render builds its next group's prompt
+        # on a worker thread, morph/group_ahead.py)
+        self._local = threading.local()
         self.talker.generate = self._talker_generate
         self.snakes = [m for m in tts.model.speech_tokenizer.model.modules() if type(m).__name__ == "SnakeBeta"]
         if self.snakes and graphs.triton_available():
@@ -77,22 +87,39 @@ class MorphPatch:
             raise RuntimeError(f"morph: talker.generate was called with {', '.join(unexpected)}, which this qwen-tts "
                                "version does not pass; install qwen-tts 0.1.1 (see the README)")
         loop_kwargs = {k: v for k, v in kwargs.items() if k not in ("output_hidden_states", "return_dict_in_generate")}
-        if getattr(self._capturing, "on", False):
+        if getattr(self._local, "capturing", False):
             raise _Captured(loop_kwargs)
-        return self.loop.generate(**loop_kwargs, seq_groups=self.seq_groups, mode=self.mode, on_step=self.on_step,
-                                  row_stops=self.row_stops, on_frames=self.on_frames)
+        call = getattr(self._local, "call", None) or CallInputs(self.seq_groups)
+        return self.loop.generate(**loop_kwargs, seq_groups=call.seq_groups, mode=self.mode, on_step=call.on_step,
+                                  row_stops=call.row_stops, on_frames=call.on_frames)
+
+    @contextlib.contextmanager
+    def call(self, seq_groups: int | None = None, on_step: StepCallback | None = None,
+             row_stops: list[int] | None = None, on_frames: Callable | None = None):
+        """The inputs of the generate calls made inside this block on this thread, which upstream's generate has no
+        keyword for: seq_groups (the patch's when None), on_step() before each frame (an exception there stops the
+        call and propagates), each row's last frame, on_frames(frames, n) as frames are made. Nothing of them stays
+        on the patch after the block."""
+        outer = getattr(self._local, "call", None)
+        seq_groups = self.seq_groups if seq_groups is None else check_seq_groups(seq_groups,
+                                                                                 self.loop.predictor.num_groups)
+        self._local.call = CallInputs(seq_groups, on_step, row_stops, on_frames)
+        try:
+            yield
+        finally:
+            self._local.call = outer
 
     def prompt_of(self, generate: Callable[[], object]) -> dict:
         """What `generate()` (upstream's generate on this model) passes the talker, without decoding: the prompt
         of its batch (left-padded embeddings, mask, trailing text) and its sampling settings, as keywords of
         TalkerLoop.generate. The continuous batch (morph/engine/batch.py) prefills rows from it."""
-        self._capturing.on = True
+        self._local.capturing = True
         try:
             generate()
         except _Captured as got:
             return got.kwargs
         finally:
-            self._capturing.on = False
+            self._local.capturing = False
         raise RuntimeError("morph: upstream's generate returned without calling the talker; install qwen-tts 0.1.1")
 
     def resolved_mode(self, device) -> str:

@@ -215,8 +215,8 @@ class TalkerLoop:
             tokens = st.tokens[:, :frames_run + 1].cpu()
         frames = self._frames_kept(tokens, rules.eos, frames_run)
         codes, hidden = st.frames[:, :frames].clone(), st.hidden[:, :frames + 1].clone()
-        self.last_run = dict(mode=mode, frames_run=frames_run, frames=frames, capture_s=round(capture_s, 3),
-                             capacity=st.capacity)
+        self.last_run = dict(mode=mode, seq_groups=seq_groups, frames_run=frames_run, frames=frames,
+                             capture_s=round(capture_s, 3), capacity=st.capacity)
         steps = [((hidden[:, 0:1],), None)] + [((hidden[:, j + 1:j + 2],), codes[:, j]) for j in range(frames)]
         return SimpleNamespace(hidden_states=steps, sequences=tokens[:, :frames + 1].to(device))
 

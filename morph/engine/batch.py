@@ -117,8 +117,8 @@ class ContinuousBatch:
                     sched.filled(self._fill(next_group, queue, flags, finished))
                 if not self.live:
                     if not self._ahead:  # next_group was just asked (no row runs, so every slot is free)
-                        self.loop.last_run = dict(mode=self.mode, frames_run=frame, rows=self.ended,
-                                                  capacity=self.st.capacity, width=self.width,
+                        self.loop.last_run = dict(mode=self.mode, seq_groups=self.seq_groups, frames_run=frame,
+                                                  rows=self.ended, capacity=self.st.capacity, width=self.width,
                                                   widths=dict(sorted(self.widths.items())),
                                                   capture_s=round(self.capture_s, 3), **sched.stats())
                         return

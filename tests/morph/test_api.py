@@ -24,9 +24,10 @@ def test_seeded_runs_repeat_and_seq_groups_changes_per_call(tiny_tts, ref_audio)
     a = tiny_tts.clone("Same seed, same audio.", voice, settings=sampled)
     b = tiny_tts.clone("Same seed, same audio.", voice, settings=sampled)
     assert np.array_equal(a, b)
-    assert tiny_tts.patch.seq_groups == 3
+    assert tiny_tts.patch.last_run["seq_groups"] == 3
     tiny_tts.clone("Now exact.", voice, settings=GenerationSettings(seq_groups=15, seed=5, max_new_tokens=4))
-    assert tiny_tts.patch.seq_groups == 15
+    assert tiny_tts.patch.last_run["seq_groups"] == 15
+    assert tiny_tts.patch.seq_groups == 5  # a call's seq_groups went with the call: the patch keeps its default
 
 
 def test_on_step_reports_every_frame(tiny_tts, ref_audio):
@@ -55,7 +56,6 @@ def test_cancel_in_on_step_propagates_and_the_next_run_is_clean(tiny_tts, ref_au
 
     with pytest.raises(Cancelled):
         tiny_tts.clone("This run is cancelled.", voice, settings=GREEDY, on_step=cancel_at_3)
-    assert tiny_tts.patch.on_step is None
     assert np.array_equal(tiny_tts.clone("After a cancel.", voice, settings=GREEDY), clean)
 
 
@@ -225,4 +225,3 @@ def test_gpu_out_of_memory_becomes_a_clear_error(tiny_tts, ref_audio, monkeypatc
     with pytest.raises(RuntimeError, match=r"^Generate: the GPU ran out of memory rendering a single row "
                                            r"\(6 characters, .*Tried to allocate.*set max_new_tokens lower"):
         tiny_tts.clone("Hello.", voice, who="Generate")
-    assert tiny_tts.patch.on_step is None

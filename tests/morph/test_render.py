@@ -235,7 +235,6 @@ def test_cancel_propagates_and_finished_lines_were_already_handed_out(tiny_tts, 
         batch.render(lines[:4], greedy(frames=4), batch_size=2, on_step=on_step,
                      on_line=lambda i, audio: finished.__setitem__(i, audio))
     assert len(finished) == 2  # the first batch's two lines
-    assert tiny_tts.patch.on_step is None
     again = batch.render([lines[i] for i in sorted(finished)], greedy(frames=4), batch_size=2, sort=False)
     for got, i in zip(again, sorted(finished), strict=True):
         np.testing.assert_array_equal(got, finished[i])
@@ -288,7 +287,6 @@ def test_out_of_memory_on_a_single_row_is_a_clear_error(tiny_tts, batch, lines, 
     with pytest.raises(RuntimeError, match=r"^Render lines \(line \d\): the GPU ran out of memory rendering a "
                                            r"single row .*Unload models.*bf16"):
         batch.render(lines[:2], greedy(), batch_size=2)
-    assert tiny_tts.patch.on_step is None
 
 
 def test_a_line_too_long_for_one_pass_is_rendered_in_segments(batch, voices, monkeypatch):

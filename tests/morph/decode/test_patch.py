@@ -62,3 +62,30 @@ def test_another_packs_patch_of_the_talker_generate_is_logged(tiny_dir, monkeypa
         patch(tts).remove()
     assert any("the talker's generate was already replaced by another package" in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_calls_own_inputs_go_with_it_on_its_thread_only(tiny_tts, monkeypatch):
+    """MorphPatch.call: inside the block, on its thread, the talker's generate decodes with the call's inputs; another
+    thread's call and any call after the block get the patch's defaults; an inner block's inputs end with it."""
+    import threading
+
+    seen = []
+    monkeypatch.setattr(tiny_tts.patch.loop, "generate", lambda **kw: seen.append(
+        (kw["seq_groups"], kw["on_step"], kw["row_stops"], kw["on_frames"])))
+    talker, default = tiny_tts.tts.model.talker, tiny_tts.patch.seq_groups
+    step, frames = (lambda: None), (lambda buffer, n: None)
+    with tiny_tts.patch.call(3, step, [4, 2], frames):
+        talker.generate(inputs_embeds=None)
+        other = threading.Thread(target=lambda: talker.generate(inputs_embeds=None))
+        other.start()
+        other.join()
+        with tiny_tts.patch.call(15):
+            talker.generate(inputs_embeds=None)
+        talker.generate(inputs_embeds=None)
+    talker.generate(inputs_embeds=None)
+    assert seen == [(3, step, [4, 2], frames), (default, None, None, None), (15, None, None, None),
+                    (3, step, [4, 2], frames), (default, None, None, None)]
+    assert default != 3 and tiny_tts.patch.seq_groups == default
+    with pytest.raises(ValueError, match="seq_groups"):
+        with tiny_tts.patch.call(16):
+            pass
