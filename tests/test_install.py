@@ -124,3 +124,13 @@ def test_pip_install_dot_gives_an_importable_package_and_the_readme_example_runs
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"from {target}" in run.stdout
     assert sf.info(str(work / "hello.wav")).samplerate == 24000
+
+
+def test_every_package_of_the_pack_is_in_the_install():
+    """pyproject.toml lists the packages `pip install .` installs: a folder of morph/ left out of it imports from the
+    clone and fails from site-packages."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in ROOT.glob("morph/**/__init__.py")}
+    assert found and not found - listed, sorted(found - listed)
