@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # The test command: run the whole suite under transformers 4.57.3 (what qwen-tts pins), then again under the newest
-# 5.x on the registry for the tests whose subject goes through transformers: the engine, the nodes and the CLI. The
-# second pass leaves out the Ray clusters (tests/morph/distributed, tests/bench/test_scale.py), the bench harness
-# (tests/bench), the repository's tools (tests/tools), the pip install (tests/test_install.py), the HTTP server
-# (tests/morph/serve, tests/test_cli_serve.py) and the README's rules and examples (tests/test_readme.py): what they
-# check (workers killed, files kept, reports summed, layout, routes and replies, the README's commands) does not
-# change with the transformers release, the engine inside them is the one the second pass checks (the server's,
-# tests/morph/test_live_engine.py, included), and CI's 30 minutes no longer hold two whole passes.
+# 5.x on the registry for the tests whose subject goes through transformers: loading and the compat shims
+# (tests/morph/qwen), upstream's own layers and generate (exactness, the static batches, the predictor's logits, the
+# prefill and lean layers against upstream's forward, the codec against upstream's decoder), the engine's contract
+# end to end (the golden codes, the Python API, the server's engine), the nodes and the CLI. What the rest checks
+# (kernels, pages and scheduling, files, the Ray clusters, the HTTP server, the bench harness, the layout, the pip
+# install, the README's rules) runs the pack's own code on what those load, the same under either release.
 #   bash tools/test.sh            what CI runs (.ci/run)
 #   bash tools/test.sh --quick    a quick subset while working: transformers 4.57.3 only, without the tests that
 #                                 start Ray clusters
@@ -19,8 +18,11 @@ export PIP_NO_CACHE_DIR=1
 venv=.venv-test
 releases=(4.57.3 newest)
 ray_tests=(--ignore=tests/morph/distributed --ignore=tests/bench/test_scale.py)
-not_transformers=("${ray_tests[@]}" --ignore=tests/bench --ignore=tests/tools --ignore=tests/test_install.py
-                  --ignore=tests/morph/serve --ignore=tests/test_cli_serve.py --ignore=tests/test_readme.py)
+through_transformers=(tests/morph/qwen tests/morph/test_exactness.py tests/morph/test_render.py
+                      tests/morph/decode/test_predictor_logits.py tests/morph/decode/test_prefill.py
+                      tests/morph/decode/test_lean.py tests/morph/decode/test_patch.py tests/morph/codec
+                      tests/morph/test_golden_codes.py tests/morph/test_api.py tests/morph/test_live_engine.py
+                      tests/nodes tests/test_cli.py tests/test_cli_voice.py)
 subset=()
 case "${1:-}" in
   "") ;;
@@ -39,7 +41,7 @@ for tf in "${releases[@]}"; do
     echo "=== ruff (pyproject.toml [tool.ruff])"
     "$venv/bin/ruff" check . || status=1
   fi
-  if [ "$tf" = newest ]; then subset=("${not_transformers[@]}"); fi
+  if [ "$tf" = newest ]; then subset=("${through_transformers[@]}"); fi
   "$venv/bin/python" -m pytest -q -rs ${subset[@]+"${subset[@]}"} || status=1
 done
 exit $status
