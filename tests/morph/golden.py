@@ -48,7 +48,7 @@ CASES = {f"{kind}-{name}": Case(rows, width, kind == "seeded")
 
 
 def voices(tts) -> dict:
-    """An x-vector voice and an ICL one from one clean two-second clip (tests/morph/conftest.py's `voices`)."""
+    """An x-vector voice and an ICL one from one clean two-second clip (tests/morph/conftest.py's `voices` too)."""
     t = np.arange(2 * SR) / SR
     wave = (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t))).astype(np.float32)
     return {"xvec": tts.make_voice(wave, SR), "icl": tts.make_voice(wave, SR, transcript="A short reference sentence.")}

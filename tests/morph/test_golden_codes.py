@@ -20,25 +20,20 @@ def recorded():
     return golden.load()
 
 
-@pytest.fixture(scope="module")
-def voice(tiny_tts):
-    return golden.voices(tiny_tts)
-
-
 @pytest.mark.parametrize("name", list(golden.CASES))
-def test_the_codes_are_the_recorded_ones(lean, voice, recorded, name):
-    got = golden.run(lean, golden.CASES[name], voice)
+def test_the_codes_are_the_recorded_ones(lean, voices, recorded, name):
+    got = golden.run(lean, golden.CASES[name], voices)
     want = recorded[name]
     assert len(got) == len(want)
     differ = [i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not torch.equal(g, w)]
     assert not differ, f"{name}: rows {differ} differ from tests/fixtures/golden_codes.npz"
 
 
-def test_a_streamed_render_is_the_recorded_codes_audio(lean, voice, recorded):
+def test_a_streamed_render_is_the_recorded_codes_audio(lean, voices, recorded):
     """Streamed (its pool never overcommitted, each row's audio handed out as it is made), each line's chunks join to
     the decode of its recorded codes."""
     case = golden.CASES["seeded-joins"]
-    batch, stops, lines = BatchTTS(lean), golden.ends(case), golden.lines(case, voice)
+    batch, stops, lines = BatchTTS(lean), golden.ends(case), golden.lines(case, voices)
     batch.stop = lambda row: min(row.limit, stops[row.index])
     chunks: dict[int, list] = {}
     whole = batch.render(lines, case.settings(), batch_size=case.width, continuous=True,
@@ -50,11 +45,11 @@ def test_a_streamed_render_is_the_recorded_codes_audio(lean, voice, recorded):
         assert_audio_close(audio, expected, rel=1e-5)
 
 
-def test_the_live_engines_requests_are_the_recorded_codes_audio_when_one_is_cancelled(lean, voice, recorded):
+def test_the_live_engines_requests_are_the_recorded_codes_audio_when_one_is_cancelled(lean, voices, recorded):
     """Eight requests through four slots of the server's engine, each ending at its limit; the third is cancelled at
     its first chunk, so a waiting one takes its slot mid-batch; the others' audio is their recorded codes'."""
     case = golden.CASES["seeded-8"]
-    lines = golden.lines(case, voice)
+    lines = golden.lines(case, voices)
     want = BatchTTS(lean).codes(lines, case.settings(), batch_size=8, continuous=True)  # every row to its limit
     assert [c.shape[0] for c in want] == [golden.FRAMES] * 8
     engine = LiveEngine(lean, width=4, max_frames=64, max_prompt=400)
