@@ -1,17 +1,17 @@
-"""A render's rows through one running batch (morph/engine/batch.py), each row's audio decoded a chunk at a time
-while it is made (`LiveChunks`, through morph/codec/live.py) and handed out as chunks (on_chunk, when the render
-streams) and whole when the row ends: what BatchTTS.render(continuous=True) runs (not in eager mode).
+"""The engine's runner (morph/engine/engine.py): rows through one running batch (morph/engine/batch.py), each row's
+audio decoded a chunk at a time while it is made (`LiveChunks`, through morph/codec/live.py) and handed out as chunks
+(on_chunk) and whole when the row ends. Not in eager mode.
 
-Rows join longest first, in groups as slots free up; each group's prompt is built by upstream's own generate
-(MorphPatch.prompt_of), a render's next one on a worker thread (morph/group_ahead.py); each row draws from its own
-random stream (morph/decode/streams.py), keyed by the seed and the row (morph/prompts.py), so its take does not
-depend on its neighbours.
+Rows join in the order the engine takes them, in groups as slots free up; each group's prompt is built by upstream's
+own generate (MorphPatch.prompt_of), the next one on a worker thread for rows known ahead (morph/group_ahead.py); each
+row draws from its own random stream (morph/decode/streams.py), keyed by the seed and the row (morph/prompts.py), so its
+take does not depend on its neighbours.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
@@ -21,8 +21,8 @@ from .codec.calls import FIRST_GRID, LIVE_CHUNK, call_frames
 from .codec.live import LiveRows
 from .group_ahead import GroupAhead
 from .lines.line import Row
-from .prompts import prompt_inputs, prompt_tokens, stream_keys, token_count
-from .settings import BATCHING, DEFAULT_BATCHING, GenerationSettings, pool_pages, requeue_pool_pages
+from .prompts import prompt_inputs
+from .settings import BATCHING, DEFAULT_BATCHING, GenerationSettings
 
 if TYPE_CHECKING:
     from .decode.groups import Group
@@ -52,39 +52,9 @@ def resolve_continuous(tts, continuous: bool | None, device: torch.device | None
     return continuous_for(tts, DEFAULT_BATCHING, "render", device) if continuous is None else bool(continuous)
 
 
-def run_rows(tts, rows: Sequence[Row], settings: GenerationSettings, width: int, stop: Callable[[Row], int],
-             on_row: Callable[[Row, object], None], on_frames: Callable[[int], None] | None = None,
-             audio: bool = True, on_chunk: Callable[[Row, np.ndarray], None] | None = None,
-             kv_cache_bytes: int | None = None) -> None:
-    """Render `rows` `width` at a time, longest first, their keys and values in a paged pool that holds the `width`
-    largest at once (settings.pool_pages) or, unless the render streams, the frames they are likely to speak
-    (settings.requeue_pool_pages: a row the pool cannot grow starts again), or one of kv_cache_bytes; on_row(row,
-    float32 audio) as each is decoded (with audio=False: on_row(row, codes [frames, 16]) as each ends, no codec);
-    on_frames(live rows) before each frame. stop(row): the frame at which the row ends at the latest. on_chunk(row,
-    float32 audio): each row's audio in order while it is made (LiveChunks), its chunks joined being what on_row then
-    gets. A CUDA out-of-memory error propagates as it is."""
-    pending = collections.deque(sorted(zip(rows, stream_keys(rows, settings.seed), strict=True),
-                                       key=lambda rk: (-rk[0].limit, -len(rk[0].text))))
-    count = token_count(tts)
-    prompts = [prompt_tokens(r.text, r.line.voice, r.line.instruct, count) for r in rows]
-    needs = [p + r.limit + 1 for p, r in zip(prompts, rows, strict=True)]
-    # a row none of whose audio has gone out may be preempted and start again (ContinuousBatch): the pool is then
-    # sized for about the frames rows speak (`stop` ends a benchmark's rows where speech would), not their limits
-    requeue = on_chunk is None
-    if kv_cache_bytes is not None:
-        pages = budget_pages(tts, kv_cache_bytes)
-    elif requeue:
-        pages = requeue_pool_pages([(p, r.limit) for p, r in zip(prompts, rows, strict=True)], width)
-    else:
-        pages = pool_pages(needs, width)
-    runner = RowRunner(tts, settings, width, max(needs), stop, on_row, audio, on_chunk, pages, overcommit=requeue)
-    runner.run(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))], on_frames,
-               put_back=pending.appendleft, ahead=True)
-
-
 class RowRunner:
     """One continuous batch (morph/engine/batch.py) and its audio: rows join from a source while it runs (a render's
-    rows in run_rows, or the requests of morph/live_engine.py, which keeps one runner between its runs), each row's
+    what morph/engine/engine.py runs, keeping one runner between its runs while the settings hold), each row's
     audio decoded while it is made and handed to on_row whole as it ends and, with on_chunk, a chunk at a time as it
     comes. `need`: the most cache slots one row may take (prompt, frames and the EOS slot); every row it is given
     must fit."""

@@ -7,12 +7,12 @@
 
 `MorphTTS.clone`, `custom_voice` and `voice_design` render one line: validation, splitting, seeding, progress,
 out-of-memory handling and decoding are here only; a static batch's per-call inputs (seq_groups, on_step, row_stops)
-go to the patch with its call (MorphPatch.call), the continuous batch's with the batch it builds. A text over MAX_SEGMENT_CHARS is split at sentence ends into rows of the same
-render, and joined again with a pause (morph/line_audio.py, which puts each line together from its rows' audio).
+go to the patch with its call (MorphPatch.call), the continuous batch's with the request (morph/engine/). A text
+over MAX_SEGMENT_CHARS is split at sentence ends into rows of the same render, and joined again with a pause (morph/line_audio.py, which puts each line together from its rows' audio).
 
 Two ways to run the rows (`continuous`; None, the default, resolves as morph/continuous.py resolve_continuous says):
-- continuous (the default wherever the speed mode runs the lean layers; morph/continuous.py): one running batch of
-  `batch_size` slots; a row that ends gives its slot to the next row at once, and its audio is decoded on a stream of
+- continuous (the default wherever the speed mode runs the lean layers): the render is one request to the engine
+  (morph/engine/engine.py), its rows longest first through one running batch of `batch_size` slots; a row that ends gives its slot to the next row at once, and its audio is decoded on a stream of
   its own while the batch goes on. Its keys and values live in pages (morph/decode/kv_store.py): a row holds its pages
   only while it runs (a static batch holds every row's cache to its batch's longest). Each row draws from its own
   random stream, keyed by the seed and the row itself (morph/decode/streams.py), so a seeded line's take is the same
@@ -33,13 +33,12 @@ differences are about 1e-7 on logits of order 1, so greedy codes agree unless tw
 decodes rows in pieces of bounded size (morph/codec/): a row differs from its decode alone by rounding.
 
 Out of memory (generation, a CUDA graph capture or the codec): the rows not yet rendered are retried with half the
-batch (logged), down to one row; a row that does not fit alone is a RuntimeError that names the node and what to
-change. Rows already rendered are kept.
+batch (logged; the engine's policy in the continuous batch, the same here in static batches), down to one row; a row
+that does not fit alone is a RuntimeError that names the node and what to change. Rows already rendered are kept.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 from typing import Callable, Sequence
@@ -49,14 +48,16 @@ import torch
 
 from .codec.pieces import decode_rows
 from .codec.stream import RowsDecode, decode_whole
-from .continuous import ref_code, resolve_continuous, run_rows, runs_lean
+from .continuous import ref_code, resolve_continuous, runs_lean
+from .engine.engine import Engine, too_large
+from .engine.request import Request
 from .engine.scheduler import back_off
 from .line_audio import LineAudio
 from .lines.line import Line, Row
 from .lines.voice import Voice
 from .lines.words import FOR_PYTHON, Words
 from .progress import SlotProgress
-from .prompts import make_rows, prompt_inputs
+from .prompts import make_rows, prompt_inputs, prompt_tokens, stream_keys, token_count
 from .settings import DEFAULT_BATCH_SIZE, GenerationSettings
 
 log = logging.getLogger(__name__)
@@ -118,37 +119,14 @@ class BatchTTS:
                              "or lean (eager runs upstream's static batches)")
         if kv_cache_bytes is not None and not continuous:
             raise ValueError(f"{who}: kv_cache_bytes sizes the continuous batch's paged cache; set continuous=True")
-        run = self._static
         if continuous:
-            run = functools.partial(self._continuous, on_chunk=None if out.chunks is None else out.chunks.chunk,
-                                    kv_cache_bytes=kv_cache_bytes)
-        pending = rows
-        while pending:
-            pending = out.todo(pending)
-            if not pending:
-                break
-            try:
-                run(pending, settings, cap, on_step, out.deliver, sort)
-                break
-            except torch.cuda.OutOfMemoryError as e:
-                oom = str(e).splitlines()[0] if str(e) else "CUDA out of memory"
-            # Outside the except block, so the failed attempt's tensors (held by the traceback) are released
-            # before the cache is emptied.
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            width = min(cap, len(pending))
-            narrower = back_off(width)
-            if narrower is None:
-                raise RuntimeError(_too_large(pending[0], oom))
-            if not out.restart(pending):
-                raise RuntimeError(f"{who}: the GPU ran out of memory after audio had been handed to on_chunk, which "
-                                   f"a retry in smaller batches would hand again: {oom}; set batch_size lower")
-            cap = narrower
-            log.warning("%s: out of GPU memory with a batch of %d rows; retrying in batches of %d",
-                        who, width, cap)
-        if batch_size is not None and cap < batch_size:
+            width = self._engine(rows, settings, cap, on_step, who, out.deliver,
+                                 None if out.chunks is None else out.chunks.chunk, out.restart, kv_cache_bytes)
+        else:
+            width = self._static_backing_off(rows, settings, cap, on_step, out, sort, who)
+        if batch_size is not None and width < min(batch_size, len(rows)):
             log.warning("%s: finished with batches of at most %d rows after running out of GPU memory at %d; "
-                        "set batch_size to %d to skip the failed attempts next time", who, cap, batch_size, cap)
+                        "set batch_size to %d to skip the failed attempts next time", who, width, batch_size, width)
         return out.results
 
     def codes(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
@@ -165,9 +143,8 @@ class BatchTTS:
         out: list[torch.Tensor | None] = [None] * len(rows)
         width = batch_size or len(rows)
         if resolve_continuous(self.tts, continuous):
-            progress = SlotProgress(on_step, sum(r.limit for r in rows))
-            run_rows(self.tts, rows, settings, width, self.stop, lambda r, c: out.__setitem__(r.index, c),
-                     lambda live: progress.report(progress.done + live), audio=False, kv_cache_bytes=kv_cache_bytes)
+            self._engine(rows, settings, width, on_step, who, lambda r, c: out.__setitem__(r.index, c),
+                         kv_cache_bytes=kv_cache_bytes, audio=False)
             return out
         for batch in plan_batches([(r.limit, r.text) for r in rows], width, longest_first=False):
             chunk = [rows[i] for i in batch]
@@ -199,15 +176,49 @@ class BatchTTS:
         return row.limit
 
     # -- the two ways to run rows ------------------------------------------------------
-    def _continuous(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,
-                    deliver, sort: bool, on_chunk: Callable[[Row, np.ndarray], None] | None = None,
-                    kv_cache_bytes: int | None = None) -> None:
-        """One running batch of `width` slots (rows join longest first whatever `sort`); on_chunk(row, audio) as
-        each row's audio is made."""
+    def _engine(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None, who: str,
+                on_row: Callable[[Row, object], None], on_chunk: Callable[[Row, np.ndarray], None] | None = None,
+                restart: Callable[[Sequence[Row]], bool] = lambda rows: True, kv_cache_bytes: int | None = None,
+                audio: bool = True) -> int:
+        """The rows as one request to an engine of `width` slots, longest first, its pool sized to them; a row none
+        of whose audio has gone out may be preempted and run again (the render does not stream). Returns the width
+        it finished at (narrower after running out of memory); the request's error, if it failed, is raised."""
+        engine = Engine(self.tts, min(width, len(rows)), who, kv_cache_bytes=kv_cache_bytes,
+                        overcommit=on_chunk is None, ahead=True, stop=self.stop, audio=audio)
+        request = script_request(rows, settings, token_count(self.tts), on_row, lambda error: None, on_chunk, restart)
         progress = SlotProgress(on_step, sum(r.limit for r in rows))
-        run_rows(self.tts, rows, settings, width, self.stop, deliver,
-                 lambda live: progress.report(progress.done + live), on_chunk=on_chunk, kv_cache_bytes=kv_cache_bytes)
+        engine.submit(request)
+        try:
+            engine.run_until_idle(lambda live: progress.report(progress.done + live))
+        finally:
+            engine.release()
+        if request.error is not None:
+            raise request.error
         progress.finish()
+        return engine.width
+
+    def _static_backing_off(self, rows: list[Row], settings: GenerationSettings, cap: int, on_step: OnStep | None,
+                            out: LineAudio, sort: bool, who: str) -> int:
+        """Static batches of at most `cap` rows, narrowed as the engine narrows after running out of memory (its
+        scheduler's back_off); returns the width it finished at."""
+        pending = rows
+        while True:
+            pending = out.todo(pending)
+            if not pending:
+                return cap
+            try:
+                self._static(pending, settings, cap, on_step, out.deliver, sort)
+                return cap
+            except torch.cuda.OutOfMemoryError as e:
+                error = e.with_traceback(None)  # the failed attempt's tensors go before the cache is emptied
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            width = min(cap, len(pending))
+            narrower = back_off(width)
+            if narrower is None:
+                raise RuntimeError(too_large(pending[0], error))
+            cap = narrower
+            log.warning("%s: out of GPU memory with a batch of %d rows; retrying in batches of %d", who, width, cap)
 
     def _static(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,
                 deliver, sort: bool) -> None:
@@ -273,10 +284,18 @@ def _hand_over(rows: list[Row], audio: RowsDecode, deliver) -> None:
         deliver(row, wav)
 
 
-def _too_large(row: Row, oom: str) -> str:
-    return (f"{row.where}: the GPU ran out of memory rendering a single row ({len(row.text)} characters, up to "
-            f"{row.limit} frames): {oom}; free VRAM (ComfyUI's Unload models), set max_new_tokens lower, "
-            "shorten the text, or load the model in bf16")
+def script_request(rows: Sequence[Row], settings: GenerationSettings, count: Callable[[str], int],
+                   on_row: Callable[[Row, object], None], on_end: Callable[[BaseException | None], None],
+                   on_chunk: Callable[[Row, np.ndarray], None] | None = None,
+                   restart: Callable[[Sequence[Row]], bool] = lambda rows: True) -> Request:
+    """A render's rows as one request to the engine, longest first (a row that runs longest starts first, so the
+    batch never waits on one that joined late); each row's random stream as the rows were given (morph/prompts.py
+    stream_keys); count(text): its tokens, for each row's prompt."""
+    keys = dict(zip(rows, stream_keys(rows, settings.seed), strict=True))
+    order = sorted(rows, key=lambda r: (-r.limit, -len(r.text)))
+    return Request(order, [keys[r] for r in order],
+                   [prompt_tokens(r.text, r.line.voice, r.line.instruct, count) for r in order], settings,
+                   on_row, on_end, on_chunk, restart)
 
 
 def plan_batches(shapes: Sequence[tuple[int, str]], size: int, longest_first: bool = True) -> list[list[int]]:

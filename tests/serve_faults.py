@@ -47,12 +47,12 @@ def fault_runner(error: BaseException | type[BaseException] | None = None, times
 
 def main(argv: list[str]) -> int:
     import cli
-    import morph.live_engine
+    import morph.engine.engine
 
     mode, serve_args = argv[0], argv[1:]
-    morph.live_engine.RowRunner = {"fail": lambda: fault_runner(RuntimeError(CUDA_ASSERT)),
-                                   "slow": lambda: fault_runner(delay=0.1),
-                                   "assert": lambda: fault_runner(_DeviceAssert)}[mode]()
+    morph.engine.engine.RowRunner = {"fail": lambda: fault_runner(RuntimeError(CUDA_ASSERT)),
+                                     "slow": lambda: fault_runner(delay=0.1),
+                                     "assert": lambda: fault_runner(_DeviceAssert)}[mode]()
     return cli.main(["serve", *serve_args])
 
 

@@ -9,8 +9,9 @@
 
 The driver plans the batches as the one-GPU scheduler plans static ones (longest first, `batch_size` lines each, so
 a greedy line in static batches gets the same codes as in one process; in the continuous batch, the default, each
-planned batch is one continuous batch on its worker, and a seeded line's take is its own random stream's, as on one
-GPU, up to rounding) and hands them out one at a time as workers free up: long and short
+planned batch is one request to its worker's engine, which runs the batches in flight there as one continuous batch,
+and a seeded line's take is its own random stream's, as on one GPU, up to rounding) and hands them out as workers
+free up (IN_FLIGHT at each): long and short
 batches mixed over the GPUs, every GPU busy until the queue is empty, and all finish within about one batch of each
 other. Each worker writes its lines' files; the driver keeps the manifest, so a rerun resumes as it does in one
 process, and at the end joins the dialogue from the files and writes the subtitles. The workers are given the job's
@@ -111,8 +112,9 @@ class WorkerPool:
             if workers < 1 or workers > have:
                 raise RuntimeError(f"{who}: {workers} workers asked for, and the Ray cluster has {have} {kind}; "
                                    f"ask for at most {have}")
+            # threaded: a worker's batches in flight wait on its engine together (worker.py), beside a probe
             remote = ray.remote(self.worker).options(num_gpus=0 if cpu else 1, num_cpus=1, max_restarts=MAX_RESTARTS,
-                                                     max_task_retries=0)
+                                                     max_task_retries=0, max_concurrency=IN_FLIGHT + 1)
             self.actors = [remote.remote(load) for _ in range(workers)]
             try:
                 self.about = ray.get([a.about.remote() for a in self.actors])  # every model loaded, or its error
@@ -184,7 +186,8 @@ class WorkerPool:
             while queue and sum(1 for a, b in pending.values() if a is actor and b is not None) < IN_FLIGHT:
                 batch = queue.popleft()
                 rows = [(i, job.parsed[i].name, job.lines[i]) for i in batch]
-                call = actor.render.remote(rows, files, settings, finish_line, who, job.labels(batch), batching)
+                call = actor.render.remote(rows, files, settings, finish_line, who, job.labels(batch), batching,
+                                           batch_size)
                 pending[call] = (actor, batch)
 
         for actor in actors:
@@ -198,8 +201,8 @@ class WorkerPool:
             if not ready:
                 continue
             actor = pending[ready[0]][0]
-            # An actor runs its calls in the order sent, and pending keeps that order: the oldest batch in flight
-            # on this worker is the one it is running (or was, if this call says it died)
+            # The engine takes a worker's batches in the order sent, and pending keeps that order: the oldest batch in
+            # flight on this worker is the one it got furthest with (or had, if this call says it died)
             running = next((b for a, b in pending.values() if a is actor and b is not None), None)
             actor, batch = pending.pop(ready[0])
             try:

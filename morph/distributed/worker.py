@@ -1,23 +1,33 @@
-"""One worker of a distributed script job: a model loaded once, rendering the batches the driver sends it.
+"""One worker of a distributed script job: a model loaded once, and an engine (morph/engine/) fed the batches the
+driver sends it.
 
-Ray runs it as a plain actor (job.py), one per GPU. A plain actor runs every call on the thread that built it, the
-one that loaded the model and captured its CUDA graphs (Ray Data's actors call from another thread, and measured
-slower). Each line's file is written here, where its audio is; only (script index, samples) go back to the driver.
+Ray runs it as a threaded actor (job.py), one per GPU. Each planned batch is one request to the worker's engine,
+which runs on a thread of its own (morph/engine/thread.py, the thread that captures and replays the CUDA graphs): the
+driver keeps IN_FLIGHT batches at each worker, so the next batch's rows are waiting when the one before thins out, and
+the continuous batch never empties between two. A call waits for its request, then writes its lines' files on Ray's
+thread, beside the engine; only (script index, samples) go back to the driver. Static batches (eager mode, or
+batching "static") run on Ray's thread, one call at a time.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 from typing import Callable, Sequence
 
 import numpy as np
 
-from ..continuous import continuous_for
 from ..api import MorphTTS
+from ..continuous import continuous_for
+from ..engine.engine import Engine
+from ..engine.thread import EngineThread
+from ..line_audio import LineAudio
+from ..lines.line import Row
 from ..lines.store import LineFiles, Written
 from ..lines.voice import Voice
-from ..render import BatchTTS, Line
+from ..prompts import make_rows, token_count
+from ..render import BatchTTS, Line, script_request
 from ..script_job import render_context
 from ..settings import GenerationSettings
 
@@ -29,6 +39,10 @@ class LineWorker:
         # this process is the job's own: transformers' per-load bars would only repeat through Ray's log
         transformers.utils.logging.disable_progress_bar()
         self.tts = MorphTTS.load(**load)
+        self.count_tokens = token_count(self.tts, private=True)  # on Ray's threads, beside the engine's
+        self._engine: EngineThread | None = None  # built for the first continuous batch, kept for the next
+        self._width = 0  # the width it was built for (it narrows after running out of memory)
+        self._lock = threading.Lock()  # model work on Ray's threads (static batches, voices): one call at a time
 
     def about(self) -> dict:
         """What the driver checks and reports: the model kind, where it runs, and which process this is."""
@@ -38,22 +52,63 @@ class LineWorker:
         return render_context(self.tts, self.tts.device.type, language, settings, smoothing)
 
     def voice_from_clip(self, clip: np.ndarray, transcript: str | None, who: str) -> Voice:
-        return self.tts.voice_from_clip(clip, transcript, who=who)
+        return self._model_work(lambda: self.tts.voice_from_clip(clip, transcript, who=who))
 
     def check(self, lines: Sequence[Line], settings: GenerationSettings, who: str, labels: Sequence[str]) -> None:
         BatchTTS(self.tts).check(lines, settings, who, labels)
 
+    def stop(self, row: Row) -> int:
+        """The frame at which a row ends at the latest (BatchTTS.stop; a benchmark's subclass ends it earlier)."""
+        return row.limit
+
     def render(self, batch: Sequence[tuple[int, str, Line]], files: LineFiles, settings: GenerationSettings,
                finish_line: Callable[[np.ndarray], np.ndarray] | None, who: str, labels: Sequence[str],
-               batching: str) -> list[tuple[int, Written]]:
-        """One planned batch of (script index, character name, line), rendered as one batch (`batching`, one of
-        BATCHING, as this worker's speed mode runs it: continuous_for) in the order given; each line's file written;
-        returns (script index, the file written) per line."""
-        audio = BatchTTS(self.tts).render([line for _, _, line in batch], settings, batch_size=len(batch),
-                                          who=who, sort=False, labels=labels,
-                                          continuous=continuous_for(self.tts, batching, who))
+               batching: str, width: int) -> list[tuple[int, Written]]:
+        """One planned batch of (script index, character name, line), as `batching` (one of BATCHING) runs on this
+        worker's speed mode (continuous_for): one request to the engine of `width` slots, or one static batch; each
+        line's file written; returns (script index, the file written) per line."""
+        lines = [line for _, _, line in batch]
+        if continuous_for(self.tts, batching, who):
+            audio = self._request(lines, settings, who, labels, width)
+        else:
+            with self._lock:
+                audio = BatchTTS(self.tts).render(lines, settings, batch_size=len(batch), who=who, sort=False,
+                                                  labels=labels, continuous=False)
         done = []
-        for (index, name, _), wav in zip(batch, audio):
+        for (index, name, _), wav in zip(batch, audio, strict=True):
             wav = finish_line(wav) if finish_line is not None else wav
             done.append((index, files.write_line(index + 1, name, wav)))
         return done
+
+    def _request(self, lines: list[Line], settings: GenerationSettings, who: str, labels: Sequence[str],
+                 width: int) -> list[np.ndarray]:
+        """The lines' audio, through the worker's engine behind the batches sent before."""
+        settings = settings.validate(who)
+        rows = make_rows(self.tts, lines, settings, who, True, labels)
+        out = LineAudio(rows, len(lines), None, None, streamed=False)
+        ended = threading.Event()
+        request = script_request(rows, settings, self.count_tokens, out.deliver, lambda error: ended.set())
+        self._engine_of(width, who).submit(request, who)
+        ended.wait()
+        if request.error is not None:
+            raise request.error
+        return out.results
+
+    def _engine_of(self, width: int, who: str) -> EngineThread:
+        with self._lock:
+            if self._engine is None or self._width != width:
+                if self._engine is not None:
+                    self._engine.close()
+                self._engine = EngineThread(Engine(self.tts, width, who, overcommit=True, ahead=True,
+                                                   stop=self.stop))
+                self._width = width
+            return self._engine
+
+    def _model_work(self, fn: Callable[[], object]):
+        """fn() on the engine's thread once there is one (model work beside its batch could break a capture),
+        else on this one."""
+        with self._lock:
+            engine = self._engine
+            if engine is None:
+                return fn()
+        return engine.call(fn).result()

@@ -197,7 +197,7 @@ class Speech:
                                                            total_tokens=tokens + frames))
             status = "ok"
         finally:
-            request.cancel()  # nothing once it has ended; a client that went away frees its rows
+            self.engine.cancel(request)  # nothing once it has ended; a client that went away frees its rows
             self.metrics.finished(status, samples / SAMPLE_RATE, time.perf_counter() - started)
 
     async def _whole(self, request, items: asyncio.Queue, fmt: str, http: HttpRequest, started: float) -> Response:
@@ -218,7 +218,7 @@ class Speech:
             return Response(encode(audio, fmt), media_type=media_type(fmt))
         finally:
             gone.cancel()
-            request.cancel()  # nothing once it has ended; a client that went away frees its rows
+            self.engine.cancel(request)  # nothing once it has ended; a client that went away frees its rows
             self.metrics.finished(status, sum(c.size for c in chunks) / SAMPLE_RATE, time.perf_counter() - started)
 
 

@@ -135,10 +135,10 @@ def dense_cache(monkeypatch):
     """The continuous batch's keys and values dense, each row the whole capacity (the live engine's default), so
     that a test may cut the capacity to any number of slots (a paged one is a whole number of pages; the paged
     cache's moves are tests/morph/test_paged_batch.py's)."""
-    import morph.continuous
+    import morph.engine.engine
 
-    monkeypatch.setattr(morph.continuous, "pool_pages", lambda slots, width: None)
-    monkeypatch.setattr(morph.continuous, "requeue_pool_pages", lambda rows, width: None)
+    monkeypatch.setattr(morph.engine.engine, "pool_pages", lambda slots, width: None)
+    monkeypatch.setattr(morph.engine.engine, "requeue_pool_pages", lambda rows, width: None)
 
 
 class Moves(list):

@@ -63,7 +63,7 @@ def test_the_live_engines_requests_are_the_recorded_codes_audio_when_one_is_canc
     finally:
         engine.close()
     decoded = BatchTTS(lean).decode(want, [line.voice for line in lines])
-    assert requests[2].state == "cancelled"
+    assert requests[2].status == "cancelled"
     for i, got in audio.items():
         assert_audio_close(got, decoded[i], rel=1e-5)
     # the uncut rows of the recorded seeded-8 case agree with these full-length ones up to their own ends

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-import morph.live_engine
+import morph.engine.engine
 from morph.live_engine import Busy, EngineFailed, LiveEngine, fatal
 from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
@@ -68,7 +68,7 @@ def test_requests_join_a_running_batch_and_each_gets_its_own_take(engine, lean, 
     texts = ["one two three four five six.", "seven eight.", "nine ten eleven."]
 
     def send_late():
-        runners.append(engine._runner)
+        runners.append(engine.engine._runner)
         submit(engine, texts[1], voices["xvec"], 12, late[0], seed=3)
         submit(engine, texts[2], voices["icl"], 20, late[1], seed=4)
 
@@ -80,8 +80,8 @@ def test_requests_join_a_running_batch_and_each_gets_its_own_take(engine, lean, 
     for g, a in zip(got, alone, strict=True):
         assert_audio_close(g, a, rel=1e-4)
     assert got[0].size <= 40 * FRAME and len(first.chunks) >= 3
-    assert engine._runner is runners[0] and engine.stats()["rows_in_batch"] == 0
-    assert (engine.pages is None) == ("peak_pages" not in engine._runner.batch.sched.stats())
+    assert engine.engine._runner is runners[0] and engine.stats()["rows_in_batch"] == 0
+    assert (engine.engine.kv_cache_bytes is None) == ("peak_pages" not in engine.engine._runner.batch.sched.stats())
 
 
 def test_a_cancelled_request_stops_at_once_and_frees_its_rows(engine, voices):
@@ -91,14 +91,14 @@ def test_a_cancelled_request_stops_at_once_and_frees_its_rows(engine, voices):
     request = None
 
     def cancel():
-        request.cancel()
+        engine.cancel(request)
 
     sink.on_first = cancel
     request = submit(engine, "a long line that would run for many frames.", voices["xvec"], 64, sink)
     after = Sink()
     submit(engine, "and then another.", voices["xvec"], 10, after)
     assert after.audio().size <= 10 * FRAME
-    assert not sink.done.is_set() and len(sink.chunks) == 1 and request.state == "cancelled"
+    assert not sink.done.is_set() and len(sink.chunks) == 1 and request.status == "cancelled"
     stats = engine.stats()
     assert stats["rows_in_batch"] == stats["rows_waiting"] == stats["rows_live"] == stats["cache_slots"] == 0
 
@@ -106,12 +106,12 @@ def test_a_cancelled_request_stops_at_once_and_frees_its_rows(engine, voices):
 def test_other_settings_get_a_batch_of_their_own(engine, voices):
     """A request sampling otherwise waits for the batch before it to drain, then runs in one built for it."""
     runners = []
-    a, b = Sink(on_first=lambda: runners.append(engine._runner)), Sink()
+    a, b = Sink(on_first=lambda: runners.append(engine.engine._runner)), Sink()
     submit(engine, "first setting.", voices["xvec"], 16, a)
     submit(engine, "second setting.", voices["xvec"], 16, b, repetition_penalty=1.2)
     a.audio()
     b.audio()
-    assert runners[0].settings.repetition_penalty == 1.05 and engine._runner.settings.repetition_penalty == 1.2
+    assert runners[0].settings.repetition_penalty == 1.05 and engine.engine._runner.settings.repetition_penalty == 1.2
 
 
 def test_the_queue_is_bounded_and_limits_name_their_field(lean, voices):
@@ -128,11 +128,11 @@ def test_the_queue_is_bounded_and_limits_name_their_field(lean, voices):
         sinks = [Sink(), Sink()]
         for s in sinks:
             submit(engine, "one more.", voices["xvec"], 4, s)
-        engine.row_seconds = 3.5  # a row's time in the batch: one slot frees about every 3.5 s
+        engine.engine.row_seconds = 3.5  # a row's time in the batch: one slot frees about every 3.5 s
         with pytest.raises(Busy, match="2 rows are waiting") as busy:
             submit(engine, "one too many.", voices["xvec"], 4, Sink())
         assert busy.value.retry_after == 4  # one row over the queue's bound, one slot: ceil(3.5)
-        engine.row_seconds = 1e4
+        engine.engine.row_seconds = 1e4
         with pytest.raises(Busy, match="try again in 60 s") as busy:
             submit(engine, "one too many.", voices["xvec"], 4, Sink())
         assert busy.value.retry_after == 60  # the most OpenAI's client waits
@@ -165,7 +165,7 @@ def test_calls_run_on_the_engines_thread_between_frames(engine, voices):
     """Model work handed to the engine (a voice being made) runs on its thread while it idles, and between two frames
     while a request runs: it does not wait for the request's end."""
     idle = engine.call(lambda: threading.current_thread().name).result(TIMEOUT)
-    assert idle == "morph-live-engine"
+    assert idle == "morph-engine"
     calls = []
     sink = Sink(on_first=lambda: calls.append(engine.call(lambda: len(sink.chunks))))
     submit(engine, "a line long enough for many chunks.", voices["xvec"], 64, sink)
@@ -181,7 +181,7 @@ def test_out_of_memory_narrows_the_batch_and_runs_again_the_rows_that_handed_not
     handed audio out, so it fails; the second runs again in a batch of half the width and gets the take it has
     alone."""
     oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-    monkeypatch.setattr(morph.live_engine, "RowRunner", fault_runner(oom, times=1))
+    monkeypatch.setattr(morph.engine.engine, "RowRunner", fault_runner(oom, times=1))
     engine = LiveEngine(lean, width=4, max_frames=64, max_prompt=400)
     try:
         again = Sink()
@@ -211,7 +211,7 @@ def test_which_errors_leave_the_cuda_context_unusable(error, is_fatal):
 def test_a_fatal_error_ends_every_request_and_refuses_the_next(lean, voices, monkeypatch):
     """A device-side assert: the request in the batch and the one waiting end at once with EngineFailed, the owner is
     told once, and what comes after is refused."""
-    monkeypatch.setattr(morph.live_engine, "RowRunner", fault_runner(RuntimeError(CUDA_ASSERT)))
+    monkeypatch.setattr(morph.engine.engine, "RowRunner", fault_runner(RuntimeError(CUDA_ASSERT)))
     told = []
     engine = LiveEngine(lean, width=1, max_frames=32, max_prompt=400, on_fatal=told.append)
     gate = threading.Event()

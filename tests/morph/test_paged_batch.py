@@ -157,7 +157,7 @@ def test_a_preempted_rows_audio_is_its_take_from_the_start(lean, voices, monkeyp
     rounding: the codec's calls group other rows)."""
     import numpy as np
 
-    import morph.continuous
+    import morph.engine.engine
     from morph.render import BatchTTS
 
     lines = [Line(t, voices["xvec"], "English") for t in TEXTS]
@@ -167,7 +167,7 @@ def test_a_preempted_rows_audio_is_its_take_from_the_start(lean, voices, monkeyp
 
     def run(pages):
         lean.release_device_state()  # a kept pool of another size would be taken over
-        monkeypatch.setattr(morph.continuous, "requeue_pool_pages", lambda rows, width: pages)
+        monkeypatch.setattr(morph.engine.engine, "requeue_pool_pages", lambda rows, width: pages)
         return BatchTTS(lean).render(lines, settings, batch_size=4, continuous=True), lean.patch.loop.last_run
     tight, last, pages = preempting(run)
     assert last["pages"] == pages - 1

@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 import torch
 
+import morph.engine.engine
 from morph.codec.calls import FIRST_GRID, LIVE_CHUNK
 from morph.codec.layers import LeanCodec
 from morph.codec.live import LiveRows
 from morph.codec.stream import RowsDecode
+from morph.continuous import RowRunner
 from morph.line_audio import SEGMENT_PAUSE_SECONDS
 from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
@@ -76,7 +78,7 @@ def test_rows_hand_their_audio_while_they_run_and_it_joins_to_each_lines_audio(l
     assert len(set(at_pause)) == 1, "segment 1 had ended: its chunks follow the pause at once"
 
 
-def test_out_of_memory_retries_a_streamed_render_only_while_no_chunk_is_out(lean, voices, caplog):
+def test_out_of_memory_retries_a_streamed_render_only_while_no_chunk_is_out(lean, voices, caplog, monkeypatch):
     """Out of memory before any chunk is out: the rows go again in smaller batches and each line's chunks are handed
     once (joined, its audio). After a chunk is out a retry would hand it again, so the render fails and says so."""
     lines = [Line("one two three four five six.", voices["xvec"], "English"),
@@ -84,26 +86,33 @@ def test_out_of_memory_retries_a_streamed_render_only_while_no_chunk_is_out(lean
     batch = BatchTTS(lean)
 
     def render(fail_at, got):
-        steps = []
+        frames = []
 
-        def on_step(done, total):  # out of memory once, before the `fail_at`th frame
-            steps.append(done)
-            if len(steps) == fail_at:
-                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        class OutOfMemoryOnce(RowRunner):  # out of memory once, before the `fail_at`th frame of the render
+            def run(self, take, on_frames=None, *args, **kwargs):
+                def frame(n):
+                    frames.append(n)
+                    if len(frames) == fail_at:
+                        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+                    on_frames(n)
 
-        return batch.render(lines, settings(12), batch_size=2, continuous=True, on_step=on_step,
+                return super().run(take, frame, *args, **kwargs)
+
+        monkeypatch.setattr(morph.engine.engine, "RowRunner", OutOfMemoryOnce)
+        return batch.render(lines, settings(12), batch_size=2, continuous=True,
                             on_chunk=lambda i, wav: got.append((i, wav)))
 
     got = []
-    with caplog.at_level("WARNING", logger="morph.render"):
+    with caplog.at_level("WARNING"):
         audio = render(1, got)
-    assert "retrying in batches of 1" in caplog.text
+    assert "retrying in batches of 1" in caplog.text and "set batch_size to 1" in caplog.text
+    monkeypatch.undo()
     plain = batch.render(lines, settings(12), batch_size=2, continuous=True)
     for i in range(2):
         assert np.array_equal(np.concatenate([wav for j, wav in got if j == i]), audio[i]), i
         assert_audio_close(audio[i], plain[i], rel=1e-5)
     got = []
-    with pytest.raises(RuntimeError, match="ran out of memory after audio had been handed to on_chunk.*batch_size"):
+    with pytest.raises(RuntimeError, match="ran out of memory .* after this request's audio had begun.*batch size"):
         render(2 * FIRST_GRID, got)
     assert got, "chunks were out before the failure"
 

@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-import morph.live_engine
+import morph.engine.engine
 from morph.serve.audio_io import FORMATS
 from tests.serve_faults import CUDA_ASSERT, fault_runner
 
@@ -49,7 +49,7 @@ def metric(url, name) -> float:
 def test_a_failed_cuda_context_answers_every_request_at_once(lean, tmp_path, monkeypatch, alice_voice):
     """A device-side assert in the batch: the request that hit it and one waiting beside it get 503 naming the cause,
     a stream already under way is cut off (no clean end), /health says failed with the reason, new requests 503."""
-    monkeypatch.setattr(morph.live_engine, "RowRunner", fault_runner(RuntimeError(CUDA_ASSERT)))
+    monkeypatch.setattr(morph.engine.engine, "RowRunner", fault_runner(RuntimeError(CUDA_ASSERT)))
     with serving(lean, tmp_path / "voices", width=1) as (url, app):
         alice_voice(url)
         with httpx.stream("POST", f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
@@ -84,7 +84,7 @@ def test_a_failed_cuda_context_answers_every_request_at_once(lean, tmp_path, mon
 def test_a_stream_under_way_is_cut_off_when_its_batch_fails(lean, tmp_path, monkeypatch, alice_voice):
     """A Python error in the batch (the CUDA context lives): the requests in it fail (a stream is cut off, a whole
     file is a 500 naming the error), and the server goes on: the next request is whole and /health stays 200."""
-    monkeypatch.setattr(morph.live_engine, "RowRunner", fault_runner(ValueError("a bug in a step"), times=1))
+    monkeypatch.setattr(morph.engine.engine, "RowRunner", fault_runner(ValueError("a bug in a step"), times=1))
     with serving(lean, tmp_path / "voices") as (url, _):
         alice_voice(url)
         with httpx.stream("POST", f"{url}/v1/audio/speech", headers=AUTH, timeout=60,

@@ -1,0 +1,308 @@
+"""The engine: requests in (`submit`), their audio out through each request's own sink, one continuous batch run by
+one loop (`run_until_idle`) on whichever thread owns the model. Every front end that runs the continuous batch
+submits here: BatchTTS's renders and codes (the caller's thread), the speech server and each Ray worker (a thread of
+their own, morph/live_engine.py).
+
+    engine = Engine(tts, width=32, who="Render lines", ahead=True)
+    engine.submit(Request(rows, keys, prompts, settings, on_row=deliver, on_end=ended))
+    engine.run_until_idle()     # until no row waits; the sinks are called as rows' audio comes
+
+Rows run in the order they were submitted (a script submits its rows longest first, a server its requests as they
+come); a batch samples with one set of settings and holds rows up to one cache need, so a row with other settings,
+or one needing more than the batch was built for, waits until the rows before it are done, and the batch is built
+again for it. A batch sized to its rows (`need` None: a render's) takes its need and its paged pool from the rows
+waiting when it is built; a live one (`need` given: a server's) holds rows of up to `need` cache slots each, dense or
+in a pool of kv_cache_bytes.
+
+Failures: out of memory, the batch narrows to half its width and the rows that handed out no audio run again at the
+front of the queue (a request whose unfinished rows had streamed audio fails, and one row alone that does not fit
+fails naming it); an error that leaves the CUDA context unusable (`fatal`) propagates, for the owner to end the
+process; any other error fails the requests in the batch and the engine goes on. An exception raised by the caller's
+`between` stops the run and propagates as itself (a render's cancel), the rows that ended before it handed over.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import Callable
+
+import torch
+
+from ..continuous import RowRunner, budget_pages, runs_lean
+from ..errors import reason
+from ..lines.line import Row
+from ..settings import GenerationSettings, pool_pages, requeue_pool_pages
+from .request import CANCELLED, DONE, FAILED, RUNNING, WAITING, Request
+from .scheduler import back_off
+
+log = logging.getLogger(__name__)
+
+# What torch's errors say when the CUDA context is lost: nothing more can run in this process.
+FATAL_WORDS = ("CUDA error", "device-side assert", "illegal memory access")
+
+
+def fatal(error: BaseException) -> bool:
+    """Whether an error leaves the CUDA context unusable (out of memory does not)."""
+    return not isinstance(error, torch.cuda.OutOfMemoryError) and any(w in str(error) for w in FATAL_WORDS)
+
+
+class Engine:
+    """Requests through one continuous batch (module docstring). `ahead`: a group's prompts are built on a worker
+    thread while the group before joins (morph/group_ahead.py; for rows nobody cancels one by one: a render's, a Ray
+    worker's); `overcommit`: the paged pool may preempt a row whose audio has not gone out, which runs again (for
+    requests that do not stream); `stop(row)`: the frame at which a row ends at the latest (its limit; a benchmark's
+    random weights end where speech would); `audio` False: on_row gets each row's codes, and no codec runs."""
+
+    def __init__(self, tts, width: int, who: str, need: int | None = None, kv_cache_bytes: int | None = None,
+                 overcommit: bool = False, ahead: bool = False, stop: Callable[[Row], int] | None = None,
+                 audio: bool = True):
+        if not runs_lean(tts):
+            raise ValueError(f"{who}: the engine runs the continuous batch, which runs the lean layers; load the "
+                             "model with mode fused, graphs or lean (eager runs upstream's static batches only)")
+        self.tts, self.width, self.who, self.need = tts, width, who, need
+        self.kv_cache_bytes, self.overcommit, self.ahead, self.audio = kv_cache_bytes, overcommit, ahead, audio
+        self.stop = stop or (lambda row: row.limit)
+        self.cv = threading.Condition()  # guards what callers on other threads touch: the queue, rows, cancels
+        self._waiting: collections.deque[tuple[Row, int, Request]] = collections.deque()  # rows, in order
+        self._rows: dict[Row, Request] = {}  # the rows in the batch (taken, prefilled or live)
+        self._cancels: set[Request] = set()  # requests cancelled while their rows are in the batch
+        self._runner: RowRunner | None = None
+        self._built: tuple[GenerationSettings, int] | None = None  # the runner's settings and cache need
+        self._stopped: BaseException | None = None  # what the caller's `between` raised
+        self._joined: dict[Row, float] = {}
+        self.row_seconds = 5.0  # a row's time in the batch, averaged as rows end (a server's Retry-After)
+        self.live_rows = self.cache_slots = 0  # as the loop last saw them
+
+    # -- the callers' side (any thread) ------------------------------------------------------
+    def submit(self, request: Request) -> Request:
+        """Queue a request's rows behind those waiting; its sink is called as they run."""
+        with self.cv:
+            request.status = WAITING
+            self._waiting.extend(zip(request.rows, request.keys, [request] * len(request.rows), strict=True))
+            self.cv.notify_all()
+        return request
+
+    def cancel(self, request: Request) -> None:
+        """Stop a request: its waiting rows go, its rows in the batch end at the next frame, nothing more is handed,
+        and its on_end is not called."""
+        with self.cv:
+            if request.status not in (WAITING, RUNNING):
+                return
+            request.status = CANCELLED
+            self._drop(request)
+
+    def abort(self, error: BaseException, held: bool = True) -> None:
+        """End every request now with `error`: those with rows waiting, and with `held` those in the batch too
+        (their rows leave it at its next frame)."""
+        with self.cv:
+            ended = dict.fromkeys([w[2] for w in self._waiting] + (list(self._rows.values()) if held else []))
+            for request in ended:
+                self._drop(request)
+        for request in ended:
+            self._end(request, error)
+
+    def waiting_rows(self) -> int:
+        with self.cv:
+            return len(self._waiting)
+
+    def stats(self) -> dict:
+        """What the engine holds now."""
+        with self.cv:  # the frame's figures hold while rows are in the batch: once it is empty they are stale
+            held = bool(self._rows)
+            return dict(rows_live=self.live_rows if held else 0, rows_waiting=len(self._waiting),
+                        rows_in_batch=len(self._rows), width=self.width, cache_slots=self.cache_slots if held else 0)
+
+    # -- the loop (the thread that owns the model) -------------------------------------------
+    def run_until_idle(self, between: Callable[[int], None] | None = None) -> None:
+        """Run the batch until no row waits or runs; between(live rows) before every frame."""
+        self._stopped = None
+        while True:
+            with self.cv:
+                if not self._waiting:
+                    return
+                row, _, request = self._waiting[0]
+                key, need = request.batch_key, request.needs[row]
+            if self._runner is not None and (self._built[0] != key or need > self._built[1]):
+                self._runner = None  # the old batch's state and graphs go before the new one's are made
+            failure = None
+            try:
+                if self._runner is None:
+                    self._build(key)
+                self._runner.run(lambda n: self._take(key, n), lambda live: self._between(live, between),
+                                 self._put_back, self.ahead)
+            except BaseException as e:  # the batch's state is unknown: the next run builds a new one
+                self._runner = None
+                if e is self._stopped or fatal(e) or not isinstance(e, Exception):
+                    raise
+                failure = e
+            if failure is not None:  # here, not in the except block, whose traceback holds the failed run's tensors
+                self._failed(failure)
+                failure = None
+                if self.tts.device.type == "cuda":
+                    torch.cuda.empty_cache()
+
+    def release(self) -> None:
+        """Drop the batch (its state, pool and graphs) now: the runner's callbacks refer back to this engine, so an
+        engine let go would hold it until the garbage collector ran. The next run builds one."""
+        self._runner = None
+
+    def _build(self, key: GenerationSettings) -> None:
+        """A batch for the rows of `key` waiting now: `need` slots a row, or as many as the largest of them needs,
+        its pool sized to them."""
+        with self.cv:
+            rows = [(r, q) for r, _, q in self._waiting if q.batch_key == key]
+        needs = [q.needs[r] for r, q in rows]
+        need = self.need or max(needs)
+        if self.kv_cache_bytes is not None:
+            pages = budget_pages(self.tts, self.kv_cache_bytes)
+        elif self.need is not None:
+            pages = None  # a live batch: every slot holds a whole row's cache
+        elif self.overcommit:  # sized for the frames rows are likely to speak: one the pool cannot grow runs again
+            pages = requeue_pool_pages([(q.needs[r] - r.limit - 1, r.limit) for r, q in rows], self.width)
+        else:
+            pages = pool_pages(needs, self.width)
+        self._runner = RowRunner(self.tts, key, self.width, need, self.stop, self._row_done, self.audio,
+                                 self._chunk, pages, self.overcommit)
+        self._built = (key, need)
+
+    def _take(self, key: GenerationSettings, n: int) -> list[tuple[Row, int]]:
+        """Up to n waiting rows, in order, while they fit the batch (a row with other settings or a larger need
+        stops the intake: the batch drains and is built again for it)."""
+        taken = []
+        with self.cv:
+            while self._waiting and len(taken) < n:
+                row, stream, request = self._waiting[0]
+                if request.batch_key != key or request.needs[row] > self._built[1]:
+                    break
+                self._waiting.popleft()
+                request.status = RUNNING
+                self._rows[row] = request
+                self._joined[row] = time.perf_counter()
+                taken.append((row, stream))
+        return taken
+
+    def _put_back(self, taken: tuple[Row, int]) -> None:
+        """A preempted row: first in the queue again."""
+        row, stream = taken
+        with self.cv:
+            request = self._rows.pop(row)
+            self._joined.pop(row, None)
+            if request.status == RUNNING:
+                self._waiting.appendleft((row, stream, request))
+
+    def _between(self, live: int, between: Callable[[int], None] | None) -> None:
+        """Before each frame: the batch's figures, and the rows of requests cancelled since the last frame."""
+        batch = self._runner.batch
+        self.live_rows, self.cache_slots = live, sum(batch.position - row.lo for row in batch.live.values())
+        with self.cv:
+            rows = {r for request in self._cancels for r in request.rows if r in self._rows}
+            self._cancels.clear()
+        if rows:
+            self._runner.cancel(rows)
+            running = {row.name for row in batch.live.values()}
+            with self.cv:  # a row that had no slot yet is gone; a live one ends through _row_done
+                for row in rows - running:
+                    self._rows.pop(row, None)
+                    self._joined.pop(row, None)
+        if between is not None:
+            try:
+                between(live)
+            except BaseException as e:
+                self._stopped = e
+                raise
+
+    def _chunk(self, row: Row, wav) -> None:
+        request = self._rows.get(row)
+        if request is not None and request.status == RUNNING and request.on_chunk is not None:
+            self._call(request, request.on_chunk, row, wav)
+
+    def _row_done(self, row: Row, out) -> None:
+        with self.cv:
+            request = self._rows.pop(row, None)
+            started = self._joined.pop(row, None)
+        if started is not None:
+            self.row_seconds += 0.1 * (time.perf_counter() - started - self.row_seconds)
+        if request is None or request.status != RUNNING:
+            return
+        request.done.add(row)
+        if self._call(request, request.on_row, row, out) and len(request.done) == len(request.rows):
+            self._end(request, None)
+
+    def _call(self, request: Request, sink: Callable, *args) -> bool:
+        """A request's sink; one that fails ends the request with its error (the batch goes on)."""
+        try:
+            sink(*args)
+            return True
+        except Exception as e:
+            with self.cv:
+                self._drop(request)
+            self._end(request, e)
+            return False
+
+    def _drop(self, request: Request) -> None:
+        """(under cv) The request's waiting rows go; its rows in the batch end at the next frame."""
+        self._waiting = collections.deque(w for w in self._waiting if w[2] is not request)
+        if any(self._rows.get(r) is request for r in request.rows):
+            self._cancels.add(request)
+
+    def _failed(self, error: Exception) -> None:
+        """A batch failed and the CUDA context survived: its requests fail, but out of memory, where the batch narrows
+        to half its width and the rows that handed out no audio go back to the front of the queue."""
+        oom = isinstance(error, torch.cuda.OutOfMemoryError)
+        narrower = back_off(self.width) if oom else None
+        with self.cv:
+            held = dict.fromkeys(self._rows.values())
+            self._rows.clear()
+            self._joined.clear()
+            again = []
+            if narrower is not None:
+                for request in list(held):
+                    todo = request.todo
+                    if request.status == RUNNING and request.restart(todo):
+                        queued = {w[0] for w in self._waiting if w[2] is request}
+                        again += [(r, k, request) for r, k in zip(request.rows, request.keys, strict=True)
+                                  if r in todo and r not in queued]
+                        held.pop(request)
+                self._waiting.extendleft(reversed(again))
+            for request in held:
+                self._drop(request)
+        if narrower is not None:
+            log.warning("%s: out of GPU memory with a batch of %d rows; retrying in batches of %d (%d rows run "
+                        "again)", self.who, self.width, narrower, len(again))
+            self.width = narrower
+        elif not oom:
+            log.error("%s: the batch failed", self.who, exc_info=error)
+        for request in held:
+            self._end(request, _out_of_memory(request, error, narrower is None) if oom else error)
+
+    def _end(self, request: Request, error: BaseException | None) -> None:
+        with self.cv:
+            if request.status in (DONE, FAILED):
+                return
+            cancelled = request.status == CANCELLED
+            request.status, request.error = (DONE, None) if error is None else (FAILED, error)
+        if not cancelled:
+            try:
+                request.on_end(error)
+            except Exception:  # a caller's callback must not stop the batch
+                log.exception("%s: request %d: on_end failed", self.who, request.id)
+
+
+def _out_of_memory(request: Request, error: BaseException, alone: bool) -> RuntimeError:
+    """What a request that ran out of memory ends with: in a batch of one row, which row does not fit (too_large);
+    else, that its audio had begun and a retry would hand it again."""
+    if alone:
+        return RuntimeError(too_large((request.todo or request.rows)[0], error))
+    return RuntimeError(f"{request.rows[0].where}: the GPU ran out of memory ({reason(error)}) after this request's "
+                        "audio had begun, which a retry would hand out again; send it again, or set the batch size "
+                        "lower")
+
+
+def too_large(row: Row, error: BaseException) -> str:
+    """A row that ran out of memory alone in its batch: which, and what to change."""
+    return (f"{row.where}: the GPU ran out of memory rendering a single row ({len(row.text)} characters, up to "
+            f"{row.limit} frames): {reason(error)}; free VRAM (ComfyUI's Unload models), set max_new_tokens lower, "
+            "shorten the text, or load the model in bf16")

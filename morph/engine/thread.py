@@ -1,0 +1,145 @@
+"""The engine (morph/engine/engine.py) on a thread of its own, which owns the model: it runs the engine's loop while
+rows wait, keeps the batch built between bursts (its CUDA graphs are captured once), and runs other model work handed
+to it (`call`) between frames. What the speech server (morph/live_engine.py) and each Ray worker
+(morph/distributed/worker.py) run.
+
+An error that leaves the CUDA context unusable (morph/engine/engine.py `fatal`), or the thread ending any other way,
+fails it: every request it holds ends at once with `EngineFailed`, so do those sent after, and `on_fatal` tells the
+owner, who must end the process."""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from typing import Callable
+
+import torch
+
+from ..errors import reason
+from .engine import Engine, fatal
+from .request import Request
+
+log = logging.getLogger(__name__)
+
+
+class EngineFailed(RuntimeError):
+    """The engine cannot go on (its CUDA context failed, or its thread ended): what every request it held, and every
+    request after, ends with."""
+
+
+class EngineThread:
+    """`engine` run on a thread of its own (module docstring); on_fatal(error): once, on that thread, when it has
+    failed."""
+
+    def __init__(self, engine: Engine, on_fatal: Callable[[EngineFailed], None] | None = None):
+        self.engine, self.tts, self.who = engine, engine.tts, engine.who
+        self._cv = engine.cv  # one lock for the engine's queue and this thread's calls
+        self._calls: collections.deque = collections.deque()  # (function, future): model work for this thread
+        self._closed = False
+        self.failure: EngineFailed | None = None
+        self.on_fatal = on_fatal
+        self._thread = threading.Thread(target=self._serve, name="morph-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def width(self) -> int:
+        return self.engine.width
+
+    def submit(self, request: Request, who: str) -> Request:
+        """Queue a request (EngineFailed, or a RuntimeError once closed)."""
+        with self._cv:
+            self._check_open(who)
+            return self.engine.submit(request)
+
+    def cancel(self, request: Request) -> None:
+        """Stop a request: its waiting rows go, its rows in the batch end at the next frame, nothing more is handed."""
+        self.engine.cancel(request)
+
+    def call(self, fn: Callable[[], object]) -> concurrent.futures.Future:
+        """Run fn() on the engine's thread, between two frames or while it idles, and return its future: other model
+        work (making a voice) never runs beside the batch's, whose CUDA graph captures another thread's work could
+        break."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cv:
+            self._check_open(self.who)
+            self._calls.append((fn, future))
+            self._cv.notify_all()
+        return future
+
+    def stats(self) -> dict:
+        """What the engine holds now."""
+        return self.engine.stats()
+
+    def abort(self, error: BaseException) -> None:
+        """End every request now, waiting or in the batch, with `error` (their rows leave the batch at its next
+        frame), and the calls not yet run."""
+        with self._cv:
+            calls, self._calls = list(self._calls), collections.deque()
+        for _, future in calls:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(error)
+        self.engine.abort(error)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the thread once its batch has drained, waiting at most `timeout` seconds for it (a thread still
+        running then is left behind: it does not keep the process alive); requests still waiting end with an
+        error."""
+        with self._cv:
+            self._closed = True
+            calls, self._calls = list(self._calls), collections.deque()
+            self._cv.notify_all()
+        for _, future in calls:
+            future.set_exception(RuntimeError(f"{self.who}: the engine was closed"))
+        self.engine.abort(RuntimeError(f"{self.who}: the engine was closed before this request ran"), held=False)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("%s: the engine's thread had not stopped %.0f s after close; leaving it", self.who, timeout)
+
+    def _check_open(self, who: str) -> None:
+        if self.failure is not None:
+            raise EngineFailed(f"{who}: {self.failure}")
+        if self._closed:
+            raise RuntimeError(f"{who}: the engine has been closed")
+
+    # -- the engine's thread ---------------------------------------------------------------
+    def _serve(self) -> None:
+        try:
+            device = self.tts.device
+            with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+                while True:
+                    with self._cv:
+                        while not (self.engine.waiting_rows() or self._calls or self._closed):
+                            self._cv.wait()
+                    self._run_calls()
+                    if self._closed and not self.engine.waiting_rows():
+                        return
+                    self.engine.run_until_idle(lambda live: self._run_calls())
+        except BaseException as e:  # the thread ends: nothing will run the requests any more
+            self._fail(e)
+
+    def _fail(self, error: BaseException) -> None:
+        """The engine cannot go on: every request it holds, and every one after, ends with EngineFailed."""
+        log.critical("%s: the engine failed and cannot go on", self.who, exc_info=error)
+        failure = EngineFailed(f"the speech engine failed ({reason(error)}) and cannot go "
+                               "on; the process must be restarted")
+        with self._cv:
+            self.failure, self._closed = failure, True
+        self.abort(failure)
+        if self.on_fatal is not None:
+            self.on_fatal(failure)
+
+    def _run_calls(self) -> None:
+        """The calls waiting for this thread."""
+        with self._cv:
+            calls, self._calls = list(self._calls), collections.deque()
+        for fn, future in calls:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as e:  # the caller's to handle, unless nothing more can run
+                    future.set_exception(e)
+                    if fatal(e):
+                        raise
