@@ -9,7 +9,8 @@ the Python API) runs it here, so each writes the same files and resumes the same
 Each line is fingerprinted (morph/lines/store.py) from what decides its audio; `reuse()` reads back a line whose file
 and fingerprint an earlier run left instead of rendering it again. The others go to the scheduler in one render, and
 each is written (after the front end's `finish_line`, e.g. smoothing) as soon as it is complete, on a thread beside
-the render (`_LineWriter`), so a crash or a cancel loses only lines still in flight. Then the dialogue `{prefix}.wav`
+the render (`_LineWriter`, which records them in the manifest at most every RECORD_EVERY_S and when the
+render ends), so a crash or a cancel loses only lines still in flight. Then the dialogue `{prefix}.wav`
 where the front end writes one (joined from the line files: RF64 past a WAV's 4 GiB, so it never fails for its
 length), the subtitles and the manifest of exactly this script. A disk too small for the job's files is refused
 before the first line (`check_space`); a file that cannot be written stops the job with what is kept and how to go
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -39,6 +42,7 @@ log = logging.getLogger(__name__)
 # A line's length before it is rendered, for the disk check: speech at 15 characters a second, brisk for most
 # languages (CJK speaks fewer), so the estimate errs low and a job is refused only when its files would not fit.
 ESTIMATE_CHARS_PER_SECOND = 15.0
+RECORD_EVERY_S = 1.0  # how often the manifest takes the lines written since (_LineWriter)
 
 
 @dataclass(frozen=True)
@@ -154,18 +158,19 @@ class ScriptJob:
         todo = self.todo()
         self.check_space(pause_seconds, dialogue, words)
 
-        def finished(k: int, wav: np.ndarray) -> None:
+        def finished(k: int, wav: np.ndarray) -> tuple[int, Written]:
             i = todo[k]
             wav = finish_line(wav) if finish_line is not None else wav
-            self.written([(i, self.store.write_line(i + 1, self.parsed[i].name, wav))])
+            file = self.store.write_line(i + 1, self.parsed[i].name, wav)
             audio[i] = wav
             if on_line is not None:
                 on_line(i, wav)
+            return i, file
 
         try:
             if todo:
                 rendering = [self.lines[i] for i in todo]
-                with _LineWriter(finished) as hand_over:
+                with _LineWriter(finished, self.written) as hand_over:
                     BatchTTS(prepare(rendering)).render(rendering, settings, batch_size=batch_size, on_step=on_step,
                                                         on_line=hand_over, who=who, labels=self.labels(todo),
                                                         words=words, continuous=continuous)
@@ -182,16 +187,20 @@ class ScriptJob:
 
 
 class _LineWriter:
-    """Each line `finish`ed (smoothed, written, recorded) on a thread of its own, in the order the render hands them
-    over: the render's thread, the continuous batch's frame loop, goes on meanwhile. Finishing on that thread took
-    1.6-1.7 s of the 256-line script's 4.6 s job at batch 64 (H100, bench/results/h100-2026-11-26c/NOTES.md).
+    """Each line `finish`ed (smoothed, written) on a thread of its own, in the order the render hands them over: the
+    render's thread, the continuous batch's frame loop, goes on meanwhile. Finishing on that thread took 1.6-1.7 s of
+    the 256-line script's 4.6 s job at batch 64 (H100, bench/results/h100-2026-11-26c/NOTES.md). The lines written
+    go into the manifest (`record`, which rewrites it whole) at once for the first, then at most every
+    RECORD_EVERY_S: a record per line rewrote it once per line, quadratic in the script's length.
 
     A line that fails to finish (a file that cannot be written) stops the render at its next line, with that error;
-    the lines after it are not written. Leaving the block waits for every line handed over, so a render that stops
-    (an interrupt, an error) keeps the lines it finished."""
+    the lines after it are not written. Leaving the block waits for every line handed over and records the lines
+    written, so a render that stops (an interrupt, an error) keeps the lines it finished; a process killed outright
+    leaves at most RECORD_EVERY_S of lines written but not recorded, which a rerun renders again and says so."""
 
-    def __init__(self, finish: Callable[[int, np.ndarray], None]):
-        self.finish = finish
+    def __init__(self, finish: Callable[[int, np.ndarray], tuple[int, Written]],
+                 record: Callable[[list[tuple[int, Written]]], None]):
+        self.finish, self.record = finish, record
         self.error: BaseException | None = None
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._drain, name="morph-line-writer", daemon=True)
@@ -206,12 +215,27 @@ class _LineWriter:
         self.queue.put((k, wav))
 
     def _drain(self) -> None:
+        written, last = [], -math.inf
         while (item := self.queue.get()) is not None:
             if self.error is None:
                 try:
-                    self.finish(*item)
+                    written.append(self.finish(*item))
                 except BaseException as e:  # handed to the render's thread: it raises it
                     self.error = e
+                if time.monotonic() - last >= RECORD_EVERY_S:
+                    self._record(written)
+                    last = time.monotonic()
+        self._record(written)
+
+    def _record(self, written: list) -> None:
+        """The lines written, into the manifest; a record that fails drops them (their files are on disk: a rerun
+        renders them again, and says so)."""
+        if written:
+            try:
+                self.record(list(written))
+            except BaseException as e:
+                self.error = self.error or e
+            written.clear()
 
     def __exit__(self, kind, value, traceback) -> None:
         self.queue.put(None)

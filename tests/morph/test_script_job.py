@@ -12,6 +12,8 @@ from collections import namedtuple
 import numpy as np
 import pytest
 
+import morph.script_job
+
 from morph.lines.files import LineWriteError
 from morph.lines.script import parse_script
 from morph.lines.store import LineStore
@@ -43,11 +45,12 @@ def test_a_full_disk_mid_job_names_the_file_keeps_the_lines_done_and_a_rerun_res
                                                                                      monkeypatch):
     replace, calls = os.replace, []
 
-    def fill_at_the_third_line(*args):  # each line: its file, then the manifest
-        calls.append(args)
-        if len(calls) == 5:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        replace(*args)
+    def fill_at_the_third_line(source, target):  # the third line's file (the manifest's writes go on)
+        if str(target).endswith(".wav"):
+            calls.append(target)
+            if len(calls) == 3:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        replace(source, target)
 
     monkeypatch.setattr(os, "replace", fill_at_the_third_line)
     with pytest.raises(LineWriteError) as stopped:
@@ -77,6 +80,7 @@ def test_a_rerun_after_a_stop_between_writing_and_recording_says_what_it_found(t
         record(self, written)
 
     monkeypatch.setattr(LineStore, "record", stop_at_the_second_record)
+    monkeypatch.setattr(morph.script_job, "RECORD_EVERY_S", 0)  # a record per line
     with pytest.raises(KeyboardInterrupt):
         run(tiny_tts, voice, tmp_path)
     monkeypatch.undo()
@@ -169,3 +173,30 @@ def test_a_line_already_rendered_counts_its_own_length(tmp_path, monkeypatch):
         monkeypatch.setattr(files.shutil, "disk_usage", lambda folder: usage(10**12, 0, need - 1))
         with pytest.raises(LineWriteError):
             job.check_space(0.0, True)
+
+
+def test_the_manifest_takes_the_lines_written_at_most_every_second_and_all_of_them_at_the_end(monkeypatch):
+    """The first line is recorded at once, the lines written within RECORD_EVERY_S of a record wait for the next one
+    (a record per line rewrote the manifest once per line: quadratic), and leaving the block records the rest, a
+    failed line's companions included."""
+    clock = [0.0]
+    monkeypatch.setattr(morph.script_job.time, "monotonic", lambda: clock[0])
+    records = []
+
+    def finish(k, wav):
+        clock[0] += 0.3 if k < 6 else 0.0
+        if wav is None:
+            raise OSError("disk full")
+        return k, f"file {k}"
+
+    with morph.script_job._LineWriter(finish, records.append) as hand_over:
+        for k in range(6):
+            hand_over(k, "audio")
+    assert [[k for k, _ in r] for r in records] == [[0], [1, 2, 3, 4], [5]]  # 0.3 s a line
+    records.clear()
+    with pytest.raises(OSError, match="disk full"):
+        with morph.script_job._LineWriter(finish, records.append) as hand_over:
+            for k in (6, 7):
+                hand_over(k, "audio")
+            hand_over(8, None)
+    assert [[k for k, _ in r] for r in records] == [[6], [7]]
