@@ -158,14 +158,13 @@ class ScriptJob:
         todo = self.todo()
         self.check_space(pause_seconds, dialogue, words)
 
-        def finished(k: int, wav: np.ndarray) -> tuple[int, Written]:
+        def finished(k: int, wav: np.ndarray, written: list[tuple[int, Written]]) -> None:
             i = todo[k]
             wav = finish_line(wav) if finish_line is not None else wav
-            file = self.store.write_line(i + 1, self.parsed[i].name, wav)
+            written.append((i, self.store.write_line(i + 1, self.parsed[i].name, wav)))  # kept if on_line raises
             audio[i] = wav
             if on_line is not None:
                 on_line(i, wav)
-            return i, file
 
         try:
             if todo:
@@ -198,8 +197,10 @@ class _LineWriter:
     written, so a render that stops (an interrupt, an error) keeps the lines it finished; a process killed outright
     leaves at most RECORD_EVERY_S of lines written but not recorded, which a rerun renders again and says so."""
 
-    def __init__(self, finish: Callable[[int, np.ndarray], tuple[int, Written]],
+    def __init__(self, finish: Callable[[int, np.ndarray, list[tuple[int, Written]]], None],
                  record: Callable[[list[tuple[int, Written]]], None]):
+        """finish(k, audio, written): the line finished, its (script index, file) appended to `written` once its file
+        is on disk; record(lines written): into the manifest."""
         self.finish, self.record = finish, record
         self.error: BaseException | None = None
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -219,7 +220,7 @@ class _LineWriter:
         while (item := self.queue.get()) is not None:
             if self.error is None:
                 try:
-                    written.append(self.finish(*item))
+                    self.finish(*item, written)
                 except BaseException as e:  # handed to the render's thread: it raises it
                     self.error = e
                 if time.monotonic() - last >= RECORD_EVERY_S:

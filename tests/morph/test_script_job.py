@@ -183,11 +183,11 @@ def test_the_manifest_takes_the_lines_written_at_most_every_second_and_all_of_th
     monkeypatch.setattr(morph.script_job.time, "monotonic", lambda: clock[0])
     records = []
 
-    def finish(k, wav):
+    def finish(k, wav, written):
         clock[0] += 0.3 if k < 6 else 0.0
         if wav is None:
             raise OSError("disk full")
-        return k, f"file {k}"
+        written.append((k, f"file {k}"))
 
     with morph.script_job._LineWriter(finish, records.append) as hand_over:
         for k in range(6):
