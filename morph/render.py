@@ -8,13 +8,15 @@
 `MorphTTS.clone`, `custom_voice` and `voice_design` render one line: validation, splitting, seeding, progress,
 out-of-memory handling and decoding are here only; a static batch's per-call inputs (seq_groups, on_step, row_stops)
 go to the patch with its call (MorphPatch.call), the continuous batch's with the request (morph/engine/). A text
-over MAX_SEGMENT_CHARS is split at sentence ends into rows of the same render, and joined again with a pause (morph/line_audio.py, which puts each line together from its rows' audio).
+over MAX_SEGMENT_CHARS is split at sentence ends into rows of the same render, and joined again with a pause
+(morph/line_audio.py, which puts each line together from its rows' audio).
 
 Two ways to run the rows (`continuous`; None, the default, resolves as morph/continuous.py resolve_continuous says):
 - continuous (the default wherever the speed mode runs the lean layers): the render is one request to the engine
-  (morph/engine/engine.py), its rows longest first through one running batch of `batch_size` slots; a row that ends gives its slot to the next row at once, and its audio is decoded on a stream of
-  its own while the batch goes on. Its keys and values live in pages (morph/decode/kv_store.py): a row holds its pages
-  only while it runs (a static batch holds every row's cache to its batch's longest). Each row draws from its own
+  (morph/engine/engine.py), its rows longest first through one running batch of `batch_size` slots; a row that ends
+  gives its slot to the next row at once, and its audio is decoded on a stream of its own while the batch goes on.
+  Its keys and values live in pages (morph/decode/kv_store.py): a row holds its pages only while it runs (a static
+  batch holds every row's cache to its batch's longest). Each row draws from its own
   random stream, keyed by the seed and the row itself (morph/decode/streams.py), so a seeded line's take is the same
   alone, in any batch, at any position, streamed or not, and after a resume, up to the rounding a different batch
   shape brings (below).
