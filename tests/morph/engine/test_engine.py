@@ -9,6 +9,7 @@ golden codes.)"""
 
 from __future__ import annotations
 
+import logging
 import types
 
 import pytest
@@ -18,38 +19,55 @@ import morph.engine.engine
 from morph.engine.engine import Engine
 from morph.engine.request import Request
 from morph.lines.line import Row
-from morph.settings import GenerationSettings
+from morph.settings import GenerationSettings, pool_pages, requeue_pool_pages
 
 OOM = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
 
 class Script:
-    """What the scripted runners did: each build's (width, need, pages, overcommit), every frame's live rows, and a
-    fault to raise at a frame (`fail`: frame number -> exception)."""
+    """What the scripted runners did: each build's (width, need, pages, overcommit) and all its arguments (`runners`),
+    each run's `ahead`, every frame's live rows, and a fault to raise at a frame (`fail`: frame number -> exception);
+    `lookahead`: rows a runner takes beyond its free slots (a group built ahead, taken but in no slot yet);
+    `after_take`: called each time rows were taken, before their first frame."""
 
     def __init__(self):
         self.builds, self.frames, self.fail, self.preempt = [], [], {}, {}
+        self.runners, self.aheads, self.lookahead, self.after_take = [], [], 0, None
 
 
 def scripted(script: Script):
     class Runner:
         def __init__(self, tts, settings, width, need, stop, on_row, audio, on_chunk, pages, overcommit):
             script.builds.append((settings.temperature, width, need, pages, overcommit))
+            script.runners.append(dict(tts=tts, width=width, need=need, audio=audio, on_chunk=on_chunk, pages=pages,
+                                       overcommit=overcommit))
             self.width, self.stop, self.on_row, self.on_chunk = width, stop, on_row, on_chunk
             self.live: dict[Row, int] = {}  # row -> frames left
-            self.batch = types.SimpleNamespace(live={}, position=0)
+            self.pending: list[Row] = []  # taken, in no slot yet
+            self.lo: dict[Row, int] = {}  # row -> its first cache slot: 10 prompt slots before it joined
+            # the batch the engine reads its figures from: the rows in slots, and the cache position
+            self.batch = types.SimpleNamespace(live={}, position=100)
 
         def cancel(self, rows):
+            self.pending = [r for r in self.pending if r not in rows]
             for row in rows:
                 if row in self.live:
                     self.live[row] = 0
 
         def run(self, take, on_frames, put_back, ahead):
+            script.aheads.append(ahead)
             while True:
-                for row, _ in take(self.width - len(self.live)):
-                    self.live[row] = self.stop(row)
+                taken = take(self.width + script.lookahead - len(self.live) - len(self.pending))
+                self.pending += [row for row, _ in taken]
+                if taken and script.after_take is not None:
+                    script.after_take()
+                while self.pending and len(self.live) < self.width:
+                    row = self.pending.pop(0)
+                    self.live[row], self.lo[row] = self.stop(row), self.batch.position - 10
                 if not self.live:
                     return
+                self.batch.live = {slot: types.SimpleNamespace(name=row, lo=self.lo[row])
+                                   for slot, row in enumerate(self.live)}
                 on_frames(len(self.live))
                 frame = len(script.frames)
                 script.frames.append(sorted(r.text for r in self.live))
@@ -60,6 +78,7 @@ def scripted(script: Script):
                     row = next(r for r in self.live if r.text == text)
                     del self.live[row]
                     put_back((row, 0))
+                self.batch.position += 1
                 for row in list(self.live):
                     if self.on_chunk is not None:
                         self.on_chunk(row, f"chunk of {row.text}")
@@ -85,13 +104,26 @@ TTS = types.SimpleNamespace(patch=types.SimpleNamespace(resolved_mode=lambda dev
 class Sink:
     def __init__(self, restart=True):
         self.rows, self.chunks, self.ends, self.restartable = [], [], [], restart
+        self.audio, self.chunk_audio, self.asked = [], [], []  # (row, what it was handed); the rows restart was asked
 
     def request(self, texts, frames=2, prompt=10, temperature=0.9, stream=False):
-        rows = [Row(i, 0, t, None, f"Test (line {t})", frames) for i, t in enumerate(texts)]
+        limits = frames if isinstance(frames, list) else [frames] * len(texts)
+        rows = [Row(i, 0, t, None, f"Test (line {t})", f) for i, (t, f) in enumerate(zip(texts, limits, strict=True))]
         return Request(rows, list(range(len(rows))), [prompt] * len(rows),
-                       GenerationSettings(temperature=temperature), lambda r, a: self.rows.append(r.text),
-                       self.ends.append, (lambda r, w: self.chunks.append(r.text)) if stream else None,
-                       lambda rows: self.restartable)
+                       GenerationSettings(temperature=temperature), self._row, self.ends.append,
+                       self._chunk if stream else None, self._restart)
+
+    def _row(self, row, audio):
+        self.rows.append(row.text)
+        self.audio.append((row.text, audio))
+
+    def _chunk(self, row, wav):
+        self.chunks.append(row.text)
+        self.chunk_audio.append((row.text, wav))
+
+    def _restart(self, rows):
+        self.asked.append([r.text for r in rows])
+        return self.restartable
 
 
 def test_requests_run_in_order_and_each_ends_once_when_its_rows_are_in(script):
@@ -104,7 +136,7 @@ def test_requests_run_in_order_and_each_ends_once_when_its_rows_are_in(script):
     assert first.status == second.status == "done" and len(script.builds) == 1
 
 
-def test_a_request_with_other_settings_waits_for_a_batch_of_its_own(script):
+def test_a_request_with_other_settings_waits_for_a_batch_of_its_own(script, caplog):
     engine = Engine(TTS, 4, "Test")
     a, b, c = Sink(), Sink(), Sink()
     engine.submit(a.request("a", frames=3))
@@ -113,6 +145,7 @@ def test_a_request_with_other_settings_waits_for_a_batch_of_its_own(script):
     engine.run_until_idle()
     assert script.frames == [["a"]] * 3 + [["b"], ["c"]]  # c, though it samples as a does, comes after b
     assert [t for t, *_ in script.builds] == [0.9, 0.5, 0.9]
+    assert a.ends == b.ends == c.ends == [None] and caplog.records == []  # a rebuild is no failure
 
 
 def test_a_render_batch_is_sized_to_its_rows_and_built_again_for_a_larger_one(script):
@@ -124,6 +157,9 @@ def test_a_render_batch_is_sized_to_its_rows_and_built_again_for_a_larger_one(sc
     engine.submit(sink.request("d", frames=4, prompt=30))  # larger: a batch built for it
     engine.run_until_idle()
     assert [(need, over) for _, _, need, _, over in script.builds] == [(25, True), (35, True)]
+    # an overcommitted pool is sized for the share of their frames the rows are likely to speak: (prompt, frames)
+    assert [pages for _, _, _, pages, _ in script.builds] == [requeue_pool_pages([(20, 4)] * 2, 2),
+                                                              requeue_pool_pages([(30, 4)], 2)]
     assert script.frames[4:] == [["c"]] * 4 + [["d"]] * 4  # d joins only after c's batch drained
     live = Engine(TTS, 2, "Test", need=64)  # a server's: every row up to need, dense
     live.submit(sink.request("e"))
@@ -154,7 +190,9 @@ def test_out_of_memory_halves_the_width_and_runs_again_the_rows_that_handed_noth
     engine.submit(streamed.request("c", frames=2, stream=True))
     script.fail[0] = OOM
     engine.run_until_idle()
-    assert engine.width == 2 and "retrying in batches of 2" in caplog.text
+    assert engine.width == 2
+    assert [r.getMessage() for r in caplog.records] == ["Test: out of GPU memory with a batch of 4 rows; retrying in "
+                                                        "batches of 2 (2 rows run again)"]
     assert script.frames == [["a", "b", "c"], ["a", "b"], ["a", "b"]]  # c's chunk was out: it fails
     assert quiet.ends == [None] and sorted(quiet.rows) == ["a", "b"]
     assert "after this request's audio had begun" in str(streamed.ends[0])
@@ -219,3 +257,272 @@ def test_a_sink_that_fails_ends_its_request_with_that_error(script):
     engine.submit(good.request("c", frames=1))
     engine.run_until_idle()
     assert isinstance(bad.ends[0], ZeroDivisionError) and good.ends == [None]
+
+
+def test_a_default_batch_decodes_audio_in_a_pool_sized_to_its_rows_without_overcommit_or_groups_ahead(script):
+    engine = Engine(TTS, 2, "Test")
+    sink = Sink()
+    engine.submit(sink.request("ab", frames=[1, 2], prompt=20))
+    engine.run_until_idle()
+    built = script.runners[0]
+    assert built["tts"] is TTS and built["audio"] and not built["overcommit"] and script.aheads == [False]
+    assert built["pages"] == pool_pages([20 + 1 + 1, 20 + 2 + 1], 2)  # each row: its prompt, frames and EOS slot
+    assert sink.audio == [("a", "audio of a"), ("b", "audio of b")]  # each row's own audio, as it ends
+    codes = Engine(TTS, 2, "Test", ahead=True, audio=False)
+    codes.submit(Sink().request("c"))
+    codes.run_until_idle()
+    assert not script.runners[1]["audio"] and script.aheads == [False, True]
+
+
+def test_an_engine_refuses_a_model_loaded_for_eager_mode():
+    eager = types.SimpleNamespace(patch=types.SimpleNamespace(resolved_mode=lambda device: "eager"),
+                                  device=torch.device("cpu"))
+    with pytest.raises(ValueError) as refused:
+        Engine(eager, 2, "Test")
+    assert str(refused.value) == ("Test: the engine runs the continuous batch, which runs the lean layers; load the "
+                                  "model with mode fused, graphs or lean (eager runs upstream's static batches only)")
+
+
+def test_a_servers_batch_with_a_cache_budget_runs_in_the_pages_that_budget_holds(script, monkeypatch):
+    monkeypatch.setattr(morph.engine.engine, "budget_pages",
+                        lambda tts, nbytes: nbytes // 1000 if tts is TTS else None)  # 1000 bytes a page
+    engine = Engine(TTS, 2, "Test", need=64, kv_cache_bytes=8000)
+    engine.submit(Sink().request("a"))
+    engine.run_until_idle()
+    assert script.builds == [(0.9, 2, 64, 8, False)]
+
+
+def test_a_row_needing_exactly_what_the_batch_holds_joins_it_without_a_rebuild(script):
+    engine = Engine(TTS, 2, "Test")
+    sink = Sink()
+    engine.submit(sink.request("a", frames=2, prompt=10))
+    engine.run_until_idle()
+    engine.submit(sink.request("b", frames=2, prompt=10))  # the same 13 slots
+    engine.run_until_idle()
+    assert len(script.builds) == 1 and sink.rows == ["a", "b"]
+    engine.release()  # the batch goes: the next run builds one
+    engine.submit(sink.request("c", frames=2, prompt=10))
+    engine.run_until_idle()
+    assert len(script.builds) == 2 and sink.rows == ["a", "b", "c"]
+
+
+def test_a_request_whose_keys_do_not_match_its_rows_is_refused():
+    engine = Engine(TTS, 2, "Test")
+    request = Sink().request("ab")
+    request.keys = [0]
+    with pytest.raises(ValueError):
+        engine.submit(request)
+
+
+def test_a_request_cancelled_while_it_waits_never_runs_and_is_not_told(script):
+    engine = Engine(TTS, 2, "Test")
+    a, b = Sink(), Sink()
+    engine.submit(a.request("a", frames=1))
+    waiting = engine.submit(b.request("b", frames=1, temperature=0.5))
+    assert waiting.status == "waiting" and engine.waiting_rows() == 2
+    engine.cancel(waiting)
+    engine.run_until_idle()
+    assert script.frames == [["a"]] and waiting.status == "cancelled" and b.ends == [] and b.rows == []
+    engine.cancel(waiting)  # twice: nothing more
+    assert waiting.status == "cancelled" and a.ends == [None]
+
+
+def test_a_cancel_ends_every_row_a_request_has_in_the_batch_at_the_next_frame(script):
+    engine = Engine(TTS, 2, "Test")
+    sink = Sink()
+    request = engine.submit(sink.request("xy", frames=5))
+    engine.run_until_idle(lambda live: engine.cancel(request) if len(script.frames) == 0 else None)
+    assert script.frames == [["x", "y"], ["x", "y"]] and sink.rows == [] and sink.ends == []
+
+
+def test_a_cancelled_row_taken_ahead_of_a_slot_leaves_the_batch(script):
+    script.lookahead = 1  # the engine hands the runner a row more than it has slots: its group is built ahead
+    engine = Engine(TTS, 1, "Test")
+    sink = Sink()
+    request = engine.submit(sink.request("xy", frames=3))
+    seen = []
+
+    def between(live):
+        seen.append(engine.stats()["rows_in_batch"])
+        if len(script.frames) == 0:
+            engine.cancel(request)
+
+    engine.run_until_idle(between)
+    assert seen == [2, 1] and script.frames == [["x"], ["x"]]  # y, taken, never had a slot
+    assert engine.stats() == dict(rows_live=0, rows_waiting=0, rows_in_batch=0, width=1, cache_slots=0)
+
+
+def test_between_is_told_the_live_rows_and_stats_the_batchs_figures_before_every_frame(script):
+    engine = Engine(TTS, 2, "Test")
+    a, b = Sink(), Sink()
+    engine.submit(a.request("ab", frames=1))
+    engine.submit(b.request("cde", frames=2))
+    told, figures = [], []
+    script.after_take = lambda: figures.append(engine.stats())
+
+    def between(live):
+        told.append(live)
+        figures.append(engine.stats())
+
+    engine.run_until_idle(between)
+    assert told == [2, 2, 2, 1, 1]  # ab; cd; cd; e; e
+    # rows taken before their first frame: none is live yet, and no cache slot is counted
+    assert figures[0] == dict(rows_live=0, rows_waiting=5 - 2, rows_in_batch=2, width=2, cache_slots=0)
+    # each live row's slots: its 10 prompt slots and the frames it has made
+    assert figures[1] == dict(rows_live=2, rows_waiting=3, rows_in_batch=2, width=2, cache_slots=2 * 10)
+    assert figures[4] == dict(rows_live=2, rows_waiting=1, rows_in_batch=2, width=2, cache_slots=2 * 11)  # cd's 2nd
+    assert engine.stats() == dict(rows_live=0, rows_waiting=0, rows_in_batch=0, width=2, cache_slots=0)
+
+
+def test_a_rows_time_in_the_batch_moves_the_estimate_a_tenth_of_the_way(script, monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(morph.engine.engine, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    engine = Engine(TTS, 1, "Test")
+    assert engine.row_seconds == 5.0  # before any row: a server's first Retry-After
+    engine.submit(Sink().request("ab", frames=3))
+
+    def between(live):
+        clock[0] += 1.0  # a second a frame
+
+    engine.run_until_idle(between)
+    # a: 3 s in the batch, 5 + (3 - 5) / 10 = 4.8; b: 4.8 + (3 - 4.8) / 10 = 4.62
+    assert engine.row_seconds == pytest.approx(4.62)
+
+
+def test_a_streaming_request_gets_each_rows_chunks_as_they_are_made_and_none_after_its_cancel(script):
+    engine = Engine(TTS, 2, "Test")
+    streamed, cancelled = Sink(), Sink()
+    engine.submit(streamed.request("a", frames=2, stream=True))
+    request = engine.submit(cancelled.request("b", frames=4, stream=True))
+    engine.run_until_idle(lambda live: engine.cancel(request) if len(script.frames) == 1 else None)
+    assert streamed.chunk_audio == [("a", "chunk of a")] * 2 and streamed.audio == [("a", "audio of a")]
+    # frame 0's only: nothing is handed once the cancel is made, though b's row leaves the batch at the next frame
+    assert cancelled.chunk_audio == [("b", "chunk of b")] and cancelled.audio == []
+    assert script.frames == [["a", "b"], ["a", "b"], ["b"]]
+
+
+def test_a_failing_chunk_sink_ends_its_request_with_that_error_and_the_batch_goes_on(script):
+    engine = Engine(TTS, 2, "Test")
+    bad, good = Sink(), Sink()
+    failing = bad.request("a", frames=3, stream=True)
+    failing.on_chunk = lambda row, wav: 1 / 0
+    engine.submit(failing)
+    engine.submit(good.request("b", frames=3, stream=True))
+    engine.run_until_idle()
+    assert failing.status == "failed" and isinstance(bad.ends[0], ZeroDivisionError) and len(bad.ends) == 1
+    assert script.frames == [["a", "b"], ["a", "b"], ["b"]] and bad.rows == []  # a leaves the batch at the next frame
+    assert good.chunks == ["b"] * 3 and good.ends == [None]
+
+
+def test_out_of_memory_runs_again_only_the_rows_not_yet_in_each_once(script):
+    engine = Engine(TTS, 2, "Test")
+    sink = Sink()
+    request = engine.submit(sink.request("abcd", frames=[1, 3, 3, 1]))
+    script.fail[1] = OOM  # a is in; b and c run; d waits
+    engine.run_until_idle()
+    assert sink.asked == [["b", "c", "d"]]  # the rows restart is asked about: those whose audio is not in
+    assert script.frames == [["a", "b"], ["b", "c"]] + [["b"]] * 3 + [["c"]] * 3 + [["d"]]
+    assert sink.rows == ["a", "b", "c", "d"] and sink.ends == [None] and request.status == "done"
+
+
+def test_out_of_memory_runs_again_the_rows_of_every_request_in_the_batch(script):
+    engine = Engine(TTS, 2, "Test")
+    first, second = Sink(), Sink()
+    engine.submit(first.request("a", frames=2))
+    engine.submit(second.request("b", frames=2))
+    script.fail[0] = OOM
+    engine.run_until_idle()
+    assert script.frames == [["a", "b"], ["a"], ["a"], ["b"], ["b"]]
+    assert first.ends == second.ends == [None] and first.rows == ["a"] and second.rows == ["b"]
+
+
+def test_out_of_memory_alone_names_the_row_that_does_not_fit_not_one_already_in(script):
+    engine = Engine(TTS, 1, "Test")
+    sink = Sink()
+    engine.submit(sink.request("ab", frames=[1, 2]))
+    script.fail[1] = OOM  # b, alone
+    engine.run_until_idle()
+    assert sink.rows == ["a"] and str(sink.ends[0]) == (
+        "Test (line b): the GPU ran out of memory rendering a single row (1 characters, up to 2 frames): "
+        "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB; free VRAM (ComfyUI's Unload models), set "
+        "max_new_tokens lower, shorten the text, or load the model in bf16")
+
+
+def test_out_of_memory_after_a_requests_audio_began_says_why_it_is_not_run_again(script):
+    engine = Engine(TTS, 2, "Test")
+    sink = Sink(restart=False)
+    engine.submit(sink.request("a", frames=3, stream=True))
+    script.fail[1] = OOM
+    engine.run_until_idle()
+    assert str(sink.ends[0]) == ("Test (line a): the GPU ran out of memory (OutOfMemoryError: CUDA out of memory. "
+                                 "Tried to allocate 2.00 GiB) after this request's audio had begun, which a retry "
+                                 "would hand out again; send it again, or set the batch size lower")
+
+
+def test_another_error_keeps_the_width_fails_the_batchs_requests_and_is_logged_with_its_traceback(script, caplog):
+    engine = Engine(TTS, 2, "Test")
+    a, b = Sink(), Sink()
+    engine.submit(a.request("a", frames=2))
+    engine.submit(b.request("b", frames=2))
+    bug = ValueError("a bug")
+    script.fail[0] = bug
+    engine.run_until_idle()
+    assert engine.width == 2 and a.ends == b.ends == [bug] and script.frames == [["a", "b"]]
+    assert [(r.levelno, r.getMessage(), r.exc_info[1]) for r in caplog.records] == [
+        (logging.ERROR, "Test: the batch failed", bug)]
+
+
+def test_a_failed_batch_on_a_gpu_hands_its_cached_memory_back(script, monkeypatch):
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    cpu = Engine(TTS, 1, "Test")
+    cpu.submit(Sink().request("a"))
+    script.fail[0] = ValueError("a bug")
+    cpu.run_until_idle()
+    assert emptied == []  # no CUDA call on the CPU
+    gpu = Engine(types.SimpleNamespace(patch=TTS.patch, device=types.SimpleNamespace(type="cuda")), 1, "Test")
+    gpu.submit(Sink().request("b"))
+    script.fail[1] = ValueError("a bug")
+    gpu.run_until_idle()
+    assert emptied == [True]
+
+
+def test_a_request_cancelled_in_a_batch_that_then_fails_is_not_told(script):
+    engine = Engine(TTS, 2, "Test")
+    cancelled, other = Sink(), Sink()
+    request = engine.submit(cancelled.request("a", frames=3))
+    engine.submit(other.request("b", frames=3))
+    script.fail[1] = ValueError("a bug")  # after the cancel, before its row left the batch
+    engine.run_until_idle(lambda live: engine.cancel(request) if len(script.frames) == 1 else None)
+    assert cancelled.ends == [] and isinstance(other.ends[0], ValueError)
+
+
+def test_an_on_end_that_raises_is_logged_and_the_engine_goes_on(script, caplog):
+    engine = Engine(TTS, 1, "Test")
+    sink = Sink()
+    request = sink.request("a", frames=1)
+    request.id = 7
+    request.on_end = lambda error: 1 / 0
+    engine.submit(request)
+    engine.submit(sink.request("b", frames=1))
+    engine.run_until_idle()
+    assert sink.rows == ["a", "b"] and sink.ends == [None]
+    assert [(r.getMessage(), r.exc_info[0]) for r in caplog.records] == [
+        ("Test: request 7: on_end failed", ZeroDivisionError)]
+
+
+def test_abort_ends_waiting_and_running_requests_with_its_error_or_with_held_false_the_waiting_only(script):
+    stop = RuntimeError("shutting down")
+    for held in (True, False):
+        script.frames.clear()
+        engine = Engine(TTS, 1, "Test")
+        running, waiting = Sink(), Sink()
+        r = engine.submit(running.request("a", frames=3))
+        w = engine.submit(waiting.request("b", frames=1))
+        engine.run_until_idle(lambda live: engine.abort(stop, held) if len(script.frames) == 0 else None)
+        assert waiting.ends == [stop] and w.status == "failed" and waiting.rows == []
+        if held:  # a's row leaves the batch at the next frame, and hands nothing
+            assert running.ends == [stop] and r.status == "failed" and running.rows == []
+            assert script.frames == [["a"], ["a"]]
+        else:
+            assert running.ends == [None] and r.status == "done" and script.frames == [["a"]] * 3
