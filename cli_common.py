@@ -113,7 +113,8 @@ class Parser(argparse.ArgumentParser):
         if not word.startswith("--"):
             return f"unexpected argument {word!r}"
         flag = word.partition("=")[0]
-        options = parser._option_string_actions
+        # a retired option (its help suppressed) is still taken, never suggested
+        options = [o for o, a in parser._option_string_actions.items() if a.help is not argparse.SUPPRESS]
         meant = [option for option in options if option.startswith(flag)] or \
             difflib.get_close_matches(flag, options, n=1, cutoff=0.6)
         return f"unknown option {flag}" + (f"; did you mean {' or '.join(meant[:3])}?" if meant else "")

@@ -15,7 +15,7 @@ from cli_common import (CliError, Parser, ProgressLine, add_generation_options, 
                         load_model, read_clip, settings_from)
 from morph.lines.words import FOR_CLI
 from morph.progress import JobProgress
-from morph.settings import BATCHING, DEFAULT_BATCH_SIZE, DEFAULT_BATCHING, SAMPLE_RATE
+from morph.settings import DEFAULT_BATCH_SIZE, RETIRED_BATCHING, SAMPLE_RATE
 
 MAX_PAUSE_SECONDS = 600
 KINDS = {"voice": "base", "speaker": "custom_voice", "design": "voice_design"}
@@ -54,14 +54,8 @@ def build_parser() -> Parser:
                       help="how a --speaker character speaks (1.7B CustomVoice models)")
     more.add_argument("--prefix", default="dialogue",
                       help="file names: PREFIX_0001_Name.wav per line, PREFIX.wav, PREFIX.srt, PREFIX_lines.json")
-    more.add_argument("--batching", choices=BATCHING, default=DEFAULT_BATCHING,
-                      help="continuous: a line that ends gives its place to the next at once, each line draws from "
-                           "its own random stream (a seeded line's take does not depend on its batch, up to "
-                           "rounding), memory follows the speech in flight; static: batches of like-length lines, "
-                           "each waiting for its longest, about 4x the VRAM at batch 64, and a sampled line's take "
-                           "also depends on the lines batched with it, so a line rendered again alone (resume) is "
-                           "another take. Eager mode runs static batches; --gpus workers run each planned batch of "
-                           "--batch-size lines as one batch")
+    # retired: still taken for one release, so that scripts that pass it run (morph/render.py retired_batching)
+    more.add_argument("--batching", choices=RETIRED_BATCHING, default=None, help=argparse.SUPPRESS)
     more.add_argument("--pause", type=float, default=0.4, help="seconds of silence between lines in PREFIX.wav")
     more.add_argument("--no-resume", action="store_true", help="render every line again, even those already in --out")
     more.add_argument("--gpus", type=int, default=None, metavar="N",
@@ -276,8 +270,9 @@ def script_lines(engine, variant, cast, clips, transcripts, instructs, parsed, l
 
 
 def write(engine, parsed, lines, store, language, settings, args) -> int:
-    from morph.continuous import continuous_for
+    from morph.continuous import runs_lean
     from morph.qwen.quiet import quiet_third_party
+    from morph.render import retired_batching
     from morph.script_job import ScriptJob
     from postprocess import smooth
 
@@ -290,14 +285,14 @@ def write(engine, parsed, lines, store, language, settings, args) -> int:
     finish_line = functools.partial(smooth, sample_rate=SAMPLE_RATE) if smoothing else None
     start = time.perf_counter()
     todo = job.todo()
-    # the model loads only if a line is left to render
-    continuous = bool(todo) and not pool and continuous_for(engine(), args.batching, "--batching")
-    if todo:
+    if args.batching is not None:
+        retired_batching(args.batching, "--batching")
+    if todo:  # the model loads only if a line is left to render
         where = f"{len(engine().actors)} workers" if pool else str(engine().device)
-        if pool:  # each worker runs its batches as its own speed mode allows (continuous_for)
-            how = "continuous batches" if args.batching == "continuous" else "static batches"
+        if pool:  # each worker runs its batches as its own speed mode does
+            how = "each worker's continuous batch (static batches in eager mode)"
         else:
-            how = "a continuous batch" if continuous else "static batches"
+            how = "a continuous batch" if runs_lean(engine()) else "static batches"
         # the lines already in --out are said once, by job.reuse
         print(f"rendering {len(lines) - kept} of {len(lines)} lines on {where}, {args.batch_size} at a time in {how}",
               file=sys.stderr)
@@ -305,14 +300,13 @@ def write(engine, parsed, lines, store, language, settings, args) -> int:
         with quiet_third_party():  # transformers' note on the repetition penalty, at the first generate
             if pool and todo:
                 engine().render(job, settings, args.batch_size, args.pause, finish_line, on_step=progress.step,
-                                on_lines=progress.lines_done, batching=args.batching, words=FOR_CLI)
+                                on_lines=progress.lines_done, words=FOR_CLI)
             elif pool:
                 job.write_dialogue(args.pause)
                 job.finish(args.pause)
             else:
                 job.run(engine, settings, args.batch_size, args.pause, finish_line=finish_line, on_step=progress.step,
-                        on_line=progress.line, who="cli.py render", words=FOR_CLI, continuous=continuous,
-                        dialogue=True)
+                        on_line=progress.line, who="cli.py render", words=FOR_CLI, dialogue=True)
     except KeyboardInterrupt:
         progress.finish()
         print(f"interrupted: {len(job.lengths)} of {len(lines)} lines are in {store.folder}; the same command "

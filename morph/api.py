@@ -25,7 +25,6 @@ import numpy as np
 import torch
 
 from .codec.layers import LeanCodec
-from .continuous import runs_lean
 from .decode.patch import MorphPatch
 from .lines.reference_audio import prepare_reference
 from .lines.words import FOR_PYTHON, Words
@@ -175,7 +174,7 @@ class MorphTTS:
     def stream(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,
                who: str = "Stream") -> Iterator[np.ndarray]:
         """clone's line, its float32 24 kHz audio handed out as it is made: the chunks joined are the line's audio.
-        In every mode but eager the line runs in the continuous batch (BatchTTS.render(continuous=True, on_chunk=...)):
+        In every mode but eager the line runs in the continuous batch (BatchTTS.render(on_chunk=...)):
         its first chunk holds its first 4 frames and comes once they are made (on a GPU, which learns a row's end 4
         frames late, once 8 are), the next ones every 4 frames up to frame 16 and every 16 after; its take is the
         continuous batch's (each row's own random stream), as clone's is. In eager mode (the exact reference) the whole
@@ -200,7 +199,7 @@ class MorphTTS:
                 # a thread starts on the first GPU: where the model is, its events and streams must be
                 with torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext():
                     BatchTTS(self).render([line], settings, batch_size=None, on_step=on_step, who=who,
-                                          continuous=runs_lean(self), on_chunk=lambda i, wav: chunks.put(wav))
+                                          on_chunk=lambda i, wav: chunks.put(wav))
             except _Closed:
                 pass
             except BaseException as e:  # raised where the chunks are read

@@ -22,7 +22,7 @@ from .codec.live import LiveRows
 from .group_ahead import GroupAhead
 from .lines.line import Row
 from .prompts import prompt_inputs
-from .settings import BATCHING, DEFAULT_BATCHING, GenerationSettings
+from .settings import GenerationSettings
 
 if TYPE_CHECKING:
     from .decode.groups import Group
@@ -35,21 +35,6 @@ def runs_lean(tts, device: torch.device | None = None) -> bool:
     mode runs on `device` (the model's own when None; a host's memory manager that has offloaded the model names the
     device it loads it back to)."""
     return tts.patch.resolved_mode(device or tts.device) != "eager"
-
-
-def continuous_for(tts, batching: str, who: str, device: torch.device | None = None) -> bool:
-    """Whether a render asked for `batching` (one of BATCHING) runs the continuous batch on `device` (runs_lean):
-    "continuous" does wherever the speed mode runs the lean layers, and runs upstream's static batches in eager
-    mode."""
-    if batching not in BATCHING:
-        raise ValueError(f"{who}: batching must be one of {', '.join(BATCHING)}, got {batching!r}")
-    return batching == "continuous" and runs_lean(tts, device)
-
-
-def resolve_continuous(tts, continuous: bool | None, device: torch.device | None = None) -> bool:
-    """A render's `continuous` as given, or None: the default batching (DEFAULT_BATCHING) on `device` (runs_lean).
-    What a render runs and what it declares (morph/memory.py) resolve it here, so the two never differ."""
-    return continuous_for(tts, DEFAULT_BATCHING, "render", device) if continuous is None else bool(continuous)
 
 
 class RowRunner:

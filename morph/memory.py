@@ -1,7 +1,7 @@
 """What a run needs on the device beyond the weights, for a host's memory manager to make room (ComfyUI's
 `memory_required`). Counted from the loaded model's shape, as the run allocates it.
 
-The continuous batch (what render runs by default wherever the lean layers do, morph/render.py) holds:
+The continuous batch (what render runs in every mode but eager, morph/render.py) holds:
   - pool: the talker's keys and values, in pages (morph/settings.py requeue_pool_pages, as a render that does not
     stream sizes it): what the `batch_size` rows that span the most cache slots take at POOL_FRAME_SHARE of their
     frame limits (a row the pool cannot grow is preempted and starts again), and at least the largest row whole;
@@ -32,21 +32,16 @@ declared 0.86-1.21x the peaks of 5 s lines at 1 to 64 rows under either allocato
 the process held before its first render (the weights, the voices and the cuBLAS workspaces of the caller's stream:
 a host finds them taken).
 
-A static batch (what render runs in eager mode, or asked with continuous=False; Render Lines' and `cli.py render`'s
-batching static) holds:
+A static batch (what render runs in eager mode, the exact reference) holds:
   - state: the decode's static buffers, per row and per slot of the cache's capacity (prompt + frames, rounded up
     to a power of two, at least 256), the talker's keys and values in every layer, and the step's and the text's
     hidden states;
   - prefill: while the prompt runs, upstream's own KV cache for it, one MLP's activations per token and the
     attention scores, every row padded to the longest prompt;
-  - codec: in the lean modes the lean codec beside the frame loop (morph/codec/stream.py RowsDecode): each row's
-    state and one chunk call, at most DECODE_ROW_FRAMES row-frames, or, where a row's frame limit passes
-    upstream's first 300-frame window, upstream's decoder on the windows after it (pieces.py tail_audio) if that
-    call is heavier; in eager upstream's decoder, whose largest call morph/codec/pieces.py bounds the same way,
+  - codec: after the batch, upstream's decoder, whose largest call morph/codec/pieces.py bounds,
     CODEC_VALUES_PER_ROW_FRAME activations a row-frame plus its workspaces (UPSTREAM_CODEC_WORKSPACE);
   - WORKSPACE.
-It decodes its audio beside its frame loop, never beside a prefill (the next batch's prefill waits for the last
-chunk), so it needs state + the codec's row states + the larger of prefill and codec call + WORKSPACE.
+So it needs state + the larger of prefill and codec call + WORKSPACE.
 
 Prompts are counted with the model's tokenizer (morph/prompts.py token_count), as the run sizes its cache;
 bench/batch.py reports this declaration beside the measured peak.
@@ -58,9 +53,9 @@ from typing import Sequence
 
 import torch
 
-from .codec.calls import LIVE_CHUNK, LIVE_ROW_FRAMES, call_width, chunk_for
-from .codec.pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows, pieces, row_frames
-from .continuous import resolve_continuous, runs_lean
+from .codec.calls import LIVE_CHUNK, LIVE_ROW_FRAMES, call_width
+from .codec.pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows, row_frames
+from .continuous import runs_lean
 from .graphs import FRAME_LOOP, PROMPTS, side_stream_made
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
@@ -123,11 +118,10 @@ def _rows(lines, settings: GenerationSettings, instruct: str, count) -> list[tup
 
 
 def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: GenerationSettings | None = None,
-                   batch_size: int | None = None, instruct: str = "", continuous: bool | None = None,
-                   device: torch.device | None = None) -> int:
+                   batch_size: int | None = None, instruct: str = "", device: torch.device | None = None) -> int:
     """Bytes that rendering `lines` ((text, voice) pairs), `batch_size` rows at a time (None: all at once),
-    needs beyond the weights: in the continuous batch, or in static batches, for the batch that needs the most;
-    `continuous` as BatchTTS.render takes it, resolved for `device` (the model's own when None)."""
+    needs beyond the weights, as the mode runs on `device` (the model's own when None): in the continuous batch, or
+    in eager's static batches, for the batch that needs the most."""
     count = token_count(tts)
     rows = _rows(lines, settings or GenerationSettings(), instruct, count)
     if not rows:
@@ -135,7 +129,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     width = len(rows) if batch_size is None else min(max(int(batch_size), 1), len(rows))
     model = tts.tts.model
     shape = _Shape(model)
-    if resolve_continuous(tts, continuous, device):
+    if runs_lean(tts, device):
         prefill = max(prefill_tokens(text, voice, instruct, count) for text, voice in lines)
         return _continuous(tts, shape, rows, prefill, width, _replays_graphs(tts, device), device or tts.device)
     rows.sort(key=lambda r: -(r[0] + r[1]))
@@ -144,14 +138,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     slots = capacity_for(max(p + f for p, f, _ in batch) + 1)
     state = width * slots * (shape.kv_per_token + 2 * shape.hidden_bytes)
     prefill = width * prompt * (shape.kv_per_token + shape.layer_bytes_per_token + shape.heads * prompt * 4)
-    if runs_lean(tts, device):
-        chunk = chunk_for(width)  # as morph/codec/stream.py's RowsDecode groups a batch's rows
-        codec = max(_lean_codec_call(chunk, min(width, call_rows(chunk))),
-                    _upstream_codec_call(model, _tail_call([c for _, _, c in rows], width)))
-        state += width * _codec_row_state(tts)
-        state += AUDIO_COPIES * 4 * tts.codec.upsample * sum(f for _, f, _ in batch)
-    else:
-        codec = _upstream_codec_call(model, _largest_codec_call([c for _, _, c in rows], width))
+    codec = _upstream_codec_call(model, _largest_codec_call([c for _, _, c in rows], width))
     return int(state + max(prefill, codec) + WORKSPACE)
 
 
@@ -167,7 +154,7 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
                 captured: bool, device: torch.device) -> int:
     """The continuous batch's need on `device` (module docstring); prompt: the longest a row's prefill takes
     (prefill_tokens); captured: its codec calls and prefills replay CUDA graphs."""
-    needs = [p + f + 1 for p, f, _ in rows]  # prompt, frames and the EOS slot (morph/continuous.py run_rows)
+    needs = [p + f + 1 for p, f, _ in rows]  # prompt, frames and the EOS slot (morph/engine/request.py)
     pool = requeue_pool_pages([(p, f) for p, f, _ in rows], width) * KV_PAGE * shape.kv_per_token
     state = width * (capacity_for(max(needs)) * shape.hidden_bytes
                      + capacity_for(2 * max(needs)) * (shape.groups + 1) * 8)
@@ -244,16 +231,6 @@ def _largest_codec_call(codec_frames: list[int], width: int) -> int:
     its budget, unless one row alone is heavier, and never more than a whole batch holds."""
     heaviest = row_frames(max(codec_frames))
     return min(width * heaviest, max(DECODE_ROW_FRAMES, heaviest))
-
-
-def _tail_call(codec_frames: list[int], width: int) -> int:
-    """Row-frames of the heaviest call of upstream's decoder on the windows past its first of a batch of the `width`
-    rows with the most frames (morph/codec/pieces.py tail_audio: each window behind its context, in pieces); 0 when
-    no row passes the first window."""
-    rows = sorted(codec_frames, reverse=True)[:width]
-    spans = [min(c, start + UPSTREAM_CHUNK) - start + UPSTREAM_CONTEXT
-             for c in rows for start in range(UPSTREAM_CHUNK, c, UPSTREAM_CHUNK)]
-    return max((len(piece) * max(row_frames(spans[i]) for i in piece) for piece in pieces(spans)), default=0)
 
 
 def _live_row_call(codec_frames: list[int]) -> int:

@@ -11,21 +11,20 @@ go to the patch with its call (MorphPatch.call), the continuous batch's with the
 over MAX_SEGMENT_CHARS is split at sentence ends into rows of the same render, and joined again with a pause
 (morph/line_audio.py, which puts each line together from its rows' audio).
 
-Two ways to run the rows (`continuous`; None, the default, resolves as morph/continuous.py resolve_continuous says):
-- continuous (the default wherever the speed mode runs the lean layers): the render is one request to the engine
-  (morph/engine/engine.py), its rows longest first through one running batch of `batch_size` slots; a row that ends
-  gives its slot to the next row at once, and its audio is decoded on a stream of its own while the batch goes on.
-  Its keys and values live in pages (morph/decode/kv_store.py): a row holds its pages only while it runs (a static
-  batch holds every row's cache to its batch's longest). Each row draws from its own
-  random stream, keyed by the seed and the row itself (morph/decode/streams.py), so a seeded line's take is the same
-  alone, in any batch, at any position, streamed or not, and after a resume, up to the rounding a different batch
-  shape brings (below).
-- static (eager mode's, the exact reference; `continuous=False` elsewhere): upstream's batched
-  `Qwen3TTSForConditionalGeneration.generate` per batch of rows of like length (longest first), each row ending at
-  its own EOS or limit, the codec after it. Seeds as upstream: `torch.manual_seed(settings.seed)` right before every
-  batched generate (retries included), so a batch of one single-segment line is upstream's generate_* seeded the same
-  way, bit for bit (tests/morph/test_exactness.py); all rows draw from that one stream, so a row's take depends on its
-  companions. `seed=None` reseeds none.
+Two ways to run the rows, as the speed mode runs:
+- the engine (every mode but eager): the render is one request to the engine (morph/engine/engine.py), its rows
+  longest first through one running batch of `batch_size` slots; a row that ends gives its slot to the next row at
+  once, and its audio is decoded on a stream of its own while the batch goes on. Its keys and values live in pages
+  (morph/decode/kv_store.py): a row holds its pages only while it runs. Each row draws from its own random stream,
+  keyed by the seed and the row itself (morph/decode/streams.py), so a seeded line's take is the same alone, in any
+  batch, at any position, streamed or not, and after a resume, up to the rounding a different batch shape brings
+  (below).
+- static batches (eager mode, the exact reference): upstream's batched `Qwen3TTSForConditionalGeneration.generate`
+  per batch of rows of like length (longest first), each row ending at its own EOS or limit, upstream's codec after
+  it. Seeds as upstream: `torch.manual_seed(settings.seed)` right before every batched generate (retries included),
+  so a batch of one single-segment line is upstream's generate_* seeded the same way, bit for bit
+  (tests/morph/test_exactness.py); all rows draw from that one stream, so a row's take depends on its companions.
+  `seed=None` reseeds none.
 
 Batch invariance (greedy, fp32, CPU; tests/morph/test_render.py): a row never sees its companions' data (for a
 fixed batch shape and row position its logits are bit-identical whatever they hold), but the shape changes the low
@@ -35,7 +34,7 @@ differences are about 1e-7 on logits of order 1, so greedy codes agree unless tw
 decodes rows in pieces of bounded size (morph/codec/): a row differs from its decode alone by rounding.
 
 Out of memory (generation, a CUDA graph capture or the codec): the rows not yet rendered are retried with half the
-batch (logged; the engine's policy in the continuous batch, the same here in static batches), down to one row; a row
+batch (logged; the engine's policy, the same here in static batches), down to one row; a row
 that does not fit alone is a RuntimeError that names the node and what to change. Rows already rendered are kept.
 """
 
@@ -49,8 +48,8 @@ import numpy as np
 import torch
 
 from .codec.pieces import decode_rows
-from .codec.stream import RowsDecode, decode_whole
-from .continuous import ref_code, resolve_continuous, runs_lean
+from .codec.stream import decode_whole
+from .continuous import runs_lean
 from .engine.engine import Engine, too_large
 from .engine.request import Request
 from .engine.scheduler import back_off
@@ -60,7 +59,7 @@ from .lines.voice import Voice
 from .lines.words import FOR_PYTHON, Words
 from .progress import SlotProgress
 from .prompts import make_rows, prompt_inputs, prompt_tokens, stream_keys, token_count
-from .settings import DEFAULT_BATCH_SIZE, GenerationSettings
+from .settings import DEFAULT_BATCH_SIZE, RETIRED_BATCHING, GenerationSettings
 
 log = logging.getLogger(__name__)
 
@@ -85,27 +84,24 @@ class BatchTTS:
     def render(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
                batch_size: int | None = DEFAULT_BATCH_SIZE, on_step: OnStep | None = None,
                on_line: OnLine | None = None, who: str = "Render lines", split_long_text: bool = True,
-               sort: bool = True, labels: Sequence[str] | None = None,
-               continuous: bool | None = None, words: Words = FOR_PYTHON,
+               sort: bool = True, labels: Sequence[str] | None = None, words: Words = FOR_PYTHON,
                on_chunk: OnChunk | None = None, kv_cache_bytes: int | None = None) -> list[np.ndarray]:
         """Speak every line; returns float32 24 kHz audio per line, in the order given.
 
-        Rows (lines and segments) are rendered `batch_size` at a time, all at once when None (static batches:
-        longest first when `sort`). `on_line(i, audio)`
+        Rows (lines and segments) are rendered `batch_size` at a time, all at once when None (eager's static
+        batches: longest first when `sort`). `on_line(i, audio)`
         is called as soon as line i is complete, so a caller keeps finished lines when a later row fails or the
         render is cancelled. `on_step(done, total)` is called before every decode step with frame slots across
         the whole render (morph/progress.py's `SlotProgress`), and once more with `total, total` when it is done;
         an exception raised there (a cancel) stops the render and propagates.
         Messages name line i as `labels[i]`, as "line i+1" when there are several lines and no labels, and a
-        single line not at all, and word their fixes as `words` does (morph/lines/words.py). `continuous`: the
-        continuous batch (True; not in eager mode), static batches (False), or as the mode runs (None; module
-        docstring).
-        `on_chunk(i, audio)` hands line i's audio in order as it is made: in the continuous batch a row's first 1-4
+        single line not at all, and word their fixes as `words` does (morph/lines/words.py).
+        `on_chunk(i, audio)` hands line i's audio in order as it is made: on the engine a row's first 1-4
         frames once they are made (4 frames later on a GPU), then every 4 frames until the 16-frame marks and every 16
         after (morph/continuous.py LiveChunks), a later segment's after the segment before, with the pause between;
-        in static batches (and so in eager mode, the exact reference) the whole line as one chunk when it is
-        complete. Either way a line's chunks joined are the audio on_line gets. `kv_cache_bytes` (continuous only):
-        the batch's keys and values in a pool of that size, not one sized to the rows (morph/decode/kv_store.py).
+        in eager mode (static batches, the exact reference) the whole line as one chunk when it is complete. Either
+        way a line's chunks joined are the audio on_line gets. `kv_cache_bytes` (not in eager mode): the batch's keys
+        and values in a pool of that size, not one sized to the rows (morph/decode/kv_store.py).
         """
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):  # True is no size
             raise ValueError(f"{who}: batch_size must be an integer >= 1, got {batch_size!r}; 64 suits most GPUs")
@@ -114,14 +110,12 @@ class BatchTTS:
         if not rows:
             return []
         cap = batch_size or len(rows)
-        continuous = resolve_continuous(self.tts, continuous)
-        out = LineAudio(rows, len(lines), on_line, on_chunk, streamed=continuous)
-        if continuous and not runs_lean(self.tts):
-            raise ValueError(f"{who}: continuous batching runs the lean layers; set the speed mode to fused, graphs "
-                             "or lean (eager runs upstream's static batches)")
-        if kv_cache_bytes is not None and not continuous:
-            raise ValueError(f"{who}: kv_cache_bytes sizes the continuous batch's paged cache; set continuous=True")
-        if continuous:
+        engine = runs_lean(self.tts)
+        out = LineAudio(rows, len(lines), on_line, on_chunk, streamed=engine)
+        if kv_cache_bytes is not None and not engine:
+            raise ValueError(f"{who}: kv_cache_bytes sizes the continuous batch's paged cache, which eager mode does "
+                             "not run; set the speed mode to fused, graphs or lean, or leave kv_cache_bytes out")
+        if engine:
             width = self._engine(rows, settings, cap, on_step, who, out.deliver,
                                  None if out.chunks is None else out.chunks.chunk, out.restart, kv_cache_bytes)
         else:
@@ -133,9 +127,9 @@ class BatchTTS:
 
     def codes(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
               on_step: OnStep | None = None, who: str = "Render lines", batch_size: int | None = None,
-              continuous: bool | None = None, kv_cache_bytes: int | None = None) -> list[torch.Tensor]:
-        """The codec codes [frames, 16] of each line, in the order given, without the codec: the decode alone, in
-        the continuous batch or static batches as render runs them. Every line must fit one pass (at most
+              kv_cache_bytes: int | None = None) -> list[torch.Tensor]:
+        """The codec codes [frames, 16] of each line, in the order given, without the codec: the decode alone, on
+        the engine or in static batches as render runs them. Every line must fit one pass (at most
         MAX_SEGMENT_CHARS characters); all lines in one batch when batch_size is None (static: ONE batched generate,
         rows in the order given)."""
         settings = (settings or GenerationSettings()).validate(who)
@@ -144,7 +138,7 @@ class BatchTTS:
             return []
         out: list[torch.Tensor | None] = [None] * len(rows)
         width = batch_size or len(rows)
-        if resolve_continuous(self.tts, continuous):
+        if runs_lean(self.tts):
             self._engine(rows, settings, width, on_step, who, lambda r, c: out.__setitem__(r.index, c),
                          kv_cache_bytes=kv_cache_bytes, audio=False)
             return out
@@ -224,47 +218,21 @@ class BatchTTS:
 
     def _static(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,
                 deliver, sort: bool) -> None:
-        """Batches of like length, longest first (when `sort`). In the lean modes a batch's audio decodes beside its
-        frame loop and is handed over once the next batch is under way; in eager, upstream's codec decodes each
-        batch after it."""
+        """Batches of like length, longest first (when `sort`), each decoded by upstream's codec after it."""
         planned = [[rows[i] for i in batch]
                    for batch in plan_batches([(r.limit, r.text) for r in rows], width, sort)]
         progress = SlotProgress(on_step, sum(_allotment(b) for b in planned))
-        pending: tuple | None = None  # a batch whose audio is on its way: (rows, RowsDecode)
-        try:
-            for batch in planned:
-                start = progress.done
-                audio = self._audio(batch)
-                codes = self._generate(batch, settings, progress, audio)
-                if audio is None:
-                    for row, wav in zip(batch, self.decode(codes, [r.line.voice for r in batch]), strict=True):
-                        deliver(row, wav)
-                else:
-                    audio.finish(codes)
-                    # the next batch's prefill waits for this one's last chunk: the two never hold their activations
-                    # at once (morph/memory.py declares the larger of them, not both)
-                    audio.fence()
-                previous, pending = pending, None if audio is None else (batch, audio)
-                if previous is not None:
-                    _hand_over(*previous, deliver)
-                progress.done = start + _allotment(batch)  # rows that ended early leave the rest of it unused
-        finally:  # a failure or a cancel in a later batch keeps the lines of those finished before it
-            if pending is not None:
-                _hand_over(*pending, deliver)
+        for batch in planned:
+            start = progress.done
+            codes = self._generate(batch, settings, progress)
+            for row, wav in zip(batch, self.decode(codes, [r.line.voice for r in batch]), strict=True):
+                deliver(row, wav)
+            progress.done = start + _allotment(batch)  # rows that ended early leave the rest of it unused
         progress.finish()
 
-    def _audio(self, rows: list[Row]) -> RowsDecode | None:
-        """The lean codec's decode of a batch beside its frame loop (morph/codec/stream.py), or None in eager mode,
-        where upstream's codec decodes it after (the exact reference)."""
-        if not runs_lean(self.tts):
-            return None
-        device = self.tts.device
-        return RowsDecode(self.tts.codec, [ref_code(r) for r in rows], device, self.tts.codec.side_stream(device))
-
-    def _generate(self, rows: list[Row], settings: GenerationSettings, progress: SlotProgress,
-                  audio: RowsDecode | None = None) -> list[torch.Tensor]:
-        """One batched upstream generate with the morph patch; codes [frames, 16] per row, cut to its limit. `audio`
-        is fed the frames as the loop makes them."""
+    def _generate(self, rows: list[Row], settings: GenerationSettings,
+                  progress: SlotProgress) -> list[torch.Tensor]:
+        """One batched upstream generate with the morph patch; codes [frames, 16] per row, cut to its limit."""
         model = self.tts.tts
         longest = max(rows, key=lambda r: r.limit)
         kwargs = model._merge_generate_kwargs(**settings.upstream_kwargs(longest.text))
@@ -273,17 +241,11 @@ class BatchTTS:
         if progress.on_step is not None:
             base, width, step = progress.done, len(rows), itertools.count(1)
             on_step = lambda: progress.report(base + width * next(step))  # noqa: E731
-        with self.tts.patch.call(settings.seq_groups, on_step, [self.stop(r) for r in rows],
-                                 None if audio is None else audio.feed):
+        with self.tts.patch.call(settings.seq_groups, on_step, [self.stop(r) for r in rows]):
             if settings.seed is not None:
                 torch.manual_seed(settings.seed)
             codes, _ = model.model.generate(languages=[r.line.language for r in rows], **inputs, **kwargs)
         return [c[: r.limit] for c, r in zip(codes, rows, strict=True)]
-
-
-def _hand_over(rows: list[Row], audio: RowsDecode, deliver) -> None:
-    for row, wav in zip(rows, audio.audio(), strict=True):
-        deliver(row, wav)
 
 
 def script_request(rows: Sequence[Row], settings: GenerationSettings, count: Callable[[str], int],
@@ -298,6 +260,18 @@ def script_request(rows: Sequence[Row], settings: GenerationSettings, count: Cal
     return Request(order, [keys[r] for r in order],
                    [prompt_tokens(r.text, r.line.voice, r.line.instruct, count) for r in order], settings,
                    on_row, on_end, on_chunk, restart)
+
+
+def retired_batching(batching: str, who: str) -> None:
+    """Render Lines' and cli.py render's retired `batching`, for the one release that still takes it: checked as
+    before, and "static" logged, since every speed mode but eager now renders on the engine (and eager, the exact
+    reference, in static batches whatever it says)."""
+    if batching not in RETIRED_BATCHING:
+        raise ValueError(f"{who}: batching must be one of {', '.join(RETIRED_BATCHING)}, got {batching!r}")
+    if batching == "static":
+        log.warning("%s: batching 'static' is retired and goes in the next release: every speed mode but eager "
+                    "renders in the continuous batch, and eager (the exact reference) in static batches; this render "
+                    "runs as its speed mode does", who)
 
 
 def plan_batches(shapes: Sequence[tuple[int, str]], size: int, longest_first: bool = True) -> list[list[int]]:

@@ -149,11 +149,11 @@ class ScriptJob:
     def run(self, prepare: Callable[[list[Line]], object], settings: GenerationSettings, batch_size: int,
             pause_seconds: float, finish_line: Callable[[np.ndarray], np.ndarray] | None = None,
             on_step: OnStep | None = None, on_line: OnLine | None = None, who: str = "Render lines",
-            words: Words = FOR_PYTHON, continuous: bool | None = None, dialogue: bool = False) -> ScriptResult:
+            words: Words = FOR_PYTHON, dialogue: bool = False) -> ScriptResult:
         """Render every line not reused, in this process, and write everything (`dialogue`: `{prefix}.wav` too).
         `prepare(lines to render)` returns the engine to render them on (a memory manager can make room first); it is
         not called when every line was reused. `on_line(i, audio)` follows each rendered line's file, i indexing the
-        script's lines; messages word their fixes as `words` does; `continuous`: as BatchTTS.render takes it."""
+        script's lines; messages word their fixes as `words` does."""
         audio, kept = self.audio, len(self.lengths)
         todo = self.todo()
         self.check_space(pause_seconds, dialogue, words)
@@ -172,7 +172,7 @@ class ScriptJob:
                 with _LineWriter(finished, self.written) as hand_over:
                     BatchTTS(prepare(rendering)).render(rendering, settings, batch_size=batch_size, on_step=on_step,
                                                         on_line=hand_over, who=who, labels=self.labels(todo),
-                                                        words=words, continuous=continuous)
+                                                        words=words)
             clips = [audio[i] for i in range(len(self.lines))]
             if dialogue:
                 self.write_dialogue(pause_seconds)

@@ -25,14 +25,12 @@ SECONDS_PER_CHAR = 0.35
 EXTRA_SECONDS = 5.0
 
 
-# How a render batches its rows (Render Lines' and `cli.py render`'s `batching`, BatchTTS.render's `continuous`), and
-# how many at once. The continuous batch is the default wherever the speed mode runs the lean layers
-# (morph/continuous.py resolve_continuous): a row that ends gives its slot to the next at once, so a script renders
-# faster than in static batches and in less memory (docs/performance.md). Static batches each wait for their longest
-# row (upstream's own generate: the exact reference, what eager mode runs either way). Here so that the CLI's help
-# loads nothing of the engine.
-BATCHING = ("continuous", "static")
-DEFAULT_BATCHING = "continuous"
+# How many rows a render runs at once. Every speed mode but eager renders on the engine's continuous batch (a row that
+# ends gives its slot to the next at once), eager in upstream's static batches (the exact reference).
+# Render Lines' and `cli.py render`'s `batching` (continuous | static) is retired: a saved workflow or script that
+# sets it still runs, for one release, and the log says what ran (morph/render.py retired_batching). Here so that the
+# CLI's help loads nothing of the engine.
+RETIRED_BATCHING = ("continuous", "static")
 DEFAULT_BATCH_SIZE = 64
 
 # The live engine's batch (morph/live_engine.py, what the server runs): its slots, and each row's bounds, which size

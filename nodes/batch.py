@@ -8,15 +8,14 @@ import logging
 
 import torch
 
-from ..morph.continuous import continuous_for
 from ..morph.lines.script import check_name, name_key, parse_script
 from ..morph.lines.store import LineStore
 from ..morph.lines.words import FOR_NODES
 from ..morph.memory import working_memory
 from ..morph.progress import Cadence, JobProgress
-from ..morph.render import Line
+from ..morph.render import Line, retired_batching
 from ..morph.script_job import ScriptJob, render_context
-from ..morph.settings import BATCHING, DEFAULT_BATCH_SIZE, DEFAULT_BATCHING, SAMPLE_RATE
+from ..morph.settings import DEFAULT_BATCH_SIZE, RETIRED_BATCHING, SAMPLE_RATE
 from ..postprocess import smooth
 from . import services
 from .common import CATEGORY, VOICE_TYPE, generation_inputs, model_input, prefixed, split_generation_options, \
@@ -108,14 +107,15 @@ class RenderLines:
                            "tooltip": "Lines rendered at once. More is faster overall but needs more VRAM; on "
                                       "out-of-memory the batch is halved automatically (and the log says which "
                                       "size worked). 64 fits the 0.6B model on an 8 GB card and the 1.7B on "
-                                      "12 GB (continuous batching; 32 for the 1.7B on 8 GB). With sampling on and "
-                                      "static batching, a line's take depends on its batch."}),
-            "batching": (list(BATCHING), {"default": DEFAULT_BATCHING, "tooltip":
-                         "continuous: a line that ends gives its place to the next at once, each line draws from its "
-                         "own random stream (a seeded line's take does not depend on its batch, up to rounding), and "
-                         "its memory follows the speech in flight. static: batches of like-length lines, each waiting "
-                         "for its longest; about 4x the VRAM at batch 64. In eager speed mode (the exact reference) "
-                         "both run static batches."}),
+                                      "12 GB (32 for the 1.7B on 8 GB). A line that ends gives its place to the next "
+                                      "at once, and each line draws from its own random stream, so a seeded line's "
+                                      "take does not depend on its batch (up to rounding). In eager speed mode (the "
+                                      "exact reference) lines render in static batches, and a sampled line's take "
+                                      "depends on its batch."}),
+            # retired: kept for one release so that saved workflows, whose widget values are positional, still load
+            "batching": (list(RETIRED_BATCHING), {"default": RETIRED_BATCHING[0], "tooltip":
+                         "Retired; goes in the next release. Every speed mode but eager renders in the continuous "
+                         "batch, and eager (the exact reference) in static batches, whatever this says."}),
             "pause_seconds": ("FLOAT", {"default": 0.4, "min": 0.0, "max": 10.0, "step": 0.05, "tooltip":
                               "Silence between lines in the joined dialogue (and so in the SRT timing)."}),
             "smoothing": ("BOOLEAN", {"default": True, "tooltip":
@@ -140,7 +140,7 @@ class RenderLines:
         try:
             language, settings = split_generation_options(options)
             settings.validate(who)
-            continuous = continuous_for(model.tts, batching, who, model.load_device)
+            retired_batching(batching, who)
             if not isinstance(bank, dict) or not bank:
                 raise ValueError("bank is empty or not a voice bank; connect a Qwen3-TTS Voice Bank")
             if not isinstance(pause_seconds, (int, float)) or not 0 <= pause_seconds <= 600:
@@ -155,7 +155,7 @@ class RenderLines:
 
         def prepare(rendering: list[Line]):
             return model.ready(working_memory(model.tts, [(line.text, line.voice) for line in rendering], settings,
-                                              int(batch_size), continuous=continuous, device=model.load_device))
+                                              int(batch_size), device=model.load_device))
 
         with services.messages_on_node(), store:  # one job at a time writes filename_prefix
             job = ScriptJob(parsed, lines, store, context, rerun="queue it again with resume on")
@@ -164,8 +164,7 @@ class RenderLines:
             progress = LinesProgress(len(job.todo()), who)
             result = job.run(prepare, settings, int(batch_size), float(pause_seconds),
                              finish_line=(lambda wav: smooth(wav, SAMPLE_RATE)) if smoothing else None,
-                             on_step=progress.step, on_line=progress.line, who=who, words=FOR_NODES,
-                             continuous=continuous)
+                             on_step=progress.step, on_line=progress.line, who=who, words=FOR_NODES)
             progress.finish()
         return ([to_audio(c, SAMPLE_RATE) for c in result.clips], to_audio(result.dialogue, SAMPLE_RATE),
                 result.subtitles)

@@ -305,7 +305,7 @@ def test_each_commands_help_fits_a_screen_and_help_all_shows_the_rest(command):
     (["speak", "--text", "Hi", "--devise", "cpu"], "error: unknown option --devise; did you mean --device?"),
     (["--text", "Hi", "--device", "cud"], "error: --device: invalid choice 'cud'; did you mean cuda?"),
     (["serve", "--batch", "0"], "error: unknown option --batch; did you mean --batch-size?"),
-    (["render", "s.txt", "--batch", "0"], "error: unknown option --batch; did you mean --batch-size or --batching?"),
+    (["render", "s.txt", "--batch", "0"], "error: unknown option --batch; did you mean --batch-size?"),
     (["voice", "save", "bob.wav", "--out", "bob", "--x-vector"],
      "error: unknown option --x-vector; did you mean --x-vector-only?"),
 ])

@@ -73,33 +73,37 @@ def test_each_note_is_said_once_the_attention_kernel_and_the_lines_reused(tiny_d
     assert "rendering 1 of 3 lines on cpu" in captured.err
 
 
-@pytest.mark.parametrize("batching, said", [(None, "in a continuous batch"), ("continuous", "in a continuous batch"),
-                                            ("static", "in static batches")])
-def test_batching_runs_the_batch_asked_for_where_the_lean_layers_run(batching, said, tiny_dir, tmp_path, cast, capsys,
-                                                                     monkeypatch):
-    """On a CPU the default mode runs eager, where both run static batches (the next test); in the lean mode
-    --batching picks, the continuous batch when it is not given."""
+@pytest.mark.parametrize("mode, said", [("lean", "in a continuous batch"), ("auto", "in static batches")])
+def test_a_render_runs_as_its_speed_mode_does(mode, said, tiny_dir, tmp_path, cast, capsys, monkeypatch):
+    """Every mode but eager (the CPU's default) renders in the continuous batch; eager in static batches."""
     load = cli_render.load_model
 
-    def lean(args):
+    def load_in_mode(args):
         tts = load(args)
-        tts.patch.mode = "lean"
+        tts.patch.mode = mode
         return tts
 
-    monkeypatch.setattr(cli_render, "load_model", lean)
+    monkeypatch.setattr(cli_render, "load_model", load_in_mode)
     out = tmp_path / "renders"
-    flags = [] if batching is None else ["--batching", batching]
-    argv = ["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast, *flags)]
-    assert cli.main(argv) == 0
+    assert cli.main(["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast)]) == 0
     assert f"rendering 3 of 3 lines on cpu, 64 at a time {said}" in capsys.readouterr().err
     assert len(list(out.glob("dialogue_*.wav"))) == 3
 
 
-def test_eager_mode_renders_static_batches_whatever_batching_says(tiny_dir, tmp_path, cast, capsys):
+@pytest.mark.parametrize("batching", ["continuous", "static"])
+def test_the_retired_batching_option_still_runs_and_static_says_it_is_retired(batching, tiny_dir, tmp_path, cast,
+                                                                              capsys, caplog):
+    """--batching is taken for one release so that scripts that pass it run; it changes nothing."""
     out = tmp_path / "renders"
-    argv = ["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast, "--batching", "continuous")]
-    assert cli.main(argv) == 0
+    argv = ["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast, "--batching", batching)]
+    with caplog.at_level("WARNING", logger="morph.render"):
+        assert cli.main(argv) == 0
     assert "64 at a time in static batches" in capsys.readouterr().err
+    retired = [r.getMessage() for r in caplog.records if "retired" in r.getMessage()]
+    assert retired == ([] if batching == "continuous" else [
+        "--batching: batching 'static' is retired and goes in the next release: every speed mode but eager renders "
+        "in the continuous batch, and eager (the exact reference) in static batches; this render runs as its speed "
+        "mode does"])
 
 
 @pytest.mark.parametrize("variant, flags", [

@@ -5,27 +5,23 @@ enough row-frames to pay for its launches."""
 
 from __future__ import annotations
 
-# Frames of a row one decode call takes: a static batch's rows decode this many at a time (1.28 s of audio, the most
-# left when a batch ends), and an ICL reference is primed in pieces of it, so that no call is larger than the
-# batch's (morph/memory.py counts such calls; a 30 s reference in one call would be about 0.7 GiB).
+# The fewest frames of a row one decode call takes (1.28 s of audio); an ICL reference is primed in pieces of it, so
+# that no call is larger than a live batch's (morph/memory.py counts such calls; a 30 s reference in one call would
+# be about 0.7 GiB).
 CHUNK = 16
-# ... unless a batch has so few rows that a call would hold fewer row-frames than this: at batch 1 16-frame calls
-# made a 250-frame line 0.76 s where 128-frame ones made it 0.58 (H100, 0.6B dims, k=5; 8 rows: the same at 16 and 32
-# frames, slower at 64; 32 rows: the same at 16 to 64).
-MIN_CALL_ROW_FRAMES = 128
 
 # The codec looks at no frame ahead (every layer is causal, morph/codec/layers.py), so a row's audio up to a frame
 # can be decoded as soon as the frame is made, in chunks of any size, the same to rounding. What sizes a chunk is
 # the cost of a call: about 1,400 kernel launches whatever it holds, on the frame loop's host thread, and a plan for
 # cuDNN to make for every new shape. So rows join at FIRST_GRID-frame marks and a row's first chunk is the
 # FIRST_GRID frames after its first frame, its next ones every FIRST_GRID frames until it is in step with the
-# LIVE_CHUNK-frame marks, and from there LIVE_CHUNK frames at a time (CHUNK: 1.28 s of audio, the static batch's
-# call), every live row in the same few calls, their rows padded to a power of two (call_width).
+# LIVE_CHUNK-frame marks, and from there LIVE_CHUNK frames at a time (CHUNK: 1.28 s of audio), every live row in the
+# same few calls, their rows padded to a power of two (call_width).
 FIRST_GRID = 4
 LIVE_CHUNK = CHUNK
 # The most row-frames of one live call (16 rows of LIVE_CHUNK frames). In the fast modes each call shape is a CUDA
 # graph that keeps its activations (morph/memory.py counts them), so the widest call sets what they hold: calls of 256
-# row-frames instead of the static batch's 512 held 0.6 GiB less over the 256-line script at batch 64 and rendered it
+# row-frames instead of 512 held 0.6 GiB less over the 256-line script at batch 64 and rendered it
 # as fast (2.58-3.14 s against 2.74-3.20 end to end, H200, bench/results/h100-2026-11-26d/NOTES.md).
 LIVE_ROW_FRAMES = 256
 
@@ -40,8 +36,3 @@ def call_frames(frames: int) -> int:
     length (a script's run from 1 to 15 s) made a continuous render's first run 3x its second (H100, 256 lines)."""
     return max(CHUNK, call_width(frames))
 
-
-def chunk_for(rows: int) -> int:
-    """Frames of each row one decode call takes, for `rows` rows decoded together: CHUNK, or what gives
-    MIN_CALL_ROW_FRAMES row-frames a call (128 frames for one row, 64 for two, ...)."""
-    return call_frames(MIN_CALL_ROW_FRAMES // max(1, int(rows)))

@@ -1,12 +1,8 @@
-"""A render's rows through the lean codec (morph/codec/layers.py), on a CUDA stream of its own beside the frame loop.
+"""Rows already made through the lean codec (morph/codec/layers.py), on the codec's CUDA stream: BatchTTS.decode's
+rows, decoded whole, rows of like length together (`decode_whole`). (The continuous batch decodes each row while it is
+made: live.py `LiveRows`, whose chunks joined are this decode.)
 
-- A static batch (what BatchTTS.render runs by default) decodes its rows together, chunk_for(rows) frames at a time
-  (16 for 8 rows and up, 128 for one) as the talker makes them (`RowsDecode.feed`, called from the frame loop), so
-  when the batch's last row ends only its last chunk is left: the codec is off the critical path.
-- The continuous batch decodes each row while it is made (live.py `LiveRows`); rows already made (BatchTTS.decode)
-  are decoded whole, rows of like length together (`decode_whole`).
-
-Either way a row's audio is upstream's decode to rounding, made upstream's way in two respects:
+A row's audio is upstream's decode to rounding, made upstream's way in two respects:
 - an ICL voice's reference codes go first and their audio is cut off: decoded once per voice (LeanCodec.primed),
   into the state every row in that voice starts from;
 - upstream decodes a row's first UPSTREAM_CHUNK (300) frames in one call, and every later 300 behind only 25
@@ -27,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
-from .calls import call_frames, chunk_for
+from .calls import call_frames
 from .layers import CodecState, LeanCodec
 from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, call_rows, pieces, row_frames, tail_audio
 from .side import on_side, take, to_host
@@ -37,10 +33,10 @@ class RowsDecode:
     """Rows decoded together from their first frame, in lockstep: frames [done, upto) of every row per call."""
 
     def __init__(self, codec: LeanCodec, refs: Sequence[torch.Tensor | None], device: torch.device,
-                 stream: "torch.cuda.Stream | None", chunk: int | None = None, budget: int = DECODE_ROW_FRAMES):
-        """chunk: frames of each row a call takes (default chunk_for(rows))."""
+                 stream: "torch.cuda.Stream | None", chunk: int, budget: int = DECODE_ROW_FRAMES):
+        """chunk: frames of each row a call takes."""
         self.codec, self.stream, self.device = codec, stream, device
-        self.chunk = chunk_for(len(refs)) if chunk is None else chunk
+        self.chunk = chunk
         self.offsets = [0 if r is None else int(r.shape[0]) for r in refs]  # where each row's own frames start
         self.done = 0
         per_call = call_rows(self.chunk, budget)
@@ -62,12 +58,6 @@ class RowsDecode:
         job = cls(codec, refs, device, stream, chunk=call_frames(longest), budget=budget)
         job.finish(codes)
         return job
-
-    def feed(self, frames: torch.Tensor, upto: int) -> None:
-        """frames [rows, >= upto, 16] on the device (the frame loop's buffer): decode the whole chunks of
-        frames done .. upto not yet decoded."""
-        while upto - self.done >= self.chunk:
-            self._decode(frames[:, self.done:self.done + self.chunk])
 
     def finish(self, codes: Sequence[torch.Tensor]) -> None:
         """codes[i]: row i's frames [n_i, 16], all of them: decode the rest, then start the copy to the host."""
@@ -97,11 +87,6 @@ class RowsDecode:
             event, host, flat = to_host(rows, self.stream, self.device)
         self.waves.clear()
         self.result = (event, host, [r.shape[0] for r in rows], flat)
-
-    def fence(self) -> None:
-        """The caller's stream waits for this decode before its next work (the GPU waits, not the host)."""
-        if self.result[0] is not None:
-            torch.cuda.current_stream(self.device).wait_event(self.result[0])
 
     def audio(self) -> list[np.ndarray]:
         """Each row's float32 24 kHz audio (waits for the copy)."""

@@ -3,8 +3,9 @@
 Two seams, both instance attributes that shadow a class method for this model only
 (site-packages and other loaded models are untouched; deleting them restores upstream):
 - `talker.generate`: upstream's `Qwen3TTSForConditionalGeneration.generate` builds the
-  prompt and calls it once per batch; the morph loop (morph/decode/talker_loop.py) answers with
-  the frames, in every mode (morph/decode/runner.py);
+  prompt and calls it once per batch; the reference loop (morph/decode/talker_loop.py, the
+  checkpoint's own HF layers) answers with the frames, and `prompt_of` takes the prompt from it
+  for the continuous batch, which runs the other modes (morph/decode/runner.py);
 - `forward` of the codec decoder's SnakeBeta activations, where Triton is installed: the
   fused kernel of morph/kernels/snake.py on CUDA tensors (upstream's to rounding).
 """
@@ -45,7 +46,6 @@ class CallInputs:
     seq_groups: int
     on_step: StepCallback | None = None  # before each frame: progress and cancel hook in here
     row_stops: list[int] | None = None  # the frame at which each row ends (TalkerLoop.generate)
-    on_frames: Callable | None = None  # the frames buffer as the loop goes on (TalkerLoop.generate)
 
 
 class _Captured(Exception):
@@ -90,20 +90,19 @@ class MorphPatch:
         if getattr(self._local, "capturing", False):
             raise _Captured(loop_kwargs)
         call = getattr(self._local, "call", None) or CallInputs(self.seq_groups)
-        return self.loop.generate(**loop_kwargs, seq_groups=call.seq_groups, mode=self.mode, on_step=call.on_step,
-                                  row_stops=call.row_stops, on_frames=call.on_frames)
+        return self.loop.generate(**loop_kwargs, seq_groups=call.seq_groups, on_step=call.on_step,
+                                  row_stops=call.row_stops)
 
     @contextlib.contextmanager
     def call(self, seq_groups: int | None = None, on_step: StepCallback | None = None,
-             row_stops: list[int] | None = None, on_frames: Callable | None = None):
+             row_stops: list[int] | None = None):
         """The inputs of the generate calls made inside this block on this thread, which upstream's generate has no
         keyword for: seq_groups (the patch's when None), on_step() before each frame (an exception there stops the
-        call and propagates), each row's last frame, on_frames(frames, n) as frames are made. Nothing of them stays
-        on the patch after the block."""
+        call and propagates), each row's last frame. Nothing of them stays on the patch after the block."""
         outer = getattr(self._local, "call", None)
         seq_groups = self.seq_groups if seq_groups is None else check_seq_groups(seq_groups,
                                                                                  self.loop.predictor.num_groups)
-        self._local.call = CallInputs(seq_groups, on_step, row_stops, on_frames)
+        self._local.call = CallInputs(seq_groups, on_step, row_stops)
         try:
             yield
         finally:

@@ -1,26 +1,23 @@
-"""The decode loop: the one talker loop and the one frame step, for every mode.
+"""The frame step every mode runs, what it runs on, and the reference loop around it.
 
-Upstream `talker.generate` is HF generate: per frame, the code predictor's generate, a 16-way embedding sum, one
-talker token through 28 HF layers with a DynamicCache, then the logits processors and a multinomial draw, with host
-syncs throughout. This loop owns that decode: it replaces `talker.generate` on one model instance and returns what
-upstream's `Qwen3TTSForConditionalGeneration.generate` reads from it (`hidden_states`, one `(hidden, codes)` entry
-per step), so EOS trimming stays upstream's; the frames also reach a caller as they are made (`on_frames`: the
-codec decodes beside the loop, morph/codec/stream.py).
+`TalkerLoop` owns, for one model, what a frame step needs: the lean stack and the predictor, the step's static state
+(talker_state.py), the sampling rules, the rows' random streams, the CUDA graphs of the fast modes. `frame_step` is the
+one step: the predictor's codes (predictor.py), the embedding sum plus the trailing text (or tts_pad), one talker step,
+the codec head, upstream's logits rules (sampling.py), all on the device. The continuous batch (morph/engine/batch.py)
+runs it on the lean layers over a paged or dense cache, op by op or replayed from a CUDA graph (runner.py decides how).
 
-- Prefill is upstream's own `talker.forward` over the prompt (the continuous batch's runs the lean layers: prefill.py,
-  prefill_graphs.py). Each frame is `frame_step`: the predictor's codes (predictor.py), the embedding sum plus the
-  trailing text (or tts_pad), one talker step, the codec head, upstream's logits rules (sampling.py), on the device.
-- Layers: in mode "eager" the talker model's own forward with the prefill's DynamicCache, as HF generate calls it
-  (exact); else the lean stack over a static KV buffer (or paged pool) with a device-side length mask, so one CUDA
-  graph replays at every position (morph/decode/runner.py decides how). The host only replays, and reads back a
-  "rows left" flag a few frames behind the GPU (the queue never drains).
+`generate` is the reference loop, eager mode's: it stands in for upstream `talker.generate` (HF generate: per frame
+the predictor's generate, a 16-way embedding sum, one token through the talker's HF layers with a DynamicCache, the
+logits processors and a draw, host syncs throughout) on one model instance, runs the same step on the checkpoint's own
+HF layers after upstream's own prefill, and returns what upstream's `Qwen3TTSForConditionalGeneration.generate` reads
+from it (`hidden_states`, one `(hidden, codes)` entry per step), so EOS trimming stays upstream's. The host reads
+back a "rows left" flag a few frames behind the GPU (the queue never drains).
 """
 
 from __future__ import annotations
 
 import collections
 import functools
-import time
 from types import SimpleNamespace
 from typing import Callable
 
@@ -29,14 +26,14 @@ import torch.nn.functional as F
 
 from ..settings import Sampling, capacity_for
 from .. import graphs
-from . import lean, runner
+from . import lean
 from .fused_stack import FusedStack
 from .predictor import Predictor
 from .prefill_graphs import PrefillGraphs
 from .sampling import TalkerRules, fused_pick, sample, talker_pick, torch_noise
 from .streams import RowStreams
 from .hf_talker import HFTalker
-from .talker_state import TalkerState, cache_tensors
+from .talker_state import TalkerState
 
 
 def _samplers(kind: str) -> tuple[Callable, Callable]:
@@ -158,22 +155,21 @@ class TalkerLoop:
         st.code0.copy_(token)
         st.advance()
 
-    # -- the loop -------------------------------------------------------------------------
+    # -- the reference loop ---------------------------------------------------------------
     def generate(self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, trailing_text_hidden: torch.Tensor,
-                 tts_pad_embed: torch.Tensor, *, seq_groups: int, mode: str, max_new_tokens: int,
-                 min_new_tokens: int = 2, do_sample: bool = True, top_k: int = 50, top_p: float = 1.0,
-                 temperature: float = 0.9, repetition_penalty: float = 1.0, eos_token_id: int = None,
-                 suppress_tokens=None, subtalker_dosample: bool = True, subtalker_top_k: int = 50,
-                 subtalker_top_p: float = 1.0, subtalker_temperature: float = 0.9,
-                 on_step: Callable[[], None] | None = None, row_stops: list[int] | None = None,
-                 on_frames: Callable[[torch.Tensor, int], None] | None = None) -> SimpleNamespace:
-        """Upstream's talker.generate for one batch; row_stops[i]: the frame at which row i ends (EOS forced),
-        max_new_tokens where not given; on_frames(frames [B, >= n, 16] on the device, n) once frame n - 1 is queued."""
+                 tts_pad_embed: torch.Tensor, *, seq_groups: int, max_new_tokens: int, min_new_tokens: int = 2,
+                 do_sample: bool = True, top_k: int = 50, top_p: float = 1.0, temperature: float = 0.9,
+                 repetition_penalty: float = 1.0, eos_token_id: int = None, suppress_tokens=None,
+                 subtalker_dosample: bool = True, subtalker_top_k: int = 50, subtalker_top_p: float = 1.0,
+                 subtalker_temperature: float = 0.9, on_step: Callable[[], None] | None = None,
+                 row_stops: list[int] | None = None) -> SimpleNamespace:
+        """Upstream's talker.generate for one batch on the checkpoint's own HF layers: the exact reference (the
+        other modes run the continuous batch, morph/engine/). row_stops[i]: the frame at which row i ends (EOS
+        forced), max_new_tokens where not given."""
         device, dtype = inputs_embeds.device, inputs_embeds.dtype
         batch, prompt_len = inputs_embeds.shape[:2]
         if attention_mask is None:
             attention_mask = torch.ones(batch, prompt_len, dtype=torch.long, device=device)
-        mode = runner.resolve(mode, device, self.lean_check)
         cp_sampling = Sampling(bool(subtalker_dosample), float(subtalker_temperature), int(subtalker_top_k or 0),
                                float(subtalker_top_p))
         with torch.inference_mode():
@@ -181,42 +177,24 @@ class TalkerLoop:
                                else self.config.codec_eos_token_id, suppress_tokens=tuple(suppress_tokens or ()),
                                repetition_penalty=repetition_penalty, do_sample=do_sample, temperature=temperature,
                                top_k=top_k, top_p=top_p)
-            st = self.state(batch, prompt_len + max_new_tokens, device, dtype, lean_kv=mode != "eager")
-            run, capture_s = None, 0.0
-            if mode == "eager":
-                def step():
-                    self.frame_step(st, seq_groups, cp_sampling, rules, talker_layers,
-                                    lambda: self.predictor.hf_layers(batch, device, dtype))
-            else:
-                pred_state = self.predictor.lean_state(batch, device, dtype)
-
-                def lean_step(kind: str = "lean"):
-                    layers = self.predictor.lean_layers(pred_state, kind)
-                    self.frame_step(st, seq_groups, cp_sampling, rules, self.lean_talker(kind), lambda: layers, kind)
-
-                step = lean_step
-                if mode in runner.FAST_MODES:
-                    self.graphs.bind(self.owner(device, dtype))
-                    key = ("frame", seq_groups, batch, st.capacity, dtype, cp_sampling, rules.key, mode)
-                    known = key in self.graphs
-                    if not known:
-                        st.rewind()  # captured before the prefill: a capture's warm-up runs the step for real
-                    start = time.perf_counter()
-                    run = runner.fast_step(self.graphs, key, lambda: lean_step(mode), lean_step, mode,
-                                           keep=(st, pred_state, rules))
-                    capture_s = 0.0 if known else time.perf_counter() - start
+            st = self.state(batch, prompt_len + max_new_tokens, device, dtype, lean_kv=False)
             st.start.zero_()
             st.stop.copy_(torch.as_tensor(row_stops or [max_new_tokens] * batch, device=device))
             cache = self._prefill(st, rules, inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed,
                                   self.hold(min_new_tokens))
-            talker_layers = HFTalker(self.talker, cache, attention_mask, prompt_len) if mode == "eager" else None
-            del cache  # the lean layers copied it into the static state: not held beside the loop and the codec
-            frames_run = self._decode(st, run or step, max_new_tokens - 1, on_step, on_frames)
+            talker_layers = HFTalker(self.talker, cache, attention_mask, prompt_len)
+            del cache  # the HF layers hold it
+
+            def step():
+                self.frame_step(st, seq_groups, cp_sampling, rules, talker_layers,
+                                lambda: self.predictor.hf_layers(batch, device, dtype))
+
+            frames_run = self._decode(st, step, max_new_tokens - 1, on_step)
             tokens = st.tokens[:, :frames_run + 1].cpu()
         frames = self._frames_kept(tokens, rules.eos, frames_run)
         codes, hidden = st.frames[:, :frames].clone(), st.hidden[:, :frames + 1].clone()
-        self.last_run = dict(mode=mode, seq_groups=seq_groups, frames_run=frames_run, frames=frames,
-                             capture_s=round(capture_s, 3), capacity=st.capacity)
+        self.last_run = dict(mode="eager", seq_groups=seq_groups, frames_run=frames_run, frames=frames,
+                             capacity=st.capacity)
         steps = [((hidden[:, 0:1],), None)] + [((hidden[:, j + 1:j + 2],), codes[:, j]) for j in range(frames)]
         return SimpleNamespace(hidden_states=steps, sequences=tokens[:, :frames + 1].to(device))
 
@@ -238,10 +216,6 @@ class TalkerLoop:
         """Upstream's own prefill, then the state for frame 0; returns the prefill's DynamicCache."""
         prompt_len = inputs_embeds.shape[1]
         out = self.prefill(inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed)
-        if st.lean_kv:
-            for (k, v), kc, vc in zip(cache_tensors(out.past_key_values), st.k, st.v, strict=True):
-                kc[:, :, :prompt_len].copy_(k)
-                vc[:, :, :prompt_len].copy_(v)
         st.min_new.fill_(int(min_new_tokens))
         st.seen.zero_()
         token = rules.next_token(out.logits[:, -1], st.seen, torch.zeros_like(st.min_new), st.min_new)
@@ -261,7 +235,7 @@ class TalkerLoop:
         return out.past_key_values
 
     def _decode(self, st: TalkerState, run: Callable[[], object], max_frames: int,
-                on_step: Callable[[], None] | None, on_frames: Callable[[torch.Tensor, int], None] | None) -> int:
+                on_step: Callable[[], None] | None) -> int:
         """Run up to max_frames steps; stop once every row has emitted EOS. Returns steps run."""
         cuda, ring = st.device.type == "cuda", self.sync_lag + 2
         flags = torch.ones(ring, dtype=torch.bool, pin_memory=cuda)
@@ -274,8 +248,6 @@ class TalkerLoop:
                 on_step()
             run()
             frames += 1
-            if on_frames is not None:
-                on_frames(st.frames, frames)
             if not cuda:
                 if not bool(st.any_left):
                     break

@@ -15,13 +15,6 @@ from ..settings import capacity_for
 from . import lean
 
 
-def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(keys, values) per layer of an HF DynamicCache, across transformers versions."""
-    if hasattr(cache, "layers"):
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache, strict=True))
-
-
 # The tensors with a row as their leading dim, besides the K/V caches; every other tensor is shared by all rows.
 # A row's later steps read the first ones again (`frames` holds its codes); `tokens` and `hidden` a step only
 # writes, for the static loop to read once it has ended (`hidden` only where the state keeps it).

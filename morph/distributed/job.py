@@ -7,12 +7,10 @@
             job.reuse(keep_audio=False)
             pool.render(job, settings, batch_size=32, pause_seconds=0.4, finish_line=smoothing)
 
-The driver plans the batches as the one-GPU scheduler plans static ones (longest first, `batch_size` lines each, so
-a greedy line in static batches gets the same codes as in one process; in the continuous batch, the default, each
-planned batch is one request to its worker's engine, which runs the batches in flight there as one continuous batch,
-and a seeded line's take is its own random stream's, as on one GPU, up to rounding) and hands them out as workers
-free up (IN_FLIGHT at each): long and short
-batches mixed over the GPUs, every GPU busy until the queue is empty, and all finish within about one batch of each
+The driver plans the batches (longest first, `batch_size` lines each; each planned batch is one request to its
+worker's engine, which runs the batches in flight there as one continuous batch, and a seeded line's take is its own
+random stream's, as on one GPU, up to rounding; in eager mode one static batch, as eager's are planned in one
+process) and hands them out as workers free up (IN_FLIGHT at each): long and short batches mixed over the GPUs, every GPU busy until the queue is empty, and all finish within about one batch of each
 other. Each worker writes its lines' files; the driver keeps the manifest, so a rerun resumes as it does in one
 process, and at the end joins the dialogue from the files and writes the subtitles. The workers are given the job's
 token (morph/lines/job_lock.py): a worker that outlives a killed driver puts no file into the folder once another
@@ -41,7 +39,7 @@ from ..lines.store import LineFiles
 from ..lines.words import FOR_PYTHON, Words
 from ..render import Line, OnStep, plan_batches
 from ..script_job import ScriptJob
-from ..settings import DEFAULT_BATCHING, GenerationSettings
+from ..settings import GenerationSettings
 from .worker import LineWorker
 
 log = logging.getLogger(__name__)
@@ -161,9 +159,9 @@ class WorkerPool:
     def render(self, job: ScriptJob, settings: GenerationSettings, batch_size: int, pause_seconds: float,
                finish_line: Callable[[np.ndarray], np.ndarray] | None = None, on_step: OnStep | None = None,
                on_lines: Callable[[list[tuple[int, int]]], None] | None = None,
-               batching: str = DEFAULT_BATCHING, words: Words = FOR_PYTHON) -> str:
-        """Render the job's lines still to do over the pool, each planned batch on one worker as `batching` (one of
-        BATCHING) runs it there, then write its dialogue, subtitles and manifest; returns the subtitles.
+               words: Words = FOR_PYTHON) -> str:
+        """Render the job's lines still to do over the pool, each planned batch on one worker as its speed mode runs
+        it, then write its dialogue, subtitles and manifest; returns the subtitles.
         `on_lines([(script index, samples)])` follows each batch's files, `on_step(done, total)` counts frame slots as
         the one-GPU scheduler does. `finish_line` runs on the workers (picklable); messages word their fixes as
         `words` does."""
@@ -186,8 +184,7 @@ class WorkerPool:
             while queue and sum(1 for a, b in pending.values() if a is actor and b is not None) < IN_FLIGHT:
                 batch = queue.popleft()
                 rows = [(i, job.parsed[i].name, job.lines[i]) for i in batch]
-                call = actor.render.remote(rows, files, settings, finish_line, who, job.labels(batch), batching,
-                                           batch_size)
+                call = actor.render.remote(rows, files, settings, finish_line, who, job.labels(batch), batch_size)
                 pending[call] = (actor, batch)
 
         for actor in actors:

@@ -5,8 +5,8 @@ Ray runs it as a threaded actor (job.py), one per GPU. Each planned batch is one
 which runs on a thread of its own (morph/engine/thread.py, the thread that captures and replays the CUDA graphs): the
 driver keeps IN_FLIGHT batches at each worker, so the next batch's rows are waiting when the one before thins out, and
 the continuous batch never empties between two. A call waits for its request, then writes its lines' files on Ray's
-thread, beside the engine; only (script index, samples) go back to the driver. Static batches (eager mode, or
-batching "static") run on Ray's thread, one call at a time.
+thread, beside the engine; only (script index, samples) go back to the driver. Eager mode's static batches run on
+Ray's thread, one call at a time.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..api import MorphTTS
-from ..continuous import continuous_for
+from ..continuous import runs_lean
 from ..engine.engine import Engine
 from ..engine.thread import EngineThread
 from ..line_audio import LineAudio
@@ -63,17 +63,17 @@ class LineWorker:
 
     def render(self, batch: Sequence[tuple[int, str, Line]], files: LineFiles, settings: GenerationSettings,
                finish_line: Callable[[np.ndarray], np.ndarray] | None, who: str, labels: Sequence[str],
-               batching: str, width: int) -> list[tuple[int, Written]]:
-        """One planned batch of (script index, character name, line), as `batching` (one of BATCHING) runs on this
-        worker's speed mode (continuous_for): one request to the engine of `width` slots, or one static batch; each
-        line's file written; returns (script index, the file written) per line."""
+               width: int) -> list[tuple[int, Written]]:
+        """One planned batch of (script index, character name, line), as this worker's speed mode runs it: one
+        request to the engine of `width` slots, or in eager mode one static batch; each line's file written; returns
+        (script index, the file written) per line."""
         lines = [line for _, _, line in batch]
-        if continuous_for(self.tts, batching, who):
+        if runs_lean(self.tts):
             audio = self._request(lines, settings, who, labels, width)
         else:
             with self._lock:
                 audio = BatchTTS(self.tts).render(lines, settings, batch_size=len(batch), who=who, sort=False,
-                                                  labels=labels, continuous=False)
+                                                  labels=labels)
         done = []
         for (index, name, _), wav in zip(batch, audio, strict=True):
             wav = finish_line(wav) if finish_line is not None else wav

@@ -1,6 +1,6 @@
 """The continuous batch's card table, its 8 and 12 GB rows (docs/performance.md): the 256-line realistic script
 renders at the advised batch size with no out-of-memory retry, in a process held to the card less the 1 GiB the
-README keeps (bench/cards.py --continuous), at the real 0.6B and 1.7B dims in bf16 and the default mode."""
+README keeps (bench/cards.py), at the real 0.6B and 1.7B dims in bf16 and the default mode."""
 
 from __future__ import annotations
 
@@ -38,8 +38,7 @@ def test_the_script_renders_at_the_advised_batch_size_with_no_retry(real_dims, s
         # out of memory at 64 and retried at 32 (H200, bench/results/h200-2026-11-26/NOTES.md)
         pytest.skip("the card table is measured under cudaMallocAsync, ComfyUI's default allocator")
     run = subprocess.run([sys.executable, "-m", "bench.cards", "--model", str(real_dims(size)), "--device", "cuda",
-                          "--dtype", "bf16", "--batch-sizes", str(ADVISED[size, card]), "--continuous",
-                          "--one", str(card)],
+                          "--dtype", "bf16", "--batch-sizes", str(ADVISED[size, card]), "--one", str(card)],
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])

@@ -22,7 +22,7 @@ def codes(tts, mode: str, k: int, voice, texts, width: int) -> list[torch.Tensor
     tts.patch.mode = mode
     try:
         lines = [Line(text, voice, "English") for text in texts]
-        return [c.cpu() for c in BatchTTS(tts).codes(lines, settings(k), batch_size=width, continuous=True)]
+        return [c.cpu() for c in BatchTTS(tts).codes(lines, settings(k), batch_size=width)]
     finally:
         tts.patch.mode = "auto"
 
@@ -47,7 +47,7 @@ def test_twenty_continuous_renders_do_not_grow_allocated_memory(cuda_tts, voices
         after = []
         for i in range(20):
             BatchTTS(cuda_tts).render([Line(t, voices["icl"], "English") for t in TEXTS[:3]], settings(5, seed=i, frames=20),
-                                      batch_size=2, continuous=True)
+                                      batch_size=2)
             torch.cuda.synchronize()
             after.append(torch.cuda.memory_allocated())
     finally:
@@ -64,10 +64,10 @@ def test_a_render_outside_inference_mode_captures_its_steps(cuda_tts, voices, mo
     cuda_tts.patch.mode = mode
     try:
         with torch.inference_mode():
-            BatchTTS(cuda_tts).codes(lines[:1], settings(5, frames=8), batch_size=1, continuous=True)
+            BatchTTS(cuda_tts).codes(lines[:1], settings(5, frames=8), batch_size=1)
         graphs = len(cuda_tts.patch.loop.graphs)
         with caplog.at_level(logging.WARNING):
-            BatchTTS(cuda_tts).render(lines, settings(5, frames=40), batch_size=3, continuous=True)
+            BatchTTS(cuda_tts).render(lines, settings(5, frames=40), batch_size=3)
     finally:
         cuda_tts.patch.mode = "auto"
     assert not [r.getMessage() for r in caplog.records if "could not prepare" in r.getMessage()]
@@ -85,7 +85,7 @@ def test_no_frame_is_stepped_past_every_rows_frame_limit(cuda_tts, voices, frame
     cuda_tts.patch.mode = "fused"
     try:
         with eos_suppressed(cuda_tts, frames):
-            got = BatchTTS(cuda_tts).codes(lines, settings(5, frames=frames), batch_size=4, continuous=True)
+            got = BatchTTS(cuda_tts).codes(lines, settings(5, frames=frames), batch_size=4)
     finally:
         cuda_tts.patch.mode = "auto"
     assert [c.shape[0] for c in got] == [frames] * len(lines)
@@ -110,7 +110,7 @@ def test_a_row_left_alone_in_64_slots_steps_alone(cuda_tts, voices, mode):
         cuda_tts.patch.mode = mode
         try:
             with eos_suppressed(cuda_tts, 48):  # rows end where `ends` says, not at a random weight's EOS
-                return [c.cpu() for c in batch.codes(chosen, settings(5, frames=48), batch_size=64, continuous=True)]
+                return [c.cpu() for c in batch.codes(chosen, settings(5, frames=48), batch_size=64)]
         finally:
             cuda_tts.patch.mode = "auto"
 
@@ -150,7 +150,7 @@ def test_the_frame_loop_runs_on_the_highest_priority_stream_and_hands_the_caller
     above the codec's, and the caller's stream is current again after, ordered behind the loop's work."""
     caller, seen = torch.cuda.current_stream(), []
     out = BatchTTS(cuda_tts).render([Line(t, voices["xvector"], "English") for t in TEXTS[:3]],
-                                    settings(5, frames=12), batch_size=2, continuous=True,
+                                    settings(5, frames=12), batch_size=2,
                                     on_step=lambda done, total: seen.append(torch.cuda.current_stream()))
     highest = torch.cuda.Stream.priority_range()[1]
     loop = [s for s in seen if s != caller]

@@ -53,10 +53,10 @@ def test_chunks_come_while_rows_run_and_join_to_each_lines_audio(cuda_tts, voice
     cuda_tts.patch.mode = mode
     try:
         with eos_suppressed(cuda_tts, 48):  # rows end where `ends` says, not at a random weight's EOS
-            audio = batch.render(lines, settings(48), batch_size=3, continuous=True,
+            audio = batch.render(lines, settings(48), batch_size=3,
                                  on_chunk=lambda i, wav: log.append((i, len(frames), wav)),
                                  on_step=lambda done, total: frames.append(done))
-            plain = batch.render(lines, settings(48), batch_size=3, continuous=True)
+            plain = batch.render(lines, settings(48), batch_size=3)
     finally:
         cuda_tts.patch.mode = "auto"
     assert cuda_tts.patch.last_run["mode"] == mode
@@ -90,14 +90,14 @@ def test_the_codec_beside_the_step_never_changes_a_rows_codes(cuda_tts, voices, 
     cuda_tts.patch.mode = mode
     try:
         with eos_suppressed(cuda_tts, 48):
-            want = [c[:e].cpu() for c, e in zip(batch.codes(lines, settings(48), batch_size=3, continuous=True),
+            want = [c[:e].cpu() for c, e in zip(batch.codes(lines, settings(48), batch_size=3),
                                                 ENDS, strict=True)]
             for k in range(12):
                 if k == 6:
                     cuda_tts.release_device_state()
                 got.clear()
                 streamed = dict(on_chunk=lambda i, wav: None) if k % 2 else {}
-                audio = batch.render(lines, settings(48), batch_size=3, continuous=True, **streamed)
+                audio = batch.render(lines, settings(48), batch_size=3, **streamed)
                 codes = [got[i] for i in range(len(lines))]
                 for i, (c, w) in enumerate(zip(codes, want, strict=True)):
                     assert torch.equal(c, w), (k, i, int((c != w).sum()))
@@ -110,7 +110,7 @@ def test_the_codec_beside_the_step_never_changes_a_rows_codes(cuda_tts, voices, 
 def test_a_stream_yields_its_line_and_closing_it_early_stops_the_render(cuda_tts, voices):
     line = Line("Stream this line on the GPU.", voices["xvector"], "English")
     chunks = list(cuda_tts.stream(line.text, line.voice, "English", settings(24)))
-    whole = BatchTTS(cuda_tts).render([line], settings(24), batch_size=None, continuous=True)[0]
+    whole = BatchTTS(cuda_tts).render([line], settings(24), batch_size=None)[0]
     assert len(chunks) > 1 and chunks[0].size < whole.size
     assert_audio_close(np.concatenate(chunks), whole, rel=RTOL)
 

@@ -70,7 +70,7 @@ def run(tts, case: Case, voice: dict) -> list[torch.Tensor]:
     """The case's codes [frames, 16] per line, through the continuous batch."""
     batch, stops = BatchTTS(tts), ends(case)
     batch.stop = lambda row: min(row.limit, stops[row.index])
-    return batch.codes(lines(case, voice), case.settings(), batch_size=case.width, continuous=True)
+    return batch.codes(lines(case, voice), case.settings(), batch_size=case.width)
 
 
 def pack(codes: list[torch.Tensor]) -> np.ndarray:

@@ -59,7 +59,7 @@ def test_rows_join_as_others_end_and_give_each_lines_codes(tiny_tts, lean, scrip
 
     monkeypatch.setattr(ContinuousBatch, "_move_down", spy)
     ends = {line.text: 5 + (7 * i) % 23 for i, line in enumerate(script)}
-    got = Ends(tiny_tts, ends).batch.codes(script * 2, settings(frames=30), batch_size=3, continuous=True)
+    got = Ends(tiny_tts, ends).batch.codes(script * 2, settings(frames=30), batch_size=3)
     run = dict(tiny_tts.patch.last_run)
     assert run["mode"] == "lean" and run["rows"] == 40 and run["width"] == 3
     assert sum(1 for live, shift in moves if live and shift > 0) >= 1  # running rows were moved down
@@ -74,22 +74,19 @@ def test_a_seeded_line_draws_the_same_take_anywhere(lean, script):
     """Its own random stream: the same codes alone, in a batch at another position, after a 'resume' of the
     rest of a script; another seed gives another take."""
     s = settings(frames=10, sampled=True, seed=7)
-    together = lean.codes(script[:6], s, batch_size=4, continuous=True)
+    together = lean.codes(script[:6], s, batch_size=4)
     for i in (0, 3, 5):
-        assert torch.equal(lean.codes([script[i]], s, continuous=True)[0], together[i]), i
-    alone = lean.codes(script[3:6], s, batch_size=2, continuous=True)
+        assert torch.equal(lean.codes([script[i]], s)[0], together[i]), i
+    alone = lean.codes(script[3:6], s, batch_size=2)
     assert all(torch.equal(a, b) for a, b in zip(alone, together[3:], strict=True))
-    other = lean.codes(script[:6], settings(frames=10, sampled=True, seed=8), batch_size=4, continuous=True)
+    other = lean.codes(script[:6], settings(frames=10, sampled=True, seed=8), batch_size=4)
     assert not any(torch.equal(a, b) for a, b in zip(other, together, strict=True))
 
 
 def test_static_batches_keep_upstreams_one_stream(tiny_tts, script):
-    """Static batches (eager mode's) draw from torch's generator: a row's take depends on its companions; eager
-    mode has no continuous batch."""
+    """Static batches (eager mode's) draw from torch's generator: a row's take depends on its companions."""
     batch = BatchTTS(tiny_tts)
     assert not runs_lean(tiny_tts)
-    with pytest.raises(ValueError, match="continuous batching runs the lean layers"):
-        batch.render([script[0]], settings(), continuous=True)
     s = settings(frames=10, sampled=True, seed=7)
     alone = batch.codes([script[1]], s)[0]
     assert not torch.equal(batch.codes([script[0], script[1]], s)[1], alone)
@@ -98,8 +95,8 @@ def test_static_batches_keep_upstreams_one_stream(tiny_tts, script):
 def test_render_decodes_each_row_as_the_codec_would(lean, script):
     """The codec stream's audio of every line is its codes' decode, in the order given, whatever the batch."""
     s = settings(frames=9)
-    audio = lean.render(script[:7], s, batch_size=3, continuous=True)
-    codes = lean.codes(script[:7], s, batch_size=3, continuous=True)
+    audio = lean.render(script[:7], s, batch_size=3)
+    codes = lean.codes(script[:7], s, batch_size=3)
     decoded = lean.decode(codes, [line.voice for line in script[:7]])
     for got, want in zip(audio, decoded, strict=True):
         assert got.dtype == np.float32
@@ -116,7 +113,7 @@ def test_a_cancel_keeps_the_lines_already_rendered(lean, script):
             raise InterruptedError("cancelled")
 
     with pytest.raises(InterruptedError):
-        lean.render(script, settings(frames=6), batch_size=2, on_step=on_step, continuous=True,
+        lean.render(script, settings(frames=6), batch_size=2, on_step=on_step,
                     on_line=lambda i, wav: got.__setitem__(i, wav))
     assert 2 <= len(got) < len(script) and all(wav.size for wav in got.values())
 
@@ -127,7 +124,7 @@ def test_a_codec_failure_is_raised_in_the_caller(tiny_tts, lean, script, monkeyp
 
     monkeypatch.setattr(tiny_tts.codec, "decode", broken)
     with pytest.raises(ValueError, match="codec broke"):
-        lean.render(script[:3], settings(frames=5), batch_size=2, continuous=True)
+        lean.render(script[:3], settings(frames=5), batch_size=2)
 
 
 @pytest.fixture
@@ -173,7 +170,7 @@ def test_the_step_narrows_to_the_live_rows_and_each_keeps_its_lines_codes(tiny_t
     ends = {line.text: frames for line, frames in zip(lines, [20, 15, 10, 4, 3, 6, 3, 5], strict=True)}
     # below 1 the penalty favours the tokens a row has drawn, so they steer its every pick (its `seen` matters)
     s = dataclasses.replace(settings(frames=25), repetition_penalty=0.2)
-    got = Ends(tiny_tts, ends).batch.codes(lines, s, batch_size=8, continuous=True)
+    got = Ends(tiny_tts, ends).batch.codes(lines, s, batch_size=8)
     # 8 rows for 5 frames, 4 (lines 0, 1, 2, 5) for 5, then 2 for 5 and line 0 alone for its last 5
     assert tiny_tts.patch.last_run["widths"] == {1: 5, 2: 5, 4: 5, 8: 5}, tiny_tts.patch.last_run
     # four rows left (slots 2, 5, 6, 7): lines 2, 1 and 0 into the free slots below 4, lowest first; two left
@@ -194,11 +191,11 @@ def test_a_seeded_row_draws_its_take_wherever_it_is_moved(tiny_tts, lean, script
     ends = {line.text: frames for line, frames in zip(lines, [15, 20, 4, 2, 3, 3, 3, 12], strict=True)}
     batch = Ends(tiny_tts, ends).batch
     s = settings(frames=25, sampled=True, seed=11)
-    got = batch.codes(lines, s, batch_size=4, continuous=True)
+    got = batch.codes(lines, s, batch_size=4)
     assert moves == [([3], [0])] and tiny_tts.patch.last_run["widths"][1] > 0, (moves, tiny_tts.patch.last_run)
     for line, codes in zip(lines, got, strict=True):
         assert codes.shape[0] == ends[line.text]
-        assert torch.equal(codes, batch.codes([line], s, continuous=True)[0]), line.text
+        assert torch.equal(codes, batch.codes([line], s)[0]), line.text
 
 
 def test_rows_that_join_after_the_step_narrowed_widen_it_again(tiny_tts, lean, voices, moves, dense_cache,
@@ -224,7 +221,7 @@ def test_rows_that_join_after_the_step_narrowed_widen_it_again(tiny_tts, lean, v
     monkeypatch.setattr(ContinuousBatch, "_join", spy)
     with monkeypatch.context() as cut:
         cut.setattr(morph.decode.talker_loop, "capacity_for", lambda needed: 54)
-        got = Ends(tiny_tts, ends).batch.codes(lines, settings(frames=60), batch_size=4, continuous=True)
+        got = Ends(tiny_tts, ends).batch.codes(lines, settings(frames=60), batch_size=4)
     assert moves == [([3], [1])], moves
     # the slot line 1 left is free, not a live row a wider step would step (with its old bound: 0 / 0 in the fused
     # attention once the position restarted, and a pick past the vocabulary, the device-side assert under load)
@@ -257,7 +254,7 @@ def test_rows_that_run_to_their_limit_leave_room_for_the_hosts_lag(tiny_tts, lea
     monkeypatch.setattr(ContinuousBatch, "__init__", with_a_gpus_lag)
     lines = script[:5]
     ends = {line.text: 30 for line in lines}  # every row runs to its limit
-    got = Ends(tiny_tts, ends).batch.codes(lines, settings(frames=30), batch_size=2, continuous=True)
+    got = Ends(tiny_tts, ends).batch.codes(lines, settings(frames=30), batch_size=2)
     assert [c.shape[0] for c in got] == [30] * 5
 
 
@@ -271,7 +268,7 @@ def test_a_render_leaves_nothing_that_holds_its_state_once_released(tiny_tts, le
     gc.collect()
     gc.disable()
     try:
-        lean.render(script[:3], settings(frames=5), batch_size=2, continuous=True)
+        lean.render(script[:3], settings(frames=5), batch_size=2)
         state = weakref.ref(tiny_tts.patch.loop._state)
         tiny_tts.release_device_state()
         assert state() is None
@@ -281,10 +278,11 @@ def test_a_render_leaves_nothing_that_holds_its_state_once_released(tiny_tts, le
 
 def test_only_the_static_loop_keeps_each_slots_hidden_state(tiny_tts, lean, script, dense_cache):
     """The continuous batch reads no step's hidden state, so its state keeps none (0.5 GiB at batch 64 of the 0.6B,
-    bench/results/h200-2026-11-26d/NOTES.md); a static render of the same width after it gets a state that keeps
-    them, which it hands back as upstream's generate does, rather than the continuous batch's."""
-    lean.render(script[:3], settings(frames=5), batch_size=3, continuous=True)
+    bench/results/h200-2026-11-26d/NOTES.md); eager's static render of the same width after it gets a state that
+    keeps them, which it hands back as upstream's generate does, rather than the continuous batch's."""
+    lean.render(script[:3], settings(frames=5), batch_size=3)
     assert tiny_tts.patch.loop._state.hidden is None
-    static = lean.render(script[:3], settings(frames=5), batch_size=3, continuous=False)
+    tiny_tts.patch.mode = "eager"
+    static = lean.render(script[:3], settings(frames=5), batch_size=3)
     st = tiny_tts.patch.loop._state
     assert st.hidden is not None and st.hidden.shape[:2] == (3, st.capacity) and len(static) == 3

@@ -36,7 +36,7 @@ def test_a_streamed_render_is_the_recorded_codes_audio(lean, voices, recorded):
     batch, stops, lines = BatchTTS(lean), golden.ends(case), golden.lines(case, voices)
     batch.stop = lambda row: min(row.limit, stops[row.index])
     chunks: dict[int, list] = {}
-    whole = batch.render(lines, case.settings(), batch_size=case.width, continuous=True,
+    whole = batch.render(lines, case.settings(), batch_size=case.width,
                          on_chunk=lambda i, wav: chunks.setdefault(i, []).append(wav))
     want = batch.decode(recorded["seeded-joins"], [line.voice for line in lines])
     for i, (audio, expected) in enumerate(zip(whole, want, strict=True)):
@@ -50,7 +50,7 @@ def test_the_live_engines_requests_are_the_recorded_codes_audio_when_one_is_canc
     its first chunk, so a waiting one takes its slot mid-batch; the others' audio is their recorded codes'."""
     case = golden.CASES["seeded-8"]
     lines = golden.lines(case, voices)
-    want = BatchTTS(lean).codes(lines, case.settings(), batch_size=8, continuous=True)  # every row to its limit
+    want = BatchTTS(lean).codes(lines, case.settings(), batch_size=8)  # every row to its limit
     assert [c.shape[0] for c in want] == [golden.FRAMES] * 8
     engine = LiveEngine(lean, width=4, max_frames=64, max_prompt=400)
     try:

@@ -109,5 +109,5 @@ def test_a_render_stopped_midway_leaves_no_worker(lean, voices):
 
     lines = [Line(t, voices["xvec"], "English") for t in TEXTS]
     with pytest.raises(KeyboardInterrupt):
-        BatchTTS(lean).render(lines, SETTINGS, batch_size=2, continuous=True, on_step=on_step)
+        BatchTTS(lean).render(lines, SETTINGS, batch_size=2, on_step=on_step)
     assert not workers()

@@ -75,7 +75,7 @@ def test_requests_join_a_running_batch_and_each_gets_its_own_take(engine, lean, 
     first = Sink(on_first=send_late)
     submit(engine, texts[0], voices["icl"], 40, first, seed=2)
     got = [s.audio() for s in (first, *late)]
-    alone = [BatchTTS(lean).render([Line(t, v, "English")], settings(f, seed), batch_size=1, continuous=True)[0]
+    alone = [BatchTTS(lean).render([Line(t, v, "English")], settings(f, seed), batch_size=1)[0]
              for t, v, f, seed in zip(texts, (voices["icl"], voices["xvec"], voices["icl"]), (40, 12, 20), (2, 3, 4))]
     for g, a in zip(got, alone, strict=True):
         assert_audio_close(g, a, rel=1e-4)
@@ -192,7 +192,7 @@ def test_out_of_memory_narrows_the_batch_and_runs_again_the_rows_that_handed_not
         assert "after this request's audio had begun" in str(streamed.error)
         assert engine.stats()["width"] == 2  # half the slots the batch had
         alone = BatchTTS(lean).render([Line("FAIL, then again.", voices["xvec"], "English")], settings(12, 3),
-                                      batch_size=1, continuous=True)[0]
+                                      batch_size=1)[0]
         assert_audio_close(got, alone, rel=1e-4)
     finally:
         engine.close()

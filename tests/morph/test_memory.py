@@ -1,5 +1,4 @@
-"""morph/memory.py on the CPU (tiny model, fp32): the codec calls a static batch declares are the ones its decode
-makes. The declaration against measured peaks is tests/gpu/test_memory.py's (and bench.batch's, for any run)."""
+"""morph/memory.py on the CPU (tiny model, fp32): the codec calls a render declares are the ones its decode makes. The declaration against measured peaks is tests/gpu/test_memory.py's (and bench.batch's, for any run)."""
 
 from __future__ import annotations
 
@@ -10,46 +9,19 @@ from morph import memory
 from morph.codec.calls import LIVE_CHUNK
 from morph.codec.live import LiveRows
 from morph.codec.pieces import CODEC_WINDOW
-from morph.codec.stream import RowsDecode
 from morph.settings import GenerationSettings
 
 
-def _upstream_calls(tts, lengths):
-    """Row-frames of every call of upstream's decoder while a static batch's rows of `lengths` frames are decoded, as
-    the batch decodes them (morph/render.py: one RowsDecode, finished when its longest row ends)."""
-    g = torch.Generator().manual_seed(0)
-    codes = [torch.randint(0, 2048, (n, 16), generator=g) for n in lengths]
-    calls = []
-    hook = tts.codec.decoder.register_forward_pre_hook(lambda m, args: calls.append(args[0].shape[0]
-                                                                                    * args[0].shape[-1]))
-    try:
-        RowsDecode(tts.codec, [None] * len(codes), torch.device("cpu"), None).finish(codes)
-    finally:
-        hook.remove()
-    return calls
-
-
-def test_rows_past_upstreams_first_window_declare_the_heaviest_call_of_their_rest(tiny_tts):
-    """Rows past upstream's first 300-frame window get the rest of their audio from upstream's decoder, each later
-    window behind its context, in pieces (morph/codec/pieces.py tail_audio): the declaration counts the heaviest of
-    those calls, where a 60 s line's static render had peaked 0.45 GiB above what was declared
-    (bench/results/h200-2026-11-26c/NOTES.md)."""
-    lengths = [700, 420, 250, 330]  # windows' spans of 325 and 125, 145, none, 55 frames
-    calls = _upstream_calls(tiny_tts, lengths)
-    assert max(calls) == memory._tail_call(lengths, len(lengths)) == 3 * 145  # three spans padded to the longest
-    assert _upstream_calls(tiny_tts, [250, 300]) == [] and memory._tail_call([250, 300], 2) == 0
-
-
-def test_a_line_whose_limit_passes_the_window_declares_that_call(lean, voices):
+def test_a_line_whose_limit_passes_the_window_declares_that_call(tiny_tts, voices):
     """A single line in static batches (eager mode's Generate nodes): its declaration covers the call of upstream's
     decoder on a full window once the line's frame limit reaches past the first two, and a line held to the first
     window's frames declares no such call."""
     text = "A line long enough that its frame limit reaches well past the first two windows of the codec. " * 2
     long, short = GenerationSettings(max_new_tokens=700), GenerationSettings(max_new_tokens=250)
     assert long.frame_limit(text) == 700
-    window = memory._upstream_codec_call(lean.tts.model, CODEC_WINDOW)
-    assert memory.working_memory(lean, [(text, voices["xvec"])], long, 1, continuous=False) > window
-    assert memory.working_memory(lean, [(text, voices["xvec"])], short, 1, continuous=False) < window
+    window = memory._upstream_codec_call(tiny_tts.tts.model, CODEC_WINDOW)
+    assert memory.working_memory(tiny_tts, [(text, voices["xvec"])], long, 1) > window
+    assert memory.working_memory(tiny_tts, [(text, voices["xvec"])], short, 1) < window
 
 
 def _live_row_calls(codec, monkeypatch, frames: int) -> list[int]:

@@ -127,28 +127,29 @@ def test_rows_moved_down_keep_their_pages(lean, voices, monkeypatch):
 
 
 def test_render_sizes_its_pool_to_the_widest_rows_or_takes_the_one_given(lean, voices):
-    """render(continuous=True) takes a pool of what the `batch_size` largest rows take at a share of their frame
+    """render takes a pool of what the `batch_size` largest rows take at a share of their frame
     limits (settings.requeue_pool_pages of each row's prompt and frame limit: a row it cannot grow starts again), or,
     streamed, what they could reserve at once (settings.pool_pages); a pool of a given size gives the same audio;
-    static batches take no pool."""
+    eager mode's static batches take no pool."""
     from morph.render import BatchTTS
     from morph.settings import pool_pages, requeue_pool_pages
 
     lines = [Line(t, voices["xvec"], "English") for t in TEXTS[:3]]
     settings = GenerationSettings(seed=5, max_new_tokens=40)
-    sized = BatchTTS(lean).render(lines, settings, batch_size=2, continuous=True)
+    sized = BatchTTS(lean).render(lines, settings, batch_size=2)
     run = dict(lean.patch.loop.last_run)
     count = token_count(lean)
     prompts = [prompt_tokens(t, voices["xvec"], "", count) for t in TEXTS[:3]]
     assert run["pages"] == requeue_pool_pages([(p, 40) for p in prompts], 2) - 1 and 0 < run["peak_pages"]
     assert run["peak_pages"] <= run["pages"] < pool_pages([p + 40 + 1 for p in prompts], 2) - 1
-    BatchTTS(lean).render(lines, settings, batch_size=2, continuous=True, on_chunk=lambda row, wav: None)
+    BatchTTS(lean).render(lines, settings, batch_size=2, on_chunk=lambda row, wav: None)
     assert lean.patch.loop.last_run["pages"] == pool_pages([p + 40 + 1 for p in prompts], 2) - 1
-    given = BatchTTS(lean).render(lines, settings, batch_size=2, continuous=True, kv_cache_bytes=1 << 20)
+    given = BatchTTS(lean).render(lines, settings, batch_size=2, kv_cache_bytes=1 << 20)
     assert lean.patch.loop.last_run["pages"] != run["pages"]
     assert all(torch.equal(torch.from_numpy(a), torch.from_numpy(b)) for a, b in zip(sized, given, strict=True))
-    with pytest.raises(ValueError, match="set continuous=True"):
-        BatchTTS(lean).render(lines, settings, batch_size=2, kv_cache_bytes=1 << 20, continuous=False)
+    lean.patch.mode = "eager"
+    with pytest.raises(ValueError, match="paged cache, which eager mode does not run; set the speed mode to fused"):
+        BatchTTS(lean).render(lines, settings, batch_size=2, kv_cache_bytes=1 << 20)
 
 
 def test_a_preempted_rows_audio_is_its_take_from_the_start(lean, voices, monkeypatch):
@@ -162,13 +163,13 @@ def test_a_preempted_rows_audio_is_its_take_from_the_start(lean, voices, monkeyp
 
     lines = [Line(t, voices["xvec"], "English") for t in TEXTS]
     settings = GenerationSettings(seed=5, max_new_tokens=60)
-    roomy = BatchTTS(lean).render(lines, settings, batch_size=4, continuous=True)
+    roomy = BatchTTS(lean).render(lines, settings, batch_size=4)
     assert lean.patch.loop.last_run["preemptions"] == 0
 
     def run(pages):
         lean.release_device_state()  # a kept pool of another size would be taken over
         monkeypatch.setattr(morph.engine.engine, "requeue_pool_pages", lambda rows, width: pages)
-        return BatchTTS(lean).render(lines, settings, batch_size=4, continuous=True), lean.patch.loop.last_run
+        return BatchTTS(lean).render(lines, settings, batch_size=4), lean.patch.loop.last_run
     tight, last, pages = preempting(run)
     assert last["pages"] == pages - 1
     for a, b in zip(roomy, tight, strict=True):

@@ -125,24 +125,6 @@ def test_a_batch_of_64_rows(batch, lines):
         assert torch.equal(got, alone[i % len(lines)]), i
 
 
-def test_the_morph_talker_loop_renders_batches_too(tiny_tts, batch, lines):
-    """Seam B (the static-KV talker loop, here op by op in "lean" mode, on CUDA in graphs) takes the
-    same batched call: every row gives the codes the eager path gives for the line alone."""
-    settings = greedy(5)
-    alone = [batch.codes([line], settings)[0] for line in lines[:4]]
-    tiny_tts.patch.mode = "lean"
-    try:
-        steps = []
-        codes = batch.codes(lines[:4], settings, on_step=lambda done, total: steps.append((done, total)),
-                            continuous=False)
-        assert tiny_tts.patch.last_run["mode"] == "lean"
-    finally:
-        tiny_tts.patch.mode = "auto"
-    for got, want in zip(codes, alone, strict=True):
-        assert torch.equal(got, want)
-    assert steps[-1] == (4 * 8, 4 * 8)  # 4 rows x 8 frame steps (max_new_tokens 8)
-
-
 def test_rows_stop_at_their_own_eos(tiny_tts, batch, lines):
     """Different EOS steps per row: each row's codes are the single line's codes with the same EOS."""
     eos_at = {0: 4, 1: 7, 3: 3}  # row 2 runs to the frame limit

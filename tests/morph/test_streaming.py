@@ -52,10 +52,10 @@ def test_rows_hand_their_audio_while_they_run_and_it_joins_to_each_lines_audio(l
     def on_chunk(i, wav):
         log.append((i, len(frames), wav))  # frames run before this chunk was handed out
 
-    audio = batch.render(lines, settings(30), batch_size=3, continuous=True, on_chunk=on_chunk,
+    audio = batch.render(lines, settings(30), batch_size=3, on_chunk=on_chunk,
                          on_step=lambda done, total: frames.append(done),
                          on_line=lambda i, wav: lines_done.__setitem__(i, len(frames)))
-    plain = batch.render(lines, settings(30), batch_size=3, continuous=True)
+    plain = batch.render(lines, settings(30), batch_size=3)
 
     chunks = {i: [wav for j, _, wav in log if j == i] for i in range(3)}
     first = {i: next(f for j, f, _ in log if j == i) for i in range(3)}
@@ -99,7 +99,7 @@ def test_out_of_memory_retries_a_streamed_render_only_while_no_chunk_is_out(lean
                 return super().run(take, frame, *args, **kwargs)
 
         monkeypatch.setattr(morph.engine.engine, "RowRunner", OutOfMemoryOnce)
-        return batch.render(lines, settings(12), batch_size=2, continuous=True,
+        return batch.render(lines, settings(12), batch_size=2,
                             on_chunk=lambda i, wav: got.append((i, wav)))
 
     got = []
@@ -107,7 +107,7 @@ def test_out_of_memory_retries_a_streamed_render_only_while_no_chunk_is_out(lean
         audio = render(1, got)
     assert "retrying in batches of 1" in caplog.text and "set batch_size to 1" in caplog.text
     monkeypatch.undo()
-    plain = batch.render(lines, settings(12), batch_size=2, continuous=True)
+    plain = batch.render(lines, settings(12), batch_size=2)
     for i in range(2):
         assert np.array_equal(np.concatenate([wav for j, wav in got if j == i]), audio[i]), i
         assert_audio_close(audio[i], plain[i], rel=1e-5)
@@ -187,7 +187,7 @@ def test_stream_yields_a_lines_audio_as_it_is_made(lean, voices):
     line = Line("Stream this line.", voices["icl"], "English")
     chunks = list(lean.stream(line.text, line.voice, "English", settings(12)))
     assert [c.size // FRAME for c in chunks] == [FIRST_GRID] * 3 and all(c.dtype == np.float32 for c in chunks)
-    whole = BatchTTS(lean).render([line], settings(12), batch_size=None, continuous=True)[0]
+    whole = BatchTTS(lean).render([line], settings(12), batch_size=None)[0]
     assert_audio_close(np.concatenate(chunks), whole, rel=1e-5)
 
 

@@ -125,22 +125,21 @@ def test_render_lines_outputs_a_list_a_dialogue_and_srt(nodes, base_model, bank,
         at += size + pause
 
 
-@pytest.mark.parametrize("batching, mode, continuous", [("continuous", "lean", True), ("static", "lean", False),
-                                                        ("continuous", "eager", False)])
-def test_batching_runs_the_continuous_batch_where_the_lean_layers_run_and_declares_its_memory(
-        nodes, pack, base_model, bank, out_dir, batch_nodes, monkeypatch, batching, mode, continuous):
-    """Eager mode is the exact reference: upstream's static batches whatever batching says."""
-    render_module = sys.modules[pack.__name__ + ".morph.render"]
-    ran, declared = [], []
-    real_render, real_memory = render_module.BatchTTS.render, batch_nodes.working_memory
-    monkeypatch.setattr(render_module.BatchTTS, "render",
-                        lambda self, *a, **k: ran.append(k["continuous"]) or real_render(self, *a, **k))
+@pytest.mark.parametrize("batching, mode", [("continuous", "lean"), ("static", "lean"), ("continuous", "eager")])
+def test_the_retired_batching_widget_changes_nothing_and_static_says_so(
+        nodes, pack, base_model, bank, out_dir, batch_nodes, monkeypatch, caplog, batching, mode):
+    """Saved workflows still set `batching` (widget values are positional): the render runs as the speed mode does,
+    the continuous batch in every mode but eager, and declares that render's memory."""
+    ran = []
+    real_memory = batch_nodes.working_memory
     monkeypatch.setattr(batch_nodes, "working_memory",
-                        lambda *a, **k: declared.append(k["continuous"]) or real_memory(*a, **k))
+                        lambda tts, *a, **k: ran.append(tts.patch.resolved_mode(tts.device)) or real_memory(tts, *a, **k))
     monkeypatch.setattr(base_model.tts.patch, "mode", mode)
-    clips, _, _ = render(nodes, base_model, bank, batching=batching)
-    assert ran == declared == [continuous]
+    with caplog.at_level("WARNING"):
+        clips, _, _ = render(nodes, base_model, bank, batching=batching)
+    assert ran == [mode] and base_model.tts.patch.last_run["mode"] == mode
     assert len(clips) == len(SPOKEN) and all(c["waveform"].shape[-1] > 0 for c in clips)
+    assert ("batching 'static' is retired" in caplog.text) == (batching == "static")
     with pytest.raises(ValueError, match="^Qwen3-TTS Render Lines: batching must be one of continuous, static, "
                                          "got 'paged'"):
         render(nodes, base_model, bank, batching="paged")

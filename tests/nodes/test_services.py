@@ -275,36 +275,8 @@ def test_working_memory_counts_the_cache_per_row_and_one_bounded_codec_call(tiny
 
 
 
-def test_the_lean_codec_counts_each_rows_state_and_audio_and_one_chunk_call(tiny_tts):
-    """In every mode but eager the audio is the lean codec's, beside the loop: per row its state and its audio, and
-    one chunk call (chunk_for's frames, at a single row's own rate) of at most DECODE_ROW_FRAMES row-frames whatever
-    the batch."""
-    from morph.codec.pieces import DECODE_ROW_FRAMES
-    from morph.codec.calls import chunk_for
-    from morph.memory import AUDIO_COPIES, LEAN_CODEC_BYTES, LEAN_CODEC_WORKSPACE, WORKSPACE, working_memory
-    from morph.prompts import PROMPT_OVERHEAD_TOKENS
-    from morph.settings import GenerationSettings, capacity_for
-
-    settings = GenerationSettings(max_new_tokens=100)
-    c = tiny_tts.tts.model.config.talker_config  # fp32
-    kv = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4
-    state = capacity_for(len("Hello there.") + PROMPT_OVERHEAD_TOKENS + 101) * (kv + 2 * c.hidden_size * 4)
-    row = (state + sum(t * ch for t, ch in tiny_tts.codec.slot_shapes()) * 4
-           + AUDIO_COPIES * 4 * tiny_tts.codec.upsample * 100)
-    tiny_tts.patch.mode = "lean"
-    try:
-        for rows in (1, 8, 32, 64):
-            chunk = chunk_for(rows)
-            call = LEAN_CODEC_BYTES[rows == 1] * min(rows, DECODE_ROW_FRAMES // chunk) * chunk
-            call += LEAN_CODEC_WORKSPACE
-            got = working_memory(tiny_tts, [("Hello there.", None)] * rows, settings, rows, continuous=False) - WORKSPACE
-            assert got == rows * row + call, rows
-    finally:
-        tiny_tts.patch.mode = "auto"
-
-
 def test_the_continuous_batch_counts_the_pages_of_its_widest_rows(tiny_tts):
-    """render(continuous=True): the pages the `batch_size` largest rows could reserve at once, the other
+    """A render on the engine: the pages the `batch_size` largest rows could reserve at once, the other
     buffers per slot, a prefill of up to `batch_size` rows and one live codec call, all at once: rows waiting
     for a slot cost the next group's prompt, built ahead on a stream of its own, and no more however many they are;
     a wider batch at least its pages."""
@@ -319,7 +291,7 @@ def test_the_continuous_batch_counts_the_pages_of_its_widest_rows(tiny_tts):
     tiny_tts.patch.mode = "lean"
     try:
         def need(lines, batch_size):
-            return working_memory(tiny_tts, lines, settings, batch_size, continuous=True)
+            return working_memory(tiny_tts, lines, settings, batch_size)
 
         short = [("Hello there.", None)]
         for rows in (8, 32):

@@ -88,7 +88,6 @@ README_CLAIMS = [
     (r"its default `seq_groups` (\d+) trades", "Qwen3TTSMorphGenerate", "seq_groups", int),
     (r"`batch_size` lines at once \(default (\d+);", "Qwen3TTSMorphRenderLines", "batch_size", int),
     (r"\| 8 GB \| (\d+) \(the default\)", "Qwen3TTSMorphRenderLines", "batch_size", int),
-    (r"`batching` picks how: `(\w+)` \(the default\)", "Qwen3TTSMorphRenderLines", "batching", str),
     (r"under `filename_prefix`\s+\(default `([^`]+)`\)", "Qwen3TTSMorphRenderLines", "filename_prefix", str),
     (r"With `resume` (on) \(the default\)", "Qwen3TTSMorphRenderLines", "resume", lambda s: s == "on"),
     (r"A (\d)\w\w-order Butterworth low-pass", "Qwen3TTSMorphSmooth", "order", int),

@@ -23,33 +23,15 @@ def rows():
 
 
 @pytest.mark.parametrize("chunk", [3, 7, 16, 400])  # 3: fewer frames a call than a kernel is wide
-def test_streamed_rows_are_upstreams_decode(tiny_tts, rows, chunk):
+def test_rows_decoded_a_chunk_at_a_time_are_upstreams_decode(tiny_tts, rows, chunk):
     codes, refs = rows
     want = decode_rows(tiny_tts.tts.model.speech_tokenizer, codes, refs, budget=10**6)
     job = RowsDecode(tiny_tts.codec, refs, torch.device("cpu"), None, chunk=chunk, budget=48)
-    frames = torch.nn.utils.rnn.pad_sequence(codes, batch_first=True)
-    frames[1, 1:, 0] = 2150  # a row that ended: the frame loop pads it with EOS, outside the codebooks
-    for n in range(1, frames.shape[1] + 1):  # as the frame loop feeds it
-        job.feed(frames, n)
     job.finish(codes)
     got = job.audio()
     assert [a.shape for a in got] == [w.shape for w in want] and got[2].size == 0
     for a, w in zip(got, want, strict=True):
         assert_audio_close(a, w, rel=1e-5)
-
-
-@pytest.mark.parametrize("rows, frames_per_call", [(1, 128), (2, 64), (3, 64), (8, 16), (32, 16)])
-def test_a_batch_of_few_rows_decodes_more_frames_a_call(tiny_tts, rows, frames_per_call):
-    """A call launches the same kernels whatever its size: one row takes 128 frames a call, 8 rows and up 16."""
-    codec, calls = tiny_tts.codec, []
-    decode = codec.decode
-    codec.decode = lambda codes, state: calls.append(tuple(codes.shape[:2])) or decode(codes, state)
-    try:
-        job = RowsDecode(codec, [None] * rows, torch.device("cpu"), None)
-        job.feed(torch.zeros(rows, 2 * frames_per_call + 1, 16, dtype=torch.long), 2 * frames_per_call + 1)
-    finally:
-        del codec.decode
-    assert calls == [(rows, frames_per_call)] * 2
 
 
 def test_a_row_of_a_batch_decodes_as_it_does_alone(tiny_tts, rows):

@@ -10,12 +10,19 @@ import torch
 
 from morph.decode import lean
 from morph.decode.prefill import lean_prefill
-from morph.decode.talker_state import cache_tensors
 from morph.prompts import make_rows, prompt_inputs
 from morph.render import Line
 from morph.settings import GenerationSettings
 
 SR = 24000
+
+
+def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) per layer of an HF DynamicCache, across transformers versions."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))
+
 
 
 def prompt(tts) -> dict:

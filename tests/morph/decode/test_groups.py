@@ -35,20 +35,20 @@ def test_slices_bound_the_prefill_and_keep_every_rows_codes(lean, voices, prefil
     lines = [Line(" ".join(words[:1 + i % 10]) + ".", voices["icl" if i % 4 == 0 else "xvec"], "English")
              for i in range(12)]
     batch = BatchTTS(lean)
-    whole = batch.codes(lines, SETTINGS, batch_size=6, continuous=True)
+    whole = batch.codes(lines, SETTINGS, batch_size=6)
     assert max(rows for rows, _ in prefills) == 6  # without a bound, the first group is prefilled at once
     assert sum(rows for rows, _ in prefills) == len(lines)
 
     prefills.clear()
     monkeypatch.setattr(settings, "PREFILL_TOKENS", 1)  # under any prompt: a row a slice
-    one = batch.codes(lines, SETTINGS, batch_size=6, continuous=True)
+    one = batch.codes(lines, SETTINGS, batch_size=6)
     assert all(rows == 1 for rows, _ in prefills) and len(prefills) == len(lines), prefills
     for a, b in zip(whole, one, strict=True):
         assert torch.equal(a, b)
 
     prefills.clear()
     monkeypatch.setattr(settings, "PREFILL_TOKENS", 100)
-    two = batch.codes(lines, SETTINGS, batch_size=6, continuous=True)
+    two = batch.codes(lines, SETTINGS, batch_size=6)
     assert all(rows * tokens <= 100 or rows == 1 for rows, tokens in prefills), prefills
     assert max(rows for rows, _ in prefills) > 1 and sum(rows for rows, _ in prefills) == len(lines), prefills
     for a, b in zip(whole, two, strict=True):

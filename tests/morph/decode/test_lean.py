@@ -111,22 +111,22 @@ def test_fused_weights_are_views_and_follow_a_cast(tiny_dir):
     assert len({m.weight.untyped_storage().data_ptr() for m in (attn.q_proj, attn.k_proj, attn.v_proj)}) == 3
 
 
-@pytest.mark.parametrize("k, icl, do_sample", [(15, False, False), (15, True, True), (5, False, True)],
-                         ids=["k15-xvector-greedy", "k15-icl-sampled", "k5-xvector-sampled"])
-def test_lean_talker_loop_gives_upstreams_codes(tiny_tts, ref_audio, k, icl, do_sample):
-    """Seam B run op by op on CPU: same codes as upstream's talker with the eager predictor."""
+@pytest.mark.parametrize("k, icl", [(15, False), (15, True), (5, False)], ids=["k15-xvector", "k15-icl", "k5-xvector"])
+def test_the_lean_layers_give_the_eager_codes(tiny_tts, ref_audio, k, icl):
+    """The engine on the lean layers, op by op on the CPU, speaks greedy codes the reference speaks on the
+    checkpoint's own HF layers (eager mode's static batch). (Sampled, the two draw from different streams: each row
+    its own on the engine, torch's in eager, as upstream.)"""
     voice = tiny_tts.make_voice(*ref_audio, transcript="A short reference sentence." if icl else None)
-    settings = GenerationSettings(seq_groups=k, do_sample=do_sample, subtalker=Sampling(do_sample=do_sample),
-                                  seed=1234, max_new_tokens=16)
+    settings = GenerationSettings(seq_groups=k, do_sample=False, subtalker=Sampling(do_sample=False),
+                                  max_new_tokens=16)
     out = {}
     try:
         for mode in ("eager", "lean"):
             tiny_tts.patch.mode = mode
-            # static batches in both modes: one random stream, torch's, as upstream draws
-            line = Line("Hello world, this is a test.", voice, "English")
-            out[mode] = BatchTTS(tiny_tts).codes([line], settings, continuous=False)[0]
+            out[mode] = BatchTTS(tiny_tts).codes([Line("Hello world, this is a test.", voice, "English")], settings)[0]
+            assert tiny_tts.patch.last_run["mode"] == mode
     finally:
         tiny_tts.patch.mode = "auto"
-    assert tiny_tts.patch.last_run["mode"] == "lean"
+        tiny_tts.release_device_state()
     assert out["eager"].shape[0] > 3
     assert torch.equal(out["eager"], out["lean"])

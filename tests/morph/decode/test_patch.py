@@ -71,10 +71,10 @@ def test_a_calls_own_inputs_go_with_it_on_its_thread_only(tiny_tts, monkeypatch)
 
     seen = []
     monkeypatch.setattr(tiny_tts.patch.loop, "generate", lambda **kw: seen.append(
-        (kw["seq_groups"], kw["on_step"], kw["row_stops"], kw["on_frames"])))
+        (kw["seq_groups"], kw["on_step"], kw["row_stops"])))
     talker, default = tiny_tts.tts.model.talker, tiny_tts.patch.seq_groups
-    step, frames = (lambda: None), (lambda buffer, n: None)
-    with tiny_tts.patch.call(3, step, [4, 2], frames):
+    step = lambda: None  # noqa: E731
+    with tiny_tts.patch.call(3, step, [4, 2]):
         talker.generate(inputs_embeds=None)
         other = threading.Thread(target=lambda: talker.generate(inputs_embeds=None))
         other.start()
@@ -83,8 +83,8 @@ def test_a_calls_own_inputs_go_with_it_on_its_thread_only(tiny_tts, monkeypatch)
             talker.generate(inputs_embeds=None)
         talker.generate(inputs_embeds=None)
     talker.generate(inputs_embeds=None)
-    assert seen == [(3, step, [4, 2], frames), (default, None, None, None), (15, None, None, None),
-                    (3, step, [4, 2], frames), (default, None, None, None)]
+    assert seen == [(3, step, [4, 2]), (default, None, None), (15, None, None), (3, step, [4, 2]),
+                    (default, None, None)]
     assert default != 3 and tiny_tts.patch.seq_groups == default
     with pytest.raises(ValueError, match="seq_groups"):
         with tiny_tts.patch.call(16):

@@ -89,7 +89,7 @@ def pack_run(tts: MorphTTS, voices: list, languages: list[str], texts: list[str]
     """The pack's codes and head logits for the same rows, in one batch."""
     with head_logits(tts) as seen:
         lines = [Line(t, v, lang) for t, v, lang in zip(texts, voices, languages, strict=True)]
-        codes = BatchTTS(tts).codes(lines, s, continuous=False)
+        codes = BatchTTS(tts).codes(lines, s)
     assert tts.patch.last_run["mode"] == "eager"
     return codes, seen
 

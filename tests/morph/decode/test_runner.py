@@ -49,9 +49,9 @@ def fast_on_cpu(monkeypatch, tiny_tts):
 
 
 def codes(tts, voice, mode, settings, text="Graphs and op by op agree."):
-    """The static loop's codes (the continuous batch's captured steps: tests/morph/test_continuous.py)."""
+    """The engine's codes for one line in `mode`."""
     tts.patch.mode = mode
-    return BatchTTS(tts).codes([Line(text, voice, "English")], settings, continuous=False)[0]
+    return BatchTTS(tts).codes([Line(text, voice, "English")], settings)[0]
 
 
 def sampled(k):
@@ -112,7 +112,7 @@ def test_the_captured_step_gives_the_op_by_op_codes(fast_on_cpu, ref_audio):
         assert torch.equal(codes(tts, voice, "graphs", sampled(k)), codes(tts, voice, "lean", sampled(k))), k
         assert len(tts.patch.loop.graphs) <= 4
     tts.patch.mode = "graphs"
-    BatchTTS(tts).render([Line("Once more.", voice, "English")], sampled(5), continuous=False)
+    BatchTTS(tts).codes([Line("Once more.", voice, "English")], sampled(5))
     assert tts.patch.last_run["mode"] == "graphs"
 
 
@@ -147,8 +147,7 @@ def test_a_capture_out_of_memory_is_an_out_of_memory(fast_on_cpu, ref_audio, mon
     tts.patch.mode = "graphs"
     # not swallowed as "graphs unavailable": the front end's out-of-memory handling sees it
     with pytest.raises(RuntimeError, match=r"ran out of memory rendering a single row .*CUDA out of memory \(injected\)"):
-        BatchTTS(tts).render([Line("Out of memory.", voice, "English")], sampled(5), batch_size=None,
-                             continuous=False)
+        BatchTTS(tts).codes([Line("Out of memory.", voice, "English")], sampled(5))
     assert len(tts.patch.loop.graphs) == 0
 
 

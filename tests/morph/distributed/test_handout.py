@@ -92,7 +92,7 @@ class Worker:
         self.check = SimpleNamespace(remote=lambda *args: self.call("check", lambda: None))
         self.render = SimpleNamespace(remote=self.send_render)
 
-    def send_render(self, rows, files, settings, finish_line, who, labels, batching, width):
+    def send_render(self, rows, files, settings, finish_line, who, labels, width):
         def render():  # as LineWorker.render: each line's file written, (index, Written) back
             self.ray.rendered.update(i for i, _, _ in rows)
             return [(i, files.write_line(i + 1, name, np.full(100 + i, 0.1, np.float32))) for i, name, _ in rows]

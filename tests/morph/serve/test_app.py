@@ -45,7 +45,7 @@ def from_pcm(data: bytes) -> np.ndarray:
 def python_api(tts, voice, seed=11, frames=FRAMES) -> np.ndarray:
     """The same request through the Python API: one line in the continuous batch, with the seed."""
     settings = GenerationSettings(seed=seed, max_new_tokens=frames)
-    return BatchTTS(tts).render([Line(TEXT, voice, "Auto")], settings, batch_size=1, continuous=True)[0]
+    return BatchTTS(tts).render([Line(TEXT, voice, "Auto")], settings, batch_size=1)[0]
 
 
 @pytest.fixture
