@@ -8,7 +8,7 @@ every seq_groups of `--seq-groups` and every mode of `--modes`, measured three w
 - decode only: `BatchTTS.codes` (prefill and decode of each batch, no codec), as before;
 - end to end: `BatchTTS.render`: text in, tokenize, prefill, decode, codec decode, float32 audio out (the first
   run is this configuration's first render in the process);
-- script job (each right after a render, `--repeats` of them, in the same batching): what `cli.py render` and
+- script job (each right after a render, `--repeats` of them, as the render batches): what `cli.py render` and
   Render Lines users wait for, `ScriptJob.run` of the same lines into a fresh folder: the render, each line smoothed
   (postprocess.smooth) and written with the manifest, the SRT, and the dialogue joined and written.
 Per configuration the JSON reports wall time, aggregate x real time (seconds of audio of all
@@ -19,11 +19,14 @@ the weights, the voices and the cuBLAS workspaces of the caller's stream that ma
 the render's, as a host's memory manager finds them already taken; and, as before, to the peak above the weights
 alone), ms per decode step (one step
 advances every row of a batch by one frame), the codec decode of all lines alone and its share of the end-to-end
-wall, the script job's walls (median, min, max) and files, the mode the loop actually ran and (continuous) the
+wall, the script job's walls (median, min, max) and files, the mode the loop actually ran and (on the engine) the
 frames its step ran at each width; the report starts
 with the project commit, device and versions.
-`--agreement` adds how far each seeded line's codes in a continuous batch of the largest batch size agree with the
-same line rendered alone (its own random stream either way: only the batch shape, so the rounding, differs).
+Every mode but eager renders on the engine's continuous batch (`--batching continuous`, or `paged`: its keys and
+values in a pool of `--kv-cache-gib`), eager in static batches (the exact reference; a row says which ran).
+`--agreement` adds how far each seeded line's codes in one batch of the largest batch size agree with the
+same line rendered alone (on the engine its own random stream either way: only the batch shape, so the rounding,
+differs).
 
     python -m bench.batch --size tiny --device cpu --lines 4 --frames 8                  # quick, on CPU
     python -m bench.batch --size 0.6b --device cuda --dtype bf16 --lines 256 --lengths mixed --batch-sizes 16,64
@@ -46,9 +49,11 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, model_dims, run_info, save
+from bench.common import (HELD_FRAMES, add_model_args, emit, load_bench_model, model_dims, ran_batching, run_info,
+                          save)
 from bench.lines import add_line_args, bench_lines
 from bench.workload import StepClock, eos_suppressed, graph_bytes, peak_bytes, sync
+from morph.continuous import runs_lean
 from morph.decode.runner import MODES, check_mode
 from morph.lines.script import parse_script
 from morph.lines.store import LineStore
@@ -59,6 +64,7 @@ from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
 from postprocess import smooth
 
 PAUSE_S = 0.4  # between the dialogue's lines: the default of cli.py render and Render Lines
+BATCHING = ("continuous", "paged")  # --batching's ways: the engine's pool sized to the rows, or of --kv-cache-gib
 
 
 def weight_bytes(tts) -> int:
@@ -69,12 +75,12 @@ def weight_bytes(tts) -> int:
 
 
 def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int | None, warm_frames: int,
-               repeats: int, mode: str, continuous: bool, script_job: bool = True,
+               repeats: int, mode: str, script_job: bool = True,
                kv_cache_bytes: int | None = None, held_bytes: int = 0, first: bool = False) -> dict:
     """`frames=None`: every row ends at its own frame (batch.stop) or limit (the engine's default for its text);
-    kv_cache_bytes: the continuous batch's keys and values in a paged pool of that size; held_bytes: what the process
-    held before its first render (the module docstring says what); first: the end-to-end renders (and script jobs)
-    before the decode-only ones, so that the first is the process's first render when this is its only
+    kv_cache_bytes: the engine's keys and values in a paged pool of that size (not in eager mode); held_bytes: what
+    the process held before its first render (the module docstring says what); first: the end-to-end renders (and
+    script jobs) before the decode-only ones, so that the first is the process's first render when this is its only
     configuration."""
     paged = dict(kv_cache_bytes=kv_cache_bytes) if kv_cache_bytes is not None else {}
     tts = batch.tts
@@ -86,13 +92,14 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     chunks = [[lines[i] for i in batch] for batch in batches]
     ordered = [line for chunk in chunks for line in chunk]
     tts.patch.mode = check_mode(mode, "bench.batch --modes")
+    engine = runs_lean(tts)  # the continuous batch; eager mode runs static batches
 
     def decode_only():
         with eos_suppressed(tts, held), torch.inference_mode():
             # warm-up at this batch size: allocator, kernels, and any CUDA graph for this shape
             warm = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=warm_frames)
             start = time.perf_counter()
-            batch.codes(chunks[0], warm, batch_size=size, continuous=continuous, **paged)
+            batch.codes(chunks[0], warm, batch_size=size, **paged)
             sync(device)
             warm_s = time.perf_counter() - start
             last_run = dict(getattr(tts.patch, "last_run", {}) or {})
@@ -101,18 +108,17 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
             graphs = graph_bytes(device)  # captured by the warm-up
             walls, codes = [], []
             for _ in range(repeats):
-                clock = StepClock()  # the frames' pace at each live-row count (continuous only: static steps all rows)
+                clock = StepClock()  # the frames' pace at each live-row count (the engine only: static steps all rows)
                 sync(device)
                 start = time.perf_counter()
-                codes = batch.codes(ordered, settings, batch_size=size, continuous=continuous, **paged,
-                                    on_step=clock if continuous else None)
+                codes = batch.codes(ordered, settings, batch_size=size, **paged, on_step=clock if engine else None)
                 sync(device)
                 walls.append(time.perf_counter() - start)
-            steps = tts.patch.last_run.get("frames_run") if continuous else None
-            widths = tts.patch.last_run.get("widths") if continuous else None  # frames the step ran at each width
-            # the continuous batch's pool (render's own size, or kv_cache_bytes) and the rows it preempted
+            steps = tts.patch.last_run.get("frames_run") if engine else None
+            widths = tts.patch.last_run.get("widths") if engine else None  # frames the step ran at each width
+            # the engine's pool (render's own size, or kv_cache_bytes) and the rows it preempted
             pages = {k: tts.patch.last_run.get(k) for k in ("pages", "page", "peak_pages", "preemptions")} \
-                if continuous else {}
+                if engine else {}
             peak = peak_bytes(device) + graphs
             sync(device)
             start = time.perf_counter()
@@ -130,17 +136,16 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
                 graphs = graph_bytes(device)  # what the graphs held as the render began (bench/workload.py)
                 sync(device)
                 start = time.perf_counter()
-                audio = batch.render(lines, settings, batch_size=size, continuous=continuous, **paged)
+                audio = batch.render(lines, settings, batch_size=size, **paged)
                 sync(device)
                 e2e_walls.append(time.perf_counter() - start)
                 e2e_peak = max(e2e_peak, peak_bytes(device) + graphs)
                 if script_job:  # what the front ends run
-                    jobs.append(run_script_job(batch, lines, settings, size, continuous))
+                    jobs.append(run_script_job(batch, lines, settings, size))
         return e2e_walls, audio, e2e_peak, jobs
 
     # asked before the renders, as a host asks: the workspaces the first render takes and keeps are declared until then
-    declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, size,
-                              continuous=continuous)
+    declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, size)
     ran = {part: part() for part in ((end_to_end, decode_only) if first else (decode_only, end_to_end))}
     warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s, paced = ran[decode_only]
     e2e_walls, audio, e2e_peak, jobs = ran[end_to_end]
@@ -149,11 +154,11 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     e2e_audio_s = sum(a.size for a in audio) / SAMPLE_RATE
     got = [int(c.shape[0]) for c in codes]
     audio_s = sum(got) / FRAMES_PER_SECOND
-    if steps is None:  # static: each batch runs to its longest row
+    if steps is None:  # eager's static batches: each runs to its longest row
         steps = sum(max(int(c.shape[0]) for c in codes[i:i + size]) for i in range(0, len(codes), size))
     weights = weight_bytes(tts)
     row = dict(
-        batching="paged" if paged else "continuous" if continuous else "static", **pages, batch_size=size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=seq_groups,
+        batching="paged" if paged else ran_batching(tts), **pages, batch_size=size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=seq_groups,
         ran_as=tts.patch.last_run.get("mode"),
         frames_per_line=[min(got), max(got)], audio_s=round(audio_s, 2), wall_s=round(wall, 3),
         x_real_time=round(audio_s / wall, 2), ms_per_step=round(1000 * wall / steps, 3),
@@ -186,7 +191,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     return row
 
 
-def run_script_job(batch: BatchTTS, lines: list[Line], settings: GenerationSettings, size: int, continuous: bool):
+def run_script_job(batch: BatchTTS, lines: list[Line], settings: GenerationSettings, size: int):
     """The same lines as a script job, as `cli.py render` runs one (Render Lines the same, but for the dialogue's
     file): a fresh folder held through its line store, resume checked, each line smoothed (postprocess.smooth) and
     written with the manifest, then the SRT, the dialogue joined and written. Returns the wall seconds from opening
@@ -205,8 +210,7 @@ def run_script_job(batch: BatchTTS, lines: list[Line], settings: GenerationSetti
             job = ScriptJob(parsed, lines, store, context)
             job.reuse()
             result = job.run(lambda todo: tts, settings, size, PAUSE_S,
-                             finish_line=functools.partial(smooth, sample_rate=SAMPLE_RATE), who="bench.batch",
-                             continuous=continuous)
+                             finish_line=functools.partial(smooth, sample_rate=SAMPLE_RATE), who="bench.batch")
             sf.write(str(store.dialogue_path), result.dialogue, SAMPLE_RATE, subtype="FLOAT")
         sync(tts.device)
         wall = time.perf_counter() - start
@@ -217,12 +221,13 @@ def run_script_job(batch: BatchTTS, lines: list[Line], settings: GenerationSetti
 
 
 def agreement(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int | None) -> dict:
-    """Each seeded line's codes in one continuous batch of `size` against the line alone: lines identical, the
-    share of each line's frames before its first difference (sampling diverges after it), and of codes equal."""
+    """Each seeded line's codes in one batch of `size` against the line alone, as the mode renders them (eager's
+    static batch draws all rows from one random stream): lines identical, the share of each line's frames before its
+    first difference (sampling diverges after it), and of codes equal."""
     settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames)
     with eos_suppressed(batch.tts, frames or HELD_FRAMES), torch.inference_mode():
-        together = batch.codes(lines, settings, batch_size=size, continuous=True)
-        alone = [batch.codes([line], settings, batch_size=1, continuous=True)[0] for line in lines]
+        together = batch.codes(lines, settings, batch_size=size)
+        alone = [batch.codes([line], settings, batch_size=1)[0] for line in lines]
     before, equal = [], 0
     for a, b in zip(together, alone, strict=True):
         n = min(len(a), len(b))
@@ -243,9 +248,10 @@ def main(argv=None) -> dict:
     add_line_args(p)
     p.add_argument("--batch-sizes", default="1,8,16,32", help="comma list; 1 = one line at a time")
     p.add_argument("--seq-groups", default="15,5", help="comma list of seq_groups")
-    p.add_argument("--batching", default="static",
-                   help="comma list: static (render's default), continuous (not in eager mode; its pool sized to the "
-                        "rows), paged (continuous with its keys and values in a pool of --kv-cache-gib)")
+    p.add_argument("--batching", default="continuous",
+                   help="comma list: continuous (the engine, its pool sized to the rows; eager mode runs static "
+                        "batches), paged (the engine with its keys and values in a pool of --kv-cache-gib; not in "
+                        "eager mode)")
     p.add_argument("--kv-cache-gib", type=float, default=4.0, help="the paged pool's size, for --batching paged")
     p.add_argument("--modes", default="auto", help=f"comma list of morph modes, of {', '.join(MODES)}")
     p.add_argument("--warm-frames", type=int, default=8)
@@ -256,10 +262,13 @@ def main(argv=None) -> dict:
                    help="the end-to-end renders before the decode-only ones: with one configuration, the first is "
                         "the process's first render, as a user's first render after loading the model")
     p.add_argument("--agreement", action="store_true",
-                   help="also: each line's codes in a continuous batch of the largest --batch-sizes against the line "
-                        "alone (first mode and seq_groups; not in eager mode)")
+                   help="also: each line's codes in one batch of the largest --batch-sizes against the line alone "
+                        "(first mode and seq_groups)")
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)
+    ways = args.batching.split(",")
+    if any(way not in BATCHING for way in ways):  # "static" is retired: eager mode is the static batches
+        p.error(f"--batching: a comma list of {', '.join(BATCHING)}, got {args.batching!r}")
 
     tts = load_bench_model(args)
     batch, lines, ends, frames = bench_lines(tts, args)
@@ -277,13 +286,12 @@ def main(argv=None) -> dict:
     for mode in args.modes.split(","):
         for k in (int(x) for x in args.seq_groups.split(",")):
             for size in (int(x) for x in args.batch_sizes.split(",")):
-                for way in args.batching.split(","):
+                for way in ways:
                     row = dict(mode=mode)
                     try:
                         kv = int(args.kv_cache_gib * 2**30) if way == "paged" else None
                         row.update(run_config(batch, lines, size, k, frames, args.warm_frames, args.repeats, mode,
-                                              way in ("continuous", "paged"), args.script_job, kv, held,
-                                              args.first))
+                                              args.script_job, kv, held, args.first))
                     except Exception as e:  # keep the other configurations' numbers
                         row.update(batching=way, batch_size=size, seq_groups=k, error=f"{type(e).__name__}: {e}")
                     results.append(row)

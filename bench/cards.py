@@ -4,13 +4,13 @@ the process held to what a card of each size leaves it.
 For each card size (GiB) a fresh process caps what torch may allocate at the card less the 1 GiB the README tells
 users to keep (`torch.cuda.set_per_process_memory_fraction`, checked there by asking for more than that), loads the
 model, and renders the 256-line script of bench.common.script_lines (1-15 s lines, each row ending at its own
-frame) through BatchTTS.render, the Python API's and the nodes' path, at each batch size, largest first, in static
-batches (render's default) or, with --continuous, the continuous batch. A render
-that ran out of memory and retried at half the batch (the scheduler's warning), or failed, is recorded as such:
+frame) through BatchTTS.render, the Python API's and the nodes' path, at each batch size, largest first, on the
+engine's continuous batch (what every mode but eager renders on; the cards run the GPU's default mode). A render
+that ran out of memory and retried at half the batch (render's warning), or failed, is recorded as such:
 the advised batch size of a card is the largest that rendered with no retry. The weights count against the cap, as
 they do on the card.
 
-    python -m bench.cards --model /tmp/model-0.6b --cards 8,12,16,24 --batch-sizes 64,32,16 --continuous --json out.json
+    python -m bench.cards --model /tmp/model-0.6b --cards 8,12,16,24 --batch-sizes 64,32,16 --json out.json
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ KEPT_GIB = 1  # what the README tells users to leave for CUDA and ComfyUI
 
 
 class _Retries(logging.Handler):
-    """The scheduler's out-of-memory retries, as they are logged."""
+    """A render's out-of-memory retries, as morph/render.py logs them."""
 
     def __init__(self):
         super().__init__(logging.WARNING)
@@ -79,8 +79,7 @@ def one_card(args, card_gib: float) -> dict:
             with eos_suppressed(tts, HELD_FRAMES):
                 sync(tts.device)
                 start = time.perf_counter()
-                audio = batch.render(lines, GenerationSettings(seq_groups=5, seed=0), batch_size=size,
-                                     continuous=args.continuous)
+                audio = batch.render(lines, GenerationSettings(seq_groups=5, seed=0), batch_size=size)
                 sync(tts.device)
             wall = time.perf_counter() - start
             seconds = sum(a.size for a in audio) / SAMPLE_RATE
@@ -104,7 +103,6 @@ def main(argv=None) -> dict:
     p.add_argument("--cards", default="8,12,16,24", help="comma list of card sizes, GiB")
     p.add_argument("--batch-sizes", default="64,32,16,8", type=lambda s: [int(x) for x in s.split(",")])
     p.add_argument("--lines", type=int, default=256)
-    p.add_argument("--continuous", action="store_true", help="the continuous batch, not static batches")
     p.add_argument("--one", type=float, help=argparse.SUPPRESS)  # one card, in this process (a child of main)
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)
@@ -113,7 +111,7 @@ def main(argv=None) -> dict:
         return {}
     report = dict(run_info(torch.device("cuda")), model=args.model or f"random weights, {args.size} dims",
                   kept_gib=KEPT_GIB, lines=args.lines, mode="auto", seq_groups=5,
-                  batching="continuous" if args.continuous else "static", cards=[])
+                  batching="continuous", cards=[])  # auto on a GPU: the engine (named as earlier reports name it)
     forwarded = list(argv if argv is not None else sys.argv[1:])
     for card in (float(c) for c in args.cards.split(",")):
         run = subprocess.run([sys.executable, "-m", "bench.cards", *forwarded, "--one", str(card)],

@@ -16,6 +16,7 @@ import torch
 
 from bench.random_model import build_random_model
 from morph.api import MorphTTS
+from morph.continuous import runs_lean
 from morph.lines.text_split import MAX_SEGMENT_CHARS
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -108,6 +109,12 @@ def model_dims(tts: MorphTTS) -> dict:
                 predictor_hidden=cp.hidden_size, predictor_layers=cp.num_hidden_layers,
                 code_groups=talker.num_code_groups,
                 parameters_m=round(sum(p.numel() for p in tts.tts.model.parameters()) / 1e6, 1))
+
+
+def ran_batching(tts: MorphTTS) -> str:
+    """How a render batches in the mode `tts` is set to, as a report's `batching` names it: on the engine's
+    continuous batch in every mode but eager, in static batches in eager (the exact reference)."""
+    return "continuous" if runs_lean(tts) else "static"
 
 
 def device_name(device: torch.device) -> str:

@@ -1,9 +1,9 @@
 """GPU-only exactness of the graph path (not part of CPU CI).
 
-On CUDA in fp32 the morph talker loop is run op by op (mode "lean") and from CUDA graphs
+On CUDA in fp32 one line is decoded on the engine op by op (mode "lean") and from CUDA graphs
 (mode "graphs", the same `frame_step` captured), greedy and seeded-sampled, at
 seq_groups 15 and 5: the codes must be identical. It also checks that the graph-safe
-draw equals torch.multinomial on CUDA, and reports how often the lean loop agrees with
+draw equals torch.multinomial on CUDA, and reports how often the lean layers agree with
 upstream's talker + eager predictor (mode "eager").
 
     python -m bench.gpu_exactness --model DIR [--frames 60] --json out/exact.json

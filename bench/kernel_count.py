@@ -16,7 +16,9 @@ class Stop(Exception):
 
 @contextlib.contextmanager
 def stop_after(tts: MorphTTS, frames: int, upstream: bool):
-    """End generation (with Stop) when frame `frames` + 1 is about to be decoded."""
+    """End generation (with Stop) when frame `frames` + 1 is about to be decoded. Yields, for a morph stack, the
+    on_step its decode takes (bench.stacks Runner.generate: a render's, called before every frame); for upstream
+    None, its code predictor's generate (once a frame) counting instead."""
     count = [0]
 
     def tick():
@@ -25,8 +27,7 @@ def stop_after(tts: MorphTTS, frames: int, upstream: bool):
             raise Stop
 
     if not upstream:
-        with tts.patch.call(on_step=tick):
-            yield
+        yield lambda done, total: tick()
         return
     cp = tts.tts.model.talker.code_predictor
 
@@ -36,7 +37,7 @@ def stop_after(tts: MorphTTS, frames: int, upstream: bool):
 
     cp.generate = generate
     try:
-        yield
+        yield None
     finally:
         vars(cp).pop("generate", None)
 

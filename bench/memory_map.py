@@ -3,9 +3,10 @@ render's peak, each grouped by where it was allocated (the innermost frame in th
 morph/memory.py declares. Its first form, a probe quoted in bench/results/h200-2026-11-26d/NOTES.md, named what
 bounds issue 35's memory target.
 
-bench.batch's lines and voices (`--lines`, `--lengths`, `--frames`, `--prompts`), one batch size, continuous or
-static: a warm render of 8 frames in inference mode, a first render of the lines (outside it, as the public API is
-called), then what is held; then every allocation of one more render (torch's memory history), replayed for its peak.
+bench.batch's lines and voices (`--lines`, `--lengths`, `--frames`, `--prompts`), one batch size, on the engine
+(the GPU's default mode): a warm render of 8 frames in inference mode, a first render of the lines (outside it, as the
+public API is called), then what is held; then every allocation of one more render (torch's memory history),
+replayed for its peak.
 Torch records that history under its native allocator only: run it with PYTORCH_CUDA_ALLOC_CONF unset (ComfyUI's
 `--disable-cuda-malloc`); the sizes are the allocations' own, whichever allocator runs them.
 
@@ -23,7 +24,7 @@ from pathlib import Path
 import torch
 
 from bench.batch import weight_bytes
-from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, run_info
+from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, ran_batching, run_info
 from bench.lines import add_line_args, bench_lines
 from bench.workload import eos_suppressed
 from morph.memory import working_memory
@@ -76,7 +77,6 @@ def main(argv=None) -> dict:
     add_model_args(p)
     add_line_args(p)
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--batching", default="continuous", choices=["continuous", "static"])
     p.add_argument("--depth", type=int, default=2, help="frames of a site: 1 names the allocating line alone")
     p.add_argument("--top", type=int, default=25, help="sites listed in each table")
     p.add_argument("--json", help="also write the report here")
@@ -89,7 +89,7 @@ def main(argv=None) -> dict:
     torch.cuda.memory._record_memory_history(enabled="state", stacks="python")  # each block's site, no trace yet
     tts = load_bench_model(args)
     batch, lines, _, frames = bench_lines(tts, args)
-    continuous, size = args.batching == "continuous", args.batch_size
+    size = args.batch_size
     settings = GenerationSettings(seq_groups=5, seed=0, max_new_tokens=frames)
     weights = weight_bytes(tts)
 
@@ -98,23 +98,22 @@ def main(argv=None) -> dict:
 
     with eos_suppressed(tts, frames or HELD_FRAMES):
         with torch.inference_mode():  # as bench.batch warms up
-            batch.codes(lines[:size], GenerationSettings(seq_groups=5, seed=0, max_new_tokens=8), batch_size=size,
-                        continuous=continuous)
-        batch.render(lines, settings, batch_size=size, continuous=continuous)
+            batch.codes(lines[:size], GenerationSettings(seq_groups=5, seed=0, max_new_tokens=8), batch_size=size)
+        batch.render(lines, settings, batch_size=size)
         torch.cuda.synchronize()
         between = torch.cuda.memory_allocated()
         kept = held(torch.cuda.memory._snapshot()["segments"], depth=args.depth)
         torch.cuda.memory._record_memory_history(None)  # a trace of this render's allocations alone
         torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
                                                  max_entries=4_000_000)
-        batch.render(lines, settings, batch_size=size, continuous=continuous)
+        batch.render(lines, settings, batch_size=size)
         torch.cuda.synchronize()
     trace = torch.cuda.memory._snapshot()["device_traces"][tts.device.index or 0]
     torch.cuda.memory._record_memory_history(None)
     top, at_top = peak(trace, depth=args.depth)
-    declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, size, continuous=continuous)
+    declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, size)
     report = dict(
-        run_info(tts.device), lines=args.lines, lengths=args.lengths, batch_size=size, batching=args.batching,
+        run_info(tts.device), lines=args.lines, lengths=args.lengths, batch_size=size, batching=ran_batching(tts),
         ran_as=tts.patch.last_run.get("mode"), weights_gib=round(weights / 2**30, 3),
         declared_gib=round(declared / 2**30, 3),
         held_between_renders_above_weights_gib=round((between - weights) / 2**30, 3),

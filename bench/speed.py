@@ -4,7 +4,9 @@ Every stack speaks the same text with the same voice for the same fixed number o
 random weights cannot stop early), measured two ways under the same conditions:
 - end to end: what a user waits for, through the public API (MorphTTS.clone; upstream's generate_voice_clone):
   text in, tokenize, prefill, decode, codec decode, audio out;
-- decode only: the model's generate on prepared inputs (prefill plus decode), no codec.
+- decode only: the line's codes, no codec: upstream's generate on prepared inputs (prefill plus decode), or a morph
+  stack's as a render decodes them (BatchTTS.codes: prompt, prefill and decode, on the engine in every mode but
+  eager, in eager upstream's generate with the morph loop).
 Both run as a caller of the public API runs them (each library's own grad mode), taken in turn, end to end first:
 E D E D E D for `--repeats` 3, so both see the same warm state and the same drift of the machine. The first end-to-
 end run is the stack's first call in this process (its graph capture and its codec's first shapes included, as a
@@ -92,7 +94,7 @@ def stack_codec(tts: MorphTTS, runner: Runner, spec: str, codes: torch.Tensor):
 
 
 def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: int, profile: bool) -> dict:
-    """One stack on one prompt: end to end (runner.speak) and decode only (model.generate on prepared inputs) in
+    """One stack on one prompt: end to end (runner.speak) and decode only (runner.generate) in
     turn, `repeats` times each, end to end first; then the stack's codec alone on the last decode-only codes."""
     device = tts.device
     upstream = spec.startswith("upstream")
@@ -106,7 +108,7 @@ def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: i
             if i == 0 and not upstream:  # the stack's first call: its capture (or compile) is in it
                 row["capture_or_compile_s"] = tts.patch.last_run.get("capture_s", 0.0)
                 row["end_to_end_ran_as"] = tts.patch.last_run.get("mode")
-            seconds, used, codes = _once(device, lambda: runner.generate(frames))
+            seconds, used, codes = _once(device, lambda: runner.generate(frames, upstream))
             decode.append(seconds)
             peak = max(peak, used)
         if not upstream:
@@ -115,8 +117,8 @@ def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: i
         codec = [_once(device, run_codec)[0] for _ in range(repeats)]
         if profile and device.type == "cuda":
             def run_frames(n):
-                with stop_after(tts, n, upstream), torch.inference_mode():
-                    runner.generate(frames)
+                with stop_after(tts, n, upstream) as on_step, torch.inference_mode():
+                    runner.generate(frames, upstream, on_step=on_step)
             a, b = (2, 6) if upstream else (4, 24)
             row.update(count_kernels(run_frames, a, b))
     got = int(codes.shape[0])
@@ -141,7 +143,7 @@ def greedy_agreement(tts: MorphTTS, runner: Runner, frames: int, specs: list[str
 
     def codes(spec):
         with stack(tts, spec), eos_suppressed(tts, frames), torch.inference_mode():
-            return runner.generate(frames, greedy=True).cpu()
+            return runner.generate(frames, spec.startswith("upstream"), greedy=True).cpu()
 
     ref = codes("upstream")
     for spec in specs:

@@ -11,12 +11,13 @@ import torch
 from bench.workload import REF_TEXT, TEXT
 from morph.decode.runner import check_mode
 from morph.api import MorphTTS
+from morph.render import BatchTTS, Line, OnStep
 from morph.settings import GenerationSettings, Sampling
 
 
 class Runner:
-    """Builds one prompt's inputs once and runs model.generate on it under any stack (decode only), or
-    speaks the whole line through the public API (end to end)."""
+    """Builds one prompt's inputs once and runs upstream's model.generate on it, or a morph stack's decode of the
+    line (decode only), or speaks the whole line through the public API (end to end)."""
 
     def __init__(self, tts: MorphTTS, voice):
         self.tts = tts
@@ -26,10 +27,18 @@ class Runner:
         self.ref_ids = [m._tokenize_texts([m._build_ref_text(REF_TEXT)])[0] if voice.icl else None]
         self.prompt = m._prompt_items_to_voice_clone_prompt([tts._prompt_item(voice)])
 
-    def generate(self, frames: int, greedy: bool = False, seed: int = 0):
+    def generate(self, frames: int, upstream: bool = False, greedy: bool = False, seed: int = 0,
+                 on_step: OnStep | None = None):
+        """The line's codes [frames, 16], no codec: upstream's generate on the prepared inputs (under
+        stack("upstream")), or a morph stack's as a render decodes it (BatchTTS.codes: the engine in every mode but
+        eager, whose static batch is upstream's generate with the morph loop; the patched model's generate alone would
+        run the loop's HF layers in every mode), at the stack's seq_groups; `on_step` as BatchTTS.codes takes it."""
         sampling = Sampling(do_sample=not greedy)
-        settings = GenerationSettings(seq_groups=15, do_sample=not greedy, subtalker=sampling,
-                                      max_new_tokens=frames)
+        settings = GenerationSettings(seq_groups=15 if upstream else self.tts.patch.seq_groups, do_sample=not greedy,
+                                      subtalker=sampling, max_new_tokens=frames, seed=seed)
+        if not upstream:
+            return BatchTTS(self.tts).codes([Line(TEXT, self.voice, "English")], settings, on_step=on_step,
+                                            who="bench")[0]
         kwargs = settings.upstream_kwargs(TEXT)
         torch.manual_seed(seed)
         codes, _ = self.tts.tts.model.generate(input_ids=self.ids, ref_ids=self.ref_ids, voice_clone_prompt=self.prompt,

@@ -6,7 +6,7 @@ top kernels by time; and the time any stream was busy. A stream busy for most of
 streams whose busy times add up to the union ran one after the other.
 
     python -m bench.stream_profile --model /tmp/model-0.6b --device cuda --dtype bf16 --lines 256 --lengths script \\
-        --batch-size 64 --json out/profile.json          # add --static for static batches
+        --batch-size 64 --json out/profile.json          # --mode eager for its static batches
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 import tempfile
 import time
 
-from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, run_info
+from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, ran_batching, run_info
 from bench.lines import add_line_args, bench_lines
 from bench.workload import eos_suppressed, sync
 from morph.decode.runner import MODES, check_mode
@@ -63,8 +63,9 @@ def main(argv=None) -> dict:
     add_model_args(p)
     add_line_args(p)
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--static", action="store_true", help="static batches (default: the continuous batch)")
-    p.add_argument("--mode", default="auto", help=f"the morph mode, of {', '.join(MODES)}")
+    p.add_argument("--mode", default="auto",
+                   help=f"the morph mode, of {', '.join(MODES)} (eager renders in static batches, the rest on the "
+                        "engine)")
     p.add_argument("--top", type=int, default=20)
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)
@@ -81,7 +82,7 @@ def main(argv=None) -> dict:
     def render():
         sync(device)
         start = time.perf_counter()
-        batch.render(lines, settings, batch_size=args.batch_size, continuous=not args.static)
+        batch.render(lines, settings, batch_size=args.batch_size)
         sync(device)
         walls.append(round(time.perf_counter() - start, 3))
 
@@ -97,7 +98,7 @@ def main(argv=None) -> dict:
         with open(trace) as f:
             table = stream_table(json.load(f)["traceEvents"], args.top)
     report = dict(run_info(device), lines=args.lines, lengths=args.lengths, batch_size=args.batch_size,
-                  batching="static" if args.static else "continuous", walls_s=walls[:2], profiled_wall_s=walls[2],
+                  batching=ran_batching(tts), walls_s=walls[:2], profiled_wall_s=walls[2],
                   **table)
     return emit(report, args.json)
 

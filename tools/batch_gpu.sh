@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Issue 23's batch figures on one GPU (bench/batch.py), static beside continuous in the same call, the batch peer
-# beside them, and after each static render the script job of the same lines (files, manifest, SRT, dialogue):
+# Issue 23's batch figures on one GPU (bench/batch.py), on the continuous batch (what every mode but eager renders
+# on), the batch peer beside them, and after each render the script job of the same lines (files, manifest, SRT,
+# dialogue):
 #   bash tools/gpu_check.sh                           # here: fill .whl/gpu (the same wheels)
 #   bash tools/fetch_device_wheels.sh .whl/peers peers  # here, for the peer (faster-qwen3-tts-batch)
 #   bash tools/batch_gpu.sh OUTDIR [RUN...]           # on the GPU machine (carry .whl): random 0.6B and 1.7B dims,
 #                                                     # bf16, default mode, k=5, two repeats each, ComfyUI's allocator;
 #                                                     # OUTDIR.tgz holds every run's JSON and log
 # RUN names which of the runs below to make (default: issue 23's; `issue35` names the continuous batch's targets:
-# the skewed script, a lone row, a single 20 s line, the script at 64 and the card caps, each beside static, and a
-# warm clone of one frame; several calls: name a few runs in each; `script64`: the script at 64 alone, both ways, no
-# script job; `memory-map`: where the continuous batch's memory goes at 64).
+# the skewed script, a lone row, a single 20 s line, the script at 64 and the card caps, and a warm clone of one
+# frame; several calls: name a few runs in each; `script64`: the script at 64 alone, no script job; `memory-map`:
+# where the continuous batch's memory goes at 64).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bash tools/batch_gpu.sh OUTDIR [RUN...]}
@@ -30,7 +31,7 @@ run() { name=$1; size=$2; shift 2; [[ $wanted == *" $name "* ]] || return 0
   python3 -m bench.batch --model "$(model "$size")" --device cuda --dtype bf16 --seq-groups 5 --repeats 2 \
     --json "$out/$name.json" "$@" > /dev/null 2> "$out/$name.log"
   echo "exit $? after $(( $(date +%s) - began )) s"; grep -h '^{' "$out/$name.log" | cut -c1-400; }
-run uniform32 0.6b --batching continuous,static --lines 32 --batch-sizes 32
+run uniform32 0.6b --lines 32 --batch-sizes 32
 if [[ $wanted == *" peer32 "* ]]; then
   # faster-qwen3-tts-batch on the same checkpoint and 32 lines, in a folder of its own (qwen-tts-hf installs the
   # import name qwen_tts); under the native allocator: it crashed under cudaMallocAsync
@@ -41,18 +42,18 @@ if [[ $wanted == *" peer32 "* ]]; then
     --lines 32 --frames 62 --batch-size 32 --json "$out/peer32.json" > "$out/peer32.log" 2>&1
   echo "exit $?"; grep -h '^{' "$out/peer32.log" | cut -c1-400
 fi
-run uniform128 0.6b --batching continuous,static --lines 128 --batch-sizes 128
-run script256 0.6b --batching continuous,static --lines 256 --lengths script --batch-sizes 16,64
-run script64 0.6b --batching continuous,static --lines 256 --lengths script --batch-sizes 64 --no-script-job
-run icl32-1.7b 1.7b --lines 32 --batch-sizes 32 --prompts icl --batching continuous,static
+run uniform128 0.6b --lines 128 --batch-sizes 128
+run script256 0.6b --lines 256 --lengths script --batch-sizes 16,64
+run script64 0.6b --lines 256 --lengths script --batch-sizes 64 --no-script-job
+run icl32-1.7b 1.7b --lines 32 --batch-sizes 32 --prompts icl
 # what morph/memory.py declares against the peak at the 1.7B dims (tests/gpu/test_memory.py runs the 0.6B ones)
-run memory-1.7b 1.7b --lines 64 --batch-sizes 1,8,32,64 --batching static --no-script-job
+run memory-1.7b 1.7b --lines 64 --batch-sizes 1,8,32,64 --no-script-job
 # issue 35: a minute-long line in every 64 among 1-5 s ones; the minute-long line among 63 short ones, and alone; one
 # 20 s line (250 frames) end to end
-run skewed256 0.6b --batching continuous,static --lines 256 --lengths skewed --batch-sizes 64
-run lone64 0.6b --batching continuous,static --lines 64 --lengths skewed --batch-sizes 64 --no-script-job
-run lone1 0.6b --batching continuous,static --lines 1 --lengths skewed --batch-sizes 1 --no-script-job
-run line20s 0.6b --batching continuous,static --lines 1 --frames 250 --batch-sizes 1 --no-script-job
+run skewed256 0.6b --lines 256 --lengths skewed --batch-sizes 64
+run lone64 0.6b --lines 64 --lengths skewed --batch-sizes 64 --no-script-job
+run lone1 0.6b --lines 1 --lengths skewed --batch-sizes 1 --no-script-job
+run line20s 0.6b --lines 1 --frames 250 --batch-sizes 1 --no-script-job
 # issue 35: a warm clone of one frame, the floor of first audio (bench.stream --frames 1: streamed and whole, 16 lines
 # each, the first call apart, then the host time of the engine's parts), at both sizes
 if [[ $wanted == *" clone1 "* ]]; then
@@ -65,11 +66,8 @@ if [[ $wanted == *" clone1 "* ]]; then
 fi
 cards() { size=$1; [[ $wanted == *" cards-$size "* ]] || return 0
   echo "=== cards-$size"; began=$(date +%s)
-  for way in "" --continuous; do  # static batches (the default), then the continuous batch
-    python3 -m bench.cards --model "$(model "$size")" --device cuda --dtype bf16 --cards 8,12,16,24 \
-      --batch-sizes 64,32,16,8 $way --json "$out/cards-$size${way:+-continuous}.json" > /dev/null \
-      2> "$out/cards-$size${way:+-continuous}.log"
-  done
+  python3 -m bench.cards --model "$(model "$size")" --device cuda --dtype bf16 --cards 8,12,16,24 \
+    --batch-sizes 64,32,16,8 --json "$out/cards-$size.json" > /dev/null 2> "$out/cards-$size.log"
   echo "exit $? after $(( $(date +%s) - began )) s"; }
 cards 0.6b
 cards 1.7b

@@ -70,8 +70,6 @@ def main() -> int:
     ap.add_argument("--lines", type=int, default=256, help="lines of each Render Lines job")
     ap.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[16, 64],
                     help="a Render Lines job at each of these batch_size values (default 16,64: the node's default and max)")
-    ap.add_argument("--batching", choices=("static", "continuous"), default=None,
-                    help="Render Lines' batching for those jobs (default: the workflow's own)")
     ap.add_argument("--runs", type=int, default=20, help="generations in a row")
     ap.add_argument("--run-frames", type=int, default=200, help="max_new_tokens of each of those generations")
     ap.add_argument("--max-new-tokens", type=int, default=None,

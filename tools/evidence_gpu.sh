@@ -8,7 +8,7 @@
 #
 # Random 0.6B bf16 weights, ComfyUI's allocator (cudaMallocAsync), mode auto = fused unless named; in this order,
 # each step bounded by what is left of DEADLINE_S (default 530 s from the start):
-#   batch32    bench/batch.py: 32 lines of 62 frames (about 5 s), x-vector and ICL alternating, static batch 32, k=5,
+#   batch32    bench/batch.py: 32 lines of 62 frames (about 5 s), x-vector and ICL alternating, batch 32, k=5,
 #              3 repeats: decode only (BatchTTS.codes), then in turn the render (BatchTTS.render, its first run the
 #              first in the process) and the script job (ScriptJob.run into a folder: smoothing, files, manifest,
 #              SRT, dialogue); about 40 s. First, so that Triton's compile (about 10 s on a fresh machine) falls in
@@ -47,8 +47,7 @@ status_dir=$out
 # a folder of its own per call: a warm machine keeps the last call's /tmp, and the builder refuses a full folder
 model=$(mktemp -d)/model-0.6b
 step build 150 60 python3 -m bench.random_model --size 0.6b --dtype bfloat16 --out "$model"
-batch=(python3 -m bench.batch --model "$model" --device cuda --dtype bf16 --modes auto --seq-groups 5
-       --batching static --repeats 3)
+batch=(python3 -m bench.batch --model "$model" --device cuda --dtype bf16 --modes auto --seq-groups 5 --repeats 3)
 step batch32 90 30 "${batch[@]}" --lines 32 --frames 62 --batch-sizes 32 --json "$out/batch32.json"
 step speed 480 60 python3 -m bench.speed --model "$model" --device cuda --dtype bf16 --prompts xvector --repeats 3 \
   --stacks "${STACKS:-upstream,auto:15,auto:5,graphs:15,graphs:5}" --agreement "" --json "$out/speed.json"

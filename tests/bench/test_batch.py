@@ -19,6 +19,7 @@ def test_end_to_end_encloses_decode_only_and_audio_out(batch_report):
     assert "error" not in row, row
     assert (row["mode"], row["batch_size"], row["seq_groups"]) == ("auto", 2, 5)
     assert row["ran_as"] == row["end_to_end_ran_as"] == "eager"  # auto is eager on a CPU
+    assert row["batching"] == "static"  # what eager runs, whatever --batching says
     assert row["frames_per_line"] == [LINE_FRAMES, LINE_FRAMES]
     assert row["end_to_end_audio_s"] == pytest.approx(row["audio_s"], abs=0.01) and row["audio_s"] > 0
     for key in ("wall_s", "x_real_time", "peak_memory_gib", "end_to_end_wall_s", "end_to_end_x_real_time",
@@ -125,6 +126,14 @@ def test_a_skewed_script_holds_a_minute_long_line_in_every_64_among_short_ones()
     settings = GenerationSettings()
     assert all(len(t) <= MAX_SEGMENT_CHARS and settings.frame_limit(t) >= f for t, f in lines), \
         "one segment each, ending at its own frame before its limit"
+
+
+def test_static_batching_is_retired():
+    """Static batches run only in eager mode now (--modes eager): --batching takes the engine's two ways."""
+    from bench import batch
+
+    with pytest.raises(SystemExit):
+        batch.main(["--size", "tiny", "--device", "cpu", "--batching", "continuous,static"])
 
 
 def test_paged_batching_reports_its_pool_and_the_continuous_codes(tiny_dir, tmp_path):

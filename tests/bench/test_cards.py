@@ -1,26 +1,30 @@
-"""bench/cards.py on the CPU: what it counts as an out-of-memory retry is what the scheduler logs when it retries
-(the capped renders themselves need a GPU: tests/gpu/test_cards.py)."""
+"""bench/cards.py on the CPU: what it counts as an out-of-memory retry is what a render logs when the engine (what
+the cards run on a GPU) retried (the capped renders themselves need a GPU: tests/gpu/test_cards.py)."""
 
 import logging
 
 import numpy as np
 import torch
 
+import morph.engine.engine
 from bench.cards import _Retries
+from morph.continuous import RowRunner
 from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings
 
 
 def test_a_retry_at_half_the_batch_is_seen(tiny_tts, monkeypatch):
-    static, failed = BatchTTS._static, []
+    failed = []
 
-    def once_out_of_memory(self, rows, settings, width, *args):
-        if width > 1 and not failed:
-            failed.append(width)
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory (a test's)")
-        return static(self, rows, settings, width, *args)
+    class OutOfMemoryOnce(RowRunner):  # the first batch wider than one row runs out of memory
+        def run(self, *args, **kwargs):
+            if self.width > 1 and not failed:
+                failed.append(self.width)
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory (a test's)")
+            return super().run(*args, **kwargs)
 
-    monkeypatch.setattr(BatchTTS, "_static", once_out_of_memory)
+    monkeypatch.setattr(morph.engine.engine, "RowRunner", OutOfMemoryOnce)
+    monkeypatch.setattr(tiny_tts.patch, "mode", "lean")  # the engine, as every mode but eager renders
     retries = _Retries()
     logging.getLogger("morph.render").addHandler(retries)
     try:
@@ -29,4 +33,4 @@ def test_a_retry_at_half_the_batch_is_seen(tiny_tts, monkeypatch):
         BatchTTS(tiny_tts).render(lines, GenerationSettings(max_new_tokens=4), batch_size=4)
     finally:
         logging.getLogger("morph.render").removeHandler(retries)
-    assert failed == [4] and retries.seen and "retrying in batches of 2" in retries.seen[0]
+    assert failed == [4] and retries.seen and "finished with batches of at most 2 rows" in retries.seen[0]

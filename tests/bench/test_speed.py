@@ -79,9 +79,11 @@ def test_end_to_end_and_decode_only_are_taken_in_turn(tiny_dir, tmp_path, monkey
 
 
 def test_rows_record_the_mode_actually_run(speed_report):
-    upstream, auto = speed_report["results"][:2]
+    """Both columns of a fast mode run the engine: the patched model's generate alone runs the HF layers."""
+    upstream, auto, lean = speed_report["results"][:3]
     assert "ran_as" not in upstream
     assert auto["ran_as"] == auto["end_to_end_ran_as"] == "eager"  # auto is eager on a CPU
+    assert lean["ran_as"] == lean["end_to_end_ran_as"] == "lean"
 
 
 def test_an_unknown_mode_is_an_error_row_naming_the_modes(speed_report):

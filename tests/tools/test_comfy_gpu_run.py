@@ -165,7 +165,7 @@ def test_the_run_goes_on_past_a_rejected_prompt(capsys):
     posted = []
     comfy.post = lambda path, body, timeout=30: posted.append(body) or OVER_MAX
     args = SimpleNamespace(prompt_timeout=60, deadline_at=time.time() + 60, max_new_tokens=None, lines=128,
-                           batch_sizes=[16, 128], batching="continuous")
+                           batch_sizes=[16, 128])
     prompt = {"5": {"class_type": "Qwen3TTSMorphRenderLines", "inputs": {}},
               "6": {"class_type": "Qwen3TTSMorphVoiceBank", "inputs": {"name": "A"}}}
     wt = SimpleNamespace(ui_to_api=lambda wf, info: prompt)
@@ -174,7 +174,7 @@ def test_the_run_goes_on_past_a_rejected_prompt(capsys):
     runs.run_workflows(comfy, ui, {}, wt, args, result, save=lambda: None)
     posted.clear()
     result["render_lines"] = runs.render_lines(comfy, ui, {}, wt, args)
-    assert [body["prompt"]["5"]["inputs"]["batching"] for body in posted] == ["continuous"] * 2  # --batching
+    assert len(posted) == 2 and all("batching" not in body["prompt"]["5"]["inputs"] for body in posted)  # retired
     info = {"Qwen3TTSMorphRenderLines": {"input": {"required": {"batch_size": ["INT", {"default": 16, "max": 64}]}}}}
     result["over_max"] = runs.over_max(comfy, ui, info, wt, args)
     for r in (result["workflows"]["dialogue"], *result["render_lines"], result["over_max"]):

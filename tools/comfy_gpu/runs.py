@@ -72,9 +72,9 @@ def workflow_with(ui: dict, info: dict, wt, node_type: str) -> dict | None:
                 None)
 
 
-def lines_prompt(ui: dict, info: dict, wt, lines: int, batch_size: int, batching: str | None = None) -> dict | None:
-    """The dialogue workflow's graph with a Render Lines script of `lines` lines in batches of `batch_size`, batched
-    the workflow's way or `batching`'s."""
+def lines_prompt(ui: dict, info: dict, wt, lines: int, batch_size: int) -> dict | None:
+    """The dialogue workflow's graph with a Render Lines script of `lines` lines in batches of `batch_size` (its
+    retired `batching` left as the workflow has it: the speed mode decides how a render batches)."""
     base = workflow_with(ui, info, wt, "Qwen3TTSMorphRenderLines")
     if base is None:
         return None
@@ -83,8 +83,6 @@ def lines_prompt(ui: dict, info: dict, wt, lines: int, batch_size: int, batching
     for _, node in find(prompt, "Qwen3TTSMorphRenderLines"):
         node["inputs"].update(script=script_of(names, lines), batch_size=batch_size,
                               filename_prefix=f"comfy_gpu_run/lines_b{batch_size}", seed=7, resume=False)
-        if batching is not None:
-            node["inputs"]["batching"] = batching
     return prompt
 
 
@@ -92,14 +90,13 @@ def render_lines(server: Server, ui: dict, info: dict, wt, args) -> list[dict]:
     """A Render Lines job of --lines lines at each of --batch-sizes, from the dialogue workflow's graph."""
     jobs = []
     for size in args.batch_sizes:
-        prompt = lines_prompt(ui, info, wt, args.lines, size, args.batching)
+        prompt = lines_prompt(ui, info, wt, args.lines, size)
         if prompt is None or budget(args) < 30:
             jobs.append({"status": "skipped", "lines": args.lines, "batch_size": size,
                          "reason": "deadline" if prompt else "no Render Lines workflow"})
             continue
         result = server.queue(capped(prompt, args.max_new_tokens), budget(args))
-        result.update(lines=args.lines, batch_size=size, batching=args.batching or "the workflow's",
-                      outputs=outputs_of(server, result.get("prompt_id")))
+        result.update(lines=args.lines, batch_size=size, outputs=outputs_of(server, result.get("prompt_id")))
         print(f"render lines x{args.lines} batch {size}: {result['status']} in {result['wall_s']} s", flush=True)
         jobs.append(result)
     return jobs
