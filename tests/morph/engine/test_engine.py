@@ -292,7 +292,7 @@ def test_a_servers_batch_with_a_cache_budget_runs_in_the_pages_that_budget_holds
     assert script.builds == [(0.9, 2, 64, 8, False)]
 
 
-def test_a_row_needing_exactly_what_the_batch_holds_joins_it_without_a_rebuild(script):
+def test_a_row_needing_exactly_what_the_batch_holds_joins_it_without_a_rebuild(script, caplog):
     engine = Engine(TTS, 2, "Test")
     sink = Sink()
     engine.submit(sink.request("a", frames=2, prompt=10))
@@ -303,7 +303,8 @@ def test_a_row_needing_exactly_what_the_batch_holds_joins_it_without_a_rebuild(s
     engine.release()  # the batch goes: the next run builds one
     engine.submit(sink.request("c", frames=2, prompt=10))
     engine.run_until_idle()
-    assert len(script.builds) == 2 and sink.rows == ["a", "b", "c"]
+    assert len(script.builds) == 2 and sink.rows == ["a", "b", "c"] and sink.ends == [None] * 3
+    assert caplog.records == []  # a batch released is built again, not failed over
 
 
 def test_a_request_whose_keys_do_not_match_its_rows_is_refused():
@@ -519,10 +520,24 @@ def test_abort_ends_waiting_and_running_requests_with_its_error_or_with_held_fal
         running, waiting = Sink(), Sink()
         r = engine.submit(running.request("a", frames=3))
         w = engine.submit(waiting.request("b", frames=1))
-        engine.run_until_idle(lambda live: engine.abort(stop, held) if len(script.frames) == 0 else None)
+        abort = (lambda: engine.abort(stop)) if held else (lambda: engine.abort(stop, held=False))  # held: the default
+        engine.run_until_idle(lambda live: abort() if len(script.frames) == 0 else None)
         assert waiting.ends == [stop] and w.status == "failed" and waiting.rows == []
         if held:  # a's row leaves the batch at the next frame, and hands nothing
             assert running.ends == [stop] and r.status == "failed" and running.rows == []
             assert script.frames == [["a"], ["a"]]
         else:
             assert running.ends == [None] and r.status == "done" and script.frames == [["a"]] * 3
+
+
+def test_an_overcommitted_pool_is_sized_from_each_rows_prompt_and_frame_limit_to_the_slot(script):
+    """Prompts at a page's edge (32 slots): a slot more or less for each row's prompt would change the pool's size."""
+    engine = Engine(TTS, 2, "Test", overcommit=True)
+    sink = Sink()
+    engine.submit(sink.request("ab", frames=4, prompt=28))
+    engine.run_until_idle()
+    engine.submit(sink.request("cd", frames=4, prompt=62))
+    engine.run_until_idle()
+    assert [pages for _, _, _, pages, _ in script.builds] == [requeue_pool_pages([(28, 4)] * 2, 2),
+                                                              requeue_pool_pages([(62, 4)] * 2, 2)]
+    assert sink.rows == ["a", "b", "c", "d"]
