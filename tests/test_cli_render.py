@@ -313,7 +313,7 @@ def test_help_states_each_default_once_and_the_render_help_shows_its_examples(ca
         assert "default: 5 s plus 0.35 s per character" in text and "(default: 0.9)" in text
     assert "python cli.py render scene1.txt --voice Alice=alice.wav" in text
     assert "--voice Bob=bob.safetensors" in text
-    assert "a sampled line's take also depends on the lines batched with it" in text
+    assert "--batching" not in text  # retired: still taken, no longer offered
 
 
 @pytest.mark.parametrize("argv, answer", [
