@@ -44,7 +44,7 @@ def scripted(script: Script):
                 if row in self.live:
                     self.live[row] = 0
 
-        def run(self, take, on_frames, put_back, ahead):
+        def steps(self, take, on_frames, put_back, ahead):
             while True:
                 for row, _ in take(self.width - len(self.live)):
                     self.live[row] = self.stop(row)
@@ -67,6 +67,7 @@ def scripted(script: Script):
                     if self.live[row] <= 0:
                         del self.live[row]
                         self.on_row(row, f"audio of {row.text}")
+                yield
 
     return Runner
 
