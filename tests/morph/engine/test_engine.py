@@ -24,11 +24,11 @@ OOM = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 Gi
 
 
 class Script:
-    """What the scripted runners did: each build's (width, need, pages, overcommit), every frame's live rows, and a
-    fault to raise at a frame (`fail`: frame number -> exception)."""
+    """What the scripted runners did: each build's (width, need, pages, overcommit), every frame's live rows, how each
+    run of a runner ended (`ends`), and a fault to raise at a frame (`fail`: frame number -> exception)."""
 
     def __init__(self):
-        self.builds, self.frames, self.fail, self.preempt = [], [], {}, {}
+        self.builds, self.frames, self.ends, self.fail, self.preempt = [], [], [], {}, {}
 
 
 def scripted(script: Script):
@@ -45,6 +45,14 @@ def scripted(script: Script):
                     self.live[row] = 0
 
         def steps(self, take, on_frames, put_back, ahead):
+            try:
+                yield from self._frames(take, on_frames, put_back)
+            except BaseException as e:
+                script.ends.append(type(e).__name__)
+                raise
+            script.ends.append("idle")
+
+        def _frames(self, take, on_frames, put_back):
             while True:
                 for row, _ in take(self.width - len(self.live)):
                     self.live[row] = self.stop(row)
@@ -220,3 +228,23 @@ def test_a_sink_that_fails_ends_its_request_with_that_error(script):
     engine.submit(good.request("c", frames=1))
     engine.run_until_idle()
     assert isinstance(bad.ends[0], ZeroDivisionError) and good.ends == [None]
+
+
+def test_steps_yields_after_every_frame_and_a_close_drops_the_batch(script):
+    """The loop a frame at a time (MorphTTS.stream's reader drives it): it yields after each frame and runs none
+    while its driver holds it; closed between two frames, the runner is closed there and dropped, and the next run
+    builds a batch again."""
+    engine = Engine(TTS, 2, "Test")
+    sink = Sink()
+    engine.submit(sink.request("ab", frames=3))
+    steps = engine.steps()
+    next(steps)
+    assert script.frames == [["a", "b"]] and sink.rows == []
+    next(steps)
+    assert len(script.frames) == 2
+    steps.close()
+    assert len(script.frames) == 2 and script.ends == ["GeneratorExit"] and sink.ends == []
+    engine.submit(sink.request("c", frames=1))
+    engine.run_until_idle()
+    assert script.frames[2:] == [["c"]] and len(script.builds) == 2 and script.ends[1:] == ["idle"]
+    assert sink.rows == ["c"] and sink.ends == [None]
