@@ -181,9 +181,10 @@ class MorphTTS:
         learns a row's end 4 frames late, once 8 are), the next ones every 4 frames up to frame 16 and every 16 after;
         its take is the continuous batch's (each row's own random stream), as clone's is. In eager mode (the exact
         reference) the whole line is one chunk at its end. The line is checked here; the render runs on the reader's
-        thread, no thread of its own: each next() runs the engine's frames until a chunk is ready, an error in the
-        render is raised there, and closing the iterator (or dropping it) stops the render before its next frame, its
-        state freed by the time close() returns."""
+        thread, no thread of its own: each next() runs the engine's frames until a chunk is ready (none runs while the
+        reader holds one, so a reader that plays each chunk before asking for the next should queue it to a player),
+        an error in the render is raised there, and closing the iterator (or dropping it) stops the render before its
+        next frame, its state freed by the time close() returns."""
         line, settings = _cloned(text, voice, language, who), (settings or GenerationSettings()).validate(who)
         rows = make_rows(self, [line], settings, who, split_long_text=True)
         return self._stream(line, rows, settings, who)
