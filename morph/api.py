@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
-import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -25,10 +23,14 @@ import numpy as np
 import torch
 
 from .codec.layers import LeanCodec
+from .continuous import runs_lean
 from .decode.patch import MorphPatch
+from .line_audio import LineAudio
+from .lines.line import Row
 from .lines.reference_audio import prepare_reference
 from .lines.words import FOR_PYTHON, Words
 from .lines.voice import Voice
+from .prompts import make_rows
 from .qwen.checkpoints import DEFAULT_MODEL, locate_checkpoint
 from .qwen.loading import load_qwen_tts, place, resolve_load
 from .render import BatchTTS, Line, OnStep
@@ -174,48 +176,40 @@ class MorphTTS:
     def stream(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,
                who: str = "Stream") -> Iterator[np.ndarray]:
         """clone's line, its float32 24 kHz audio handed out as it is made: the chunks joined are the line's audio.
-        In every mode but eager the line runs in the continuous batch (BatchTTS.render(on_chunk=...)):
-        its first chunk holds its first 4 frames and comes once they are made (on a GPU, which learns a row's end 4
-        frames late, once 8 are), the next ones every 4 frames up to frame 16 and every 16 after; its take is the
-        continuous batch's (each row's own random stream), as clone's is. In eager mode (the exact reference) the whole
-        line is one chunk at its end. The line is checked here; the render runs on a thread of its own while the
-        chunks are read, and closing the iterator (or dropping it) stops it before its next frame, its state freed by
-        the time close() returns."""
-        line, settings = _cloned(text, voice, language, who), settings or GenerationSettings()
-        BatchTTS(self).check([line], settings, who)
-        return self._stream(line, settings, who)
+        In every mode but eager the line runs in the continuous batch (as BatchTTS.render(on_chunk=...) runs
+        it): its first chunk holds its first 4 frames and comes once they are made (on a GPU, which
+        learns a row's end 4 frames late, once 8 are), the next ones every 4 frames up to frame 16 and every 16 after;
+        its take is the continuous batch's (each row's own random stream), as clone's is. In eager mode (the exact
+        reference) the whole line is one chunk at its end. The line is checked here; the render runs on the reader's
+        thread, no thread of its own: each next() runs the engine's frames until a chunk is ready (none runs while the
+        reader holds one, so a reader that plays each chunk before asking for the next should queue it to a player),
+        an error in the render is raised there, and closing the iterator (or dropping it) stops the render before its
+        next frame, its state freed by the time close() returns."""
+        line, settings = _cloned(text, voice, language, who), (settings or GenerationSettings()).validate(who)
+        rows = make_rows(self, [line], settings, who, split_long_text=True)
+        return self._stream(line, rows, settings, who)
 
-    def _stream(self, line: Line, settings: GenerationSettings, who: str) -> Iterator[np.ndarray]:
-        chunks: queue.SimpleQueue = queue.SimpleQueue()  # audio, then None at the end or the render's exception
-        closed = threading.Event()
-
-        def on_step(done: int, total: int) -> None:
-            if closed.is_set():
-                raise _Closed
-
-        def render() -> None:
-            end = None
-            try:
-                # a thread starts on the first GPU: where the model is, its events and streams must be
-                with torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext():
-                    BatchTTS(self).render([line], settings, batch_size=None, on_step=on_step, who=who,
-                                          on_chunk=lambda i, wav: chunks.put(wav))
-            except _Closed:
-                pass
-            except BaseException as e:  # raised where the chunks are read
-                end = e
-            chunks.put(end)
-
-        worker = threading.Thread(target=render, name="morph-stream", daemon=True)
-        worker.start()
+    def _stream(self, line: Line, rows: list[Row], settings: GenerationSettings, who: str) -> Iterator[np.ndarray]:
+        batch = BatchTTS(self)
+        if not runs_lean(self):  # eager: upstream's static batch, the whole line at its end
+            yield batch.render([line], settings, batch_size=None, who=who)[0]
+            return
+        ready: list[np.ndarray] = []  # the line's chunks the last frame handed out, in order
+        audio = LineAudio(rows, 1, None, lambda i, wav: ready.append(wav), streamed=True)
+        frames = batch._engine_frames(rows, settings, len(rows), None, who, audio.deliver, audio.chunks.chunk,
+                                      audio.restart)
+        failure = None
         try:
-            while (item := chunks.get()) is not None:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:  # done, failed, or closed by the reader: the render stops at its next frame
-            closed.set()
-            worker.join()
+            for _ in frames:
+                yield from ready
+                ready.clear()
+        except Exception as e:  # raised to the reader after the chunks made before it
+            failure = e
+        finally:  # closed by the reader (GeneratorExit at a yield): the render stops before its next frame
+            frames.close()
+        yield from ready  # the last rows' audio, decoded once the frames are done
+        if failure is not None:
+            raise failure
 
     def _prompt_item(self, voice: Voice):
         from qwen_tts import VoiceClonePromptItem
@@ -233,7 +227,3 @@ def _cloned(text: str, voice: Voice, language: str, who: str) -> Line:
     if voice is None:  # a Line without a voice is a VoiceDesign line
         raise ValueError(f"{who}: no voice given; make one with make_voice or load_voice")
     return Line(text, voice, language)
-
-
-class _Closed(Exception):
-    """A stream's reader has closed it: its render stops."""

@@ -11,7 +11,7 @@ take does not depend on its neighbours.
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import torch
@@ -49,17 +49,18 @@ class RowRunner:
                  on_chunk: Callable[[Row, np.ndarray], None] | None = None, pages: int | None = None,
                  overcommit: bool = False):
         """pages: the talker's keys and values in a paged pool of that many pages (ContinuousBatch), else dense;
-        overcommit: the pool may preempt rows, which go back to run's put_back to start again."""
+        overcommit: the pool may preempt rows, which go back to steps' put_back to start again."""
         self.tts, self.settings, self.width, self.need, self.stop = tts, settings, width, need, stop
         self.on_row, self.audio, self.on_chunk, self.pages, self.overcommit = on_row, audio, on_chunk, pages, overcommit
         self.batch = None  # built for the first group: its options come with that group's prompt
         self._ended = self._hand = self._live = None
 
-    def run(self, take: Callable[[int], list[tuple[Row, int]]], on_frames: Callable[[int], None] | None = None,
-            put_back: Callable[[tuple[Row, int]], None] | None = None, ahead: bool = False) -> None:
-        """Until every row has ended and take(n) (up to n waiting rows with their stream keys, [] when none waits)
-        has none; put_back((row, stream key)): a preempted row, for take to give again (overcommit); ahead: take's
-        rows are a render's, known ahead, so each group's prompt is built while the one before joins (GroupAhead)."""
+    def steps(self, take: Callable[[int], list[tuple[Row, int]]], on_frames: Callable[[int], None] | None = None,
+              put_back: Callable[[tuple[Row, int]], None] | None = None, ahead: bool = False) -> Iterator[None]:
+        """Run the batch, yielding after every frame, until every row has ended and take(n) (up to n waiting rows with
+        their stream keys, [] when none waits) has none; put_back((row, stream key)): a preempted row, for take to
+        give again (overcommit); ahead: take's rows are a render's, known ahead, so each group's prompt is built while
+        the one before joins (GroupAhead). Closed between two frames, the rows that had ended are still handed over."""
         queued = []
         if self.batch is None:
             chunk = take(self.width)
@@ -91,12 +92,12 @@ class RowRunner:
                 on_frames(n)
 
         try:
-            self.batch.run(next_group, self._ended if self.audio else self.on_row, frame if self.audio else on_frames,
-                           preempted)
+            yield from self.batch.steps(next_group, self._ended if self.audio else self.on_row,
+                                        frame if self.audio else on_frames, preempted)
         finally:
             if source is not None:
                 source.close()
-            if self.audio:  # rows that ended before a failure or a cancel are still decoded and handed over
+            if self.audio:  # rows that ended before a failure, a cancel or a close are still decoded and handed over
                 self._hand(flush=True)
 
     def cancel(self, rows) -> None:

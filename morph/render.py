@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Callable, Sequence
+from typing import Callable, Generator, Sequence
 
 import numpy as np
 import torch
@@ -179,13 +179,28 @@ class BatchTTS:
         """The rows as one request to an engine of `width` slots, longest first, its pool sized to them; a row none
         of whose audio has gone out may be preempted and run again (the render does not stream). Returns the width
         it finished at (narrower after running out of memory); the request's error, if it failed, is raised."""
+        frames = self._engine_frames(rows, settings, width, on_step, who, on_row, on_chunk, restart, kv_cache_bytes,
+                                     audio)
+        while True:
+            try:
+                next(frames)
+            except StopIteration as end:
+                return end.value
+
+    def _engine_frames(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,
+                       who: str, on_row: Callable[[Row, object], None],
+                       on_chunk: Callable[[Row, np.ndarray], None] | None = None,
+                       restart: Callable[[Sequence[Row]], bool] = lambda rows: True,
+                       kv_cache_bytes: int | None = None, audio: bool = True) -> Generator[None, None, int]:
+        """_engine a frame at a time, yielding after each (MorphTTS.stream's reader drives it); closed between two
+        frames, the render stops before the next and the engine's state is released by the time close() returns."""
         engine = Engine(self.tts, min(width, len(rows)), who, kv_cache_bytes=kv_cache_bytes,
                         overcommit=on_chunk is None, ahead=True, stop=self.stop, audio=audio)
         request = script_request(rows, settings, token_count(self.tts), on_row, lambda error: None, on_chunk, restart)
         progress = SlotProgress(on_step, sum(r.limit for r in rows))
         engine.submit(request)
         try:
-            engine.run_until_idle(lambda live: progress.report(progress.done + live))
+            yield from engine.steps(lambda live: progress.report(progress.done + live))
         finally:
             engine.release()
         if request.error is not None:

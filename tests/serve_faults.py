@@ -23,7 +23,7 @@ def fault_runner(error: BaseException | type[BaseException] | None = None, times
     left = [times]
 
     class FaultyRunner(RowRunner):
-        def run(self, take, on_frames=None, *args, **kwargs):
+        def steps(self, take, on_frames=None, *args, **kwargs):
             failing, slow = set(), set()
 
             def taking(n):
@@ -40,7 +40,7 @@ def fault_runner(error: BaseException | type[BaseException] | None = None, times
                     left[0] = None if left[0] is None else left[0] - 1
                     raise error
 
-            return super().run(taking, frame, *args, **kwargs)
+            return super().steps(taking, frame, *args, **kwargs)
 
     return FaultyRunner
 

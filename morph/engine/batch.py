@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -57,7 +57,7 @@ class ContinuousBatch:
         """need: the most slots one row takes (prompt, frames and the EOS slot); options: the talker's sampling
         keywords, as upstream passes them (MorphPatch.prompt_of); pages: the K/V in a pool of at least that many
         pages (a kept state's up to twice as many; morph/decode/kv_store.py PagedKV: rows join while their pages can
-        be set aside), else dense; overcommit: rows of the paged pool may be preempted (module docstring; run's
+        be set aside), else dense; overcommit: rows of the paged pool may be preempted (module docstring; steps'
         `preempted`)."""
         self.loop, self.width, self.seq_groups, self.device = loop, width, seq_groups, device
         self.lag = loop.sync_lag if device.type == "cuda" else 0  # frames behind the GPU the host learns a row ended
@@ -99,54 +99,63 @@ class ContinuousBatch:
         return self.sched.ended
 
     # -- the host loop ---------------------------------------------------------------------
-    def run(self, next_group: Callable[[int], Group | None], finished: Callable[[object, torch.Tensor], None],
-            on_step: Callable[[int], None] | None = None, preempted: Callable[[object, int], None] | None = None) -> None:
+    def steps(self, next_group: Callable[[int], Group | None], finished: Callable[[object, torch.Tensor], None],
+              on_step: Callable[[int], None] | None = None,
+              preempted: Callable[[object, int], None] | None = None) -> Iterator[None]:
         """Decode until every row has ended and next_group(n) (the next up to n rows, None when none waits now) has
-        none; finished(name, codes [frames, 16], a copy on the device) as each row ends; on_step(live rows) before
-        every frame (an exception there stops the batch and propagates); preempted(name, stream key) as a row of an
-        overcommitted pool is preempted (its source gives it to next_group again). Rows may come to next_group while
-        the batch runs (morph/live_engine.py's requests), so it is asked again whenever slots are free; run may be
-        called again once it has returned."""
+        none, yielding after every frame; finished(name, codes [frames, 16], a copy on the device) as each row ends;
+        on_step(live rows) before every frame (an exception there stops the batch and propagates); preempted(name,
+        stream key) as a row of an overcommitted pool is preempted (its source gives it to next_group again). Rows may
+        come to next_group while the batch runs (morph/live_engine.py's requests), so it is asked again whenever slots
+        are free; steps may be run again once it has ended. Closed between two frames (GeneratorExit), it stops
+        there, its rows left as they stand: the batch is not run again (the engine drops it).
+
+        Each frame runs in inference mode on the frame loop's stream, both left before the yield: the code that runs
+        between two frames is the caller's own (a block held across a yield would run it on the frame loop's stream,
+        and two generators' blocks would not nest)."""
         cuda, lag = self.device.type == "cuda", self.lag
         flags = torch.ones(lag + 2, self.width, dtype=torch.bool, pin_memory=cuda)
         queue: collections.deque = collections.deque()  # (event, flag row, P after the step)
         frame, sched = 0, self.sched
-        with torch.inference_mode(), frame_loop_stream(self.device):
-            while True:
-                if sched.may_fill():
-                    sched.filled(self._fill(next_group, queue, flags, finished))
-                if not self.live:
-                    if not self._ahead:  # next_group was just asked (no row runs, so every slot is free)
-                        self.loop.last_run = dict(mode=self.mode, seq_groups=self.seq_groups, frames_run=frame,
-                                                  rows=self.ended, capacity=self.st.capacity, width=self.width,
-                                                  widths=dict(sorted(self.widths.items())),
-                                                  capture_s=round(self.capture_s, 3), **sched.stats())
-                        return
-                    continue
-                if queue and self.position >= max(row.start + row.stop for row in self.live.values()):
-                    self._drain(queue, flags, finished)  # every row is at its frame limit: a step adds no frame
-                    continue
-                sched.fit()  # no row moves: one that ended but is not yet handed over keeps its slot inside
-                if sched.narrows():
-                    self._drain(queue, flags, finished)  # a row that ended must not be moved as a live one
+        while True:
+            with torch.inference_mode(), frame_loop_stream(self.device):
+                while True:  # until a frame is stepped
+                    if sched.may_fill():
+                        sched.filled(self._fill(next_group, queue, flags, finished))
                     if not self.live:
+                        if not self._ahead:  # next_group was just asked (no row runs, so every slot is free)
+                            self.loop.last_run = dict(mode=self.mode, seq_groups=self.seq_groups, frames_run=frame,
+                                                      rows=self.ended, capacity=self.st.capacity, width=self.width,
+                                                      widths=dict(sorted(self.widths.items())),
+                                                      capture_s=round(self.capture_s, 3), **sched.stats())
+                            return
                         continue
-                    self._compact()
-                if on_step is not None:
-                    on_step(len(self.live))
-                self._grow(lambda: self._drain(queue, flags, finished), preempted)
-                if not self.live:  # every row had ended (handed over as the pool ran short)
-                    continue
-                self._steps[sched.bucket]()
-                self.widths[sched.bucket] += 1
-                self.position += 1
-                slot = frame % flags.shape[0]
-                flags[slot].copy_(self.st.unfinished, non_blocking=cuda)
-                event = torch.cuda.current_stream().record_event() if cuda else None
-                queue.append((event, slot, self.position))
-                frame += 1
-                while len(queue) > lag:
-                    self._settle(queue.popleft(), flags, finished)
+                    if queue and self.position >= max(row.start + row.stop for row in self.live.values()):
+                        self._drain(queue, flags, finished)  # every row is at its frame limit: a step adds no frame
+                        continue
+                    sched.fit()  # no row moves: one that ended but is not yet handed over keeps its slot inside
+                    if sched.narrows():
+                        self._drain(queue, flags, finished)  # a row that ended must not be moved as a live one
+                        if not self.live:
+                            continue
+                        self._compact()
+                    if on_step is not None:
+                        on_step(len(self.live))
+                    self._grow(lambda: self._drain(queue, flags, finished), preempted)
+                    if not self.live:  # every row had ended (handed over as the pool ran short)
+                        continue
+                    self._steps[sched.bucket]()
+                    self.widths[sched.bucket] += 1
+                    self.position += 1
+                    slot = frame % flags.shape[0]
+                    flags[slot].copy_(self.st.unfinished, non_blocking=cuda)
+                    event = torch.cuda.current_stream().record_event() if cuda else None
+                    queue.append((event, slot, self.position))
+                    frame += 1
+                    while len(queue) > lag:
+                        self._settle(queue.popleft(), flags, finished)
+                    break
+            yield
 
     def cancel(self, names) -> None:
         """End these rows early (between frames, on the thread that runs the batch): a live one is finished at the

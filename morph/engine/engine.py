@@ -1,7 +1,8 @@
 """The engine: requests in (`submit`), their audio out through each request's own sink, one continuous batch run by
-one loop (`run_until_idle`) on whichever thread owns the model. Every front end that runs the continuous batch
-submits here: BatchTTS's renders and codes (the caller's thread), the speech server and each Ray worker (a thread of
-their own, morph/live_engine.py).
+one loop (`run_until_idle`, or `steps` a frame at a time) on whichever thread owns the model. Every front end that
+runs the continuous batch submits here: BatchTTS's renders and codes and MorphTTS.stream (the caller's thread, the
+stream's reader driving it a frame at a time), the speech server and each Ray worker (a thread of their own,
+morph/live_engine.py).
 
     engine = Engine(tts, width=32, who="Render lines", ahead=True)
     engine.submit(Request(rows, keys, prompts, settings, on_row=deliver, on_end=ended))
@@ -27,7 +28,7 @@ import collections
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -118,6 +119,13 @@ class Engine:
     # -- the loop (the thread that owns the model) -------------------------------------------
     def run_until_idle(self, between: Callable[[int], None] | None = None) -> None:
         """Run the batch until no row waits or runs; between(live rows) before every frame."""
+        for _ in self.steps(between):
+            pass
+
+    def steps(self, between: Callable[[int], None] | None = None) -> Iterator[None]:
+        """run_until_idle a frame at a time: it yields after every frame, so whoever drives it (MorphTTS.stream's
+        reader) runs its own code between two frames. Closed there (GeneratorExit), the batch stops before its next
+        frame and is dropped, as after a caller's exception: the next run builds a new one."""
         self._stopped = None
         while True:
             with self.cv:
@@ -131,8 +139,8 @@ class Engine:
             try:
                 if self._runner is None:
                     self._build(key)
-                self._runner.run(lambda n: self._take(key, n), lambda live: self._between(live, between),
-                                 self._put_back, self.ahead)
+                yield from self._runner.steps(lambda n: self._take(key, n), lambda live: self._between(live, between),
+                                              self._put_back, self.ahead)
             except BaseException as e:  # the batch's state is unknown: the next run builds a new one
                 self._runner = None
                 if e is self._stopped or fatal(e) or not isinstance(e, Exception):

@@ -1,9 +1,8 @@
 """Audio as it is made on the GPU (tiny model, fp32, through the public API, in the captured modes): the host learns
 a row's frames `sync_lag` frames behind the GPU and the codec runs on its own stream, so chunks come a few frames
-later than on the CPU, and still while the row runs; each line's chunks joined are its audio, and a stream closed
-early stops its render."""
-
-import threading
+later than on the CPU, and still while the row runs; each line's chunks joined are its audio, and a stream, run on
+its reader's thread, leaves that thread on its own CUDA stream between chunks and stops its render when closed
+early."""
 
 import numpy as np
 import pytest
@@ -116,6 +115,9 @@ def test_a_stream_yields_its_line_and_closing_it_early_stops_the_render(cuda_tts
 
     stream = cuda_tts.stream("A long line the reader leaves after its first chunk.", voices["xvector"], "English",
                              settings(400))
+    caller = torch.cuda.current_stream()
     assert next(stream).size <= (FIRST_GRID + cuda_tts.patch.loop.sync_lag) * FRAME
+    # the reader's thread ran the frames, on the frame loop's stream in inference mode, and left both before the yield
+    assert torch.cuda.current_stream() == caller and not torch.is_inference_mode_enabled()
     stream.close()
-    assert not [t for t in threading.enumerate() if t.name == "morph-stream"]
+    assert torch.cuda.current_stream() == caller

@@ -184,6 +184,6 @@ def test_a_slot_no_row_holds_steps_inside_the_rotary_tables(lean, voices):
                            pages=16)
     st, last = runner.batch.st, runner.batch.st.cos.shape[0] - 1
     st.rope_pos.copy_(torch.tensor([last - 1, last]))
-    with torch.inference_mode():  # as ContinuousBatch.run steps it (its steps are built in inference mode)
+    with torch.inference_mode():  # as ContinuousBatch.steps runs it (its steps are built in inference mode)
         runner.batch._steps[2]()
     assert st.rope_pos.tolist() == [last, last]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import gc
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -89,14 +90,14 @@ def test_out_of_memory_retries_a_streamed_render_only_while_no_chunk_is_out(lean
         frames = []
 
         class OutOfMemoryOnce(RowRunner):  # out of memory once, before the `fail_at`th frame of the render
-            def run(self, take, on_frames=None, *args, **kwargs):
+            def steps(self, take, on_frames=None, *args, **kwargs):
                 def frame(n):
                     frames.append(n)
                     if len(frames) == fail_at:
                         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
                     on_frames(n)
 
-                return super().run(take, frame, *args, **kwargs)
+                return super().steps(take, frame, *args, **kwargs)
 
         monkeypatch.setattr(morph.engine.engine, "RowRunner", OutOfMemoryOnce)
         return batch.render(lines, settings(12), batch_size=2,
@@ -191,9 +192,39 @@ def test_stream_yields_a_lines_audio_as_it_is_made(lean, voices):
     assert_audio_close(np.concatenate(chunks), whole, rel=1e-5)
 
 
-def test_closing_a_stream_stops_its_render_and_frees_it(lean, voices, monkeypatch):
-    """A 200-frame line: the reader takes its first chunk and closes the stream; no more than the frame under way
-    is run, the render's thread has ended, and its batch is gone, by the time close() returns."""
+def test_a_stream_runs_its_frames_on_the_readers_thread_as_it_reads(lean, voices, monkeypatch):
+    """No thread of its own: each next() runs the engine's frames on the reader's thread until a chunk is ready, and
+    none runs while the reader holds a chunk; the reader's code between two frames runs as its own, not in the frame
+    loop's inference mode."""
+    steps, threads, before = [], set(), set(threading.enumerate())
+    step = lean.patch.loop.frame_step
+
+    def counted(*args, **kwargs):
+        steps.append(threading.current_thread())
+        threads.update(t.name for t in threading.enumerate() if t not in before)
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(lean.patch.loop, "frame_step", counted)
+    chunks = lean.stream("A line read slowly.", voices["xvec"], "English", settings(16))
+    assert not steps, "nothing runs before the first chunk is asked for"
+    read = []
+    for chunk in chunks:
+        ran = len(steps)
+        assert not torch.is_inference_mode_enabled()
+        time.sleep(0.2)  # a reader that takes its time: no frame is made meanwhile
+        assert len(steps) == ran
+        read.append((ran, chunk.size // FRAME))
+    assert set(steps) == {threading.current_thread()}
+    assert not {name for name in threads if not name.startswith("morph-prompts")}  # only the engine's prompt worker
+    # a chunk once its frames are made (FIRST_GRID frames a chunk), and the line's last frames after the last frame
+    assert [n for _, n in read] == [FIRST_GRID] * 4 and [f for f, _ in read][:3] == [FIRST_GRID + 1, 2 * FIRST_GRID + 1,
+                                                                                    3 * FIRST_GRID + 1]
+
+
+@pytest.mark.parametrize("how", ["close", "drop"])
+def test_closing_a_stream_stops_its_render_and_frees_it(lean, voices, monkeypatch, how):
+    """A 200-frame line: the reader takes its first chunk and closes the stream (or drops it): no frame runs after
+    that chunk, and the engine has released its batch by the time close() returns, with no garbage collection."""
     from morph.engine.batch import ContinuousBatch
 
     batches, steps = [], []
@@ -208,11 +239,17 @@ def test_closing_a_stream_stops_its_render_and_frees_it(lean, voices, monkeypatc
     chunks = lean.stream("A line the reader leaves early.", voices["xvec"], "English", settings(200))
     assert next(chunks).size == FIRST_GRID * FRAME
     ran = len(steps)
-    chunks.close()
-    assert ran < 2 * FIRST_GRID and len(steps) <= ran + 1
-    assert not [t for t in threading.enumerate() if t.name == "morph-stream"]
-    gc.collect()
-    assert len(batches) == 1 and batches[0]() is None
+    assert len(batches) == 1 and batches[0]() is not None
+    gc.disable()  # freed by the release, not by a collection
+    try:
+        if how == "close":
+            chunks.close()
+        else:
+            del chunks
+        assert batches[0]() is None
+    finally:
+        gc.enable()
+    assert ran <= 2 * FIRST_GRID and len(steps) == ran
 
 
 def test_a_streams_failure_is_raised_to_its_reader(lean, voices, monkeypatch):
@@ -224,6 +261,36 @@ def test_a_streams_failure_is_raised_to_its_reader(lean, voices, monkeypatch):
     monkeypatch.setattr(lean.codec, "decode", broken)
     with pytest.raises(ValueError, match="codec broke"):
         list(lean.stream("It breaks.", voices["xvec"], "English", settings(8)))
+
+
+def test_a_failure_after_the_first_chunks_comes_after_them(lean, voices, monkeypatch):
+    """A frame step that fails at frame 10: the reader gets the chunks made before it, then the error, where it
+    reads."""
+    steps, step = [], lean.patch.loop.frame_step
+
+    def failing(*args, **kwargs):
+        steps.append(1)
+        if len(steps) == 10:
+            raise ValueError("step broke")
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(lean.patch.loop, "frame_step", failing)
+    chunks = lean.stream("It breaks later.", voices["xvec"], "English", settings(40))
+    got = [next(chunks).size // FRAME, next(chunks).size // FRAME]
+    with pytest.raises(ValueError, match="step broke"):
+        next(chunks)
+    assert got == [FIRST_GRID, FIRST_GRID] and len(steps) == 10
+
+
+def test_a_streams_chunks_joined_are_clones_audio_for_the_same_seed(lean, voices):
+    """Sampled and seeded, a long text in two segments: the stream's take is clone's, its chunks joined clone's
+    audio, pause included."""
+    sentence = "The quick brown fox jumps over the lazy dog near the quiet river bank today. "
+    s = GenerationSettings(seq_groups=5, seed=11, max_new_tokens=10)
+    chunks = list(lean.stream(sentence * 8, voices["icl"], "English", s))
+    clone = lean.clone(sentence * 8, voices["icl"], "English", s)
+    assert len(chunks) > 2 and clone.size == 20 * FRAME + int(SEGMENT_PAUSE_SECONDS * SR)
+    np.testing.assert_array_equal(np.concatenate(chunks), clone)
 
 
 def test_eager_hands_the_whole_line_as_one_chunk(tiny_tts, voices):

@@ -26,12 +26,12 @@ OOM = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 Gi
 
 class Script:
     """What the scripted runners did: each build's (width, need, pages, overcommit) and all its arguments (`runners`),
-    each run's `ahead`, every frame's live rows, and a fault to raise at a frame (`fail`: frame number -> exception);
-    `lookahead`: rows a runner takes beyond its free slots (a group built ahead, taken but in no slot yet);
-    `after_take`: called each time rows were taken, before their first frame."""
+    each run's `ahead`, every frame's live rows, how each run of a runner ended (`ends`), and a fault to raise at a
+    frame (`fail`: frame number -> exception); `lookahead`: rows a runner takes beyond its free slots (a group built
+    ahead, taken but in no slot yet); `after_take`: called each time rows were taken, before their first frame."""
 
     def __init__(self):
-        self.builds, self.frames, self.fail, self.preempt = [], [], {}, {}
+        self.builds, self.frames, self.ends, self.fail, self.preempt = [], [], [], {}, {}
         self.runners, self.aheads, self.lookahead, self.after_take = [], [], 0, None
 
 
@@ -54,8 +54,16 @@ def scripted(script: Script):
                 if row in self.live:
                     self.live[row] = 0
 
-        def run(self, take, on_frames, put_back, ahead):
+        def steps(self, take, on_frames, put_back, ahead):
             script.aheads.append(ahead)
+            try:
+                yield from self._frames(take, on_frames, put_back)
+            except BaseException as e:
+                script.ends.append(type(e).__name__)
+                raise
+            script.ends.append("idle")
+
+        def _frames(self, take, on_frames, put_back):
             while True:
                 taken = take(self.width + script.lookahead - len(self.live) - len(self.pending))
                 self.pending += [row for row, _ in taken]
@@ -86,6 +94,7 @@ def scripted(script: Script):
                     if self.live[row] <= 0:
                         del self.live[row]
                         self.on_row(row, f"audio of {row.text}")
+                yield
 
     return Runner
 
@@ -541,3 +550,23 @@ def test_an_overcommitted_pool_is_sized_from_each_rows_prompt_and_frame_limit_to
     assert [pages for _, _, _, pages, _ in script.builds] == [requeue_pool_pages([(28, 4)] * 2, 2),
                                                               requeue_pool_pages([(62, 4)] * 2, 2)]
     assert sink.rows == ["a", "b", "c", "d"]
+
+
+def test_steps_yields_after_every_frame_and_a_close_drops_the_batch(script):
+    """The loop a frame at a time (MorphTTS.stream's reader drives it): it yields after each frame and runs none
+    while its driver holds it; closed between two frames, the runner is closed there and dropped, and the next run
+    builds a batch again."""
+    engine = Engine(TTS, 2, "Test")
+    sink = Sink()
+    engine.submit(sink.request("ab", frames=3))
+    steps = engine.steps()
+    next(steps)
+    assert script.frames == [["a", "b"]] and sink.rows == []
+    next(steps)
+    assert len(script.frames) == 2
+    steps.close()
+    assert len(script.frames) == 2 and script.ends == ["GeneratorExit"] and sink.ends == []
+    engine.submit(sink.request("c", frames=1))
+    engine.run_until_idle()
+    assert script.frames[2:] == [["c"]] and len(script.builds) == 2 and script.ends[1:] == ["idle"]
+    assert sink.rows == ["c"] and sink.ends == [None]
