@@ -33,9 +33,9 @@ the process held before its first render (the weights, the voices and the cuBLAS
 a host finds them taken).
 
 A static batch (what render runs in eager mode, the exact reference) holds:
-  - state: the decode's static buffers, per row and per slot of the cache's capacity (prompt + frames, rounded up
-    to a power of two, at least 256), the talker's keys and values in every layer, and the step's and the text's
-    hidden states;
+  - state: per row, upstream's KV cache (morph/decode/hf_talker.py) to the longest row's prompt and frames, and
+    the loop's static buffers, the step's and the text's hidden states per slot of the capacity (that rounded up to
+    a power of two, at least 256);
   - prefill: while the prompt runs, upstream's own KV cache for it, one MLP's activations per token and the
     attention scores, every row padded to the longest prompt;
   - codec: after the batch, upstream's decoder, whose largest call morph/codec/pieces.py bounds,
@@ -135,8 +135,9 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     rows.sort(key=lambda r: -(r[0] + r[1]))
     batch = rows[:width]  # the largest rows, batched together
     prompt = max(p for p, _, _ in batch)
-    slots = capacity_for(max(p + f for p, f, _ in batch) + 1)
-    state = width * slots * (shape.kv_per_token + 2 * shape.hidden_bytes)
+    tokens = prompt + max(f for _, f, _ in batch) + 1  # the batch's prompts left-padded to the longest, its frames
+    # upstream's DynamicCache holds the tokens the batch has reached; the loop's hidden states take every slot
+    state = width * (tokens * shape.kv_per_token + capacity_for(tokens) * 2 * shape.hidden_bytes)
     prefill = width * prompt * (shape.kv_per_token + shape.layer_bytes_per_token + shape.heads * prompt * 4)
     codec = _upstream_codec_call(model, _largest_codec_call([c for _, _, c in rows], width))
     return int(state + max(prefill, codec) + WORKSPACE)

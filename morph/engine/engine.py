@@ -80,9 +80,10 @@ class Engine:
     # -- the callers' side (any thread) ------------------------------------------------------
     def submit(self, request: Request) -> Request:
         """Queue a request's rows behind those waiting; its sink is called as they run."""
+        entries = list(zip(request.rows, request.keys, [request] * len(request.rows), strict=True))  # before any queues
         with self.cv:
             request.status = WAITING
-            self._waiting.extend(zip(request.rows, request.keys, [request] * len(request.rows), strict=True))
+            self._waiting.extend(entries)
             self.cv.notify_all()
         return request
 
@@ -263,6 +264,10 @@ class Engine:
         narrower = back_off(self.width) if oom else None
         with self.cv:
             held = dict.fromkeys(self._rows.values())
+            if not held and narrower is None and self._waiting:
+                # the batch failed before it took a row (while it was built): the request it was built for fails, or
+                # the next run would build it again for ever
+                held = {self._waiting[0][2]: None}
             self._rows.clear()
             self._joined.clear()
             again = []

@@ -251,13 +251,15 @@ def test_each_run_declares_its_working_memory_to_comfyui(nodes, comfy, comfy_mod
 def test_working_memory_counts_the_cache_per_row_and_one_bounded_codec_call(tiny_tts):
     from morph.codec.pieces import DECODE_ROW_FRAMES
     from morph.memory import CODEC_VALUES_PER_ROW_FRAME, UPSTREAM_CODEC_WORKSPACE, WORKSPACE, working_memory
-    from morph.prompts import PROMPT_OVERHEAD_TOKENS
+    from morph.prompts import prompt_tokens, token_count
     from morph.settings import GenerationSettings, capacity_for
 
     settings = GenerationSettings(max_new_tokens=100)
     c = tiny_tts.tts.model.config.talker_config  # 2 layers, 2 kv heads, head dim 16, fp32
     kv = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4
-    state = capacity_for(len("Hello there.") + PROMPT_OVERHEAD_TOKENS + 101) * (kv + 2 * c.hidden_size * 4)
+    # prompt, frames and EOS: what upstream's cache reaches
+    tokens = prompt_tokens("Hello there.", None, "", token_count(tiny_tts)) + 101
+    state = tokens * kv + capacity_for(tokens) * 2 * c.hidden_size * 4  # the loop's hidden states: every slot
     codec_frame = CODEC_VALUES_PER_ROW_FRAME * 4  # fp32
 
     def need(lines, batch_size):

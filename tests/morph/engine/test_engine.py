@@ -316,12 +316,41 @@ def test_a_row_needing_exactly_what_the_batch_holds_joins_it_without_a_rebuild(s
     assert caplog.records == []  # a batch released is built again, not failed over
 
 
-def test_a_request_whose_keys_do_not_match_its_rows_is_refused():
+def test_a_request_whose_keys_do_not_match_its_rows_is_refused_and_nothing_of_it_queued(script):
     engine = Engine(TTS, 2, "Test")
-    request = Sink().request("ab")
+    sink = Sink()
+    request = sink.request("ab")
     request.keys = [0]
     with pytest.raises(ValueError):
         engine.submit(request)
+    assert engine.waiting_rows() == 0
+    engine.run_until_idle()
+    assert script.builds == [] and sink.rows == [] and sink.ends == []
+
+
+@pytest.mark.parametrize("error", [RuntimeError("no room for the pool"), OOM], ids=["error", "out-of-memory"])
+def test_a_batch_that_fails_while_it_is_built_fails_its_request_and_the_engine_goes_on(script, monkeypatch, error):
+    """Before any row is taken: the request the batch was built for fails (out of memory: once it has narrowed to one
+    row), the next one runs; the engine never builds the same batch for ever."""
+    import morph.engine.engine as engine_module
+
+    built = []
+
+    def failing_then_scripted(tts, settings, width, *rest):
+        built.append(width)
+        if settings.temperature == 0.5:
+            raise error
+        return scripted(script)(tts, settings, width, *rest)
+
+    monkeypatch.setattr(engine_module, "RowRunner", failing_then_scripted)
+    engine = Engine(TTS, 4, "Test")
+    bad, good = Sink(), Sink()
+    engine.submit(bad.request("ab", temperature=0.5))
+    engine.submit(good.request("c"))
+    engine.run_until_idle()
+    assert built == ([4, 4] if error is not OOM else [4, 2, 1, 1])
+    assert len(bad.ends) == 1 and bad.ends[0] is not None and bad.rows == []
+    assert good.rows == ["c"] and good.ends == [None] and engine.waiting_rows() == 0
 
 
 def test_a_request_cancelled_while_it_waits_never_runs_and_is_not_told(script):
