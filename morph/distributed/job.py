@@ -7,14 +7,14 @@
             job.reuse(keep_audio=False)
             pool.render(job, settings, batch_size=32, pause_seconds=0.4, finish_line=smoothing)
 
-The driver plans the batches (longest first, `batch_size` lines each; each planned batch is one request to its
-worker's engine, which runs the batches in flight there as one continuous batch, and a seeded line's take is its own
-random stream's, as on one GPU, up to rounding; in eager mode one static batch, as eager's are planned in one
-process) and hands them out as workers free up (IN_FLIGHT at each): long and short batches mixed over the GPUs, every GPU busy until the queue is empty, and all finish within about one batch of each
-other. Each worker writes its lines' files; the driver keeps the manifest, so a rerun resumes as it does in one
-process, and at the end joins the dialogue from the files and writes the subtitles. The workers are given the job's
-token (morph/lines/job_lock.py): a worker that outlives a killed driver puts no file into the folder once another
-job holds it.
+The driver plans the batches (longest first, `batch_size` lines each; each planned batch is one request to its worker's
+engine, which runs the batches in flight there as one continuous batch, and a seeded line's take is its own random
+stream's, as on one GPU, up to rounding; in eager mode one static batch, as eager's are planned in one process) and
+hands them out as workers free up (IN_FLIGHT at each): long and short batches mixed over the GPUs, every GPU busy until
+the queue is empty, and all finish within about one batch of each other. Each worker writes its lines' files; the driver
+keeps the manifest, so a rerun resumes as it does in one process, and at the end joins the dialogue from the files and
+writes the subtitles. The workers are given the job's token (morph/lines/job_lock.py): a worker that outlives a killed
+driver puts no file into the folder once another job holds it.
 
 Faults: a worker whose process dies (killed, out of host memory, a lost machine) is restarted by Ray (up to
 MAX_RESTARTS times) and its batch goes back to the front of the queue, to whichever worker frees up first; its

@@ -1,4 +1,5 @@
-"""morph/memory.py on the CPU (tiny model, fp32): the codec calls a render declares are the ones its decode makes. The declaration against measured peaks is tests/gpu/test_memory.py's (and bench.batch's, for any run)."""
+"""morph/memory.py on the CPU (tiny model, fp32): the codec calls a render declares are the ones its decode makes. The
+declaration against measured peaks is tests/gpu/test_memory.py's (and bench.batch's, for any run)."""
 
 from __future__ import annotations
 

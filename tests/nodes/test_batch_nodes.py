@@ -133,7 +133,8 @@ def test_the_retired_batching_widget_changes_nothing_and_static_says_so(
     ran = []
     real_memory = batch_nodes.working_memory
     monkeypatch.setattr(batch_nodes, "working_memory",
-                        lambda tts, *a, **k: ran.append(tts.patch.resolved_mode(tts.device)) or real_memory(tts, *a, **k))
+                        lambda tts, *a, **k: ran.append(tts.patch.resolved_mode(tts.device))
+                        or real_memory(tts, *a, **k))
     monkeypatch.setattr(base_model.tts.patch, "mode", mode)
     with caplog.at_level("WARNING"):
         clips, _, _ = render(nodes, base_model, bank, batching=batching)
