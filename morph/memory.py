@@ -57,6 +57,7 @@ from .codec.calls import LIVE_CHUNK, LIVE_ROW_FRAMES, call_width
 from .codec.pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows, row_frames
 from .continuous import runs_lean
 from .graphs import FRAME_LOOP, PROMPTS, side_stream_made
+from .lines.line import Row
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .masked_attention import SCORES_BYTES
@@ -110,7 +111,7 @@ def _rows(lines, settings: GenerationSettings, instruct: str, count) -> list[tup
     rows = []
     for text, voice in lines:
         text = text.strip()
-        ref = int(voice.ref_code.shape[0]) if voice is not None and voice.icl else 0
+        ref = _reference_frames(voice)
         for segment in split_text(text) if len(text) > MAX_SEGMENT_CHARS else [text]:
             frames = settings.frame_limit(segment)
             rows.append((prompt_tokens(segment, voice, instruct, count), frames, ref + frames))
@@ -141,6 +142,32 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     prefill = width * prompt * (shape.kv_per_token + shape.layer_bytes_per_token + shape.heads * prompt * 4)
     codec = _upstream_codec_call(model, _largest_codec_call([c for _, _, c in rows], width))
     return int(state + max(prefill, codec) + WORKSPACE)
+
+
+def batch_need(tts, rows: Sequence[Row], prompts: Sequence[int], width: int) -> int:
+    """Bytes the engine's continuous batch of `width` slots takes on the model's device for these rows (waiting, with
+    their prompt tokens: morph/engine/request.py), by working_memory's count: what the engine admits against the
+    device's free memory (free_bytes)."""
+    sized = [(p, r.limit, _reference_frames(r.line.voice) + r.limit) for r, p in zip(rows, prompts, strict=True)]
+    prefill = max(p if r.line.voice is None else prefill_tokens(r.text, r.line.voice)
+                  for r, p in zip(rows, prompts, strict=True))
+    return _continuous(tts, _Shape(tts.tts.model), sized, prefill, width, _replays_graphs(tts, None), tts.device)
+
+
+def free_bytes(device: torch.device) -> int:
+    """What this process may still take on a CUDA device: the driver's free memory and what torch's allocator holds
+    unused, within the process's share (torch.cuda.set_per_process_memory_fraction, as a host or a benchmark of a
+    smaller card sets it)."""
+    free, total = torch.cuda.mem_get_info(device)
+    allocated = torch.cuda.memory_allocated(device)
+    cached = torch.cuda.memory_reserved(device) - allocated
+    share = torch.cuda.get_per_process_memory_fraction(device) * total - allocated
+    return int(max(0, min(free + cached, share)))
+
+
+def _reference_frames(voice: Voice | None) -> int:
+    """The frames of an ICL voice's reference, which the codec decodes ahead of the row's own (none for others)."""
+    return int(voice.ref_code.shape[0]) if voice is not None and voice.icl else 0
 
 
 def _replays_graphs(tts, device: torch.device | None) -> bool:

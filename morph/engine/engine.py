@@ -15,6 +15,7 @@ again for it. A batch sized to its rows (`need` None: a render's) takes its need
 waiting when it is built; a live one (`need` given: a server's) holds rows of up to `need` cache slots each, dense or
 in a pool of kv_cache_bytes.
 
+Memory: a render's batch is built no wider than the device's free memory holds for its rows (`_fit`).
 Failures: out of memory, the batch narrows to half its width and the rows that handed out no audio run again at the
 front of the queue (a request whose unfinished rows had streamed audio fails, and one row alone that does not fit
 fails naming it); an error that leaves the CUDA context unusable (`fatal`) propagates, for the owner to end the
@@ -35,9 +36,10 @@ import torch
 from ..continuous import RowRunner, budget_pages, runs_lean
 from ..errors import reason
 from ..lines.line import Row
+from ..memory import batch_need, free_bytes
 from ..settings import GenerationSettings, pool_pages, requeue_pool_pages
 from .request import CANCELLED, DONE, FAILED, RUNNING, WAITING, Request
-from .scheduler import back_off
+from .scheduler import back_off, fitting_width
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +167,8 @@ class Engine:
             rows = [(r, q) for r, _, q in self._waiting if q.batch_key == key]
         needs = [q.needs[r] for r, q in rows]
         need = self.need or max(needs)
+        if self.need is None and self.tts.device.type == "cuda":
+            self._fit(rows)
         if self.kv_cache_bytes is not None:
             pages = budget_pages(self.tts, self.kv_cache_bytes)
         elif self.need is not None:
@@ -176,6 +180,18 @@ class Engine:
         self._runner = RowRunner(self.tts, key, self.width, need, self.stop, self._row_done, self.audio,
                                  self._chunk, pages, self.overcommit)
         self._built = (key, need)
+
+    def _fit(self, rows: list[tuple[Row, Request]]) -> None:
+        """Narrow a render's batch, before it is built, to the width the device's free memory holds for these rows
+        (memory.batch_need: what a host's memory manager is told the render needs), so that it does not first run out
+        of memory at a width it cannot hold. A live batch (a server's) is sized by its own cache options."""
+        free = free_bytes(self.tts.device)
+        prompts = [q.needs[r] - r.limit - 1 for r, q in rows]
+        width = fitting_width(self.width, lambda w: batch_need(self.tts, [r for r, _ in rows], prompts, w), free)
+        if width < self.width:
+            log.warning("%s: %.2f GiB of GPU memory is free, enough for a batch of %d rows, not %d; rendering %d "
+                        "at a time", self.who, free / 2**30, width, self.width, width)
+            self.width = width
 
     def _take(self, key: GenerationSettings, n: int) -> list[tuple[Row, int]]:
         """Up to n waiting rows, in order, while they fit the batch (a row with other settings or a larger need

@@ -16,14 +16,16 @@ tensors; nothing here touches the device.
   half the bucket, the rows above the bucket they fit move to the lowest free slots (`moves`), so a row left alone in
   a wide batch steps at the cost of a single line. Halving is what it takes to narrow again, so a join and a row's
   end cannot make the width flip every frame.
-- Out of memory: the batch narrows to half its width, down to one row (`back_off`).
+- Memory: a batch is built at the widest of its width and its back-offs whose need fits the device's free memory
+  (`fitting_width`; the engine counts both); out of memory, it narrows to half its width, down to one row
+  (`back_off`).
 """
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..settings import POOL_FRAME_SHARE
 from .block_manager import BlockManager, PoolTooSmall
@@ -67,6 +69,15 @@ def moves(sizes: list[int], live: Iterable[int], free: list[int]) -> tuple[list[
 def back_off(width: int) -> int | None:
     """The width to retry at after running out of memory with `width` rows (half, rounded up); None at one row."""
     return None if width <= 1 else (width + 1) // 2
+
+
+def fitting_width(width: int, need: Callable[[int], int], free: int) -> int:
+    """The width a batch is built at: `width`, or as many back-offs from it as it takes for its need in bytes
+    (need(width)) to fit the `free` bytes of the device; one row when none does (it runs, and running out of memory
+    names it)."""
+    while width > 1 and need(width) > free:
+        width = back_off(width)
+    return width
 
 
 class Scheduler:

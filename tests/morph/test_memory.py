@@ -76,3 +76,20 @@ def test_an_icl_voices_priming_is_declared_beside_the_captured_calls(lean, voice
     op_by_op = declared(voices["icl"], False) - declared(voices["xvec"], False)
     assert beside_graphs - op_by_op == memory._lean_codec_call(LIVE_CHUNK, 1)
 
+
+
+def test_the_engines_admission_counts_what_a_host_is_told_a_render_needs(lean, voices):
+    """memory.batch_need, what the engine admits a render's batch by (morph/engine/engine.py _fit), from its rows and
+    their prompt tokens, is working_memory's count for the same lines (x-vector and ICL voices) at every width."""
+    from morph.lines.line import Line, Row
+
+    settings = GenerationSettings(max_new_tokens=80)
+    count = memory.token_count(lean)
+    lines = [("A short line.", voices["xvec"]), ("A longer line, with a clause or two in it.", voices["icl"]),
+             ("Another line of the script.", voices["xvec"])]
+    rows = [Row(i, 0, text, Line(text, voice), f"Test (line {i + 1})", settings.frame_limit(text))
+            for i, (text, voice) in enumerate(lines)]
+    prompts = [memory.prompt_tokens(text, voice, "", count) for text, voice in lines]
+    for width in (1, 2, 3):
+        assert memory.batch_need(lean, rows, prompts, width) == memory.working_memory(lean, lines, settings, width)
+    assert memory.batch_need(lean, rows, prompts, 1) < memory.batch_need(lean, rows, prompts, 3)

@@ -514,6 +514,8 @@ def test_another_error_keeps_the_width_fails_the_batchs_requests_and_is_logged_w
 def test_a_failed_batch_on_a_gpu_hands_its_cached_memory_back(script, monkeypatch):
     emptied = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    monkeypatch.setattr(morph.engine.engine, "free_bytes", lambda device: 2**40)
+    monkeypatch.setattr(morph.engine.engine, "batch_need", lambda tts, rows, prompts, width: 0)
     cpu = Engine(TTS, 1, "Test")
     cpu.submit(Sink().request("a"))
     script.fail[0] = ValueError("a bug")
@@ -599,3 +601,30 @@ def test_steps_yields_after_every_frame_and_a_close_drops_the_batch(script):
     engine.run_until_idle()
     assert script.frames[2:] == [["c"]] and len(script.builds) == 2 and script.ends[1:] == ["idle"]
     assert sink.rows == ["c"] and sink.ends == [None]
+
+
+def test_a_render_batch_on_a_gpu_is_built_as_wide_as_its_free_memory_holds_and_a_servers_is_not_narrowed(
+        script, monkeypatch, caplog):
+    asked = []
+
+    def need(tts, rows, prompts, width):  # 100 bytes a row at every width, for these rows and prompts
+        asked.append(([r.text for r in rows], prompts, width))
+        return 100 * width
+
+    monkeypatch.setattr(morph.engine.engine, "batch_need", need)
+    monkeypatch.setattr(morph.engine.engine, "free_bytes", lambda device: 1000 if device.type == "cuda" else None)
+    gpu = types.SimpleNamespace(patch=TTS.patch, device=types.SimpleNamespace(type="cuda"))
+    engine = Engine(gpu, 64, "Test")
+    sink = Sink()
+    engine.submit(sink.request("abc", prompt=7))
+    engine.run_until_idle()
+    assert [width for _, width, *_ in script.builds] == [8] and engine.width == 8  # 64, 32, 16, then 8 fits
+    assert asked[0] == (["a", "b", "c"], [7, 7, 7], 64) and [w for *_, w in asked] == [64, 32, 16, 8]
+    assert sink.ends == [None] and "enough for a batch of 8 rows, not 64" in caplog.text
+    cpu = Engine(TTS, 64, "Test")  # no free-memory reading off a GPU
+    cpu.submit(Sink().request("d"))
+    cpu.run_until_idle()
+    live = Engine(gpu, 64, "Test", need=64)  # a server's batch: sized by its cache options
+    live.submit(Sink().request("e"))
+    live.run_until_idle()
+    assert [width for _, width, *_ in script.builds] == [8, 64, 64] and len(asked) == 4

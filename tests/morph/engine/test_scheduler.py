@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from morph.engine.block_manager import BlockManager, PoolTooSmall
-from morph.engine.scheduler import REFILL_DIVISOR, Live, Scheduler, back_off, bucket_for, buckets, moves
+from morph.engine.scheduler import (REFILL_DIVISOR, Live, Scheduler, back_off, bucket_for, buckets, fitting_width,
+                                    moves)
 
 
 def joined(sched: Scheduler, names, at: int, stop: int = 10) -> list[int]:
@@ -180,3 +181,18 @@ def test_a_row_that_speaks_long_raises_the_share_an_overcommitted_pool_sets_asid
 @pytest.mark.parametrize("width, narrower", [(64, 32), (3, 2), (2, 1), (1, None)])
 def test_out_of_memory_halves_the_width_down_to_one_row(width, narrower):
     assert back_off(width) == narrower
+
+
+@pytest.mark.parametrize("width, free, asked, built", [
+    (64, 6400, [64], 64), (64, 6399, [64, 32], 32), (64, 1599, [64, 32, 16, 8], 8), (3, 250, [3, 2], 2),
+    (64, 99, [64, 32, 16, 8, 4, 2], 1), (1, 0, [], 1)])
+def test_a_batch_is_built_at_the_widest_back_off_its_free_memory_holds_and_one_row_at_least(width, free, asked,
+                                                                                              built):
+    """Each width asked for once, from the widest down, stopping at the first that fits; one row is never asked."""
+    widths = []
+
+    def need(w):  # 100 bytes a row
+        widths.append(w)
+        return 100 * w
+
+    assert fitting_width(width, need, free) == built and widths == asked
