@@ -6,7 +6,8 @@ users to keep (`torch.cuda.set_per_process_memory_fraction`, checked there by as
 model, and renders the 256-line script of bench.common.script_lines (1-15 s lines, each row ending at its own
 frame) through BatchTTS.render, the Python API's and the nodes' path, at each batch size, largest first, on the
 engine's continuous batch (what every mode but eager renders on; the cards run the GPU's default mode). A render
-that ran out of memory and retried at half the batch (render's warning), or failed, is recorded as such:
+that ran out of memory and retried at half the batch (render's warning), or failed, is recorded as such, and one the
+engine built narrower because the free memory would not hold the batch asked for (`narrowed`) too:
 the advised batch size of a card is the largest that rendered with no retry. The weights count against the cap, as
 they do on the card.
 
@@ -34,15 +35,20 @@ KEPT_GIB = 1  # what the README tells users to leave for CUDA and ComfyUI
 
 
 class _Retries(logging.Handler):
-    """A render's out-of-memory retries, as morph/render.py logs them."""
+    """A render's out-of-memory retries, as morph/render.py and the engine log them (`seen`), and the engine's
+    narrowing of a batch to what the free memory holds before it runs (`narrowed`: no retry, no time lost)."""
 
     def __init__(self):
         super().__init__(logging.WARNING)
         self.seen: list[str] = []
+        self.narrowed: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if "out of GPU memory" in record.getMessage():
-            self.seen.append(record.getMessage())
+        message = record.getMessage()
+        if "out of GPU memory" in message:
+            self.seen.append(message)
+        elif "GPU memory is free" in message:
+            self.narrowed.append(message)
 
 
 def cap_memory(card_gib: float) -> float:
@@ -67,12 +73,13 @@ def one_card(args, card_gib: float) -> dict:
     batch = BatchTTS(tts)
     batch.stop = lambda row: min(row.limit, ends[row.text])
     retries = _Retries()
-    logging.getLogger("morph.render").addHandler(retries)
+    logging.getLogger("morph").addHandler(retries)
     weights = torch.cuda.memory_allocated()
     rows = []
     for size in args.batch_sizes:
         tts.release_device_state()
         retries.seen.clear()
+        retries.narrowed.clear()
         torch.cuda.reset_peak_memory_stats()
         row = dict(batch_size=size)
         try:
@@ -85,7 +92,8 @@ def one_card(args, card_gib: float) -> dict:
             seconds = sum(a.size for a in audio) / SAMPLE_RATE
             row.update(wall_s=round(wall, 3), x_real_time=round(seconds / wall, 1),
                        peak_above_weights_gib=round((torch.cuda.max_memory_allocated() - weights) / 2**30, 3),
-                       retried=list(retries.seen), ran_as=tts.patch.last_run.get("mode"))
+                       retried=list(retries.seen), narrowed=list(retries.narrowed),
+                       ran_as=tts.patch.last_run.get("mode"))
         except Exception as e:  # a render that fails outright: recorded, the next size still runs
             row.update(error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                        retried=list(retries.seen))
