@@ -156,13 +156,15 @@ def batch_need(tts, rows: Sequence[Row], prompts: Sequence[int], width: int) -> 
 
 def free_bytes(device: torch.device) -> int:
     """What this process may still take on a CUDA device: the driver's free memory and what torch's allocator holds
-    unused, within the process's share (torch.cuda.set_per_process_memory_fraction, as a host or a benchmark of a
-    smaller card sets it)."""
+    unused, and under the native allocator no more than its share of the device leaves
+    (torch.cuda.set_per_process_memory_fraction, as bench.cards sets it to stand for a smaller card; cudaMallocAsync
+    is only read for its pool's figures)."""
     free, total = torch.cuda.mem_get_info(device)
     allocated = torch.cuda.memory_allocated(device)
-    cached = torch.cuda.memory_reserved(device) - allocated
-    share = torch.cuda.get_per_process_memory_fraction(device) * total - allocated
-    return int(max(0, min(free + cached, share)))
+    room = free + torch.cuda.memory_reserved(device) - allocated
+    if torch.cuda.get_allocator_backend() == "native":
+        room = min(room, int(torch.cuda.get_per_process_memory_fraction(device) * total) - allocated)
+    return max(0, room)
 
 
 def _reference_frames(voice: Voice | None) -> int:
