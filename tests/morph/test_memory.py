@@ -3,6 +3,7 @@ declaration against measured peaks is tests/gpu/test_memory.py's (and bench.batc
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -93,3 +94,16 @@ def test_the_engines_admission_counts_what_a_host_is_told_a_render_needs(lean, v
     for width in (1, 2, 3):
         assert memory.batch_need(lean, rows, prompts, width) == memory.working_memory(lean, lines, settings, width)
     assert memory.batch_need(lean, rows, prompts, 1) < memory.batch_need(lean, rows, prompts, 3)
+
+
+@pytest.mark.parametrize("backend, fraction, free", [("native", 1.0, 1500), ("native", 0.5, 1000),
+                                                      ("native", 0.3, 0), ("cudaMallocAsync", 0.5, 1500)])
+def test_free_memory_is_the_drivers_and_torchs_unused_cache_within_the_native_allocators_share(monkeypatch, backend,
+                                                                                               fraction, free):
+    """1000 bytes free on a 10,000-byte device; torch holds 4,500, 4,000 of them in tensors."""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (1000, 10_000))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 4000)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 4500)
+    monkeypatch.setattr(torch.cuda, "get_allocator_backend", lambda: backend)
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device: fraction)
+    assert memory.free_bytes(torch.device("cuda", 0)) == free
