@@ -131,7 +131,7 @@ class RowRunner:
         # every row is decoded while it is made (LiveChunks), streamed or not: its calls replay CUDA graphs, where
         # decoding each row whole at its end launched every call's kernels from this thread, beside the frame loop
         # (bench/results/h100-2026-11-25e/NOTES.md)
-        live = self._live = LiveChunks(self.batch, CodecStream(tts.codec, tts.device, tts.codec.side_stream(tts.device),
+        live = self._live = LiveChunks(self.batch, CodecStream(tts.codec, tts.device,
                                                                captured=self.batch.mode in FAST_MODES))
         if tts.device.type == "cuda":  # cuDNN plans each call shape on its first use
             live.codec.warm(self.width, (FIRST_GRID, LIVE_CHUNK))

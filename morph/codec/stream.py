@@ -45,11 +45,10 @@ class CodecStream:
     """Rows decoded a chunk at a time (module docstring), any rows with as many new frames together in a call of at
     most `budget` row-frames; each row is a name, opened, fed its frames in order, and read back with pump()."""
 
-    def __init__(self, codec: LeanCodec, device: torch.device, stream: "torch.cuda.Stream | None",
-                 budget: int = LIVE_ROW_FRAMES, captured: bool = False):
-        """stream: the codec's CUDA stream (LeanCodec.side_stream), None off CUDA; captured: the calls replay CUDA
-        graphs (LeanCodec.captured), in the fast modes."""
-        self.codec, self.device, self.stream, self.budget = codec, device, stream, budget
+    def __init__(self, codec: LeanCodec, device: torch.device, budget: int = LIVE_ROW_FRAMES, captured: bool = False):
+        """captured: the calls replay CUDA graphs (LeanCodec.captured), in the fast modes."""
+        self.codec, self.device, self.budget = codec, device, budget
+        self.stream = codec.side_stream(device)  # None off CUDA: the work runs in line
         self._captured = codec.captured(device) if captured else None
         self._decode = self._captured.decode if captured else codec.decode
         self.rows: dict = {}  # name -> _Row
@@ -187,8 +186,7 @@ class CodecStream:
 
 
 def decode_whole(codec: LeanCodec, codes: Sequence[torch.Tensor], refs: Sequence[torch.Tensor | None],
-                 device: torch.device, stream: "torch.cuda.Stream | None",
-                 budget: int = DECODE_ROW_FRAMES) -> list[np.ndarray]:
+                 device: torch.device, budget: int = DECODE_ROW_FRAMES) -> list[np.ndarray]:
     """Rows already made (codes[i]: row i's frames [n_i, 16]; refs[i]: its ICL voice's reference codes, or None),
     each a stream fed all its frames: rows of like length together (pieces.py pieces), each call the longest row's
     frames as call_frames rounds them (calls of LIVE_CHUNK frames launched so many kernels that a continuous render
@@ -197,7 +195,7 @@ def decode_whole(codec: LeanCodec, codes: Sequence[torch.Tensor], refs: Sequence
     audio = [np.zeros(0, np.float32) for _ in codes]
     for group in pieces([c.shape[0] for c in codes], budget):
         longest = max(codes[i].shape[0] for i in group)
-        size, rows = call_frames(row_frames(longest)), CodecStream(codec, device, stream, budget)
+        size, rows = call_frames(row_frames(longest)), CodecStream(codec, device, budget)
         for i in group:
             rows.open(i, refs[i])
         for start in range(0, longest, size):

@@ -20,7 +20,7 @@ def _rows(g):
 
 
 def _stream(codec, codes, refs, chunk):
-    return streamed(codec, codes, refs, itertools.repeat(chunk), torch.device("cuda"), codec.side_stream("cuda"))[1]
+    return streamed(codec, codes, refs, itertools.repeat(chunk), torch.device("cuda"))[1]
 
 
 @pytest.mark.parametrize("chunk", [1, 16, 400])
@@ -84,11 +84,11 @@ def test_warm_captures_each_call_shape_once_a_process(cuda_tts, monkeypatch):
     replays = []
     replay = CapturedStep.replay
     monkeypatch.setattr(CapturedStep, "replay", lambda self: replays.append(self) or replay(self))
-    CodecStream(codec, dev, codec.side_stream(dev), captured=True).warm(3, (4, 16))
+    CodecStream(codec, dev, captured=True).warm(3, (4, 16))
     shapes = [(1, 4), (2, 4), (4, 4), (1, 16), (2, 16), (4, 16)]
     assert all(s in captured.graphs for s in shapes) and len(captured.graphs) == 6 and not captured.failed
     replays.clear()
-    CodecStream(codec, dev, codec.side_stream(dev), captured=True).warm(3, (4, 16))
+    CodecStream(codec, dev, captured=True).warm(3, (4, 16))
     assert replays == [] and len(captured.graphs) == 6
-    CodecStream(codec, dev, codec.side_stream(dev), captured=True).warm(8, (4,))
+    CodecStream(codec, dev, captured=True).warm(8, (4,))
     assert (8, 4) in captured.graphs and len(captured.graphs) == 7

@@ -30,7 +30,7 @@ def _live_row_calls(codec, monkeypatch, frames: int) -> list[int]:
     calls, decode = [], codec.decode
     monkeypatch.setattr(codec, "decode", lambda codes, state: calls.append(codes.shape[1]) or decode(codes, state))
     codes = torch.randint(0, 2048, (1, frames, 16), generator=torch.Generator().manual_seed(0))
-    live = CodecStream(codec, torch.device("cpu"), None)
+    live = CodecStream(codec, torch.device("cpu"))
     live.open(0, None)
     for start in range(0, frames, LIVE_CHUNK):
         n = min(LIVE_CHUNK, frames - start)

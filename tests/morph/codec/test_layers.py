@@ -25,7 +25,7 @@ def test_a_voice_reference_is_decoded_once_a_chunk_at_a_time(tiny_tts):
     codec.decode = lambda codes, state: calls.append(codes.shape[1]) or decode(codes, state)
     try:
         for _ in range(3):
-            decode_whole(codec, [torch.zeros(5, 16, dtype=torch.long)], [ref], torch.device("cpu"), None)
+            decode_whole(codec, [torch.zeros(5, 16, dtype=torch.long)], [ref], torch.device("cpu"))
     finally:
         del codec.decode
     assert calls == [16, 14, 16, 16, 16]  # chunk-sized calls (what morph/memory.py counts); 5 frames padded to 16

@@ -21,11 +21,11 @@ CPU = torch.device("cpu")
 FRAME = 1920  # samples a frame at 24 kHz
 
 
-def streamed(codec, codes, refs, sizes, device=CPU, stream=None, budget=LIVE_ROW_FRAMES):
+def streamed(codec, codes, refs, sizes, device=CPU, budget=LIVE_ROW_FRAMES):
     """Rows through one CodecStream as the continuous batch feeds it: call k gives every row still going its next
     sizes[k] frames (a row's last chunk shorter, padded in the call), and chunks are read back as they come; a row
     without frames ends at once. Each row's chunks and its whole audio."""
-    live = CodecStream(codec, device, stream, budget)
+    live = CodecStream(codec, device, budget)
     for i, ref in enumerate(refs):
         live.open(i, ref)
         if not codes[i].shape[0]:
@@ -79,8 +79,8 @@ def test_rows_fed_a_chunk_at_a_time_are_upstreams_decode(tiny_tts, rows, chunk):
 def test_rows_decoded_whole_are_upstreams_decode_and_a_row_of_a_batch_as_alone(tiny_tts, rows):
     codes, refs = rows
     want = decode_rows(tiny_tts.tts.model.speech_tokenizer, codes, refs, budget=10**6)
-    together = decode_whole(tiny_tts.codec, codes, refs, CPU, None)
-    alone = decode_whole(tiny_tts.codec, codes[3:4], refs[3:4], CPU, None)
+    together = decode_whole(tiny_tts.codec, codes, refs, CPU)
+    alone = decode_whole(tiny_tts.codec, codes[3:4], refs[3:4], CPU)
     assert [a.shape for a in together] == [w.shape for w in want]
     for a, w in zip(together, want, strict=True):
         assert_audio_close(a, w, rel=1e-5)
@@ -99,7 +99,7 @@ def test_each_row_gets_its_own_audio_whatever_call_it_went_in(tiny_tts, monkeypa
     calls = []
     decode = tiny_tts.codec.decode
     monkeypatch.setattr(tiny_tts.codec, "decode", lambda c, s: calls.append(c.shape[0]) or decode(c, s))
-    got = decode_whole(tiny_tts.codec, codes, refs, CPU, None, budget=96)
+    got = decode_whole(tiny_tts.codec, codes, refs, CPU, budget=96)
     assert len(calls) >= 3  # the budget splits the rows into several calls
     for c, ref, audio in zip(codes, refs, got, strict=True):
         want = decode_rows(tiny_tts.tts.model.speech_tokenizer, [c], [ref], budget=10**6)[0]
@@ -140,7 +140,7 @@ def test_a_row_streamed_across_upstreams_windows_is_upstreams_decode(wide_codec)
     refs = [None] + [torch.randint(0, 2048, (n, 16), generator=g) for n in (290, 292, 310)] + [None, None, None]
     codes = [torch.randint(0, 2048, (n, 16), generator=g) for n in lengths]
     chunks, got = streamed(wide_codec, codes, refs, [3, 1, 4] + [LIVE_CHUNK] * 38, budget=40)  # 2 rows a call at 16
-    whole = decode_whole(wide_codec, codes, refs, CPU, None)
+    whole = decode_whole(wide_codec, codes, refs, CPU)
     with torch.inference_mode():
         for i, (c, ref) in enumerate(zip(codes, refs, strict=True)):
             assert got[i].shape == whole[i].shape == (lengths[i] * FRAME,), i
@@ -161,7 +161,7 @@ def test_calls_come_in_power_of_two_widths_and_warm_plans_each_of_them(wide_code
     decode = wide_codec.decode
     monkeypatch.setattr(wide_codec, "decode", lambda codes, state: shapes.append(tuple(codes.shape[:2]))
                         or decode(codes, state))
-    live = CodecStream(wide_codec, CPU, None, budget=40)  # 10 rows a call at 4 frames, 2 at 16
+    live = CodecStream(wide_codec, CPU, budget=40)  # 10 rows a call at 4 frames, 2 at 16
     live.warm(6, (4, 16))
     assert sorted(shapes) == [(1, 4), (1, 16), (2, 4), (2, 16), (4, 4), (8, 4)]
     assert [w * t for w, t in shapes] == sorted((w * t for w, t in shapes), reverse=True)
@@ -170,7 +170,7 @@ def test_calls_come_in_power_of_two_widths_and_warm_plans_each_of_them(wide_code
     for i in range(3):
         live.open(i, None)
     live.feed([0, 1, 2], list(codes), 4, [False] * 3)
-    alone = CodecStream(wide_codec, CPU, None, budget=40)
+    alone = CodecStream(wide_codec, CPU, budget=40)
     alone.open(0, None)
     alone.feed([0], [codes[1]], 4, [False])
     assert shapes == [(4, 4), (1, 4)]
@@ -183,13 +183,13 @@ def test_a_dropped_row_opened_again_gets_none_of_its_first_lifes_audio(wide_code
     still on its way to the host, then opened again and fed from its first frame: what pump hands out for it is the
     second life's alone, as a row fed those frames from the start gets."""
     codes = torch.randint(0, 2048, (2, 4, 16), generator=torch.Generator().manual_seed(2))
-    live = CodecStream(wide_codec, CPU, None, budget=40)
+    live = CodecStream(wide_codec, CPU, budget=40)
     live.open("a", None)
     live.feed(["a"], [codes[0]], 4, [False])  # its first life: not pumped yet
     live.drop("a")
     live.open("a", None)
     live.feed(["a"], [codes[1]], 4, [True])
-    fresh = CodecStream(wide_codec, CPU, None, budget=40)
+    fresh = CodecStream(wide_codec, CPU, budget=40)
     fresh.open("a", None)
     fresh.feed(["a"], [codes[1]], 4, [True])
     got, want = live.pump(flush=True), fresh.pump(flush=True)
