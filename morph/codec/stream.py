@@ -80,8 +80,8 @@ class CodecStream:
         The heaviest shape first: under the native allocator a capture reuses what the graphs' shared pool has
         free only for calls no larger, so captures from the narrowest up left 3.8 GiB in the pool where the widest
         first left 2.8 (32 rows of 16 frames and the narrower, H100, 0.6B dims, bench/results/h100-2026-11-26d)."""
-        shapes = [(width, t) for t in sizes
-                  for width in _powers_of_two(min(call_width(rows), call_width(call_rows(t, self.budget))))]
+        shapes = [(1 << k, t) for t in sizes  # every power of two up to the widest call
+                  for k in range(min(call_width(rows), call_width(call_rows(t, self.budget))).bit_length())]
         with self._side(), torch.inference_mode():
             for width, t in sorted(shapes, key=lambda s: -s[0] * s[1]):
                 if self._captured is not None:
@@ -180,7 +180,7 @@ class CodecStream:
 
     def _fresh(self, codes: torch.Tensor) -> tuple[CodecState, torch.Tensor]:
         """A state that has seen only `codes` [frames, 16] (upstream's zero padding before them), and their audio."""
-        state = self.codec.zero_state(1, self.device, next(self.codec.decoder.parameters()).dtype)
+        state = self._blank(1)
         wav = self.codec.decode(codes[None].clamp(0, self.codec.codebook_size - 1), state)
         return state, wav[0]
 
@@ -206,8 +206,3 @@ def decode_whole(codec: LeanCodec, codes: Sequence[torch.Tensor], refs: Sequence
             if whole is not None:
                 audio[i] = whole
     return audio
-
-
-def _powers_of_two(top: int) -> list[int]:
-    """1, 2, 4, ... up to `top` (a power of two)."""
-    return [1 << k for k in range(top.bit_length())]
