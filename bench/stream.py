@@ -41,8 +41,8 @@ PARTS = (("morph.render", "BatchTTS.render"), ("morph.continuous", "RowRunner._g
          ("morph.engine.batch", "ContinuousBatch.__init__"), ("morph.decode.talker_loop", "TalkerLoop.owner"),
          ("morph.engine.batch", "ContinuousBatch._join"), ("morph.decode.kv_store", "PagedKV.write_prompt"),
          ("morph.decode.prefill_graphs", "PrefillGraphs.prefill"), ("morph.engine.batch", "ContinuousBatch._settle"),
-         ("morph.codec.live", "LiveRows.open"), ("morph.codec.live", "LiveRows.feed"),
-         ("morph.codec.live", "LiveRows.pump"))
+         ("morph.codec.stream", "CodecStream.open"), ("morph.codec.stream", "CodecStream.feed"),
+         ("morph.codec.stream", "CodecStream.pump"))
 
 
 def timed_parts():

@@ -1,5 +1,5 @@
 """The engine's runner (morph/engine/engine.py): rows through one running batch (morph/engine/batch.py), each row's
-audio decoded a chunk at a time while it is made (`LiveChunks`, through morph/codec/live.py) and handed out as chunks
+audio decoded a chunk at a time while it is made (`LiveChunks`, through morph/codec/stream.py) and handed out as chunks
 (on_chunk) and whole when the row ends. Not in eager mode.
 
 Rows join in the order the engine takes them, in groups as slots free up; each group's prompt is built by upstream's
@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from .codec.calls import FIRST_GRID, LIVE_CHUNK, call_frames
-from .codec.live import LiveRows
+from .codec.stream import CodecStream
 from .group_ahead import GroupAhead
 from .lines.line import Row
 from .prompts import prompt_inputs
@@ -132,8 +131,8 @@ class RowRunner:
         # every row is decoded while it is made (LiveChunks), streamed or not: its calls replay CUDA graphs, where
         # decoding each row whole at its end launched every call's kernels from this thread, beside the frame loop
         # (bench/results/h100-2026-11-25e/NOTES.md)
-        live = self._live = LiveChunks(self.batch, LiveRows(tts.codec, tts.device, tts.codec.side_stream(tts.device),
-                                                            captured=self.batch.mode in FAST_MODES))
+        live = self._live = LiveChunks(self.batch, CodecStream(tts.codec, tts.device,
+                                                               captured=self.batch.mode in FAST_MODES))
         if tts.device.type == "cuda":  # cuDNN plans each call shape on its first use
             live.codec.warm(self.width, (FIRST_GRID, LIVE_CHUNK))
         self._ended = live.end
@@ -169,7 +168,7 @@ def ref_code(row: Row) -> torch.Tensor | None:
 
 
 class LiveChunks:
-    """Which frames of a continuous batch's rows go to the codec (morph/codec/live.py LiveRows) before each frame,
+    """Which frames of a continuous batch's rows go to the codec (morph/codec/stream.py CodecStream) before each frame,
     so that a row's audio comes while it is made, in as few codec calls as that takes (codec/calls.py's FIRST_GRID and
     LIVE_CHUNK say why these sizes).
 
@@ -181,7 +180,7 @@ class LiveChunks:
     other row's chunk of that size; the call waits behind the frames queued before it (up to that lag again). An
     ended row's last frames go at the next FIRST_GRID mark, padded to the size of a call made there."""
 
-    def __init__(self, batch, codec: LiveRows):
+    def __init__(self, batch, codec: CodecStream):
         self.batch, self.codec = batch, codec
         self.lag = batch.lag
         self.frame = 0  # frames the batch has run
@@ -225,7 +224,7 @@ class LiveChunks:
             # every LIVE_CHUNK frames
             if known > at and (not done or known % LIVE_CHUNK == 0 or (at + done) % LIVE_CHUNK):
                 n, first = known - at - done, live.start + done
-                due[n].append((row, self.batch.st.frames[slot, first:first + n], n, False))
+                due[n].append((row, self.batch.st.frames[slot, first:first + n], False))
         self._feed(due)
 
     def finish(self) -> None:
@@ -233,10 +232,10 @@ class LiveChunks:
         self._feed(self._rests())
 
     def _rests(self) -> collections.defaultdict:
-        """Each ended row's frames not yet decoded (at most LIVE_CHUNK of them unless the batch drained its queue),
-        padded to FIRST_GRID, LIVE_CHUNK or call_frames' size for more: the row's state ends there, so the padding's
+        """Each ended row's frames not yet decoded (at most LIVE_CHUNK of them unless the batch drained its queue), in
+        a call of FIRST_GRID, LIVE_CHUNK or call_frames' size for more: the row's state ends there, so the padding's
         audio is cut off and changes nothing before it."""
-        due = collections.defaultdict(list)  # frames -> [(row, its frames, frames its own, ended)]
+        due = collections.defaultdict(list)  # call frames -> [(row, its frames, ended)]
         for row, codes in self.ended:
             rest = codes[self.codec.done(row):]
             if not rest.shape[0]:
@@ -244,12 +243,13 @@ class LiveChunks:
                 continue
             # the size of a call the live rows' chunks make at this mark anyway, where the rest fits
             size = next((n for n in (FIRST_GRID, LIVE_CHUNK) if rest.shape[0] <= n), None) or call_frames(rest.shape[0])
-            due[size].append((row, F.pad(rest, (0, 0, 0, size - rest.shape[0])), rest.shape[0], True))
+            due[size].append((row, rest, True))
         self.ended = []
         return due
 
     def _feed(self, due: dict) -> None:
-        """One LiveRows.feed for each chunk size: the rows' frames copied out together, on the frame loop's stream."""
-        for items in due.values():
-            rows, frames, real, ended = zip(*items, strict=True)
-            self.codec.feed(rows, torch.stack(frames), real, ended)
+        """One CodecStream.feed for each call size: it copies the rows' frames out together, on the frame loop's
+        stream."""
+        for size, items in due.items():
+            rows, frames, ended = zip(*items, strict=True)
+            self.codec.feed(rows, frames, size, ended)

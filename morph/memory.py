@@ -14,7 +14,7 @@ The continuous batch (what render runs in every mode but eager, morph/render.py)
     prefilled) padded to the longest, and in the fast modes to its bucket (settings.prefill_bucket): their keys and
     values, kept until the rows joined, one layer's activations per token and the attention scores
     (morph/masked_attention.py bounds them);
-  - codec: each row decoded while it is made, beside the frame loop on the codec's stream (morph/codec/live.py),
+  - codec: each row decoded while it is made, beside the frame loop on the codec's stream (morph/codec/stream.py),
     in calls of LIVE_CHUNK frames of up to LIVE_ROW_FRAMES row-frames, LEAN_CODEC_BYTES each plus
     cuDNN's workspaces, or a row's restart of a window past upstream's first behind its context if that is larger,
     and every live row's codec state. In the fast modes the calls replay CUDA graphs, which keep their activations
@@ -94,7 +94,7 @@ AUDIO_COPIES = 6
 # In the fast modes the live rows' calls replay CUDA graphs (morph/codec/captured.py), and the graphs hold their
 # calls' activations for as long as they are kept: in CUDA's graph memory pool under cudaMallocAsync, where torch's
 # allocated counter does not see them, and in torch's private pools under the native allocator. Against the widest
-# call's op-by-op bytes (the widest captured first, as LiveRows.warm does), with CAPTURED_GRAPHS, they held (H100,
+# call's op-by-op bytes (the widest captured first, as CodecStream.warm does), with CAPTURED_GRAPHS, they held (H100,
 # 0.6B dims, bf16, 5 s lines at 1 to 64 rows, bench/results/h100-2026-11-26d/NOTES.md) about 1.25x under
 # cudaMallocAsync; under the native allocator from about 1x for a call of one row to 3x for one of 32, its private
 # pool fragmented by the larger activations (NATIVE_CAPTURED_SHARE). Refit to 1 + rows / 10 once a prefill no longer
@@ -264,7 +264,7 @@ def _largest_codec_call(codec_frames: list[int], width: int) -> int:
 
 
 def _live_row_call(codec_frames: list[int]) -> int:
-    """Frames of the largest one-row call a live row's decode makes (morph/codec/live.py): a chunk, or, for a row
+    """Frames of the largest one-row call a live row's decode makes (morph/codec/stream.py): a chunk, or, for a row
     past upstream's first window, the restart of a window behind its context (`_fresh`, after the chunk's call)."""
     return LIVE_CHUNK + (UPSTREAM_CONTEXT if max(codec_frames) > UPSTREAM_CHUNK else 0)
 

@@ -158,8 +158,7 @@ class BatchTTS:
         refs = [None if v is None else v.ref_code for v in voices]
         if not runs_lean(self.tts):
             return decode_rows(self.tts.tts.model.speech_tokenizer, codes, refs)
-        device = self.tts.device
-        return decode_whole(self.tts.codec, codes, refs, device, self.tts.codec.side_stream(device))
+        return decode_whole(self.tts.codec, codes, refs, self.tts.device)
 
     def check(self, lines: Sequence[Line], settings: GenerationSettings, who: str,
               labels: Sequence[str] | None = None) -> None:

@@ -1,5 +1,5 @@
 """The codec's call sizes: how many frames of how many rows one decode call takes (morph/codec/layers.py decodes a
-call; stream.py, live.py and morph/memory.py size them here). cuDNN plans each convolution per input shape, and a
+call; stream.py and morph/memory.py size them here). cuDNN plans each convolution per input shape, and a
 call launches the same ~1,400 kernels whatever its size, so calls come in few shapes (powers of two), each holding
 enough row-frames to pay for its launches."""
 

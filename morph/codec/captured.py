@@ -1,10 +1,10 @@
-"""The codec's decode replayed from CUDA graphs, one per call shape (rows, frames): what the live rows decode with in
-the fast modes (morph/codec/live.py LiveRows).
+"""The codec's decode replayed from CUDA graphs, one per call shape (rows, frames): what the continuous batch's rows
+decode with in the fast modes (morph/codec/stream.py CodecStream).
 
 A call of the lean codec launches about 1,400 kernels from the host thread that runs the frame loop, whatever it
 holds. The live rows make many small calls (4 or 16 frames of each live row, every few frames), so under a speech
 server's load those launches were most of that thread's time (py-spy, bench/results/h100-2026-11-25c). Their shapes
-are few (live.py pads each call's rows to a power of two), so each is captured once and replayed: a row's state is
+are few (stream.py pads each call's rows to a power of two), so each is captured once and replayed: a row's state is
 copied into the graph's buffers, the graph replays, the state is copied back out.
 """
 

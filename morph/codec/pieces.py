@@ -1,5 +1,6 @@
-"""Upstream's decode of finished rows in pieces of bounded size: the exact reference (mode eager), and long rows
-past upstream's first 300-frame window.
+"""Upstream's decode of finished rows in pieces of bounded size: the exact reference (mode eager); the same pieces
+group the rows the lean codec decodes whole (stream.py decode_whole), and its rows start each of upstream's windows
+again as chunked_decode does (UPSTREAM_CHUNK, UPSTREAM_CONTEXT).
 
 Upstream decodes a whole batch in one codec call, each row padded to the longest and an ICL voice's reference
 codes in front of its row. The decoder's activations grow with rows x frames (upsampled 1920 times to 24 kHz),
@@ -18,7 +19,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
 from ..settings import SAMPLE_RATE
 
@@ -69,21 +69,3 @@ def decode_rows(tokenizer, codes: Sequence[torch.Tensor], refs: Sequence[torch.T
 
 
 UPSTREAM_CHUNK, UPSTREAM_CONTEXT = 300, 25  # upstream's chunked_decode: 300 frames at a time, 25 before each
-
-
-def tail_audio(decoder, full: Sequence[torch.Tensor], budget: int = DECODE_ROW_FRAMES) -> list[torch.Tensor]:
-    """The audio of each row's frames from UPSTREAM_CHUNK on, as upstream's chunked_decode makes it: each later
-    window of 300 frames decoded apart, behind the 25 frames before it. `decoder`: the codec's decoder module;
-    full[i]: row i's codes [frames, 16] (any reference in front). Float32 device tensors, empty for short rows."""
-    windows = [(i, start) for i, f in enumerate(full) for start in range(UPSTREAM_CHUNK, f.shape[0], UPSTREAM_CHUNK)]
-    spans = [full[i][start - UPSTREAM_CONTEXT: start + UPSTREAM_CHUNK] for i, start in windows]
-    audio: dict[tuple[int, int], torch.Tensor] = {}
-    up = int(decoder.total_upsample)
-    for piece in pieces([s.shape[0] for s in spans], budget):
-        codes = pad_sequence([spans[j] for j in piece], batch_first=True, padding_value=0).clamp(min=0)
-        wav = decoder(codes.transpose(1, 2)).squeeze(1).float()
-        for row, j in enumerate(piece):
-            audio[windows[j]] = wav[row, UPSTREAM_CONTEXT * up: spans[j].shape[0] * up]
-    empty = torch.zeros(0, device=full[0].device) if full else None
-    return [torch.cat([audio[w] for w in windows if w[0] == i]) if any(w[0] == i for w in windows) else empty
-            for i in range(len(full))]

@@ -1,125 +1,208 @@
-"""Rows already made through the lean codec (morph/codec/layers.py), on the codec's CUDA stream: BatchTTS.decode's
-rows, decoded whole, rows of like length together (`decode_whole`). (The continuous batch decodes each row while it is
-made: live.py `LiveRows`, whose chunks joined are this decode.)
+"""The lean codec's one streamer: rows decoded a chunk at a time, each with a codec state of its own, any rows with as
+many new frames together in a call, on the codec's CUDA stream beside the frame loop, each call's audio read back once
+its copy to the host is done. The continuous batch feeds it each row's frames while the row is made (which frames go
+when is morph/continuous.py's `LiveChunks`); rows already made are a stream fed all their frames (`decode_whole`,
+BatchTTS.decode's in every mode but eager).
 
-A row's audio is upstream's decode to rounding, made upstream's way in two respects:
+A row's chunks joined are upstream's decode of the row to rounding, whatever the chunks, made upstream's way:
 - an ICL voice's reference codes go first and their audio is cut off: decoded once per voice (LeanCodec.primed),
   into the state every row in that voice starts from;
-- upstream decodes a row's first UPSTREAM_CHUNK (300) frames in one call, and every later 300 behind only 25
-  frames of context (its chunked_decode): the stream covers the first window, and a row longer than that gets the
-  rest from upstream's own decoder when it ends (morph/codec/pieces.py tail_audio).
+- upstream decodes a row's first UPSTREAM_CHUNK (300) frames in one call, and every later 300 behind only 25 frames
+  of context (its chunked_decode): from each window's start on, the row starts again from a state that has seen
+  only that context.
 
-A decode call holds at most `budget` row-frames of activations (a batch's rows go in groups), whatever the batch.
-Nothing here waits for the GPU: the work runs on the codec's own stream and audio is copied to pinned memory and
-read once its event has passed (side.py).
+Nothing here waits for the GPU: the work runs on the codec's stream (off CUDA, in line), and the audio is copied to
+pinned memory and read once its event has passed.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 from typing import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.nn.utils.rnn import pad_sequence
 
-from .calls import call_frames
+from .calls import LIVE_ROW_FRAMES, call_frames, call_width
 from .layers import CodecState, LeanCodec
-from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, call_rows, pieces, row_frames, tail_audio
-from .side import on_side, take, to_host
+from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows, pieces, row_frames
 
 
-class RowsDecode:
-    """Rows decoded together from their first frame, in lockstep: frames [done, upto) of every row per call."""
+class _Row:
+    """One row: its state, where it stands and the audio handed back so far."""
 
-    def __init__(self, codec: LeanCodec, refs: Sequence[torch.Tensor | None], device: torch.device,
-                 stream: "torch.cuda.Stream | None", chunk: int, budget: int = DECODE_ROW_FRAMES):
-        """chunk: frames of each row a call takes."""
-        self.codec, self.stream, self.device = codec, stream, device
-        self.chunk = chunk
-        self.offsets = [0 if r is None else int(r.shape[0]) for r in refs]  # where each row's own frames start
-        self.done = 0
-        per_call = call_rows(self.chunk, budget)
-        self.groups = [(s, min(s + per_call, len(refs))) for s in range(0, len(refs), per_call)]
-        self.waves: dict[tuple[int, int], list[torch.Tensor]] = {g: [] for g in self.groups}
-        self.result: tuple | None = None
-        with on_side(self.stream), torch.inference_mode():
-            self.state = CodecState.cat([codec.primed(r, device) for r in refs])
-            self.refs = [None if r is None else r.to(device) for r in refs]  # for the rows past the first window
+    def __init__(self, state: CodecState, ref: torch.Tensor | None):
+        self.state: CodecState | None = state
+        self.ref = 0 if ref is None else int(ref.shape[0])  # frames of its codes in front of its own
+        self.done = 0  # its own frames decoded so far
+        self.recent: list[torch.Tensor] = [] if ref is None else [ref]  # its last codes, for a window's context
+        self.audio: list[np.ndarray] = []
 
-    @classmethod
-    def whole(cls, codec: LeanCodec, codes: Sequence[torch.Tensor], refs: Sequence[torch.Tensor | None],
-              device: torch.device, stream: "torch.cuda.Stream | None",
-              budget: int = DECODE_ROW_FRAMES) -> "RowsDecode":
-        """Rows that have ended, decoded whole (as many at a call as `budget` allows); read with audio().
-        A call runs the longest row's frames as call_frames rounds them (CHUNK-frame calls instead launched so many
-        kernels that a continuous render ran 5x)."""
-        longest = max([row_frames(c.shape[0]) for c in codes] + [1])
-        job = cls(codec, refs, device, stream, chunk=call_frames(longest), budget=budget)
-        job.finish(codes)
-        return job
 
-    def finish(self, codes: Sequence[torch.Tensor]) -> None:
-        """codes[i]: row i's frames [n_i, 16], all of them: decode the rest, then start the copy to the host."""
-        codes = [c.to(self.device) for c in codes]
-        stacked = pad_sequence(codes, batch_first=True)
-        # the last chunk padded to a whole one (its padding is cut off): every chunk of a stream has one shape, so
-        # cuDNN plans each convolution once, not once more for every batch's last few frames
-        stacked = F.pad(stacked, (0, 0, 0, -stacked.shape[1] % self.chunk))
-        while stacked.shape[1] > self.done:
-            self._decode(stacked[:, self.done:self.done + self.chunk])
-        lengths = [int(c.shape[0]) for c in codes]
-        up = self.codec.upsample
-        take(self.stream, self.device, *codes)
-        with on_side(self.stream), torch.inference_mode():
-            long = [i for i, n in enumerate(lengths) if self.offsets[i] + n > UPSTREAM_CHUNK]
-            full = [codes[i] if self.refs[i] is None else torch.cat((self.refs[i], codes[i])) for i in long]
-            tails = dict(zip(long, tail_audio(self.codec.decoder, full), strict=True))
-            rows = []
-            for start, stop in self.groups:
-                streamed = torch.cat(self.waves[(start, stop)], dim=1) if self.waves[(start, stop)] else None
-                for i in range(start, stop):
-                    own = max(0, min(lengths[i], UPSTREAM_CHUNK - self.offsets[i]))
-                    parts = [streamed[i - start, :own * up]] if own else []
-                    if i in tails:
-                        parts.append(tails[i][max(0, self.offsets[i] - UPSTREAM_CHUNK) * up:])
-                    rows.append(torch.cat(parts) if parts else torch.zeros(0, device=self.device))
-            event, host, flat = to_host(rows, self.stream, self.device)
-        self.waves.clear()
-        self.result = (event, host, [r.shape[0] for r in rows], flat)
+class CodecStream:
+    """Rows decoded a chunk at a time (module docstring), any rows with as many new frames together in a call of at
+    most `budget` row-frames; each row is a name, opened, fed its frames in order, and read back with pump()."""
 
-    def audio(self) -> list[np.ndarray]:
-        """Each row's float32 24 kHz audio (waits for the copy)."""
-        event, host, sizes, _ = self.result
-        if event is not None:
-            event.synchronize()
-        return [a.numpy().copy() for a in torch.split(host, sizes)]
+    def __init__(self, codec: LeanCodec, device: torch.device, budget: int = LIVE_ROW_FRAMES, captured: bool = False):
+        """captured: the calls replay CUDA graphs (LeanCodec.captured), in the fast modes."""
+        self.codec, self.device, self.budget = codec, device, budget
+        self.stream = codec.side_stream(device)  # None off CUDA: the work runs in line
+        self._captured = codec.captured(device) if captured else None
+        self._decode = self._captured.decode if captured else codec.decode
+        self.rows: dict = {}  # name -> _Row
+        # each feed's audio on its way to the host: (event or None, host tensor, [(name, its _Row, samples, ended)],
+        # the device tensor it is copied from)
+        self.flight: collections.deque = collections.deque()
 
-    def _decode(self, frames: torch.Tensor) -> None:
-        """One chunk of every group that still has a row inside upstream's first window."""
-        with torch.inference_mode():
-            # a row's frames past its end hold EOS (outside the codebooks); their audio is cut off
-            codes = frames.clamp(0, self.codec.codebook_size - 1)
-        take(self.stream, self.device, codes)
-        with on_side(self.stream), torch.inference_mode():
-            for start, stop in self.groups:
-                if min(self.offsets[start:stop]) + self.done < UPSTREAM_CHUNK:
-                    self.waves[(start, stop)].append(self.codec.decode(codes[start:stop],
-                                                                       self.state.rows(start, stop)))
-        self.done += codes.shape[1]
+    def _side(self):
+        """A context that runs its work on the codec's stream."""
+        return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+
+    def open(self, name, ref: torch.Tensor | None) -> None:
+        """A row starts; ref: its ICL voice's reference codes [frames, 16], or None."""
+        frames = 0 if ref is None else int(ref.shape[0])
+        with self._side(), torch.inference_mode():
+            if frames < UPSTREAM_CHUNK:
+                state = CodecState.cat([self.codec.primed(ref, self.device)])  # a copy: the voice's is kept
+            else:  # the row starts past upstream's first window: behind that window's context alone
+                edge = frames // UPSTREAM_CHUNK * UPSTREAM_CHUNK
+                state = self._fresh(ref[edge - UPSTREAM_CONTEXT:].to(self.device))[0]
+        self.rows[name] = _Row(state, ref)
+
+    def warm(self, rows: int, sizes: Sequence[int]) -> None:
+        """Make ready each call shape a batch of up to `rows` rows makes with chunks of `sizes` frames before the
+        first row's audio waits for it: captured, its graph (made once a process: replaying them all at every render
+        was a third more GPU time in a lone 1-frame request, bench/results/h200-2026-11-26c); else blank rows
+        decoded, so that cuDNN plans it.
+
+        The heaviest shape first: under the native allocator a capture reuses what the graphs' shared pool has
+        free only for calls no larger, so captures from the narrowest up left 3.8 GiB in the pool where the widest
+        first left 2.8 (32 rows of 16 frames and the narrower, H100, 0.6B dims, bench/results/h100-2026-11-26d)."""
+        shapes = [(1 << k, t) for t in sizes  # every power of two up to the widest call
+                  for k in range(min(call_width(rows), call_width(call_rows(t, self.budget))).bit_length())]
+        with self._side(), torch.inference_mode():
+            for width, t in sorted(shapes, key=lambda s: -s[0] * s[1]):
+                if self._captured is not None:
+                    self._captured.prepare(width, t)
+                else:
+                    groups = int(self.codec.decoder.config.num_quantizers)
+                    self._decode(torch.zeros(width, t, groups, dtype=torch.long, device=self.device),
+                                 self._blank(width))
+
+    def done(self, name) -> int:
+        """The row's own frames decoded so far."""
+        return self.rows[name].done
+
+    def feed(self, names: Sequence, frames: Sequence[torch.Tensor], size: int, ended: Sequence[bool]) -> None:
+        """frames[i]: the named row's next frames [n_i <= size, 16], made on the caller's stream; they are copied out
+        there, padded to `size` (a call's frames: the padding's audio is cut off), so the caller may reuse them
+        after. ended[i]: the row has no more."""
+        rows, real = [self.rows[name] for name in names], [int(f.shape[0]) for f in frames]
+        codes = torch.stack([F.pad(f, (0, 0, 0, size - f.shape[0])) for f in frames]).to(self.device)
+        if self.stream is not None:  # read on the codec's stream: it waits for them, and the allocator keeps them
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            codes.record_stream(self.stream)
+        with self._side(), torch.inference_mode():
+            codes = codes.clamp(0, self.codec.codebook_size - 1)  # a row's frames past its end may hold EOS
+            wavs, per_call = [], call_rows(size, self.budget)
+            for s in range(0, len(rows), per_call):
+                group = rows[s:s + per_call]
+                pad = call_width(len(group)) - len(group)
+                state = CodecState.cat([r.state for r in group] + ([self._blank(pad)] if pad else []))
+                part = codes[s:s + per_call]
+                wavs += list(self._decode(F.pad(part, (0, 0, 0, 0, 0, pad)) if pad else part, state))[:len(group)]
+                for j, row in enumerate(group):
+                    row.state = state.rows(j, j + 1)
+            parts = [self._advance(row, codes[i, :real[i]], wavs[i], ended[i]) for i, row in enumerate(rows)]
+            flat = torch.cat(parts) if parts else torch.zeros(0, device=self.device)
+            host = torch.empty(flat.shape, dtype=torch.float32, pin_memory=self.stream is not None)
+            host.copy_(flat, non_blocking=self.stream is not None)
+            event = None
+            if self.stream is not None:
+                event = torch.cuda.Event()
+                event.record(self.stream)
+        sizes = [(name, row, int(p.shape[0]), end) for name, row, p, end in zip(names, rows, parts, ended, strict=True)]
+        self.flight.append((event, host, sizes, flat))
+
+    def end(self, name) -> None:
+        """The row has ended with every frame fed: its whole audio comes after its last chunk."""
+        row = self.rows[name]
+        row.state = None
+        self.flight.append((None, torch.zeros(0), [(name, row, 0, True)], None))
+
+    def drop(self, name) -> None:
+        """The row will start again (a preempted one): what it was fed is dropped, its chunks still in flight
+        included, and it may be opened again."""
+        del self.rows[name]
+
+    def pump(self, flush: bool = False) -> list[tuple[object, np.ndarray, np.ndarray | None]]:
+        """(name, float32 24 kHz chunk, the row's whole audio after its last chunk, else None) for every chunk read
+        back, each row's in order; flush: wait for all of them."""
+        out = []
+        while self.flight and (flush or self.flight[0][0] is None or self.flight[0][0].query()):
+            event, host, sizes, _ = self.flight.popleft()
+            if event is not None:
+                event.synchronize()
+            for (name, row, _, end), part in zip(sizes, torch.split(host, [s for _, _, s, _ in sizes]), strict=True):
+                if self.rows.get(name) is not row:  # dropped (and maybe opened again) after this chunk was fed
+                    continue
+                row.audio.append(part.numpy().copy())
+                out.append((name, row.audio[-1], np.concatenate(row.audio) if end else None))
+                if end:
+                    del self.rows[name]
+        return out
+
+    def _advance(self, row: _Row, own: torch.Tensor, wav: torch.Tensor, ended: bool) -> torch.Tensor:
+        """The audio of `own` (row's next frames, already decoded as `wav` from its state), and the row moved past
+        them. A chunk that reaches upstream's next window: its frames from there, and the row's state, are the window's
+        own decode behind its context."""
+        up, n = self.codec.upsample, int(own.shape[0])
+        start, stop = row.ref + row.done, row.ref + row.done + n  # in the codes with the reference in front
+        row.done += n
+        row.recent.append(own)
+        edge = stop // UPSTREAM_CHUNK * UPSTREAM_CHUNK  # the last window start at or before `stop`
+        audio = wav[:(edge - start if edge > start else n) * up]
+        if edge > start and (stop > edge or not ended):
+            context = torch.cat([c.to(self.device) for c in row.recent])[-(stop - edge + UPSTREAM_CONTEXT):]
+            row.state, tail = self._fresh(context)
+            audio = torch.cat((audio, tail[UPSTREAM_CONTEXT * up:]))
+        while len(row.recent) > 1 and sum(c.shape[0] for c in row.recent[1:]) >= UPSTREAM_CONTEXT:
+            row.recent.pop(0)
+        if ended:
+            row.state, row.recent = None, []
+        return audio
+
+    def _blank(self, rows: int) -> CodecState:
+        """Rows that pad a call to its width: decoded, their audio and state dropped."""
+        return self.codec.zero_state(rows, self.device, next(self.codec.decoder.parameters()).dtype)
+
+    def _fresh(self, codes: torch.Tensor) -> tuple[CodecState, torch.Tensor]:
+        """A state that has seen only `codes` [frames, 16] (upstream's zero padding before them), and their audio."""
+        state = self._blank(1)
+        wav = self.codec.decode(codes[None].clamp(0, self.codec.codebook_size - 1), state)
+        return state, wav[0]
 
 
 def decode_whole(codec: LeanCodec, codes: Sequence[torch.Tensor], refs: Sequence[torch.Tensor | None],
-                 device: torch.device, stream: "torch.cuda.Stream | None",
-                 budget: int = DECODE_ROW_FRAMES) -> list[np.ndarray]:
-    """Rows already made (BatchTTS.decode), each decoded whole: rows of like length together (pieces.py pieces), one
-    call's audio read back before the next call, so that at most one call's activations are held. A row without
-    frames goes with the others' last call, or alone, and is silent."""
-    groups = pieces([c.shape[0] for c in codes], budget)
-    silent = [i for i, c in enumerate(codes) if not c.shape[0]]
-    audio: list[np.ndarray | None] = [None] * len(codes)
-    for group in groups + ([silent] if silent else []):
-        job = RowsDecode.whole(codec, [codes[i] for i in group], [refs[i] for i in group], device, stream, budget)
-        for i, wav in zip(group, job.audio(), strict=True):
-            audio[i] = wav
+                 device: torch.device, budget: int = DECODE_ROW_FRAMES) -> list[np.ndarray]:
+    """Rows already made (codes[i]: row i's frames [n_i, 16]; refs[i]: its ICL voice's reference codes, or None),
+    each a stream fed all its frames: rows of like length together (pieces.py pieces), each call the longest row's
+    frames as call_frames rounds them (calls of LIVE_CHUNK frames launched so many kernels that a continuous render
+    ran 5x), one group's audio read back before the next, so that at most `budget` row-frames of activations are held.
+    A row without frames is silent."""
+    audio = [np.zeros(0, np.float32) for _ in codes]
+    for group in pieces([c.shape[0] for c in codes], budget):
+        longest = max(codes[i].shape[0] for i in group)
+        size, rows = call_frames(row_frames(longest)), CodecStream(codec, device, budget)
+        for i in group:
+            rows.open(i, refs[i])
+        for start in range(0, longest, size):
+            going = [i for i in group if codes[i].shape[0] > start]
+            rows.feed(going, [codes[i][start:start + size] for i in going], size,
+                      [codes[i].shape[0] <= start + size for i in going])
+        for i, _, whole in rows.pump(flush=True):
+            if whole is not None:
+                audio[i] = whole
     return audio

@@ -1,12 +1,15 @@
 """The lean codec on the GPU: upstream's decode to rounding, whatever the chunks, in fp32 and in bf16."""
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
 
 from morph.codec.pieces import decode_rows
-from morph.codec.stream import RowsDecode
+from morph.codec.stream import CodecStream
 from tests.audio_compare import assert_audio_close
+from tests.morph.codec.test_stream import streamed
 
 
 def _rows(g):
@@ -17,9 +20,7 @@ def _rows(g):
 
 
 def _stream(codec, codes, refs, chunk):
-    job = RowsDecode(codec, refs, torch.device("cuda"), codec.side_stream("cuda"), chunk=chunk)
-    job.finish(codes)
-    return job.audio()
+    return streamed(codec, codes, refs, itertools.repeat(chunk), torch.device("cuda"))[1]
 
 
 @pytest.mark.parametrize("chunk", [1, 16, 400])
@@ -72,10 +73,9 @@ def test_the_captured_decode_is_the_op_by_op_decode_call_for_call(cuda_tts):
 
 
 def test_warm_captures_each_call_shape_once_a_process(cuda_tts, monkeypatch):
-    """LiveRows.warm in the captured modes: the first render's warm captures every shape its calls can take; the
+    """CodecStream.warm in the captured modes: the first render's warm captures every shape its calls can take; the
     next render's replays none of them (each did, every render, before 2026-11-26c), and a new shape is still
     captured."""
-    from morph.codec.live import LiveRows
     from morph.graphs import CapturedStep
 
     codec, dev = cuda_tts.codec, torch.device("cuda")
@@ -84,11 +84,11 @@ def test_warm_captures_each_call_shape_once_a_process(cuda_tts, monkeypatch):
     replays = []
     replay = CapturedStep.replay
     monkeypatch.setattr(CapturedStep, "replay", lambda self: replays.append(self) or replay(self))
-    LiveRows(codec, dev, codec.side_stream(dev), captured=True).warm(3, (4, 16))
+    CodecStream(codec, dev, captured=True).warm(3, (4, 16))
     shapes = [(1, 4), (2, 4), (4, 4), (1, 16), (2, 16), (4, 16)]
     assert all(s in captured.graphs for s in shapes) and len(captured.graphs) == 6 and not captured.failed
     replays.clear()
-    LiveRows(codec, dev, codec.side_stream(dev), captured=True).warm(3, (4, 16))
+    CodecStream(codec, dev, captured=True).warm(3, (4, 16))
     assert replays == [] and len(captured.graphs) == 6
-    LiveRows(codec, dev, codec.side_stream(dev), captured=True).warm(8, (4,))
+    CodecStream(codec, dev, captured=True).warm(8, (4,))
     assert (8, 4) in captured.graphs and len(captured.graphs) == 7

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from morph import memory
 from morph.codec.calls import LIVE_CHUNK
-from morph.codec.live import LiveRows
 from morph.codec.pieces import CODEC_WINDOW
+from morph.codec.stream import CodecStream
 from morph.settings import GenerationSettings
 
 
@@ -32,18 +31,18 @@ def _live_row_calls(codec, monkeypatch, frames: int) -> list[int]:
     calls, decode = [], codec.decode
     monkeypatch.setattr(codec, "decode", lambda codes, state: calls.append(codes.shape[1]) or decode(codes, state))
     codes = torch.randint(0, 2048, (1, frames, 16), generator=torch.Generator().manual_seed(0))
-    live = LiveRows(codec, torch.device("cpu"), None)
+    live = CodecStream(codec, torch.device("cpu"))
     live.open(0, None)
     for start in range(0, frames, LIVE_CHUNK):
         n = min(LIVE_CHUNK, frames - start)
-        live.feed([0], F.pad(codes[:, start:start + n], (0, 0, 0, LIVE_CHUNK - n)), [n], [start + n == frames])
+        live.feed([0], [codes[0, start:start + n]], LIVE_CHUNK, [start + n == frames])
     monkeypatch.undo()
     return calls
 
 
 def test_a_live_row_past_the_first_window_declares_its_windows_restart(lean, monkeypatch):
     """A row of the continuous batch starts each window past upstream's first again behind its context, one row op
-    by op (morph/codec/live.py), a larger call than its chunks': a minute-long line's continuous render had peaked
+    by op (morph/codec/stream.py), a larger call than its chunks': a minute-long line's continuous render had peaked
     above its declaration (bench/results/h200-2026-11-26d/NOTES.md). The declared one-row call covers it, and a row
     inside the first window declares its chunks alone."""
     past = _live_row_calls(lean.codec, monkeypatch, 340)

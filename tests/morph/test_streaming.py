@@ -1,11 +1,10 @@
 """Audio as it is made (tiny model, CPU, fp32, mode "lean"): the continuous batch hands each row's audio a chunk at a
-time while the row runs (morph/continuous.py LiveChunks, morph/codec/live.py LiveRows), BatchTTS.render's on_chunk
+time while the row runs (morph/continuous.py LiveChunks, morph/codec/stream.py CodecStream), BatchTTS.render's on_chunk
 hands each line's in order (morph/line_audio.py LineChunks), and MorphTTS.stream yields one line's; the chunks
 joined are the line's audio as the render without chunks decodes it. Eager mode hands the whole line as one chunk."""
 
 from __future__ import annotations
 
-import copy
 import gc
 import threading
 import time
@@ -16,10 +15,7 @@ import pytest
 import torch
 
 import morph.engine.engine
-from morph.codec.calls import FIRST_GRID, LIVE_CHUNK
-from morph.codec.layers import LeanCodec
-from morph.codec.live import LiveRows
-from morph.codec.stream import RowsDecode
+from morph.codec.calls import FIRST_GRID
 from morph.continuous import RowRunner
 from morph.line_audio import SEGMENT_PAUSE_SECONDS
 from morph.render import BatchTTS, Line
@@ -116,72 +112,6 @@ def test_out_of_memory_retries_a_streamed_render_only_while_no_chunk_is_out(lean
     with pytest.raises(RuntimeError, match="ran out of memory .* after this request's audio had begun.*batch size"):
         render(2 * FIRST_GRID, got)
     assert got, "chunks were out before the failure"
-
-
-@pytest.fixture(scope="module")
-def wide_codec(tiny_tts):
-    """The tiny codec attending to 64 frames, not 16, with its transformer's layer scales at 1, not ~1e-9: a frame's
-    audio then depends on more than the 25 frames of context upstream decodes a later window behind (as the real
-    codec's does, over 72 frames), so that a window decoded apart differs from one decoded on (by 5e-4 of the peak)."""
-    model = copy.deepcopy(tiny_tts.tts.model.speech_tokenizer.model)
-    for module in model.decoder.modules():
-        if hasattr(getattr(module, "config", None), "sliding_window"):
-            module.config.sliding_window = 64
-        for name in ("sliding_window", "window_size"):
-            if isinstance(getattr(module, name, None), int):
-                setattr(module, name, 64)
-    with torch.no_grad():
-        for layer in model.decoder.pre_transformer.layers:
-            layer.self_attn_layer_scale.scale.fill_(1.0)
-            layer.mlp_layer_scale.scale.fill_(1.0)
-    return LeanCodec(model)
-
-
-def test_a_row_streamed_across_upstreams_windows_is_its_whole_decode(wide_codec):
-    """LiveRows fed as the continuous batch feeds it (several rows a call, a small first chunk, a padded last one):
-    rows past upstream's 300-frame window start each window again behind its 25 frames of context, a chunk crossing
-    or ending at a window's start included, and a reference past the first window; each row's chunks joined are its
-    decode whole (RowsDecode.whole, what the render without chunks runs)."""
-    g = torch.Generator().manual_seed(3)
-    lengths = [310, 30, 30, 20, 12, 0]
-    # upstream's next window starts at the row's own frame 300 (inside a chunk), 10 (inside a chunk) and 8 (where a
-    # chunk ends); the fourth row's reference reaches past the first window; a short row and one without frames
-    refs = [None] + [torch.randint(0, 2048, (n, 16), generator=g) for n in (290, 292, 310)] + [None, None]
-    codes = [torch.randint(0, 2048, (n, 16), generator=g) for n in lengths]
-    live = LiveRows(wide_codec, torch.device("cpu"), None, budget=40)  # 2 rows a call at 16 frames
-    for i, ref in enumerate(refs):
-        live.open(i, ref)
-    live.end(5)
-    got = {i: [] for i in range(6)}
-    whole = {}
-
-    def take(pumped):
-        for name, chunk, all_of_it in pumped:
-            got[name].append(chunk)
-            if all_of_it is not None:
-                whole[name] = all_of_it
-
-    done, sizes = 0, [3, 1, 4] + [LIVE_CHUNK] * 19
-    for t in sizes:
-        going = [i for i in range(5) if live.rows.get(i) and live.done(i) < lengths[i]]
-        if not going:
-            break
-        real = [min(t, lengths[i] - done) for i in going]
-        # past its end a row's frames may hold EOS, outside the codebooks
-        frames = torch.stack([torch.nn.functional.pad(codes[i][done:done + t], (0, 0, 0, t - n), value=2150)
-                              for i, n in zip(going, real, strict=True)])
-        live.feed(going, frames, real, [done + n == lengths[i] for i, n in zip(going, real, strict=True)])
-        done += t
-        take(live.pump())
-    take(live.pump(flush=True))
-    assert not live.rows and not live.flight
-    want = RowsDecode.whole(wide_codec, codes, refs, torch.device("cpu"), None).audio()
-    for i in range(6):
-        assert np.array_equal(np.concatenate(got[i]), whole[i]), i
-        assert whole[i].shape == want[i].shape == (lengths[i] * FRAME,), i
-        if lengths[i]:
-            assert_audio_close(whole[i], want[i], rel=1e-5)
-    assert [c.size // FRAME for c in got[0]] == [3, 1, 4] + [LIVE_CHUNK] * 18 + [310 - 296]
 
 
 def test_stream_yields_a_lines_audio_as_it_is_made(lean, voices):
@@ -303,48 +233,3 @@ def test_eager_hands_the_whole_line_as_one_chunk(tiny_tts, voices):
     BatchTTS(tiny_tts).render([Line("The whole line.", voices["icl"], "English")], s,
                               on_chunk=lambda i, wav: got.append((i, wav)))
     assert len(got) == 1 and got[0][0] == 0 and np.array_equal(got[0][1], chunks[0])
-
-
-def test_live_calls_come_in_power_of_two_widths_and_warm_plans_each_of_them(wide_codec, monkeypatch):
-    """Three rows fed together are decoded as four (a blank row pads the call, its audio dropped); warm decodes once at
-    every width a call of each chunk size can have, up to the batch's rows and the call's budget, the heaviest first
-    (under the native allocator a capture reuses what the graphs' pool has free only for calls no larger)."""
-    shapes = []
-    decode = wide_codec.decode
-    monkeypatch.setattr(wide_codec, "decode", lambda codes, state: shapes.append(tuple(codes.shape[:2]))
-                        or decode(codes, state))
-    live = LiveRows(wide_codec, torch.device("cpu"), None, budget=40)  # 10 rows a call at 4 frames, 2 at 16
-    live.warm(6, (4, 16))
-    assert sorted(shapes) == [(1, 4), (1, 16), (2, 4), (2, 16), (4, 4), (8, 4)]
-    assert [w * t for w, t in shapes] == sorted((w * t for w, t in shapes), reverse=True)
-    shapes.clear()
-    codes = torch.randint(0, 2048, (3, 4, 16), generator=torch.Generator().manual_seed(1))
-    for i in range(3):
-        live.open(i, None)
-    live.feed([0, 1, 2], codes, [4, 4, 4], [False] * 3)
-    alone = LiveRows(wide_codec, torch.device("cpu"), None, budget=40)
-    alone.open(0, None)
-    alone.feed([0], codes[1:2], [4], [False])
-    assert shapes == [(4, 4), (1, 4)]
-    assert [c.size for _, c, _ in live.pump(flush=True)] == [4 * FRAME] * 3
-    assert_audio_close(live.rows[1].audio[0], alone.pump(flush=True)[0][1], rel=1e-5)
-
-
-def test_a_dropped_row_opened_again_gets_none_of_its_first_lifes_audio(wide_codec):
-    """A preempted row (the continuous batch's, morph/engine/batch.py) is dropped while its first life's chunk is
-    still on its way to the host, then opened again and fed from its first frame: what pump hands out for it is the
-    second life's alone, as a row fed those frames from the start gets."""
-    codes = torch.randint(0, 2048, (2, 4, 16), generator=torch.Generator().manual_seed(2))
-    live = LiveRows(wide_codec, torch.device("cpu"), None, budget=40)
-    live.open("a", None)
-    live.feed(["a"], codes[:1], [4], [False])  # its first life: not pumped yet
-    live.drop("a")
-    live.open("a", None)
-    live.feed(["a"], codes[1:], [4], [True])
-    fresh = LiveRows(wide_codec, torch.device("cpu"), None, budget=40)
-    fresh.open("a", None)
-    fresh.feed(["a"], codes[1:], [4], [True])
-    got, want = live.pump(flush=True), fresh.pump(flush=True)
-    assert [(name, chunk.size) for name, chunk, _ in got] == [("a", 4 * FRAME)] and not live.rows
-    np.testing.assert_array_equal(got[0][2], want[0][2])
-

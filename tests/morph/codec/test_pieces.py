@@ -1,5 +1,5 @@
 """morph/codec/pieces.py: upstream's decoder over rows in pieces of bounded size, each row's audio what one codec call
-for the whole batch gives it, to rounding (tiny model, CPU, fp32); and a long row's part past the first window."""
+for the whole batch gives it, to rounding (tiny model, CPU, fp32)."""
 
 from __future__ import annotations
 
@@ -62,18 +62,3 @@ def test_pieces_decode_each_row_as_one_call_for_the_batch_does(codec, ref_code):
         assert abs(many.size - c.shape[0] * 1920) <= 1  # ICL: the reference part is cut at a rounded sample
         assert_audio_close(many, one, rel=1e-5)
 
-
-def test_a_long_rows_tail_is_upstreams_chunked_decode(codec):
-    """Past the first 300 frames upstream decodes each window behind 25 frames of context: tail_audio is that."""
-    from morph.codec.pieces import UPSTREAM_CHUNK, tail_audio
-
-    g = torch.Generator().manual_seed(3)
-    full = [torch.randint(0, 2048, (n, 16), generator=g) for n in (700, 120, 301)]
-    with torch.inference_mode():
-        tails = tail_audio(codec.model.decoder, full, budget=400)
-        whole = [codec.model.decoder.chunked_decode(f.T[None])[0, 0] for f in full]
-    up = codec.model.decoder.total_upsample
-    assert tails[1].numel() == 0
-    for tail, w, f in zip(tails, whole, full, strict=True):
-        assert tail.shape[0] == max(0, f.shape[0] - UPSTREAM_CHUNK) * up
-        assert_audio_close(tail, w[UPSTREAM_CHUNK * up:].float(), rel=5e-5)
