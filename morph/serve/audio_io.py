@@ -96,7 +96,7 @@ class StreamEncoder:
             out, self._head = self._head + pcm16(audio), b""
             return out
         if audio.size:
-            # clipped, as pcm16 does: past full scale an encoder's float input is not sound any decoder gives back
+            # clipped to full scale, as pcm16 and mp3 are, so every format clips alike
             samples = np.clip(np.asarray(audio, np.float32), -1.0, 1.0).reshape(1, -1)
             frame = av.AudioFrame.from_ndarray(samples, format="flt", layout="mono")
             frame.sample_rate, frame.pts = SAMPLE_RATE, self._pts
