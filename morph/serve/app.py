@@ -107,10 +107,19 @@ def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str 
             raise ApiError(404, f"name: no saved voice named {name!r}", "name", "voice_not_found")
         return {"object": "voice", "id": name, "deleted": True}
 
+    model = {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "qwen3-tts-morph",
+             "task_type": tts.variant}  # OpenAI's model object; created: when the server started
+
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": model_id, "object": "model", "created": int(time.time()),
-                                            "owned_by": "qwen3-tts-morph", "task_type": tts.variant}]}
+        return {"object": "list", "data": [model]}
+
+    @app.get("/v1/models/{name:path}")  # a path: a --model-name may hold a "/", as Hugging Face's ids do
+    async def one_model(name: str):
+        if name != model_id:
+            raise ApiError(404, f"The model {name!r} does not exist; this server serves {model_id!r} (GET "
+                                "/v1/models)", None, "model_not_found")
+        return model
 
     @app.get("/health")
     async def health():

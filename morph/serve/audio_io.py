@@ -1,8 +1,9 @@
 """The audio a request sends (an uploaded or base64 clip) and a reply takes (a whole file, or a stream of chunks).
 
 Replies follow OpenAI's speech API: `response_format` names the file type, `pcm` is raw 16-bit little-endian mono at
-24 kHz, and a streamed `wav` has a header of unknown length. Uploads are decoded in memory only: a request never
-makes the server read its own disk or fetch a URL.
+24 kHz, a streamed `wav` has a header of unknown length, `opus` is Ogg Opus and `aac` is ADTS AAC (both through PyAV's
+FFmpeg, encoded chunk by chunk as a stream's audio comes). Uploads are decoded in memory only: a request never makes
+the server read its own disk or fetch a URL.
 """
 
 from __future__ import annotations
@@ -13,16 +14,25 @@ import io
 import re
 import struct
 
+import av
 import numpy as np
 import soundfile as sf
 
 from ..settings import SAMPLE_RATE
 
-# mp3 needs libsndfile 1.1 or later, built with LAME and mpg123; the rest are always there
-FORMATS: tuple[str, ...] = ("wav", "pcm", "flac") + (("mp3",) if "MP3" in sf.available_formats() else ())
-STREAMABLE = ("pcm", "wav")  # a chunk of pcm is a valid continuation of either; flac and mp3 need the whole clip
+# format: (PyAV's container, its encoder); libopus is in PyAV's wheels, an FFmpeg built without it has no opus
+_PYAV = {fmt: muxed for fmt, muxed in {"opus": ("ogg", "libopus"), "aac": ("adts", "aac")}.items()
+         if muxed[1] in av.codecs_available}
+# mp3 needs libsndfile 1.1 or later, built with LAME and mpg123; wav, pcm, flac and aac are always there
+FORMATS: tuple[str, ...] = (("wav", "pcm", "flac") + (("mp3",) if "MP3" in sf.available_formats() else ())
+                            + tuple(_PYAV))
+STREAMABLE = ("pcm", "wav", *_PYAV)  # flac and mp3 are written whole
 
-_MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac", "mp3": "audio/mpeg"}
+_MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac", "mp3": "audio/mpeg", "opus": "audio/opus",
+                "aac": "audio/aac"}
+# The Ogg muxer sends a page once it holds this much audio (its default is a second): one 20 ms Opus packet a page,
+# so a stream's audio leaves as it is encoded, for 27 bytes of page header each (about 11 kbit/s)
+_OGG_PAGE_US = 20_000
 _UNKNOWN_LENGTH = 0xFFFFFFFF  # what OpenAI's streamed wav puts in its RIFF and data sizes
 _SEND_AUDIO = "send a WAV, FLAC, OGG or MP3 file"
 _SEND_BASE64 = "send the clip's bytes as base64 (data:audio/wav;base64,...)"
@@ -59,6 +69,66 @@ def wav_stream_header(sample_rate: int = SAMPLE_RATE) -> bytes:
                        sample_rate, sample_rate * block_align, block_align, bits, b"data", _UNKNOWN_LENGTH)
 
 
+class StreamEncoder:
+    """One streamed reply's audio in `fmt` (one of STREAMABLE): `feed` takes a chunk of float mono samples at
+    SAMPLE_RATE and gives the bytes ready to send (none yet, while an encoder fills a frame), `finish` the rest. A
+    pcm stream is its chunks' samples, a wav stream those after wav_stream_header, opus and aac the packets of one
+    encoder and muxer kept from chunk to chunk."""
+
+    def __init__(self, fmt: str):
+        if fmt not in STREAMABLE:
+            raise ValueError(f"response_format: {fmt!r} is written whole, not streamed; use one of "
+                             f"{', '.join(STREAMABLE)}")
+        self._head = wav_stream_header() if fmt == "wav" else b""
+        self._muxer = None
+        if fmt in _PYAV:
+            container, codec = _PYAV[fmt]
+            self._written: list[bytes] = []
+            # a file object without seek: the muxer writes straight through, never back
+            self._muxer = av.open(_Sink(self._written), "w", format=container,
+                                  options={"page_duration": str(_OGG_PAGE_US)} if container == "ogg" else {})
+            self._stream = self._muxer.add_stream(codec, rate=SAMPLE_RATE, layout="mono")
+            self._muxer.start_encoding()  # the headers, sent with the first chunk: a stream with no audio is a file
+            self._pts = 0
+
+    def feed(self, audio: np.ndarray) -> bytes:
+        if self._muxer is None:
+            out, self._head = self._head + pcm16(audio), b""
+            return out
+        if audio.size:
+            # clipped to full scale, as pcm16 and mp3 are, so every format clips alike
+            samples = np.clip(np.asarray(audio, np.float32), -1.0, 1.0).reshape(1, -1)
+            frame = av.AudioFrame.from_ndarray(samples, format="flt", layout="mono")
+            frame.sample_rate, frame.pts = SAMPLE_RATE, self._pts
+            self._pts += audio.size
+            self._muxer.mux(self._stream.encode(frame))  # PyAV cuts the chunks into the encoder's frame size
+        return self._take()
+
+    def finish(self) -> bytes:
+        if self._muxer is None:
+            out, self._head = self._head, b""
+            return out
+        self._muxer.mux(self._stream.encode(None))  # the encoder's last, partly filled frame
+        self._muxer.close()  # the muxer's last page
+        return self._take()
+
+    def _take(self) -> bytes:
+        out = b"".join(self._written)
+        self._written.clear()
+        return out
+
+
+class _Sink:
+    """Where a muxer writes: a list of what it wrote, emptied by whoever sends it."""
+
+    def __init__(self, written: list[bytes]):
+        self.written = written
+
+    def write(self, data) -> int:
+        self.written.append(bytes(data))
+        return len(data)
+
+
 def encode(audio: np.ndarray, fmt: str) -> bytes:
     """The whole clip (float mono at SAMPLE_RATE) as a file in `fmt`."""
     if fmt not in FORMATS:
@@ -66,6 +136,9 @@ def encode(audio: np.ndarray, fmt: str) -> bytes:
                          f"use one of {', '.join(FORMATS)}")
     if fmt == "pcm":
         return pcm16(audio)
+    if fmt in _PYAV:
+        encoder = StreamEncoder(fmt)
+        return encoder.feed(audio) + encoder.finish()
     buffer = io.BytesIO()
     if fmt == "mp3":
         # float, clipped: the MP3 encoder takes float samples and, like PCM, wraps those past full scale

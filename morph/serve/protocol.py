@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 
 from ..live_engine import Busy, EngineFailed
 from ..settings import MAX_SEQ_GROUPS
+from .tempo import MAX_SPEED, MIN_SPEED
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit for one request
 TASKS = {"Base": "base", "CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
@@ -55,7 +56,7 @@ def api_error(error: BaseException, method: str = "", path: str = "") -> ApiErro
     if isinstance(error, HTTPException):  # the framework's own: no route, a method the route lacks, a body unread
         if error.status_code == 404:
             return ApiError(404, f"{method} {path}: no such route; the API is POST /v1/audio/speech, GET, POST and "
-                                 "DELETE /v1/audio/voices, GET /v1/models", None, "not_found")
+                                 "DELETE /v1/audio/voices, GET /v1/models and /v1/models/ID", None, "not_found")
         if error.status_code == 405:
             allowed = (error.headers or {}).get("Allow", "")
             return ApiError(405, f"{method} {path}: the route does not take {method}; send {allowed}", None,
@@ -89,7 +90,7 @@ class SpeechRequest(BaseModel):
     input: str
     voice: str | dict | None = None
     response_format: str | None = None  # None: mp3 where it can be encoded, else wav (OpenAI's default is mp3)
-    speed: float = 1.0
+    speed: float = Field(default=1.0, ge=MIN_SPEED, le=MAX_SPEED)  # the audio's tempo, at its pitch (tempo.py)
     stream_format: Literal["audio", "sse"] = "audio"
     stream: bool | None = None  # None: stream where the format allows it
     ref_audio: str | None = None
@@ -125,14 +126,6 @@ class SpeechRequest(BaseModel):
         if len(value) > MAX_INPUT_CHARS:
             raise ValueError(f"the text is {len(value)} characters, over the {MAX_INPUT_CHARS} a request takes; "
                              "split it into several requests")
-        return value
-
-    @field_validator("speed")
-    @classmethod
-    def _speed(cls, value: float) -> float:
-        if value != 1.0:
-            raise ValueError(f"{value} is not supported; Qwen3-TTS speaks at its own pace, so send 1.0 (or leave "
-                             "it out)")
         return value
 
     @field_validator("task_type")

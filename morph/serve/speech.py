@@ -1,6 +1,6 @@
 """POST /v1/audio/speech: a request's line, voice and settings, its run in the live engine (morph/live_engine.py), and
-its audio as the reply asks for it: streamed as it is made (raw PCM, a WAV of unknown length, or OpenAI's server-sent
-events), or one whole file.
+its audio as the reply asks for it: at its `speed` (tempo.py), streamed as it is made (raw PCM, a WAV of unknown
+length, Ogg Opus, ADTS AAC, or OpenAI's server-sent events), or one whole file.
 
 Streamed, the reply's status and headers go out at once and audio follows chunk by chunk; a failure after that can no
 longer change the status, so the stream is cut off (its chunked body never ends properly) rather than ended as if
@@ -27,10 +27,10 @@ from ..lines.line import Line
 from ..lines.voice import Voice
 from ..live_engine import Busy, LiveEngine
 from ..settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings, Sampling
-from .audio_io import FORMATS, STREAMABLE, decode_base64_audio, encode, media_type, pcm16, read_audio, \
-    wav_stream_header
+from .audio_io import FORMATS, STREAMABLE, StreamEncoder, decode_base64_audio, encode, media_type, read_audio
 from .metrics import Metrics
 from .protocol import TASKS, ApiError, SpeechRequest, api_error
+from .tempo import Stretch, stretched
 from .voices import VoiceFolder
 
 WHO = "POST /v1/audio/speech"
@@ -88,9 +88,9 @@ class Speech:
             raise ApiError(400, str(e), None, "invalid_value")
         sse = body.stream_format == "sse"
         if sse or (fmt in STREAMABLE and body.stream is not False):
-            return StreamingResponse(self._stream(request, items, fmt, sse, started, body.input),
+            return StreamingResponse(self._stream(request, items, fmt, sse, body.speed, started, body.input),
                                      media_type="text/event-stream" if sse else media_type(fmt))
-        return await self._whole(request, items, fmt, http, started)
+        return await self._whole(request, items, fmt, body.speed, http, started)
 
     # -- what the request asks for ------------------------------------------------------------
     async def line_of(self, body: SpeechRequest) -> Line:
@@ -178,19 +178,27 @@ class Speech:
                            "invalid_value") from None
 
     # -- the reply -------------------------------------------------------------------------------
-    async def _stream(self, request, items: asyncio.Queue, fmt: str, sse: bool, started: float, text: str):
-        samples, status = 0, "cancelled"
+    async def _stream(self, request, items: asyncio.Queue, fmt: str, sse: bool, speed: float, started: float,
+                      text: str):
+        samples, status = 0, "cancelled"  # samples: the model's, before the stretch
+
+        def send(data: bytes) -> bytes:
+            return _sse("speech.audio.delta", audio=base64.b64encode(data).decode()) if sse else data
+
         try:
-            if fmt == "wav":
-                yield wav_stream_header()
+            stretch, encoder = Stretch(speed), StreamEncoder("pcm" if sse else fmt)
             while not isinstance(item := await items.get(), _End):
                 if samples == 0:
                     self.metrics.first_audio(time.perf_counter() - started)
                 samples += item.size
-                yield _sse("speech.audio.delta", audio=base64.b64encode(pcm16(item)).decode()) if sse else pcm16(item)
+                # on a worker thread (ms a second of audio: docs/serving.md), so the event loop serves the others
+                if data := await asyncio.to_thread(lambda: encoder.feed(stretch.feed(item))):
+                    yield send(data)  # an encoder still filling its first frame has nothing yet
             if item.error is not None:
                 status = "error"
                 raise item.error  # cuts the stream off: the client sees it unfinished, not whole
+            if data := await asyncio.to_thread(lambda: encoder.feed(stretch.finish()) + encoder.finish()):
+                yield send(data)
             if sse:  # the usage: the text's tokens in, the codec frames spoken out
                 tokens, frames = self.engine.count_tokens(text), round(samples / SAMPLE_RATE * FRAMES_PER_SECOND)
                 yield _sse("speech.audio.done", usage=dict(input_tokens=tokens, output_tokens=frames,
@@ -200,7 +208,8 @@ class Speech:
             self.engine.cancel(request)  # nothing once it has ended; a client that went away frees its rows
             self.metrics.finished(status, samples / SAMPLE_RATE, time.perf_counter() - started)
 
-    async def _whole(self, request, items: asyncio.Queue, fmt: str, http: HttpRequest, started: float) -> Response:
+    async def _whole(self, request, items: asyncio.Queue, fmt: str, speed: float, http: HttpRequest,
+                     started: float) -> Response:
         chunks, status = [], "cancelled"
         gone = asyncio.create_task(_until_gone(http, items))
         try:
@@ -214,8 +223,10 @@ class Speech:
                 status = "error"
                 raise api_error(item.error)
             audio = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+            # on a worker thread: a long clip's stretch and encoding would hold up every stream's chunks
+            data = await asyncio.to_thread(lambda: encode(stretched(audio, speed), fmt))
             status = "ok"
-            return Response(encode(audio, fmt), media_type=media_type(fmt))
+            return Response(data, media_type=media_type(fmt))
         finally:
             gone.cancel()
             self.engine.cancel(request)  # nothing once it has ended; a client that went away frees its rows

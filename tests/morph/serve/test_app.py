@@ -1,7 +1,8 @@
 """The speech server over real HTTP (morph/serve/; tiny model, CPU): the official `openai` client's streamed speech,
-curl, whole files and server-sent events give the audio the Python API gives with the same seed; saved voices are
-made, listed, used, deleted and kept across a restart; every bad input gets a 4xx naming its field; a client that
-goes away frees its row; the API key guards every route but /health."""
+curl, whole files and server-sent events give the audio the Python API gives with the same seed; every format, whole
+and streamed, decodes to the audio's length, and `speed` stretches it; saved voices are made, listed, used, deleted
+and kept across a restart; every bad input gets a 4xx naming its field; a client that goes away frees its row; the
+API key guards every route but /health; the model is listed and retrieved."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import subprocess
 import threading
 import time
 
+import av
 import httpx
 import numpy as np
 import openai
@@ -21,6 +23,7 @@ import soundfile as sf
 
 from morph.render import BatchTTS, Line
 from morph.serve.app import create_app
+from morph.serve.audio_io import FORMATS, STREAMABLE, media_type
 from morph.settings import GenerationSettings
 from tests.audio_compare import assert_audio_close
 
@@ -103,6 +106,59 @@ def test_whole_files_are_the_streams_audio(server, alice, lean):
         assert_audio_close(got, want, rel=1e-3)
 
 
+def seconds_of(data: bytes, fmt: str) -> float:
+    """A reply's length as a player decodes it (FFmpeg, through PyAV; pcm has no header to read)."""
+    if fmt == "pcm":
+        return len(data) / 2 / SR
+    with av.open(io.BytesIO(data)) as container:
+        frames = list(container.decode(audio=0))
+    return sum(f.samples for f in frames) / frames[0].sample_rate
+
+
+def test_every_format_whole_and_streamed_decodes_to_the_audios_length(server, alice):
+    url, _ = server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY)
+
+    def speak(fmt: str, **more) -> tuple[dict, bytes]:
+        with client.audio.speech.with_streaming_response.create(
+                model="qwen3-tts", voice="alice", input=TEXT, response_format=fmt,
+                extra_body={"seed": 11, "max_new_tokens": FRAMES, **more}) as reply:
+            return reply.headers, b"".join(reply.iter_bytes())
+
+    seconds = seconds_of(speak("pcm")[1], "pcm")
+    assert seconds > 0.5
+    assert {"opus", "aac"} <= set(STREAMABLE)
+    for fmt in FORMATS:
+        for stream in (True, False):
+            headers, data = speak(fmt, stream=stream)
+            assert headers["content-type"] == media_type(fmt)
+            assert ("content-length" in headers) == (not stream or fmt not in STREAMABLE), (fmt, stream)
+            # the lossy codecs' delay and last frame: AAC's priming, which ADTS cannot mark, is 43 ms
+            assert abs(seconds_of(data, fmt) - seconds) < 0.1, (fmt, stream)
+    assert speak("opus")[1][:4] == b"OggS" and speak("aac")[1][:2] in (b"\xff\xf1", b"\xff\xf9")  # ADTS sync word
+
+
+def test_speed_stretches_every_reply_to_1_over_speed_as_long(server, alice):
+    """Streamed pcm and opus, a whole wav and server-sent events at 0.5 and 2.0 (the stretch itself, its pitch and
+    its chunks: test_tempo.py); the usage counts the frames the model spoke, whatever the speed."""
+    url, _ = server
+    body = {"input": TEXT, "voice": "alice", "seed": 11, "max_new_tokens": FRAMES}
+    spoken = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, timeout=60, json={**body, "response_format": "pcm"})
+    seconds = seconds_of(spoken.content, "pcm")
+    for speed in (0.5, 2.0):
+        for fmt, stream in (("pcm", True), ("opus", True), ("wav", False)):
+            reply = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
+                               json={**body, "response_format": fmt, "stream": stream, "speed": speed})
+            assert reply.status_code == 200, reply.text
+            assert abs(seconds_of(reply.content, fmt) / (seconds / speed) - 1) < 0.05, (speed, fmt)
+        events = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
+                            json={**body, "stream_format": "sse", "speed": speed})
+        lines = [json.loads(x.removeprefix("data: ")) for x in events.text.split("\n\n") if x.strip()]
+        audio = b"".join(base64.b64decode(e["audio"]) for e in lines[:-1])
+        assert abs(seconds_of(audio, "pcm") / (seconds / speed) - 1) < 0.05
+        assert lines[-1]["usage"]["output_tokens"] == round(seconds * 12.5)
+
+
 def test_ref_audio_clones_on_first_use(server, ref_audio, lean):
     url, _ = server
     clip = "data:audio/wav;base64," + base64.b64encode(wav_bytes(ref_audio[0])).decode()
@@ -143,8 +199,9 @@ BAD = [  # (body changes, multipart or not, status, param, words in the message)
     ({"voice": None}, 400, "voice", "ref_audio"),
     ({"ref_audio": "https://example.com/a.wav"}, 400, "ref_audio", "ref_audio"),
     ({"ref_audio": base64.b64encode(wav_bytes(np.zeros(SR, np.float32))).decode()}, 400, "ref_audio", "ref_audio"),
-    ({"response_format": "opus"}, 400, "response_format", "cannot be encoded"),
-    ({"speed": 1.5}, 400, "speed", "1.0"),
+    ({"response_format": "vorbis"}, 400, "response_format", "cannot be encoded"),
+    ({"speed": 4.5}, 400, "speed", "less than or equal to 4"),
+    ({"speed": 0.2}, 400, "speed", "greater than or equal to 0.25"),
     ({"task_type": "VoiceDesign"}, 400, "task_type", "cannot do VoiceDesign"),
     ({"task_type": "Singing"}, 400, "task_type", "not a task"),
     ({"language": "Klingon"}, 400, "language", "Klingon"),
@@ -205,6 +262,23 @@ def test_the_api_key_guards_every_route_but_health(server):
     assert httpx.get(f"{url}/health").json() == {"status": "ok"}
     assert httpx.get(f"{url}/v1/models", headers=AUTH).json()["data"][0]["task_type"] == "base"
     assert "morph_requests_total" in httpx.get(f"{url}/metrics", headers=AUTH).text
+
+
+def test_the_served_model_is_listed_and_retrieved_and_no_other(server):
+    url, _ = server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY)
+    listed = client.models.list().data
+    assert len(listed) == 1
+    model = client.models.retrieve(listed[0].id)
+    assert (model.id, model.object, model.owned_by) == (listed[0].id, "model", "qwen3-tts-morph")
+    assert model.created == listed[0].created > 1.7e9  # the server's start, the same on every call
+    for other in ("gpt-4o-mini-tts", f"{model.id}/more"):  # a name holding "/" is a model id too, not another route
+        with pytest.raises(openai.NotFoundError) as e:
+            client.models.retrieve(other)
+        error = e.value.body
+        assert (error["code"], error["type"], error["param"]) == ("model_not_found", "invalid_request_error", None)
+        assert repr(other) in error["message"] and repr(model.id) in error["message"]
+    assert httpx.get(f"{url}/v1/models/{model.id}").status_code == 401  # the key guards it too
 
 
 def test_health_is_503_until_the_engine_is_warm(lean, tmp_path, monkeypatch):

@@ -130,8 +130,9 @@ CASES = [{"response_format": f} for f in FORMATS] + [
 
 
 def test_a_client_that_hangs_up_frees_its_rows_at_once_in_every_format(server, alice_voice):
-    """Whole files (mp3, flac, wav and pcm with stream false), streams (pcm, wav) and server-sent events: the client
-    hangs up while its row renders; the row leaves the batch within a few frames, and the gauges read 0 after."""
+    """Whole files (mp3, flac, wav and pcm with stream false), streams (pcm, wav, opus, aac) and server-sent events:
+    the client hangs up while its row renders; the row leaves the batch within a few frames, and the gauges read 0
+    after."""
     url, app = server
     alice_voice(url)
     engine = app.state.speech.engine

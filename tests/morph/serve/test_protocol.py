@@ -59,8 +59,10 @@ def test_sampling_fields_keep_their_bounds():
     assert SpeechRequest(input="a", seed=2**63 - 1).seed == 2**63 - 1
     assert refusal(seq_groups=0).param == "seq_groups"
     assert refusal(max_new_tokens=0).param == "max_new_tokens"
-    assert refusal(speed=1.25).message.startswith("speed: 1.25 is not supported")
-    assert refusal(speed=0.5).param == "speed" and SpeechRequest(input="a", speed=1).speed == 1.0
+    assert refusal(speed=0.2).message == "speed: Input should be greater than or equal to 0.25"
+    assert refusal(speed=4.01).message == "speed: Input should be less than or equal to 4"
+    assert [SpeechRequest(input="a", speed=s).speed for s in (0.25, 1, 4)] == [0.25, 1.0, 4.0]
+    assert SpeechRequest(input="a").speed == 1.0
     assert SpeechRequest(input="a", task_type=None).task_type is None  # a JSON null is no task
     assert refusal(task_type="Singing").message == "task_type: 'Singing' is not a task; use one of Base, CustomVoice, " \
                                                    "VoiceDesign"
@@ -105,7 +107,7 @@ def test_every_failure_maps_to_one_openai_shaped_answer():
     missing = api_error(HTTPException(404), "GET", "/v1/nothing")
     assert (missing.status, missing.code) == (404, "not_found")
     assert missing.message == ("GET /v1/nothing: no such route; the API is POST /v1/audio/speech, GET, POST and DELETE "
-                               "/v1/audio/voices, GET /v1/models")
+                               "/v1/audio/voices, GET /v1/models and /v1/models/ID")
     wrong = api_error(HTTPException(405, headers={"Allow": "POST"}), "GET", "/v1/audio/speech")
     assert (wrong.status, wrong.code, wrong.headers) == (405, "method_not_allowed", {"Allow": "POST"})
     assert wrong.message == "GET /v1/audio/speech: the route does not take GET; send POST"
