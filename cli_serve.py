@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
         from morph.serve.app import create_app
         from morph.serve.lifecycle import run_server
     except ImportError as e:
-        raise CliError(f"cli.py serve needs the server's packages ({e.name} is missing): pip install "
-                       "\"fastapi>=0.110\" \"uvicorn>=0.29\" python-multipart") from None
+        raise CliError(f"cli.py serve needs the server's packages ({e.name} is missing): pip install -r "
+                       "requirements.txt \"fastapi>=0.110\" \"uvicorn>=0.29\" python-multipart") from None
     for flag, value in (("--batch-size", args.batch_size), ("--max-frames", args.max_frames),
                         ("--max-prompt", args.max_prompt), ("--port", args.port)):
         if value < 1:
