@@ -4,8 +4,8 @@ Two seams, both instance attributes that shadow a class method for this model on
 (site-packages and other loaded models are untouched; deleting them restores upstream):
 - `talker.generate`: upstream's `Qwen3TTSForConditionalGeneration.generate` builds the
   prompt and calls it once per batch; the reference loop (morph/decode/talker_loop.py, the
-  checkpoint's own HF layers) answers with the frames, and `prompt_of` takes the prompt from it
-  for the continuous batch, which runs the other modes (morph/decode/runner.py);
+  checkpoint's own HF layers) answers with the frames (eager mode; the continuous batch runs
+  the others, morph/decode/runner.py);
 - `forward` of the codec decoder's SnakeBeta activations, where Triton is installed: the
   fused kernel of morph/kernels/snake.py on CUDA tensors (upstream's to rounding).
 """
@@ -48,14 +48,6 @@ class CallInputs:
     row_stops: list[int] | None = None  # the frame at which each row ends (TalkerLoop.generate)
 
 
-class _Captured(Exception):
-    """Carries the talker's keywords out of upstream's generate (MorphPatch.prompt_of)."""
-
-    def __init__(self, kwargs: dict):
-        super().__init__("prompt captured")
-        self.kwargs = kwargs
-
-
 class MorphPatch:
     """The live patch on one model. `seq_groups` and `mode` are its defaults, changed between calls freely; a call's
     own inputs go in with `call`."""
@@ -70,8 +62,7 @@ class MorphPatch:
         self.loop = TalkerLoop(self.talker)
         self.seq_groups = check_seq_groups(seq_groups, self.loop.predictor.num_groups)
         self.mode = runner.check_mode(mode)
-        # per thread: a call's inputs, and whether a prompt is being captured (a render builds its next group's prompt
-        # on a worker thread, morph/group_ahead.py)
+        # per thread: a call's inputs
         self._local = threading.local()
         self.talker.generate = self._talker_generate
         self.snakes = [m for m in tts.model.speech_tokenizer.model.modules() if type(m).__name__ == "SnakeBeta"]
@@ -87,8 +78,6 @@ class MorphPatch:
             raise RuntimeError(f"morph: talker.generate was called with {', '.join(unexpected)}, which this qwen-tts "
                                "version does not pass; install qwen-tts 0.1.1 (see the README)")
         loop_kwargs = {k: v for k, v in kwargs.items() if k not in ("output_hidden_states", "return_dict_in_generate")}
-        if getattr(self._local, "capturing", False):
-            raise _Captured(loop_kwargs)
         call = getattr(self._local, "call", None) or CallInputs(self.seq_groups)
         return self.loop.generate(**loop_kwargs, seq_groups=call.seq_groups, on_step=call.on_step,
                                   row_stops=call.row_stops)
@@ -107,19 +96,6 @@ class MorphPatch:
             yield
         finally:
             self._local.call = outer
-
-    def prompt_of(self, generate: Callable[[], object]) -> dict:
-        """What `generate()` (upstream's generate on this model) passes the talker, without decoding: the prompt
-        of its batch (left-padded embeddings, mask, trailing text) and its sampling settings, as keywords of
-        TalkerLoop.generate. The continuous batch (morph/engine/batch.py) prefills rows from it."""
-        self._local.capturing = True
-        try:
-            generate()
-        except _Captured as got:
-            return got.kwargs
-        finally:
-            self._local.capturing = False
-        raise RuntimeError("morph: upstream's generate returned without calling the talker; install qwen-tts 0.1.1")
 
     def resolved_mode(self, device) -> str:
         """What the mode runs as on `device`: eager, lean, graphs or fused (runner.resolve)."""

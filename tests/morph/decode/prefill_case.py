@@ -10,7 +10,7 @@ import torch
 
 from morph.decode import lean
 from morph.decode.prefill import lean_prefill
-from morph.prompts import make_rows, prompt_inputs
+from morph.prompts import make_rows, prompt_inputs, talker_inputs
 from morph.render import Line
 from morph.settings import GenerationSettings
 
@@ -35,8 +35,7 @@ def prompt(tts) -> dict:
     rows = make_rows(tts, lines, settings, "test", True)
     model = tts.tts
     kwargs = model._merge_generate_kwargs(**settings.upstream_kwargs(rows[1].text))
-    inputs = prompt_inputs(tts, rows)
-    return tts.patch.prompt_of(lambda: model.model.generate(languages=["English"] * 2, **inputs, **kwargs))
+    return talker_inputs(model.model, ["English"] * 2, **prompt_inputs(tts, rows), **kwargs)
 
 
 def both(tts):
