@@ -11,6 +11,7 @@ import torch
 from morph.decode import lean
 from morph.decode.prefill import lean_prefill
 from morph.prompts import make_rows, prompt_inputs, talker_inputs
+from morph.reference.loop import prefill
 from morph.render import Line
 from morph.settings import GenerationSettings
 
@@ -43,7 +44,7 @@ def both(tts):
     p, loop = prompt(tts), tts.patch.loop
     embeds, mask = p["inputs_embeds"], p["attention_mask"]
     with torch.inference_mode():
-        upstream = loop.prefill(embeds, mask, p["trailing_text_hidden"], p["tts_pad_embed"])
+        upstream = prefill(loop.talker, embeds, mask, p["trailing_text_hidden"], p["tts_pad_embed"])
         ours = alone(loop, embeds, mask, tables_of(tts, embeds))
     pads = (embeds.shape[1] - mask.sum(-1)).tolist()
     return upstream, ours, pads
