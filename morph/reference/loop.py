@@ -43,22 +43,19 @@ class HFTalker:
 
 def generate(loop: TalkerLoop, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor,
              trailing_text_hidden: torch.Tensor, tts_pad_embed: torch.Tensor, *, seq_groups: int, max_new_tokens: int,
-             min_new_tokens: int = 2, do_sample: bool = True, top_k: int = 50, top_p: float = 1.0,
-             temperature: float = 0.9, repetition_penalty: float = 1.0, eos_token_id: int = None,
-             suppress_tokens=None, subtalker_dosample: bool = True, subtalker_top_k: int = 50,
-             subtalker_top_p: float = 1.0, subtalker_temperature: float = 0.9,
-             on_step: Callable[[], None] | None = None, row_stops: list[int] | None = None) -> SimpleNamespace:
-    """Upstream's talker.generate for one batch on the checkpoint's own HF layers of `loop`'s talker. row_stops[i]: the
-    frame at which row i ends (EOS forced), max_new_tokens where not given."""
+             min_new_tokens: int, do_sample: bool, top_k: int, top_p: float, temperature: float,
+             repetition_penalty: float, eos_token_id: int, suppress_tokens: list[int], subtalker_dosample: bool,
+             subtalker_top_k: int, subtalker_top_p: float, subtalker_temperature: float,
+             on_step: Callable[[], None] | None, row_stops: list[int] | None) -> SimpleNamespace:
+    """Upstream's talker.generate for one batch on the checkpoint's own HF layers of `loop`'s talker, with the keywords
+    upstream's generate passes it (all of them, every time). row_stops[i]: the frame at which row i ends (EOS forced),
+    max_new_tokens where not given."""
     device, dtype = inputs_embeds.device, inputs_embeds.dtype
     batch, prompt_len = inputs_embeds.shape[:2]
-    if attention_mask is None:
-        attention_mask = torch.ones(batch, prompt_len, dtype=torch.long, device=device)
     cp_sampling = Sampling(bool(subtalker_dosample), float(subtalker_temperature), int(subtalker_top_k or 0),
                            float(subtalker_top_p))
     with torch.inference_mode():
-        rules = loop.rules(device, eos_token_id=eos_token_id if eos_token_id is not None
-                           else loop.config.codec_eos_token_id, suppress_tokens=tuple(suppress_tokens or ()),
+        rules = loop.rules(device, eos_token_id=eos_token_id, suppress_tokens=tuple(suppress_tokens),
                            repetition_penalty=repetition_penalty, do_sample=do_sample, temperature=temperature,
                            top_k=top_k, top_p=top_p)
         st = loop.state(batch, prompt_len + max_new_tokens, device, dtype, lean_kv=False)
