@@ -28,7 +28,7 @@ from bench.common import add_model_args, emit, load_bench_model, run_info
 from bench.sentences import reference_wave
 from bench.workload import REF_TEXT, eos_suppressed, sync, timed_calls
 from morph import render
-from morph.decode.talker_loop import TalkerLoop
+from morph.reference import loop as reference
 from morph.render import BatchTTS, Line
 from morph.settings import FRAMES_PER_SECOND, GenerationSettings
 
@@ -36,7 +36,7 @@ from morph.settings import FRAMES_PER_SECOND, GenerationSettings
 def phases(tts, device):
     """Wraps the render's parts with syncs (workload.timed_calls); yields the dict of seconds per part they fill."""
     return timed_calls([(render, "prompt_inputs", "prompt_inputs"), (tts.tts.model, "generate", "generate"),
-                        (TalkerLoop, "prefill", "prefill"), (TalkerLoop, "_decode", "frame_loop")],
+                        (reference, "prefill", "prefill"), (reference, "decode", "frame_loop")],
                        around=lambda: sync(device))
 
 

@@ -24,7 +24,7 @@ import torch
 
 from .codec.layers import LeanCodec
 from .continuous import runs_lean
-from .decode.patch import MorphPatch
+from .reference.patch import MorphPatch
 from .line_audio import LineAudio
 from .lines.line import Row
 from .lines.reference_audio import prepare_reference

@@ -2,10 +2,10 @@
 audio decoded a chunk at a time while it is made (`LiveChunks`, through morph/codec/stream.py) and handed out as chunks
 (on_chunk) and whole when the row ends. Not in eager mode.
 
-Rows join in the order the engine takes them, in groups as slots free up; each group's prompt is built by upstream's
-own generate (MorphPatch.prompt_of), the next one on a worker thread for rows known ahead (morph/group_ahead.py); each
-row draws from its own random stream (morph/decode/streams.py), keyed by the seed and the row (morph/prompts.py), so its
-take does not depend on its neighbours.
+Rows join in the order the engine takes them, in groups as slots free up; each group's prompt is built as upstream's
+generate builds it (morph/prompts.py talker_inputs), the next one on a worker thread for rows known ahead
+(morph/group_ahead.py); each row draws from its own random stream (morph/decode/streams.py), keyed by the seed and
+the row (morph/prompts.py), so its take does not depend on its neighbours.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .codec.calls import FIRST_GRID, LIVE_CHUNK, call_frames
 from .codec.stream import CodecStream
 from .group_ahead import GroupAhead
 from .lines.line import Row
-from .prompts import prompt_inputs
+from .prompts import prompt_inputs, talker_inputs
 from .settings import GenerationSettings
 
 if TYPE_CHECKING:
@@ -105,17 +105,15 @@ class RowRunner:
             self.batch.cancel(rows)
 
     def _group(self, chunk: list[tuple[Row, int]]) -> tuple[dict, "Group"]:
-        """Rows to join together, their prompt built by upstream's own generate (MorphPatch.prompt_of), which also
-        gives the talker's sampling options."""
+        """Rows to join together, their prompt built as upstream's generate builds it (morph/prompts.py
+        talker_inputs), with the talker's sampling options."""
         from .decode.groups import Group  # the decode path loads with a model, not with the nodes
 
-        model, patch = self.tts.tts, self.tts.patch
+        model = self.tts.tts
         rows = [r for r, _ in chunk]
         longest = max(rows, key=lambda r: r.limit)
-        kwargs = model._merge_generate_kwargs(**self.settings.upstream_kwargs(longest.text))
-        inputs = prompt_inputs(self.tts, rows)
-        got = patch.prompt_of(lambda: model.model.generate(languages=[r.line.language for r in rows],
-                                                           **inputs, **kwargs))
+        got = talker_inputs(model.model, [r.line.language for r in rows], **prompt_inputs(self.tts, rows),
+                            **model._merge_generate_kwargs(**self.settings.upstream_kwargs(longest.text)))
         return got, Group(rows, {k: got[k] for k in _PROMPT}, [self.stop(r) for r in rows], [k for _, k in chunk])
 
     def _build(self, options: dict) -> None:

@@ -1,7 +1,7 @@
 """The next group's prompt, built on a worker thread while the continuous batch runs (morph/continuous.py RowRunner).
 
-Upstream's generate builds a group's prompt on the host, a row at a time (MorphPatch.prompt_of). Built on the frame
-loop's thread it held the loop at every group while the GPU ran out of queued frames: 0.41-0.57 s of the 256-line
+A group's prompt is built on the host, a row at a time, as upstream's generate builds it (morph/prompts.py). Built on
+the frame loop's thread it held the loop at every group while the GPU ran out of queued frames: 0.41-0.57 s of the 256-line
 script's 2.7-3.0 s render at batch 64 (H100, bench/results/h100-2026-11-26f/NOTES.md). A render's rows are known
 ahead, so the group after the one joining is built beside the loop, on the pack's "prompts" stream (morph/graphs.py
 side_stream): it waits for the caller's work before it, the caller's stream waits for it before it reads the prompt,

@@ -33,7 +33,7 @@ the process held before its first render (the weights, the voices and the cuBLAS
 a host finds them taken).
 
 A static batch (what render runs in eager mode, the exact reference) holds:
-  - state: per row, upstream's KV cache (morph/decode/hf_talker.py) to the longest row's prompt and frames, and
+  - state: per row, upstream's KV cache (morph/reference/loop.py) to the longest row's prompt and frames, and
     the loop's static buffers, the step's and the text's hidden states per slot of the capacity (that rounded up to
     a power of two, at least 256);
   - prefill: while the prompt runs, upstream's own KV cache for it, one MLP's activations per token and the

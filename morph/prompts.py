@@ -1,5 +1,5 @@
-"""From lines to what upstream's generate takes: checks, rows (a long text's segments), prompt inputs, and
-each row's random stream key."""
+"""From lines to what upstream's generate takes and what it hands the talker: checks, rows (a long text's segments),
+prompt inputs, the talker's prompt and options (the continuous batch's), and each row's random stream key."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import threading
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from .lines.line import Line, Row
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
@@ -86,6 +87,72 @@ def prompt_inputs(tts, rows: list[Row]) -> dict:
     if variant == "custom_voice":
         inputs["speakers"] = [r.line.speaker for r in rows]
     return inputs
+
+
+def talker_inputs(model, languages: list[str], input_ids: list[torch.Tensor], voice_clone_prompt: dict | None = None,
+                  ref_ids: list | None = None, instruct_ids: list | None = None, speakers: list[str] | None = None,
+                  non_streaming_mode: bool = False, **options) -> dict:
+    """What upstream's `Qwen3TTSForConditionalGeneration.generate` (qwen-tts 0.1.1; `model`) passes talker.generate
+    when given these keywords (prompt_inputs' and the merged sampling `options`): the left-padded prompt batch
+    (inputs_embeds, attention_mask), each row's trailing text padded with tts_pad (trailing_text_hidden),
+    tts_pad_embed and the talker's options. Built as generate builds them: the same upstream calls
+    (generate_speaker_prompt, generate_icl_prompt, the text projection and the embeddings) on the same shapes, so the
+    tensors are upstream's bit for bit (tests/morph/test_prompts.py), and nothing is decoded."""
+    cfg, talker = model.config.talker_config, model.talker
+    device, dtype = talker.device, input_ids[0].dtype
+
+    def text(ids: torch.Tensor) -> torch.Tensor:
+        return talker.text_projection(talker.get_text_embeddings()(ids))
+
+    def codec(ids: list[int]) -> torch.Tensor:
+        return talker.get_input_embeddings()(torch.tensor([ids], device=device, dtype=dtype))
+
+    with torch.no_grad():
+        bos, eos, pad = text(torch.tensor([[model.config.tts_bos_token_id, model.config.tts_eos_token_id,
+                                            model.config.tts_pad_token_id]], device=device, dtype=dtype)).chunk(3, 1)
+        voices = None if voice_clone_prompt is None else model.generate_speaker_prompt(voice_clone_prompt)
+        embeds, trailing = [], []
+        for i, (ids, language) in enumerate(zip(input_ids, languages, strict=True)):
+            speaker = speakers[i] if speakers else None
+            icl = voices is not None and voice_clone_prompt["icl_mode"][i]
+            if voices is not None:
+                spk = voices[i] if icl or voice_clone_prompt["x_vector_only_mode"][i] else None
+            else:
+                spk = codec([cfg.spk_id[speaker.lower()]]) if speaker else None
+            lang = language.lower()
+            language_id = None if lang == "auto" else cfg.codec_language_id[lang]
+            if lang in ("chinese", "auto") and speaker and cfg.spk_is_dialect[speaker.lower()] is not False:
+                language_id = cfg.codec_language_id[cfg.spk_is_dialect[speaker.lower()]]
+            tags = [cfg.codec_nothink_id, cfg.codec_think_bos_id, cfg.codec_think_eos_id] if language_id is None \
+                else [cfg.codec_think_id, cfg.codec_think_bos_id, language_id, cfg.codec_think_eos_id]
+            codes = torch.cat([codec(tags)] + ([] if spk is None else [spk.view(1, 1, -1)])
+                              + [codec([cfg.codec_pad_id, cfg.codec_bos_id])], dim=1)
+            # <|im_start|>assistant\n, then the codec tags under tts_pad and tts_bos
+            row = torch.cat((text(ids[:, :3]), torch.cat((pad.expand(-1, codes.shape[1] - 2, -1), bos), dim=1)
+                             + codes[:, :-1]), dim=1)
+            if icl:
+                more, rest = model.generate_icl_prompt(
+                    text_id=ids[:, 3:-5], ref_id=ref_ids[i][:, 3:-2], ref_code=voice_clone_prompt["ref_code"][i].to(
+                        device), tts_pad_embed=pad, tts_eos_embed=eos, non_streaming_mode=non_streaming_mode)
+            elif non_streaming_mode:  # the whole text in the prompt, then codec bos
+                more = torch.cat((torch.cat((text(ids[:, 3:-5]), eos), dim=1)
+                                  + codec([cfg.codec_pad_id] * (ids[:, 3:-5].shape[1] + 1)), pad + codec([cfg.codec_bos_id])),
+                                 dim=1)
+                rest = pad
+            else:  # the text's first token beside codec bos, the rest read a token a frame
+                more, rest = text(ids[:, 3:4]) + codes[:, -1:], torch.cat((text(ids[:, 4:-5]), eos), dim=1)
+            instruct = instruct_ids[i] if instruct_ids is not None else None
+            embeds.append(torch.cat(([] if instruct is None else [text(instruct)]) + [row, more], dim=1))
+            trailing.append(rest)
+    width, longest = max(e.shape[1] for e in embeds), max(t.shape[1] for t in trailing)
+    lengths = [e.shape[1] for e in embeds]
+    return dict(
+        inputs_embeds=torch.cat([F.pad(e, (0, 0, width - e.shape[1], 0)) for e in embeds]),
+        attention_mask=torch.tensor([[0] * (width - n) + [1] * n for n in lengths], device=device),
+        trailing_text_hidden=torch.cat([torch.cat((t, pad.expand(-1, longest - t.shape[1], -1)), dim=1)
+                                        for t in trailing]),
+        tts_pad_embed=pad, **options, min_new_tokens=2, eos_token_id=cfg.codec_eos_token_id,
+        suppress_tokens=[i for i in range(cfg.vocab_size - 1024, cfg.vocab_size) if i != cfg.codec_eos_token_id])
 
 
 def line_key(seed: int, *parts) -> int:

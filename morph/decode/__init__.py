@@ -1,2 +1,2 @@
-"""The frame step and how it runs: the patch on a loaded qwen-tts model (the one seam to morph/qwen/), the
+"""The frame step and how it runs: the decode's patch on a loaded qwen-tts model, the
 talker loop, the code predictor, sampling, the run modes, CUDA graphs and the lean layers."""

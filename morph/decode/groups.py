@@ -12,7 +12,7 @@ from .runner import FAST_MODES
 
 @dataclass
 class Group:
-    """Rows to join together: their prompt as upstream's generate built it (MorphPatch.prompt_of's
+    """Rows to join together: their prompt as upstream's generate builds it (morph/prompts.py talker_inputs'
     inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed), each row's frame limit and stream key."""
 
     names: list

@@ -1,125 +1,33 @@
-"""Attach the morph decode loop to one loaded `qwen_tts.Qwen3TTSModel`, and detach it.
-
-Two seams, both instance attributes that shadow a class method for this model only
-(site-packages and other loaded models are untouched; deleting them restores upstream):
-- `talker.generate`: upstream's `Qwen3TTSForConditionalGeneration.generate` builds the
-  prompt and calls it once per batch; the reference loop (morph/decode/talker_loop.py, the
-  checkpoint's own HF layers) answers with the frames, and `prompt_of` takes the prompt from it
-  for the continuous batch, which runs the other modes (morph/decode/runner.py);
-- `forward` of the codec decoder's SnakeBeta activations, where Triton is installed: the
-  fused kernel of morph/kernels/snake.py on CUDA tensors (upstream's to rounding).
-"""
+"""The decode's hold on one loaded `qwen_tts.Qwen3TTSModel`: its TalkerLoop (the frame step, its state and graphs),
+the default seq_groups and mode, and the seam of the codec decoder's SnakeBeta activations: where Triton is installed,
+their `forward` on this instance is the fused kernel of morph/kernels/snake.py on CUDA tensors (upstream's to
+rounding); deleting it restores upstream. The talker's seam, upstream's generate with the reference loop, is
+morph/reference/patch.py's."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import logging
-import threading
-from dataclasses import dataclass
-from typing import Callable
 
-from ..qwen.marks import note_foreign_wrapper  # the decode path's one import from morph/qwen/
 from ..settings import check_seq_groups
 from .. import graphs
 from . import runner
 from .talker_loop import TalkerLoop
 
-log = logging.getLogger(__name__)
 
-StepCallback = Callable[[], None]
-
-# The keyword arguments upstream's Qwen3TTSForConditionalGeneration.generate passes to
-# talker.generate (qwen-tts 0.1.1); the loop takes all of them but the two output switches.
-_TALKER_KWARGS = {
-    "inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_embed", "max_new_tokens", "min_new_tokens",
-    "do_sample", "top_k", "top_p", "temperature", "subtalker_dosample", "subtalker_top_k", "subtalker_top_p",
-    "subtalker_temperature", "eos_token_id", "repetition_penalty", "suppress_tokens", "output_hidden_states",
-    "return_dict_in_generate",
-}
-
-
-@dataclass(frozen=True)
-class CallInputs:
-    """What one call's decode needs beyond the keywords upstream's generate passes the talker (MorphPatch.call)."""
-
-    seq_groups: int
-    on_step: StepCallback | None = None  # before each frame: progress and cancel hook in here
-    row_stops: list[int] | None = None  # the frame at which each row ends (TalkerLoop.generate)
-
-
-class _Captured(Exception):
-    """Carries the talker's keywords out of upstream's generate (MorphPatch.prompt_of)."""
-
-    def __init__(self, kwargs: dict):
-        super().__init__("prompt captured")
-        self.kwargs = kwargs
-
-
-class MorphPatch:
-    """The live patch on one model. `seq_groups` and `mode` are its defaults, changed between calls freely; a call's
-    own inputs go in with `call`."""
+class DecodePatch:
+    """The decode on one model. `seq_groups` and `mode` are its defaults, changed between calls freely."""
 
     def __init__(self, tts, seq_groups: int = 5, mode: str = "auto"):
         self.talker = tts.model.talker
-        if "generate" in vars(self.talker):
-            raise RuntimeError("morph: this model is already patched; call remove() on the old patch first")
-        # The instance attribute below bypasses the class's generate: if another pack patched that,
-        # its patch stops applying to this model, and the log should say so.
-        note_foreign_wrapper(type(self.talker).generate, "the talker's generate")
         self.loop = TalkerLoop(self.talker)
         self.seq_groups = check_seq_groups(seq_groups, self.loop.predictor.num_groups)
         self.mode = runner.check_mode(mode)
-        # per thread: a call's inputs, and whether a prompt is being captured (a render builds its next group's prompt
-        # on a worker thread, morph/group_ahead.py)
-        self._local = threading.local()
-        self.talker.generate = self._talker_generate
         self.snakes = [m for m in tts.model.speech_tokenizer.model.modules() if type(m).__name__ == "SnakeBeta"]
         if self.snakes and graphs.triton_available():
             from ..kernels import snake  # Triton: imported only where it is installed
 
             for m in self.snakes:
                 m.forward = functools.partial(snake.forward, m)
-
-    def _talker_generate(self, *args, **kwargs):
-        unexpected = sorted(set(kwargs) - _TALKER_KWARGS) + (["positional arguments"] if args else [])
-        if unexpected:
-            raise RuntimeError(f"morph: talker.generate was called with {', '.join(unexpected)}, which this qwen-tts "
-                               "version does not pass; install qwen-tts 0.1.1 (see the README)")
-        loop_kwargs = {k: v for k, v in kwargs.items() if k not in ("output_hidden_states", "return_dict_in_generate")}
-        if getattr(self._local, "capturing", False):
-            raise _Captured(loop_kwargs)
-        call = getattr(self._local, "call", None) or CallInputs(self.seq_groups)
-        return self.loop.generate(**loop_kwargs, seq_groups=call.seq_groups, on_step=call.on_step,
-                                  row_stops=call.row_stops)
-
-    @contextlib.contextmanager
-    def call(self, seq_groups: int | None = None, on_step: StepCallback | None = None,
-             row_stops: list[int] | None = None):
-        """The inputs of the generate calls made inside this block on this thread, which upstream's generate has no
-        keyword for: seq_groups (the patch's when None), on_step() before each frame (an exception there stops the
-        call and propagates), each row's last frame. Nothing of them stays on the patch after the block."""
-        outer = getattr(self._local, "call", None)
-        seq_groups = self.seq_groups if seq_groups is None else check_seq_groups(seq_groups,
-                                                                                 self.loop.predictor.num_groups)
-        self._local.call = CallInputs(seq_groups, on_step, row_stops)
-        try:
-            yield
-        finally:
-            self._local.call = outer
-
-    def prompt_of(self, generate: Callable[[], object]) -> dict:
-        """What `generate()` (upstream's generate on this model) passes the talker, without decoding: the prompt
-        of its batch (left-padded embeddings, mask, trailing text) and its sampling settings, as keywords of
-        TalkerLoop.generate. The continuous batch (morph/engine/batch.py) prefills rows from it."""
-        self._local.capturing = True
-        try:
-            generate()
-        except _Captured as got:
-            return got.kwargs
-        finally:
-            self._local.capturing = False
-        raise RuntimeError("morph: upstream's generate returned without calling the talker; install qwen-tts 0.1.1")
 
     def resolved_mode(self, device) -> str:
         """What the mode runs as on `device`: eager, lean, graphs or fused (runner.resolve)."""
@@ -131,12 +39,6 @@ class MorphPatch:
         return dict(self.loop.last_run)
 
     def remove(self) -> None:
-        vars(self.talker).pop("generate", None)
         for m in self.snakes:
             vars(m).pop("forward", None)
         self.loop.release()
-
-
-def patch(tts, seq_groups: int = 5, mode: str = "auto") -> MorphPatch:
-    """Replace the talker's decode on this model instance."""
-    return MorphPatch(tts, seq_groups, mode)

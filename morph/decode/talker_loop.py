@@ -1,4 +1,4 @@
-"""The frame step every mode runs, what it runs on, and the reference loop around it.
+"""The frame step every mode runs, and what it runs on.
 
 `TalkerLoop` owns, for one model, what a frame step needs: the lean stack and the predictor, the step's static state
 (talker_state.py), the sampling rules, the rows' random streams, the CUDA graphs of the fast modes. `frame_step` is the
@@ -6,19 +6,13 @@ one step: the predictor's codes (predictor.py), the embedding sum plus the trail
 the codec head, upstream's logits rules (sampling.py), all on the device. The continuous batch (morph/engine/batch.py)
 runs it on the lean layers over a paged or dense cache, op by op or replayed from a CUDA graph (runner.py decides how).
 
-`generate` is the reference loop, eager mode's: it stands in for upstream `talker.generate` (HF generate: per frame
-the predictor's generate, a 16-way embedding sum, one token through the talker's HF layers with a DynamicCache, the
-logits processors and a draw, host syncs throughout) on one model instance, runs the same step on the checkpoint's own
-HF layers after upstream's own prefill, and returns what upstream's `Qwen3TTSForConditionalGeneration.generate` reads
-from it (`hidden_states`, one `(hidden, codes)` entry per step), so EOS trimming stays upstream's. The host reads
-back a "rows left" flag a few frames behind the GPU (the queue never drains).
+The reference loop (morph/reference/loop.py, eager mode) runs the same step on the checkpoint's own HF layers.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
-from types import SimpleNamespace
 from typing import Callable
 
 import torch
@@ -32,7 +26,6 @@ from .predictor import Predictor
 from .prefill_graphs import PrefillGraphs
 from .sampling import TalkerRules, fused_pick, sample, talker_pick, torch_noise
 from .streams import RowStreams
-from .hf_talker import HFTalker
 from .talker_state import TalkerState
 
 
@@ -44,7 +37,7 @@ def _samplers(kind: str) -> tuple[Callable, Callable]:
 
 
 class TalkerLoop:
-    """Owns the talker decode for one model: `generate` stands in for `talker.generate`."""
+    """What the talker's frame step needs for one model, kept between calls."""
 
     def __init__(self, talker: torch.nn.Module, max_graphs: int = 4):
         self.talker, self.config = talker, talker.config
@@ -155,118 +148,6 @@ class TalkerLoop:
         st.code0.copy_(token)
         st.advance()
 
-    # -- the reference loop ---------------------------------------------------------------
-    def generate(self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, trailing_text_hidden: torch.Tensor,
-                 tts_pad_embed: torch.Tensor, *, seq_groups: int, max_new_tokens: int, min_new_tokens: int = 2,
-                 do_sample: bool = True, top_k: int = 50, top_p: float = 1.0, temperature: float = 0.9,
-                 repetition_penalty: float = 1.0, eos_token_id: int = None, suppress_tokens=None,
-                 subtalker_dosample: bool = True, subtalker_top_k: int = 50, subtalker_top_p: float = 1.0,
-                 subtalker_temperature: float = 0.9, on_step: Callable[[], None] | None = None,
-                 row_stops: list[int] | None = None) -> SimpleNamespace:
-        """Upstream's talker.generate for one batch on the checkpoint's own HF layers: the exact reference (the
-        other modes run the continuous batch, morph/engine/). row_stops[i]: the frame at which row i ends (EOS
-        forced), max_new_tokens where not given."""
-        device, dtype = inputs_embeds.device, inputs_embeds.dtype
-        batch, prompt_len = inputs_embeds.shape[:2]
-        if attention_mask is None:
-            attention_mask = torch.ones(batch, prompt_len, dtype=torch.long, device=device)
-        cp_sampling = Sampling(bool(subtalker_dosample), float(subtalker_temperature), int(subtalker_top_k or 0),
-                               float(subtalker_top_p))
-        with torch.inference_mode():
-            rules = self.rules(device, eos_token_id=eos_token_id if eos_token_id is not None
-                               else self.config.codec_eos_token_id, suppress_tokens=tuple(suppress_tokens or ()),
-                               repetition_penalty=repetition_penalty, do_sample=do_sample, temperature=temperature,
-                               top_k=top_k, top_p=top_p)
-            st = self.state(batch, prompt_len + max_new_tokens, device, dtype, lean_kv=False)
-            st.start.zero_()
-            st.stop.copy_(torch.as_tensor(row_stops or [max_new_tokens] * batch, device=device))
-            cache = self._prefill(st, rules, inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed,
-                                  self.hold(min_new_tokens))
-            talker_layers = HFTalker(self.talker, cache, attention_mask, prompt_len)
-            del cache  # the HF layers hold it
-
-            def step():
-                self.frame_step(st, seq_groups, cp_sampling, rules, talker_layers,
-                                lambda: self.predictor.hf_layers(batch, device, dtype))
-
-            frames_run = self._decode(st, step, max_new_tokens - 1, on_step)
-            tokens = st.tokens[:, :frames_run + 1].cpu()
-        frames = self._frames_kept(tokens, rules.eos, frames_run)
-        codes, hidden = st.frames[:, :frames].clone(), st.hidden[:, :frames + 1].clone()
-        self.last_run = dict(mode="eager", seq_groups=seq_groups, frames_run=frames_run, frames=frames,
-                             capacity=st.capacity)
-        steps = [((hidden[:, 0:1],), None)] + [((hidden[:, j + 1:j + 2],), codes[:, j]) for j in range(frames)]
-        return SimpleNamespace(hidden_states=steps, sequences=tokens[:, :frames + 1].to(device))
-
     def hold(self, min_new_tokens: int) -> int:
         """Frames before EOS may be drawn: upstream's min_new_tokens, or a benchmark's hold."""
         return min_new_tokens if self.min_new_tokens is None else self.min_new_tokens
-
-    def prefill(self, inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed):
-        """Upstream's own talker forward over a (left-padded) prompt batch, with a fresh DynamicCache."""
-        from transformers.cache_utils import DynamicCache
-
-        prompt_len = inputs_embeds.shape[1]
-        return self.talker(inputs_embeds=inputs_embeds, attention_mask=attention_mask, past_key_values=DynamicCache(),
-                           use_cache=True, cache_position=torch.arange(prompt_len, device=inputs_embeds.device),
-                           trailing_text_hidden=trailing_text_hidden, tts_pad_embed=tts_pad_embed, return_dict=True)
-
-    def _prefill(self, st: TalkerState, rules: TalkerRules, inputs_embeds, attention_mask, trailing_text_hidden,
-                 tts_pad_embed, min_new_tokens: int):
-        """Upstream's own prefill, then the state for frame 0; returns the prefill's DynamicCache."""
-        prompt_len = inputs_embeds.shape[1]
-        out = self.prefill(inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed)
-        st.min_new.fill_(int(min_new_tokens))
-        st.seen.zero_()
-        token = rules.next_token(out.logits[:, -1], st.seen, torch.zeros_like(st.min_new), st.min_new)
-        pads = prompt_len - attention_mask.sum(-1).to(torch.long)
-        st.code0.copy_(token)
-        st.past_hidden.copy_(out.past_hidden)
-        st.step.zero_()
-        st.cache_pos.fill_(prompt_len)
-        st.pads.copy_(pads)
-        st.rope_pos.copy_(prompt_len - pads)
-        st.seen.scatter_(1, token.unsqueeze(1), True)
-        st.unfinished.copy_(token != rules.eos)
-        st.any_left.copy_(st.unfinished.any())
-        st.tokens[:, 0] = token
-        st.hidden[:, 0:1] = out.past_hidden
-        st.put_text(slice(None), trailing_text_hidden, tts_pad_embed)
-        return out.past_key_values
-
-    def _decode(self, st: TalkerState, run: Callable[[], object], max_frames: int,
-                on_step: Callable[[], None] | None) -> int:
-        """Run up to max_frames steps; stop once every row has emitted EOS. Returns steps run."""
-        cuda, ring = st.device.type == "cuda", self.sync_lag + 2
-        flags = torch.ones(ring, dtype=torch.bool, pin_memory=cuda)
-        pending: collections.deque = collections.deque()
-        frames = 0
-        if not bool(st.any_left):
-            return 0
-        for j in range(max_frames):
-            if on_step is not None:
-                on_step()
-            run()
-            frames += 1
-            if not cuda:
-                if not bool(st.any_left):
-                    break
-                continue
-            flags[j % ring].copy_(st.any_left, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            pending.append((event, j % ring))
-            if len(pending) > self.sync_lag:
-                event, i = pending.popleft()
-                event.synchronize()
-                if not bool(flags[i]):
-                    break
-        return frames
-
-    @staticmethod
-    def _frames_kept(tokens: torch.Tensor, eos: int, frames_run: int) -> int:
-        """Frames upstream would have returned: HF stops once every row has sampled EOS."""
-        is_eos = tokens == eos  # [B, frames_run + 1]
-        if not bool(is_eos.any(dim=1).all()):
-            return frames_run
-        return min(int(is_eos.int().argmax(dim=1).max()), frames_run)

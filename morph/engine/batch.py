@@ -55,7 +55,7 @@ class ContinuousBatch:
     def __init__(self, loop, width: int, need: int, options: dict, seq_groups: int, mode: str, device, dtype,
                  pages: int | None = None, overcommit: bool = False):
         """need: the most slots one row takes (prompt, frames and the EOS slot); options: the talker's sampling
-        keywords, as upstream passes them (MorphPatch.prompt_of); pages: the K/V in a pool of at least that many
+        keywords, as upstream passes them (morph/prompts.py talker_inputs); pages: the K/V in a pool of at least that many
         pages (a kept state's up to twice as many; morph/decode/kv_store.py PagedKV: rows join while their pages can
         be set aside), else dense; overcommit: rows of the paged pool may be preempted (module docstring; steps'
         `preempted`)."""

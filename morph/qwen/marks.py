@@ -1,6 +1,6 @@
-"""Marks on what the compat shims and the decode patch create, and the check for another pack's wrapper.
+"""Marks on what the compat shims and the model's patch create, and the check for another pack's wrapper.
 
-Apart from morph/qwen/compat.py so that the shim modules and the decode patch (morph/decode/patch.py) can use
+Apart from morph/qwen/compat.py so that the shim modules and the patch (morph/reference/patch.py) can use
 them without importing the compat entry point, and compat can import the shims without a cycle.
 """
 

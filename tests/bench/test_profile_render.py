@@ -2,13 +2,13 @@
 left as it was."""
 
 from morph import render
-from morph.decode.talker_loop import TalkerLoop
+from morph.reference import loop as reference
 
 from bench import profile_render
 
 
 def test_the_parts_of_a_render_add_up_and_nothing_stays_wrapped(tiny_dir, tmp_path):
-    before = (render.prompt_inputs, TalkerLoop.prefill, TalkerLoop._decode)
+    before = (render.prompt_inputs, reference.prefill, reference.decode)
     report = profile_render.main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32",
                                   "--batch-sizes", "2", "--frames", "6", "--json", str(tmp_path / "p.json")])
     row = report["results"][0]
@@ -18,4 +18,4 @@ def test_the_parts_of_a_render_add_up_and_nothing_stays_wrapped(tiny_dir, tmp_pa
     # the loop and the prefill run inside upstream's generate, and generate and the prompt inside the render
     assert parts["generate"] >= parts["prefill"] + parts["frame_loop"] and parts["generate_outside_loop"] >= 0
     assert parts["rest"] >= 0 and parts["generate"] + parts["prompt_inputs"] <= row["synced_render_s"]
-    assert (render.prompt_inputs, TalkerLoop.prefill, TalkerLoop._decode) == before
+    assert (render.prompt_inputs, reference.prefill, reference.decode) == before

@@ -1,12 +1,22 @@
 """morph/prompts.py: a prompt's tokens are counted as the loaded model's tokenizer splits them, and the count bounds
 the prompt upstream builds (the cache is sized from it); what the talker prefills for a voice's row is bounded by
-prefill_tokens, whatever the length of its text (the declared memory of a prefill is counted from it)."""
+prefill_tokens, whatever the length of its text (the declared memory of a prefill is counted from it); talker_inputs,
+as the continuous batch builds a group's prompt (morph/continuous.py RowRunner._group), gives, bit for bit, the
+prompt and options upstream's generate_voice_clone, generate_custom_voice and generate_voice_design hand the talker
+for the same lines, in every variant: x-vector and ICL voices, built-in speakers (a dialect speaker in Chinese and
+Auto among them), instructs and none; rows of several lengths, so the left padding and the trailing text's tts_pad
+are in it."""
 
 from __future__ import annotations
 
-from morph.prompts import PROMPT_OVERHEAD_TOKENS, make_rows, prefill_tokens, prompt_inputs, prompt_tokens, token_count
+import pytest
+import torch
+
+from morph.continuous import RowRunner
+from morph.prompts import (PROMPT_OVERHEAD_TOKENS, make_rows, prefill_tokens, prompt_inputs, prompt_tokens,
+                           talker_inputs, token_count)
 from morph.render import Line
-from morph.settings import GenerationSettings
+from morph.settings import GenerationSettings, Sampling
 
 
 def test_a_prompt_is_counted_in_the_models_tokens_and_bounds_the_real_prompt(tiny_tts):
@@ -31,9 +41,84 @@ def test_a_voices_prefill_is_its_markup_and_reference_whatever_its_text(tiny_tts
         lines = [Line(t, voice, "English") for t in texts]
         rows = make_rows(tiny_tts, lines, settings, "test", True)
         kwargs = model._merge_generate_kwargs(**settings.upstream_kwargs(rows[1].text))
-        got = tiny_tts.patch.prompt_of(lambda: model.model.generate(
-            languages=["English"] * 2, **prompt_inputs(tiny_tts, rows), **kwargs))
+        got = talker_inputs(model.model, ["English"] * 2, **prompt_inputs(tiny_tts, rows), **kwargs)
         prefilled = got["attention_mask"].sum(-1).tolist()
         assert prefilled[0] == prefilled[1] <= prefill_tokens(texts[1], voice)
         assert prefill_tokens(texts[0], voice) == prefill_tokens(texts[1], voice) < prompt_tokens(texts[1], voice)
     assert prefill_tokens("Hi.", voices["icl"]) - prefill_tokens("Hi.", voices["xvec"]) == len(voices["icl"].ref_code)
+
+
+TEXTS = ["The first line of the batch, and the longest of the four.", "A short one.", "Number three.", "Four."]
+LANGUAGES = ["English", "Auto", "German", "Chinese"]
+# sampled options other than upstream's defaults, so the options are checked, not just their defaults
+SETTINGS = GenerationSettings(temperature=0.7, top_k=20, top_p=0.9, repetition_penalty=1.1,
+                              subtalker=Sampling(temperature=0.6, top_k=30, top_p=0.8), max_new_tokens=40)
+
+
+class _Reached(Exception):
+    """Upstream's generate got to the talker."""
+
+
+def upstream(tts, monkeypatch, generate_name: str, **inputs) -> dict:
+    """What upstream's generate_* hands talker.generate for these inputs (output switches aside)."""
+    seen = {}
+
+    def talker_generate(**kwargs):
+        seen.update(kwargs)
+        raise _Reached
+
+    monkeypatch.setattr(tts.tts.model.talker, "generate", talker_generate)
+    with pytest.raises(_Reached):
+        getattr(tts.tts, generate_name)(text=TEXTS, language=LANGUAGES, **inputs,
+                                        **SETTINGS.upstream_kwargs(TEXTS[0]))
+    monkeypatch.undo()
+    assert seen.pop("output_hidden_states") and seen.pop("return_dict_in_generate")
+    return seen
+
+
+def ours(tts, lines: list[Line]) -> dict:
+    rows = make_rows(tts, lines, SETTINGS, "test", False)
+    got, group = RowRunner(tts, SETTINGS, len(rows), 0, lambda r: r.limit, lambda row, audio: None)._group(
+        [(r, 0) for r in rows])
+    assert all(group.prompt[k] is got[k] for k in group.prompt)
+    return got
+
+
+def assert_same(got: dict, want: dict) -> None:
+    assert sorted(got) == sorted(want)
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor):
+            assert got[key].dtype == value.dtype and got[key].device == value.device, key
+            assert got[key].shape == value.shape and torch.equal(got[key], value), key
+        else:
+            assert got[key] == value, key
+    assert len(set(want["attention_mask"].sum(-1).tolist())) > 1  # rows of several lengths: some left-padded
+
+
+def test_voices_prompt_is_upstreams(tiny_tts, voices, monkeypatch):
+    """x-vector and ICL voices mixed in one batch (generate_voice_clone, streaming)."""
+    picked = [voices["icl"], voices["xvec"], voices["icl"], voices["xvec"]]
+    want = upstream(tiny_tts, monkeypatch, "generate_voice_clone",
+                    voice_clone_prompt=[tiny_tts._prompt_item(v) for v in picked])
+    assert want["trailing_text_hidden"].shape[1] > 1
+    assert_same(ours(tiny_tts, [Line(t, v, lang) for t, v, lang in zip(TEXTS, picked, LANGUAGES, strict=True)]),
+                want)
+
+
+@pytest.mark.parametrize("variant", ["custom_voice", "voice_design"])
+def test_speakers_and_instructs_prompt_is_upstreams(model_dirs, monkeypatch, variant):
+    """Built-in speakers (eric speaks a dialect in Chinese and Auto) and instructs (one empty): the whole text in the
+    prompt (non-streaming), the trailing text tts_pad alone."""
+    from morph.api import MorphTTS
+
+    tts = MorphTTS.load(str(model_dirs("tiny", variant)), device="cpu", dtype="fp32", attention="sdpa")
+    if variant == "custom_voice":
+        speakers = ["Vivian", "Eric", "Ryan", "Eric"]
+        want = upstream(tts, monkeypatch, "generate_custom_voice", speaker=speakers)
+        lines = [Line(t, language=lang, speaker=s) for t, lang, s in zip(TEXTS, LANGUAGES, speakers, strict=True)]
+    else:
+        instructs = ["A warm, low voice.", "", "Bright and quick.", "Slow."]
+        want = upstream(tts, monkeypatch, "generate_voice_design", instruct=instructs)
+        lines = [Line(t, language=lang, instruct=i) for t, lang, i in zip(TEXTS, LANGUAGES, instructs, strict=True)]
+    assert want["trailing_text_hidden"].shape[1] == 1
+    assert_same(ours(tts, lines), want)

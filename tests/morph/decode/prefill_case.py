@@ -10,7 +10,8 @@ import torch
 
 from morph.decode import lean
 from morph.decode.prefill import lean_prefill
-from morph.prompts import make_rows, prompt_inputs
+from morph.prompts import make_rows, prompt_inputs, talker_inputs
+from morph.reference.loop import prefill
 from morph.render import Line
 from morph.settings import GenerationSettings
 
@@ -35,8 +36,7 @@ def prompt(tts) -> dict:
     rows = make_rows(tts, lines, settings, "test", True)
     model = tts.tts
     kwargs = model._merge_generate_kwargs(**settings.upstream_kwargs(rows[1].text))
-    inputs = prompt_inputs(tts, rows)
-    return tts.patch.prompt_of(lambda: model.model.generate(languages=["English"] * 2, **inputs, **kwargs))
+    return talker_inputs(model.model, ["English"] * 2, **prompt_inputs(tts, rows), **kwargs)
 
 
 def both(tts):
@@ -44,7 +44,7 @@ def both(tts):
     p, loop = prompt(tts), tts.patch.loop
     embeds, mask = p["inputs_embeds"], p["attention_mask"]
     with torch.inference_mode():
-        upstream = loop.prefill(embeds, mask, p["trailing_text_hidden"], p["tts_pad_embed"])
+        upstream = prefill(loop.talker, embeds, mask, p["trailing_text_hidden"], p["tts_pad_embed"])
         ours = alone(loop, embeds, mask, tables_of(tts, embeds))
     pads = (embeds.shape[1] - mask.sum(-1)).tolist()
     return upstream, ours, pads
