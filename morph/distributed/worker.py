@@ -27,7 +27,7 @@ from ..lines.line import Row
 from ..lines.store import LineFiles, Written
 from ..lines.voice import Voice
 from ..prompts import make_rows, token_count
-from ..render import BatchTTS, Line, script_request
+from ..render import BatchTTS, Line, rows_request
 from ..script_job import render_context
 from ..settings import GenerationSettings
 
@@ -87,7 +87,7 @@ class LineWorker:
         rows = make_rows(self.tts, lines, settings, who, True, labels)
         out = LineAudio(rows, len(lines), None, None, streamed=False)
         ended = threading.Event()
-        request = script_request(rows, settings, self.count_tokens, out.deliver, lambda error: ended.set())
+        request = rows_request(rows, settings, self.count_tokens, out.deliver, lambda error: ended.set())
         self._engine_of(width, who).submit(request, who)
         ended.wait()
         if request.error is not None:
