@@ -23,14 +23,10 @@ import numpy as np
 import torch
 
 from .codec.layers import LeanCodec
-from .continuous import runs_lean
 from .reference.patch import MorphPatch
-from .line_audio import LineAudio
-from .lines.line import Row
 from .lines.reference_audio import prepare_reference
 from .lines.words import FOR_PYTHON, Words
 from .lines.voice import Voice
-from .prompts import make_rows
 from .qwen.checkpoints import DEFAULT_MODEL, locate_checkpoint
 from .qwen.loading import load_qwen_tts, place, resolve_load
 from .render import BatchTTS, Line, OnStep
@@ -185,31 +181,10 @@ class MorphTTS:
         reader holds one, so a reader that plays each chunk before asking for the next should queue it to a player),
         an error in the render is raised there, and closing the iterator (or dropping it) stops the render before its
         next frame, its state freed by the time close() returns."""
-        line, settings = _cloned(text, voice, language, who), (settings or GenerationSettings()).validate(who)
-        rows = make_rows(self, [line], settings, who, split_long_text=True)
-        return self._stream(line, rows, settings, who)
-
-    def _stream(self, line: Line, rows: list[Row], settings: GenerationSettings, who: str) -> Iterator[np.ndarray]:
-        batch = BatchTTS(self)
-        if not runs_lean(self):  # eager: upstream's static batch, the whole line at its end
-            yield batch.render([line], settings, batch_size=None, who=who)[0]
-            return
         ready: list[np.ndarray] = []  # the line's chunks the last frame handed out, in order
-        audio = LineAudio(rows, 1, None, lambda i, wav: ready.append(wav), streamed=True)
-        frames = batch._engine_frames(rows, settings, len(rows), None, who, audio.deliver, audio.chunks.chunk,
-                                      audio.restart)
-        failure = None
-        try:
-            for _ in frames:
-                yield from ready
-                ready.clear()
-        except Exception as e:  # raised to the reader after the chunks made before it
-            failure = e
-        finally:  # closed by the reader (GeneratorExit at a yield): the render stops before its next frame
-            frames.close()
-        yield from ready  # the last rows' audio, decoded once the frames are done
-        if failure is not None:
-            raise failure
+        _, frames = BatchTTS(self).frames([_cloned(text, voice, language, who)], settings, batch_size=None, who=who,
+                                          on_chunk=lambda i, wav: ready.append(wav))
+        return _chunks(frames, ready)
 
     def _prompt_item(self, voice: Voice):
         from qwen_tts import VoiceClonePromptItem
@@ -227,3 +202,19 @@ def _cloned(text: str, voice: Voice, language: str, who: str) -> Line:
     if voice is None:  # a Line without a voice is a VoiceDesign line
         raise ValueError(f"{who}: no voice given; make one with make_voice or load_voice")
     return Line(text, voice, language)
+
+
+def _chunks(frames: Iterator[None], ready: list[np.ndarray]) -> Iterator[np.ndarray]:
+    """The chunks in `ready` as each of a render's frames hands them out (MorphTTS.stream)."""
+    failure = None
+    try:
+        for _ in frames:
+            yield from ready
+            ready.clear()
+    except Exception as e:  # raised to the reader after the chunks made before it
+        failure = e
+    finally:  # closed by the reader (GeneratorExit at a yield): the render stops before its next frame
+        frames.close()
+    yield from ready  # the last rows' audio, decoded once the frames are done
+    if failure is not None:
+        raise failure

@@ -28,7 +28,8 @@ from .engine.thread import EngineFailed, EngineThread
 from .line_audio import LineAudio
 from .lines.line import Line
 from .lines.text_split import MAX_SEGMENT_CHARS
-from .prompts import make_rows, prompt_tokens, stream_keys, token_count
+from .prompts import make_rows, token_count
+from .render import rows_request
 from .settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSettings
 
 RETRY_AFTER_MAX_S = 60  # the longest Retry-After OpenAI's client honours
@@ -72,15 +73,14 @@ class LiveEngine(EngineThread):
             rid = next(self._ids)
         rows = [dataclasses.replace(r, limit=min(r.limit, self.max_frames))
                 for r in make_rows(self.tts, [line], settings, who, True, [f"request {rid}"])]
-        prompts = [prompt_tokens(r.text, r.line.voice, r.line.instruct, self.count_tokens) for r in rows]
-        for tokens in prompts:
+        audio = LineAudio(rows, 1, on_line=None, on_chunk=lambda i, wav: on_chunk(wav), streamed=True)
+        request = rows_request(rows, settings, self.count_tokens, audio.deliver, on_end, audio.chunks.chunk,
+                               audio.restart, in_order=True, id=rid)
+        for tokens in request.prompts:
             if tokens > self.max_prompt:
                 raise ValueError(f"{who}: the prompt takes {tokens} tokens (text of up to {MAX_SEGMENT_CHARS} "
                                  f"characters a segment, and the voice's reference), over this server's "
                                  f"{self.max_prompt}; use a shorter reference clip or transcript")
-        audio = LineAudio(rows, 1, on_line=None, on_chunk=lambda i, wav: on_chunk(wav), streamed=True)
-        request = Request(rows, stream_keys(rows, settings.seed), prompts, settings, audio.deliver, on_end,
-                          on_chunk=audio.chunks.chunk, restart=audio.restart, id=rid)
         with self._cv:
             waiting = self.engine.waiting_rows()
             excess = waiting + len(rows) - self.max_waiting

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Callable, Generator, Sequence
+from typing import Callable, Generator, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -103,27 +103,47 @@ class BatchTTS:
         way a line's chunks joined are the audio on_line gets. `kv_cache_bytes` (not in eager mode): the batch's keys
         and values in a pool of that size, not one sized to the rows (morph/decode/kv_store.py).
         """
+        results, frames = self.frames(lines, settings, batch_size, on_step, on_line, who, split_long_text, sort, labels,
+                                      words, on_chunk, kv_cache_bytes)
+        for _ in frames:
+            pass
+        return results
+
+    def frames(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
+               batch_size: int | None = DEFAULT_BATCH_SIZE, on_step: OnStep | None = None,
+               on_line: OnLine | None = None, who: str = "Render lines", split_long_text: bool = True,
+               sort: bool = True, labels: Sequence[str] | None = None, words: Words = FOR_PYTHON,
+               on_chunk: OnChunk | None = None,
+               kv_cache_bytes: int | None = None) -> tuple[list[np.ndarray], Iterator[None]]:
+        """render, its lines checked now and rendered as the frames it returns are run: a list each line's audio goes
+        into as it is whole, and the frames, yielding after each of the engine's (static batches: none before the
+        end). Closed between two frames (MorphTTS.stream's reader), the render stops before the next and the
+        engine's state is released by the time close() returns."""
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):  # True is no size
             raise ValueError(f"{who}: batch_size must be an integer >= 1, got {batch_size!r}; 64 suits most GPUs")
         settings = (settings or GenerationSettings()).validate(who)
         rows = make_rows(self.tts, lines, settings, who, split_long_text, labels, words)
-        if not rows:
-            return []
-        cap = batch_size or len(rows)
         engine = runs_lean(self.tts)
-        out = LineAudio(rows, len(lines), on_line, on_chunk, streamed=engine)
         if kv_cache_bytes is not None and not engine:
             raise ValueError(f"{who}: kv_cache_bytes sizes the continuous batch's paged cache, which eager mode does "
                              "not run; set the speed mode to fused, graphs or lean, or leave kv_cache_bytes out")
-        if engine:
-            width = self._engine(rows, settings, cap, on_step, who, out.deliver,
-                                 None if out.chunks is None else out.chunks.chunk, out.restart, kv_cache_bytes)
+        out = LineAudio(rows, len(lines), on_line, on_chunk, streamed=engine)
+        return out.results, self._frames(rows, settings, batch_size, on_step, out, sort, who, kv_cache_bytes)
+
+    def _frames(self, rows: list[Row], settings: GenerationSettings, batch_size: int | None, on_step: OnStep | None,
+                out: LineAudio, sort: bool, who: str, kv_cache_bytes: int | None) -> Iterator[None]:
+        if not rows:  # no line
+            return
+        cap = batch_size or len(rows)
+        if runs_lean(self.tts):
+            width = yield from self._engine(rows, settings, cap, on_step, who, out.deliver,
+                                            None if out.chunks is None else out.chunks.chunk, out.restart,
+                                            kv_cache_bytes)
         else:
             width = self._static_backing_off(rows, settings, cap, on_step, out, sort, who)
         if batch_size is not None and width < min(batch_size, len(rows)):
             log.warning("%s: finished with batches of at most %d rows after running out of GPU memory at %d; "
                         "set batch_size to %d to skip the failed attempts next time", who, width, batch_size, width)
-        return out.results
 
     def codes(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
               on_step: OnStep | None = None, who: str = "Render lines", batch_size: int | None = None,
@@ -139,8 +159,9 @@ class BatchTTS:
         out: list[torch.Tensor | None] = [None] * len(rows)
         width = batch_size or len(rows)
         if runs_lean(self.tts):
-            self._engine(rows, settings, width, on_step, who, lambda r, c: out.__setitem__(r.index, c),
-                         kv_cache_bytes=kv_cache_bytes, audio=False)
+            for _ in self._engine(rows, settings, width, on_step, who, lambda r, c: out.__setitem__(r.index, c),
+                                  kv_cache_bytes=kv_cache_bytes, audio=False):
+                pass
             return out
         for batch in plan_batches([(r.limit, r.text) for r in rows], width, longest_first=False):
             chunk = [rows[i] for i in batch]
@@ -174,30 +195,16 @@ class BatchTTS:
     def _engine(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None, who: str,
                 on_row: Callable[[Row, object], None], on_chunk: Callable[[Row, np.ndarray], None] | None = None,
                 restart: Callable[[Sequence[Row]], bool] = lambda rows: True, kv_cache_bytes: int | None = None,
-                audio: bool = True) -> int:
-        """The rows as one request to an engine of `width` slots, longest first, its pool sized to them; a row none
-        of whose audio has gone out may be preempted and run again (the render does not stream). Returns the width
-        it finished at (narrower after running out of memory); the request's error, if it failed, is raised."""
-        frames = self._engine_frames(rows, settings, width, on_step, who, on_row, on_chunk, restart, kv_cache_bytes,
-                                     audio)
-        while True:
-            try:
-                next(frames)
-            except StopIteration as end:
-                return end.value
-
-    def _engine_frames(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,
-                       who: str, on_row: Callable[[Row, object], None],
-                       on_chunk: Callable[[Row, np.ndarray], None] | None = None,
-                       restart: Callable[[Sequence[Row]], bool] = lambda rows: True,
-                       kv_cache_bytes: int | None = None, audio: bool = True) -> Generator[None, None, int]:
-        """_engine a frame at a time, yielding after each (MorphTTS.stream's reader drives it); closed between two
-        frames, the render stops before the next and the engine's state is released by the time close() returns."""
+                audio: bool = True) -> Generator[None, None, int]:
+        """The rows as one request to an engine of `width` slots, longest first, its pool sized to them, a frame at a
+        time; a row none of whose audio has gone out may be preempted and run again (the render does not stream).
+        Returns the width it finished at (narrower after running out of memory); the request's error, if it failed,
+        is raised."""
         engine = Engine(self.tts, min(width, len(rows)), who, kv_cache_bytes=kv_cache_bytes,
                         overcommit=on_chunk is None, ahead=True, stop=self.stop, audio=audio)
-        request = script_request(rows, settings, token_count(self.tts), on_row, lambda error: None, on_chunk, restart)
+        request = engine.submit(rows_request(rows, settings, token_count(self.tts), on_row, lambda error: None,
+                                             on_chunk, restart))
         progress = SlotProgress(on_step, sum(r.limit for r in rows))
-        engine.submit(request)
         try:
             yield from engine.steps(lambda live: progress.report(progress.done + live))
         finally:
@@ -262,18 +269,20 @@ class BatchTTS:
         return [c[: r.limit] for c, r in zip(codes, rows, strict=True)]
 
 
-def script_request(rows: Sequence[Row], settings: GenerationSettings, count: Callable[[str], int],
-                   on_row: Callable[[Row, object], None], on_end: Callable[[BaseException | None], None],
-                   on_chunk: Callable[[Row, np.ndarray], None] | None = None,
-                   restart: Callable[[Sequence[Row]], bool] = lambda rows: True) -> Request:
-    """A render's rows as one request to the engine, longest first (a row that runs longest starts first, so the
-    batch never waits on one that joined late); each row's random stream as the rows were given (morph/prompts.py
-    stream_keys); count(text): its tokens, for each row's prompt."""
+def rows_request(rows: Sequence[Row], settings: GenerationSettings, count: Callable[[str], int],
+                 on_row: Callable[[Row, object], None], on_end: Callable[[BaseException | None], None],
+                 on_chunk: Callable[[Row, np.ndarray], None] | None = None,
+                 restart: Callable[[Sequence[Row]], bool] = lambda rows: True, in_order: bool = False,
+                 id: int = 0) -> Request:
+    """Rows as one request to the engine, the sink and id as Request takes them: a render's longest first (a row that
+    runs longest starts first, so the batch never waits on one that joined late), or `in_order` (a server's line,
+    whose segments stream in turn); each row's random stream as the rows were given (morph/prompts.py stream_keys);
+    count(text): its tokens, for each row's prompt."""
     keys = dict(zip(rows, stream_keys(rows, settings.seed), strict=True))
-    order = sorted(rows, key=lambda r: (-r.limit, -len(r.text)))
+    order = list(rows) if in_order else sorted(rows, key=lambda r: (-r.limit, -len(r.text)))
     return Request(order, [keys[r] for r in order],
                    [prompt_tokens(r.text, r.line.voice, r.line.instruct, count) for r in order], settings,
-                   on_row, on_end, on_chunk, restart)
+                   on_row, on_end, on_chunk, restart, id)
 
 
 def retired_batching(batching: str, who: str) -> None:

@@ -76,14 +76,13 @@ class TalkerLoop:
         graphs.trim_graph_memory()
 
     def state(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging: tuple[int, int] | None = None,
-              keep_hidden: bool = True, text_slots: int | None = None):
-        """The static state; `paging` (pages, page size), `keep_hidden`, `text_slots`: TalkerState's."""
+              text_slots: int | None = None):
+        """The static state; `lean_kv`, `paging` (pages, page size), `text_slots`: TalkerState's."""
         kept = self._state
-        if kept is None or not kept.matches(batch, needed, device, dtype, lean_kv, paging, keep_hidden, text_slots):
+        if kept is None or not kept.matches(batch, needed, device, dtype, lean_kv, paging, text_slots):
             self.graphs.clear()  # graphs point at the old buffers
             self._state = None
-            self._state = TalkerState(self, batch, capacity_for(needed), device, dtype, lean_kv, paging, keep_hidden,
-                                      text_slots)
+            self._state = TalkerState(self, batch, capacity_for(needed), device, dtype, lean_kv, paging, text_slots)
         return self._state
 
     def row_streams(self, device) -> RowStreams:

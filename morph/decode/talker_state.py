@@ -17,7 +17,7 @@ from . import lean
 
 # The tensors with a row as their leading dim, besides the K/V caches; every other tensor is shared by all rows.
 # A row's later steps read the first ones again (`frames` holds its codes); `tokens` and `hidden` a step only
-# writes, for the static loop to read once it has ended (`hidden` only where the state keeps it).
+# writes, for the static loop to read once it has ended (`hidden` only in the static loop's state).
 CARRIED = ("code0", "past_hidden", "rope_pos", "pads", "start", "stop", "keys", "seen", "unfinished", "text", "frames")
 ROW_TENSORS = CARRIED + ("tokens", "hidden")
 
@@ -26,13 +26,13 @@ class TalkerState:
     """Every tensor a frame step reads or writes, allocated once per (batch, capacity, lean)."""
 
     def __init__(self, loop, batch: int, capacity: int, device: torch.device, dtype: torch.dtype,
-                 lean_kv: bool, paging: tuple[int, int] | None = None, keep_hidden: bool = True,
-                 text_slots: int | None = None):
-        """paging (pages, page size): the K/V caches are pools of that many pages, and `table` [batch, capacity /
-        page] maps each row's slots to them (morph/decode/paged.py; morph/engine/block_manager.py hands the pages out);
-        keep_hidden: the step's hidden state at every slot, which the static loop hands back as upstream's generate
-        does; the continuous batch reads none (0.5 GiB at batch 64, bench/results/h200-2026-11-26d/NOTES.md);
-        text_slots: the text's hidden states a row may read, by its own frame index (more than any row's frames),
+                 lean_kv: bool, paging: tuple[int, int] | None = None, text_slots: int | None = None):
+        """lean_kv: the continuous batch's state, its keys and values here for the lean layers; else the static
+        loop's, whose HF layers hold their own cache and which keeps the step's hidden state at every slot to hand back
+        as upstream's generate does (the continuous batch reads none: 0.5 GiB at batch 64,
+        bench/results/h200-2026-11-26d/NOTES.md); paging (pages, page size): the K/V caches are pools of that many
+        pages, and `table` [batch, capacity / page] maps each row's slots to them (morph/decode/paged.py;
+        morph/engine/block_manager.py hands the pages out); text_slots: the text's hidden states a row may read, by its own frame index (more than any row's frames),
         the capacity unless given: the continuous batch's rows start anywhere in a capacity twice their need."""
         cfg = loop.config
         hidden, vocab, groups = cfg.hidden_size, cfg.vocab_size, cfg.num_code_groups
@@ -71,7 +71,7 @@ class TalkerState:
             self.text = torch.zeros(batch, text_slots or capacity, hidden, dtype=dtype, **z)
             self.frames = torch.zeros(batch, capacity, groups, dtype=torch.long, **z)
             self.tokens = torch.zeros(batch, capacity, dtype=torch.long, **z)
-            self.hidden = torch.zeros(batch, capacity, hidden, dtype=dtype, **z) if keep_hidden else None
+            self.hidden = None if lean_kv else torch.zeros(batch, capacity, hidden, dtype=dtype, **z)
 
     def rewind(self) -> None:
         """Point every index at slot 0: a capture's warm-up runs the step for real, and stale
@@ -135,11 +135,10 @@ class TalkerState:
         for cache in self.k + self.v:
             cache[dst, :, kv_slots] = cache[src, :, kv_slots]
 
-    def matches(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging=None,
-                keep_hidden: bool = True, text_slots: int | None = None) -> bool:
+    def matches(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging=None, text_slots=None) -> bool:
         return (self.batch == batch and self.device == device and self.dtype == dtype and self.lean_kv == lean_kv
                 and _pool_fits(self.paging, paging) and needed <= self.capacity <= 2 * capacity_for(needed)
-                and (self.hidden is not None) == keep_hidden and self.text.shape[1] == (text_slots or self.capacity))
+                and self.text.shape[1] == (text_slots or self.capacity))
 
 
 def _pool_fits(have: tuple[int, int] | None, want: tuple[int, int] | None) -> bool:

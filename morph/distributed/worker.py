@@ -23,11 +23,10 @@ from ..continuous import runs_lean
 from ..engine.engine import Engine
 from ..engine.thread import EngineThread
 from ..line_audio import LineAudio
-from ..lines.line import Row
 from ..lines.store import LineFiles, Written
 from ..lines.voice import Voice
 from ..prompts import make_rows, token_count
-from ..render import BatchTTS, Line, script_request
+from ..render import BatchTTS, Line, rows_request
 from ..script_job import render_context
 from ..settings import GenerationSettings
 
@@ -57,10 +56,6 @@ class LineWorker:
     def check(self, lines: Sequence[Line], settings: GenerationSettings, who: str, labels: Sequence[str]) -> None:
         BatchTTS(self.tts).check(lines, settings, who, labels)
 
-    def stop(self, row: Row) -> int:
-        """The frame at which a row ends at the latest (BatchTTS.stop; a benchmark's subclass ends it earlier)."""
-        return row.limit
-
     def render(self, batch: Sequence[tuple[int, str, Line]], files: LineFiles, settings: GenerationSettings,
                finish_line: Callable[[np.ndarray], np.ndarray] | None, who: str, labels: Sequence[str],
                width: int) -> list[tuple[int, Written]]:
@@ -87,7 +82,7 @@ class LineWorker:
         rows = make_rows(self.tts, lines, settings, who, True, labels)
         out = LineAudio(rows, len(lines), None, None, streamed=False)
         ended = threading.Event()
-        request = script_request(rows, settings, self.count_tokens, out.deliver, lambda error: ended.set())
+        request = rows_request(rows, settings, self.count_tokens, out.deliver, lambda error: ended.set())
         self._engine_of(width, who).submit(request, who)
         ended.wait()
         if request.error is not None:
@@ -99,8 +94,7 @@ class LineWorker:
             if self._engine is None or self._width != width:
                 if self._engine is not None:
                     self._engine.close()
-                self._engine = EngineThread(Engine(self.tts, width, who, overcommit=True, ahead=True,
-                                                   stop=self.stop))
+                self._engine = EngineThread(Engine(self.tts, width, who, overcommit=True, ahead=True))
                 self._width = width
             return self._engine
 

@@ -74,8 +74,7 @@ class ContinuousBatch:
         self.hold = max(int(loop.hold(o["min_new_tokens"])), 1)
         paging = None if pages is None else (pages, kv_store.PAGE)
         # a row reads its text by its own frame index, which stays below its need: a text table of half the capacity
-        self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging, keep_hidden=False,
-                             text_slots=capacity_for(need))
+        self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging, text_slots=capacity_for(need))
         self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st)
         self.sched = Scheduler(width, None if pages is None else BlockManager(*self.st.paging, overcommit))
         self.streams = loop.row_streams(device)
@@ -113,49 +112,63 @@ class ContinuousBatch:
         Each frame runs in inference mode on the frame loop's stream, both left before the yield: the code that runs
         between two frames is the caller's own (a block held across a yield would run it on the frame loop's stream,
         and two generators' blocks would not nest)."""
-        cuda, lag = self.device.type == "cuda", self.lag
-        flags = torch.ones(lag + 2, self.width, dtype=torch.bool, pin_memory=cuda)
-        queue: collections.deque = collections.deque()  # (event, flag row, P after the step)
-        frame, sched = 0, self.sched
+        # each step's "unfinished" flags copied to the host (a ring of pinned rows), and the steps whose flags the host
+        # has not read yet (their event, flag row, P after the step)
+        self._flags = torch.ones(self.lag + 2, self.width, dtype=torch.bool, pin_memory=self.device.type == "cuda")
+        self._queue: collections.deque = collections.deque()
+        frames = 0
         while True:
             with torch.inference_mode(), frame_loop_stream(self.device):
-                while True:  # until a frame is stepped
-                    if sched.may_fill():
-                        sched.filled(self._fill(next_group, queue, flags, finished))
-                    if not self.live:
-                        if not self._ahead:  # next_group was just asked (no row runs, so every slot is free)
-                            self.loop.last_run = dict(mode=self.mode, seq_groups=self.seq_groups, frames_run=frame,
-                                                      rows=self.ended, capacity=self.st.capacity, width=self.width,
-                                                      widths=dict(sorted(self.widths.items())),
-                                                      capture_s=round(self.capture_s, 3), **sched.stats())
-                            return
-                        continue
-                    if queue and self.position >= max(row.start + row.stop for row in self.live.values()):
-                        self._drain(queue, flags, finished)  # every row is at its frame limit: a step adds no frame
-                        continue
-                    sched.fit()  # no row moves: one that ended but is not yet handed over keeps its slot inside
-                    if sched.narrows():
-                        self._drain(queue, flags, finished)  # a row that ended must not be moved as a live one
-                        if not self.live:
-                            continue
-                        self._compact()
-                    if on_step is not None:
-                        on_step(len(self.live))
-                    self._grow(lambda: self._drain(queue, flags, finished), preempted)
-                    if not self.live:  # every row had ended (handed over as the pool ran short)
-                        continue
-                    self._steps[sched.bucket]()
-                    self.widths[sched.bucket] += 1
-                    self.position += 1
-                    slot = frame % flags.shape[0]
-                    flags[slot].copy_(self.st.unfinished, non_blocking=cuda)
-                    event = torch.cuda.current_stream().record_event() if cuda else None
-                    queue.append((event, slot, self.position))
-                    frame += 1
-                    while len(queue) > lag:
-                        self._settle(queue.popleft(), flags, finished)
-                    break
+                stepped = self._frame(next_group, finished, on_step, preempted)
+            if not stepped:
+                self.loop.last_run = dict(mode=self.mode, seq_groups=self.seq_groups, frames_run=frames,
+                                          rows=self.ended, capacity=self.st.capacity, width=self.width,
+                                          widths=dict(sorted(self.widths.items())),
+                                          capture_s=round(self.capture_s, 3), **self.sched.stats())
+                return
+            frames += 1
             yield
+
+    def _frame(self, next_group, finished, on_step, preempted) -> bool:
+        """One frame (steps' arguments): rows join where slots are free, the step narrows to the rows left, every live
+        row gets the page it writes next, and the step runs; False when no row runs and none waits."""
+        sched = self.sched
+        while True:  # until a frame is stepped
+            if sched.may_fill():
+                sched.filled(self._fill(next_group, finished))
+            if not self.live:
+                if not self._ahead:  # next_group was just asked (no row runs, so every slot is free)
+                    return False
+                continue
+            if self._queue and self.position >= max(row.start + row.stop for row in self.live.values()):
+                self._drain(finished)  # every row is at its frame limit: a step adds no frame
+                continue
+            sched.fit()  # no row moves: one that ended but is not yet handed over keeps its slot inside
+            if sched.narrows():
+                self._drain(finished)  # a row that ended must not be moved as a live one
+                if not self.live:
+                    continue
+                self._compact()
+            if on_step is not None:
+                on_step(len(self.live))
+            self._grow(finished, preempted)
+            if self.live:  # else every row had ended (handed over as the pool ran short)
+                self._step(finished)
+                return True
+
+    def _step(self, finished) -> None:
+        """The step over the live rows; its "unfinished" flags are read `lag` frames behind, the rows they end
+        handed over then."""
+        cuda = self.device.type == "cuda"
+        self._steps[self.sched.bucket]()
+        self.widths[self.sched.bucket] += 1
+        self.position += 1
+        slot = self.position % self._flags.shape[0]
+        self._flags[slot].copy_(self.st.unfinished, non_blocking=cuda)
+        event = torch.cuda.current_stream().record_event() if cuda else None
+        self._queue.append((event, slot, self.position))
+        while len(self._queue) > self.lag:
+            self._settle(self._queue.popleft(), finished)
 
     def cancel(self, names) -> None:
         """End these rows early (between frames, on the thread that runs the batch): a live one is finished at the
@@ -165,27 +178,27 @@ class ContinuousBatch:
             if row.name in names:
                 self.st.unfinished[s] = False  # the step pads a finished row with EOS and never revives it
 
-    def _settle(self, entry, flags: torch.Tensor, finished) -> None:
+    def _settle(self, entry, finished) -> None:
         """Hand over the rows that had ended by this snapshot (those that joined after it are not in it)."""
         event, slot, position = entry
         if event is not None:
             event.synchronize()
-        ended = [s for s, row in self.live.items() if row.start < position and not bool(flags[slot, s])]
+        ended = [s for s, row in self.live.items() if row.start < position and not bool(self._flags[slot, s])]
         for s in ended:
             # snapshots come a frame apart, so the row ended at this one's position
             row = self.sched.end(s, position)
             finished(row.name, self.st.frames[s, row.start:position].clone())
             self.kv.free(s)
 
-    def _grow(self, drain: Callable[[], None], preempted: Callable[[object, int], None]) -> None:
-        """Pages for the slot every live row writes next; when an overcommitted pool is short, drain() (rows that ended
-        are handed over, never preempted), then the rows that joined last are preempted, each handed to
+    def _grow(self, finished, preempted: Callable[[object, int], None]) -> None:
+        """Pages for the slot every live row writes next; when an overcommitted pool is short, the queue is drained
+        (rows that ended are handed over, never preempted), then the rows that joined last are preempted, each handed to
         preempted(name, stream key), until the rest have theirs."""
         granted, short = self.sched.grow(self.position)
         self.kv.grow(granted, self.position)
         if not short:
             return
-        drain()
+        self._drain(finished)
         granted, short = self.sched.grow(self.position)
         self.kv.grow(granted, self.position)
         while short:
@@ -196,9 +209,9 @@ class ContinuousBatch:
             granted, short = self.sched.grow(self.position)
             self.kv.grow(granted, self.position)
 
-    def _drain(self, queue, flags, finished) -> None:
-        while queue:
-            self._settle(queue.popleft(), flags, finished)
+    def _drain(self, finished) -> None:
+        while self._queue:
+            self._settle(self._queue.popleft(), finished)
 
     # -- the step's width -----------------------------------------------------------------------
     def _compact(self) -> None:
@@ -211,7 +224,7 @@ class ContinuousBatch:
                               slice(lo, self.position))
 
     # -- joining ------------------------------------------------------------------------------
-    def _fill(self, next_group, queue, flags, finished) -> bool:
+    def _fill(self, next_group, finished) -> bool:
         """Rows into the free slots, a slice at a time (morph/decode/groups.py), until the slots or the waiting rows
         run out; False when a row cannot fit yet."""
         while self.sched.free:
@@ -220,11 +233,11 @@ class ContinuousBatch:
                 if group is None:
                     return True
                 self._ahead = slice_group(self.loop, self.st, group, self.mode)
-            if not self._join(queue, flags, finished):
+            if not self._join(finished):
                 return False
         return True
 
-    def _join(self, queue, flags, finished) -> bool:
+    def _join(self, finished) -> bool:
         """Rows of the oldest slice waiting into free slots at P, the slice prefilled if it was not; False when they
         cannot fit behind P or before the capacity yet."""
         st, shared = self.st, self._ahead[0].shared
@@ -233,7 +246,7 @@ class ContinuousBatch:
         # still writes the shared position then
         length, needed = shared.length, max(a.stop for a in rows_in) + 1 + self.lag
         if self.position < length or self.position + needed > st.capacity:
-            self._drain(queue, flags, finished)  # a move needs every pending snapshot read first
+            self._drain(finished)  # a move needs every pending snapshot read first
             if not self._move_down(length, needed):
                 return False
         at, dev = self.position, self.device

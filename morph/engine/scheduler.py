@@ -1,6 +1,6 @@
 """Who runs in the continuous batch's slots, decided in host integers: which slot a row takes, when rows join, which
 of them the key/value pool admits, who gives way when an overcommitted pool runs short, how wide the step runs, and
-how a batch backs off after running out of memory. The runner (morph/engine/runner.py) turns these decisions into
+how a batch backs off after running out of memory. The batch (morph/engine/batch.py) turns these decisions into
 tensors; nothing here touches the device.
 
 - Slots: a joining row takes the lowest free slots, so rows gather at the bottom, where the narrow steps run.
@@ -140,10 +140,6 @@ class Scheduler:
         row = self.live[slot]
         self.spoken = max(self.spoken, min(1.0, (position - row.start) / max(row.stop, 1)))
         self.ended += 1
-        return self._leave(slot)
-
-    def cancel(self, slot: int) -> Live:
-        """The row in `slot` leaves before it ended (cancelled before its first frame)."""
         return self._leave(slot)
 
     def preempt(self) -> tuple[int, Live]:
