@@ -154,11 +154,13 @@ def batch_need(tts, rows: Sequence[Row], prompts: Sequence[int], width: int) -> 
     return _continuous(tts, _Shape(tts.tts.model), sized, prefill, width, _replays_graphs(tts, None), tts.device)
 
 
-def free_bytes(device: torch.device) -> int:
+def free_bytes(device: torch.device) -> int | None:
     """What this process may still take on a CUDA device: the driver's free memory and what torch's allocator holds
     unused, and under the native allocator no more than its share of the device leaves
     (torch.cuda.set_per_process_memory_fraction, as bench.cards sets it to stand for a smaller card; cudaMallocAsync
-    is only read for its pool's figures)."""
+    is only read for its pool's figures). None on another device: nothing to admit against."""
+    if device.type != "cuda":
+        return None
     free, total = torch.cuda.mem_get_info(device)
     allocated = torch.cuda.memory_allocated(device)
     room = free + torch.cuda.memory_reserved(device) - allocated

@@ -198,8 +198,9 @@ class BatchTTS:
                 audio: bool = True) -> Generator[None, None, int]:
         """The rows as one request to an engine of `width` slots, longest first, its pool sized to them, a frame at a
         time; a row none of whose audio has gone out may be preempted and run again (the render does not stream).
-        Returns the width it finished at (narrower after running out of memory); the request's error, if it failed,
-        is raised."""
+        Returns the width it finished at after running out of memory (the width asked for if it never did: a batch
+        the engine built narrower for the free memory says so itself); the request's error, if it failed, is
+        raised."""
         engine = Engine(self.tts, min(width, len(rows)), who, kv_cache_bytes=kv_cache_bytes,
                         overcommit=on_chunk is None, ahead=True, stop=self.stop, audio=audio)
         request = engine.submit(rows_request(rows, settings, token_count(self.tts), on_row, lambda error: None,
@@ -212,7 +213,7 @@ class BatchTTS:
         if request.error is not None:
             raise request.error
         progress.finish()
-        return engine.width
+        return engine.width if engine.backoffs else width
 
     def _static_backing_off(self, rows: list[Row], settings: GenerationSettings, cap: int, on_step: OnStep | None,
                             out: LineAudio, sort: bool, who: str) -> int:

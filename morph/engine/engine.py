@@ -77,6 +77,7 @@ class Engine:
         self._stopped: BaseException | None = None  # what the caller's `between` raised
         self._joined: dict[Row, float] = {}
         self.row_seconds = 5.0  # a row's time in the batch, averaged as rows end (a server's Retry-After)
+        self.backoffs = 0  # times the batch narrowed after running out of memory (not before it was built: _fit)
         self.live_rows = self.cache_slots = 0  # as the loop last saw them
 
     # -- the callers' side (any thread) ------------------------------------------------------
@@ -167,7 +168,7 @@ class Engine:
             rows = [(r, q) for r, _, q in self._waiting if q.batch_key == key]
         needs = [q.needs[r] for r, q in rows]
         need = self.need or max(needs)
-        if self.need is None and self.tts.device.type == "cuda":
+        if self.need is None:
             self._fit(rows)
         if self.kv_cache_bytes is not None:
             pages = budget_pages(self.tts, self.kv_cache_bytes)
@@ -182,10 +183,12 @@ class Engine:
         self._built = (key, need)
 
     def _fit(self, rows: list[tuple[Row, Request]]) -> None:
-        """Narrow a render's batch, before it is built, to the width the device's free memory holds for these rows
+        """Narrow a render's batch on a GPU, before it is built, to the width its free memory holds for these rows
         (memory.batch_need: what a host's memory manager is told the render needs), so that it does not first run out
         of memory at a width it cannot hold. A live batch (a server's) is sized by its own cache options."""
         free = free_bytes(self.tts.device)
+        if free is None:
+            return
         prompts = [q.needs[r] - r.limit - 1 for r, q in rows]
         width = fitting_width(self.width, lambda w: batch_need(self.tts, [r for r, _ in rows], prompts, w), free)
         if width < self.width:
@@ -302,6 +305,7 @@ class Engine:
             log.warning("%s: out of GPU memory with a batch of %d rows; retrying in batches of %d (%d rows run "
                         "again)", self.who, self.width, narrower, len(again))
             self.width = narrower
+            self.backoffs += 1
         elif not oom:
             log.error("%s: the batch failed", self.who, exc_info=error)
         for request in held:

@@ -34,3 +34,28 @@ def test_a_retry_at_half_the_batch_is_seen(tiny_tts, monkeypatch):
     finally:
         logging.getLogger("morph.render").removeHandler(retries)
     assert failed == [4] and retries.seen and "finished with batches of at most 2 rows" in retries.seen[0]
+
+
+def test_a_batch_built_narrower_for_the_free_memory_is_recorded_apart_from_retries(tiny_tts, monkeypatch):
+    """The engine builds a render's batch no wider than the GPU's free memory holds (here a reading of none): bench.cards
+    records that as narrowed, no retry, and the render does not claim it ran out of memory."""
+    monkeypatch.setattr(tiny_tts.patch, "mode", "lean")
+    monkeypatch.setattr(morph.engine.engine, "free_bytes", lambda device: 0)  # not even one row's need
+    built = []
+
+    class Recorded(RowRunner):
+        def __init__(self, tts, settings, width, *args, **kwargs):
+            built.append(width)
+            super().__init__(tts, settings, width, *args, **kwargs)
+
+    monkeypatch.setattr(morph.engine.engine, "RowRunner", Recorded)
+    retries = _Retries()
+    logging.getLogger("morph").addHandler(retries)
+    try:
+        voice = tiny_tts.make_voice((0.3 * np.sin(np.arange(24000) / 9.0)).astype(np.float32), 24000)
+        lines = [Line(text, voice, "English") for text in ("One.", "Two.", "Three.", "Four.")]
+        BatchTTS(tiny_tts).render(lines, GenerationSettings(max_new_tokens=4), batch_size=4)
+    finally:
+        logging.getLogger("morph").removeHandler(retries)
+    assert built == [1] and retries.seen == []
+    assert len(retries.narrowed) == 1 and "enough for a batch of 1 rows, not 4" in retries.narrowed[0]

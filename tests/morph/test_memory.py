@@ -106,3 +106,4 @@ def test_free_memory_is_the_drivers_and_torchs_unused_cache_within_the_native_al
     monkeypatch.setattr(torch.cuda, "get_allocator_backend", lambda: backend)
     monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device: fraction)
     assert memory.free_bytes(torch.device("cuda", 0)) == free
+    assert memory.free_bytes(torch.device("cpu")) is None

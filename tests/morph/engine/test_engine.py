@@ -199,7 +199,7 @@ def test_out_of_memory_halves_the_width_and_runs_again_the_rows_that_handed_noth
     engine.submit(streamed.request("c", frames=2, stream=True))
     script.fail[0] = OOM
     engine.run_until_idle()
-    assert engine.width == 2
+    assert engine.width == 2 and engine.backoffs == 1
     assert [r.getMessage() for r in caplog.records] == ["Test: out of GPU memory with a batch of 4 rows; retrying in "
                                                         "batches of 2 (2 rows run again)"]
     assert script.frames == [["a", "b", "c"], ["a", "b"], ["a", "b"]]  # c's chunk was out: it fails
@@ -619,6 +619,7 @@ def test_a_render_batch_on_a_gpu_is_built_as_wide_as_its_free_memory_holds_and_a
     engine.submit(sink.request("abc", prompt=7))
     engine.run_until_idle()
     assert [width for _, width, *_ in script.builds] == [8] and engine.width == 8  # 64, 32, 16, then 8 fits
+    assert engine.backoffs == 0  # no out-of-memory retry: a render says nothing more
     assert asked[0] == (["a", "b", "c"], [7, 7, 7], 64) and [w for *_, w in asked] == [64, 32, 16, 8]
     assert sink.ends == [None] and "enough for a batch of 8 rows, not 64" in caplog.text
     cpu = Engine(TTS, 64, "Test")  # no free-memory reading off a GPU
