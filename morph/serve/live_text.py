@@ -212,7 +212,8 @@ class _Session:
         await ws.close(1000)
 
     def cancel(self) -> None:
-        """The sentences not yet streamed leave the engine, counted as cancelled (a streaming one's stream does both)."""
+        """The sentences not yet streamed leave the engine, counted as cancelled (a streaming one's stream does
+        both)."""
         now = time.perf_counter()
         for sentence in self.queued:
             self.speech.engine.cancel(sentence.request)

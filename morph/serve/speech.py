@@ -129,7 +129,7 @@ class Speech:
 
     def settings_of(self, body: SpeechRequest) -> GenerationSettings:
         """The server's settings with the request's own: temperature, top_k and top_p for the talker and the code
-        predictor alike, as the CLI's flags set them."""
+        predictor alike, as the CLI's flags set them; a max_new_tokens over the server's frames is refused naming it."""
         if body.max_new_tokens is not None and body.max_new_tokens > self.engine.max_frames:
             raise ApiError(400, f"max_new_tokens: {body.max_new_tokens} frames is over this server's limit; send at "
                                 f"most {self.engine.max_frames} (cli.py serve --max-frames sets it)",
