@@ -1,5 +1,6 @@
 """Serve speech over HTTP: an OpenAI-compatible POST /v1/audio/speech that streams audio as it is made, with saved
-voices. Needs the optional extra: pip install "fastapi>=0.110" "uvicorn>=0.29" python-multipart.
+voices. Needs the optional extra: pip install "fastapi>=0.110" "uvicorn>=0.29" python-multipart
+"websockets>=13".
 
     python cli.py serve --model Qwen/Qwen3-TTS-12Hz-0.6B-Base
     curl -s http://127.0.0.1:8000/v1/audio/speech -H 'Content-Type: application/json' \\
@@ -63,13 +64,15 @@ def run(args: argparse.Namespace) -> int:
     check_model(args)
     try:
         import uvicorn  # noqa: F401 (run_server's, checked before the model loads)
+        import websockets  # noqa: F401 (uvicorn's for WS /v1/audio/speech/stream, which it refuses without)
 
         from morph.continuous import runs_lean
         from morph.serve.app import create_app
         from morph.serve.lifecycle import run_server
     except ImportError as e:
         raise CliError(f"cli.py serve needs the server's packages ({e.name} is missing): pip install -r "
-                       "requirements.txt \"fastapi>=0.110\" \"uvicorn>=0.29\" python-multipart") from None
+                       "requirements.txt \"fastapi>=0.110\" \"uvicorn>=0.29\" python-multipart "
+                       "\"websockets>=13\"") from None
     for flag, value in (("--batch-size", args.batch_size), ("--max-frames", args.max_frames),
                         ("--max-prompt", args.max_prompt), ("--port", args.port)):
         if value < 1:

@@ -1,4 +1,5 @@
-"""The server's routes: speech (speech.py), saved voices (voices.py), models, health and metrics.
+"""The server's routes: speech (speech.py; live_text.py as text is typed, over a WebSocket), saved voices
+(voices.py), models, health and metrics.
 
     app = create_app(tts, Path("voices"), api_key=None)   # tts: a loaded MorphTTS; cli.py serve runs it with uvicorn
 
@@ -20,7 +21,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import numpy as np
-from fastapi import FastAPI, File, Form, Request, UploadFile
+from fastapi import FastAPI, File, Form, Request, UploadFile, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException
@@ -29,6 +30,7 @@ from ..lines.line import Line
 from ..live_engine import Busy, EngineFailed, LiveEngine
 from ..settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSettings
 from .lifecycle import GRACE_S, Gate, Lifecycle
+from .live_text import live_text
 from .metrics import Metrics
 from .protocol import ApiError, SpeechRequest, api_error
 from .speech import Speech
@@ -76,6 +78,10 @@ def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str 
     @app.post("/v1/audio/speech")
     async def speech(body: SpeechRequest, request: Request):
         return await request.app.state.speech.reply(body, request)
+
+    @app.websocket("/v1/audio/speech/stream")
+    async def speech_stream(websocket: WebSocket):
+        await live_text(websocket, websocket.app.state.speech)
 
     @app.post("/v1/audio/voices")
     async def add_voice(request: Request, audio_sample: UploadFile = File(...), name: str = Form(...),

@@ -3,8 +3,9 @@ SIGTERM or SIGINT came (no new requests, those in flight finish within the shutd
 and the process exits 0); `failed` when the engine cannot go on (every request is answered at once and the process
 exits 1, for its supervisor to restart it).
 
-`Gate` is the door every HTTP request passes, in this order: the API key (401), the state (503 unless loading or
-serving), the body's size (413, before any of it is parsed); it counts the requests inside, which a drain waits for.
+`Gate` is the door every HTTP request and WebSocket session passes, in this order: the API key (401), the state (503
+unless loading or serving), the body's size (413, before any of it is parsed); it counts the requests and sessions
+inside, which a drain waits for.
 /health and /metrics pass in every state: they report it. `run_server` runs the app under uvicorn and turns the state
 into the process's end.
 """
@@ -17,6 +18,7 @@ import os
 import sys
 import threading
 import time
+from urllib.parse import parse_qs
 
 from .protocol import ApiError
 
@@ -84,13 +86,13 @@ class Gate:
         self.app, self.lifecycle, self.api_key = app, lifecycle, api_key
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):  # a WebSocket's refusal is an HTTP answer to its handshake
             return await self.app(scope, receive, send)
         path = scope["path"]
         refusal = None if path == "/health" else self._unauthorized(scope)
         if refusal is None and path not in OPEN_ROUTES:
             refusal = self.lifecycle.refusal()
-        if refusal is None and scope["method"] in ("POST", "PUT", "PATCH"):
+        if refusal is None and scope.get("method") in ("POST", "PUT", "PATCH"):
             cap = MAX_UPLOAD_BYTES if path == UPLOAD_ROUTE else MAX_JSON_BYTES
             body, refusal = await _read_body(scope, receive, cap)
             if body is None and refusal is None:  # the client left while sending
@@ -110,11 +112,14 @@ class Gate:
             return None
         given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
         scheme, _, key = given.strip().partition(" ")
+        websocket = scope["type"] == "websocket"
+        if websocket and not given:  # a browser's WebSocket cannot send headers: its key comes as ?api_key=
+            scheme, key = "bearer", parse_qs(scope["query_string"].decode("latin-1")).get("api_key", [""])[0]
         if scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode("latin-1", "replace"),
                                                               self.api_key.encode()):
             return None
-        return ApiError(401, "the API key is missing or wrong; send Authorization: Bearer <key>", None,
-                        "invalid_api_key")
+        return ApiError(401, "the API key is missing or wrong; send Authorization: Bearer <key>"
+                        + (" or ?api_key=<key>" if websocket else ""), None, "invalid_api_key")
 
 
 async def _read_body(scope, receive, cap: int) -> tuple[bytes | None, ApiError | None]:

@@ -23,6 +23,7 @@ from fastapi import Request as HttpRequest
 from fastapi.responses import Response, StreamingResponse
 
 from ..api import VARIANT_NAMES
+from ..engine.request import Request
 from ..lines.line import Line
 from ..lines.voice import Voice
 from ..live_engine import Busy, LiveEngine
@@ -68,29 +69,28 @@ class Speech:
         if body.stream_format == "sse" and fmt != "pcm":
             raise ApiError(400, "response_format: stream_format 'sse' sends base64 PCM; send response_format 'pcm'",
                            "response_format", "unsupported_format")
-        if body.max_new_tokens is not None and body.max_new_tokens > self.engine.max_frames:
-            raise ApiError(400, f"max_new_tokens: {body.max_new_tokens} frames is over this server's limit; send at "
-                                f"most {self.engine.max_frames} (cli.py serve --max-frames sets it)",
-                           "max_new_tokens", "invalid_value")
-        line = await self.line_of(body)
         settings = self.settings_of(body)
+        request, items = self.submit(await self.line_of(body), settings, WHO)
+        sse = body.stream_format == "sse"
+        if sse or (fmt in STREAMABLE and body.stream is not False):
+            return StreamingResponse(self.stream(request, items, fmt, sse, body.speed, started, body.input),
+                                     media_type="text/event-stream" if sse else media_type(fmt))
+        return await self._whole(request, items, fmt, body.speed, http, started)
+
+    def submit(self, line: Line, settings: GenerationSettings, who: str) -> tuple[Request, asyncio.Queue]:
+        """Queue a line in the engine: its request, and the queue its audio chunks arrive on (then an _End)."""
         loop, items = asyncio.get_running_loop(), asyncio.Queue()
 
         def put(item) -> None:  # on the engine's thread
             loop.call_soon_threadsafe(items.put_nowait, item)
 
         try:
-            request = self.engine.submit(line, settings, put, lambda error: put(_End(error)), who=WHO)
+            return self.engine.submit(line, settings, put, lambda error: put(_End(error)), who=who), items
         except Busy:
             self.metrics.count("busy")
             raise
         except ValueError as e:
             raise ApiError(400, str(e), None, "invalid_value")
-        sse = body.stream_format == "sse"
-        if sse or (fmt in STREAMABLE and body.stream is not False):
-            return StreamingResponse(self._stream(request, items, fmt, sse, body.speed, started, body.input),
-                                     media_type="text/event-stream" if sse else media_type(fmt))
-        return await self._whole(request, items, fmt, body.speed, http, started)
 
     # -- what the request asks for ------------------------------------------------------------
     async def line_of(self, body: SpeechRequest) -> Line:
@@ -129,7 +129,11 @@ class Speech:
 
     def settings_of(self, body: SpeechRequest) -> GenerationSettings:
         """The server's settings with the request's own: temperature, top_k and top_p for the talker and the code
-        predictor alike, as the CLI's flags set them."""
+        predictor alike, as the CLI's flags set them; a max_new_tokens over the server's frames is refused naming it."""
+        if body.max_new_tokens is not None and body.max_new_tokens > self.engine.max_frames:
+            raise ApiError(400, f"max_new_tokens: {body.max_new_tokens} frames is over this server's limit; send at "
+                                f"most {self.engine.max_frames} (cli.py serve --max-frames sets it)",
+                           "max_new_tokens", "invalid_value")
         d, sub = self.defaults, self.defaults.subtalker
         temperature = d.temperature if body.temperature is None else body.temperature
         top_k = d.top_k if body.top_k is None else body.top_k
@@ -178,8 +182,9 @@ class Speech:
                            "invalid_value") from None
 
     # -- the reply -------------------------------------------------------------------------------
-    async def _stream(self, request, items: asyncio.Queue, fmt: str, sse: bool, speed: float, started: float,
-                      text: str):
+    async def stream(self, request, items: asyncio.Queue, fmt: str, sse: bool, speed: float, started: float,
+                     text: str):
+        """A streamed reply's pieces (bytes) as the request's audio comes; `started`: when it arrived, for /metrics."""
         samples, status = 0, "cancelled"  # samples: the model's, before the stretch
 
         def send(data: bytes) -> bytes:

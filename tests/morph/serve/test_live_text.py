@@ -1,0 +1,193 @@
+"""WS /v1/audio/speech/stream (morph/serve/live_text.py) over a real server (tiny model, CPU) with the `websockets`
+client: text typed a few characters at a time is spoken sentence by sentence, in order, each sentence's audio what
+POST gives for it with the same seed; input.done speaks what is left; a client that goes away leaves the engine idle;
+every error names its field or problem; the key is checked at the handshake. And the sentence cutting, on strings."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from morph.serve.live_text import Sentences
+from tests.audio_compare import assert_audio_close
+
+from .conftest import API_KEY
+from .test_app import AUTH, from_pcm, wav_bytes
+
+FRAMES = 12
+CONFIG = {"type": "session.config", "voice": "alice", "seed": 5, "max_new_tokens": FRAMES}
+
+
+@pytest.mark.parametrize("typed,sentences,rest", [
+    ("Hello there. How are", ["Hello there."], ["How are"]),
+    ("It is 3.14 now! Ok", ["It is 3.14 now!"], ["Ok"]),  # a mark with no space after it ends nothing
+    ("Wait.", [], ["Wait."]),  # not yet: the next character may be a digit
+    ('He said "Stop." Then', ['He said "Stop."'], ["Then"]),
+    ("One; two\nthree", ["One;", "two"], ["three"]),
+    ("你好。再见", ["你好。"], ["再见"]),
+    ("", [], []),
+])
+def test_sentences_end_once_their_mark_is_followed(typed, sentences, rest):
+    for step in (1, 3, len(typed) or 1):  # however the text is cut into messages
+        cutter = Sentences()
+        got = [s for i in range(0, len(typed), step) for s in cutter.feed(typed[i:i + step])]
+        assert got == sentences and cutter.finish() == rest, step
+
+
+def test_a_run_on_text_is_cut_at_the_cap_where_a_clause_or_word_ends():
+    cutter = Sentences(cap=20)
+    assert cutter.feed("one two three four five six") == ["one two three four"]
+    assert cutter.feed(" seven, eight nine ten") == ["five six seven,"]
+    assert cutter.finish() == ["eight nine ten"]
+    assert Sentences(cap=4).feed("abcdefghij") == ["abcd", "efgh"]  # no space: cut at the cap
+    words = "word " * 100
+    pieces = Sentences(cap=30).feed(words) + Sentences(cap=30).finish()
+    assert all(len(p) <= 30 for p in pieces)
+
+
+@pytest.fixture
+def alice(server, ref_audio):
+    url, _ = server
+    reply = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "alice", "ref_text": "A short line."},
+                       files={"audio_sample": ("alice.wav", wav_bytes(ref_audio[0]), "audio/wav")}, timeout=60)
+    assert reply.status_code == 200, reply.text
+    return url
+
+
+def ws_url(url: str, query: str = "") -> str:
+    return url.replace("http://", "ws://") + "/v1/audio/speech/stream" + query
+
+
+@contextlib.contextmanager
+def open_session(url: str, **config):
+    with connect(ws_url(url), additional_headers=AUTH, open_timeout=30) as ws:
+        ws.send(json.dumps({**CONFIG, **config}))
+        yield ws
+
+
+def type_text(ws, text: str, step: int = 3) -> None:
+    for i in range(0, len(text), step):
+        ws.send(json.dumps({"type": "input.text", "text": text[i:i + step]}))
+
+
+def read_sentence(ws) -> tuple[dict, bytes, dict]:
+    """One sentence's audio.start, its audio, its audio.done."""
+    start, audio = json.loads(ws.recv(timeout=60)), b""
+    assert start["type"] == "audio.start", start
+    while isinstance(message := ws.recv(timeout=60), bytes):
+        audio += message
+    done = json.loads(message)
+    assert done == {"type": "audio.done", "sentence_index": start["sentence_index"], "total_bytes": len(audio)}
+    return start, audio, done
+
+
+def test_typed_text_is_spoken_sentence_by_sentence_as_post_speaks_each(alice):
+    url = alice
+    with open_session(url) as ws:
+        type_text(ws, "Hello there. How")
+        first = read_sentence(ws)  # spoken while the text is still being typed
+        type_text(ws, " are you today? Fine")
+        ws.send(json.dumps({"type": "input.done"}))  # speaks "Fine", which has no end mark
+        sentences = [first, read_sentence(ws), read_sentence(ws)]
+        assert json.loads(ws.recv(timeout=60)) == {"type": "session.done", "total_sentences": 3}
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)  # the server closed
+        assert ws.close_code == 1000
+    texts = ["Hello there.", "How are you today?", "Fine"]
+    for index, (start, audio, _) in enumerate(sentences):
+        assert start == {"type": "audio.start", "sentence_index": index, "sentence_text": texts[index],
+                         "format": "pcm", "sample_rate": 24000}
+        post = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, timeout=60, json={
+            "input": texts[index], "voice": "alice", "response_format": "pcm", "seed": 5, "max_new_tokens": FRAMES})
+        assert len(audio) > 0
+        assert_audio_close(from_pcm(audio), from_pcm(post.content), rel=1e-3)
+
+
+def test_each_sentence_is_a_stream_of_its_own_format(alice):
+    with open_session(alice, response_format="wav", max_new_tokens=6) as ws:
+        type_text(ws, "One. Two.", step=100)
+        ws.send(json.dumps({"type": "input.done"}))
+        for _ in range(2):
+            start, audio, _ = read_sentence(ws)
+            assert start["format"] == "wav" and audio[:4] == b"RIFF" and len(audio) > 44
+        assert json.loads(ws.recv(timeout=60))["total_sentences"] == 2
+
+
+def test_a_client_that_goes_away_leaves_the_engine_idle(alice, server):
+    url, app = server
+    engine = app.state.speech.engine
+    with open_session(url, max_new_tokens=400) as ws:
+        type_text(ws, "A long first sentence to speak. And a second one after it. And a third.", step=20)
+        assert json.loads(ws.recv(timeout=60))["type"] == "audio.start"
+        assert isinstance(ws.recv(timeout=60), bytes)  # the first sentence is streaming, the second made ahead
+        stats = engine.stats()
+        assert stats["rows_in_batch"] + stats["rows_waiting"] == 2  # not the third, which has no end yet
+        assert app.state.lifecycle.active == 1  # the session is in flight, for a drain to wait on
+    deadline = time.monotonic() + 30
+    while (engine.stats()["rows_in_batch"] or engine.stats()["rows_waiting"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine.stats()["rows_in_batch"] == engine.stats()["rows_waiting"] == 0
+    assert app.state.lifecycle.active == 0
+    assert 'morph_requests_total{status="cancelled"} 2' in httpx.get(f"{url}/metrics", headers=AUTH).text
+
+
+ERRORS = [  # (messages after the handshake, code, param, words in the message)
+    ([{"type": "input.text", "text": "Hi."}], "expected_session_config", "type", "session.config"),
+    ([{**CONFIG, "voice": "nobody"}], "voice_not_found", "voice", "nobody"),
+    ([{**CONFIG, "response_format": "flac"}], "unsupported_format", "response_format", "flac"),
+    ([{**CONFIG, "speed": 9}], "invalid_value", "speed", "4"),
+    ([{**CONFIG, "max_new_tokens": 401}], "invalid_value", "max_new_tokens", "at most 400"),
+    ([CONFIG, {"type": "input.audio"}], "unknown_type", "type", "input.audio"),
+    ([CONFIG, {"type": "input.text", "text": "x" * 4097}], "invalid_value", "text", "4096"),
+    ([CONFIG, {"type": "input.text", "text": 3}], "invalid_value", "text", "string"),
+    ([CONFIG, CONFIG], "unexpected_message", "type", "twice"),
+    (["not json"], "invalid_json", None, "JSON"),
+]
+
+
+def test_every_error_names_its_problem_and_closes(alice):
+    for messages, code, param, words in ERRORS:
+        with connect(ws_url(alice), additional_headers=AUTH) as ws:
+            for message in messages:
+                ws.send(message if isinstance(message, str) else json.dumps(message))
+            error = json.loads(ws.recv(timeout=60))
+            assert error["type"] == "error" and (error["code"], error["param"]) == (code, param), error
+            assert words in error["message"], error
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=10)
+            assert ws.close_code == 1008
+
+
+def test_a_full_queue_ends_the_session_busy(alice, server, monkeypatch):
+    _, app = server
+    monkeypatch.setattr(app.state.speech.engine, "max_waiting", 0)  # no row may wait: the first sentence is refused
+    with open_session(alice) as ws:
+        type_text(ws, "Hello there. ", step=100)
+        error = json.loads(ws.recv(timeout=60))
+        assert (error["type"], error["code"]) == ("error", "server_busy") and "try again in" in error["message"]
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+        assert ws.close_code == 1013
+
+
+def test_the_key_is_checked_at_the_handshake_and_a_draining_server_refuses(server):
+    url, app = server
+    for headers, query in (({}, ""), ({"Authorization": "Bearer wrong"}, ""), ({}, "?api_key=wrong")):
+        with pytest.raises(InvalidStatus) as refused:
+            connect(ws_url(url, query), additional_headers=headers, open_timeout=30)
+        assert refused.value.response.status_code == 401
+        assert json.loads(refused.value.response.body)["error"]["code"] == "invalid_api_key"
+    for headers, query in ((AUTH, ""), ({}, f"?api_key={API_KEY}")):  # a browser sends it in the query
+        with connect(ws_url(url, query), additional_headers=headers, open_timeout=30) as ws:
+            ws.send(json.dumps({"type": "input.done"}))
+            assert json.loads(ws.recv(timeout=60))["code"] == "expected_session_config"
+    app.state.lifecycle.drain()
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws_url(url), additional_headers=AUTH, open_timeout=30)
+    assert refused.value.response.status_code == 503
