@@ -8,20 +8,20 @@ MAX_SEGMENT_CHARS = 500
 
 # A sentence ends after . ! ? ; (and any closing quote or bracket) followed by white space,
 # right after CJK full-width end marks, or at a line break.
-_BOUNDARY = re.compile(r"(?<=[.!?;])\s+|(?<=[.!?;][\"'”’)\]])\s+|(?<=[。！？；])|\n+")
+BOUNDARY = re.compile(r"(?<=[.!?;])\s+|(?<=[.!?;][\"'”’)\]])\s+|(?<=[。！？；])|\n+")
 _CJK_ENDS = "。！？；"
-_CLAUSE = re.compile(r"(?<=[,，、:：])\s*")
+CLAUSE = re.compile(r"(?<=[,，、:：])\s*")
 
 
 def _pieces(text: str, max_chars: int):
-    for sentence in (part.strip() for part in _BOUNDARY.split(text)):
+    for sentence in (part.strip() for part in BOUNDARY.split(text)):
         if not sentence:
             continue
         if len(sentence) <= max_chars:
             yield sentence
             continue
         # An over-long sentence: break at clause marks, then at spaces, then hard.
-        for clause in _CLAUSE.split(sentence):
+        for clause in CLAUSE.split(sentence):
             while len(clause) > max_chars:
                 cut = clause.rfind(" ", 0, max_chars)
                 cut = cut if cut > 0 else max_chars

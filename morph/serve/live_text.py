@@ -37,7 +37,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from ..engine.request import Request
-from ..lines.text_split import _BOUNDARY, _CLAUSE
+from ..lines.text_split import BOUNDARY, CLAUSE
 from ..settings import SAMPLE_RATE
 from .audio_io import STREAMABLE
 from .protocol import MAX_INPUT_CHARS, ApiError, SpeechRequest, api_error, validation_error
@@ -63,7 +63,7 @@ class Sentences:
         self.cap, self._open = cap, ""
 
     def feed(self, text: str) -> list[str]:
-        *ended, self._open = _BOUNDARY.split(self._open + text)  # the last piece has no end yet
+        *ended, self._open = BOUNDARY.split(self._open + text)  # the last piece has no end yet
         out = []
         for sentence in ended:
             pieces, rest = _run_on(sentence.strip(), self.cap)
@@ -80,7 +80,7 @@ def _run_on(text: str, cap: int) -> tuple[list[str], str]:
     else its last space, else at the cap), and what is left."""
     pieces = []
     while len(text) > cap:
-        clause = max((m.end() for m in _CLAUSE.finditer(text, 0, cap)), default=0)
+        clause = max((m.end() for m in CLAUSE.finditer(text, 0, cap)), default=0)
         space = text.rfind(" ", 0, cap + 1)
         cut = clause or (space if space > 0 else cap)
         pieces.append(text[:cut].strip())
