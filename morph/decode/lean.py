@@ -13,7 +13,7 @@ function runs a whole stack against static KV buffers:
   layers drifted from the fp32 reference about as far as upstream's own bf16 run, and by
   chance past it in one group or another (bench/numerics.py's gate,
   bench/results/h100-2026-11-22e); the fp32 residual keeps them inside it, at no cost in kernels;
-- attention is a matmul + softmax over the whole static buffer with an additive mask, so every shape is fixed:
+- attention (morph/masked_attention.py) runs over the whole static buffer under a mask, so every shape is fixed:
   write positions, rotary positions and masks are device tensors, which is what lets a CUDA graph capture a step
   once and replay it at every position.
 
@@ -30,6 +30,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from ..masked_attention import masked_attention
 from . import paged
 
 
@@ -99,25 +100,6 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return (x * cos) + (rotated * sin)
 
 
-def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: torch.Tensor,
-           d: Dims) -> torch.Tensor:
-    """q [B, heads, T, D] against the whole cache [B, kv_heads, L, D]; bias [B|1, 1, T, L].
-
-    Query heads j*G..j*G+G-1 share kv head j (HF's repeat_kv), so the G heads of a group
-    are folded into the query rows instead of repeating the cache.
-    """
-    b, _, t, hd = q.shape
-    groups = d.heads // d.kv_heads
-    qg = q.reshape(b, d.kv_heads, groups * t, hd)
-    # Scores in fp32, as upstream's sdpa kernels keep them: rounding them to bf16 (twice, with
-    # the scale) moved the bf16 logits measurably further from the fp32 reference (bench/numerics.py).
-    scores = torch.matmul(qg.float(), k_cache.transpose(2, 3).float()) * d.scale  # [B, kv, G*T, L]
-    scores = (scores.view(b, d.kv_heads, groups, t, -1) + bias.unsqueeze(2)).view(b, d.kv_heads, groups * t, -1)
-    probs = torch.softmax(scores, dim=-1).to(q.dtype)
-    out = torch.matmul(probs, v_cache)  # [B, kv, G*T, D]
-    return out.view(b, d.heads, t, hd).transpose(1, 2).reshape(b, t, d.q_size)
-
-
 def project(x: torch.Tensor, w: LayerW, cos: torch.Tensor, sin: torch.Tensor, d: Dims):
     """A layer's queries [B, heads, T, D], keys and values [B, kv_heads, T, D] for T positions: normed, rotated."""
     b, t, _ = x.shape
@@ -134,7 +116,7 @@ def mlp(x: torch.Tensor, w: LayerW, d: Dims) -> torch.Tensor:
 
 
 def layer_step(x: torch.Tensor, w: LayerW, k_cache: torch.Tensor, v_cache: torch.Tensor, cos: torch.Tensor,
-               sin: torch.Tensor, write_idx: torch.Tensor, bias: torch.Tensor, d: Dims,
+               sin: torch.Tensor, write_idx: torch.Tensor, allowed: torch.Tensor, d: Dims,
                table: torch.Tensor | None = None) -> torch.Tensor:
     """One decoder layer over T new positions; writes their K/V at `write_idx` [T] (through `table` into paged
     pools, morph/decode/paged.py)."""
@@ -146,7 +128,7 @@ def layer_step(x: torch.Tensor, w: LayerW, k_cache: torch.Tensor, v_cache: torch
         paged.write(k_cache, table, write_idx, k)
         paged.write(v_cache, table, write_idx, v)
         k_cache, v_cache = paged.gather(k_cache, table), paged.gather(v_cache, table)
-    return mlp(x + F.linear(attend(q, k_cache, v_cache, bias, d), w.wo), w, d)
+    return mlp(x + F.linear(masked_attention(q, k_cache, v_cache, allowed, d.scale), w.wo), w, d)
 
 
 def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
@@ -160,10 +142,9 @@ def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_c
     cos, sin = cos_table[rope_pos].unsqueeze(1), sin_table[rope_pos].unsqueeze(1)  # [B, 1, T, D]
     slots = torch.arange(k_caches[0].shape[2] if table is None else table.shape[1] * k_caches[0].shape[2],
                          device=x.device)
-    valid = (slots <= write_idx.unsqueeze(1)) & (slots >= lo.view(-1, 1, 1))  # [B, T, L]
-    bias = torch.zeros(valid.shape, dtype=x.dtype, device=x.device).masked_fill(~valid, torch.finfo(x.dtype).min)
+    allowed = ((slots <= write_idx.unsqueeze(1)) & (slots >= lo.view(-1, 1, 1))).unsqueeze(1)  # [B, 1, T, L]
     for w, kc, vc in zip(weights, k_caches, v_caches, strict=True):
-        x = layer_step(x, w, kc, vc, cos, sin, write_idx, bias.unsqueeze(1), d, table)
+        x = layer_step(x, w, kc, vc, cos, sin, write_idx, allowed, d, table)
     return rms_norm(x, norm_w, d.eps)
 
 

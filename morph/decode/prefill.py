@@ -53,7 +53,6 @@ def lean_prefill(inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, weig
         # v is a view into the layer's fused q/k/v projection: kept as it is, every layer's whole projection (four
         # times the values) stayed alive until the rows joined, 2.5x the keys and values a token
         kv.append((k, v.contiguous()) if into is None else (into[i][0].copy_(k), into[i][1].copy_(v)))
-        out = masked_attention(q, k, v, mask, d.scale)
-        x = mlp(x + F.linear(out.transpose(1, 2).reshape(rows, length, d.q_size), w.wo), w, d)
+        x = mlp(x + F.linear(masked_attention(q, k, v, mask, d.scale), w.wo), w, d)
     last = rms_norm(x[:, -1:], norm_w, d.eps)  # [rows, 1, hidden]
     return Prefilled(kv, F.linear(last[:, -1], head_w), last)
