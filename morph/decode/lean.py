@@ -115,36 +115,31 @@ def mlp(x: torch.Tensor, w: LayerW, d: Dims) -> torch.Tensor:
     return x + F.linear(F.silu(gate) * up, w.wd)
 
 
-def layer_step(x: torch.Tensor, w: LayerW, k_cache: torch.Tensor, v_cache: torch.Tensor, cos: torch.Tensor,
-               sin: torch.Tensor, write_idx: torch.Tensor, allowed: torch.Tensor, d: Dims,
-               table: torch.Tensor | None = None) -> torch.Tensor:
-    """One decoder layer over T new positions; writes their K/V at `write_idx` [T] (through `table` into paged
-    pools, morph/decode/paged.py)."""
-    q, k, v = project(x, w, cos, sin, d)
-    if table is None:
-        k_cache.index_copy_(2, write_idx, k)
-        v_cache.index_copy_(2, write_idx, v)
-    else:
-        paged.write(k_cache, table, write_idx, k)
-        paged.write(v_cache, table, write_idx, v)
-        k_cache, v_cache = paged.gather(k_cache, table), paged.gather(v_cache, table)
-    return mlp(x + F.linear(masked_attention(q, k_cache, v_cache, allowed, d.scale), w.wo), w, d)
-
-
 def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
                v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
                rope_pos: torch.Tensor, write_idx: torch.Tensor, lo: torch.Tensor, d: Dims,
                table: torch.Tensor | None = None) -> torch.Tensor:
-    """All layers plus the final norm over T new positions per row. rope_pos [B, T] indexes the [L, D] cos/sin
-    tables; the tokens' K/V go to cache slots write_idx [T], and row b's token t attends to slots lo[b] ..
-    write_idx[t]. With a page `table` [B, L / page] the caches are paged pools (morph/decode/paged.py)."""
+    """All layers plus the final norm over T new positions per row: a frame's step, or a prompt's prefill over all its
+    slots (prefill.py). rope_pos [B, T] indexes the [L, D] cos/sin tables; the tokens' K/V go to cache slots
+    write_idx [T], and row b's token t attends to slots lo[b] .. write_idx[t]; a token below its row's bound (a pad,
+    or a free slot's) to its own slot alone: never read, and finite. With a page `table` [B, L / page] the caches are
+    paged pools (morph/decode/paged.py)."""
     x = x.to(torch.float32)  # the residual stream, rounded only where a layer reads it (rms_norm)
     cos, sin = cos_table[rope_pos].unsqueeze(1), sin_table[rope_pos].unsqueeze(1)  # [B, 1, T, D]
     slots = torch.arange(k_caches[0].shape[2] if table is None else table.shape[1] * k_caches[0].shape[2],
                          device=x.device)
-    allowed = ((slots <= write_idx.unsqueeze(1)) & (slots >= lo.view(-1, 1, 1))).unsqueeze(1)  # [B, 1, T, L]
+    last = write_idx.unsqueeze(1)
+    allowed = (((slots <= last) & (slots >= lo.view(-1, 1, 1))) | (slots == last)).unsqueeze(1)  # [B, 1, T, L]
     for w, kc, vc in zip(weights, k_caches, v_caches, strict=True):
-        x = layer_step(x, w, kc, vc, cos, sin, write_idx, allowed, d, table)
+        q, k, v = project(x, w, cos, sin, d)
+        if table is None:
+            kc.index_copy_(2, write_idx, k)
+            vc.index_copy_(2, write_idx, v)
+        else:
+            paged.write(kc, table, write_idx, k)
+            paged.write(vc, table, write_idx, v)
+            kc, vc = paged.gather(kc, table), paged.gather(vc, table)
+        x = mlp(x + F.linear(masked_attention(q, kc, vc, allowed, d.scale), w.wo), w, d)
     return rms_norm(x, norm_w, d.eps)
 
 
