@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from ..masked_attention import masked_attention
-from . import paged
+from . import kv_store
 
 
 class LayerW(NamedTuple):
@@ -100,21 +100,6 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return (x * cos) + (rotated * sin)
 
 
-def project(x: torch.Tensor, w: LayerW, cos: torch.Tensor, sin: torch.Tensor, d: Dims):
-    """A layer's queries [B, heads, T, D], keys and values [B, kv_heads, T, D] for T positions: normed, rotated."""
-    b, t, _ = x.shape
-    q, k, v = F.linear(rms_norm(x, w.ln1, d.eps), w.wqkv).split([d.q_size, d.kv_size, d.kv_size], dim=-1)
-    q = rms_norm(q.view(b, t, d.heads, d.head_dim), w.q_norm, d.eps).transpose(1, 2)
-    k = rms_norm(k.view(b, t, d.kv_heads, d.head_dim), w.k_norm, d.eps).transpose(1, 2)
-    return rotate(q, cos, sin), rotate(k, cos, sin), v.view(b, t, d.kv_heads, d.head_dim).transpose(1, 2)
-
-
-def mlp(x: torch.Tensor, w: LayerW, d: Dims) -> torch.Tensor:
-    """The residual stream after a layer's MLP."""
-    gate, up = F.linear(rms_norm(x, w.ln2, d.eps), w.wgu).split([d.intermediate, d.intermediate], dim=-1)
-    return x + F.linear(F.silu(gate) * up, w.wd)
-
-
 def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
                v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
                rope_pos: torch.Tensor, write_idx: torch.Tensor, lo: torch.Tensor, d: Dims,
@@ -123,23 +108,30 @@ def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_c
     slots (prefill.py). rope_pos [B, T] indexes the [L, D] cos/sin tables; the tokens' K/V go to cache slots
     write_idx [T], and row b's token t attends to slots lo[b] .. write_idx[t]; a token below its row's bound (a pad,
     or a free slot's) to its own slot alone: never read, and finite. With a page `table` [B, L / page] the caches are
-    paged pools (morph/decode/paged.py)."""
+    paged pools (morph/decode/kv_store.py)."""
     x = x.to(torch.float32)  # the residual stream, rounded only where a layer reads it (rms_norm)
     cos, sin = cos_table[rope_pos].unsqueeze(1), sin_table[rope_pos].unsqueeze(1)  # [B, 1, T, D]
     slots = torch.arange(k_caches[0].shape[2] if table is None else table.shape[1] * k_caches[0].shape[2],
                          device=x.device)
     last = write_idx.unsqueeze(1)
     allowed = (((slots <= last) & (slots >= lo.view(-1, 1, 1))) | (slots == last)).unsqueeze(1)  # [B, 1, T, L]
+    where = None if table is None else kv_store.place(table, write_idx, k_caches[0].shape[2])  # every layer's
+    b, t, _ = x.shape
     for w, kc, vc in zip(weights, k_caches, v_caches, strict=True):
-        q, k, v = project(x, w, cos, sin, d)
+        q, k, v = F.linear(rms_norm(x, w.ln1, d.eps), w.wqkv).split([d.q_size, d.kv_size, d.kv_size], dim=-1)
+        q = rotate(rms_norm(q.view(b, t, d.heads, d.head_dim), w.q_norm, d.eps).transpose(1, 2), cos, sin)
+        k = rotate(rms_norm(k.view(b, t, d.kv_heads, d.head_dim), w.k_norm, d.eps).transpose(1, 2), cos, sin)
+        v = v.view(b, t, d.kv_heads, d.head_dim).transpose(1, 2)
         if table is None:
             kc.index_copy_(2, write_idx, k)
             vc.index_copy_(2, write_idx, v)
         else:
-            paged.write(kc, table, write_idx, k)
-            paged.write(vc, table, write_idx, v)
-            kc, vc = paged.gather(kc, table), paged.gather(vc, table)
-        x = mlp(x + F.linear(masked_attention(q, kc, vc, allowed, d.scale), w.wo), w, d)
+            kv_store.put(kc, *where, k)
+            kv_store.put(vc, *where, v)
+            kc, vc = kv_store.gather(kc, table), kv_store.gather(vc, table)
+        x = x + F.linear(masked_attention(q, kc, vc, allowed, d.scale), w.wo)
+        gate, up = F.linear(rms_norm(x, w.ln2, d.eps), w.wgu).split([d.intermediate, d.intermediate], dim=-1)
+        x = x + F.linear(F.silu(gate) * up, w.wd)
     return rms_norm(x, norm_w, d.eps)
 
 
