@@ -1,7 +1,7 @@
 """The pack's one attention in torch, under an explicit mask: the lean frame step's over its key/value cache
-(morph/decode/lean.py, a paged cache gathered first), a prompt group's prefill (morph/decode/prefill.py) and the
-codec's window over a chunk (morph/codec/layers.py). The fused mode's Triton kernel (morph/kernels/attention.py) is
-tested against it.
+(morph/decode/lean.py, a paged cache gathered first; a prompt group's prefill is the same step) and the codec's window
+over a chunk (morph/codec/layers.py). The fused mode's Triton kernel (morph/kernels/attention.py) is tested against
+it.
 
 Spelled out rather than torch's scaled_dot_product_attention: every caller brings a new shape with almost every call
 (rows and frames of a live chunk, a request's prompt), and on an H100 under the speech server's load that call held a

@@ -1,4 +1,4 @@
-"""Lean decoder layers for the one-token decode steps of the talker and the code predictor.
+"""Lean decoder layers for the decode steps of the talker and the code predictor, and a prompt's prefill on them.
 
 The HF layers spend about 70 kernels per layer at batch 1 (separate q/k/v and gate/up
 projections, RMSNorm in five pieces, masks and caches built per call). Here one plain
@@ -19,7 +19,7 @@ function runs a whole stack against static KV buffers:
 
 `stack_step` is the single definition: run as it is (mode "lean"), captured in a CUDA graph ("graphs").
 morph/kernels/layers.py implements the same contract in five fused Triton kernels per layer ("fused"); a prompt's
-prefill runs the same layers over the whole prompt (prefill.py).
+prefill is the same step over every slot of the prompt (`lean_prefill`).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_c
                rope_pos: torch.Tensor, write_idx: torch.Tensor, lo: torch.Tensor, d: Dims,
                table: torch.Tensor | None = None) -> torch.Tensor:
     """All layers plus the final norm over T new positions per row: a frame's step, or a prompt's prefill over all its
-    slots (prefill.py). rope_pos [B, T] indexes the [L, D] cos/sin tables; the tokens' K/V go to cache slots
+    slots (lean_prefill). rope_pos [B, T] indexes the [L, D] cos/sin tables; the tokens' K/V go to cache slots
     write_idx [T], and row b's token t attends to slots lo[b] .. write_idx[t]; a token below its row's bound (a pad,
     or a free slot's) to its own slot alone: never read, and finite. With a page `table` [B, L / page] the caches are
     paged pools (morph/decode/kv_store.py)."""
@@ -133,6 +133,38 @@ def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_c
         gate, up = F.linear(rms_norm(x, w.ln2, d.eps), w.wgu).split([d.intermediate, d.intermediate], dim=-1)
         x = x + F.linear(F.silu(gate) * up, w.wd)
     return rms_norm(x, norm_w, d.eps)
+
+
+class Prefilled(NamedTuple):
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values) [rows, kv_heads, L, D]
+    logits: torch.Tensor  # [rows, vocab]: the last position's
+    past_hidden: torch.Tensor  # [rows, 1, hidden]: the last position's hidden state, normed
+
+
+def lean_prefill(inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, weights: list[LayerW],
+                 norm_w: torch.Tensor, head_w: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor,
+                 d: Dims, into: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Prefilled:
+    """What upstream's talker forward computes for a left-padded prompt batch (its keys and values, the last
+    position's logits and hidden state) without HF's per-call machinery (the 4-D mask, the rotary module, configuration
+    look-ups and cache objects), whose host time was most of a short request's first audio: the frame step over every
+    slot of the prompt, so the prompt and the frames after it round alike. As in upstream's forward, a row's token i
+    (i >= its left padding p) sits at rotary position i - p (the talker's get_rope_index for a text-only prompt) and
+    attends to its own tokens p..i; a pad token to its own slot alone (never read, and finite).
+
+    inputs_embeds [rows, L, hidden], attention_mask [rows, L] (1 on the prompt's tokens, 0 on the padding before
+    them); cos/sin_table [>= L, D] (rope_tables); head_w: the codec head's weight; into: per layer (keys, values)
+    [rows, kv_heads, L, D] that the keys and values are written into (a CUDA graph's outputs, prefill_graphs.py), else
+    they are new tensors."""
+    rows, length, _ = inputs_embeds.shape
+    pads = length - attention_mask.sum(-1).to(torch.long)  # [rows]
+    slots = torch.arange(length, device=inputs_embeds.device)
+    positions = (slots.unsqueeze(0) - pads.unsqueeze(1)).clamp(min=0)  # [rows, L]
+    if into is None:
+        into = [tuple(norm_w.new_empty(rows, d.kv_heads, length, d.head_dim) for _ in "kv") for _ in weights]
+    x = stack_step(inputs_embeds, weights, norm_w, [k for k, _ in into], [v for _, v in into], cos_table, sin_table,
+                   positions, slots, pads, d)
+    last = x[:, -1:]  # [rows, 1, hidden]
+    return Prefilled(into, F.linear(last[:, -1], head_w), last)
 
 
 def _stack_step(fused: bool):

@@ -29,7 +29,7 @@ class TalkerState:
                  lean_kv: bool, paging: tuple[int, int] | None = None, keep_hidden: bool = True,
                  text_slots: int | None = None):
         """paging (pages, page size): the K/V caches are pools of that many pages, and `table` [batch, capacity /
-        page] maps each row's slots to them (morph/decode/kv_store.py; morph/engine/block_manager.py hands the pages out);
+        page] maps each row's slots to them (kv_store.py; morph/engine/block_manager.py hands the pages out);
         keep_hidden: the step's hidden state at every slot, which the static loop hands back as upstream's generate
         does; the continuous batch reads none (0.5 GiB at batch 64, bench/results/h200-2026-11-26d/NOTES.md);
         text_slots: the text's hidden states a row may read, by its own frame index (more than any row's frames),

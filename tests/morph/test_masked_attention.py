@@ -30,7 +30,8 @@ def test_it_is_sdpa_under_the_same_mask_with_grouped_heads(n):
     # a query head reads its own KV head: heads 0-1 read KV head 0, heads 2-3 KV head 1
     k2 = k.clone()
     k2[:, 1] += 1
-    changed = (ma.masked_attention(q, k2, v, allowed, 0.3) != ma.masked_attention(q, k, v, allowed, 0.3)).view(3, n, 4, 8)
+    changed = ma.masked_attention(q, k2, v, allowed, 0.3) != ma.masked_attention(q, k, v, allowed, 0.3)
+    changed = changed.view(3, n, 4, 8)  # [rows, n, heads, D]
     assert not changed[:, :, :2].any() and changed[:, :, 2:].any()
 
 
