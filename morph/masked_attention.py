@@ -1,11 +1,12 @@
-"""Attention under an explicit mask, spelled out in torch: the codec's window over a chunk (morph/codec/layers.py)
-and a prompt group's prefill (morph/decode/prefill.py).
+"""The pack's one attention in torch, under an explicit mask: the lean frame step's over its key/value cache
+(morph/decode/lean.py, a paged cache gathered first; a prompt group's prefill is the same step) and the codec's window
+over a chunk (morph/codec/layers.py). The fused mode's Triton kernel (morph/kernels/attention.py) is tested against
+it.
 
-Both used to call scaled_dot_product_attention with a boolean mask, and both bring a new shape with almost every call
-(rows and frames of a live chunk, the prompt's length of a request). On an H100, under the speech server's load, that
-call held a third of the live engine's thread in the codec (py-spy, bench/results/h100-2026-11-25c), and a lone
-request's prefill took 22 to 34 ms at the 0.6B dims. Spelled out it is a few kernels whose cost follows the shape,
-with the softmax in float32.
+Spelled out rather than torch's scaled_dot_product_attention: every caller brings a new shape with almost every call
+(rows and frames of a live chunk, a request's prompt), and on an H100 under the speech server's load that call held a
+third of the live engine's thread in the codec (py-spy, bench/results/h100-2026-11-25c); a lone request's prefill
+took 22 to 34 ms at the 0.6B dims. Spelled out it is a few kernels whose cost follows the shape.
 """
 
 from __future__ import annotations
@@ -19,8 +20,15 @@ SCORES_BYTES = 256 * 2**20
 
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
                      scale: float) -> torch.Tensor:
-    """q [B, H, n, D] over k, v [B, KV, S, D] (H a multiple of KV: each KV head serves H / KV query heads) where
-    `allowed` [B or 1, 1, n, S] is True -> [B, H, n, D]. Every query must be allowed at least one key."""
+    """q [B, H, n, D] over k, v [B, KV, S, D] where `allowed` [B or 1, 1, n, S] is True -> [B, n, H * D].
+
+    Query heads j*G .. j*G+G-1 share KV head j (HF's repeat_kv): a KV head's query heads are folded into its query
+    rows, so its keys are never repeated. The scores and the softmax are float32, from the inputs upcast (as upstream's
+    sdpa kernels keep them: scores rounded to bf16 moved the lean step's bf16 logits measurably further from the fp32
+    reference, bench/numerics.py). A masked score is float32's lowest, not -inf: a query allowed no key (a free slot of
+    the continuous batch, its bound past its position) averages the values instead of giving NaN, which would reach
+    the keys and values a later row in that slot reads.
+    """
     b, h, n, d = q.shape
     kv, s = k.shape[1], k.shape[2]
     per = max(1, SCORES_BYTES // (h * n * s * 4))
@@ -28,8 +36,8 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed:
         return torch.cat([masked_attention(q[i:i + per], k[i:i + per], v[i:i + per],
                                            allowed[i:i + per] if allowed.shape[0] > 1 else allowed, scale)
                           for i in range(0, b, per)])
-    qg = q.reshape(b, kv, h // kv, n, d)  # a KV head's query heads together: no copy of its keys per query head
-    scores = torch.matmul(qg, k.unsqueeze(2).transpose(-1, -2)).float() * scale  # [B, KV, H / KV, n, S]
-    scores = scores.masked_fill(~allowed.unsqueeze(2), float("-inf"))
-    out = torch.matmul(scores.softmax(-1).to(v.dtype), v.unsqueeze(2))
-    return out.view(b, h, n, d)
+    qg = q.reshape(b, kv, h // kv * n, d)
+    scores = torch.matmul(qg.float(), k.transpose(-1, -2).float()) * scale  # [B, KV, G * n, S]
+    scores = scores.view(b, kv, h // kv, n, s).masked_fill(~allowed.unsqueeze(2), torch.finfo(torch.float32).min)
+    out = torch.matmul(scores.view(b, kv, h // kv * n, s).softmax(-1).to(v.dtype), v)  # [B, KV, G * n, D]
+    return out.view(b, h, n, d).transpose(1, 2).reshape(b, n, h * d)

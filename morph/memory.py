@@ -9,7 +9,7 @@ The continuous batch (what render runs in every mode but eager, morph/render.py)
     capacity (twice the largest row's prompt, frames and EOS slot, rounded up to a power of two), the text's hidden
     states a slot of half that (a row reads them by its own frame); the step's hidden states are the static loop's
     alone;
-  - prefill: a slice of joining rows through the lean layers (morph/decode/groups.py, prefill.py), up to
+  - prefill: a slice of joining rows through the lean layers (morph/decode/groups.py, lean.py), up to
     PREFILL_TOKENS tokens of prompts (morph/prompts.py prefill_tokens: a voice's text is read beside its codes, not
     prefilled) padded to the longest, and in the fast modes to its bucket (settings.prefill_bucket): their keys and
     values, kept until the rows joined, one layer's activations per token and the attention scores

@@ -290,7 +290,7 @@ class LeanCodec:
             values = torch.cat((cur.take().view(b, self.kv_heads, self.window, -1), v), dim=2)
             cur.swap(values[:, :, n:].reshape(b, -1, self.head_dim))
             o = masked_attention(q, keys, values, visible, a.scaling)
-            h = h + layer.self_attn_layer_scale(a.o_proj(o.transpose(1, 2).reshape(b, n, -1)))
+            h = h + layer.self_attn_layer_scale(a.o_proj(o))
             h = h + layer.mlp_layer_scale(layer.mlp(layer.post_attention_layernorm(h)))
         return t.output_proj(t.norm(h))
 

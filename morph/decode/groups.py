@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..settings import prefill_rows
-from .prefill import Prefilled
+from .lean import Prefilled
 from .runner import FAST_MODES
 
 
@@ -22,7 +22,7 @@ class Group:
 
 
 class Slice:
-    """Rows of a group prefilled together (prefill.py) when the first of them joins: settings.prefill_rows of them,
+    """Rows of a group prefilled together (lean_prefill) when the first of them joins: settings.prefill_rows of them,
     padded to the group's length. Its keys and values, last logits and hidden states are kept until its rows have
     joined (the rows waiting for a slot refer to it), then let go with it."""
 

@@ -1,8 +1,13 @@
 """Where the continuous batch's talker keys and values live (morph/engine/batch.py): dense, each row the whole capacity
 of the state (`DenseKV`), or paged, each row the pages it has grown into (`PagedKV`: morph/engine/block_manager.py
-decides which, morph/decode/paged.py and the fused kernel read through the page table). The batch asks the same of
-both: a joining row's prompt keys and values into place, the pages its rows took for the slot they write next
-(`grow`), a row's slot cleared when it leaves (`free`), and every row's slots moved down together (`shift`).
+decides which; the lean layers read them through the page table with `place`, `put` and `gather`, the fused kernel
+itself). The batch asks the same of both: a joining row's prompt keys and values into place, the pages its rows took
+for the slot they write next (`grow`), a row's slot cleared when it leaves (`free`), and every row's slots moved down
+together (`shift`).
+
+A paged cache is, per layer, a pool [pages, kv_heads, page, D]; a row's logical slot s lives at pool[table[row, s //
+page], :, s % page] (page 0 is the null page that unused entries point at: what is written there is never read
+unmasked).
 """
 
 from __future__ import annotations
@@ -10,7 +15,6 @@ from __future__ import annotations
 import torch
 
 from ..settings import KV_PAGE as PAGE
-from . import paged
 from .host import to_device
 
 
@@ -19,6 +23,25 @@ def pages_for_bytes(loop, dtype: torch.dtype, nbytes: int) -> int:
     d, layers = loop.stack.dims, loop.config.num_hidden_layers
     page_bytes = PAGE * 2 * layers * d.kv_heads * d.head_dim * dtype.itemsize
     return max(2, int(nbytes) // page_bytes + 1)
+
+
+def place(table: torch.Tensor, slots: torch.Tensor, page: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pages, offsets) [B, T]: where logical slots `slots` [T] of every row of `table` live in a pool of `page`-slot
+    pages; the same for every layer's pool."""
+    pages = table[:, slots // page]
+    return pages, (slots % page).expand_as(pages)
+
+
+def put(pool: torch.Tensor, pages: torch.Tensor, offsets: torch.Tensor, x: torch.Tensor) -> None:
+    """x [B, kv_heads, T, D] into the pool at `place`'s pages and offsets."""
+    pool[pages, :, offsets] = x.transpose(1, 2)
+
+
+def gather(pool: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """The rows' logical caches [B, kv_heads, L, D] (L = the table's pages a row x page) from the pool."""
+    b, n = table.shape
+    _, heads, page, d = pool.shape
+    return pool[table].permute(0, 2, 1, 3, 4).reshape(b, heads, n * page, d)
 
 
 def prompt_rows(index: list[int], device) -> slice | torch.Tensor:
@@ -73,11 +96,11 @@ class PagedKV:
         # the prompt's slots below a row's first page point at the null page: never read. Placed once for every
         # layer: per layer, the places and the rows' gather took 5.3 ms of a warm one-frame clone, 1.3 since (H100,
         # bench/results/h100-2026-11-27b/NOTES.md)
-        places, offsets = paged.place(self.st.table[rows], where, self.page)
+        places, offsets = place(self.st.table[rows], where, self.page)
         sel = prompt_rows(index, self.st.device)
         for (k, v), kc, vc in zip(kv, self.st.k, self.st.v, strict=True):
-            paged.put(kc, places, offsets, k[sel])
-            paged.put(vc, places, offsets, v[sel])
+            put(kc, places, offsets, k[sel])
+            put(vc, places, offsets, v[sel])
 
     def grow(self, granted: list[tuple[int, int]], position: int) -> None:
         """The pages the rows in these slots took for slot `position` ([(slot, page)]), in one table write."""

@@ -1,4 +1,4 @@
-"""Lean decoder layers for the one-token decode steps of the talker and the code predictor.
+"""Lean decoder layers for the decode steps of the talker and the code predictor, and a prompt's prefill on them.
 
 The HF layers spend about 70 kernels per layer at batch 1 (separate q/k/v and gate/up
 projections, RMSNorm in five pieces, masks and caches built per call). Here one plain
@@ -13,13 +13,13 @@ function runs a whole stack against static KV buffers:
   layers drifted from the fp32 reference about as far as upstream's own bf16 run, and by
   chance past it in one group or another (bench/numerics.py's gate,
   bench/results/h100-2026-11-22e); the fp32 residual keeps them inside it, at no cost in kernels;
-- attention is a matmul + softmax over the whole static buffer with an additive mask, so every shape is fixed:
+- attention (morph/masked_attention.py) runs over the whole static buffer under a mask, so every shape is fixed:
   write positions, rotary positions and masks are device tensors, which is what lets a CUDA graph capture a step
   once and replay it at every position.
 
 `stack_step` is the single definition: run as it is (mode "lean"), captured in a CUDA graph ("graphs").
 morph/kernels/layers.py implements the same contract in five fused Triton kernels per layer ("fused"); a prompt's
-prefill runs the same layers over the whole prompt (prefill.py).
+prefill is the same step over every slot of the prompt (`lean_prefill`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from . import paged
+from ..masked_attention import masked_attention
+from . import kv_store
 
 
 class LayerW(NamedTuple):
@@ -99,72 +100,71 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return (x * cos) + (rotated * sin)
 
 
-def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: torch.Tensor,
-           d: Dims) -> torch.Tensor:
-    """q [B, heads, T, D] against the whole cache [B, kv_heads, L, D]; bias [B|1, 1, T, L].
-
-    Query heads j*G..j*G+G-1 share kv head j (HF's repeat_kv), so the G heads of a group
-    are folded into the query rows instead of repeating the cache.
-    """
-    b, _, t, hd = q.shape
-    groups = d.heads // d.kv_heads
-    qg = q.reshape(b, d.kv_heads, groups * t, hd)
-    # Scores in fp32, as upstream's sdpa kernels keep them: rounding them to bf16 (twice, with
-    # the scale) moved the bf16 logits measurably further from the fp32 reference (bench/numerics.py).
-    scores = torch.matmul(qg.float(), k_cache.transpose(2, 3).float()) * d.scale  # [B, kv, G*T, L]
-    scores = (scores.view(b, d.kv_heads, groups, t, -1) + bias.unsqueeze(2)).view(b, d.kv_heads, groups * t, -1)
-    probs = torch.softmax(scores, dim=-1).to(q.dtype)
-    out = torch.matmul(probs, v_cache)  # [B, kv, G*T, D]
-    return out.view(b, d.heads, t, hd).transpose(1, 2).reshape(b, t, d.q_size)
-
-
-def project(x: torch.Tensor, w: LayerW, cos: torch.Tensor, sin: torch.Tensor, d: Dims):
-    """A layer's queries [B, heads, T, D], keys and values [B, kv_heads, T, D] for T positions: normed, rotated."""
-    b, t, _ = x.shape
-    q, k, v = F.linear(rms_norm(x, w.ln1, d.eps), w.wqkv).split([d.q_size, d.kv_size, d.kv_size], dim=-1)
-    q = rms_norm(q.view(b, t, d.heads, d.head_dim), w.q_norm, d.eps).transpose(1, 2)
-    k = rms_norm(k.view(b, t, d.kv_heads, d.head_dim), w.k_norm, d.eps).transpose(1, 2)
-    return rotate(q, cos, sin), rotate(k, cos, sin), v.view(b, t, d.kv_heads, d.head_dim).transpose(1, 2)
-
-
-def mlp(x: torch.Tensor, w: LayerW, d: Dims) -> torch.Tensor:
-    """The residual stream after a layer's MLP."""
-    gate, up = F.linear(rms_norm(x, w.ln2, d.eps), w.wgu).split([d.intermediate, d.intermediate], dim=-1)
-    return x + F.linear(F.silu(gate) * up, w.wd)
-
-
-def layer_step(x: torch.Tensor, w: LayerW, k_cache: torch.Tensor, v_cache: torch.Tensor, cos: torch.Tensor,
-               sin: torch.Tensor, write_idx: torch.Tensor, bias: torch.Tensor, d: Dims,
-               table: torch.Tensor | None = None) -> torch.Tensor:
-    """One decoder layer over T new positions; writes their K/V at `write_idx` [T] (through `table` into paged
-    pools, morph/decode/paged.py)."""
-    q, k, v = project(x, w, cos, sin, d)
-    if table is None:
-        k_cache.index_copy_(2, write_idx, k)
-        v_cache.index_copy_(2, write_idx, v)
-    else:
-        paged.write(k_cache, table, write_idx, k)
-        paged.write(v_cache, table, write_idx, v)
-        k_cache, v_cache = paged.gather(k_cache, table), paged.gather(v_cache, table)
-    return mlp(x + F.linear(attend(q, k_cache, v_cache, bias, d), w.wo), w, d)
-
-
 def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
                v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
                rope_pos: torch.Tensor, write_idx: torch.Tensor, lo: torch.Tensor, d: Dims,
                table: torch.Tensor | None = None) -> torch.Tensor:
-    """All layers plus the final norm over T new positions per row. rope_pos [B, T] indexes the [L, D] cos/sin
-    tables; the tokens' K/V go to cache slots write_idx [T], and row b's token t attends to slots lo[b] ..
-    write_idx[t]. With a page `table` [B, L / page] the caches are paged pools (morph/decode/paged.py)."""
+    """All layers plus the final norm over T new positions per row: a frame's step, or a prompt's prefill over all its
+    slots (lean_prefill). rope_pos [B, T] indexes the [L, D] cos/sin tables; the tokens' K/V go to cache slots
+    write_idx [T], and row b's token t attends to slots lo[b] .. write_idx[t]; a token below its row's bound (a pad,
+    or a free slot's) to its own slot alone: never read, and finite. With a page `table` [B, L / page] the caches are
+    paged pools (morph/decode/kv_store.py)."""
     x = x.to(torch.float32)  # the residual stream, rounded only where a layer reads it (rms_norm)
     cos, sin = cos_table[rope_pos].unsqueeze(1), sin_table[rope_pos].unsqueeze(1)  # [B, 1, T, D]
     slots = torch.arange(k_caches[0].shape[2] if table is None else table.shape[1] * k_caches[0].shape[2],
                          device=x.device)
-    valid = (slots <= write_idx.unsqueeze(1)) & (slots >= lo.view(-1, 1, 1))  # [B, T, L]
-    bias = torch.zeros(valid.shape, dtype=x.dtype, device=x.device).masked_fill(~valid, torch.finfo(x.dtype).min)
+    last = write_idx.unsqueeze(1)
+    allowed = (((slots <= last) & (slots >= lo.view(-1, 1, 1))) | (slots == last)).unsqueeze(1)  # [B, 1, T, L]
+    where = None if table is None else kv_store.place(table, write_idx, k_caches[0].shape[2])  # every layer's
+    b, t, _ = x.shape
     for w, kc, vc in zip(weights, k_caches, v_caches, strict=True):
-        x = layer_step(x, w, kc, vc, cos, sin, write_idx, bias.unsqueeze(1), d, table)
+        q, k, v = F.linear(rms_norm(x, w.ln1, d.eps), w.wqkv).split([d.q_size, d.kv_size, d.kv_size], dim=-1)
+        q = rotate(rms_norm(q.view(b, t, d.heads, d.head_dim), w.q_norm, d.eps).transpose(1, 2), cos, sin)
+        k = rotate(rms_norm(k.view(b, t, d.kv_heads, d.head_dim), w.k_norm, d.eps).transpose(1, 2), cos, sin)
+        v = v.view(b, t, d.kv_heads, d.head_dim).transpose(1, 2)
+        if table is None:
+            kc.index_copy_(2, write_idx, k)
+            vc.index_copy_(2, write_idx, v)
+        else:
+            kv_store.put(kc, *where, k)
+            kv_store.put(vc, *where, v)
+            kc, vc = kv_store.gather(kc, table), kv_store.gather(vc, table)
+        x = x + F.linear(masked_attention(q, kc, vc, allowed, d.scale), w.wo)
+        gate, up = F.linear(rms_norm(x, w.ln2, d.eps), w.wgu).split([d.intermediate, d.intermediate], dim=-1)
+        x = x + F.linear(F.silu(gate) * up, w.wd)
     return rms_norm(x, norm_w, d.eps)
+
+
+class Prefilled(NamedTuple):
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values) [rows, kv_heads, L, D]
+    logits: torch.Tensor  # [rows, vocab]: the last position's
+    past_hidden: torch.Tensor  # [rows, 1, hidden]: the last position's hidden state, normed
+
+
+def lean_prefill(inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, weights: list[LayerW],
+                 norm_w: torch.Tensor, head_w: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor,
+                 d: Dims, into: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Prefilled:
+    """What upstream's talker forward computes for a left-padded prompt batch (its keys and values, the last
+    position's logits and hidden state) without HF's per-call machinery (the 4-D mask, the rotary module, configuration
+    look-ups and cache objects), whose host time was most of a short request's first audio: the frame step over every
+    slot of the prompt, so the prompt and the frames after it round alike. As in upstream's forward, a row's token i
+    (i >= its left padding p) sits at rotary position i - p (the talker's get_rope_index for a text-only prompt) and
+    attends to its own tokens p..i; a pad token to its own slot alone (never read, and finite).
+
+    inputs_embeds [rows, L, hidden], attention_mask [rows, L] (1 on the prompt's tokens, 0 on the padding before
+    them); cos/sin_table [>= L, D] (rope_tables); head_w: the codec head's weight; into: per layer (keys, values)
+    [rows, kv_heads, L, D] that the keys and values are written into (a CUDA graph's outputs, prefill_graphs.py), else
+    they are new tensors."""
+    rows, length, _ = inputs_embeds.shape
+    pads = length - attention_mask.sum(-1).to(torch.long)  # [rows]
+    slots = torch.arange(length, device=inputs_embeds.device)
+    positions = (slots.unsqueeze(0) - pads.unsqueeze(1)).clamp(min=0)  # [rows, L]
+    if into is None:
+        into = [tuple(norm_w.new_empty(rows, d.kv_heads, length, d.head_dim) for _ in "kv") for _ in weights]
+    x = stack_step(inputs_embeds, weights, norm_w, [k for k, _ in into], [v for _, v in into], cos_table, sin_table,
+                   positions, slots, pads, d)
+    last = x[:, -1:]  # [rows, 1, hidden]
+    return Prefilled(into, F.linear(last[:, -1], head_w), last)
 
 
 def _stack_step(fused: bool):

@@ -1,4 +1,4 @@
-"""A slice's prefill (prefill.py) replayed from the CUDA graph of its bucket: how the continuous batch prefills its
+"""A slice's prefill (lean_prefill) replayed from the CUDA graph of its bucket: how the continuous batch prefills its
 joining rows in the fast modes (groups.py Slice).
 
 Op by op, a prefill launches about 500 kernels whatever its size (28 layers of norms, rotary, projections and masked
@@ -28,8 +28,7 @@ import torch
 from ..errors import reason
 from ..graphs import CAPTURE, GraphCache
 from ..settings import PREFILL_LENGTHS, prefill_bucket
-from . import lean
-from .prefill import Prefilled, lean_prefill
+from .lean import Prefilled, lean_prefill, rope_tables
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ class Arena:
         head, norm = t.codec_head.weight, t.model.norm.weight
         self.logits = torch.zeros(rows * head.shape[0], dtype=head.dtype, device=device)
         self.hidden = torch.zeros(rows * hidden, dtype=norm.dtype, device=device)
-        self.cos, self.sin = lean.rope_tables(t.model.rotary_emb, PREFILL_LENGTHS[-1], device, embeds.dtype,
+        self.cos, self.sin = rope_tables(t.model.rotary_emb, PREFILL_LENGTHS[-1], device, embeds.dtype,
                                               multimodal=True)
 
 

@@ -3,7 +3,7 @@
 One static state (morph/decode/talker_state.py) of `width` rows, and the one frame step of morph/decode/talker_loop.py
 (one CUDA graph for every step in the fast modes). All rows share the cache position P, which the step advances; a
 row joins at the current P: the lean layers prefill its prompt (L tokens, left-padded with the rows that join with
-it; prefill.py) into cache slots P-L..P-1 of its row; its lower bound (`pads`) hides the slots before them from
+it; lean_prefill) into cache slots P-L..P-1 of its row; its lower bound (`pads`) hides the slots before them from
 attention, its rotary positions count from its own prompt, its first frame is decoded at P and its frame limit is
 the slot `stop`. So the step is the static batch's step, rows only start at other slots, and the attention kernels
 skip the blocks below a row's bound.

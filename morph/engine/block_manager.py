@@ -2,7 +2,7 @@
 page columns a row may still take.
 
 The continuous batch's talker keys and values live in a pool of pages of `page` slots (morph/decode/talker_state.py,
-paged); a row's page table maps its slots to pages (morph/decode/kv_store.py writes it, morph/decode/paged.py reads
+paged); a row's page table maps its slots to pages (morph/decode/kv_store.py writes and reads
 it). All rows share the cache position, so every row reaches a page's first slot at the same step.
 
 A row joins once its pages can be set aside (`admit`): all it could need at most (its prompt and its frame limit), so

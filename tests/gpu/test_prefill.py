@@ -1,5 +1,5 @@
-"""The lean prefill on a GPU (morph/decode/prefill.py; the tiny model): fp32 gives upstream's talker forward to
-rounding, as on the CPU (tests/morph/decode/test_prefill.py); replayed from its bucket's CUDA graph
+"""The lean prefill on a GPU (morph/decode/lean.py lean_prefill; the tiny model): fp32 gives upstream's talker
+forward to rounding, as on the CPU (tests/morph/decode/test_prefill.py); replayed from its bucket's CUDA graph
 (morph/decode/prefill_graphs.py), a slice gives what it gives op by op."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One left-padded prompt batch (an x-vector line and a longer ICL line), as the continuous batch prefills it, and
 upstream's talker forward over it: what tests/morph/decode/test_prefill.py and tests/gpu/test_prefill.py compare
-morph/decode/prefill.py's lean_prefill with, and what they and test_prefill_graphs.py run through the buckets of
+morph/decode/lean.py's lean_prefill with, and what they and test_prefill_graphs.py run through the buckets of
 morph/decode/prefill_graphs.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from morph.decode import lean
-from morph.decode.prefill import lean_prefill
+from morph.decode.lean import lean_prefill
 from morph.prompts import make_rows, prompt_inputs, talker_inputs
 from morph.reference.loop import prefill
 from morph.render import Line
@@ -76,7 +76,7 @@ def slice_of(tts):
 
 def alone(loop, embeds, mask, tables):
     """lean_prefill over the slice alone, op by op."""
-    return lean_prefill(embeds, mask, loop.stack.weights(), loop.talker.model.norm.weight,
+    return lean.lean_prefill(embeds, mask, loop.stack.weights(), loop.talker.model.norm.weight,
                         loop.talker.codec_head.weight, *tables, loop.stack.dims)
 
 

@@ -1,6 +1,6 @@
-"""morph/decode/prefill.py: the lean prefill gives upstream's talker forward's keys and values, last logits and hidden
-state for a left-padded batch (tiny model, CPU, fp32), the left-padded row included, and keeps no more memory than
-those keys and values."""
+"""morph/decode/lean.py lean_prefill: the lean prefill gives upstream's talker forward's keys and values, last logits
+and hidden state for a left-padded batch (tiny model, CPU, fp32), the left-padded row included, and keeps no more
+memory than those keys and values."""
 
 from __future__ import annotations
 

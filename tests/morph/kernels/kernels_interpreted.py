@@ -253,6 +253,33 @@ def _attention_case(t: int, page: int, seed: int):
     return args, dense, [pool_k, pool_v], table
 
 
+@pytest.mark.parametrize("t", [1, 2])
+def test_attention_is_the_torch_attention_over_the_written_cache(kernels, t):
+    """The kernel against morph/masked_attention.py (the pack's one torch attention) after the new tokens' keys and
+    values, normed and rotated in torch, are written at their slots: the output and the caches to fp32 rounding."""
+    from morph.kernels.attention import attention
+    from morph.masked_attention import masked_attention
+
+    args, (k_cache, v_cache), _, _ = _attention_case(t, 16, seed=7)
+    d, b, idx, lo = args["d"], 3, args["write_idx"], args["lo"]
+    q, k, v = args["qkv"].view(b, t, -1).split([d.q_size, d.kv_size, d.kv_size], dim=-1)
+    cos, sin = (args[n][args["rope_pos"]].unsqueeze(1) for n in ("cos_table", "sin_table"))
+
+    def heads(x, n, norm):
+        return lean.rotate(lean.rms_norm(x.reshape(b, t, n, d.head_dim), norm, d.eps).transpose(1, 2), cos, sin)
+
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    want_k[:, :, idx] = heads(k, d.kv_heads, args["k_norm"])
+    want_v[:, :, idx] = v.reshape(b, t, d.kv_heads, d.head_dim).transpose(1, 2)
+    slots = torch.arange(k_cache.shape[2])
+    allowed = ((slots <= idx[:, None]) & (slots >= lo[:, None, None])).unsqueeze(1)  # [B, 1, T, L]
+    want = masked_attention(heads(q, d.heads, args["q_norm"]), want_k, want_v, allowed, d.scale)
+    got = attention(k_cache=k_cache, v_cache=v_cache, **args)
+    torch.testing.assert_close(got, want.reshape(b * t, -1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(k_cache, want_k, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(v_cache, want_v, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("page", [16, 32])
 @pytest.mark.parametrize("t", [1, 2])
 def test_paged_attention_gives_the_dense_output(kernels, t, page):
