@@ -9,7 +9,6 @@ import numpy as np
 import torch
 
 from morph.decode import lean
-from morph.decode.lean import lean_prefill
 from morph.prompts import make_rows, prompt_inputs, talker_inputs
 from morph.reference.loop import prefill
 from morph.render import Line
