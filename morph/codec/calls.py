@@ -19,6 +19,18 @@ CHUNK = 16
 # same few calls, their rows padded to a power of two (call_width).
 FIRST_GRID = 4
 LIVE_CHUNK = CHUNK
+# A live batch's (a server's) rows are streams a client waits on: a row joins at the next frame, and its chunks ramp
+# up on its own, FIRST_CHUNK frames, then as many as it has decoded so far, up to LIVE_CHUNK (2, 2, 4, 8, 16, 16, ...
+# frames), so that its first audio comes FIRST_CHUNK frames after it joins (and the host's lag) whatever the others
+# do, and its later calls grow to LIVE_CHUNK's cost. Every size a power of two: few shapes, each a CUDA graph.
+FIRST_CHUNK = 2
+RAMP_SIZES = tuple(1 << k for k in range(FIRST_CHUNK.bit_length() - 1, LIVE_CHUNK.bit_length()))
+
+
+def ramp_end(done: int) -> int:
+    """The row's own frame at which a live row's next chunk ends, with `done` of its frames decoded."""
+    return max(FIRST_CHUNK, min(2 * done, done + LIVE_CHUNK))
+
 # The most row-frames of one live call (16 rows of LIVE_CHUNK frames). In the fast modes each call shape is a CUDA
 # graph that keeps its activations (morph/memory.py counts them), so the widest call sets what they hold: calls of 256
 # row-frames instead of 512 held 0.6 GiB less over the 256-line script at batch 64 and rendered it
