@@ -185,9 +185,9 @@ class LiveChunks:
     ended row's last frames go at the next FIRST_GRID mark, padded to the size of a call made there.
 
     `ramp` (a live batch's: each row a stream a client waits on): rows join at any frame, and each row's chunks ramp
-    up on its own from FIRST_CHUNK frames to LIVE_CHUNK (calls.py ramp_end), each due as soon as its frames are known,
-    an ended row's last frames at the next frame; the smallest calls go first, so a new row's first chunk waits
-    behind no other row's longer one."""
+    up on its own from FIRST_CHUNK frames to LIVE_CHUNK (calls.py ramp_end), each due as soon as its frames are known
+    (the first FIRST_CHUNK with no lag: EOS is held back that long), an ended row's last frames at the next frame; the
+    smallest calls go first, so a new row's first chunk waits behind no other row's longer one."""
 
     def __init__(self, batch, codec: CodecStream, ramp: bool = False):
         self.batch, self.codec, self.ramp = batch, codec, ramp
@@ -225,13 +225,16 @@ class LiveChunks:
             if live.name not in self.joined:
                 self.joined[live.name] = self.frame
                 self.codec.open(live.name, ref_code(live.name))
-        known, self.frame = self.frame - self.lag, self.frame + 1  # the batch's frames known to be the rows' own
+        run, self.frame = self.frame, self.frame + 1
+        known = run - self.lag  # the batch's frames known to be the rows' own
         if self.ramp:
             due = self._rests()
             for slot, live in self.batch.live.items():
-                row, done = live.name, self.codec.done(live.name)
+                row, done, at = live.name, self.codec.done(live.name), self.joined[live.name]
                 end = ramp_end(done)
-                if known - self.joined[row] >= end:
+                # a row's first frames are its own as soon as they are made: EOS is held back for batch.hold frames
+                # (upstream's min_new_tokens, 2: FIRST_CHUNK), and none comes after its frame limit
+                if max(known - at, min(run - at, self.batch.hold, live.stop)) >= end:
                     due[end - done].append((row, self.batch.st.frames[slot, live.start + done:live.start + end], False))
             self._feed(due)
             return
