@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import numpy as np
 import torch
 
-from .codec.calls import FIRST_GRID, LIVE_CHUNK, RAMP_SIZES, call_frames, ramp_end
+from .codec.calls import FIRST_GRID, LIVE_CHUNK, RAMP_SIZES, call_frames, ramp_size
 from .codec.stream import CodecStream
 from .group_ahead import GroupAhead
 from .lines.line import Row
@@ -185,9 +185,10 @@ class LiveChunks:
     ended row's last frames go at the next FIRST_GRID mark, padded to the size of a call made there.
 
     `ramp` (a live batch's: each row a stream a client waits on): rows join at any frame, and each row's chunks ramp
-    up on its own from FIRST_CHUNK frames to LIVE_CHUNK (calls.py ramp_end), each due as soon as its frames are known
-    (the first FIRST_CHUNK with no lag: EOS is held back that long), an ended row's last frames at the next frame; the
-    smallest calls go first, so a new row's first chunk waits behind no other row's longer one."""
+    up on its own from FIRST_CHUNK frames to LIVE_CHUNK, each ending on a mark of its size (calls.py ramp_size), so
+    that rows that have reached LIVE_CHUNK share its calls; each is due as soon as its frames are known (the first
+    FIRST_CHUNK with no lag: EOS is held back that long), an ended row's last frames at the next frame; the smallest
+    calls go first, so a new row's first chunk waits behind no other row's longer one."""
 
     def __init__(self, batch, codec: CodecStream, ramp: bool = False):
         self.batch, self.codec, self.ramp = batch, codec, ramp
@@ -231,11 +232,12 @@ class LiveChunks:
             due = self._rests()
             for slot, live in self.batch.live.items():
                 row, done, at = live.name, self.codec.done(live.name), self.joined[live.name]
-                end = ramp_end(done)
+                size = ramp_size(at + done, done)
                 # a row's first frames are its own as soon as they are made: EOS is held back for batch.hold frames
                 # (upstream's min_new_tokens, 2: FIRST_CHUNK), and none comes after its frame limit
-                if max(known - at, min(run - at, self.batch.hold, live.stop)) >= end:
-                    due[end - done].append((row, self.batch.st.frames[slot, live.start + done:live.start + end], False))
+                if max(known - at, min(run - at, self.batch.hold, live.stop)) >= done + size:
+                    first = live.start + done
+                    due[size].append((row, self.batch.st.frames[slot, first:first + size], False))
             self._feed(due)
             return
         if known <= 0 or known % FIRST_GRID:
