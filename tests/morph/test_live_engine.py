@@ -267,3 +267,21 @@ def test_a_live_row_joins_at_the_next_frame_and_its_chunks_start_small(lean, voi
         assert_audio_close(g, alone.render([Line(text, voices["xvec"], "English")], settings(32, 7),
                                            batch_size=1)[0], rel=1e-4)
     assert set(pace) == {1, 2}  # the steps' widths: two rows, then B alone
+
+
+def test_a_row_the_pace_does_not_admit_waits_for_a_row_to_end_and_then_runs(lean, voices):
+    """The engine has measured a frame of one row at 100 ms, over the budget: of two requests sent together A joins
+    alone, and B, which would widen the step, waits for A's end, then runs whole."""
+    engine = LiveEngine(lean, width=2, max_frames=32, max_prompt=400)
+    engine.engine.pace.ms, engine.engine.pace.budget = {1: 100.0}, 60.0
+    first = []
+    sinks = [Sink(on_first=lambda name=name: first.append((name, engine.engine._runner._live.frame))) for name in "ab"]
+    try:
+        with engine.engine.cv:  # both are queued before the engine's thread takes the first
+            for text, sink in zip(["alpha alpha.", "beta."], sinks, strict=True):
+                submit(engine, text, voices["xvec"], 12, sink)
+        got = [s.audio() for s in sinks]
+    finally:
+        engine.close()
+    assert got[0].size == 12 * FRAME and got[1].size == 12 * FRAME
+    assert [name for name, _ in first] == ["a", "b"] and first[1][1] > 12  # b's first frame came after a's last
