@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import numpy as np
 import torch
 
-from .codec.calls import FIRST_GRID, LIVE_CHUNK, call_frames
+from .codec.calls import FIRST_GRID, LIVE_CHUNK, RAMP_SIZES, call_frames, ramp_size
 from .codec.stream import CodecStream
 from .group_ahead import GroupAhead
 from .lines.line import Row
@@ -25,6 +25,7 @@ from .settings import GenerationSettings
 
 if TYPE_CHECKING:
     from .decode.groups import Group
+    from .engine.scheduler import Pace
 
 _PROMPT = ("inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_embed")
 
@@ -46,11 +47,14 @@ class RowRunner:
     def __init__(self, tts, settings: GenerationSettings, width: int, need: int, stop: Callable[[Row], int],
                  on_row: Callable[[Row, object], None], audio: bool = True,
                  on_chunk: Callable[[Row, np.ndarray], None] | None = None, pages: int | None = None,
-                 overcommit: bool = False):
+                 overcommit: bool = False, pace: Pace | None = None):
         """pages: the talker's keys and values in a paged pool of that many pages (ContinuousBatch), else dense;
-        overcommit: the pool may preempt rows, which go back to steps' put_back to start again."""
+        overcommit: the pool may preempt rows, which go back to steps' put_back to start again; pace: a live batch's
+        (a server's) figures: its rows join at the next frame while the pace admits them, and their chunks ramp up
+        (LiveChunks)."""
         self.tts, self.settings, self.width, self.need, self.stop = tts, settings, width, need, stop
         self.on_row, self.audio, self.on_chunk, self.pages, self.overcommit = on_row, audio, on_chunk, pages, overcommit
+        self.pace = pace
         self.batch = None  # built for the first group: its options come with that group's prompt
         self._ended = self._hand = self._live = None
 
@@ -121,7 +125,8 @@ class RowRunner:
 
         tts = self.tts
         self.batch = ContinuousBatch(tts.patch.loop, self.width, self.need, options, self.settings.seq_groups,
-                                     tts.patch.mode, tts.device, tts.tts.model.dtype, self.pages, self.overcommit)
+                                     tts.patch.mode, tts.device, tts.tts.model.dtype, self.pages, self.overcommit,
+                                     self.pace)
         if not self.audio:
             return
         from .decode.runner import FAST_MODES
@@ -130,9 +135,10 @@ class RowRunner:
         # decoding each row whole at its end launched every call's kernels from this thread, beside the frame loop
         # (bench/results/h100-2026-11-25e/NOTES.md)
         live = self._live = LiveChunks(self.batch, CodecStream(tts.codec, tts.device,
-                                                               captured=self.batch.mode in FAST_MODES))
+                                                               captured=self.batch.mode in FAST_MODES),
+                                       ramp=self.pace is not None)
         if tts.device.type == "cuda":  # cuDNN plans each call shape on its first use
-            live.codec.warm(self.width, (FIRST_GRID, LIVE_CHUNK))
+            live.codec.warm(self.width, live.sizes)
         self._ended = live.end
         # the hand-over holds what it calls, not the runner: a runner its own attribute refers to would keep the
         # batch's state (its key/value pool) alive after release_device_state, until the garbage collector ran
@@ -176,10 +182,17 @@ class LiveChunks:
     row's own (a chunk handed out cannot be taken back). Rows join at FIRST_GRID marks (may_join), so a row's first
     chunk goes to the codec FIRST_GRID frames after its first frame, plus that lag on a GPU, in the same call as every
     other row's chunk of that size; the call waits behind the frames queued before it (up to that lag again). An
-    ended row's last frames go at the next FIRST_GRID mark, padded to the size of a call made there."""
+    ended row's last frames go at the next FIRST_GRID mark, padded to the size of a call made there.
 
-    def __init__(self, batch, codec: CodecStream):
-        self.batch, self.codec = batch, codec
+    `ramp` (a live batch's: each row a stream a client waits on): rows join at any frame, and each row's chunks ramp
+    up on its own from FIRST_CHUNK frames to LIVE_CHUNK, each ending on a mark of its size (calls.py ramp_size), so
+    that rows that have reached LIVE_CHUNK share its calls; each is due as soon as its frames are known (the first
+    FIRST_CHUNK with no lag: EOS is held back that long), an ended row's last frames at the next frame; the smallest
+    calls go first, so a new row's first chunk waits behind no other row's longer one."""
+
+    def __init__(self, batch, codec: CodecStream, ramp: bool = False):
+        self.batch, self.codec, self.ramp = batch, codec, ramp
+        self.sizes = RAMP_SIZES if ramp else (FIRST_GRID, LIVE_CHUNK)  # the chunks' call sizes
         self.lag = batch.lag
         self.frame = 0  # frames the batch has run
         self.joined: dict[Row, int] = {}  # row -> the frame it joined before
@@ -189,7 +202,9 @@ class LiveChunks:
         """Whether rows may join before this frame: at FIRST_GRID marks only, so that every row's first chunks are
         FIRST_GRID frames, in one codec call with the others' (rows joining at any frame gave chunks of 1 to 4 frames,
         a call for each size, each a new shape for cuDNN to plan). With no row in the batch the grid starts again
-        here."""
+        here. With `ramp`, at every frame."""
+        if self.ramp:
+            return True
         if not self.joined:
             self.frame = -(-self.frame // FIRST_GRID) * FIRST_GRID
         return self.frame % FIRST_GRID == 0
@@ -211,7 +226,20 @@ class LiveChunks:
             if live.name not in self.joined:
                 self.joined[live.name] = self.frame
                 self.codec.open(live.name, ref_code(live.name))
-        known, self.frame = self.frame - self.lag, self.frame + 1  # the batch's frames known to be the rows' own
+        run, self.frame = self.frame, self.frame + 1
+        known = run - self.lag  # the batch's frames known to be the rows' own
+        if self.ramp:
+            due = self._rests()
+            for slot, live in self.batch.live.items():
+                row, done, at = live.name, self.codec.done(live.name), self.joined[live.name]
+                size = ramp_size(at + done, done)
+                # a row's first frames are its own as soon as they are made: EOS is held back for batch.hold frames
+                # (upstream's min_new_tokens, 2: FIRST_CHUNK), and none comes after its frame limit
+                if max(known - at, min(run - at, self.batch.hold, live.stop)) >= done + size:
+                    first = live.start + done
+                    due[size].append((row, self.batch.st.frames[slot, first:first + size], False))
+            self._feed(due)
+            return
         if known <= 0 or known % FIRST_GRID:
             return
         due = self._rests()
@@ -231,8 +259,8 @@ class LiveChunks:
 
     def _rests(self) -> collections.defaultdict:
         """Each ended row's frames not yet decoded (at most LIVE_CHUNK of them unless the batch drained its queue), in
-        a call of FIRST_GRID, LIVE_CHUNK or call_frames' size for more: the row's state ends there, so the padding's
-        audio is cut off and changes nothing before it."""
+        a call of the chunks' sizes, or call_frames' size for more: the row's state ends there, so the padding's audio
+        is cut off and changes nothing before it."""
         due = collections.defaultdict(list)  # call frames -> [(row, its frames, ended)]
         for row, codes in self.ended:
             rest = codes[self.codec.done(row):]
@@ -240,14 +268,14 @@ class LiveChunks:
                 self.codec.end(row)
                 continue
             # the size of a call the live rows' chunks make at this mark anyway, where the rest fits
-            size = next((n for n in (FIRST_GRID, LIVE_CHUNK) if rest.shape[0] <= n), None) or call_frames(rest.shape[0])
+            size = next((n for n in self.sizes if rest.shape[0] <= n), None) or call_frames(rest.shape[0])
             due[size].append((row, rest, True))
         self.ended = []
         return due
 
     def _feed(self, due: dict) -> None:
-        """One CodecStream.feed for each call size: it copies the rows' frames out together, on the frame loop's
-        stream."""
-        for size, items in due.items():
+        """One CodecStream.feed for each call size, the smallest first (a row's first chunks): it copies the rows'
+        frames out together, on the frame loop's stream."""
+        for size, items in sorted(due.items()):
             rows, frames, ended = zip(*items, strict=True)
             self.codec.feed(rows, frames, size, ended)

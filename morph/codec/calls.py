@@ -19,6 +19,25 @@ CHUNK = 16
 # same few calls, their rows padded to a power of two (call_width).
 FIRST_GRID = 4
 LIVE_CHUNK = CHUNK
+# A live batch's (a server's) rows are streams a client waits on: a row joins at the next frame, and its chunks ramp
+# up on its own, FIRST_CHUNK frames (1 where it joined at an odd frame), then as many as it has had, up to
+# LIVE_CHUNK, each ending on a mark of its size (ramp_size), so that its first audio comes a frame or two after it
+# joins whatever the others do, and once it reaches LIVE_CHUNK its chunks share one call with every other row's, as
+# a render's do. Every size a power of two: few shapes, each a CUDA graph.
+FIRST_CHUNK = 2
+RAMP_SIZES = tuple(1 << k for k in range(LIVE_CHUNK.bit_length()))
+
+
+def ramp_size(start: int, done: int) -> int:
+    """The frames of a live row's next chunk, with `done` of its frames decoded and the chunk starting at the batch's
+    frame `start`: the largest power of two up to LIVE_CHUNK and to what it has had (FIRST_CHUNK at first) that
+    `start` is a multiple of."""
+    size = 1 << (min(LIVE_CHUNK, max(FIRST_CHUNK, done)).bit_length() - 1)
+    while start % size:
+        size //= 2
+    return size
+
+
 # The most row-frames of one live call (16 rows of LIVE_CHUNK frames). In the fast modes each call shape is a CUDA
 # graph that keeps its activations (morph/memory.py counts them), so the widest call sets what they hold: calls of 256
 # row-frames instead of 512 held 0.6 GiB less over the 256-line script at batch 64 and rendered it

@@ -10,8 +10,9 @@ skip the blocks below a row's bound.
 
 - A group of up to `width` rows has its prompt built at once and is prefilled a slice of up to PREFILL_TOKENS
   tokens at a time (groups.py; in the fast modes a CUDA graph per bucket, prefill_graphs.py) as the slice's first row
-  joins; a join is then a few copies and the first token's draw. Rows join when at least `width / REFILL_DIVISOR`
-  slots are free, or no row runs, and then fill every free slot.
+  joins; a join is then a few copies and the first token's draw. A render's rows join when at least
+  `width / REFILL_DIVISOR` slots are free, or no row runs, and then fill every free slot; a live batch's (a server's)
+  at the next frame with a free slot, while its pace admits them (each frame's time is measured for it).
 - P grows by one a frame. When a joining group would run past the capacity, the pipeline is drained and every
   live row's slots move down by the same amount (to the oldest live row's first slot): positions within a row,
   and so its rotary positions and its attention, stay as they were. The capacity is twice the largest row's need,
@@ -46,19 +47,19 @@ from ..decode.host import to_device
 from ..graphs import frame_loop_stream
 from ..settings import Sampling, capacity_for
 from .block_manager import BlockManager
-from .scheduler import Live, Scheduler
+from .scheduler import Live, Pace, Scheduler
 
 
 class ContinuousBatch:
     """Rows of one render decoded `width` at a time in one running batch (module docstring)."""
 
     def __init__(self, loop, width: int, need: int, options: dict, seq_groups: int, mode: str, device, dtype,
-                 pages: int | None = None, overcommit: bool = False):
+                 pages: int | None = None, overcommit: bool = False, pace: Pace | None = None):
         """need: the most slots one row takes (prompt, frames and the EOS slot); options: the talker's sampling
         keywords, as upstream passes them (morph/prompts.py talker_inputs); pages: the K/V in a pool of at least that many
         pages (a kept state's up to twice as many; morph/decode/kv_store.py PagedKV: rows join while their pages can
         be set aside), else dense; overcommit: rows of the paged pool may be preempted (module docstring; steps'
-        `preempted`)."""
+        `preempted`); pace: a live batch's figures (morph/engine/scheduler.py Pace), told each frame's time."""
         self.loop, self.width, self.seq_groups, self.device = loop, width, seq_groups, device
         self.lag = loop.sync_lag if device.type == "cuda" else 0  # frames behind the GPU the host learns a row ended
         self.mode = runner.resolve(mode, device, loop.lean_check)
@@ -76,9 +77,10 @@ class ContinuousBatch:
         # a row reads its text by its own frame index, which stays below its need: a text table of half the capacity
         self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging, text_slots=capacity_for(need))
         self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st)
-        self.sched = Scheduler(width, None if pages is None else BlockManager(*self.st.paging, overcommit))
+        self.sched = Scheduler(width, None if pages is None else BlockManager(*self.st.paging, overcommit), pace)
         self.streams = loop.row_streams(device)
         self.position = 0  # P, the host's copy of st.step
+        self._paced: float | None = None  # when the last frame was stepped, unless a join or a drain came after it
         self._ahead: list[Ahead] = []  # rows waiting for a slot, in order
         self.widths: collections.Counter = collections.Counter()  # frames run at each width
         start = time.perf_counter()
@@ -116,6 +118,7 @@ class ContinuousBatch:
         # has not read yet (their event, flag row, P after the step)
         self._flags = torch.ones(self.lag + 2, self.width, dtype=torch.bool, pin_memory=self.device.type == "cuda")
         self._queue: collections.deque = collections.deque()
+        self._paced = None
         frames = 0
         while True:
             with torch.inference_mode(), frame_loop_stream(self.device):
@@ -169,6 +172,12 @@ class ContinuousBatch:
         self._queue.append((event, slot, self.position))
         while len(self._queue) > self.lag:
             self._settle(self._queue.popleft(), finished)
+        # the pace of frames at this width: the host waits for the GPU `lag` frames behind, so from one frame to the
+        # next is the slower of the two, with the work between frames (the codec's calls, the caller's)
+        now, pace = time.perf_counter(), self.sched.pace
+        if pace is not None and self._paced is not None:
+            pace.record(self.sched.bucket, 1000 * (now - self._paced))
+        self._paced = now
 
     def cancel(self, names) -> None:
         """End these rows early (between frames, on the thread that runs the batch): a live one is finished at the
@@ -210,6 +219,7 @@ class ContinuousBatch:
             self.kv.grow(granted, self.position)
 
     def _drain(self, finished) -> None:
+        self._paced = None  # the frame waits for the GPU's whole queue: no measure of the pace
         while self._queue:
             self._settle(self._queue.popleft(), finished)
 
@@ -280,6 +290,7 @@ class ContinuousBatch:
         st.put_text(rows, shared.text[idx], shared.pad)
         joined = {id(a) for a in rows_in}
         self._ahead = [a for a in self._ahead if id(a) not in joined]
+        self._paced = None  # the prefill is no frame's time
         return True
 
     def _move_down(self, length: int, needed: int) -> bool:

@@ -12,8 +12,11 @@ Rows run in the order they were submitted (a script submits its rows longest fir
 come); a batch samples with one set of settings and holds rows up to one cache need, so a row with other settings,
 or one needing more than the batch was built for, waits until the rows before it are done, and the batch is built
 again for it. A batch sized to its rows (`need` None: a render's) takes its need and its paged pool from the rows
-waiting when it is built; a live one (`need` given: a server's) holds rows of up to `need` cache slots each, dense or
-in a pool of kv_cache_bytes.
+waiting when it is built, and runs throughput first; a live one (`need` given: a server's) holds rows of up to `need`
+cache slots each, dense or in a pool of kv_cache_bytes, and puts a new request's first audio first: its rows join at
+the next frame while the engine's `pace` (the milliseconds a frame took at each width, measured as its batches run)
+keeps every stream ahead of playback, and their chunks start small (morph/engine/scheduler.py Pace,
+morph/continuous.py LiveChunks).
 
 Memory: a render's batch is built no wider than the device's free memory holds for its rows (`_fit`).
 Failures: out of memory, the batch narrows to half its width and the rows that handed out no audio run again at the
@@ -39,7 +42,7 @@ from ..lines.line import Row
 from ..memory import batch_need, free_bytes
 from ..settings import GenerationSettings, pool_pages, requeue_pool_pages
 from .request import CANCELLED, DONE, FAILED, RUNNING, WAITING, Request
-from .scheduler import back_off, fitting_width
+from .scheduler import Pace, back_off, fitting_width
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,7 @@ class Engine:
         self.row_seconds = 5.0  # a row's time in the batch, averaged as rows end (a server's Retry-After)
         self.backoffs = 0  # times the batch narrowed after running out of memory (not before it was built: _fit)
         self.live_rows = self.cache_slots = 0  # as the loop last saw them
+        self.pace = Pace() if need is not None else None  # a live batch's figures, kept from one batch to the next
 
     # -- the callers' side (any thread) ------------------------------------------------------
     def submit(self, request: Request) -> Request:
@@ -179,7 +183,7 @@ class Engine:
         else:
             pages = pool_pages(needs, self.width)
         self._runner = RowRunner(self.tts, key, self.width, need, self.stop, self._row_done, self.audio,
-                                 self._chunk, pages, self.overcommit)
+                                 self._chunk, pages, self.overcommit, self.pace)
         self._built = (key, need)
 
     def _fit(self, rows: list[tuple[Row, Request]]) -> None:

@@ -4,10 +4,15 @@ how a batch backs off after running out of memory. The batch (morph/engine/batch
 tensors; nothing here touches the device.
 
 - Slots: a joining row takes the lowest free slots, so rows gather at the bottom, where the narrow steps run.
-- Joining: rows are asked for once at least `width / REFILL_DIVISOR` slots are free, or no row runs; rows that did not
-  fit are asked for again only after a row has ended (each try costs the runner a drain of its queue).
+- Joining: rows are asked for once at least `width / REFILL_DIVISOR` slots are free, or no row runs (a render's batch:
+  throughput first); a live batch (a server's, run with a `Pace`) asks at every frame a slot is free, so a new request
+  joins at the next frame. Rows that did not fit are asked for again only after a row has ended (each try costs the
+  runner a drain of its queue).
 - Admission: in order, while the block manager can set the rows' pages aside (morph/engine/block_manager.py); a dense
-  cache admits every row that has a slot.
+  cache admits every row that has a slot. A live batch admits a row only while its `Pace` (the milliseconds a frame
+  took at each width, measured as the batch runs) says a frame at the width the step would run at with it stays under
+  `PACE_PERCENT` of a frame's playback time (`FRAME_MS`): every stream stays ahead of its playback, and the rows not
+  admitted wait for a row to end (the server turns clients away with Busy once too many wait).
 - Preemption (vLLM's preemption by recompute): when an overcommitted pool cannot give every live row its next page,
   the row that joined last gives way, its slot and pages freed, to start again from its first frame; the oldest row
   never does, and no row joins until one ends.
@@ -30,7 +35,13 @@ from typing import Callable, Iterable
 from ..settings import POOL_FRAME_SHARE
 from .block_manager import BlockManager, PoolTooSmall
 
-REFILL_DIVISOR = 16  # rows join when width / REFILL_DIVISOR slots are free (or none runs)
+REFILL_DIVISOR = 16  # a render's rows join when width / REFILL_DIVISOR slots are free (or none runs)
+FRAME_MS = 80  # a frame's audio plays for 80 ms (12.5 frames a second)
+# the share of FRAME_MS a live batch's frame may take: the rest is the margin for the frames a join's prefill, a
+# codec call or the host's own work slows down
+PACE_PERCENT = 75
+PACE_FRAMES = 8  # a width's figure: the mean of its first frames, then an average over about this many
+PACE_FORGET = 750  # frames (a minute's audio) after which a width not run since is measured again
 
 
 @dataclass
@@ -80,15 +91,46 @@ def fitting_width(width: int, need: Callable[[int], int], free: int) -> int:
     return width
 
 
+class Pace:
+    """A live batch's milliseconds a frame by the width its step ran at, measured as it runs, and whether a width keeps
+    every stream ahead of its playback. The engine keeps one for all its batches. A width's figure is the mean of its
+    first PACE_FRAMES frames, then an average that moves 1 / PACE_FRAMES of the way to each new frame's; one not run
+    for PACE_FORGET frames is forgotten, so that a slow spell does not keep the batch narrow for good."""
+
+    def __init__(self, budget_ms: float = FRAME_MS * PACE_PERCENT / 100):
+        self.budget = budget_ms
+        self.ms: dict[int, float] = {}  # step width -> ms a frame
+        self._count: dict[int, int] = {}  # step width -> frames averaged, up to PACE_FRAMES
+        self._last: dict[int, int] = {}  # step width -> the frame it last ran
+        self.frames = 0  # frames measured
+
+    def record(self, width: int, ms: float) -> None:
+        """A frame at `width` took `ms` (from the frame before it, with no join or drain between)."""
+        self.frames += 1
+        n = self._count[width] = min(self._count.get(width, 0) + 1, PACE_FRAMES)
+        old = self.ms.get(width, ms)
+        self.ms[width], self._last[width] = old + (ms - old) / n, self.frames
+        for w in [w for w, at in self._last.items() if self.frames - at >= PACE_FORGET]:
+            del self.ms[w], self._count[w], self._last[w]
+
+    def fits(self, width: int) -> bool:
+        """Whether a frame at `width` stays under the budget: its own figure, or, not measured, the widest narrower
+        width's (a frame's time grows slowly with its width: the step is bound by its launches, and the width's own
+        figure takes over once it has run); with none measured, yes."""
+        known = [w for w in self.ms if w <= width]
+        return not known or self.ms[max(known)] < self.budget
+
+
 class Scheduler:
     """The slots of one continuous batch of `width` rows and the rows in them; `blocks`: the paged pool's pages (None:
-    a dense cache, every row the whole capacity)."""
+    a dense cache, every row the whole capacity); `pace`: a live batch's (a server's) figures, which admit rows while
+    the frames keep ahead of playback (None: a render's batch, which admits every row that fits)."""
 
-    def __init__(self, width: int, blocks: BlockManager | None = None):
-        self.width, self.blocks = width, blocks
+    def __init__(self, width: int, blocks: BlockManager | None = None, pace: Pace | None = None):
+        self.width, self.blocks, self.pace = width, blocks, pace
         self.live: dict[int, Live] = {}
         self.free = list(range(width))  # ascending: the lowest is handed out first
-        self.refill = max(1, width // REFILL_DIVISOR)
+        self.refill = 1 if pace is not None else max(1, width // REFILL_DIVISOR)
         self.ended = self.preemptions = 0  # rows handed over, rows preempted so far
         # the most of its frame limit a row has spoken in this batch, never under the share its pool was sized for: an
         # overcommitted pool sets that share of a joining row's frames aside (BlockManager.admit)
@@ -110,15 +152,26 @@ class Scheduler:
 
     def admit(self, rows: list[tuple[object, int, int]], at: int) -> int:
         """How many of `rows` (name, first prompt slot, frame limit), in order and at most one a free slot, join at
-        slot `at`: those whose pages (up to the slot after their EOS slot) can be set aside. PoolTooSmall when the
-        first cannot with no row running: it never could."""
+        slot `at`: those whose pages (up to the slot after their EOS slot) can be set aside and, in a live batch, that
+        keep its frames under the pace's budget. PoolTooSmall when the first cannot with no row running: it never
+        could."""
         n = 0
-        for name, lo, stop in rows[:len(self.free)]:
+        for name, lo, stop in rows[:self._paced(min(len(rows), len(self.free)))]:
             if self.blocks is not None and not self.blocks.admit(name, lo, at, at + stop + 2, self.spoken):
                 break
             n += 1
         if n == 0 and rows and not self.live:
             raise PoolTooSmall()
+        return n
+
+    def _paced(self, n: int) -> int:
+        """How many of n joining rows the pace admits: while the step, widened to the slots they take, keeps under
+        its budget. Every row, with no pace; at least one with no row running, or none would ever run."""
+        if self.pace is None:
+            return n
+        top, least = max(self.live, default=0), 0 if self.live else 1
+        while n > least and not self.pace.fits(bucket_for(self.buckets, max(top, self.free[n - 1]) + 1)):
+            n -= 1
         return n
 
     def join(self, rows: list[Live]) -> list[int]:

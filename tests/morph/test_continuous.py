@@ -4,12 +4,14 @@ single-line codes, draw from their own random streams, and their audio comes fro
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import numpy as np
 import pytest
 import torch
 
-from morph.continuous import runs_lean
+from morph.continuous import LiveChunks, runs_lean
+from morph.engine.scheduler import Live
 from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
@@ -286,3 +288,53 @@ def test_only_the_static_loop_keeps_each_slots_hidden_state(tiny_tts, lean, scri
     static = lean.render(script[:3], settings(frames=5), batch_size=3)
     st = tiny_tts.patch.loop._state
     assert st.hidden is not None and st.hidden.shape[:2] == (3, st.capacity) and len(static) == 3
+
+
+class _Row:
+    """A row as LiveChunks reads it: a name, and a line with no ICL voice."""
+
+    def __init__(self, name):
+        self.name, self.line = name, types.SimpleNamespace(voice=None)
+
+
+class _Codec:
+    """CodecStream's side LiveChunks calls, recorded: each feed's (frame it came at, size, [(row, frames)])."""
+
+    def __init__(self):
+        self.decoded, self.feeds, self.frame = {}, [], 0
+
+    def open(self, name, ref):
+        self.decoded[name] = 0
+
+    def done(self, name):
+        return self.decoded[name]
+
+    def feed(self, names, frames, size, ended):
+        self.feeds.append((self.frame, size, [(n, int(f.shape[0])) for n, f in zip(names, frames, strict=True)]))
+        for n, f in zip(names, frames, strict=True):
+            self.decoded[n] += int(f.shape[0])
+
+
+def test_a_live_rows_chunks_ramp_up_each_as_soon_as_its_frames_are_known_the_smallest_call_first():
+    """A live batch on a GPU (the host learns of EOS 4 frames behind, EOS held back for 2): row a joins at frame 0 and b
+    at frame 10; each one's chunks grow from 2 frames to 16, each ending on a mark of its size, the first 2 frames
+    after the row joins (no lag: EOS cannot have come), the next ones once their frames are 4 behind; at frame 12 b's
+    first chunk goes before a's 4 frames, and from frame 52 their 16 frames share one call."""
+    a, b = _Row("a"), _Row("b")
+    batch = types.SimpleNamespace(lag=4, hold=2, live={}, st=types.SimpleNamespace(frames=torch.zeros(2, 64, 16)))
+    codec = _Codec()
+    chunks = LiveChunks(batch, codec, ramp=True)
+    assert chunks.sizes == (1, 2, 4, 8, 16)
+    for frame in range(60):
+        if frame == 0:
+            batch.live[0] = Live(a, 0, 0, 0, 50)
+        if frame == 10:
+            batch.live[1] = Live(b, 0, 10, 10, 50)
+        assert chunks.may_join()
+        codec.frame = frame
+        chunks.step()
+    got = {name: [(f, n) for f, _, fed in codec.feeds for r, n in fed if r.name == name] for name in "ab"}
+    assert got["a"] == [(2, 2), (8, 2), (12, 4), (20, 8), (36, 16), (52, 16)]
+    assert got["b"] == [(12, 2), (18, 2), (20, 2), (24, 4), (28, 4), (36, 8), (52, 16)]
+    assert [size for f, size, _ in codec.feeds if f == 12] == [2, 4]
+    assert [(size, len(fed)) for f, size, fed in codec.feeds if f == 52] == [(16, 2)]

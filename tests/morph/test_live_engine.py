@@ -4,6 +4,7 @@ frees its rows, settings that differ get a batch of their own, and the queue is 
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -232,3 +233,55 @@ def test_a_fatal_error_ends_every_request_and_refuses_the_next(lean, voices, mon
     finally:
         gate.set()
         engine.close()
+
+
+def test_a_live_row_joins_at_the_next_frame_and_its_chunks_start_small(lean, voices):
+    """A server's batch of two slots, three requests: C waits for A's slot and joins at the frame after A ends (not at
+    a FIRST_GRID mark); each request's chunks grow from FIRST_CHUNK frames (1 for C, which joined at an odd frame) to
+    LIVE_CHUNK, each ending on a mark of its size and handed out as soon as its frames are made (the host's lag is
+    none on the CPU); its last chunk is its rest. Each request's chunks joined are the take it renders alone, to
+    rounding, and the engine measured its pace."""
+    texts, ends = ["alpha.", "beta beta.", "gamma gamma gamma."], [5, 30, 12]
+    engine = LiveEngine(lean, width=2, max_frames=32, max_prompt=400)
+    engine.engine.stop = lambda row: min(row.limit, ends[texts.index(row.text)])
+    engine.engine.pace.budget = math.inf  # what a frame takes on this CPU is not what this test is about
+    sinks, at = [Sink(), Sink(), Sink()], [[], [], []]
+    try:
+        with engine.engine.cv:  # the three are queued before the engine's thread takes the first
+            for text, sink, log in zip(texts, sinks, at, strict=True):
+                sink.chunk = lambda wav, sink=sink, log=log: (log.append(engine.engine._runner._live.frame - 1),
+                                                              Sink.chunk(sink, wav))
+                submit(engine, text, voices["xvec"], 32, sink)
+        got = [s.audio() for s in sinks]
+        pace = engine.engine.pace.ms
+    finally:
+        engine.close()
+    frames = [[c.size // FRAME for c in s.chunks] for s in sinks]
+    assert frames == [[2, 2, 1], [2, 2, 4, 8, 14], [1, 2, 2, 2, 4, 1]]
+    # frames run before each chunk was handed out: a chunk as soon as its frames are made, A's rest after its end
+    assert at[0] == [2, 4, 5] and at[1][:4] == [2, 4, 8, 16]
+    assert at[2] == [ends[0] + n for n in (1, 3, 5, 7, 11, 12)]  # C's first frame is the one after A's last
+    alone = BatchTTS(lean)
+    alone.stop = engine.engine.stop
+    for g, text in zip(got, texts, strict=True):
+        assert_audio_close(g, alone.render([Line(text, voices["xvec"], "English")], settings(32, 7),
+                                           batch_size=1)[0], rel=1e-4)
+    assert set(pace) == {1, 2}  # the steps' widths: two rows, then B alone
+
+
+def test_a_row_the_pace_does_not_admit_waits_for_a_row_to_end_and_then_runs(lean, voices):
+    """The engine has measured a frame of one row at 100 ms, over the budget: of two requests sent together A joins
+    alone, and B, which would widen the step, waits for A's end, then runs whole."""
+    engine = LiveEngine(lean, width=2, max_frames=32, max_prompt=400)
+    engine.engine.pace.ms, engine.engine.pace.budget = {1: 100.0}, 60.0
+    first = []
+    sinks = [Sink(on_first=lambda name=name: first.append((name, engine.engine._runner._live.frame))) for name in "ab"]
+    try:
+        with engine.engine.cv:  # both are queued before the engine's thread takes the first
+            for text, sink in zip(["alpha alpha.", "beta."], sinks, strict=True):
+                submit(engine, text, voices["xvec"], 12, sink)
+        got = [s.audio() for s in sinks]
+    finally:
+        engine.close()
+    assert got[0].size == 12 * FRAME and got[1].size == 12 * FRAME
+    assert [name for name, _ in first] == ["a", "b"] and first[1][1] > 12  # b's first frame came after a's last

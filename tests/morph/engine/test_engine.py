@@ -37,10 +37,10 @@ class Script:
 
 def scripted(script: Script):
     class Runner:
-        def __init__(self, tts, settings, width, need, stop, on_row, audio, on_chunk, pages, overcommit):
+        def __init__(self, tts, settings, width, need, stop, on_row, audio, on_chunk, pages, overcommit, pace):
             script.builds.append((settings.temperature, width, need, pages, overcommit))
             script.runners.append(dict(tts=tts, width=width, need=need, audio=audio, on_chunk=on_chunk, pages=pages,
-                                       overcommit=overcommit))
+                                       overcommit=overcommit, pace=pace))
             self.width, self.stop, self.on_row, self.on_chunk = width, stop, on_row, on_chunk
             self.live: dict[Row, int] = {}  # row -> frames left
             self.pending: list[Row] = []  # taken, in no slot yet
@@ -629,3 +629,15 @@ def test_a_render_batch_on_a_gpu_is_built_as_wide_as_its_free_memory_holds_and_a
     live.submit(Sink().request("e"))
     live.run_until_idle()
     assert [width for _, width, *_ in script.builds] == [8, 64, 64] and len(asked) == 4
+
+
+def test_a_servers_batches_share_the_engines_pace_and_a_renders_run_without_one(script):
+    live, render = Engine(TTS, 2, "Test", need=64), Engine(TTS, 2, "Test")
+    for engine in (live, render):
+        sink = Sink()
+        engine.submit(sink.request("a"))
+        engine.run_until_idle()
+        engine.submit(sink.request("b", temperature=0.5))  # other settings: a batch built for them
+        engine.run_until_idle()
+    paces = [r["pace"] for r in script.runners]
+    assert paces[0] is paces[1] is live.pace is not None and paces[2] is paces[3] is None

@@ -2,15 +2,16 @@
 enough slots are free and, after one found no room, only once a row has ended; admission in order while the pool can
 set pages aside; the row that joined last gives way when the pool is short, never the only one; the step runs at the
 smallest bucket that holds the live rows and narrows once they fit half of it; out of memory halves the width down to
-one row. (The moves themselves, and the codes they keep, are tests/morph/test_continuous.py's.)"""
+one row; a live batch asks for rows at every free slot and admits them while its pace (milliseconds a frame by width)
+stays under the budget. (The moves themselves, and the codes they keep, are tests/morph/test_continuous.py's.)"""
 
 from __future__ import annotations
 
 import pytest
 
 from morph.engine.block_manager import BlockManager, PoolTooSmall
-from morph.engine.scheduler import (REFILL_DIVISOR, Live, Scheduler, back_off, bucket_for, buckets, fitting_width,
-                                    moves)
+from morph.engine.scheduler import (FRAME_MS, PACE_FORGET, PACE_PERCENT, REFILL_DIVISOR, Live, Pace, Scheduler, back_off,
+                                    bucket_for, buckets, fitting_width, moves)
 
 
 def joined(sched: Scheduler, names, at: int, stop: int = 10) -> list[int]:
@@ -195,3 +196,49 @@ def test_a_batch_is_built_at_the_widest_back_off_its_free_memory_holds_and_one_r
         return 100 * w
 
     assert fitting_width(width, need, free) == built and widths == asked
+
+
+def test_a_pace_averages_each_widths_frames_and_fits_a_width_by_its_own_figure_or_the_widest_narrower_one():
+    pace = Pace()
+    assert pace.budget == FRAME_MS * PACE_PERCENT // 100 == 60  # ms: a quarter of a frame's playback is the margin
+    assert pace.fits(8)  # nothing measured yet
+    for ms in (20, 40, 30, 50, 40, 40, 40, 100):
+        pace.record(2, ms)
+    assert pace.ms == {2: 45}  # the mean of its first PACE_FRAMES frames
+    pace.record(2, 5)
+    assert pace.ms == {2: 40}  # then an eighth of the way
+    pace.record(8, 60)
+    assert pace.fits(2) and pace.fits(4) and not pace.fits(8) and not pace.fits(16)  # 4: 2's figure; 16: 8's
+    assert pace.fits(1)  # narrower than every width measured
+    for _ in range(PACE_FORGET - 1):
+        pace.record(2, 40)
+    assert not pace.fits(8)
+    pace.record(2, 40)
+    assert pace.ms == {2: 40} and pace.fits(8)  # 8 has not run for PACE_FORGET frames: it is measured again
+
+
+def test_a_live_batch_asks_for_rows_whenever_a_slot_is_free():
+    width = 4 * REFILL_DIVISOR
+    live, render = Scheduler(width, pace=Pace()), Scheduler(width)
+    for sched in (live, render):
+        joined(sched, range(width), at=8)
+        sched.end(3, 12)
+    assert live.may_fill() and not render.may_fill()
+
+
+def test_a_live_batch_admits_rows_while_the_width_they_take_keeps_its_frames_under_the_budget():
+    pace = Pace()
+    sched = Scheduler(8, BlockManager(pages=40, page=4), pace)
+    pace.ms = {2: 40, 4: 70}
+    assert joined(sched, "ab", at=8) == [0, 1]  # nothing measured at 2 rows yet
+    available = sched.blocks.available
+    assert joined(sched, "cde", at=8) == []  # slot 2 or 3 widens the step to 4 rows, which takes 70 ms a frame
+    assert sched.blocks.available == available  # and no page was set aside for them
+    pace.ms[8] = 65  # slot 4 widens it to 8
+    pace.ms[4] = 50
+    assert joined(sched, "fgh", at=8) == [2, 3]
+    # with no row running the first joins whatever the pace (or none would ever run), the rest as it allows
+    slow = Pace()
+    slow.ms = {1: 90}
+    assert joined(Scheduler(8, pace=slow), "ijk", at=8) == [0]
+    assert joined(Scheduler(8, pace=Pace()), "ijk", at=8) == [0, 1, 2]
