@@ -607,37 +607,41 @@ def test_a_render_batch_on_a_gpu_is_built_as_wide_as_its_free_memory_holds_and_a
         script, monkeypatch, caplog):
     asked = []
 
-    def need(tts, rows, prompts, width):  # 100 bytes a row at every width, for these rows and prompts
-        asked.append(([r.text for r in rows], prompts, width))
-        return 100 * width
+    def need(tts, rows, prompts, width):  # half a GiB a row at every width, for these rows and prompts
+        asked.append((tts, [r.text for r in rows], prompts, width))
+        return width * 2**29
 
     monkeypatch.setattr(morph.engine.engine, "batch_need", need)
-    monkeypatch.setattr(morph.engine.engine, "free_bytes", lambda device: 1000 if device.type == "cuda" else None)
+    monkeypatch.setattr(morph.engine.engine, "free_bytes",
+                        lambda device: 3 * 2**30 if device.type == "cuda" else None)
     gpu = types.SimpleNamespace(patch=TTS.patch, device=types.SimpleNamespace(type="cuda"))
     engine = Engine(gpu, 64, "Test")
     sink = Sink()
     engine.submit(sink.request("abc", prompt=7))
     engine.run_until_idle()
-    assert [width for _, width, *_ in script.builds] == [8] and engine.width == 8  # 64, 32, 16, then 8 fits
+    assert [width for _, width, *_ in script.builds] == [4] and engine.width == 4  # 64, 32, 16, 8, then 4 fits
     assert engine.backoffs == 0  # no out-of-memory retry: a render says nothing more
-    assert asked[0] == (["a", "b", "c"], [7, 7, 7], 64) and [w for *_, w in asked] == [64, 32, 16, 8]
-    assert sink.ends == [None] and "enough for a batch of 8 rows, not 64" in caplog.text
+    assert asked[0] == (gpu, ["a", "b", "c"], [7, 7, 7], 64) and [w for *_, w in asked] == [64, 32, 16, 8, 4]
+    assert sink.ends == [None] and [r.getMessage() for r in caplog.records] == [
+        "Test: 3.00 GiB of GPU memory is free, enough for a batch of 4 rows, not 64; rendering 4 at a time"]
+    fits = Engine(gpu, 6, "Test")  # 3 GiB: built as asked, and nothing logged
+    fits.submit(Sink().request("d"))
+    fits.run_until_idle()
     cpu = Engine(TTS, 64, "Test")  # no free-memory reading off a GPU
-    cpu.submit(Sink().request("d"))
+    cpu.submit(Sink().request("e"))
     cpu.run_until_idle()
     live = Engine(gpu, 64, "Test", need=64)  # a server's batch: sized by its cache options
-    live.submit(Sink().request("e"))
+    live.submit(Sink().request("f"))
     live.run_until_idle()
-    assert [width for _, width, *_ in script.builds] == [8, 64, 64] and len(asked) == 4
+    assert [width for _, width, *_ in script.builds] == [4, 6, 64, 64] and len(asked) == 6
+    assert len(caplog.records) == 1
 
 
-def test_a_servers_batches_share_the_engines_pace_and_a_renders_run_without_one(script):
-    live, render = Engine(TTS, 2, "Test", need=64), Engine(TTS, 2, "Test")
-    for engine in (live, render):
-        sink = Sink()
-        engine.submit(sink.request("a"))
-        engine.run_until_idle()
-        engine.submit(sink.request("b", temperature=0.5))  # other settings: a batch built for them
-        engine.run_until_idle()
-    paces = [r["pace"] for r in script.runners]
-    assert paces[0] is paces[1] is live.pace is not None and paces[2] is paces[3] is None
+def test_each_out_of_memory_back_off_is_counted(script):
+    engine = Engine(TTS, 4, "Test")
+    sink = Sink()
+    engine.submit(sink.request("abcd", frames=1))
+    script.fail[0] = OOM
+    script.fail[1] = OOM
+    engine.run_until_idle()
+    assert engine.width == 1 and engine.backoffs == 2 and sink.ends == [None]
