@@ -13,6 +13,19 @@ from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings
 
 
+def render_four(tts) -> _Retries:
+    """Four short lines at batch 4, as bench.cards renders them: what its handler saw."""
+    retries = _Retries()
+    logging.getLogger("morph").addHandler(retries)
+    try:
+        voice = tts.make_voice((0.3 * np.sin(np.arange(24000) / 9.0)).astype(np.float32), 24000)
+        lines = [Line(text, voice, "English") for text in ("One.", "Two.", "Three.", "Four.")]
+        BatchTTS(tts).render(lines, GenerationSettings(max_new_tokens=4), batch_size=4)
+    finally:
+        logging.getLogger("morph").removeHandler(retries)
+    return retries
+
+
 def test_a_retry_at_half_the_batch_is_seen(tiny_tts, monkeypatch):
     failed = []
 
@@ -25,15 +38,8 @@ def test_a_retry_at_half_the_batch_is_seen(tiny_tts, monkeypatch):
 
     monkeypatch.setattr(morph.engine.engine, "RowRunner", OutOfMemoryOnce)
     monkeypatch.setattr(tiny_tts.patch, "mode", "lean")  # the engine, as every mode but eager renders
-    retries = _Retries()
-    logging.getLogger("morph.render").addHandler(retries)
-    try:
-        voice = tiny_tts.make_voice((0.3 * np.sin(np.arange(24000) / 9.0)).astype(np.float32), 24000)
-        lines = [Line(text, voice, "English") for text in ("One.", "Two.", "Three.", "Four.")]
-        BatchTTS(tiny_tts).render(lines, GenerationSettings(max_new_tokens=4), batch_size=4)
-    finally:
-        logging.getLogger("morph.render").removeHandler(retries)
-    assert failed == [4] and retries.seen and "finished with batches of at most 2 rows" in retries.seen[0]
+    retries = render_four(tiny_tts)
+    assert failed == [4] and retries.seen and "finished with batches of at most 2 rows" in retries.seen[-1]
 
 
 def test_a_batch_built_narrower_for_the_free_memory_is_recorded_apart_from_retries(tiny_tts, monkeypatch):
@@ -49,13 +55,6 @@ def test_a_batch_built_narrower_for_the_free_memory_is_recorded_apart_from_retri
             super().__init__(tts, settings, width, *args, **kwargs)
 
     monkeypatch.setattr(morph.engine.engine, "RowRunner", Recorded)
-    retries = _Retries()
-    logging.getLogger("morph").addHandler(retries)
-    try:
-        voice = tiny_tts.make_voice((0.3 * np.sin(np.arange(24000) / 9.0)).astype(np.float32), 24000)
-        lines = [Line(text, voice, "English") for text in ("One.", "Two.", "Three.", "Four.")]
-        BatchTTS(tiny_tts).render(lines, GenerationSettings(max_new_tokens=4), batch_size=4)
-    finally:
-        logging.getLogger("morph").removeHandler(retries)
+    retries = render_four(tiny_tts)
     assert built == [1] and retries.seen == []
     assert len(retries.narrowed) == 1 and "enough for a batch of 1 rows, not 4" in retries.narrowed[0]

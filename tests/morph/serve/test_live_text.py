@@ -18,7 +18,7 @@ from morph.serve.live_text import Sentences
 from tests.audio_compare import assert_audio_close
 
 from .conftest import API_KEY
-from .test_app import AUTH, from_pcm, wav_bytes
+from .test_app import AUTH, alice, from_pcm  # noqa: F401 (alice: a fixture)
 
 FRAMES = 12
 CONFIG = {"type": "session.config", "voice": "alice", "seed": 5, "max_new_tokens": FRAMES}
@@ -52,12 +52,10 @@ def test_a_run_on_text_is_cut_at_the_cap_where_a_clause_or_word_ends():
 
 
 @pytest.fixture
-def alice(server, ref_audio):
-    url, _ = server
-    reply = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "alice", "ref_text": "A short line."},
-                       files={"audio_sample": ("alice.wav", wav_bytes(ref_audio[0]), "audio/wav")}, timeout=60)
-    assert reply.status_code == 200, reply.text
-    return url
+def alice_url(server, request):
+    """The server's URL, with test_app.py's voice alice saved there."""
+    request.getfixturevalue("alice")
+    return server[0]
 
 
 def ws_url(url: str, query: str = "") -> str:
@@ -87,8 +85,8 @@ def read_sentence(ws) -> tuple[dict, bytes, dict]:
     return start, audio, done
 
 
-def test_typed_text_is_spoken_sentence_by_sentence_as_post_speaks_each(alice):
-    url = alice
+def test_typed_text_is_spoken_sentence_by_sentence_as_post_speaks_each(alice_url):
+    url = alice_url
     with open_session(url) as ws:
         type_text(ws, "Hello there. How")
         first = read_sentence(ws)  # spoken while the text is still being typed
@@ -109,8 +107,8 @@ def test_typed_text_is_spoken_sentence_by_sentence_as_post_speaks_each(alice):
         assert_audio_close(from_pcm(audio), from_pcm(post.content), rel=1e-3)
 
 
-def test_each_sentence_is_a_stream_of_its_own_format(alice):
-    with open_session(alice, response_format="wav", max_new_tokens=6) as ws:
+def test_each_sentence_is_a_stream_of_its_own_format(alice_url):
+    with open_session(alice_url, response_format="wav", max_new_tokens=6) as ws:
         type_text(ws, "One. Two.", step=100)
         ws.send(json.dumps({"type": "input.done"}))
         for _ in range(2):
@@ -119,7 +117,7 @@ def test_each_sentence_is_a_stream_of_its_own_format(alice):
         assert json.loads(ws.recv(timeout=60))["total_sentences"] == 2
 
 
-def test_a_client_that_goes_away_leaves_the_engine_idle(alice, server):
+def test_a_client_that_goes_away_leaves_the_engine_idle(alice_url, server):
     url, app = server
     engine = app.state.speech.engine
     with open_session(url, max_new_tokens=400) as ws:
@@ -151,9 +149,9 @@ ERRORS = [  # (messages after the handshake, code, param, words in the message)
 ]
 
 
-def test_every_error_names_its_problem_and_closes(alice):
+def test_every_error_names_its_problem_and_closes(alice_url):
     for messages, code, param, words in ERRORS:
-        with connect(ws_url(alice), additional_headers=AUTH) as ws:
+        with connect(ws_url(alice_url), additional_headers=AUTH) as ws:
             for message in messages:
                 ws.send(message if isinstance(message, str) else json.dumps(message))
             error = json.loads(ws.recv(timeout=60))
@@ -164,10 +162,10 @@ def test_every_error_names_its_problem_and_closes(alice):
             assert ws.close_code == 1008
 
 
-def test_a_full_queue_ends_the_session_busy(alice, server, monkeypatch):
+def test_a_full_queue_ends_the_session_busy(alice_url, server, monkeypatch):
     _, app = server
     monkeypatch.setattr(app.state.speech.engine, "max_waiting", 0)  # no row may wait: the first sentence is refused
-    with open_session(alice) as ws:
+    with open_session(alice_url) as ws:
         type_text(ws, "Hello there. ", step=100)
         error = json.loads(ws.recv(timeout=60))
         assert (error["type"], error["code"]) == ("error", "server_busy") and "try again in" in error["message"]
