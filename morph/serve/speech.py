@@ -1,4 +1,4 @@
-"""POST /v1/audio/speech: a request's line, voice and settings, its run in the live engine (morph/live_engine.py), and
+"""POST /v1/audio/speech: a request's line, voice and settings, its run in the engine's process (morph/engine/process.py), and
 its audio as the reply asks for it: at its `speed` (tempo.py), streamed as it is made (raw PCM, a WAV of unknown
 length, Ogg Opus, ADTS AAC, or OpenAI's server-sent events), or one whole file.
 
@@ -25,7 +25,8 @@ from fastapi.responses import Response, StreamingResponse
 from ..api import VARIANT_NAMES
 from ..lines.line import Line
 from ..lines.voice import Voice
-from ..live_engine import Busy, LiveEngine
+from ..engine.process import EngineProcess, ModelInfo, make_voice
+from ..live_engine import Busy
 from ..settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings, Sampling
 from .audio_io import FORMATS, STREAMABLE, StreamEncoder, decode_base64_audio, encode, media_type, read_audio
 from .metrics import Metrics
@@ -55,8 +56,9 @@ class _Gone(_End):
 class Speech:
     """Speech requests on one loaded model (module docstring)."""
 
-    def __init__(self, tts, engine: LiveEngine, voices: VoiceFolder, defaults: GenerationSettings, metrics: Metrics):
-        self.tts, self.engine, self.voices, self.defaults, self.metrics = tts, engine, voices, defaults, metrics
+    def __init__(self, info: ModelInfo, engine: EngineProcess, voices: VoiceFolder, defaults: GenerationSettings,
+                 metrics: Metrics):
+        self.info, self.engine, self.voices, self.defaults, self.metrics = info, engine, voices, defaults, metrics
         self._refs: collections.OrderedDict[bytes, Voice] = collections.OrderedDict()
 
     async def reply(self, body: SpeechRequest, http: HttpRequest) -> Response:
@@ -80,7 +82,8 @@ class Speech:
             loop.call_soon_threadsafe(items.put_nowait, item)
 
         try:
-            request = self.engine.submit(line, settings, put, lambda error: put(_End(error)), who=WHO)
+            request = await asyncio.wrap_future(self.engine.submit(line, settings, put, lambda error: put(_End(error)),
+                                                                   who=WHO))
         except Busy:
             self.metrics.count("busy")
             raise
@@ -94,7 +97,7 @@ class Speech:
 
     # -- what the request asks for ------------------------------------------------------------
     async def line_of(self, body: SpeechRequest) -> Line:
-        tts = self.tts
+        tts = self.info
         task = TASKS.get(body.task_type) if body.task_type else tts.variant
         if task != tts.variant:
             raise ApiError(400, f"task_type: this server's model ({tts.source}) is a {VARIANT_NAMES[tts.variant]} "
@@ -166,12 +169,12 @@ class Speech:
         return voice
 
     async def make_voice(self, data: bytes, field: str, ref_text: str | None, x_vector_only: bool) -> Voice:
-        """A voice from a clip's bytes: decoded on a worker thread, made on the engine's (LiveEngine.call: the model
-        runs there alone); a clip the pack refuses (unreadable, silent, too long for its transcript) names `field`."""
+        """A voice from a clip's bytes: decoded on a worker thread, made on the engine's, in its process
+        (EngineProcess.call: the model runs there alone); a clip the pack refuses (unreadable, silent, too long for its transcript) names `field`."""
         try:
             wave, rate = await asyncio.to_thread(read_audio, data, field)
-            return await asyncio.wrap_future(self.engine.call(
-                lambda: self.tts.make_voice(wave, rate, transcript=ref_text, x_vector_only=x_vector_only, who=field)))
+            return await asyncio.wrap_future(self.engine.call(make_voice, wave, rate, transcript=ref_text,
+                                                              x_vector_only=x_vector_only, who=field))
         except ValueError as e:
             message = str(e)
             raise ApiError(400, message if message.startswith(field) else f"{field}: {message}", field,
@@ -200,7 +203,8 @@ class Speech:
             if data := await asyncio.to_thread(lambda: encoder.feed(stretch.finish()) + encoder.finish()):
                 yield send(data)
             if sse:  # the usage: the text's tokens in, the codec frames spoken out
-                tokens, frames = self.engine.count_tokens(text), round(samples / SAMPLE_RATE * FRAMES_PER_SECOND)
+                tokens = await asyncio.wrap_future(self.engine.count_tokens(text))
+                frames = round(samples / SAMPLE_RATE * FRAMES_PER_SECOND)
                 yield _sse("speech.audio.done", usage=dict(input_tokens=tokens, output_tokens=frames,
                                                            total_tokens=tokens + frames))
             status = "ok"
