@@ -26,6 +26,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import queue
 import signal
 import sys
 import threading
@@ -237,14 +238,19 @@ def _serve(load: Callable[[], object], options: dict, conn) -> None:
     # The engine's thread gives up the GIL at every CUDA wait (a frame's flags, a graph's replay); the thread reading
     # the pipe may then hold it for Python's whole switch interval before handing it back: a frame lost each time.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    send_lock = threading.Lock()
+    outbox: queue.SimpleQueue = queue.SimpleQueue()  # records for the parent, in order; None ends the sender
 
-    def send(*message) -> None:
-        with send_lock:
+    def send(*message) -> None:  # never blocks: the engine's thread must not wait for a full pipe
+        outbox.put(message)
+
+    def sending() -> None:
+        while (message := outbox.get()) is not None:
             try:
                 conn.send(message)
             except OSError:  # the parent went away: the loop below sees the pipe's end and stops the engine
                 pass
+    sender = threading.Thread(target=sending, name="morph-engine-sender", daemon=True)
+    sender.start()
 
     def reply(key: int, future: concurrent.futures.Future) -> None:
         error = future.exception()
@@ -252,6 +258,8 @@ def _serve(load: Callable[[], object], options: dict, conn) -> None:
 
     def failed(error: EngineFailed) -> None:  # on the engine's thread, every request it held ended with `error`
         send("fatal", str(error))
+        outbox.put(None)
+        sender.join(STOP_S)  # the requests' ends, then why, reach the parent before the exit
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(FATAL_EXIT)  # the interpreter's teardown could hang in the failed CUDA context
@@ -262,6 +270,8 @@ def _serve(load: Callable[[], object], options: dict, conn) -> None:
         engine = LiveEngine(tts, **options, who="serve", on_fatal=failed)
     except BaseException as e:  # the parent's start() raises it
         send("result", 0, False, EngineFailed(f"the speech engine's process could not start: {reason(e)}"))
+        outbox.put(None)
+        sender.join(STOP_S)
         raise
     send("result", 0, True, ModelInfo(str(tts.source), tts.variant, list(tts.speakers), list(tts.languages),
                                       tts.model_size))
@@ -273,6 +283,8 @@ def _serve(load: Callable[[], object], options: dict, conn) -> None:
             return
         if kind == "close":
             engine.close(args[0])
+            outbox.put(None)
+            sender.join(STOP_S)
             return
         if kind == "cancel":
             request = held.pop(args[0], None)
@@ -291,7 +303,7 @@ def _serve(load: Callable[[], object], options: dict, conn) -> None:
                 done.set_result(rid)
             elif kind == "call":
                 fn, fn_args, fn_kwargs = args
-                done = engine.call(lambda: fn(tts, *fn_args, **fn_kwargs))
+                done = engine.call(lambda fn=fn, a=fn_args, kw=fn_kwargs: fn(tts, *a, **kw))
             elif kind == "tokens":
                 done.set_result(engine.count_tokens(args[0]))
             else:  # "stats"

@@ -30,7 +30,7 @@ MAX_JSON_BYTES = 8 << 20  # a speech request may carry its reference clip as bas
 MAX_UPLOAD_BYTES = 25 << 20  # a voice upload (multipart): OpenAI's limit for an audio file
 UPLOAD_ROUTE = "/v1/audio/voices"
 OPEN_ROUTES = ("/health", "/metrics")
-GRACE_S = 5  # after the state says exit: for the answers already decided to go out, and the engine's thread to stop
+GRACE_S = 5  # after the state says exit: for the answers already decided to go out, and the engine to stop
 
 
 class Lifecycle:
