@@ -10,6 +10,7 @@ voices. Needs the optional extra: pip install "fastapi>=0.110" "uvicorn>=0.29" p
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
@@ -20,7 +21,6 @@ from morph.settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH
 
 API_KEY_ENV = "MORPH_API_KEY"
 
-SWITCH_INTERVAL_S = 0.0005  # Python's default is 0.005
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,7 +66,6 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn  # noqa: F401 (run_server's, checked before the model loads)
         import websockets  # noqa: F401 (uvicorn's for WS /v1/audio/speech/stream, which it refuses without)
 
-        from morph.continuous import runs_lean
         from morph.serve.app import create_app
         from morph.serve.lifecycle import run_server
     except ImportError as e:
@@ -82,20 +81,24 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.shutdown_timeout < float("inf"):
         raise CliError(f"--shutdown-timeout must be >= 0 seconds, got {args.shutdown_timeout}")
     settings = settings_from(args)
-    tts = load_model(args, args.mode)
-    if not runs_lean(tts):  # auto on a CPU: the lean layers in torch
-        tts.patch.mode = "lean"
-    app = create_app(tts, args.voices, api_key=args.api_key, model_id=args.model_name, defaults=settings,
+    app = create_app(functools.partial(load_served, args), args.voices, api_key=args.api_key,
+                     model_id=args.model_name, defaults=settings,
                      width=args.batch_size, max_frames=args.max_frames, max_prompt=args.max_prompt,
                      max_waiting=args.max_waiting,
                      kv_cache_bytes=None if args.kv_cache_gib is None else int(args.kv_cache_gib * 2**30))
     print(f"serving {args.model} on http://{args.host}:{args.port} (voices in {args.voices}); "
           "GET /health says when it is warm", file=sys.stderr)
-    # The engine's thread gives up the GIL at every CUDA wait (a frame's flags, a graph's replay) and the event loop's
-    # thread, busy with many streams, may then hold it for Python's whole switch interval (5 ms) before handing it
-    # back: a frame lost each time. This process is the server's own, so it switches sooner.
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
     return run_server(app, args.host, args.port, args.shutdown_timeout)  # 0 once drained; a failed engine exits 1
+
+
+def load_served(args: argparse.Namespace):
+    """The model, in the engine's process (morph/engine/process.py)."""
+    from morph.continuous import runs_lean
+
+    tts = load_model(args, args.mode)
+    if not runs_lean(tts):  # auto on a CPU: the lean layers in torch
+        tts.patch.mode = "lean"
+    return tts
 
 
 def main(argv=None) -> int:

@@ -43,6 +43,9 @@ class Busy(RuntimeError):
         super().__init__(message)
         self.retry_after = retry_after
 
+    def __reduce__(self):  # it crosses from the engine's process to the server's (morph/engine/process.py)
+        return Busy, (str(self), self.retry_after)
+
 
 class LiveEngine(EngineThread):
     """The server's engine (module docstring)."""

@@ -1,6 +1,8 @@
 """Faults put into the speech server's engine from outside, for its tests: `fault_runner` is a RowRunner (the live
 engine's batch, morph/continuous.py) that raises `error` at each frame once a row whose text holds FAIL has joined
-(`times` times at most), and sleeps `delay` seconds a frame while a row whose text holds SLOW is in it.
+(`times` times at most), and sleeps `delay` seconds a frame while a row whose text holds SLOW is in it. The engine runs
+in a process of its own (morph/engine/process.py): the fault is set there, by the model's loader (`load_tiny`,
+`load_faulty`).
 
     python -m tests.serve_faults fail|slow SERVE_ARGS...   # cli.py serve with that fault (tests/test_cli_serve.py)
     python -m tests.serve_faults assert SERVE_ARGS...      # on a GPU: a real device-side assert (an index out of
@@ -9,6 +11,8 @@ engine's batch, morph/continuous.py) that raises `error` at each frame once a ro
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 import time
 
@@ -45,14 +49,41 @@ def fault_runner(error: BaseException | type[BaseException] | None = None, times
     return FaultyRunner
 
 
-def main(argv: list[str]) -> int:
-    import cli
+def load_tiny(source: str, fault: dict | None = None):
+    """A server's model for the tests, in its engine's process: the tiny model at `source` (CPU, fp32, mode "lean"),
+    its engine given fault_runner(**fault)."""
+    import morph.engine.engine
+    from morph.api import MorphTTS
+
+    if fault is not None:
+        morph.engine.engine.RowRunner = fault_runner(**fault)
+    tts = MorphTTS.load(source, device="cpu", dtype="fp32", attention="sdpa")
+    tts.patch.mode = "lean"
+    return tts
+
+
+def hold(tts, gate: str) -> None:
+    """Model work that holds the engine's thread until the file `gate` exists (EngineProcess.call)."""
+    while not os.path.exists(gate):
+        time.sleep(0.01)
+
+
+def load_faulty(mode: str, args):
+    """cli_serve.load_served with the fault `mode`, in the engine's process."""
+    import cli_serve
     import morph.engine.engine
 
+    morph.engine.engine.RowRunner = fault_runner(**{"fail": dict(error=RuntimeError(CUDA_ASSERT)),
+                                                    "slow": dict(delay=0.1), "assert": dict(error=_DeviceAssert)}[mode])
+    return cli_serve.load_served(args)
+
+
+def main(argv: list[str]) -> int:
+    import cli
+    import cli_serve
+
     mode, serve_args = argv[0], argv[1:]
-    morph.engine.engine.RowRunner = {"fail": lambda: fault_runner(RuntimeError(CUDA_ASSERT)),
-                                     "slow": lambda: fault_runner(delay=0.1),
-                                     "assert": lambda: fault_runner(_DeviceAssert)}[mode]()
+    cli_serve.load_served = functools.partial(load_faulty, mode)  # pickled by name: the child loads through it
     return cli.main(["serve", *serve_args])
 
 

@@ -77,14 +77,23 @@ def faulty_server(tiny_dir, tmp_path, mode, *flags):
             process.wait()
 
 
-def test_an_engine_failure_ends_the_process_with_an_error(tiny_dir, tmp_path):
-    """A device-side assert in the batch: the request gets 503 naming it, and the process exits 1 within seconds, for
-    its supervisor to restart it."""
+def test_an_engine_that_keeps_failing_ends_the_process_with_an_error(tiny_dir, tmp_path):
+    """A device-side assert in the batch: the request gets 503 naming it and the engine's process is started again;
+    once that has happened RESTARTS times, the process exits 1 within seconds, for its supervisor to restart it."""
+    from morph.serve.lifecycle import RESTARTS
+
     with faulty_server(tiny_dir, tmp_path, "fail") as (url, process):
-        reply = httpx.post(f"{url}/v1/audio/speech", timeout=60, json={"input": "FAIL now.", "voice": "alice",
-                                                                       "response_format": "wav", "stream": False})
-        failed = time.monotonic()
-        assert reply.status_code == 503 and "device-side assert" in reply.json()["error"]["message"]
+        for _ in range(RESTARTS):
+            wait_healthy(url, 300, alive=lambda: process.poll() is None)
+            reply = httpx.post(f"{url}/v1/audio/speech", timeout=60, json={"input": "FAIL now.", "voice": "alice",
+                                                                           "response_format": "wav", "stream": False})
+            failed = time.monotonic()
+            assert reply.status_code == 503 and "device-side assert" in reply.json()["error"]["message"]
+            try:  # until the server has seen the engine's process end
+                while process.poll() is None and httpx.get(f"{url}/health").status_code == 200:
+                    time.sleep(0.02)
+            except httpx.TransportError:  # it has exited
+                pass
         assert process.wait(15) == 1
         assert time.monotonic() - failed < 10
 

@@ -1,11 +1,15 @@
 """The server's routes: speech (speech.py; live_text.py as text is typed, over a WebSocket), saved voices
 (voices.py), models, health and metrics.
 
-    app = create_app(tts, Path("voices"), api_key=None)   # tts: a loaded MorphTTS; cli.py serve runs it with uvicorn
+    app = create_app(load, Path("voices"), api_key=None)   # cli.py serve runs it with uvicorn
+
+load (picklable, cli_serve.py's) makes the model in the engine's process (morph/engine/process.py), which the app
+starts with it and stops with it; when that process ends, the app starts another without closing its listener.
 
 Every route but /health needs `Authorization: Bearer <key>` when the server has a key. /health answers 503 until
 the model is warm (one short request has run through the engine, so its CUDA graphs are captured), then 200, and
-503 again once the server drains or fails (lifecycle.py owns that state and the door every request passes).
+503 again while the engine's process restarts, or once the server drains or fails (lifecycle.py owns that state and
+the door every request passes).
 Errors are OpenAI's shape, {"error": {"message", "type", "param", "code"}} (protocol.api_error): a 4xx for what the
 request got wrong, 503 for what may be sent again later, 500 for a failure of the server's own.
 """
@@ -13,6 +17,7 @@ request got wrong, 503 for what may be sent again later, 500 for a failure of th
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import logging
 import threading
@@ -26,8 +31,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException
 
+from ..engine.process import EngineProcess, ModelInfo, make_voice
 from ..lines.line import Line
-from ..live_engine import Busy, EngineFailed, LiveEngine
+from ..live_engine import Busy, EngineFailed
 from ..settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSettings
 from .lifecycle import GRACE_S, Gate, Lifecycle
 from .live_text import live_text
@@ -42,21 +48,46 @@ WARM_TEXT = "Hello, this is a warm-up."
 WARM_FRAMES = 24  # frames of the warm-up request: enough to run every step the first audio needs
 
 
-def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str | None = None,
+def create_app(load, voices_dir: Path, api_key: str | None = None, model_id: str | None = None,
                defaults: GenerationSettings | None = None, width: int = LIVE_WIDTH,
                max_frames: int = LIVE_MAX_FRAMES, max_prompt: int = LIVE_MAX_PROMPT,
                max_waiting: int | None = None, kv_cache_bytes: int | None = None) -> FastAPI:
-    """The app over a loaded model; its engine starts with the app and closes with it."""
+    """The app over the model load() makes in the engine's process; that process starts with the app, and again
+    when it ends (lifecycle.py says how often), and stops with it."""
     voices, metrics, lifecycle = VoiceFolder(voices_dir), Metrics(), Lifecycle()
-    model_id = model_id or Path(str(tts.source)).name
     defaults = (defaults or GenerationSettings()).validate("cli.py serve")
+    created = int(time.time())
+
+    def ended(error: Exception) -> None:  # on the ended process's reader thread, which has nothing more to do
+        while lifecycle.engine_ended(str(error)):
+            try:
+                info = engine.start()
+            except Exception as e:  # it ended again while loading
+                error = e
+                continue
+            warm = concurrent.futures.Future()
+            warm.set_running_or_notify_cancel()
+            try:
+                warm.set_result(_warm_up(info, engine, defaults))
+            except Exception as e:
+                warm.set_exception(e)
+            _warmed(warm, lifecycle)
+            return
+
+    engine = EngineProcess(load, dict(width=width, max_frames=max_frames, max_prompt=max_prompt,
+                                      max_waiting=max_waiting, kv_cache_bytes=kv_cache_bytes), on_exit=ended)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        engine = LiveEngine(tts, width, max_frames, max_prompt, max_waiting, who="serve", kv_cache_bytes=kv_cache_bytes,
-                            on_fatal=lambda error: lifecycle.fail(str(error)))
-        app.state.speech = Speech(tts, engine, voices, defaults, metrics)
-        warm = asyncio.get_running_loop().run_in_executor(None, _warm_up, tts, engine, defaults)
+        try:
+            info = await asyncio.to_thread(engine.start)
+        except Exception as e:  # the model did not load: the process exits 1 (lifecycle.run_server)
+            lifecycle.fail(str(e))
+            raise
+        app.state.model = {"id": model_id or Path(info.source).name, "object": "model", "created": created,
+                           "owned_by": "qwen3-tts-morph", "task_type": info.variant}  # OpenAI's model object
+        app.state.speech = Speech(info, engine, voices, defaults, metrics)
+        warm = asyncio.get_running_loop().run_in_executor(None, _warm_up, info, engine, defaults)
         warm.add_done_callback(lambda f: _warmed(f, lifecycle))
         try:
             yield
@@ -98,9 +129,10 @@ def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str 
         return _voice_object(await asyncio.to_thread(voices.save, name, voice))
 
     @app.get("/v1/audio/voices")
-    async def list_voices():
+    async def list_voices(request: Request):
         saved = [_voice_object(r) for r in voices.records()]
-        builtin = [{"object": "voice", "id": s, "name": s, "builtin": True} for s in tts.speakers]
+        builtin = [{"object": "voice", "id": s, "name": s, "builtin": True}
+                   for s in request.app.state.speech.info.speakers]
         return {"object": "list", "data": saved + builtin}
 
     @app.delete("/v1/audio/voices/{name}")
@@ -113,17 +145,15 @@ def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str 
             raise ApiError(404, f"name: no saved voice named {name!r}", "name", "voice_not_found")
         return {"object": "voice", "id": name, "deleted": True}
 
-    model = {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "qwen3-tts-morph",
-             "task_type": tts.variant}  # OpenAI's model object; created: when the server started
-
     @app.get("/v1/models")
-    async def models():
-        return {"object": "list", "data": [model]}
+    async def models(request: Request):
+        return {"object": "list", "data": [request.app.state.model]}
 
     @app.get("/v1/models/{name:path}")  # a path: a --model-name may hold a "/", as Hugging Face's ids do
-    async def one_model(name: str):
-        if name != model_id:
-            raise ApiError(404, f"The model {name!r} does not exist; this server serves {model_id!r} (GET "
+    async def one_model(name: str, request: Request):
+        model = request.app.state.model
+        if name != model["id"]:
+            raise ApiError(404, f"The model {name!r} does not exist; this server serves {model['id']!r} (GET "
                                 "/v1/models)", None, "model_not_found")
         return model
 
@@ -133,8 +163,12 @@ def create_app(tts, voices_dir: Path, api_key: str | None = None, model_id: str 
         return JSONResponse(body, status_code=status)
 
     @app.get("/metrics")
-    async def metrics_text(request: Request):
-        return PlainTextResponse(metrics.text(request.app.state.speech.engine.stats()),
+    async def metrics_text():
+        try:
+            stats = await asyncio.to_thread(engine.stats)
+        except EngineFailed:  # no engine process runs (restarting): its gauges read 0, the counters are the server's
+            stats = dict(rows_live=0, rows_waiting=0, width=width, cache_slots=0)
+        return PlainTextResponse(metrics.text(stats),
                                  media_type="text/plain; version=0.0.4")
 
     return app
@@ -144,30 +178,30 @@ def _voice_object(record: dict) -> dict:
     return {"object": "voice", "id": record["name"], **record}
 
 
-def _warmed(warm: asyncio.Future, lifecycle: Lifecycle) -> None:
+def _warmed(warm: asyncio.Future | concurrent.futures.Future, lifecycle: Lifecycle) -> None:
     if warm.cancelled():  # the server stopped first
         return
     error = warm.exception()
     if error is None:
         lifecycle.ready()
-    else:
+    elif not isinstance(error, EngineFailed):  # else the engine's process ended, and is started again (create_app)
         lifecycle.fail(f"the warm-up request failed: {error}")
 
 
-def _warm_up(tts, engine: LiveEngine, defaults: GenerationSettings) -> None:
+def _warm_up(info: ModelInfo, engine: EngineProcess, defaults: GenerationSettings) -> None:
     """One short request through the engine (on a worker thread), so the first client's does not pay for building
     the batch and capturing its graphs; on a Base model in an x-vector voice of a second of noise."""
-    if tts.variant == "base":
+    if info.variant == "base":
         noise = np.random.default_rng(0).normal(0, 0.1, 24000).astype(np.float32)
-        voice = engine.call(lambda: tts.make_voice(noise, 24000, x_vector_only=True, who="warm-up")).result()
+        voice = engine.call(make_voice, noise, 24000, x_vector_only=True, who="warm-up").result()
         line = Line(WARM_TEXT, voice)
-    elif tts.variant == "custom_voice":
-        line = Line(WARM_TEXT, speaker=tts.speakers[0])
+    elif info.variant == "custom_voice":
+        line = Line(WARM_TEXT, speaker=info.speakers[0])
     else:
         line = Line(WARM_TEXT, instruct="A calm voice.")
     done, errors = threading.Event(), []
     engine.submit(line, dataclasses.replace(defaults, max_new_tokens=WARM_FRAMES),
-                  lambda wav: None, lambda error: (errors.append(error), done.set()), who="warm-up")
+                  lambda wav: None, lambda error: (errors.append(error), done.set()), who="warm-up").result()
     done.wait()
     if errors[0] is not None:
         raise errors[0]

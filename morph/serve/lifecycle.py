@@ -1,7 +1,9 @@
 """The server's state, owned here alone: `loading` until the warm-up request has run, then `serving`; `draining` once
 SIGTERM or SIGINT came (no new requests, those in flight finish within the shutdown timeout, then the rest are cut off
-and the process exits 0); `failed` when the engine cannot go on (every request is answered at once and the process
-exits 1, for its supervisor to restart it).
+and the process exits 0); `restarting` while the engine's process (morph/engine/process.py), which ended, is started
+again and warmed up (its requests were answered with an error when it ended); `failed` when the engine cannot go on,
+having ended RESTARTS times within RESTART_WINDOW_S (every request is answered at once and the process exits 1, for
+its supervisor to restart it).
 
 `Gate` is the door every HTTP request and WebSocket session passes, in this order: the API key (401), the state (503
 unless loading or serving), the body's size (413, before any of it is parsed); it counts the requests and sessions
@@ -24,12 +26,13 @@ from .protocol import ApiError
 
 log = logging.getLogger(__name__)
 
-LOADING, SERVING, DRAINING, FAILED = "loading", "serving", "draining", "failed"
+LOADING, SERVING, RESTARTING, DRAINING, FAILED = "loading", "serving", "restarting", "draining", "failed"
+RESTARTS, RESTART_WINDOW_S = 3, 300  # the engine's process ending this often gives up: a crash loop, not a fault
 MAX_JSON_BYTES = 8 << 20  # a speech request may carry its reference clip as base64 (ref_audio)
 MAX_UPLOAD_BYTES = 25 << 20  # a voice upload (multipart): OpenAI's limit for an audio file
 UPLOAD_ROUTE = "/v1/audio/voices"
 OPEN_ROUTES = ("/health", "/metrics")
-GRACE_S = 5  # after the state says exit: for the answers already decided to go out, and the engine's thread to stop
+GRACE_S = 5  # after the state says exit: for the answers already decided to go out, and the engine to stop
 
 
 class Lifecycle:
@@ -39,11 +42,27 @@ class Lifecycle:
         self._lock = threading.Lock()
         self.state, self.reason = LOADING, None
         self.active = 0  # requests past the gate and not yet answered (the event loop's alone)
+        self._ended: list[float] = []  # when the engine's process ended, within the last RESTART_WINDOW_S
 
     def ready(self) -> None:
         with self._lock:
-            if self.state == LOADING:
-                self.state = SERVING
+            if self.state in (LOADING, RESTARTING):
+                self.state, self.reason = SERVING, None
+
+    def engine_ended(self, reason: str) -> bool:
+        """The engine's process ended: True when it is to be started again (the state is `restarting`), False when
+        the server gives up (`failed`, after RESTARTS ends within RESTART_WINDOW_S) or is shutting down."""
+        now = time.monotonic()
+        with self._lock:
+            self._ended = [t for t in self._ended if now - t < RESTART_WINDOW_S] + [now]
+            if self.state in (DRAINING, FAILED):
+                return False
+            if len(self._ended) < RESTARTS:
+                self.state, self.reason = RESTARTING, reason
+                log.error("serve: %s; starting the engine again", reason)
+                return True
+        self.fail(f"the speech engine ended {RESTARTS} times within {RESTART_WINDOW_S} s, last: {reason}")
+        return False
 
     def drain(self) -> bool:
         """Stop admitting requests; False when already draining or failed."""
@@ -73,6 +92,9 @@ class Lifecycle:
         if state == DRAINING:
             return ApiError(503, "the server is shutting down and takes no new requests; send the request to another "
                                  "server, or again once this one is back", None, "server_shutting_down", "server_error")
+        if state == RESTARTING:
+            return ApiError(503, f"the server's speech engine is being restarted ({reason}); send the request again "
+                                 "in a few seconds", None, "server_restarting", "server_error", {"Retry-After": "5"})
         if state == FAILED:
             return ApiError(503, f"this server has failed and is exiting to be restarted: {reason}; send the request "
                                  "again once it is back", None, "server_failed", "server_error")

@@ -36,7 +36,6 @@ import time
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from ..engine.request import Request
 from ..lines.text_split import BOUNDARY, CLAUSE
 from ..settings import SAMPLE_RATE
 from .audio_io import STREAMABLE
@@ -92,7 +91,7 @@ def _run_on(text: str, cap: int) -> tuple[list[str], str]:
 class _Sentence:
     index: int
     text: str
-    request: Request
+    request: int  # its id in the engine (Speech.submit)
     items: asyncio.Queue  # its audio chunks as the engine makes them (Speech.submit)
     started: float
 
@@ -128,6 +127,8 @@ class _Session:
         self.typing = True  # until input.done
         self.count = 0  # sentences submitted
         self.changed = asyncio.Event()
+        # the reader and the sender both submit: one at a time, so sentences enter the engine and the queue in order
+        self.submitting = asyncio.Lock()
 
     async def run(self) -> None:
         body = _config(await _receive(self.ws))
@@ -162,9 +163,9 @@ class _Session:
                 if len(text) > MAX_INPUT_CHARS:
                     raise ApiError(400, f"text: {len(text)} characters in one input.text, over the {MAX_INPUT_CHARS} "
                                         "a message takes; send it in several", "text", "invalid_value")
-                self._add(sentences.feed(text))
+                await self._add(sentences.feed(text))
             elif kind == "input.done":
-                self._add(sentences.finish())
+                await self._add(sentences.finish())
                 self.typing = False
                 self.changed.set()
             elif kind == "session.config":
@@ -174,18 +175,20 @@ class _Session:
                 raise ApiError(400, f"type: {kind!r} is not a message of this route; send input.text or input.done",
                                "type", "unknown_type")
 
-    def _add(self, sentences: list[str]) -> None:
+    async def _add(self, sentences: list[str]) -> None:
         self.waiting.extend(sentences)
-        self._submit()
+        await self._submit()
 
-    def _submit(self) -> None:
+    async def _submit(self) -> None:
         """Into the engine: the waiting sentences that have a place."""
-        while self.waiting and len(self.queued) + self.streaming <= AHEAD:
-            text = self.waiting.popleft()
-            request, items = self.speech.submit(dataclasses.replace(self.line, text=text), self.settings, WHO)
-            self.queued.append(_Sentence(self.count, text, request, items, time.perf_counter()))
-            self.count += 1
-            self.changed.set()
+        async with self.submitting:
+            while self.waiting and len(self.queued) + self.streaming <= AHEAD:
+                text = self.waiting.popleft()
+                request, items = await self.speech.submit(dataclasses.replace(self.line, text=text), self.settings,
+                                                          WHO)
+                self.queued.append(_Sentence(self.count, text, request, items, time.perf_counter()))
+                self.count += 1
+                self.changed.set()
 
     async def _send(self) -> None:
         ws = self.ws
@@ -207,7 +210,7 @@ class _Session:
                     total += len(data)
             await ws.send_json({"type": "audio.done", "sentence_index": sentence.index, "total_bytes": total})
             self.streaming = False
-            self._submit()
+            await self._submit()
         await ws.send_json({"type": "session.done", "total_sentences": self.count})
         await ws.close(1000)
 

@@ -1,4 +1,4 @@
-"""POST /v1/audio/speech: a request's line, voice and settings, its run in the live engine (morph/live_engine.py), and
+"""POST /v1/audio/speech: a request's line, voice and settings, its run in the engine's process (morph/engine/process.py), and
 its audio as the reply asks for it: at its `speed` (tempo.py), streamed as it is made (raw PCM, a WAV of unknown
 length, Ogg Opus, ADTS AAC, or OpenAI's server-sent events), or one whole file.
 
@@ -23,10 +23,10 @@ from fastapi import Request as HttpRequest
 from fastapi.responses import Response, StreamingResponse
 
 from ..api import VARIANT_NAMES
-from ..engine.request import Request
 from ..lines.line import Line
 from ..lines.voice import Voice
-from ..live_engine import Busy, LiveEngine
+from ..engine.process import EngineProcess, ModelInfo, make_voice
+from ..live_engine import Busy
 from ..settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings, Sampling
 from .audio_io import FORMATS, STREAMABLE, StreamEncoder, decode_base64_audio, encode, media_type, read_audio
 from .metrics import Metrics
@@ -56,8 +56,9 @@ class _Gone(_End):
 class Speech:
     """Speech requests on one loaded model (module docstring)."""
 
-    def __init__(self, tts, engine: LiveEngine, voices: VoiceFolder, defaults: GenerationSettings, metrics: Metrics):
-        self.tts, self.engine, self.voices, self.defaults, self.metrics = tts, engine, voices, defaults, metrics
+    def __init__(self, info: ModelInfo, engine: EngineProcess, voices: VoiceFolder, defaults: GenerationSettings,
+                 metrics: Metrics):
+        self.info, self.engine, self.voices, self.defaults, self.metrics = info, engine, voices, defaults, metrics
         self._refs: collections.OrderedDict[bytes, Voice] = collections.OrderedDict()
 
     async def reply(self, body: SpeechRequest, http: HttpRequest) -> Response:
@@ -70,31 +71,34 @@ class Speech:
             raise ApiError(400, "response_format: stream_format 'sse' sends base64 PCM; send response_format 'pcm'",
                            "response_format", "unsupported_format")
         settings = self.settings_of(body)
-        request, items = self.submit(await self.line_of(body), settings, WHO)
+        request, items = await self.submit(await self.line_of(body), settings, WHO)
         sse = body.stream_format == "sse"
         if sse or (fmt in STREAMABLE and body.stream is not False):
             return StreamingResponse(self.stream(request, items, fmt, sse, body.speed, started, body.input),
                                      media_type="text/event-stream" if sse else media_type(fmt))
         return await self._whole(request, items, fmt, body.speed, http, started)
 
-    def submit(self, line: Line, settings: GenerationSettings, who: str) -> tuple[Request, asyncio.Queue]:
-        """Queue a line in the engine: its request, and the queue its audio chunks arrive on (then an _End)."""
+    async def submit(self, line: Line, settings: GenerationSettings, who: str) -> tuple[int, asyncio.Queue]:
+        """Queue a line in the engine (in its own process): its request's id, and the queue its audio chunks arrive on
+        (then an _End)."""
         loop, items = asyncio.get_running_loop(), asyncio.Queue()
 
-        def put(item) -> None:  # on the engine's thread
+        def put(item) -> None:  # on the thread that reads the engine process's records
             loop.call_soon_threadsafe(items.put_nowait, item)
 
         try:
-            return self.engine.submit(line, settings, put, lambda error: put(_End(error)), who=who), items
+            request = await asyncio.wrap_future(self.engine.submit(line, settings, put, lambda error: put(_End(error)),
+                                                                   who=who))
         except Busy:
             self.metrics.count("busy")
             raise
         except ValueError as e:
             raise ApiError(400, str(e), None, "invalid_value")
+        return request, items
 
     # -- what the request asks for ------------------------------------------------------------
     async def line_of(self, body: SpeechRequest) -> Line:
-        tts = self.tts
+        tts = self.info
         task = TASKS.get(body.task_type) if body.task_type else tts.variant
         if task != tts.variant:
             raise ApiError(400, f"task_type: this server's model ({tts.source}) is a {VARIANT_NAMES[tts.variant]} "
@@ -170,12 +174,12 @@ class Speech:
         return voice
 
     async def make_voice(self, data: bytes, field: str, ref_text: str | None, x_vector_only: bool) -> Voice:
-        """A voice from a clip's bytes: decoded on a worker thread, made on the engine's (LiveEngine.call: the model
-        runs there alone); a clip the pack refuses (unreadable, silent, too long for its transcript) names `field`."""
+        """A voice from a clip's bytes: decoded on a worker thread, made on the engine's, in its process
+        (EngineProcess.call: the model runs there alone); a clip the pack refuses (unreadable, silent, too long for its transcript) names `field`."""
         try:
             wave, rate = await asyncio.to_thread(read_audio, data, field)
-            return await asyncio.wrap_future(self.engine.call(
-                lambda: self.tts.make_voice(wave, rate, transcript=ref_text, x_vector_only=x_vector_only, who=field)))
+            return await asyncio.wrap_future(self.engine.call(make_voice, wave, rate, transcript=ref_text,
+                                                              x_vector_only=x_vector_only, who=field))
         except ValueError as e:
             message = str(e)
             raise ApiError(400, message if message.startswith(field) else f"{field}: {message}", field,
@@ -205,7 +209,8 @@ class Speech:
             if data := await asyncio.to_thread(lambda: encoder.feed(stretch.finish()) + encoder.finish()):
                 yield send(data)
             if sse:  # the usage: the text's tokens in, the codec frames spoken out
-                tokens, frames = self.engine.count_tokens(text), round(samples / SAMPLE_RATE * FRAMES_PER_SECOND)
+                tokens = await asyncio.wrap_future(self.engine.count_tokens(text))
+                frames = round(samples / SAMPLE_RATE * FRAMES_PER_SECOND)
                 yield _sse("speech.audio.done", usage=dict(input_tokens=tokens, output_tokens=frames,
                                                            total_tokens=tokens + frames))
             status = "ok"

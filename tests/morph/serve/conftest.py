@@ -1,9 +1,11 @@
 """A real server on the tiny model (CPU, fp32, mode "lean"): uvicorn on a free port in a thread, the app of
-morph/serve/app.py, waited on until /health says it is warm."""
+morph/serve/app.py, its engine in a process of its own that loads the model from the test's model's folder
+(tests/serve_faults.py `load_tiny`), waited on until /health says it is warm."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 
 import pytest
@@ -15,13 +17,15 @@ LIMITS = dict(width=4, max_frames=400, max_prompt=400)
 
 
 @contextlib.contextmanager
-def serving(tts, voices_dir, **options):
-    """A server's base URL while it runs; stopped (its engine closed) on the way out."""
+def serving(tts, voices_dir, fault: dict | None = None, **options):
+    """A server's base URL while it runs, over tts's model (fault: tests/serve_faults.py's fault_runner's arguments);
+    stopped (its engine's process too) on the way out."""
     import uvicorn
 
     from morph.serve.app import create_app
+    from tests.serve_faults import load_tiny
 
-    app = create_app(tts, voices_dir, **{"api_key": API_KEY, **LIMITS, **options})
+    app = create_app(functools.partial(load_tiny, str(tts.source), fault), voices_dir, **{"api_key": API_KEY, **LIMITS, **options})
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

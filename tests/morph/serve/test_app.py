@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import functools
 import io
 import json
 import subprocess
@@ -26,6 +27,7 @@ from morph.serve.app import create_app
 from morph.serve.audio_io import FORMATS, STREAMABLE, media_type
 from morph.settings import GenerationSettings
 from tests.audio_compare import assert_audio_close
+from tests.serve_faults import hold, load_tiny
 
 from .conftest import API_KEY, serving
 
@@ -289,7 +291,8 @@ def test_health_is_503_until_the_engine_is_warm(lean, tmp_path, monkeypatch):
 
     gate, warm = threading.Event(), app_module._warm_up
     monkeypatch.setattr(app_module, "_warm_up", lambda *args: (gate.wait(60), warm(*args)))
-    with TestClient(create_app(lean, tmp_path, width=1, max_frames=32, max_prompt=400)) as client:
+    load = functools.partial(load_tiny, str(lean.source))
+    with TestClient(create_app(load, tmp_path, width=1, max_frames=32, max_prompt=400)) as client:
         loading = client.get("/health")
         gate.set()
         deadline = time.monotonic() + 60
@@ -301,14 +304,14 @@ def test_health_is_503_until_the_engine_is_warm(lean, tmp_path, monkeypatch):
 
 
 def test_a_full_queue_answers_503_with_retry_after(lean, tmp_path, ref_audio):
-    """While the engine's thread is held (a call that waits), requests queue up to max_waiting rows; the next one gets
+    """While the engine's thread is held (a call that waits for a file), requests queue up to max_waiting rows; the next one gets
     503 with Retry-After instead of a place in an unbounded queue, and the queued ones still finish whole."""
     with serving(lean, tmp_path / "voices", max_waiting=2) as (url, app):
         made = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "carol"},
                           files={"audio_sample": ("c.wav", wav_bytes(ref_audio[0]), "audio/wav")}, timeout=60)
         assert made.status_code == 200
-        engine, gate = app.state.speech.engine, threading.Event()
-        held = engine.call(lambda: gate.wait(60))
+        engine, gate = app.state.speech.engine, tmp_path / "go"
+        held = engine.call(hold, str(gate))
         body = {"input": TEXT, "voice": "carol", "response_format": "pcm", "max_new_tokens": 8}
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             queued = [pool.submit(httpx.post, f"{url}/v1/audio/speech", headers=AUTH, json=body, timeout=60)
@@ -317,7 +320,7 @@ def test_a_full_queue_answers_503_with_retry_after(lean, tmp_path, ref_audio):
             while engine.stats()["rows_waiting"] < 2 and time.monotonic() < deadline:
                 time.sleep(0.02)
             refused = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, json=body, timeout=60)
-            gate.set()
+            gate.touch()
             replies = [q.result(60) for q in queued]
         held.result(60)
         assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1

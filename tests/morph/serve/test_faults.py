@@ -1,5 +1,5 @@
 """The speech server when things go wrong (morph/serve/; real HTTP, tiny model, CPU): an engine whose CUDA context
-fails answers every request at once and says so at /health; a batch that fails otherwise fails its own requests only;
+fails answers every request at once, says so at /health while its process is started again, then serves; a batch that fails otherwise fails its own requests only;
 a client that hangs up frees its rows within a chunk in every format; every error is OpenAI's shape; a draining server
 refuses new work. The process's own end (exit codes, SIGTERM): tests/test_cli_serve.py."""
 
@@ -15,9 +15,9 @@ import time
 import httpx
 import pytest
 
-import morph.engine.engine
 from morph.serve.audio_io import FORMATS
-from tests.serve_faults import CUDA_ASSERT, fault_runner
+from tests.http_server import wait_healthy
+from tests.serve_faults import CUDA_ASSERT
 
 from .conftest import API_KEY, serving
 from .test_app import AUTH, TEXT, wav_bytes
@@ -46,11 +46,11 @@ def metric(url, name) -> float:
     return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
 
 
-def test_a_failed_cuda_context_answers_every_request_at_once(lean, tmp_path, monkeypatch, alice_voice):
+def test_a_failed_cuda_context_answers_every_request_at_once(lean, tmp_path, alice_voice):
     """A device-side assert in the batch: the request that hit it and one waiting beside it get 503 naming the cause,
-    a stream already under way is cut off (no clean end), /health says failed with the reason, new requests 503."""
-    monkeypatch.setattr(morph.engine.engine, "RowRunner", fault_runner(RuntimeError(CUDA_ASSERT)))
-    with serving(lean, tmp_path / "voices", width=1) as (url, app):
+    a stream already under way is cut off (no clean end); the engine's process exits, /health says restarting with
+    the reason and new requests get 503 until another process is up, which serves the next request."""
+    with serving(lean, tmp_path / "voices", fault=dict(error=RuntimeError(CUDA_ASSERT)), width=1) as (url, app):
         alice_voice(url)
         with httpx.stream("POST", f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
                           json={**LONG, "response_format": "pcm"}) as stream, \
@@ -64,7 +64,7 @@ def test_a_failed_cuda_context_answers_every_request_at_once(lean, tmp_path, mon
                                   json={"input": "And FAIL too.", "voice": "alice", "response_format": "mp3"})
             wait_for(lambda: app.state.speech.engine.stats()["rows_waiting"] == 2)
             stream.close()  # the FAIL rows join when the stream's row leaves its one slot
-            wait_for(lambda: app.state.lifecycle.state == "failed")
+            wait_for(lambda: app.state.lifecycle.state == "restarting")
             failed = time.monotonic()
             replies = failing.result(30), waiting.result(30)
         assert time.monotonic() - failed < 2  # answered when the engine failed, not at a client's timeout
@@ -74,18 +74,21 @@ def test_a_failed_cuda_context_answers_every_request_at_once(lean, tmp_path, mon
             assert error["code"] == "engine_failed" and error["type"] == "server_error"
             assert "device-side assert" in error["message"]
         health = httpx.get(f"{url}/health")
-        assert health.status_code == 503 and health.json()["status"] == "failed"
+        assert health.status_code == 503 and health.json()["status"] == "restarting"
         assert "device-side assert" in health.json()["error"]
         refused = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, json={"input": "Hi.", "voice": "alice"})
-        assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_failed"
-        assert app.state.lifecycle.state == "failed"
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_restarting"
+        wait_healthy(url, 120)
+        after = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
+                           json={"input": "Fine again.", "voice": "alice", "response_format": "pcm",
+                                 "max_new_tokens": 8})
+        assert after.status_code == 200 and len(after.content) > 0
 
 
-def test_a_stream_under_way_is_cut_off_when_its_batch_fails(lean, tmp_path, monkeypatch, alice_voice):
+def test_a_stream_under_way_is_cut_off_when_its_batch_fails(lean, tmp_path, alice_voice):
     """A Python error in the batch (the CUDA context lives): the requests in it fail (a stream is cut off, a whole
     file is a 500 naming the error), and the server goes on: the next request is whole and /health stays 200."""
-    monkeypatch.setattr(morph.engine.engine, "RowRunner", fault_runner(ValueError("a bug in a step"), times=1))
-    with serving(lean, tmp_path / "voices") as (url, _):
+    with serving(lean, tmp_path / "voices", fault=dict(error=ValueError("a bug in a step"), times=1)) as (url, _):
         alice_voice(url)
         with httpx.stream("POST", f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
                           json={**LONG, "response_format": "pcm"}) as stream:
