@@ -17,8 +17,10 @@ from websockets.sync.client import connect
 from morph.serve.live_text import Sentences
 from tests.audio_compare import assert_audio_close
 
-from .conftest import API_KEY
-from .test_app import AUTH, alice, from_pcm  # noqa: F401 (alice: a fixture)
+from tests.serve_faults import hold
+
+from .conftest import API_KEY, serving
+from .test_app import AUTH, alice, from_pcm, wav_bytes  # noqa: F401 (alice: a fixture)
 
 FRAMES = 12
 CONFIG = {"type": "session.config", "voice": "alice", "seed": 5, "max_new_tokens": FRAMES}
@@ -162,18 +164,32 @@ def test_every_error_names_its_problem_and_closes(alice_url):
             assert ws.close_code == 1008
 
 
-def test_a_full_queue_ends_the_session_busy(alice_url, server, monkeypatch):
-    _, app = server
-    monkeypatch.setattr(app.state.speech.engine, "max_waiting", 0)  # no row may wait: the first sentence is refused
-    with open_session(alice_url) as ws:
-        type_text(ws, "Hello there. ", step=100)
-        error = json.loads(ws.recv(timeout=60))
-        assert (error["type"], error["code"]) == ("error", "server_busy") and "try again in" in error["message"]
-        with pytest.raises(ConnectionClosed):
-            ws.recv(timeout=10)
-        assert ws.close_code == 1013
-
-
+def test_a_full_queue_ends_the_session_busy(lean, tmp_path, ref_audio):
+    """While the engine's thread is held, one row may wait: the session's first sentence waits, its second (one
+    ahead) is refused, and the session ends with that error, busy."""
+    with serving(lean, tmp_path / "voices", max_waiting=1) as (url, app):
+        made = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "alice"},
+                          files={"audio_sample": ("a.wav", wav_bytes(ref_audio[0]), "audio/wav")}, timeout=60)
+        assert made.status_code == 200, made.text
+        engine, gate = app.state.speech.engine, tmp_path / "go"
+        held = engine.call(hold, str(gate))
+        try:
+            with open_session(url) as ws:
+                type_text(ws, "Hello there. How are you? ", step=100)
+                events = []
+                while not events or events[-1]["type"] != "error":  # the first sentence's audio.start may come first
+                    message = ws.recv(timeout=60)
+                    if isinstance(message, str):
+                        events.append(json.loads(message))
+                error = events[-1]
+                assert error["code"] == "server_busy" and "try again in" in error["message"]
+                assert [e["type"] for e in events[:-1]] in ([], ["audio.start"])
+                with pytest.raises(ConnectionClosed):
+                    ws.recv(timeout=10)
+                assert ws.close_code == 1013
+        finally:
+            gate.touch()
+            held.result(60)
 def test_the_key_is_checked_at_the_handshake_and_a_draining_server_refuses(server):
     url, app = server
     for headers, query in (({}, ""), ({"Authorization": "Bearer wrong"}, ""), ({}, "?api_key=wrong")):
