@@ -148,7 +148,8 @@ def test_a_client_that_hangs_up_frees_its_rows_at_once_in_every_format(server, a
         wait_for(lambda: engine.stats()["rows_in_batch"] == 0, 10)
         assert time.monotonic() - hung_up < 1.5, case
     assert metric(url, "morph_rows_live") == 0 and metric(url, "morph_cache_slots") == 0
-    assert metric(url, 'morph_requests_total{status="cancelled"}') == len(CASES)
+    # each is counted as its reply ends on the event loop, which may come after the engine's process freed its row
+    wait_for(lambda: metric(url, 'morph_requests_total{status="cancelled"}') == len(CASES), 5)
 
 
 def test_every_error_is_openai_shaped(server):
