@@ -46,6 +46,20 @@ def metric(url, name) -> float:
     return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
 
 
+def restarts_then_serves(url: str, cause: str) -> None:
+    """After the engine's process ended: /health says restarting with the cause, a new request gets 503 until another
+    process is up, and that one serves the next request."""
+    health = httpx.get(f"{url}/health")
+    assert health.status_code == 503 and health.json()["status"] == "restarting"
+    assert cause in health.json()["error"]
+    refused = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, json={"input": "Hi.", "voice": "alice"})
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_restarting"
+    wait_healthy(url, 120)
+    after = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
+                       json={"input": "Fine again.", "voice": "alice", "response_format": "pcm", "max_new_tokens": 8})
+    assert after.status_code == 200 and len(after.content) > 0
+
+
 def test_a_failed_cuda_context_answers_every_request_at_once(lean, tmp_path, alice_voice):
     """A device-side assert in the batch: the request that hit it and one waiting beside it get 503 naming the cause,
     a stream already under way is cut off (no clean end); the engine's process exits, /health says restarting with
@@ -73,16 +87,7 @@ def test_a_failed_cuda_context_answers_every_request_at_once(lean, tmp_path, ali
             error = reply.json()["error"]
             assert error["code"] == "engine_failed" and error["type"] == "server_error"
             assert "device-side assert" in error["message"]
-        health = httpx.get(f"{url}/health")
-        assert health.status_code == 503 and health.json()["status"] == "restarting"
-        assert "device-side assert" in health.json()["error"]
-        refused = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, json={"input": "Hi.", "voice": "alice"})
-        assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_restarting"
-        wait_healthy(url, 120)
-        after = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
-                           json={"input": "Fine again.", "voice": "alice", "response_format": "pcm",
-                                 "max_new_tokens": 8})
-        assert after.status_code == 200 and len(after.content) > 0
+        restarts_then_serves(url, "device-side assert")
 
 
 def test_a_stream_under_way_is_cut_off_when_its_batch_fails(lean, tmp_path, alice_voice):
