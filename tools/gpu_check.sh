@@ -24,8 +24,9 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
 fi
 out=${1:?usage: bash tools/gpu_check.sh OUTDIR}
 mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu-site \
-  .whl/gpu/*.whl || exit 1
+# once per machine: parts of the tests may run side by side, each its own call of this script
+[ -d /tmp/gpu-site ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target \
+  /tmp/gpu-site .whl/gpu/*.whl || exit 1
 export PYTHONPATH=/tmp/gpu-site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 status=0
 for backend in ${BACKENDS:-cudaMallocAsync native}; do
