@@ -161,11 +161,13 @@ def free_bytes(device: torch.device) -> int | None:
     is only read for its pool's figures). None on another device: nothing to admit against."""
     if device.type != "cuda":
         return None
-    free, total = torch.cuda.mem_get_info(device)
-    allocated = torch.cuda.memory_allocated(device)
-    room = free + torch.cuda.memory_reserved(device) - allocated
+    # a model loaded on "cuda" has no index, which torch's per-process fraction refuses
+    index = torch.cuda.current_device() if device.index is None else device.index
+    free, total = torch.cuda.mem_get_info(index)
+    allocated = torch.cuda.memory_allocated(index)
+    room = free + torch.cuda.memory_reserved(index) - allocated
     if torch.cuda.get_allocator_backend() == "native":
-        room = min(room, int(torch.cuda.get_per_process_memory_fraction(device) * total) - allocated)
+        room = min(room, int(torch.cuda.get_per_process_memory_fraction(index) * total) - allocated)
     return max(0, room)
 
 

@@ -99,11 +99,19 @@ def test_the_engines_admission_counts_what_a_host_is_told_a_render_needs(lean, v
                                                       ("native", 0.3, 0), ("cudaMallocAsync", 0.5, 1500)])
 def test_free_memory_is_the_drivers_and_torchs_unused_cache_within_the_native_allocators_share(monkeypatch, backend,
                                                                                                fraction, free):
-    """1000 bytes free on a 10,000-byte device; torch holds 4,500, 4,000 of them in tensors."""
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (1000, 10_000))
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 4000)
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 4500)
+    """1000 bytes free on device 1, of 10,000 bytes; torch holds 4,500, 4,000 of them in tensors. Like torch, the
+    fakes take a device's index only: a model loaded on plain "cuda" is on the current device."""
+    def on_device_1(value):
+        def read(device):
+            assert device == 1, f"asked about {device!r}, not device 1's index"
+            return value
+        return read
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", on_device_1((1000, 10_000)))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", on_device_1(4000))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", on_device_1(4500))
     monkeypatch.setattr(torch.cuda, "get_allocator_backend", lambda: backend)
-    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device: fraction)
-    assert memory.free_bytes(torch.device("cuda", 0)) == free
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", on_device_1(fraction))
+    assert memory.free_bytes(torch.device("cuda", 1)) == free
+    assert memory.free_bytes(torch.device("cuda")) == free
     assert memory.free_bytes(torch.device("cpu")) is None
