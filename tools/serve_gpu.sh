@@ -23,7 +23,7 @@
 # server shuts down and its JSON keeps the rates done (bench.serve saves after each; "complete": false).
 # Overrides (environment): RATES (default 1,5,20), DURATION (20), BATCH (32), TIMEOUT (30), SIZES ("0.6b 1.7b"),
 # SERVE_EXTRA (more `cli.py serve` flags, e.g. "--kv-cache-gib 8" for the paged cache),
-# DEADLINE_S, SIZE_CAP_S, e.g. RATES=1,10,20,40 DURATION=20 BATCH=64 bash tools/serve_gpu.sh $OUT (several rates
+# DEADLINE_S, SIZE_CAP_S, MODELS (a folder holding model-0.6b and model-1.7b built already: no build), e.g. RATES=1,10,20,40 DURATION=20 BATCH=64 bash tools/serve_gpu.sh $OUT (several rates
 # at a longer duration fit one size a call: SIZES=1.7b).
 #
 # The peer, faster-qwen3-tts 0.5.4, is not run: its wheel has no HTTP server (its `faster-qwen3-tts serve` reads
@@ -71,8 +71,10 @@ echo "=== build ${sizes[*]} at once (at most $build_cap s)"
 began=$(date +%s)
 pids=()
 for size in "${sizes[@]}"; do
-  timeout "$build_cap" python3 -m bench.random_model --size "$size" --variant base --dtype bfloat16 \
+  if [ -n "${MODELS:-}" ]; then ln -s "$MODELS/model-$size" "$work/model-$size"; true &
+  else timeout "$build_cap" python3 -m bench.random_model --size "$size" --variant base --dtype bfloat16 \
     --out "$work/model-$size" > "$out/build-$size.log" 2>&1 &
+  fi
   pids+=($!)
 done
 for i in "${!sizes[@]}"; do
