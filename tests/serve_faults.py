@@ -62,6 +62,14 @@ def load_tiny(source: str, fault: dict | None = None):
     return tts
 
 
+def load_leaving_a_thread(source: str):
+    """load_tiny, and a thread that never ends and is no daemon, as a library may leave one in the engine's process."""
+    import threading
+
+    threading.Thread(target=threading.Event().wait, name="left-running").start()
+    return load_tiny(source)
+
+
 def hold(tts, gate: str) -> None:
     """Model work that holds the engine's thread until the file `gate` exists (EngineProcess.call)."""
     while not os.path.exists(gate):

@@ -70,7 +70,7 @@ class EngineProcess:
         self._held: dict[int, tuple[Callable, Callable]] = {}  # request id: (on_chunk, on_end)
         self._pending: dict[int, concurrent.futures.Future] = {}  # ask id: its future
         self._ids = itertools.count(1)
-        self._conn = self._process = None
+        self._conn = self._process = self._reader = None  # the child, and the thread that reads it and reaps it
         self._closed = False
 
     @property
@@ -89,10 +89,11 @@ class EngineProcess:
                 raise RuntimeError("serve: the engine has been closed")
             self._pending[0] = loaded
             self._conn, self._process = parent, process  # what is sent meanwhile waits in the pipe
+            self._reader = threading.Thread(target=self._read, args=(parent, process, loaded),
+                                            name="morph-engine-reader", daemon=True)
         process.start()
         child.close()  # the child's end lives in the child alone: its exit is this end's EOF
-        threading.Thread(target=self._read, args=(parent, process, loaded), name="morph-engine-reader",
-                         daemon=True).start()
+        self._reader.start()
         self.info = loaded.result()
         log.info("serve: the engine's process %d is up", process.pid)
         return self.info
@@ -141,19 +142,21 @@ class EngineProcess:
         killed."""
         with self._lock:
             self._closed = True
-            process = self._process
+            process, reader = self._process, self._reader
         if process is None:
             return
         try:
             self._send("close", 0, timeout)
         except EngineFailed:
             pass
-        process.join(timeout + STOP_S)
+        # The reader alone waits for the child's exit: a second thread's join could lose the race for its exit
+        # status, return at once and see the reaped child as alive.
+        reader.join(timeout + STOP_S)
         for stop in (process.terminate, process.kill):
-            if process.is_alive():
+            if reader.is_alive():
                 log.warning("serve: the engine's process %d has not stopped; %s", process.pid, stop.__name__)
                 stop()
-                process.join(STOP_S)
+                reader.join(STOP_S)
 
     def _ask(self, kind: str, *args) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -230,6 +233,15 @@ class EngineProcess:
 
 
 # -- the child ---------------------------------------------------------------------------------
+def _leave(code: int) -> None:
+    """End the child now, its work handed back: the interpreter's teardown would wait on the CUDA context (which hangs
+    once it failed) and on every thread the model's libraries left running; a closing server on an H100 waited the
+    whole STOP_S for it and then terminated the child."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _serve(load: Callable[[], object], options: dict, conn) -> None:
     """The child's main thread: load the model, run LiveEngine, and answer the parent's records until it closes the
     engine or goes away."""
@@ -260,9 +272,7 @@ def _serve(load: Callable[[], object], options: dict, conn) -> None:
         send("fatal", str(error))
         outbox.put(None)
         sender.join(STOP_S)  # the requests' ends, then why, reach the parent before the exit
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(FATAL_EXIT)  # the interpreter's teardown could hang in the failed CUDA context
+        _leave(FATAL_EXIT)
 
     held: dict = {}  # request id: the engine's Request
     try:
@@ -280,12 +290,12 @@ def _serve(load: Callable[[], object], options: dict, conn) -> None:
             kind, key, *args = conn.recv()
         except EOFError:  # the parent went away
             engine.close(STOP_S)
-            return
+            _leave(0)
         if kind == "close":
             engine.close(args[0])
             outbox.put(None)
             sender.join(STOP_S)
-            return
+            _leave(0)
         if kind == "cancel":
             request = held.pop(args[0], None)
             if request is not None:
