@@ -34,8 +34,9 @@ def real_dims(tmp_path_factory):
 @pytest.mark.parametrize("size,card", sorted(ADVISED))
 def test_the_script_renders_at_the_advised_batch_size_with_no_retry(real_dims, size, card):
     if torch.cuda.get_allocator_backend() != "cudaMallocAsync":
-        # the table is ComfyUI's default allocator's: under the native one (--disable-cuda-malloc) the 8 GB rows
-        # retried (0.6B 64 -> 32, 1.7B 32 -> 8; H100, bench/results/h100-2026-11-27l/NOTES.md), as the README says
+        # the table is ComfyUI's default allocator's: under the native one (--disable-cuda-malloc) the 0.6B's 8 GB
+        # row still retries at 64, where the 1.7B's narrows to 16 before it runs (H100,
+        # bench/results/h100-2026-11-28/NOTES.md); the README advises each allocator's batch
         pytest.skip("the card table is measured under cudaMallocAsync, ComfyUI's default allocator")
     run = subprocess.run([sys.executable, "-m", "bench.cards", "--model", str(real_dims(size)), "--device", "cuda",
                           "--dtype", "bf16", "--batch-sizes", str(ADVISED[size, card]), "--one", str(card)],
