@@ -27,3 +27,11 @@ def wait_healthy(url: str, seconds: float, alive: Callable[[], bool] = lambda: T
             pass
         assert time.monotonic() < deadline, "the server never became ready"
         time.sleep(0.1)
+
+
+def wait_for(check, seconds: float = 30.0) -> None:
+    """Until check() is true; a failed assertion after `seconds`, so that a test never hangs on it."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)

@@ -19,7 +19,7 @@ import pytest
 
 import cli
 from bench import serve as load_test
-from tests.http_server import free_port, wait_healthy
+from tests.http_server import free_port, wait_for, wait_healthy
 from tests.morph.serve.test_app import wav_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,11 +112,9 @@ def test_sigterm_drains_within_the_shutdown_timeout_then_exits_0(tiny_dir, tmp_p
             return float(re.search(r"^morph_rows_live (\S+)$", httpx.get(f"{url}/metrics").text, re.M).group(1))
 
         stuck = speak("SLOW and long.", 400)  # 0.1 s a frame: 40 s
-        while live_rows() < 1:
-            time.sleep(0.05)
+        wait_for(lambda: live_rows() >= 1)
         short = speak("Short.", 2)
-        while live_rows() < 2:
-            time.sleep(0.05)
+        wait_for(lambda: live_rows() >= 2)
         process.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
         time.sleep(0.3)

@@ -12,7 +12,8 @@ tensors; nothing here touches the device.
   cache admits every row that has a slot. A live batch admits a row only while its `Pace` (the milliseconds a frame
   took at each width, measured as the batch runs) says a frame at the width the step would run at with it stays under
   `PACE_PERCENT` of a frame's playback time (`FRAME_MS`): every stream stays ahead of its playback, and the rows not
-  admitted wait for a row to end (the server turns clients away with Busy once too many wait).
+  admitted wait for a row to end (the server turns clients away with Busy once too many wait). Where the step's own
+  width is over that already, no stream is ahead to keep there, and every row that fits is admitted.
 - Preemption (vLLM's preemption by recompute): when an overcommitted pool cannot give every live row its next page,
   the row that joined last gives way, its slot and pages freed, to start again from its first frame; the oldest row
   never does, and no row joins until one ends.
@@ -166,10 +167,14 @@ class Scheduler:
 
     def _paced(self, n: int) -> int:
         """How many of n joining rows the pace admits: while the step, widened to the slots they take, keeps under
-        its budget. Every row, with no pace; at least one with no row running, or none would ever run."""
+        its budget. Every row, with no pace, or where the step's own width is over the budget already: no stream is
+        ahead of its playback to keep there, and a row held back would wait for every running row to end. At least
+        one with no row running, or none would ever run."""
         if self.pace is None:
             return n
         top, least = max(self.live, default=0), 0 if self.live else 1
+        if self.live and not self.pace.fits(bucket_for(self.buckets, top + 1)):
+            return n
         while n > least and not self.pace.fits(bucket_for(self.buckets, max(top, self.free[n - 1]) + 1)):
             n -= 1
         return n

@@ -242,3 +242,18 @@ def test_a_live_batch_admits_rows_while_the_width_they_take_keeps_its_frames_und
     slow.ms = {1: 90}
     assert joined(Scheduler(8, pace=slow), "ijk", at=8) == [0]
     assert joined(Scheduler(8, pace=Pace()), "ijk", at=8) == [0, 1, 2]
+
+
+def test_a_live_batch_whose_own_width_is_over_the_budget_admits_every_row_that_fits():
+    """One slow row (100 ms a frame alone): no stream is ahead of playback, so holding rows back would only make them
+    wait for it to end; a batch within the budget still holds back a row that would widen it past."""
+    pace = Pace()
+    sched = Scheduler(8, pace=pace)
+    assert joined(sched, "a", at=8) == [0]
+    pace.ms = {1: 100, 2: 110}
+    assert joined(sched, "bc", at=8) == [1, 2]
+    within = Scheduler(8, pace=Pace())
+    assert joined(within, "a", at=8) == [0]
+    within.pace.ms = {1: 40, 2: 70}
+    assert joined(within, "b", at=8) == []
+

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from morph.serve.audio_io import FORMATS
-from tests.http_server import wait_healthy
+from tests.http_server import wait_for, wait_healthy
 from tests.serve_faults import CUDA_ASSERT
 
 from .conftest import API_KEY, serving
@@ -32,13 +32,6 @@ def alice_voice(ref_audio):
                            files={"audio_sample": ("a.wav", wav_bytes(ref_audio[0]), "audio/wav")}, timeout=60)
         assert reply.status_code == 200, reply.text
     return make
-
-
-def wait_for(check, seconds=30.0):
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def metric(url, name) -> float:
