@@ -52,7 +52,7 @@ import torch
 from bench.common import (HELD_FRAMES, add_model_args, emit, load_bench_model, model_dims, ran_batching, run_info,
                           save)
 from bench.lines import add_line_args, bench_lines
-from bench.workload import StepClock, eos_suppressed, graph_bytes, peak_bytes, sync
+from bench.workload import StepClock, eos_held, graph_bytes, peak_bytes, sync
 from morph.continuous import runs_lean
 from morph.decode.runner import MODES, check_mode
 from morph.lines.script import parse_script
@@ -86,7 +86,7 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     tts = batch.tts
     device = tts.device
     held = frames or HELD_FRAMES
-    settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames)
+    settings = eos_held(GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames), held)
     # static batches as render forms them: longest first
     batches = plan_batches([(settings.frame_limit(line.text.strip()), line.text.strip()) for line in lines], size)
     chunks = [[lines[i] for i in batch] for batch in batches]
@@ -95,9 +95,9 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
     engine = runs_lean(tts)  # the continuous batch; eager mode runs static batches
 
     def decode_only():
-        with eos_suppressed(tts, held), torch.inference_mode():
+        with torch.inference_mode():
             # warm-up at this batch size: allocator, kernels, and any CUDA graph for this shape
-            warm = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=warm_frames)
+            warm = eos_held(GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=warm_frames), held)
             start = time.perf_counter()
             batch.codes(chunks[0], warm, batch_size=size, **paged)
             sync(device)
@@ -127,21 +127,20 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
             decode_s = time.perf_counter() - start
         return warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s, clock.ms_per_frame()
 
-    def end_to_end():
-        with eos_suppressed(tts, held):  # as a caller of the public API runs it: outside inference mode
-            e2e_walls, audio, e2e_peak, jobs = [], [], 0, []
-            for _ in range(repeats):  # the render, then the script job (what front ends run), in turn
-                if device.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats()
-                graphs = graph_bytes(device)  # what the graphs held as the render began (bench/workload.py)
-                sync(device)
-                start = time.perf_counter()
-                audio = batch.render(lines, settings, batch_size=size, **paged)
-                sync(device)
-                e2e_walls.append(time.perf_counter() - start)
-                e2e_peak = max(e2e_peak, peak_bytes(device) + graphs)
-                if script_job:  # what the front ends run
-                    jobs.append(run_script_job(batch, lines, settings, size))
+    def end_to_end():  # as a caller of the public API runs it: outside inference mode
+        e2e_walls, audio, e2e_peak, jobs = [], [], 0, []
+        for _ in range(repeats):  # the render, then the script job (what front ends run), in turn
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            graphs = graph_bytes(device)  # what the graphs held as the render began (bench/workload.py)
+            sync(device)
+            start = time.perf_counter()
+            audio = batch.render(lines, settings, batch_size=size, **paged)
+            sync(device)
+            e2e_walls.append(time.perf_counter() - start)
+            e2e_peak = max(e2e_peak, peak_bytes(device) + graphs)
+            if script_job:  # what the front ends run
+                jobs.append(run_script_job(batch, lines, settings, size))
         return e2e_walls, audio, e2e_peak, jobs
 
     # asked before the renders, as a host asks: the workspaces the first render takes and keeps are declared until then
@@ -224,8 +223,8 @@ def agreement(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, fr
     """Each seeded line's codes in one batch of `size` against the line alone, as the mode renders them (eager's
     static batch draws all rows from one random stream): lines identical, the share of each line's frames before its
     first difference (sampling diverges after it), and of codes equal."""
-    settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames)
-    with eos_suppressed(batch.tts, frames or HELD_FRAMES), torch.inference_mode():
+    settings = eos_held(GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames), frames or HELD_FRAMES)
+    with torch.inference_mode():
         together = batch.codes(lines, settings, batch_size=size)
         alone = [batch.codes([line], settings, batch_size=1)[0] for line in lines]
     before, equal = [], 0

@@ -27,7 +27,7 @@ import torch
 
 from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, run_info, script_lines
 from bench.sentences import reference_wave
-from bench.workload import eos_suppressed, sync
+from bench.workload import eos_held, sync
 from morph.render import BatchTTS, Line
 from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
 
@@ -83,11 +83,11 @@ def one_card(args, card_gib: float) -> dict:
         torch.cuda.reset_peak_memory_stats()
         row = dict(batch_size=size)
         try:
-            with eos_suppressed(tts, HELD_FRAMES):
-                sync(tts.device)
-                start = time.perf_counter()
-                audio = batch.render(lines, GenerationSettings(seq_groups=5, seed=0), batch_size=size)
-                sync(tts.device)
+            sync(tts.device)
+            start = time.perf_counter()
+            audio = batch.render(lines, eos_held(GenerationSettings(seq_groups=5, seed=0), HELD_FRAMES),
+                                 batch_size=size)
+            sync(tts.device)
             wall = time.perf_counter() - start
             seconds = sum(a.size for a in audio) / SAMPLE_RATE
             row.update(wall_s=round(wall, 3), x_real_time=round(seconds / wall, 1),

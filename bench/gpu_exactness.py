@@ -20,7 +20,7 @@ import torch
 from bench.common import emit
 from bench.stacks import Runner, stack
 from bench.sentences import reference_wave
-from bench.workload import REF_TEXT, eos_suppressed
+from bench.workload import REF_TEXT
 from morph.api import MorphTTS
 from morph.decode.sampling import draw, torch_noise
 
@@ -35,7 +35,7 @@ def multinomial_matches_draw() -> bool:
 
 
 def codes(tts, runner, spec, frames, greedy):
-    with stack(tts, spec), eos_suppressed(tts, frames), torch.inference_mode():
+    with stack(tts, spec), torch.inference_mode():
         out = runner.generate(frames, greedy=greedy, seed=123).cpu()
         ran = tts.patch.last_run.get("mode") if spec != "upstream" else "upstream"
     return out, ran

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ import torch
 from bench.batch import weight_bytes
 from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, ran_batching, run_info
 from bench.lines import add_line_args, bench_lines
-from bench.workload import eos_suppressed
+from bench.workload import eos_held
 from morph.memory import working_memory
 from morph.settings import GenerationSettings
 
@@ -90,24 +91,23 @@ def main(argv=None) -> dict:
     tts = load_bench_model(args)
     batch, lines, _, frames = bench_lines(tts, args)
     size = args.batch_size
-    settings = GenerationSettings(seq_groups=5, seed=0, max_new_tokens=frames)
+    settings = eos_held(GenerationSettings(seq_groups=5, seed=0, max_new_tokens=frames), frames or HELD_FRAMES)
     weights = weight_bytes(tts)
 
     def table(counts: collections.Counter) -> dict:
         return {k: round(v / MiB, 1) for k, v in counts.most_common(args.top)}
 
-    with eos_suppressed(tts, frames or HELD_FRAMES):
-        with torch.inference_mode():  # as bench.batch warms up
-            batch.codes(lines[:size], GenerationSettings(seq_groups=5, seed=0, max_new_tokens=8), batch_size=size)
-        batch.render(lines, settings, batch_size=size)
-        torch.cuda.synchronize()
-        between = torch.cuda.memory_allocated()
-        kept = held(torch.cuda.memory._snapshot()["segments"], depth=args.depth)
-        torch.cuda.memory._record_memory_history(None)  # a trace of this render's allocations alone
-        torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
-                                                 max_entries=4_000_000)
-        batch.render(lines, settings, batch_size=size)
-        torch.cuda.synchronize()
+    with torch.inference_mode():  # as bench.batch warms up
+        batch.codes(lines[:size], dataclasses.replace(settings, max_new_tokens=8), batch_size=size)
+    batch.render(lines, settings, batch_size=size)
+    torch.cuda.synchronize()
+    between = torch.cuda.memory_allocated()
+    kept = held(torch.cuda.memory._snapshot()["segments"], depth=args.depth)
+    torch.cuda.memory._record_memory_history(None)  # a trace of this render's allocations alone
+    torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+                                             max_entries=4_000_000)
+    batch.render(lines, settings, batch_size=size)
+    torch.cuda.synchronize()
     trace = torch.cuda.memory._snapshot()["device_traces"][tts.device.index or 0]
     torch.cuda.memory._record_memory_history(None)
     top, at_top = peak(trace, depth=args.depth)

@@ -26,7 +26,7 @@ import torch
 from bench.lines import script
 from bench.common import add_model_args, emit, load_bench_model, run_info
 from bench.sentences import reference_wave
-from bench.workload import REF_TEXT, eos_suppressed, sync, timed_calls
+from bench.workload import REF_TEXT, eos_held, sync, timed_calls
 from morph import render
 from morph.reference import loop as reference
 from morph.render import BatchTTS, Line
@@ -68,59 +68,58 @@ def profile_batch(tts, lines: list[Line], frames: int, top: int) -> dict:
     device = tts.device
     batch = BatchTTS(tts)
     size = len(lines)
-    settings = GenerationSettings(seed=0, max_new_tokens=frames)
+    settings = eos_held(GenerationSettings(seed=0, max_new_tokens=frames), frames)
     audio_s = size * (frames - 1) / FRAMES_PER_SECOND
-    with eos_suppressed(tts, frames):
-        batch.render(lines, settings, batch_size=size)  # warm: kernels, graphs, allocator
-        sync(device)
+    batch.render(lines, settings, batch_size=size)  # warm: kernels, graphs, allocator
+    sync(device)
+    start = time.perf_counter()
+    batch.render(lines, settings, batch_size=size)
+    sync(device)
+    wall = time.perf_counter() - start
+    with phases(tts, device) as spent:
         start = time.perf_counter()
         batch.render(lines, settings, batch_size=size)
+        synced = time.perf_counter() - start
+    row = dict(batch_size=size, frames=frames, audio_s=round(audio_s, 2), render_s=round(wall, 4),
+               x_real_time=round(audio_s / wall, 1), synced_render_s=round(synced, 4),
+               phases_s={k: round(v, 4) for k, v in spent.items()})
+    row["phases_s"]["generate_outside_loop"] = round(spent["generate"] - spent["prefill"] - spent["frame_loop"], 4)
+    row["phases_s"]["rest"] = round(synced - spent["generate"] - spent["prompt_inputs"], 4)
+    row["frame_loop_ms_per_frame"] = round(1000 * spent["frame_loop"] / (frames - 1), 3)
+    if device.type != "cuda":
+        return row
+    codes = batch.codes(lines, settings, batch_size=size)
+    short = eos_held(GenerationSettings(seed=0, max_new_tokens=frames // 2), frames)
+    runs = [kernel_table(lambda s=s: batch.codes(lines, s, batch_size=size), top) for s in (short, settings)]
+    n = frames - frames // 2
+    diff = {k: runs[1][0][k] - runs[0][0].get(k, 0) for k in runs[1][0]}
+    total = sum(diff.values())
+    row["frame_kernels"] = dict(kernels_per_frame=round((runs[1][2] - runs[0][2]) / n, 1),
+                                gpu_us_per_frame=round(total / n, 1), top=top_rows(diff, total, 1 / n, top))
+    voices = [line.voice for line in lines]
+    refs = [v.ref_code for v in voices]
+    tok = tts.tts.model.speech_tokenizer
+    lean = batch.decode(codes, voices)
+    up = render.decode_rows(tok, codes, refs)
+    row["codec_s"] = {}
+    for name, run in (("lean", lambda: batch.decode(codes, voices)),
+                      ("upstream", lambda: render.decode_rows(tok, codes, refs))):
         sync(device)
-        wall = time.perf_counter() - start
-        with phases(tts, device) as spent:
-            start = time.perf_counter()
-            batch.render(lines, settings, batch_size=size)
-            synced = time.perf_counter() - start
-        row = dict(batch_size=size, frames=frames, audio_s=round(audio_s, 2), render_s=round(wall, 4),
-                   x_real_time=round(audio_s / wall, 1), synced_render_s=round(synced, 4),
-                   phases_s={k: round(v, 4) for k, v in spent.items()})
-        row["phases_s"]["generate_outside_loop"] = round(spent["generate"] - spent["prefill"] - spent["frame_loop"], 4)
-        row["phases_s"]["rest"] = round(synced - spent["generate"] - spent["prompt_inputs"], 4)
-        row["frame_loop_ms_per_frame"] = round(1000 * spent["frame_loop"] / (frames - 1), 3)
-        if device.type != "cuda":
-            return row
-        codes = batch.codes(lines, GenerationSettings(seed=0, max_new_tokens=frames), batch_size=size)
-        short = GenerationSettings(seed=0, max_new_tokens=frames // 2)
-        runs = [kernel_table(lambda s=s: batch.codes(lines, s, batch_size=size), top) for s in (short, settings)]
-        n = frames - frames // 2
-        diff = {k: runs[1][0][k] - runs[0][0].get(k, 0) for k in runs[1][0]}
-        total = sum(diff.values())
-        row["frame_kernels"] = dict(kernels_per_frame=round((runs[1][2] - runs[0][2]) / n, 1),
-                                    gpu_us_per_frame=round(total / n, 1), top=top_rows(diff, total, 1 / n, top))
-        voices = [line.voice for line in lines]
-        refs = [v.ref_code for v in voices]
-        tok = tts.tts.model.speech_tokenizer
-        lean = batch.decode(codes, voices)
-        up = render.decode_rows(tok, codes, refs)
-        row["codec_s"] = {}
-        for name, run in (("lean", lambda: batch.decode(codes, voices)),
-                          ("upstream", lambda: render.decode_rows(tok, codes, refs))):
-            sync(device)
-            start = time.perf_counter()
-            run()
-            sync(device)
-            row["codec_s"][name] = round(time.perf_counter() - start, 4)
-        dtype = next(tok.model.parameters()).dtype
-        tok.model.float()
-        exact = render.decode_rows(tok, codes, refs)
-        tok.model.to(dtype)
-        rms = float(np.sqrt(np.mean(np.concatenate(exact) ** 2)))
-        row["codec_error_vs_fp32"] = {
-            name: round(float(np.sqrt(np.mean(np.concatenate(
-                [a - b for a, b in zip(got, exact, strict=True)]) ** 2))) / rms, 5)
-            for name, got in (("lean", lean), ("upstream", up))}
-        times, total, count = kernel_table(lambda: batch.decode(codes, voices), top)
-        row["codec_kernels"] = dict(kernels=count, gpu_ms=round(total / 1000, 2), top=top_rows(times, total, 1, top))
+        start = time.perf_counter()
+        run()
+        sync(device)
+        row["codec_s"][name] = round(time.perf_counter() - start, 4)
+    dtype = next(tok.model.parameters()).dtype
+    tok.model.float()
+    exact = render.decode_rows(tok, codes, refs)
+    tok.model.to(dtype)
+    rms = float(np.sqrt(np.mean(np.concatenate(exact) ** 2)))
+    row["codec_error_vs_fp32"] = {
+        name: round(float(np.sqrt(np.mean(np.concatenate(
+            [a - b for a, b in zip(got, exact, strict=True)]) ** 2))) / rms, 5)
+        for name, got in (("lean", lean), ("upstream", up))}
+    times, total, count = kernel_table(lambda: batch.decode(codes, voices), top)
+    row["codec_kernels"] = dict(kernels=count, gpu_ms=round(total / 1000, 2), top=top_rows(times, total, 1, top))
     return row
 
 

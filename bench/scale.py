@@ -39,7 +39,7 @@ import bench
 from bench.common import HELD_FRAMES, add_model_args, emit, mixed_texts, run_info, save
 from bench.random_model import build_random_model
 from bench.sentences import reference_wave
-from bench.workload import eos_suppressed
+from bench.workload import eos_held
 from morph.distributed.job import WorkerPool
 from morph.distributed.worker import LineWorker
 from morph.api import MorphTTS
@@ -53,15 +53,13 @@ def script(n: int) -> str:
     return "".join(f"{'AB'[i % 2]}: {text}\n" for i, text in enumerate(mixed_texts(n)))
 
 
-class HeldEOSWorker(LineWorker):
-    """A pool's worker with EOS held back and the one-GPU side's torch threads (`load["threads"]`)."""
+class ThreadedWorker(LineWorker):
+    """A pool's worker with the one-GPU side's torch threads (`load["threads"]`)."""
 
     def __init__(self, load: dict):
         load = dict(load)
         torch.set_num_threads(load.pop("threads"))
         super().__init__(load)
-        self._held = eos_suppressed(self.tts, HELD_FRAMES)
-        self._held.__enter__()
 
     def about(self) -> dict:
         return dict(super().about(), **threads())
@@ -72,8 +70,8 @@ def threads() -> dict:
     return dict(torch_threads=torch.get_num_threads(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"))
 
 
-class HeldEOSPool(WorkerPool):
-    worker = HeldEOSWorker
+class ThreadedPool(WorkerPool):
+    worker = ThreadedWorker
 
 
 def one_gpu(args, folder: Path, parsed, settings: GenerationSettings, out: Path) -> dict:
@@ -82,7 +80,7 @@ def one_gpu(args, folder: Path, parsed, settings: GenerationSettings, out: Path)
     voices = make_voices(tts.make_voice)
     lines = [Line(p.text, voices[p.name], "English") for p in parsed]
     context = render_context(tts, tts.device.type, "English", settings, False)
-    with LineStore(out, "one", "bench") as store, eos_suppressed(tts, HELD_FRAMES):
+    with LineStore(out, "one", "bench") as store:
         job = ScriptJob(parsed, lines, store, context)
         steady = time.perf_counter()
         result = job.run(lambda todo, loaded=tts: loaded, settings, args.batch_size, 0.0, who="bench")
@@ -98,7 +96,7 @@ def n_gpus(args, folder: Path, parsed, settings: GenerationSettings, out: Path) 
     start = time.perf_counter()
     load = dict(source=str(folder), device=args.device, dtype=args.dtype, attention=args.attention,
                 threads=args.threads)
-    with HeldEOSPool(args.gpus, load, who="bench", packages=[bench]) as pool, \
+    with ThreadedPool(args.gpus, load, who="bench", packages=[bench]) as pool, \
             LineStore(out, "pool", "bench") as store:
         voices = make_voices(lambda wave, rate: pool.voice_from_clip(wave, None, "bench"))
         lines = [Line(p.text, voices[p.name], "English") for p in parsed]
@@ -150,7 +148,7 @@ def main(argv=None) -> dict:
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     torch.set_num_threads(args.threads)
     parsed = parse_script(script(args.lines), ["A", "B"])
-    settings = GenerationSettings(seq_groups=args.seq_groups)
+    settings = eos_held(GenerationSettings(seq_groups=args.seq_groups), HELD_FRAMES)
     limits = [default_max_frames(x.text) for x in parsed]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.model or build_random_model(Path(tmp) / "model", args.size, "base", seed=0))

@@ -50,7 +50,7 @@ from bench.kernel_count import count_kernels, stop_after
 from bench.random_model import build_random_model
 from bench.stacks import Runner, stack
 from bench.sentences import reference_wave
-from bench.workload import REF_TEXT, TEXT, eos_suppressed, peak_bytes, sync
+from bench.workload import REF_TEXT, TEXT, eos_held, peak_bytes, sync
 from morph.continuous import runs_lean
 from morph.decode.runner import check_mode
 from morph.api import MorphTTS
@@ -100,7 +100,7 @@ def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: i
     upstream = spec.startswith("upstream")
     seq_groups = 15 if upstream else int(spec.split(":")[1])
     row, e2e, decode, e2e_peak, peak = {}, [], [], 0, 0
-    with stack(tts, spec), eos_suppressed(tts, frames):
+    with stack(tts, spec):
         for i in range(repeats):
             seconds, used, audio = _once(device, lambda: runner.speak(frames, seq_groups, upstream))
             e2e.append(seconds)
@@ -142,7 +142,7 @@ def greedy_agreement(tts: MorphTTS, runner: Runner, frames: int, specs: list[str
     out = {}
 
     def codes(spec):
-        with stack(tts, spec), eos_suppressed(tts, frames), torch.inference_mode():
+        with stack(tts, spec), torch.inference_mode():
             return runner.generate(frames, spec.startswith("upstream"), greedy=True).cpu()
 
     ref = codes("upstream")
@@ -178,15 +178,15 @@ def one_call(args) -> dict:
     prompt = args.prompts.split(",")[0]
     voice = tts.make_voice(reference_wave(), SAMPLE_RATE, REF_TEXT if prompt == "icl" else None)
     voice_s = time.perf_counter() - start
-    settings = GenerationSettings(seq_groups=args.first_call_seq_groups, seed=0, max_new_tokens=args.frames)
+    settings = eos_held(GenerationSettings(seq_groups=args.first_call_seq_groups, seed=0, max_new_tokens=args.frames),
+                        args.frames)
     if tts.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    with eos_suppressed(tts, args.frames):
-        sync(tts.device)
-        start = time.perf_counter()
-        audio = tts.clone(TEXT, voice, "English", settings)
-        sync(tts.device)
-        first_s = time.perf_counter() - start
+    sync(tts.device)
+    start = time.perf_counter()
+    audio = tts.clone(TEXT, voice, "English", settings)
+    sync(tts.device)
+    first_s = time.perf_counter() - start
     run = tts.patch.last_run
     return dict(mode=args.one_call, ran_as=run.get("mode"), seq_groups=settings.seq_groups, prompt=prompt,
                 cache_files_at_start=cached, since_spawn_s=round(since_spawn, 2), load_s=round(load_s, 2),

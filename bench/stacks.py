@@ -8,7 +8,7 @@ import contextlib
 import numpy as np
 import torch
 
-from bench.workload import REF_TEXT, TEXT
+from bench.workload import REF_TEXT, TEXT, eos_held, eos_held_back
 from morph.decode.runner import check_mode
 from morph.api import MorphTTS
 from morph.render import BatchTTS, Line, OnStep
@@ -17,7 +17,8 @@ from morph.settings import GenerationSettings, Sampling
 
 class Runner:
     """Builds one prompt's inputs once and runs upstream's model.generate on it, or a morph stack's decode of the
-    line (decode only), or speaks the whole line through the public API (end to end)."""
+    line (decode only), or speaks the whole line through the public API (end to end): `frames` frames, EOS held
+    back (bench/workload.py)."""
 
     def __init__(self, tts: MorphTTS, voice):
         self.tts = tts
@@ -34,26 +35,29 @@ class Runner:
         eager, whose static batch is upstream's generate with the morph loop; the patched model's generate alone would
         run the loop's HF layers in every mode), at the stack's seq_groups; `on_step` as BatchTTS.codes takes it."""
         sampling = Sampling(do_sample=not greedy)
-        settings = GenerationSettings(seq_groups=15 if upstream else self.tts.patch.seq_groups, do_sample=not greedy,
-                                      subtalker=sampling, max_new_tokens=frames, seed=seed)
+        settings = eos_held(GenerationSettings(seq_groups=15 if upstream else self.tts.patch.seq_groups,
+                                               do_sample=not greedy, subtalker=sampling, max_new_tokens=frames,
+                                               seed=seed), frames)
         if not upstream:
             return BatchTTS(self.tts).codes([Line(TEXT, self.voice, "English")], settings, on_step=on_step,
                                             who="bench")[0]
         kwargs = settings.upstream_kwargs(TEXT)
         torch.manual_seed(seed)
-        codes, _ = self.tts.tts.model.generate(input_ids=self.ids, ref_ids=self.ref_ids, voice_clone_prompt=self.prompt,
-                                               languages=["english"], **kwargs)
+        with eos_held_back(self.tts.tts.model.talker):
+            codes, _ = self.tts.tts.model.generate(input_ids=self.ids, ref_ids=self.ref_ids,
+                                                   voice_clone_prompt=self.prompt, languages=["english"], **kwargs)
         return codes[0]
 
     def speak(self, frames: int, seq_groups: int, upstream: bool) -> np.ndarray:
         """Text in, audio out: MorphTTS.clone, or upstream's generate_voice_clone (under stack("upstream"))."""
-        settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames)
+        settings = eos_held(GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames), frames)
         if not upstream:
             return self.tts.clone(TEXT, self.voice, "English", settings)
         torch.manual_seed(settings.seed)
-        wavs, _ = self.tts.tts.generate_voice_clone(text=TEXT, language="English",
-                                                    voice_clone_prompt=[self.tts._prompt_item(self.voice)],
-                                                    **settings.upstream_kwargs(TEXT))
+        with eos_held_back(self.tts.tts.model.talker):
+            wavs, _ = self.tts.tts.generate_voice_clone(text=TEXT, language="English",
+                                                        voice_clone_prompt=[self.tts._prompt_item(self.voice)],
+                                                        **settings.upstream_kwargs(TEXT))
         return wavs[0]
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from bench.common import add_model_args, emit, load_bench_model, model_dims, run_info, save, script_lines
 from bench.sentences import reference_wave
-from bench.workload import REF_TEXT, eos_suppressed, sync, timed_calls
+from bench.workload import REF_TEXT, eos_held, sync, timed_calls
 from morph.decode.runner import check_mode
 from morph.settings import SAMPLE_RATE, GenerationSettings
 
@@ -56,21 +56,20 @@ def timed_parts():
 
 def speak(tts, text: str, voice, frames: int, seq_groups: int, streamed: bool) -> dict:
     """One line one way: seconds to the first audio, wall seconds, seconds of audio (and chunks, streamed)."""
-    settings = GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames)
-    with eos_suppressed(tts, frames):
-        sync(tts.device)
-        start = time.perf_counter()
-        if streamed:
-            chunks, first = [], None
-            for chunk in tts.stream(text, voice, "English", settings):
-                if first is None:
-                    first = time.perf_counter() - start
-                chunks.append(chunk)
-            audio = np.concatenate(chunks)
-        else:
-            audio = tts.clone(text, voice, "English", settings)
-        sync(tts.device)
-        wall = time.perf_counter() - start
+    settings = eos_held(GenerationSettings(seq_groups=seq_groups, seed=0, max_new_tokens=frames), frames)
+    sync(tts.device)
+    start = time.perf_counter()
+    if streamed:
+        chunks, first = [], None
+        for chunk in tts.stream(text, voice, "English", settings):
+            if first is None:
+                first = time.perf_counter() - start
+            chunks.append(chunk)
+        audio = np.concatenate(chunks)
+    else:
+        audio = tts.clone(text, voice, "English", settings)
+    sync(tts.device)
+    wall = time.perf_counter() - start
     row = dict(first_audio_s=round(wall if not streamed else first, 4), wall_s=round(wall, 4),
                audio_s=round(audio.size / SAMPLE_RATE, 3))
     if streamed:

@@ -20,7 +20,7 @@ import time
 
 from bench.common import HELD_FRAMES, add_model_args, emit, load_bench_model, ran_batching, run_info
 from bench.lines import add_line_args, bench_lines
-from bench.workload import eos_suppressed, sync
+from bench.workload import eos_held, sync
 from morph.decode.runner import MODES, check_mode
 from morph.settings import GenerationSettings
 
@@ -76,7 +76,7 @@ def main(argv=None) -> dict:
     tts.patch.mode = check_mode(args.mode, "bench.stream_profile --mode")
     batch, lines, _, frames = bench_lines(tts, args)
     device = tts.device
-    settings = GenerationSettings(seq_groups=5, seed=0, max_new_tokens=frames)
+    settings = eos_held(GenerationSettings(seq_groups=5, seed=0, max_new_tokens=frames), frames or HELD_FRAMES)
     walls = []
 
     def render():
@@ -87,11 +87,10 @@ def main(argv=None) -> dict:
         walls.append(round(time.perf_counter() - start, 3))
 
     activities = [ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
-    with eos_suppressed(tts, frames or HELD_FRAMES):
+    render()
+    render()
+    with profile(activities=activities) as prof:
         render()
-        render()
-        with profile(activities=activities) as prof:
-            render()
     with tempfile.TemporaryDirectory() as folder:
         trace = os.path.join(folder, "trace.json")
         prof.export_chrome_trace(trace)

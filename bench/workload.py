@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import resource
 import sys
@@ -20,16 +21,22 @@ from typing import Callable, Iterable
 
 import torch
 
-from morph.api import MorphTTS
+from morph.settings import GenerationSettings
 
 TEXT = ("The river ran quietly past the old mill, and the children counted the boats until the sun went down "
         "behind the hills, then walked home along the towpath, telling stories about the people on board.")
 REF_TEXT = "The quick brown fox jumps over the lazy dog."
 
 
+def eos_held(settings: GenerationSettings, frames: int) -> GenerationSettings:
+    """`settings` with no EOS for `frames` frames: random weights emit EOS at random steps, so a run of set length
+    holds it back past each row's own frame limit (up to `frames`); upstream's own talker takes eos_held_back."""
+    return dataclasses.replace(settings, min_new_tokens=frames + 2)
+
+
 @contextlib.contextmanager
 def eos_held_back(talker):
-    """Random weights emit EOS at random steps; a fixed-length run needs none: a hook on upstream's codec_head."""
+    """No EOS from upstream's own talker (the bench's "upstream" stack): a hook on its codec_head."""
     eos = talker.config.codec_eos_token_id
 
     def no_eos(module, args, out):
@@ -41,19 +48,6 @@ def eos_held_back(talker):
         yield
     finally:
         handle.remove()
-
-
-@contextlib.contextmanager
-def eos_suppressed(tts: MorphTTS, frames: int):
-    """No EOS for `frames` frames, whichever decode runs: upstream's talker through eos_held_back, while the
-    morph loop holds EOS back itself."""
-    loop = tts.patch.loop
-    loop.min_new_tokens = frames + 2
-    try:
-        with eos_held_back(tts.tts.model.talker):
-            yield
-    finally:
-        loop.min_new_tokens = None
 
 
 @contextlib.contextmanager

@@ -117,6 +117,7 @@ class RowRunner:
         rows = [r for r, _ in chunk]
         longest = max(rows, key=lambda r: r.limit)
         got = talker_inputs(model.model, [r.line.language for r in rows], **prompt_inputs(self.tts, rows),
+                            min_new_tokens=self.settings.min_new_tokens,
                             **model._merge_generate_kwargs(**self.settings.upstream_kwargs(longest.text)))
         return got, Group(rows, {k: got[k] for k in _PROMPT}, [self.stop(r) for r in rows], [k for _, k in chunk])
 
@@ -187,8 +188,8 @@ class LiveChunks:
     `ramp` (a live batch's: each row a stream a client waits on): rows join at any frame, and each row's chunks ramp
     up on its own from FIRST_CHUNK frames to LIVE_CHUNK, each ending on a mark of its size (calls.py ramp_size), so
     that rows that have reached LIVE_CHUNK share its calls; each is due as soon as its frames are known (the first
-    FIRST_CHUNK with no lag: EOS is held back that long), an ended row's last frames at the next frame; the smallest
-    calls go first, so a new row's first chunk waits behind no other row's longer one."""
+    FIRST_CHUNK with no lag: min_new_tokens holds EOS back that long by default), an ended row's last frames at the
+    next frame; the smallest calls go first, so a new row's first chunk waits behind no other row's longer one."""
 
     def __init__(self, batch, codec: CodecStream, ramp: bool = False):
         self.batch, self.codec, self.ramp = batch, codec, ramp
@@ -234,7 +235,7 @@ class LiveChunks:
                 row, done, at = live.name, self.codec.done(live.name), self.joined[live.name]
                 size = ramp_size(at + done, done)
                 # a row's first frames are its own as soon as they are made: EOS is held back for batch.hold frames
-                # (upstream's min_new_tokens, 2: FIRST_CHUNK), and none comes after its frame limit
+                # (min_new_tokens; upstream's 2 is FIRST_CHUNK), and none comes after its frame limit
                 if max(known - at, min(run - at, self.batch.hold, live.stop)) >= done + size:
                     first = live.start + done
                     due[size].append((row, self.batch.st.frames[slot, first:first + size], False))

@@ -91,11 +91,12 @@ def prompt_inputs(tts, rows: list[Row]) -> dict:
 
 def talker_inputs(model, languages: list[str], input_ids: list[torch.Tensor], voice_clone_prompt: dict | None = None,
                   ref_ids: list | None = None, instruct_ids: list | None = None, speakers: list[str] | None = None,
-                  non_streaming_mode: bool = False, **options) -> dict:
+                  non_streaming_mode: bool = False, *, min_new_tokens: int, **options) -> dict:
     """What upstream's `Qwen3TTSForConditionalGeneration.generate` (qwen-tts 0.1.1; `model`) passes talker.generate
     when given these keywords (prompt_inputs' and the merged sampling `options`): the left-padded prompt batch
     (inputs_embeds, attention_mask), each row's trailing text padded with tts_pad (trailing_text_hidden),
-    tts_pad_embed and the talker's options. Built as generate builds them: the same upstream calls
+    tts_pad_embed and the talker's options, with the call's min_new_tokens (GenerationSettings'; upstream's generate
+    always passes 2). Built as generate builds them: the same upstream calls
     (generate_speaker_prompt, generate_icl_prompt, the text projection and the embeddings) on the same shapes, so the
     tensors are upstream's bit for bit (tests/morph/test_prompts.py), and nothing is decoded."""
     cfg, talker = model.config.talker_config, model.talker
@@ -151,7 +152,7 @@ def talker_inputs(model, languages: list[str], input_ids: list[torch.Tensor], vo
         attention_mask=torch.tensor([[0] * (width - n) + [1] * n for n in lengths], device=device),
         trailing_text_hidden=torch.cat([torch.cat((t, pad.expand(-1, longest - t.shape[1], -1)), dim=1)
                                         for t in trailing]),
-        tts_pad_embed=pad, **options, min_new_tokens=2, eos_token_id=cfg.codec_eos_token_id,
+        tts_pad_embed=pad, **options, min_new_tokens=min_new_tokens, eos_token_id=cfg.codec_eos_token_id,
         suppress_tokens=[i for i in range(cfg.vocab_size - 1024, cfg.vocab_size) if i != cfg.codec_eos_token_id])
 
 

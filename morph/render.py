@@ -263,7 +263,7 @@ class BatchTTS:
         if progress.on_step is not None:
             base, width, step = progress.done, len(rows), itertools.count(1)
             on_step = lambda: progress.report(base + width * next(step))  # noqa: E731
-        with self.tts.patch.call(settings.seq_groups, on_step, [self.stop(r) for r in rows]):
+        with self.tts.patch.call(settings.seq_groups, on_step, [self.stop(r) for r in rows], settings.min_new_tokens):
             if settings.seed is not None:
                 torch.manual_seed(settings.seed)
             codes, _ = model.model.generate(languages=[r.line.language for r in rows], **inputs, **kwargs)

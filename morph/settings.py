@@ -156,6 +156,7 @@ class GenerationSettings:
     subtalker: Sampling = field(default_factory=Sampling)
     seed: int | None = None
     max_new_tokens: int | None = None  # None: default_max_frames(text)
+    min_new_tokens: int = 2  # frames before EOS may be drawn (upstream's talker generate is given 2)
 
     def validate(self, who: str = "morph") -> "GenerationSettings":
         check_seq_groups(self.seq_groups, MAX_SEQ_GROUPS, who)
@@ -166,6 +167,10 @@ class GenerationSettings:
         if self.max_new_tokens is not None and int(self.max_new_tokens) < 1:
             raise ValueError(f"{who}: max_new_tokens must be >= 1, got {self.max_new_tokens}; "
                              "leave it out (None) for the automatic limit, which follows the text's length")
+        # the first draw, from the prompt, is held back too: EOS there would leave a row no frame
+        if isinstance(self.min_new_tokens, bool) or not isinstance(self.min_new_tokens, int) or self.min_new_tokens < 1:
+            raise ValueError(f"{who}: min_new_tokens must be an integer >= 1, got {self.min_new_tokens!r}; "
+                             "use 2, upstream's, or more to hold the end of speech back longer")
         return self
 
     def frame_limit(self, text: str) -> int:

@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -203,16 +204,9 @@ def test_every_common_clip_file_clones(name, tiny_dir, tmp_path, capsys, caplog)
 @pytest.fixture
 def never_ending(monkeypatch):
     """Random weights end their speech at random frames; here they never do, so every frame limit is reached."""
-    from morph.api import MorphTTS
-
-    load = MorphTTS.load
-
-    def loaded(*args, **kwargs):
-        tts = load(*args, **kwargs)
-        tts.patch.loop.min_new_tokens = 10_000  # end of speech held back past any limit
-        return tts
-
-    monkeypatch.setattr(MorphTTS, "load", loaded)
+    settings_from = cli.settings_from
+    monkeypatch.setattr(cli, "settings_from", lambda args: dataclasses.replace(
+        settings_from(args), min_new_tokens=10_000))  # end of speech held back past any limit
 
 
 def test_max_new_tokens_is_the_number_of_frames(tiny_dir, tmp_path, capsys, never_ending):

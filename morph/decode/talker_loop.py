@@ -48,7 +48,6 @@ class TalkerLoop:
         self._state: TalkerState | None = None
         self._rules: collections.OrderedDict = collections.OrderedDict()
         self.sync_lag = 4  # frames the host may run ahead of the GPU before it reads the EOS flag
-        self.min_new_tokens: int | None = None  # benchmarks: hold EOS back this long (fixed-length runs)
         self._streams: tuple[str, RowStreams] | None = None
         self.last_run: dict = {}
 
@@ -146,7 +145,3 @@ class TalkerLoop:
         st.any_left.copy_(st.unfinished.any())
         st.code0.copy_(token)
         st.advance()
-
-    def hold(self, min_new_tokens: int) -> int:
-        """Frames before EOS may be drawn: upstream's min_new_tokens, or a benchmark's hold."""
-        return min_new_tokens if self.min_new_tokens is None else self.min_new_tokens

@@ -71,8 +71,7 @@ class ContinuousBatch:
                                 suppress_tokens=tuple(o.get("suppress_tokens") or ()),
                                 repetition_penalty=o["repetition_penalty"], do_sample=o["do_sample"],
                                 temperature=o["temperature"], top_k=o["top_k"], top_p=o["top_p"])
-        # the prefill's draw is held back too: a row must not end before its first frame
-        self.hold = max(int(loop.hold(o["min_new_tokens"])), 1)
+        self.hold = int(o["min_new_tokens"])  # frames before EOS may be drawn, the prefill's draw among them
         paging = None if pages is None else (pages, kv_store.PAGE)
         # a row reads its text by its own frame index, which stays below its need: a text table of half the capacity
         self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging, text_slots=capacity_for(need))

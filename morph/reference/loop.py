@@ -62,7 +62,7 @@ def generate(loop: TalkerLoop, inputs_embeds: torch.Tensor, attention_mask: torc
         st.start.zero_()
         st.stop.copy_(torch.as_tensor(row_stops or [max_new_tokens] * batch, device=device))
         cache = _start(loop.talker, st, rules, inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed,
-                       loop.hold(min_new_tokens))
+                       min_new_tokens)
         talker_layers = HFTalker(loop.talker, cache, attention_mask, prompt_len)
         del cache  # the HF layers hold it
 

@@ -35,6 +35,7 @@ class CallInputs:
     seq_groups: int
     on_step: StepCallback | None = None  # before each frame: progress and cancel hook in here
     row_stops: list[int] | None = None  # the frame at which each row ends (loop.generate)
+    min_new_tokens: int | None = None  # frames before EOS may be drawn; None: what upstream's generate passes (2)
 
 
 class MorphPatch(DecodePatch):
@@ -58,19 +59,22 @@ class MorphPatch(DecodePatch):
                                "version does not pass; install qwen-tts 0.1.1 (see the README)")
         loop_kwargs = {k: v for k, v in kwargs.items() if k not in ("output_hidden_states", "return_dict_in_generate")}
         call = getattr(self._local, "call", None) or CallInputs(self.seq_groups)
+        if call.min_new_tokens is not None:
+            loop_kwargs["min_new_tokens"] = call.min_new_tokens
         return loop.generate(self.loop, **loop_kwargs, seq_groups=call.seq_groups, on_step=call.on_step,
                              row_stops=call.row_stops)
 
     @contextlib.contextmanager
     def call(self, seq_groups: int | None = None, on_step: StepCallback | None = None,
-             row_stops: list[int] | None = None):
+             row_stops: list[int] | None = None, min_new_tokens: int | None = None):
         """The inputs of the generate calls made inside this block on this thread, which upstream's generate has no
         keyword for: seq_groups (the patch's when None), on_step() before each frame (an exception there stops the
-        call and propagates), each row's last frame. Nothing of them stays on the patch after the block."""
+        call and propagates), each row's last frame, the frames before EOS may be drawn (upstream's 2 when None).
+        Nothing of them stays on the patch after the block."""
         outer = getattr(self._local, "call", None)
         seq_groups = self.seq_groups if seq_groups is None else check_seq_groups(seq_groups,
                                                                                  self.loop.predictor.num_groups)
-        self._local.call = CallInputs(seq_groups, on_step, row_stops)
+        self._local.call = CallInputs(seq_groups, on_step, row_stops, min_new_tokens)
         try:
             yield
         finally:

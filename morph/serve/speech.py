@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import dataclasses
 import hashlib
 import json
 import time
@@ -142,9 +143,8 @@ class Speech:
         temperature = d.temperature if body.temperature is None else body.temperature
         top_k = d.top_k if body.top_k is None else body.top_k
         top_p = d.top_p if body.top_p is None else body.top_p
-        return GenerationSettings(
-            seq_groups=body.seq_groups or d.seq_groups, do_sample=d.do_sample, temperature=temperature, top_k=top_k,
-            top_p=top_p, repetition_penalty=d.repetition_penalty,
+        return dataclasses.replace(
+            d, seq_groups=body.seq_groups or d.seq_groups, temperature=temperature, top_k=top_k, top_p=top_p,
             subtalker=Sampling(sub.do_sample, temperature, top_k, top_p),
             seed=d.seed if body.seed is None else body.seed,
             max_new_tokens=body.max_new_tokens or d.max_new_tokens)

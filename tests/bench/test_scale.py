@@ -1,5 +1,5 @@
-"""bench/scale.py on the CPU: both sides render every line to exactly its own frame limit (EOS held back in this
-process and in each Ray worker), and the report holds what docs/performance.md quotes."""
+"""bench/scale.py on the CPU: both sides render every line to exactly its own frame limit (EOS held back by the
+settings this process and each Ray worker render with), and the report holds what docs/performance.md quotes."""
 
 import json
 import os

@@ -79,13 +79,12 @@ def test_no_frame_is_stepped_past_every_rows_frame_limit(cuda_tts, voices, frame
     """Rows held to their frame limit (a one-frame clone's, a benchmark's fixed lengths): the host knows that they end
     there, so the batch steps no frame past it. It used to step the sync_lag frames it reads the GPU's flags behind
     by: 4 of the 5 steps of a warm one-frame clone."""
-    from bench.workload import eos_suppressed
+    from bench.workload import eos_held
 
     lines = [Line(text, voices["xvector"], "English") for text in TEXTS[:3]]
     cuda_tts.patch.mode = "fused"
     try:
-        with eos_suppressed(cuda_tts, frames):
-            got = BatchTTS(cuda_tts).codes(lines, settings(5, frames=frames), batch_size=4)
+        got = BatchTTS(cuda_tts).codes(lines, eos_held(settings(5, frames=frames), frames), batch_size=4)
     finally:
         cuda_tts.patch.mode = "auto"
     assert [c.shape[0] for c in got] == [frames] * len(lines)
@@ -97,7 +96,7 @@ def test_a_row_left_alone_in_64_slots_steps_alone(cuda_tts, voices, mode):
     """64 seeded lines through 64 slots, all but one ending within 6 frames. The one left has the shortest text,
     so it joined into the top slot: it is moved down as the others end and runs its last frames in the one-row
     step (its own graph), with the take it draws alone; every row's codes are the op-by-op codes."""
-    from bench.workload import eos_suppressed
+    from bench.workload import eos_held
 
     lines = [Line(f"Line {i} of the sixty-four in this batch.", voices["xvector"], "English") for i in range(63)]
     lines.append(Line("Six.", voices["xvector"], "English"))
@@ -109,8 +108,8 @@ def test_a_row_left_alone_in_64_slots_steps_alone(cuda_tts, voices, mode):
     def run(mode: str, chosen: list) -> list[torch.Tensor]:
         cuda_tts.patch.mode = mode
         try:
-            with eos_suppressed(cuda_tts, 48):  # rows end where `ends` says, not at a random weight's EOS
-                return [c.cpu() for c in batch.codes(chosen, settings(5, frames=48), batch_size=64)]
+            # rows end where `ends` says, not at a random weight's EOS
+            return [c.cpu() for c in batch.codes(chosen, eos_held(settings(5, frames=48), 48), batch_size=64)]
         finally:
             cuda_tts.patch.mode = "auto"
 

@@ -27,7 +27,7 @@ import torch
 from bench.lines import script
 from bench.random_model import build_random_model
 from bench.sentences import reference_wave
-from bench.workload import REF_TEXT, eos_suppressed, graph_bytes
+from bench.workload import REF_TEXT, eos_held, graph_bytes
 from morph.api import MorphTTS
 from morph.graphs import trim_graph_memory
 from morph.memory import working_memory
@@ -49,7 +49,7 @@ def measure(folder: str, kind: str, mode: str) -> dict[int, tuple[int, int]]:
     tts = MorphTTS.load(folder, device="cuda", dtype="bf16", mode=mode)
     device = torch.device("cuda", torch.cuda.current_device())
     voice = tts.make_voice(reference_wave(), 24000, REF_TEXT if kind == "icl" else None)
-    settings = GenerationSettings(seq_groups=5, seed=0, max_new_tokens=FRAMES)
+    settings = eos_held(GenerationSettings(seq_groups=5, seed=0, max_new_tokens=FRAMES), FRAMES)
     batch, got = BatchTTS(tts), {}
     for rows in ROWS:
         tts.release_device_state()  # each size from the same start, as ComfyUI loads the model for a run
@@ -61,13 +61,12 @@ def measure(folder: str, kind: str, mode: str) -> dict[int, tuple[int, int]]:
         # asked before the render, as a host asks: what the process has taken by then (the cuBLAS workspaces of the
         # pack's streams) is not declared again
         declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, rows)
-        with eos_suppressed(tts, FRAMES):
-            for _ in range(2):  # the first captures the graphs and builds the state for this shape
-                held = graph_bytes(device) - graphs
-                torch.cuda.reset_peak_memory_stats()
-                batch.render(lines, settings, batch_size=rows)
-                torch.cuda.synchronize()
-                peak = max(peak, torch.cuda.max_memory_allocated() - start + held)
+        for _ in range(2):  # the first captures the graphs and builds the state for this shape
+            held = graph_bytes(device) - graphs
+            torch.cuda.reset_peak_memory_stats()
+            batch.render(lines, settings, batch_size=rows)
+            torch.cuda.synchronize()
+            peak = max(peak, torch.cuda.max_memory_allocated() - start + held)
         got[rows] = (peak, declared)
     return got
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.workload import eos_suppressed
+from bench.workload import eos_held
 from morph.codec.calls import FIRST_GRID
 from morph.continuous import LiveChunks
 from morph.render import BatchTTS, Line
@@ -51,11 +51,10 @@ def test_chunks_come_while_rows_run_and_join_to_each_lines_audio(cuda_tts, voice
     frames, log = [], []
     cuda_tts.patch.mode = mode
     try:
-        with eos_suppressed(cuda_tts, 48):  # rows end where `ends` says, not at a random weight's EOS
-            audio = batch.render(lines, settings(48), batch_size=3,
-                                 on_chunk=lambda i, wav: log.append((i, len(frames), wav)),
-                                 on_step=lambda done, total: frames.append(done))
-            plain = batch.render(lines, settings(48), batch_size=3)
+        held = eos_held(settings(48), 48)  # rows end where `ends` says, not at a random weight's EOS
+        audio = batch.render(lines, held, batch_size=3, on_chunk=lambda i, wav: log.append((i, len(frames), wav)),
+                             on_step=lambda done, total: frames.append(done))
+        plain = batch.render(lines, held, batch_size=3)
     finally:
         cuda_tts.patch.mode = "auto"
     assert cuda_tts.patch.last_run["mode"] == mode
@@ -88,20 +87,19 @@ def test_the_codec_beside_the_step_never_changes_a_rows_codes(cuda_tts, voices, 
         got.__setitem__(row.index, codes[:ENDS[row.index]].cpu()), end(self, row, codes))[1])
     cuda_tts.patch.mode = mode
     try:
-        with eos_suppressed(cuda_tts, 48):
-            want = [c[:e].cpu() for c, e in zip(batch.codes(lines, settings(48), batch_size=3),
-                                                ENDS, strict=True)]
-            for k in range(12):
-                if k == 6:
-                    cuda_tts.release_device_state()
-                got.clear()
-                streamed = dict(on_chunk=lambda i, wav: None) if k % 2 else {}
-                audio = batch.render(lines, settings(48), batch_size=3, **streamed)
-                codes = [got[i] for i in range(len(lines))]
-                for i, (c, w) in enumerate(zip(codes, want, strict=True)):
-                    assert torch.equal(c, w), (k, i, int((c != w).sum()))
-                for a, whole in zip(audio, batch.decode(codes, [line.voice for line in lines]), strict=True):
-                    assert_audio_close(a, whole, rel=RTOL)
+        held = eos_held(settings(48), 48)
+        want = [c[:e].cpu() for c, e in zip(batch.codes(lines, held, batch_size=3), ENDS, strict=True)]
+        for k in range(12):
+            if k == 6:
+                cuda_tts.release_device_state()
+            got.clear()
+            streamed = dict(on_chunk=lambda i, wav: None) if k % 2 else {}
+            audio = batch.render(lines, held, batch_size=3, **streamed)
+            codes = [got[i] for i in range(len(lines))]
+            for i, (c, w) in enumerate(zip(codes, want, strict=True)):
+                assert torch.equal(c, w), (k, i, int((c != w).sum()))
+            for a, whole in zip(audio, batch.decode(codes, [line.voice for line in lines]), strict=True):
+                assert_audio_close(a, whole, rel=RTOL)
     finally:
         cuda_tts.patch.mode = "auto"
 

@@ -41,7 +41,8 @@ def test_a_voices_prefill_is_its_markup_and_reference_whatever_its_text(tiny_tts
         lines = [Line(t, voice, "English") for t in texts]
         rows = make_rows(tiny_tts, lines, settings, "test", True)
         kwargs = model._merge_generate_kwargs(**settings.upstream_kwargs(rows[1].text))
-        got = talker_inputs(model.model, ["English"] * 2, **prompt_inputs(tiny_tts, rows), **kwargs)
+        got = talker_inputs(model.model, ["English"] * 2, **prompt_inputs(tiny_tts, rows),
+                            min_new_tokens=settings.min_new_tokens, **kwargs)
         prefilled = got["attention_mask"].sum(-1).tolist()
         assert prefilled[0] == prefilled[1] <= prefill_tokens(texts[1], voice)
         assert prefill_tokens(texts[0], voice) == prefill_tokens(texts[1], voice) < prompt_tokens(texts[1], voice)

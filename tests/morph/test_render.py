@@ -55,9 +55,10 @@ def lines(voices):
 
 
 @contextlib.contextmanager
-def talker_logits(force_eos=None, never_eos=False):
+def talker_logits(force_eos=None, never_eos=False, eos_first=False):
     """Record the talker's code-0 logits per step ([B, V] each), as the decode loop hands them to upstream's
-    logits rules (morph.decode.sampling.TalkerRules); force EOS for {row: step}, or never allow it."""
+    logits rules (morph.decode.sampling.TalkerRules); force EOS for {row: step}, never allow it, or make it every
+    step's likeliest token (`eos_first`: each row ends as soon as the rules let EOS be drawn)."""
     from morph.decode.sampling import TalkerRules
 
     real, steps = TalkerRules.next_token, []
@@ -71,6 +72,8 @@ def talker_logits(force_eos=None, never_eos=False):
                 logits[row, rules.eos] = 0.0
         if never_eos:
             logits[:, rules.eos] = -float("inf")
+        if eos_first:
+            logits[:, rules.eos] = logits.max() + 100.0
         steps.append(logits.clone())
         return real(rules, logits, *args, **kwargs)
 
@@ -137,6 +140,22 @@ def test_rows_stop_at_their_own_eos(tiny_tts, batch, lines):
         with talker_logits(force_eos=force):
             alone = batch.codes([line], greedy(frames=10))[0]
         assert torch.equal(codes[row], alone)
+
+
+@pytest.mark.parametrize("mode", ["eager", "lean"])
+def test_eos_is_held_back_for_min_new_tokens_frames(tiny_tts, batch, lines, mode):
+    """A talker that would end every row at once: each row makes min_new_tokens frames (upstream's 2 by default),
+    then ends, in eager's static batches and the continuous batch alike; its frame limit still comes first."""
+    tiny_tts.patch.mode = mode
+    try:
+        with talker_logits(eos_first=True):
+            made = [[c.shape[0] for c in batch.codes(lines[:3], settings)]
+                    for settings in (greedy(frames=10), greedy(frames=10, min_new_tokens=6),
+                                     greedy(frames=4, min_new_tokens=6))]
+    finally:
+        tiny_tts.patch.mode = "auto"
+        tiny_tts.release_device_state()
+    assert made == [[2] * 3, [6] * 3, [4] * 3]
 
 
 def test_each_row_keeps_its_own_text_derived_frame_limit(tiny_tts, batch, voices, monkeypatch):

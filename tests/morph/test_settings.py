@@ -1,11 +1,11 @@
 """morph/settings.py's prefill slices and buckets: what a slice of joining rows holds and the shape its CUDA graph is
-captured at (morph/decode/prefill_graphs.py)."""
+captured at (morph/decode/prefill_graphs.py); the generation settings' checks."""
 
 from __future__ import annotations
 
 import pytest
 
-from morph.settings import PREFILL_LENGTHS, PREFILL_TOKENS, prefill_bucket, prefill_rows
+from morph.settings import PREFILL_LENGTHS, PREFILL_TOKENS, GenerationSettings, prefill_bucket, prefill_rows
 
 
 @pytest.mark.parametrize("length", [1, 15, 16, 17, 24, 25, 60, 100, 700, 1500, 2048])
@@ -35,3 +35,12 @@ def test_a_slice_is_the_most_rows_whose_bucket_fits_the_prefill_bound(length):
     assert bucket is None or bucket[0] == rows
     if rows * 2 * (length if bucket is None else bucket[1]) <= PREFILL_TOKENS:
         pytest.fail(f"{rows} rows of {length} tokens: twice as many would fit")
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_min_new_tokens_is_a_whole_number_of_frames_from_one(bad):
+    """EOS drawn from the prompt would leave a row no frame: one frame at least, upstream's 2 by default."""
+    with pytest.raises(ValueError, match=r"Generate: min_new_tokens must be an integer >= 1, got .*; use 2"):
+        GenerationSettings(min_new_tokens=bad).validate("Generate")
+    assert GenerationSettings().min_new_tokens == 2
+    assert GenerationSettings(min_new_tokens=1).validate("Generate").min_new_tokens == 1

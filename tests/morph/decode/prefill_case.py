@@ -35,7 +35,8 @@ def prompt(tts) -> dict:
     rows = make_rows(tts, lines, settings, "test", True)
     model = tts.tts
     kwargs = model._merge_generate_kwargs(**settings.upstream_kwargs(rows[1].text))
-    return talker_inputs(model.model, ["English"] * 2, **prompt_inputs(tts, rows), **kwargs)
+    return talker_inputs(model.model, ["English"] * 2, **prompt_inputs(tts, rows),
+                         min_new_tokens=settings.min_new_tokens, **kwargs)
 
 
 def both(tts):

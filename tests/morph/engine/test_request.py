@@ -38,7 +38,9 @@ def test_requests_that_differ_only_in_seed_and_frame_limit_share_a_batch_key():
     a = request([5], [10], GenerationSettings(temperature=0.7, seed=1, max_new_tokens=100))
     b = request([5], [10], GenerationSettings(temperature=0.7, seed=2, max_new_tokens=None))
     c = request([5], [10], GenerationSettings(temperature=0.8, seed=1, max_new_tokens=100))
+    d = request([5], [10], GenerationSettings(temperature=0.7, seed=1, max_new_tokens=100, min_new_tokens=6))
     assert a.batch_key == b.batch_key != c.batch_key
+    assert d.batch_key != a.batch_key  # the EOS hold is the batch's, one value for all its rows
     assert a.batch_key == GenerationSettings(temperature=0.7) and a.settings.seed == 1  # its own settings are kept
 
 
