@@ -65,9 +65,13 @@ def job_context(source: str, model_size: str, dtype, attention: str, mode: str, 
     mode and the kind of device it runs on) and every generation setting but the seed (so a randomized seed still
     resumes; the batch size is left out too). Known before a load (cli.py render's rerun loads nothing when every
     line is there) or read off a loaded model (render_context)."""
+    fields = {k: v for k, v in dataclasses.asdict(settings).items() if k != "seed"}
+    if fields["min_new_tokens"] == GenerationSettings.min_new_tokens:
+        # a line whose context lacks the field was held for upstream's frames: its fingerprint stays, and so do the
+        # lines of a job rendered before the field was one of the settings
+        del fields["min_new_tokens"]
     return dict(model=str(source), model_size=model_size, dtype=str(dtype), attention=str(attention), mode=str(mode),
-                device=str(device_type), language=language, smoothing=bool(smoothing),
-                settings={k: v for k, v in dataclasses.asdict(settings).items() if k != "seed"})
+                device=str(device_type), language=language, smoothing=bool(smoothing), settings=fields)
 
 
 def render_context(tts, device_type: str, language: str, settings: GenerationSettings, smoothing: bool) -> dict:

@@ -200,3 +200,18 @@ def test_the_manifest_takes_the_lines_written_at_most_every_second_and_all_of_th
                 hand_over(k, "audio")
             hand_over(8, None)
     assert [[k for k, _ in r] for r in records] == [[6], [7]]
+
+
+def test_a_lines_fingerprint_keeps_its_value_at_upstreams_eos_hold_and_changes_with_another():
+    """A job rendered before min_new_tokens was a setting resumes: at upstream's 2 the line's fingerprint is the one
+    it had then (this literal); another hold makes other audio, so another fingerprint."""
+    from morph.lines.store import fingerprint
+    from morph.script_job import job_context
+
+    def line(settings):
+        context = job_context("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", "0.6B", "torch.bfloat16", "sdpa", "auto",
+                              "cuda", "English", settings, True)
+        return fingerprint(context, "Alice", "Hello there.", speaker="vivian", instruct="")
+
+    assert line(GenerationSettings()) == "9b10ecc7bdf1cc5d92f6a1296561d1182aaf40b7e934cfa67aa0332d718232e6"
+    assert line(GenerationSettings(min_new_tokens=6)) != line(GenerationSettings())
