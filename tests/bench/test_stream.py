@@ -40,8 +40,9 @@ def test_the_summary_leaves_the_first_call_apart(report):
         assert s["first_call"] == runs[0] and s["lines"] == LINES - 1
         assert s["first_audio_p50_s"] <= s["first_audio_p95_s"] <= s["first_audio_max_s"]
         assert s["first_audio_max_s"] == max(r["first_audio_s"] for r in runs[1:])
+        # the summary rounds to two decimals: on a loaded CPU the figure is small enough for that to pass 1%
         assert s["x_real_time"] == pytest.approx(sum(r["audio_s"] for r in runs[1:]) / sum(r["wall_s"] for r in runs[1:]),
-                                                 rel=1e-2)
+                                                 rel=1e-2, abs=0.005)
     assert report["stream"]["first_chunk_audio_p50_s"] > 0
 
 
