@@ -32,8 +32,7 @@ import sys
 import threading
 from typing import Callable
 
-from ..errors import reason
-from .thread import EngineFailed
+from ..errors import EngineFailed, reason
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,11 @@ import numpy as np
 from fastapi import Request as HttpRequest
 from fastapi.responses import Response, StreamingResponse
 
-from ..api import VARIANT_NAMES
+from ..engine.process import EngineProcess, ModelInfo, make_voice
+from ..errors import Busy
 from ..lines.line import Line
 from ..lines.voice import Voice
-from ..engine.process import EngineProcess, ModelInfo, make_voice
-from ..live_engine import Busy
+from ..qwen.checkpoints import VARIANT_NAMES
 from ..settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings, Sampling
 from .audio_io import FORMATS, STREAMABLE, StreamEncoder, decode_base64_audio, encode, media_type, read_audio
 from .metrics import Metrics
