@@ -259,7 +259,7 @@ def read_clip(path: Path, who: str, icl: bool, words: Words) -> np.ndarray:
 
 def load_base_model(args: argparse.Namespace):
     """load_model for cloning a voice: --device checked first, then a Base model, or an error naming --model."""
-    from morph.api import VARIANT_NAMES
+    from morph.qwen.checkpoints import VARIANT_NAMES
     from morph.qwen.loading import resolve_device
 
     resolve_device(args.device)

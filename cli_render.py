@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     with store, Engine(args) as engine:  # this command alone writes --prefix in --out until it ends
         kind = engine.config.get("tts_model_type")
         if kind != variant:
-            from morph.api import VARIANT_NAMES
+            from morph.qwen.checkpoints import VARIANT_NAMES
 
             flag = next(f"--{k}" for k, v in KINDS.items() if v == variant)
             raise CliError(f"--model: {args.model} is a {VARIANT_NAMES.get(kind, kind)} model; {flag} needs a "

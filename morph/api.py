@@ -27,7 +27,7 @@ from .reference.patch import MorphPatch
 from .lines.reference_audio import prepare_reference
 from .lines.words import FOR_PYTHON, Words
 from .lines.voice import Voice
-from .qwen.checkpoints import DEFAULT_MODEL, locate_checkpoint
+from .qwen.checkpoints import DEFAULT_MODEL, VARIANT_NAMES, locate_checkpoint
 from .qwen.loading import load_qwen_tts, place, resolve_load
 from .render import BatchTTS, Line, OnStep
 from .settings import SAMPLE_RATE, GenerationSettings
@@ -35,7 +35,6 @@ from .settings import SAMPLE_RATE, GenerationSettings
 log = logging.getLogger(__name__)
 
 MAX_TRANSCRIPT_CHARS_PER_SECOND = 25  # fast speech is ~15-20 characters a second
-VARIANT_NAMES = {"base": "Base (voice clone)", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}
 VARIANT_EXAMPLES = {"base": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "custom_voice": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
                     "voice_design": "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign"}
 

@@ -1,4 +1,22 @@
-"""How an exception reads in one log line: shared by the decode policy and the kernels' fallbacks."""
+"""The errors that cross from the engine's process to the server's, and how an exception reads in one log line.
+
+Torch-free on purpose: the HTTP process (morph/serve/) imports these without the engine, and unpickles the ones the
+engine's process sends (morph/engine/process.py) by this module's path."""
+
+
+class EngineFailed(RuntimeError):
+    """The engine cannot go on (its CUDA context failed, or its thread ended): what every request it held, and every
+    request after, ends with."""
+
+
+class Busy(RuntimeError):
+    """More rows wait than the engine queues: try again after `retry_after` seconds."""
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def __reduce__(self):  # it crosses from the engine's process to the server's (morph/engine/process.py)
+        return Busy, (str(self), self.retry_after)
 
 
 def reason(e: BaseException) -> str:

@@ -24,7 +24,8 @@ import numpy as np
 
 from .engine.engine import Engine, fatal
 from .engine.request import Request
-from .engine.thread import EngineFailed, EngineThread
+from .engine.thread import EngineThread
+from .errors import Busy, EngineFailed
 from .line_audio import LineAudio
 from .lines.line import Line
 from .lines.text_split import MAX_SEGMENT_CHARS
@@ -34,17 +35,7 @@ from .settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSe
 
 RETRY_AFTER_MAX_S = 60  # the longest Retry-After OpenAI's client honours
 
-__all__ = ["Busy", "EngineFailed", "LiveEngine", "fatal"]
-
-
-class Busy(RuntimeError):
-    """More rows wait than the engine queues: try again after `retry_after` seconds."""
-    def __init__(self, message: str, retry_after: int):
-        super().__init__(message)
-        self.retry_after = retry_after
-
-    def __reduce__(self):  # it crosses from the engine's process to the server's (morph/engine/process.py)
-        return Busy, (str(self), self.retry_after)
+__all__ = ["LiveEngine", "fatal"]
 
 
 class LiveEngine(EngineThread):

@@ -9,9 +9,10 @@ GIL its frame loop needs. `EngineProcess` is the parent's proxy, with LiveEngine
 
 The child is started by "spawn" (a fork after torch ran would copy its threads' locks and CUDA state), and `load`
 (picklable: a module's function, or a partial of one) makes the model there. Records cross one pipe: a request (its
-Line, whose Voice's tensors are on the CPU, settings and id), model work (`call`: fn(tts, ...) on the engine's thread,
-between frames), stats and token counts; back come each request's chunks (float32 arrays) and end, and each ask's
-result. Callbacks run on the parent's reader thread and must not block.
+Line, whose voice is its file's bytes (morph/lines/voice.py): the parent imports no torch; settings and id), model
+work (`call`: fn(tts, ...) on the engine's thread, between frames), stats and token counts; back come each request's
+chunks (float32 arrays) and end, and each ask's result. Callbacks run on the parent's reader thread and must not
+block.
 
 When the child ends (killed, or its CUDA context failed, after which it exits `FATAL_EXIT`), every request and ask it
 held ends at once with EngineFailed naming the cause, and on_exit(error) tells the owner, which may start() again.
@@ -32,8 +33,8 @@ import sys
 import threading
 from typing import Callable
 
-from ..errors import reason
-from .thread import EngineFailed
+from ..errors import EngineFailed, reason
+from ..lines.voice import read_voice, voice_bytes
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,9 @@ class ModelInfo:
     model_size: str
 
 
-def make_voice(tts, *args, **kwargs):
-    """`call`'s model work for a voice: MorphTTS.make_voice in the child."""
-    return tts.make_voice(*args, **kwargs)
+def make_voice(tts, *args, **kwargs) -> bytes:
+    """`call`'s model work for a voice: MorphTTS.make_voice in the child, as its file's bytes."""
+    return voice_bytes(tts.make_voice(*args, **kwargs))
 
 
 class EngineProcess:
@@ -100,8 +101,9 @@ class EngineProcess:
 
     def submit(self, line, settings, on_chunk: Callable, on_end: Callable, who: str | None = None
                ) -> concurrent.futures.Future:
-        """Queue a request in the child; its future is the request's id once the child took it (else Busy,
-        ValueError, EngineFailed). on_chunk(audio) and on_end(error or None) as LiveEngine's."""
+        """Queue a request in the child (line's voice: its file's bytes, as make_voice gives them); its future is the
+        request's id once the child took it (else Busy, ValueError, EngineFailed). on_chunk(audio) and on_end(error or
+        None) as LiveEngine's."""
         rid = next(self._ids)
         with self._lock:
             self._held[rid] = (on_chunk, on_end)
@@ -305,6 +307,8 @@ def _serve(load: Callable[[], object], options: dict, conn) -> None:
         try:
             if kind == "submit":
                 rid, line, settings, who = args
+                if line.voice is not None:
+                    line = dataclasses.replace(line, voice=read_voice(line.voice, who or "serve", "the voice"))
 
                 def ended(error, rid=rid) -> None:
                     held.pop(rid, None)

@@ -18,16 +18,11 @@ from typing import Callable
 
 import torch
 
-from ..errors import reason
+from ..errors import EngineFailed, reason
 from .engine import Engine, fatal
 from .request import Request
 
 log = logging.getLogger(__name__)
-
-
-class EngineFailed(RuntimeError):
-    """The engine cannot go on (its CUDA context failed, or its thread ended): what every request it held, and every
-    request after, ends with."""
 
 
 class EngineThread:

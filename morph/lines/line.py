@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .voice import Voice
+if TYPE_CHECKING:
+    from .voice import Voice
 
 
 @dataclass(frozen=True)
@@ -15,7 +17,7 @@ class Line:
     (VoiceDesign)."""
 
     text: str
-    voice: Voice | None = None
+    voice: Voice | None = None  # the speech server's HTTP process holds its file's bytes (morph/engine/process.py)
     language: str = "Auto"
     speaker: str | None = None
     instruct: str = ""

@@ -4,6 +4,9 @@ A voice file holds two tensors and string metadata:
   spk_embedding  float32 [hidden]      the speaker encoder's x-vector
   ref_code       int64   [T, 16]       codec codes of the reference clip (ICL voices only)
   metadata       format, version, mode ("icl" or "xvector"), ref_text, hidden_size, model_size
+
+Reading and checking a file's bytes needs numpy alone (`check_voice`): the speech server's HTTP process holds each
+voice as its file's bytes, and only the engine's process, which has torch, makes a Voice of them (`read_voice`).
 """
 
 from __future__ import annotations
@@ -11,10 +14,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+import numpy as np
 
 from .words import FOR_PYTHON, Words, model_size_name
+
+if TYPE_CHECKING:
+    import torch
 
 FORMAT = "qwen3-tts-morph-voice"
 VERSION = "1"
@@ -42,11 +49,10 @@ class Voice:
         return f"voice ({mode}, {model_size_name(self.model_size)} model, hidden {self.hidden_size})"
 
 
-def save_voice(voice: Voice, path: str | Path) -> Path:
-    from safetensors.torch import save_file
+def voice_bytes(voice: Voice) -> bytes:
+    """The voice file's bytes (what save_voice writes)."""
+    from safetensors.torch import save
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {"spk_embedding": voice.spk_embedding.detach().float().cpu().contiguous()}
     if voice.ref_code is not None:
         tensors["ref_code"] = voice.ref_code.detach().long().cpu().contiguous()
@@ -55,51 +61,71 @@ def save_voice(voice: Voice, path: str | Path) -> Path:
         "ref_text": json.dumps(voice.ref_text), "hidden_size": str(voice.hidden_size),
         "model_size": voice.model_size,
     }
-    save_file(tensors, str(path), metadata=metadata)
+    return save(tensors, metadata=metadata)
+
+
+def save_voice(voice: Voice, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(voice_bytes(voice))
     return path
 
 
 def load_voice(path: str | Path, who: str = "load_voice", words: Words = FOR_PYTHON) -> Voice:
     """Read and check a voice file; anything unexpected is rejected before use (the fix worded as `words` does)."""
-    from safetensors import safe_open
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{who}: no voice file at {path}")
+    return read_voice(path.read_bytes(), who, path.name, words)
+
+
+def read_voice(data: bytes, who: str, name: str, words: Words = FOR_PYTHON) -> Voice:
+    """The Voice of a file's bytes, checked as check_voice does (`name`: the file's, for messages)."""
+    import torch
+
+    spk, code, ref_text, model_size = check_voice(data, who, name, words)
+    return Voice(torch.from_numpy(spk), None if code is None else torch.from_numpy(code), ref_text, model_size)
+
+
+def check_voice(data: bytes, who: str, name: str, words: Words = FOR_PYTHON
+                ) -> tuple[np.ndarray, np.ndarray | None, str | None, str]:
+    """A voice file's spk_embedding, ref_code, ref_text and model_size from its bytes; ValueError naming what is wrong
+    (the fix worded as `words` does) for anything unexpected."""
+    from safetensors.numpy import load
+
     try:
-        with safe_open(str(path), framework="pt") as f:
-            metadata = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        tensors = load(data)
+        metadata = json.loads(data[8:8 + int.from_bytes(data[:8], "little")]).get("__metadata__") or {}
     except Exception as e:  # safetensors raises its own error types for non-safetensors data
-        raise ValueError(f"{who}: {path.name} is not a valid safetensors voice file ({e}); "
+        raise ValueError(f"{who}: {name} is not a valid safetensors voice file ({e}); "
                          f"{words.make_voice}") from e
     if metadata.get("format") != FORMAT:
-        raise ValueError(f"{who}: {path.name} is a safetensors file but not a Qwen3-TTS voice "
+        raise ValueError(f"{who}: {name} is a safetensors file but not a Qwen3-TTS voice "
                          f"(format {metadata.get('format')!r}); {words.make_voice}")
     if metadata.get("version") != VERSION:
-        raise ValueError(f"{who}: {path.name} has voice format version {metadata.get('version')!r}; "
+        raise ValueError(f"{who}: {name} has voice format version {metadata.get('version')!r}; "
                          f"this pack reads version {VERSION}")
     spk = tensors.get("spk_embedding")
-    if spk is None or spk.dim() != 1 or spk.dtype != torch.float32 or not torch.isfinite(spk).all():
-        raise ValueError(f"{who}: {path.name} has no valid spk_embedding (float32 [hidden] expected)")
+    if spk is None or spk.ndim != 1 or spk.dtype != np.float32 or not np.isfinite(spk).all():
+        raise ValueError(f"{who}: {name} has no valid spk_embedding (float32 [hidden] expected)")
     if str(spk.shape[0]) != metadata.get("hidden_size"):
-        raise ValueError(f"{who}: {path.name}'s embedding has {spk.shape[0]} values but its metadata says "
+        raise ValueError(f"{who}: {name}'s embedding has {spk.shape[0]} values but its metadata says "
                          f"{metadata.get('hidden_size')}")
     code = tensors.get("ref_code")
     mode = metadata.get("mode")
     if mode not in ("icl", "xvector") or (mode == "icl") != (code is not None):
-        raise ValueError(f"{who}: {path.name} has mode {mode!r} but {'a' if code is not None else 'no'} ref_code")
-    if code is not None and (code.dtype != torch.int64 or code.dim() != 2 or code.shape[1] != NUM_CODE_GROUPS
+        raise ValueError(f"{who}: {name} has mode {mode!r} but {'a' if code is not None else 'no'} ref_code")
+    if code is not None and (code.dtype != np.int64 or code.ndim != 2 or code.shape[1] != NUM_CODE_GROUPS
                              or code.shape[0] == 0 or code.min() < 0 or code.max() >= CODEBOOK_SIZE):
-        raise ValueError(f"{who}: {path.name} has a malformed ref_code (int64 [T, {NUM_CODE_GROUPS}] "
+        raise ValueError(f"{who}: {name} has a malformed ref_code (int64 [T, {NUM_CODE_GROUPS}] "
                          f"with values below {CODEBOOK_SIZE} expected)")
     try:
         ref_text = json.loads(metadata.get("ref_text", "null"))
     except json.JSONDecodeError as e:
-        raise ValueError(f"{who}: {path.name} has unreadable ref_text metadata") from e
+        raise ValueError(f"{who}: {name} has unreadable ref_text metadata") from e
     if mode == "icl" and not ref_text:
-        raise ValueError(f"{who}: {path.name} is an ICL voice without its transcript")
-    return Voice(spk, code, ref_text, metadata.get("model_size", ""))
+        raise ValueError(f"{who}: {name} is an ICL voice without its transcript")
+    return spk, code, ref_text, metadata.get("model_size", "")
 
 
 def check_voice_fits(voice: Voice, hidden_size: int, model_size: str, who: str,

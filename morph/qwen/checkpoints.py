@@ -19,6 +19,7 @@ HUB_MODELS = (
     "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice",
     "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign",
 )
+VARIANT_NAMES = {"base": "Base (voice clone)", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}
 # The languages of the released 12 Hz models (the engine checks a choice against the loaded model too).
 LANGUAGES = ("Auto", "Chinese", "English", "French", "German", "Italian", "Japanese", "Korean", "Portuguese",
              "Russian", "Spanish")

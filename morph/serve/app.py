@@ -32,8 +32,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException
 
 from ..engine.process import EngineProcess, ModelInfo, make_voice
+from ..errors import Busy, EngineFailed
 from ..lines.line import Line
-from ..live_engine import Busy, EngineFailed
 from ..settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSettings
 from .lifecycle import GRACE_S, Gate, Lifecycle
 from .live_text import live_text

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException
 
-from ..live_engine import Busy, EngineFailed
+from ..errors import Busy, EngineFailed
 from ..settings import MAX_SEQ_GROUPS
 from .tempo import MAX_SPEED, MIN_SPEED
 

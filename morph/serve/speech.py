@@ -23,11 +23,10 @@ import numpy as np
 from fastapi import Request as HttpRequest
 from fastapi.responses import Response, StreamingResponse
 
-from ..api import VARIANT_NAMES
-from ..lines.line import Line
-from ..lines.voice import Voice
 from ..engine.process import EngineProcess, ModelInfo, make_voice
-from ..live_engine import Busy
+from ..errors import Busy
+from ..lines.line import Line
+from ..qwen.checkpoints import VARIANT_NAMES
 from ..settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings, Sampling
 from .audio_io import FORMATS, STREAMABLE, StreamEncoder, decode_base64_audio, encode, media_type, read_audio
 from .metrics import Metrics
@@ -60,7 +59,7 @@ class Speech:
     def __init__(self, info: ModelInfo, engine: EngineProcess, voices: VoiceFolder, defaults: GenerationSettings,
                  metrics: Metrics):
         self.info, self.engine, self.voices, self.defaults, self.metrics = info, engine, voices, defaults, metrics
-        self._refs: collections.OrderedDict[bytes, Voice] = collections.OrderedDict()
+        self._refs: collections.OrderedDict[bytes, bytes] = collections.OrderedDict()  # key: the voice's file
 
     async def reply(self, body: SpeechRequest, http: HttpRequest) -> Response:
         started = time.perf_counter()
@@ -149,7 +148,7 @@ class Speech:
             seed=d.seed if body.seed is None else body.seed,
             max_new_tokens=body.max_new_tokens or d.max_new_tokens)
 
-    def saved_voice(self, name: str) -> Voice:
+    def saved_voice(self, name: str) -> bytes:
         try:
             return self.voices.load(name)
         except KeyError:
@@ -158,8 +157,8 @@ class Speech:
         except ValueError as e:  # a name that cannot be a file, or a file that is not a voice
             raise ApiError(400, f"voice: {e}", "voice", "invalid_value") from None
 
-    async def voice_from_ref(self, ref_audio: str, ref_text: str | None, x_vector_only: bool) -> Voice:
-        """A voice from a request's clip, kept for the next request that sends the same."""
+    async def voice_from_ref(self, ref_audio: str, ref_text: str | None, x_vector_only: bool) -> bytes:
+        """A voice (its file's bytes) from a request's clip, kept for the next request that sends the same."""
         try:
             data = decode_base64_audio(ref_audio, "ref_audio")
         except ValueError as e:
@@ -173,9 +172,10 @@ class Speech:
             self._refs.popitem(last=False)
         return voice
 
-    async def make_voice(self, data: bytes, field: str, ref_text: str | None, x_vector_only: bool) -> Voice:
-        """A voice from a clip's bytes: decoded on a worker thread, made on the engine's, in its process
-        (EngineProcess.call: the model runs there alone); a clip the pack refuses (unreadable, silent, too long for its transcript) names `field`."""
+    async def make_voice(self, data: bytes, field: str, ref_text: str | None, x_vector_only: bool) -> bytes:
+        """A voice (its file's bytes) from a clip's bytes: decoded on a worker thread, made on the engine's, in its
+        process (EngineProcess.call: the model runs there alone); a clip the pack refuses (unreadable, silent, too long
+        for its transcript) names `field`."""
         try:
             wave, rate = await asyncio.to_thread(read_audio, data, field)
             return await asyncio.wrap_future(self.engine.call(make_voice, wave, rate, transcript=ref_text,

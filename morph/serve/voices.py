@@ -1,7 +1,9 @@
 """The server's saved voices: one `<name>.safetensors` per voice in a folder, so they survive a restart.
 
 The files are the pack's own voice files (morph/lines/voice.py), the ones the Save Voice node and `cli.py voice save`
-write, so a user can drop those in. The app calls a VoiceFolder from several threads at once.
+write, so a user can drop those in. A voice is handed out as its file's bytes, checked (morph/lines/voice.py
+check_voice), which the engine's process reads: this process needs no torch. The app calls a VoiceFolder from several
+threads at once.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import uuid
 from collections import OrderedDict
 from pathlib import Path
 
-from ..lines.voice import FORMAT, VERSION, Voice, load_voice, save_voice
+from ..lines.voice import FORMAT, VERSION, check_voice
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,7 @@ class VoiceFolder:
         self.path = Path(os.path.abspath(path))
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._cache: OrderedDict[str, tuple[tuple[int, int, int], Voice]] = OrderedDict()  # name -> (file key, voice)
+        self._cache: OrderedDict[str, tuple[tuple[int, int, int], bytes]] = OrderedDict()  # name -> (file key, voice)
         self._warned: set[tuple[str, int]] = set()  # (file name, mtime_ns) of non-voice files already logged
 
     check_name = staticmethod(check_name)  # the same check, for callers that hold only the folder
@@ -50,23 +52,24 @@ class VoiceFolder:
         assert Path(os.path.normpath(path)).parent == self.path, f"voice path {path} is outside {self.path}"
         return path
 
-    def save(self, name: str, voice: Voice) -> dict:
-        """Write the voice under `name`, replacing any voice of that name, and return its record. Written to a
-        temporary file first and renamed over, so a crash or a concurrent load never sees half a file."""
+    def save(self, name: str, voice: bytes) -> dict:
+        """Write the voice (its file's bytes) under `name`, replacing any voice of that name, and return its record.
+        Written to a temporary file first and renamed over, so a crash or a concurrent load never sees half a file."""
         path = self.path_of(name)
         # a dot file ending .tmp: not a voice name, and not matched by records()'s *.safetensors
         temp = self.path / f".{name}.{uuid.uuid4().hex}.tmp"
         try:
-            save_voice(voice, temp)
-            with open(temp, "rb") as f:  # on disk before the rename, so a power cut cannot leave an empty voice
-                os.fsync(f.fileno())
+            with open(temp, "wb") as f:
+                f.write(voice)
+                os.fsync(f.fileno())  # on disk before the rename, so a power cut cannot leave an empty voice
             os.replace(temp, path)
         finally:
             temp.unlink(missing_ok=True)
         return _record(name, path)
 
-    def load(self, name: str) -> Voice:
-        """The voice saved as `name`; KeyError(name) if there is none. Read once while its file is unchanged."""
+    def load(self, name: str) -> bytes:
+        """The voice saved as `name`, its file's bytes, checked (ValueError if it is not a voice); KeyError(name) if
+        there is none. Read once while its file is unchanged."""
         path = self.path_of(name)
         try:
             key = _file_key(path)
@@ -78,9 +81,10 @@ class VoiceFolder:
                 self._cache.move_to_end(name)
                 return cached[1]
         try:  # read outside the lock: other requests' voices need not wait for this file
-            voice = load_voice(path, who=f"voice {name!r}")
-        except FileNotFoundError:  # deleted since the stat
+            voice = path.read_bytes()
+        except (FileNotFoundError, IsADirectoryError):  # deleted since the stat, or a folder named like a voice
             raise KeyError(name) from None
+        check_voice(voice, f"voice {name!r}", path.name)
         with self._lock:
             self._cache[name] = (key, voice)
             self._cache.move_to_end(name)
@@ -139,7 +143,7 @@ def _record(name: str, path: Path) -> dict:
 
     created_at = int(path.stat().st_mtime)
     try:
-        with safe_open(str(path), framework="pt") as f:
+        with safe_open(str(path), framework="numpy") as f:  # "pt" would import torch
             metadata = f.metadata() or {}
         ref_text = json.loads(metadata.get("ref_text", "null"))
     except FileNotFoundError:

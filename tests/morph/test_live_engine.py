@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import morph.engine.engine
-from morph.live_engine import Busy, EngineFailed, LiveEngine, fatal
+from morph.errors import Busy, EngineFailed
+from morph.live_engine import LiveEngine, fatal
 from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close

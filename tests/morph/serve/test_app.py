@@ -22,11 +22,13 @@ import openai
 import pytest
 import soundfile as sf
 
+from morph.lines.voice import load_voice
 from morph.render import BatchTTS, Line
 from morph.serve.app import create_app
 from morph.serve.audio_io import FORMATS, STREAMABLE, media_type
 from morph.settings import GenerationSettings
 from tests.audio_compare import assert_audio_close
+from tests.test_light_imports import heavy, loaded_after
 from tests.serve_faults import hold, load_tiny
 
 from .conftest import API_KEY, serving
@@ -53,6 +55,15 @@ def python_api(tts, voice, seed=11, frames=FRAMES) -> np.ndarray:
     return BatchTTS(tts).render([Line(TEXT, voice, "Auto")], settings, batch_size=1)[0]
 
 
+def test_the_http_process_imports_no_torch():
+    """The HTTP process parses, encodes and streams; the model, torch and the engine live in the engine's process
+    alone (morph/engine/process.py), and a voice there is its file's bytes."""
+    modules = loaded_after("import cli, cli_serve, uvicorn\nfrom morph.serve.app import create_app\n"
+                           "from morph.serve.lifecycle import run_server")
+    assert "morph.serve.app" in modules and "morph.engine.process" in modules
+    assert heavy(modules) == [] and not [m for m in modules if m in ("morph.engine.engine", "morph.live_engine")]
+
+
 @pytest.fixture
 def alice(server, ref_audio):
     """A voice saved through the API (ICL: a clip and its transcript)."""
@@ -65,8 +76,7 @@ def alice(server, ref_audio):
 
 def test_streams_from_the_openai_client_curl_and_sse_are_the_python_apis_audio(server, alice, lean, tmp_path):
     url, app = server
-    voice = app.state.speech.voices.load("alice")
-    want = python_api(lean, voice)
+    want = python_api(lean, load_voice(app.state.speech.voices.path_of("alice")))
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY)
     with client.audio.speech.with_streaming_response.create(
             model="qwen3-tts", voice="alice", input=TEXT, response_format="pcm",
@@ -96,7 +106,7 @@ def test_streams_from_the_openai_client_curl_and_sse_are_the_python_apis_audio(s
 
 def test_whole_files_are_the_streams_audio(server, alice, lean):
     url, app = server
-    want = python_api(lean, app.state.speech.voices.load("alice"))
+    want = python_api(lean, load_voice(app.state.speech.voices.path_of("alice")))
     for fmt, stream in (("wav", False), ("flac", None)):
         reply = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, timeout=60, json={
             "input": TEXT, "voice": "alice", "response_format": fmt, "stream": stream, "seed": 11,

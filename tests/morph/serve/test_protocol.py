@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
-from morph.live_engine import Busy, EngineFailed
+from morph.errors import Busy, EngineFailed
 from morph.serve.protocol import MAX_INPUT_CHARS, ApiError, SpeechRequest, api_error, validation_error
 
 
