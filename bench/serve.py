@@ -14,11 +14,21 @@ faster than real time), and playback gaps (bench/serve_stats.playback_gaps: wher
 first chunk on would wait); on failure the status, error kind and message (429/503 with their Retry-After,
 connection errors, timeouts). Per rate: requests sent, ok, errors by kind, the achieved rate (ok requests a second
 from the first send to the last end), TTFA and end to end p50/p95/p99, real-time factor p50 and min, streams with
-gaps and their seconds, and the peak of requests in flight. A table goes to stdout; `--json` gets the settings, the
-environment, each rate's summary and every request's record (saved after each rate).
+gaps and their seconds, and the peak of requests in flight. With `--windows N` each rate runs N windows, each its
+own arrivals and texts (seeded by `--seed` and the window), and a line per rate gives each figure's median over
+them with its smallest and largest (bench/serve_stats.across_windows).
+
+With `--serve` and `--kill-engine S`, one more window at the last rate follows, whose engine process (the pid its
+server logs) is killed S s in: the report's "kill" says how many requests it held, how each ended and how soon after
+the kill (bench/serve_stats.kill_summary), how long the server took to answer GET /health 200 again, and how the
+requests sent one at a time after that ended.
+
+A table goes to stdout; `--json` gets the settings, the environment, each window's summary and every request's
+record (saved after each window), the rates' spreads and the kill.
 
     python -m bench.serve --rates 1,5,20 --duration 30 --json out/serve.json                 # a running server
     python -m bench.serve --serve "--model /tmp/model-0.6b" --rates 1,5 --json out/serve.json  # starts one
+    python -m bench.serve --serve "--model /tmp/model-0.6b" --rates 20 --windows 3 --kill-engine 4 --json out/s.json
 """
 
 from __future__ import annotations
@@ -28,7 +38,9 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import platform
+import re
 import shlex
 import signal
 import socket
@@ -41,9 +53,13 @@ import httpx
 import soundfile as sf
 
 from bench.sentences import reference_wave
-from bench.serve_stats import BYTES_PER_SECOND, arrivals, playback_gaps, request_plan, summarize
+from bench.serve_stats import (BYTES_PER_SECOND, across_windows, arrivals, kill_summary, playback_gaps,
+                               request_plan, summarize)
 
 ROOT = Path(__file__).resolve().parent.parent
+WINDOW_SEED_STEP = 1000  # window w's arrivals and texts are seeded by --seed + w * this: window 0's are --seed's
+ENGINE_UP = re.compile(rb"the engine's process (\d+) is up")  # morph/engine/process.py's log line
+AFTER_RESTART = 3  # requests sent one at a time once a killed engine's server answers /health again
 
 
 async def send(client: httpx.AsyncClient, url: str, body: dict, timeout: float, gap_tolerance: float,
@@ -97,10 +113,12 @@ def request_body(args, item: dict, index: int) -> dict:
                 seed=args.seed + index, max_new_tokens=item["max_new_tokens"], **args.extra)
 
 
-async def run_rate(client: httpx.AsyncClient, args, url: str, rate: float) -> list[dict]:
-    """One rate's window: every request sent at its planned time on its own task, then all awaited."""
-    plan = request_plan(arrivals(rate, args.duration, args.seed), args.seed)
-    origin = time.perf_counter()
+async def run_rate(client: httpx.AsyncClient, args, url: str, rate: float, seed: int,
+                   origin: float | None = None) -> list[dict]:
+    """One window at `rate`, its arrivals and texts seeded by `seed`, from `origin` (perf_counter; now when None):
+    every request sent at its planned time on its own task, then all awaited."""
+    plan = request_plan(arrivals(rate, args.duration, seed), seed)
+    origin = time.perf_counter() if origin is None else origin
     tasks = []
     for i, item in enumerate(plan):
         await asyncio.sleep(max(0.0, origin + item["scheduled_s"] - time.perf_counter()))
@@ -112,7 +130,7 @@ async def run_rate(client: httpx.AsyncClient, args, url: str, rate: float) -> li
             for i, (item, record) in enumerate(zip(plan, records))]
 
 
-async def measure(args, url: str, report: dict) -> None:
+async def measure(args, url: str, report: dict, server_log: Path | None) -> None:
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(headers=headers, limits=limits, timeout=args.timeout) as client:
@@ -121,10 +139,65 @@ async def measure(args, url: str, report: dict) -> None:
         for item in request_plan([0.0] * args.warmup, args.seed + 1):
             await send(client, url, request_body(args, item, 0), args.timeout, args.gap_tolerance, 0.0)
         for rate in args.rates:
-            records = await run_rate(client, args, url, rate)
-            report["rates"].append(dict(summary=summarize(rate, records), requests=records))
+            summaries = []
+            for window in range(args.windows):
+                records = await run_rate(client, args, url, rate, args.seed + WINDOW_SEED_STEP * window)
+                summaries.append(dict(summarize(rate, records), window=window))
+                report["rates"].append(dict(summary=summaries[-1], requests=records))
+                save(report, args.json)
+                print_row(summaries[-1])
+            if args.windows > 1:
+                report["spreads"].append(across_windows(summaries))
+                save(report, args.json)
+                print_spread(report["spreads"][-1])
+        if args.kill_engine is not None:
+            report["kill"] = await kill_window(client, args, url, server_log)
             save(report, args.json)
-            print_row(report["rates"][-1]["summary"])
+            print("kill:", json.dumps(report["kill"]["summary"]), flush=True)
+
+
+async def kill_window(client: httpx.AsyncClient, args, url: str, server_log: Path) -> dict:
+    """A window at the last rate whose engine process is killed args.kill_engine s in (module docstring)."""
+    rate, seed = args.rates[-1], args.seed + WINDOW_SEED_STEP * args.windows  # arrivals no window had
+    origin = time.perf_counter()
+
+    async def kill() -> dict:
+        await asyncio.sleep(args.kill_engine)
+        pid = engine_pid(server_log)
+        os.kill(pid, signal.SIGKILL)
+        killed = time.perf_counter()
+        down = False  # /health may answer 200 for the moment the server takes to see its engine gone
+        while time.perf_counter() - killed < args.start_timeout:
+            up = await client_healthy(client, url)
+            down = down or not up
+            if up and down:
+                return dict(pid=pid, kill_s=round(killed - origin, 4), restart_s=round(time.perf_counter() - killed, 3))
+            await asyncio.sleep(0.1)
+        return dict(pid=pid, kill_s=round(killed - origin, 4), restart_s=None)
+
+    killer = asyncio.create_task(kill())
+    records = await run_rate(client, args, url, rate, seed, origin)
+    killed = await killer
+    after = [await send(client, url, request_body(args, item, i), args.timeout, args.gap_tolerance, 0.0)
+             for i, item in enumerate(request_plan([0.0] * AFTER_RESTART, seed + 1))]
+    return dict(rate=rate, **killed, summary=kill_summary(records, killed["kill_s"]), requests=records,
+                after_restart=after)
+
+
+def engine_pid(server_log: Path) -> int:
+    """The engine process's id, from the last line its server logged of one coming up."""
+    found = ENGINE_UP.findall(server_log.read_bytes())
+    if not found:
+        raise RuntimeError(f"--kill-engine: the server logged no engine process ({server_log}); it needs one that "
+                           "runs its engine in a process of its own (cli.py serve)")
+    return int(found[-1])
+
+
+async def client_healthy(client: httpx.AsyncClient, url: str) -> bool:
+    try:
+        return (await client.get(f"{url}/health", timeout=2.0)).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 async def ensure_voice(client: httpx.AsyncClient, url: str, name: str) -> bool:
@@ -211,6 +284,15 @@ def print_row(summary: dict) -> None:
     print(" ".join(f"{_cell(summary[c]):>{max(8, len(c))}}" for c in COLUMNS), flush=True)
 
 
+def print_spread(spread: dict) -> None:
+    """A rate's windows: each figure's median [smallest, largest]."""
+    cells = [f"rate {spread['rate']}: {spread['windows']} windows, {spread['ok']}/{spread['sent']} ok"]
+    for key in ("ttfa_p50_s", "ttfa_p95_s", "achieved_rate", "streams_with_gaps"):
+        v = spread[key]
+        cells.append(f"{key} " + ("-" if v is None else f"{_cell(v['median'])} [{_cell(v['min'])}, {_cell(v['max'])}]"))
+    print("  " + "; ".join(cells), flush=True)
+
+
 def _cell(value) -> str:
     if isinstance(value, dict):
         return ",".join(f"{k}:{v}" for k, v in value.items()) or "-"
@@ -234,6 +316,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--extra", type=json.loads, default={}, help="JSON object merged into every request's body")
     p.add_argument("--serve", help="start `cli.py serve SERVE --port <free port>` for the run (its log by --json)")
     p.add_argument("--start-timeout", type=float, default=600.0, help="seconds --serve waits for GET /health")
+    p.add_argument("--windows", type=int, default=1, help="windows at each rate, each its own arrivals and texts")
+    p.add_argument("--kill-engine", type=float, metavar="S",
+                   help="with --serve: after the rates, a window at the last rate whose engine process is killed S s in")
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)
     args.rates = [float(r) for r in args.rates.split(",") if r.strip()]
@@ -241,18 +326,23 @@ def main(argv: list[str] | None = None) -> dict:
         p.error("--rates must be positive numbers")
     if not isinstance(args.extra, dict):
         p.error("--extra must be a JSON object")
+    if args.windows < 1:
+        p.error("--windows must be at least 1")
+    if args.kill_engine is not None and (args.serve is None or not 0 < args.kill_engine < args.duration):
+        p.error("--kill-engine needs --serve (its server's log names the engine's process) and a time inside "
+                "--duration")
     settings = {k: v for k, v in vars(args).items() if k != "api_key"}  # the key stays out of the file
-    report = dict(settings=settings, environment=environment(), rates=[], complete=False)
+    report = dict(settings=settings, environment=environment(), rates=[], spreads=[], complete=False)
     print(" ".join(f"{c:>{max(8, len(c))}}" for c in COLUMNS), flush=True)
     with contextlib.ExitStack() as stack:
-        url = args.url.rstrip("/")
+        url, log = args.url.rstrip("/"), None
         if args.serve is not None:
             log = Path(args.json).with_suffix(".server.log") if args.json else Path("serve-bench.server.log")
             report["server_log"] = str(log)
             url = stack.enter_context(serving([sys.executable, "cli.py", "serve", *shlex.split(args.serve)], log,
                                               args.start_timeout))
         report["url"] = url
-        asyncio.run(measure(args, url, report))
+        asyncio.run(measure(args, url, report, log))
     report["complete"] = True
     save(report, args.json)
     return report

@@ -99,3 +99,45 @@ def summarize(rate: float, records: list[dict]) -> dict:
                peak_concurrency=peak_concurrency([(r["sent_s"], r["end_s"]) for r in records]),
                send_lag_max_s=round(max((r["sent_s"] - r["scheduled_s"] for r in records), default=0.0), 4))
     return out
+
+
+# what a rate's windows are compared by (bench.serve --windows): each is one window's figure
+SPREAD_KEYS = ("ttfa_p50_s", "ttfa_p95_s", "ttfa_p99_s", "e2e_p50_s", "e2e_p95_s", "achieved_rate",
+               "streams_with_gaps", "gap_s_total", "peak_concurrency")
+
+
+def across_windows(summaries: list[dict]) -> dict:
+    """A rate's windows together: requests and errors summed, and each SPREAD_KEYS figure as the median of the
+    windows' with its smallest and largest (None where no window has it: every request failed)."""
+    errors: dict[str, int] = {}
+    for s in summaries:
+        for kind, n in s["errors"].items():
+            errors[kind] = errors.get(kind, 0) + n
+    out = dict(rate=summaries[0]["rate"], windows=len(summaries), sent=sum(s["sent"] for s in summaries),
+               ok=sum(s["ok"] for s in summaries), errors=dict(sorted(errors.items())))
+    for key in SPREAD_KEYS:
+        values = [s[key] for s in summaries if s[key] is not None]
+        out[key] = dict(median=round(float(np.median(values)), 4), min=min(values), max=max(values)) if values else None
+    return out
+
+
+def kill_summary(records: list[dict], kill_s: float, bound_s: float = 1.0) -> dict:
+    """A window whose engine process was killed at kill_s (seconds from the window's start): the requests it held
+    (sent before the kill, not ended by it) and those sent after it, each by outcome. A held request is answered
+    in time when it ended, with audio or an error, within bound_s of the kill; one sent after it when it ended
+    within bound_s of its send or got audio (the restart's wait is an error the client may send again after)."""
+
+    def outcomes(rows: list[dict]) -> dict:
+        kinds: dict[str, int] = {}
+        for r in rows:
+            kind = "ok" if r["ok"] else r["error_kind"]
+            kinds[kind] = kinds.get(kind, 0) + 1
+        return dict(sorted(kinds.items()))
+
+    held = [r for r in records if r["sent_s"] <= kill_s < r["end_s"]]
+    after = [r for r in records if r["sent_s"] > kill_s]
+    return dict(kill_s=kill_s, bound_s=bound_s, held=len(held), held_outcomes=outcomes(held),
+                held_in_time=sum(1 for r in held if r["end_s"] - kill_s <= bound_s),
+                held_last_end_after_kill_s=round(max((r["end_s"] - kill_s for r in held), default=0.0), 4),
+                sent_after=len(after), sent_after_outcomes=outcomes(after),
+                sent_after_in_time=sum(1 for r in after if r["ok"] or r["e2e_s"] <= bound_s))

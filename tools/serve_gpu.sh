@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The speech server under load on a GPU (bench/serve.py against `cli.py serve`), random 0.6B and 1.7B Base weights,
+# The speech server under load on a GPU (bench/serve.py against `cli.py serve`), random 0.6B and 1.7B weights (Base
+# and a saved clone, or CustomVoice and a built-in speaker),
 # in one GPU device call (DEADLINE_S, default 540 s, keeps it inside the 600 s a call may run):
 #
 #   bash tools/serve_gpu.sh            # here, with network: fill .whl/gpu with the pack's wheels (sections pack,
@@ -17,13 +18,17 @@
 # server's into /tmp/serve-site), builds both checkpoints at once (bench.random_model, bf16; before any measuring),
 # then per size starts `cli.py serve --model M --device cuda --dtype bf16 --batch-size $BATCH` with an empty voices
 # folder of its own (a 0.6B voice does not fit the 1.7B) under cudaMallocAsync, and runs bench.serve against it:
-# 3 warm-up requests, then each rate of $RATES for $DURATION s of Poisson arrivals, requests of 3 to 10 s of speech,
-# each one at most $TIMEOUT s. Each step is bounded by what is left of DEADLINE_S (default 540 s from the start), the
+# 3 warm-up requests, then each rate of $RATES for $WINDOWS windows of $DURATION s of Poisson arrivals, requests of
+# 3 to 10 s of speech, each one at most $TIMEOUT s, in the voice VARIANT gives: base (the default), a clone saved
+# through POST /v1/audio/voices from a synthetic clip; custom_voice, the model's built-in speaker "vivian". With
+# KILL_AT=S, a last window at the last rate has its engine process killed S s in (bench.serve --kill-engine). Each step is bounded by what is left of DEADLINE_S (default 540 s from the start), the
 # 0.6B run by SIZE_CAP_S (default 200 s) too, so that the 1.7B gets its turn; a run cut off gets SIGINT, so its
 # server shuts down and its JSON keeps the rates done (bench.serve saves after each; "complete": false).
-# Overrides (environment): RATES (default 1,5,20), DURATION (20), BATCH (32), TIMEOUT (30), SIZES ("0.6b 1.7b"),
+# Overrides (environment): RATES (default 1,5,20), DURATION (20), WINDOWS (1), BATCH (32), TIMEOUT (30), SIZES
+# ("0.6b 1.7b"), VARIANT (base), KILL_AT (none),
 # SERVE_EXTRA (more `cli.py serve` flags, e.g. "--kv-cache-gib 8" for the paged cache),
-# DEADLINE_S, SIZE_CAP_S, MODELS (a folder holding model-0.6b and model-1.7b built already: no build), e.g. RATES=1,10,20,40 DURATION=20 BATCH=64 bash tools/serve_gpu.sh $OUT (several rates
+# DEADLINE_S, SIZE_CAP_S, MODELS (a folder holding model-0.6b and model-1.7b of that VARIANT built already: no
+# build), e.g. RATES=1,10,20,40 DURATION=20 BATCH=64 bash tools/serve_gpu.sh $OUT (several rates
 # at a longer duration fit one size a call: SIZES=1.7b).
 #
 # The peer, faster-qwen3-tts 0.5.4, is not run: its wheel has no HTTP server (its `faster-qwen3-tts serve` reads
@@ -50,6 +55,14 @@ tee_pid=$!
 deadline=$(( $(date +%s) + ${DEADLINE_S:-540} ))
 rates=${RATES:-1,5,20}
 duration=${DURATION:-20}
+windows=${WINDOWS:-1}
+variant=${VARIANT:-base}
+case "$variant" in
+  base) voice=alice ;;
+  custom_voice) voice=vivian ;;  # bench/random_model.py's speakers
+  *) echo "VARIANT: $variant is neither base nor custom_voice"; exit 2 ;;
+esac
+kill_args=(); [ -n "${KILL_AT:-}" ] && kill_args=(--kill-engine "$KILL_AT")
 batch=${BATCH:-32}
 request_timeout=${TIMEOUT:-30}
 read -r -a sizes <<< "${SIZES:-0.6b 1.7b}"
@@ -62,7 +75,7 @@ PROJECT_CHANGES=$(cat .whl/serve/CHANGES 2>/dev/null || true)
 export PROJECT_COMMIT PROJECT_CHANGES PYTHONPATH=/tmp/serve-site:/tmp/gpu-site:$PWD PYTHONUNBUFFERED=1 \
   TOKENIZERS_PARALLELISM=false PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-echo "rates $rates, $duration s each, batch $batch, request timeout $request_timeout s, sizes ${sizes[*]}"
+echo "rates $rates, $windows windows of $duration s each, batch $batch, request timeout $request_timeout s, sizes ${sizes[*]}, $variant, voice $voice"
 
 # a folder of its own per call: a warm machine keeps the last call's /tmp, and the builder refuses a full folder
 work=$(mktemp -d)
@@ -72,7 +85,7 @@ began=$(date +%s)
 pids=()
 for size in "${sizes[@]}"; do
   if [ -n "${MODELS:-}" ]; then ln -s "$MODELS/model-$size" "$work/model-$size"; true &
-  else timeout "$build_cap" python3 -m bench.random_model --size "$size" --variant base --dtype bfloat16 \
+  else timeout "$build_cap" python3 -m bench.random_model --size "$size" --variant "$variant" --dtype bfloat16 \
     --out "$work/model-$size" > "$out/build-$size.log" 2>&1 &
   fi
   pids+=($!)
@@ -103,7 +116,8 @@ for i in "${!sizes[@]}"; do
   # SIGINT: bench.serve stops its server on the way out; KILL 45 s later if either hangs
   timeout -s INT -k 45 "$cap" python3 -m bench.serve \
     --serve "--model $work/model-$size --device cuda --dtype bf16 --batch-size $batch --voices $work/voices-$size ${SERVE_EXTRA:-}" \
-    --rates "$rates" --duration "$duration" --timeout "$request_timeout" --warmup 3 --start-timeout "$cap" \
+    --rates "$rates" --duration "$duration" --windows "$windows" --voice "$voice" "${kill_args[@]}" \
+    --timeout "$request_timeout" --warmup 3 --start-timeout "$cap" \
     --json "$out/serve-$size.json"
   code=$?
   [ "$code" -eq 0 ] || status=1
@@ -131,6 +145,11 @@ for size in sys.argv[2:]:
               f"{s['achieved_rate']}/s, TTFA p50/p95 {s['ttfa_p50_s']}/{s['ttfa_p95_s']} s, RTF p50/min "
               f"{s['rtf_p50']}/{s['rtf_min']}, streams with gaps {s['streams_with_gaps']}, peak in flight "
               f"{s['peak_concurrency']}")
+    for spread in report.get("spreads", []):
+        print(f"  rate {spread['rate']:>5}/s over {spread['windows']} windows: TTFA p95 {spread['ttfa_p95_s']}")
+    if report.get("kill"):
+        print(f"  kill: {report['kill']['summary']}, restart {report['kill']['restart_s']} s, after it "
+              f"{[r['ok'] for r in report['kill']['after_restart']]}")
 EOF
 ls -l "$out"
 exec >&- 2>&-  # let tee write the log's last lines before the device collects OUTDIR
