@@ -68,8 +68,9 @@ request_timeout=${TIMEOUT:-30}
 read -r -a sizes <<< "${SIZES:-0.6b 1.7b}"
 status=0
 PIP="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade"
-$PIP --target /tmp/gpu-site .whl/gpu/*.whl || exit 1
-$PIP --target /tmp/serve-site .whl/serve/*.whl || exit 1
+# once per machine, as tools/gpu_check.sh does: a later call on the warm machine need not carry the wheels again
+[ -d /tmp/gpu-site ] || $PIP --target /tmp/gpu-site .whl/gpu/*.whl || exit 1
+[ -d /tmp/serve-site ] || $PIP --target /tmp/serve-site .whl/serve/*.whl || exit 1
 PROJECT_COMMIT=$(cat .whl/serve/COMMIT 2>/dev/null || cat .whl/gpu/COMMIT 2>/dev/null || true)
 PROJECT_CHANGES=$(cat .whl/serve/CHANGES 2>/dev/null || true)
 export PROJECT_COMMIT PROJECT_CHANGES PYTHONPATH=/tmp/serve-site:/tmp/gpu-site:$PWD PYTHONUNBUFFERED=1 \
