@@ -101,16 +101,6 @@ def prefill_rows(length: int) -> int:
     return 1 << (per.bit_length() - 1)
 
 
-def prefill_buckets(width: int, longest: int) -> list[tuple[int, int]]:
-    """Every bucket a slice of a batch of `width` slots, of prompts of at most `longest` tokens, is padded to: each
-    length up to the longest's bucket, at each power of two of rows up to what a slice of it holds
-    (prefill_rows) and the width's."""
-    top = prefill_bucket(1, longest)
-    lengths = PREFILL_LENGTHS if top is None else PREFILL_LENGTHS[:PREFILL_LENGTHS.index(top[1]) + 1]
-    widest = 1 << (max(width, 1) - 1).bit_length()
-    return [(1 << i, length) for length in lengths for i in range(min(prefill_rows(length), widest).bit_length())]
-
-
 def requeue_pool_pages(rows: Sequence[tuple[int, int]], width: int) -> int:
     """Pages (the null page included) for a continuous batch of `width` slots whose rows, (prompt tokens, frame limit)
     each, may be preempted: the `width` largest at POOL_FRAME_SHARE of their frames (pool_pages), and never fewer than

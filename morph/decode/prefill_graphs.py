@@ -27,7 +27,7 @@ import torch
 
 from ..errors import reason
 from ..graphs import CAPTURE, GraphCache
-from ..settings import PREFILL_LENGTHS, prefill_bucket, prefill_buckets
+from ..settings import PREFILL_LENGTHS, prefill_bucket
 from .lean import Prefilled, lean_prefill, rope_tables
 
 log = logging.getLogger(__name__)
@@ -39,8 +39,7 @@ def _lean(loop, embeds, mask, cos, sin, into=None) -> Prefilled:
     return lean_prefill(embeds, mask, loop.stack.weights(), t.model.norm.weight, t.codec_head.weight, cos, sin,
                         loop.stack.dims, into=into)
 
-MAX_SHAPES = 16  # graphs kept: a script's groups meet a few prompt lengths, each at one or two row counts (a server
-# keeps every bucket: warm)
+MAX_SHAPES = 16  # graphs kept: a script's groups meet a few prompt lengths, each at one or two row counts
 
 
 class Arena:
@@ -127,32 +126,9 @@ class PrefillGraphs:
         from its bucket's graph when `captured` (a fast mode on CUDA) and the slice has a bucket."""
         rows, length = mask.shape
         shape = prefill_bucket(rows, length) if captured and not self.failed else None
-        bucket = None if shape is None else self._replayed(loop, shape, embeds, mask)
+        bucket = None if shape is None else self._bucket(loop, shape, embeds, mask)
         if bucket is None:
             return _lean(loop, embeds, mask, *tables)
-        return bucket.out(rows, length)
-
-    def warm(self, loop, width: int, longest: int) -> int:
-        """Capture the graph of every bucket a slice of a batch of `width` slots, of prompts of at most `longest`
-        tokens, takes (settings.prefill_buckets), the largest first so that one arena holds them all, and keep them
-        all: a server's requests then pay no capture in their way to the first audio (on an H200 at the 1.7B dims,
-        the first 10 s of requests at 1 a second had a TTFA p50 of 101 ms against 22 ms in the next 10 s,
-        bench/results/h200-2026-11-28b/NOTES.md). Only while no slice's outputs wait to be read: the arena is
-        theirs. Returns the graphs kept."""
-        shapes = sorted(prefill_buckets(width, longest), key=lambda s: -s[0] * s[1])
-        self.graphs.max_graphs = max(self.graphs.max_graphs, len(shapes))
-        weight = loop.talker.codec_head.weight
-        for rows, length in shapes:
-            embeds = torch.zeros(rows, length, loop.config.hidden_size, dtype=weight.dtype, device=weight.device)
-            mask = torch.ones(rows, length, dtype=torch.long, device=weight.device)
-            if self.failed or self._replayed(loop, (rows, length), embeds, mask) is None:
-                break
-        return len(self.graphs)
-
-    def _replayed(self, loop, shape: tuple[int, int], embeds: torch.Tensor, mask: torch.Tensor) -> Bucket | None:
-        """The slice loaded into the bucket of `shape` and its graph replayed (captured on its first slice); None once
-        a capture failed: op by op from then on."""
-        bucket = self._bucket(loop, shape, embeds, mask)
         bucket.load(embeds, mask)
         try:
             entry = self.graphs.get(shape, bucket.step)
@@ -164,9 +140,9 @@ class PrefillGraphs:
             self.failed = True
             log.warning("morph: could not capture the prefill of joining rows (%s); it runs op by op, slower to "
                         "the first audio. If this repeats, report it", reason(e))
-            return None
+            return self.prefill(loop, embeds, mask, tables, captured)
         entry.replay()
-        return bucket
+        return bucket.out(rows, length)
 
     def _bucket(self, loop, shape: tuple[int, int], embeds: torch.Tensor, mask: torch.Tensor) -> Bucket:
         """The bucket of `shape` over an arena that holds it: a larger arena drops every graph of the old one."""

@@ -59,17 +59,6 @@ def make_voice(tts, *args, **kwargs) -> bytes:
     return voice_bytes(tts.make_voice(*args, **kwargs))
 
 
-def warm_prefills(tts, width: int, longest: int) -> int:
-    """`call`'s model work at a server's start, on an idle engine: the prefill graph of every bucket its joining
-    rows can take (morph/decode/prefill_graphs.py PrefillGraphs.warm), in the fast modes; the graphs kept."""
-    from ..decode.runner import FAST_MODES  # the child's imports: the parent imports no torch
-
-    patch = tts.patch
-    if patch.resolved_mode(tts.device) not in FAST_MODES:
-        return 0
-    return patch.loop.prefills.warm(patch.loop, width, longest)
-
-
 class EngineProcess:
     """The proxy of an engine in a child process (module docstring). options: LiveEngine's keywords."""
 

@@ -7,9 +7,9 @@ load (picklable, cli_serve.py's) makes the model in the engine's process (morph/
 starts with it and stops with it; when that process ends, the app starts another without closing its listener.
 
 Every route but /health needs `Authorization: Bearer <key>` when the server has a key. /health answers 503 until
-the model is warm (one short request has run through the engine, so its CUDA graphs are captured, and the prefill's
-of every bucket), then 200, and 503 again while the engine's process restarts, or once the server drains or fails
-(lifecycle.py owns that state and the door every request passes).
+the model is warm (one short request has run through the engine, so its CUDA graphs are captured), then 200, and
+503 again while the engine's process restarts, or once the server drains or fails (lifecycle.py owns that state and
+the door every request passes).
 Errors are OpenAI's shape, {"error": {"message", "type", "param", "code"}} (protocol.api_error): a 4xx for what the
 request got wrong, 503 for what may be sent again later, 500 for a failure of the server's own.
 """
@@ -31,7 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException
 
-from ..engine.process import EngineProcess, ModelInfo, make_voice, warm_prefills
+from ..engine.process import EngineProcess, ModelInfo, make_voice
 from ..errors import Busy, EngineFailed
 from ..lines.line import Line
 from ..settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSettings
@@ -190,8 +190,7 @@ def _warmed(warm: asyncio.Future | concurrent.futures.Future, lifecycle: Lifecyc
 
 def _warm_up(info: ModelInfo, engine: EngineProcess, defaults: GenerationSettings) -> None:
     """One short request through the engine (on a worker thread), so the first client's does not pay for building
-    the batch and capturing its graphs, on a Base model in an x-vector voice of a second of noise; then the
-    prefill graphs of every group of joining rows the engine can make (warm_prefills)."""
+    the batch and capturing its graphs; on a Base model in an x-vector voice of a second of noise."""
     if info.variant == "base":
         noise = np.random.default_rng(0).normal(0, 0.1, 24000).astype(np.float32)
         voice = engine.call(make_voice, noise, 24000, x_vector_only=True, who="warm-up").result()
@@ -206,5 +205,4 @@ def _warm_up(info: ModelInfo, engine: EngineProcess, defaults: GenerationSetting
     done.wait()
     if errors[0] is not None:
         raise errors[0]
-    graphs = engine.call(warm_prefills, engine.options["width"], engine.options["max_prompt"]).result()
-    log.info("serve: warm (%d prefill graphs)", graphs)
+    log.info("serve: warm")

@@ -32,25 +32,3 @@ def test_each_bucket_is_captured_once_and_replays_the_slices_prefill(cuda_tts):
             assert len(graphs.graphs) == captured
             assert prefill_bucket(*part[1].shape) in graphs.graphs
     assert not graphs.failed
-
-
-def test_a_warmed_server_captures_every_bucket_once_and_none_on_its_slices(cuda_tts):
-    """PrefillGraphs.warm at a server's start: every bucket of a batch of 8 slots and prompts of up to 100 tokens is
-    captured over one arena, and the slices that come after replay them (no capture, nothing dropped), each giving
-    what lean_prefill over it alone gives."""
-    from morph.engine.process import warm_prefills
-    from morph.settings import prefill_buckets
-
-    loop, embeds, mask, tables = slice_of(cuda_tts)
-    short = int(mask[0].sum())
-    graphs = loop.prefills
-    graphs.clear()
-    graphs.bind(loop.owner(cuda_tts.device, embeds.dtype))
-    with torch.inference_mode():
-        assert warm_prefills(cuda_tts, 8, 100) == len(prefill_buckets(8, 100)) == len(graphs.graphs) > 16
-        kept = list(graphs.graphs._graphs.values())
-        for part in ((embeds[:1, -short:], mask[:1, -short:]), (embeds, mask)):
-            assert_same(graphs.prefill(loop, *part, tables, captured=True), alone(loop, *part, tables), tol=1e-4)
-        assert list(graphs.graphs._graphs.values()) == kept  # the same graphs, none captured again
-    assert not graphs.failed
-    graphs.clear()

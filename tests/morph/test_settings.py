@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from morph.settings import (PREFILL_LENGTHS, PREFILL_TOKENS, GenerationSettings, prefill_bucket, prefill_buckets,
-                            prefill_rows)
+from morph.settings import PREFILL_LENGTHS, PREFILL_TOKENS, GenerationSettings, prefill_bucket, prefill_rows
 
 
 @pytest.mark.parametrize("length", [1, 15, 16, 17, 24, 25, 60, 100, 700, 1500, 2048])
@@ -36,25 +35,6 @@ def test_a_slice_is_the_most_rows_whose_bucket_fits_the_prefill_bound(length):
     assert bucket is None or bucket[0] == rows
     if rows * 2 * (length if bucket is None else bucket[1]) <= PREFILL_TOKENS:
         pytest.fail(f"{rows} rows of {length} tokens: twice as many would fit")
-
-
-@pytest.mark.parametrize(("width", "longest"), [(64, 1023), (48, 100), (1, 16), (8, 5000), (3, 1)])
-def test_the_buckets_a_batch_can_take_are_every_slice_of_its_rows_and_prompts(width, longest):
-    """What a server captures at its start (PrefillGraphs.warm): the bucket of every slice a group of up to `width`
-    rows of prompts of up to `longest` tokens is cut into, and no other."""
-    made = set()
-    for length in range(1, min(longest, PREFILL_LENGTHS[-1]) + 1):
-        per = prefill_rows(length)
-        for rows in range(1, width + 1):
-            made.update(prefill_bucket(r, length) for r in {min(rows, per), rows % per} if r)
-    buckets = prefill_buckets(width, longest)
-    assert len(buckets) == len(set(buckets)) and set(buckets) == made
-
-
-def test_a_server_of_64_rows_and_1023_token_prompts_keeps_61_prefill_graphs():
-    buckets = prefill_buckets(64, 1023)
-    assert len(buckets) == 61 and (64, 16) in buckets and (2, 1024) in buckets
-    assert (128, 16) not in buckets and (4, 1024) not in buckets and (1, 1536) not in buckets
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])

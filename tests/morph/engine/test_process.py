@@ -7,7 +7,7 @@ import functools
 import logging
 import time
 
-from morph.engine.process import STOP_S, EngineProcess, warm_prefills
+from morph.engine.process import STOP_S, EngineProcess
 from tests.serve_faults import load_leaving_a_thread
 
 
@@ -24,10 +24,3 @@ def test_a_closed_engine_process_exits_at_once_though_a_thread_is_left_running(t
     assert time.perf_counter() - began < 1 + STOP_S
     assert process.exitcode == 0
     assert "has not stopped" not in caplog.text
-
-
-def test_the_prefill_warm_up_captures_nothing_where_no_graph_replays(lean):
-    """A server on the CPU (mode lean, as on any device without the fast modes) prefills op by op: its warm-up keeps
-    no graph (a capture there fails, and would turn its later prefills off for nothing)."""
-    assert warm_prefills(lean, 64, 1023) == 0
-    assert not len(lean.patch.loop.prefills.graphs) and not lean.patch.loop.prefills.failed
