@@ -43,15 +43,25 @@ def test_the_command_is_known(capsys):
     assert "did you mean serve?" in capsys.readouterr().err
 
 
-def test_the_server_it_starts_streams_speech_to_the_load_test(tiny_dir, tmp_path):
+def test_the_server_it_starts_streams_speech_to_the_load_test_and_comes_back_from_a_killed_engine(tiny_dir, tmp_path):
+    """Then the load test's kill window: the engine process its server logged is killed 0.8 s into a window whose
+    first request (0.64 s, 7.7 s of speech) it holds then; that one is cut off within a second, and the requests
+    sent once /health answers again get their audio."""
     report = load_test.main(["--serve", f"--model {tiny_dir} --device cpu --voices {tmp_path / 'voices'} "
                                        "--batch-size 4 --api-key k --kv-cache-gib 0.001", "--api-key", "k", "--rates", "2",
-                             "--duration", "2", "--json", str(tmp_path / "serve.json")])
+                             "--duration", "2", "--kill-engine", "0.8", "--json", str(tmp_path / "serve.json")])
     summary = report["rates"][0]["summary"]
     assert report["complete"] and report["voice_made"]
     assert summary["sent"] >= 1 and summary["ok"] == summary["sent"] and not summary["errors"]
     assert summary["audio_s_total"] > 0 and summary["ttfa_p50_s"] < summary["e2e_p50_s"]
     assert (tmp_path / "voices" / "alice.safetensors").is_file()
+    kill = report["kill"]
+    log = (tmp_path / "serve.server.log").read_text()
+    assert f"the engine's process {kill['pid']} is up" in log and "killed by SIGKILL" in log
+    held = kill["summary"]
+    assert held["held"] >= 1 and held["held_in_time"] == held["held"] and "ok" not in held["held_outcomes"]
+    assert held["sent_after_in_time"] == held["sent_after"]
+    assert kill["restart_s"] is not None and [r["ok"] for r in kill["after_restart"]] == [True] * 3
 
 
 @contextlib.contextmanager
