@@ -15,7 +15,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from bench import serve
-from bench.serve_stats import arrivals, peak_concurrency, percentile, playback_gaps, request_plan, summarize
+from bench.serve_stats import (across_windows, arrivals, kill_summary, peak_concurrency, percentile, playback_gaps,
+                               request_plan, summarize)
 
 CHUNK = 4800  # bytes: 0.1 s of 24 kHz 16-bit audio
 STUB_CHUNK = 3 * CHUNK  # the stub's: 0.3 s each
@@ -98,6 +99,52 @@ def test_summary_counts_errors_by_kind_and_rates_ok_requests_over_the_window():
     assert s["e2e_p50_s"] == 1.75 and s["streams_with_gaps"] == 1 and s["gap_s_total"] == 0.25
 
 
+def test_a_rates_windows_give_each_figures_median_smallest_and_largest_and_their_sums():
+    def window(p95, ok, errors, achieved=None):
+        return dict(rate=5.0, sent=ok + sum(errors.values()), ok=ok, errors=errors, ttfa_p50_s=0.01, ttfa_p95_s=p95,
+                    ttfa_p99_s=p95, e2e_p50_s=1.0, e2e_p95_s=2.0, achieved_rate=achieved, streams_with_gaps=ok // 2,
+                    gap_s_total=0.5, peak_concurrency=ok)
+
+    s = across_windows([window(0.3, 4, {"timeout": 1}), window(0.1, 6, {}), window(0.2, 2, {"timeout": 2,
+                                                                                               "http_429": 1})])
+    assert (s["rate"], s["windows"], s["sent"], s["ok"]) == (5.0, 3, 16, 12)
+    assert s["errors"] == {"http_429": 1, "timeout": 3}
+    assert s["ttfa_p95_s"] == dict(median=0.2, min=0.1, max=0.3)
+    assert s["streams_with_gaps"] == dict(median=2, min=1, max=3) and s["achieved_rate"] is None
+
+
+def test_a_killed_engines_window_counts_who_it_held_and_how_soon_each_ended():
+    def record(sent, end, ok=False, kind="transport"):
+        return dict(sent_s=sent, end_s=end, e2e_s=end - sent, ok=ok, error_kind=None if ok else kind)
+
+    records = [record(0.0, 1.0, ok=True),  # done before the kill
+               record(1.0, 2.3), record(1.5, 3.1), record(2.0, 2.0 + 0.5, ok=True),  # held: one ends 1.1 s after
+               record(2.1, 2.2, kind="http_503"), record(3.5, 8.0, ok=True), record(4.0, 5.5, kind="timeout")]
+    s = kill_summary(records, kill_s=2.0)
+    assert (s["held"], s["held_in_time"], s["held_last_end_after_kill_s"]) == (3, 2, 1.1)
+    assert s["held_outcomes"] == {"ok": 1, "transport": 2}
+    assert (s["sent_after"], s["sent_after_in_time"]) == (3, 2)
+    assert s["sent_after_outcomes"] == {"http_503": 1, "ok": 1, "timeout": 1}
+
+
+def test_the_engine_to_kill_is_the_last_one_its_server_logged(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_bytes(b"INFO serve: the engine's process 41 is up\nWARNING it ended\n"
+                    b"INFO serve: the engine's process 97 is up\n")
+    assert serve.engine_pid(log) == 97
+    log.write_bytes(b"INFO nothing yet\n")
+    with pytest.raises(RuntimeError, match="--kill-engine: the server logged no engine process"):
+        serve.engine_pid(log)
+
+
+@pytest.mark.parametrize("argv", [["--kill-engine", "1"], ["--serve", "x", "--kill-engine", "40"],
+                                  ["--windows", "0"]])
+def test_a_kill_needs_a_started_server_and_a_time_in_the_window(argv, capsys):
+    with pytest.raises(SystemExit):
+        serve.main(["--duration", "30", *argv])
+    assert "--kill-engine needs --serve" in capsys.readouterr().err or "--windows" in argv
+
+
 def _serve_stub():
     """The stub on a free port in a daemon thread: its URL, and the server to stop."""
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=serve.free_port(), log_level="warning"))
@@ -121,6 +168,26 @@ def report(tmp_path_factory):
         server.should_exit = True
     assert json.loads(path.read_text()) == out
     return out
+
+
+def test_each_window_of_a_rate_has_its_own_arrivals_and_the_rate_its_spread(tmp_path):
+    url, server, before = *_serve_stub(), len(bodies)
+    try:
+        out = serve.main(["--url", url, "--rates", "4", "--duration", "1.5", "--windows", "2", "--seed", "3",
+                          "--api-key", KEY, "--timeout", "10"])
+    finally:
+        server.should_exit = True
+        del bodies[before:]  # the module's other run counts its own
+    first, second = out["rates"]
+    assert (first["summary"]["window"], second["summary"]["window"]) == (0, 1)
+    assert [r["scheduled_s"] for r in first["requests"]] == pytest.approx(arrivals(4, 1.5, 3), abs=1e-4)
+    assert [r["scheduled_s"] for r in second["requests"]] == pytest.approx(
+        arrivals(4, 1.5, 3 + serve.WINDOW_SEED_STEP), abs=1e-4)
+    (spread,) = out["spreads"]
+    assert spread["windows"] == 2 and spread["sent"] == first["summary"]["sent"] + second["summary"]["sent"]
+    p95 = sorted(w["summary"]["ttfa_p95_s"] for w in out["rates"] if w["summary"]["ttfa_p95_s"] is not None)
+    assert spread["ttfa_p95_s"] is None or (spread["ttfa_p95_s"]["min"], spread["ttfa_p95_s"]["max"]) == (
+        p95[0], p95[-1])
 
 
 def test_the_run_records_every_request_with_the_stubs_timings(report):
