@@ -105,26 +105,29 @@ def test_a_rates_windows_give_each_figures_median_smallest_and_largest_and_their
                     ttfa_p99_s=p95, e2e_p50_s=1.0, e2e_p95_s=2.0, achieved_rate=achieved, streams_with_gaps=ok // 2,
                     gap_s_total=0.5, peak_concurrency=ok)
 
-    s = across_windows([window(0.3, 4, {"timeout": 1}), window(0.1, 6, {}), window(0.2, 2, {"timeout": 2,
-                                                                                               "http_429": 1})])
-    assert (s["rate"], s["windows"], s["sent"], s["ok"]) == (5.0, 3, 16, 12)
-    assert s["errors"] == {"http_429": 1, "timeout": 3}
-    assert s["ttfa_p95_s"] == dict(median=0.2, min=0.1, max=0.3)
-    assert s["streams_with_gaps"] == dict(median=2, min=1, max=3) and s["achieved_rate"] is None
+    s = across_windows([window(0.3, 4, {"timeout": 1}), window(0.1, 6, {}), window(0.14, 1, {"timeout": 2,
+                                                                                                "http_429": 1})])
+    assert (s["rate"], s["windows"], s["sent"], s["ok"]) == (5.0, 3, 15, 11)
+    assert list(s["errors"].items()) == [("http_429", 1), ("timeout", 3)]  # by name, as each window's
+    assert s["ttfa_p95_s"] == dict(median=0.14, min=0.1, max=0.3)  # the median, not the mean (0.18)
+    assert s["streams_with_gaps"] == dict(median=2, min=0, max=3) and s["achieved_rate"] is None
 
 
 def test_a_killed_engines_window_counts_who_it_held_and_how_soon_each_ended():
     def record(sent, end, ok=False, kind="transport"):
         return dict(sent_s=sent, end_s=end, e2e_s=end - sent, ok=ok, error_kind=None if ok else kind)
 
-    records = [record(0.0, 1.0, ok=True),  # done before the kill
-               record(1.0, 2.3), record(1.5, 3.1), record(2.0, 2.0 + 0.5, ok=True),  # held: one ends 1.1 s after
-               record(2.1, 2.2, kind="http_503"), record(3.5, 8.0, ok=True), record(4.0, 5.5, kind="timeout")]
+    records = [record(0.0, 1.0, ok=True), record(1.0, 2.0, ok=True),  # done before the kill, or as it came
+               record(1.0, 2.3), record(1.5, 3.1), record(2.0, 2.5, ok=True), record(1.2, 3.0),  # held: one 1.1 s on
+               record(2.1, 2.2, kind="http_503"), record(3.5, 8.0, ok=True), record(4.0, 5.5, kind="timeout"),
+               record(4.5, 4.6, kind="http_503"), record(5.0, 5.2, kind="http_503")]
     s = kill_summary(records, kill_s=2.0)
-    assert (s["held"], s["held_in_time"], s["held_last_end_after_kill_s"]) == (3, 2, 1.1)
-    assert s["held_outcomes"] == {"ok": 1, "transport": 2}
-    assert (s["sent_after"], s["sent_after_in_time"]) == (3, 2)
-    assert s["sent_after_outcomes"] == {"http_503": 1, "ok": 1, "timeout": 1}
+    assert (s["held"], s["held_in_time"], s["held_last_end_after_kill_s"]) == (4, 3, 1.1)
+    assert s["held_outcomes"] == {"ok": 1, "transport": 3}
+    assert (s["sent_after"], s["sent_after_in_time"]) == (5, 4)
+    assert s["sent_after_outcomes"] == {"http_503": 3, "ok": 1, "timeout": 1}
+    late = kill_summary(records, kill_s=9.0)  # after every request
+    assert (late["held"], late["held_last_end_after_kill_s"], late["sent_after"]) == (0, 0.0, 0)
 
 
 def test_the_engine_to_kill_is_the_last_one_its_server_logged(tmp_path):
