@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import collections
+from typing import Iterable
+
 import numpy as np
 
 from bench.sentences import SENTENCES
@@ -76,17 +79,19 @@ def peak_concurrency(intervals: list[tuple[float, float]]) -> int:
     return peak
 
 
+def by_kind(kinds: Iterable[str] | collections.Counter) -> dict[str, int]:
+    """How many of each kind (the kinds, or their counts), by name."""
+    return dict(sorted(collections.Counter(kinds).items()))
+
+
 def summarize(rate: float, records: list[dict]) -> dict:
     """One rate's line of the report, from its requests' records (bench.serve.send's). Latencies, real-time
     factors and gaps are over the requests that succeeded; the achieved rate is those per second of the window
     from the first send to the last request's end (failed ones included: the server was still busy with them)."""
     ok = [r for r in records if r["ok"]]
-    errors: dict[str, int] = {}
-    for r in records:
-        if not r["ok"]:
-            errors[r["error_kind"]] = errors.get(r["error_kind"], 0) + 1
+    errors = by_kind(r["error_kind"] for r in records if not r["ok"])
     window = max((r["end_s"] for r in records), default=0.0) - min((r["sent_s"] for r in records), default=0.0)
-    out = dict(rate=rate, sent=len(records), ok=len(ok), errors=dict(sorted(errors.items())),
+    out = dict(rate=rate, sent=len(records), ok=len(ok), errors=errors,
                window_s=round(window, 3), achieved_rate=round(len(ok) / window, 3) if window > 0 else 0.0)
     for key in ("ttfa_s", "e2e_s"):
         for q in (50, 95, 99):
@@ -109,12 +114,9 @@ SPREAD_KEYS = ("ttfa_p50_s", "ttfa_p95_s", "ttfa_p99_s", "e2e_p50_s", "e2e_p95_s
 def across_windows(summaries: list[dict]) -> dict:
     """A rate's windows together: requests and errors summed, and each SPREAD_KEYS figure as the median of the
     windows' with its smallest and largest (None where no window has it: every request failed)."""
-    errors: dict[str, int] = {}
-    for s in summaries:
-        for kind, n in s["errors"].items():
-            errors[kind] = errors.get(kind, 0) + n
+    errors = by_kind(sum((collections.Counter(s["errors"]) for s in summaries), collections.Counter()))
     out = dict(rate=summaries[0]["rate"], windows=len(summaries), sent=sum(s["sent"] for s in summaries),
-               ok=sum(s["ok"] for s in summaries), errors=dict(sorted(errors.items())))
+               ok=sum(s["ok"] for s in summaries), errors=errors)
     for key in SPREAD_KEYS:
         values = [s[key] for s in summaries if s[key] is not None]
         out[key] = dict(median=round(float(np.median(values)), 4), min=min(values), max=max(values)) if values else None
@@ -128,11 +130,7 @@ def kill_summary(records: list[dict], kill_s: float, bound_s: float = 1.0) -> di
     within bound_s of its send or got audio (the restart's wait is an error the client may send again after)."""
 
     def outcomes(rows: list[dict]) -> dict:
-        kinds: dict[str, int] = {}
-        for r in rows:
-            kind = "ok" if r["ok"] else r["error_kind"]
-            kinds[kind] = kinds.get(kind, 0) + 1
-        return dict(sorted(kinds.items()))
+        return by_kind("ok" if r["ok"] else r["error_kind"] for r in rows)
 
     held = [r for r in records if r["sent_s"] <= kill_s < r["end_s"]]
     after = [r for r in records if r["sent_s"] > kill_s]

@@ -21,9 +21,10 @@
 # 3 warm-up requests, then each rate of $RATES for $WINDOWS windows of $DURATION s of Poisson arrivals, requests of
 # 3 to 10 s of speech, each one at most $TIMEOUT s, in the voice VARIANT gives: base (the default), a clone saved
 # through POST /v1/audio/voices from a synthetic clip; custom_voice, the model's built-in speaker "vivian". With
-# KILL_AT=S, a last window at the last rate has its engine process killed S s in (bench.serve --kill-engine). Each step is bounded by what is left of DEADLINE_S (default 540 s from the start), the
-# 0.6B run by SIZE_CAP_S (default 200 s) too, so that the 1.7B gets its turn; a run cut off gets SIGINT, so its
-# server shuts down and its JSON keeps the rates done (bench.serve saves after each; "complete": false).
+# KILL_AT=S, a last window at the last rate has its engine process killed S s in (bench.serve --kill-engine). Each
+# step is bounded by what is left of DEADLINE_S (default 540 s from the start), the 0.6B run by SIZE_CAP_S (default
+# 200 s) too, so that the 1.7B gets its turn; a run cut off gets SIGINT, so its server shuts down and its JSON keeps
+# the rates done (bench.serve saves after each; "complete": false).
 # Overrides (environment): RATES (default 1,5,20), DURATION (20), WINDOWS (1), BATCH (32), TIMEOUT (30), SIZES
 # ("0.6b 1.7b"), VARIANT (base), KILL_AT (none),
 # SERVE_EXTRA (more `cli.py serve` flags, e.g. "--kv-cache-gib 8" for the paged cache),
