@@ -2,7 +2,7 @@
 # A script over several GPUs against one (bench/scale.py), in one device call on a multi-GPU kind (nvidia-h200-x2):
 #
 #   bash tools/scale_gpu.sh                    # here, with network: fill .whl/scale with the pack's wheels (sections
-#                                              # pack, tools) and Ray's (section ray: Ray 2.60 without the parts the
+#                                              # pack but PyAV, tools) and Ray's (section ray: Ray 2.60 without the parts the
 #                                              # pack never imports, so that it fits a device call), record the commit
 #   bash tools/scale_gpu.sh OUTDIR [OPTION...] # on the GPU machine (no network), carrying .whl/scale: install them
 #                                              # offline, build random 0.6B bf16 weights, run bench/scale.py with the
@@ -15,6 +15,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   bash tools/fetch_device_wheels.sh .whl/scale pack tools ray || exit 1
+  # PyAV (35 MiB) is the speech server's alone (morph/serve/): a script's render never imports it, and with it the
+  # call would carry more than 64 MiB
+  rm -f .whl/scale/av-*.whl
   git rev-parse HEAD > .whl/scale/COMMIT
   git status --porcelain --untracked-files=no | cut -c4- > .whl/scale/CHANGES
   tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
