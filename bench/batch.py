@@ -52,7 +52,7 @@ import torch
 from bench.common import (HELD_FRAMES, add_model_args, emit, load_bench_model, model_dims, ran_batching, run_info,
                           save)
 from bench.lines import add_line_args, bench_lines
-from bench.workload import StepClock, eos_held, graph_bytes, peak_bytes, sync
+from bench.workload import StepClock, eos_held, graph_bytes, peak_bytes, sync, taken_bytes
 from morph.continuous import runs_lean
 from morph.decode.runner import MODES, check_mode
 from morph.lines.script import parse_script
@@ -132,13 +132,13 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         for _ in range(repeats):  # the render, then the script job (what front ends run), in turn
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()
-            graphs = graph_bytes(device)  # what the graphs held as the render began (bench/workload.py)
             sync(device)
             start = time.perf_counter()
             audio = batch.render(lines, settings, batch_size=size, **paged)
             sync(device)
             e2e_walls.append(time.perf_counter() - start)
-            e2e_peak = max(e2e_peak, peak_bytes(device) + graphs)
+            # what the process took of the device, as morph/memory.py declares it (bench/workload.py taken_bytes)
+            e2e_peak = max(e2e_peak, taken_bytes(device, peak=True) if device.type == "cuda" else peak_bytes(device))
             if script_job:  # what the front ends run
                 jobs.append(run_script_job(batch, lines, settings, size))
         return e2e_walls, audio, e2e_peak, jobs
@@ -271,7 +271,7 @@ def main(argv=None) -> dict:
 
     tts = load_bench_model(args)
     batch, lines, ends, frames = bench_lines(tts, args)
-    held = torch.cuda.memory_allocated(tts.device) + graph_bytes(tts.device) if tts.device.type == "cuda" else 0
+    held = taken_bytes(tts.device) if tts.device.type == "cuda" else 0
 
     results = []
     report = dict(

@@ -2,10 +2,9 @@
 back so random weights speak a set number of frames, the engine's parts timed as they are called (timed_calls), and
 the device's sync and peak memory.
 
-A render's memory on CUDA is torch's allocated peak plus what the CUDA graphs it replays hold outside that counter
-(graph_bytes): a render's footprint is its allocated peak plus the graph memory held when it began, the most of that
-over a run's renders. It leaves out graphs captured during a render before its peak (a first render's), so it reads
-a process's first render low by those; a later render replays them all."""
+A render's memory on CUDA is read two ways: what the process took of the device (taken_bytes: torch's reserve and
+CUDA's graph pool), which morph/memory.py declares, and torch's allocated peak plus what the CUDA graphs held as the
+render began (graph_bytes), which leaves the allocator's reserve out."""
 
 from __future__ import annotations
 
@@ -108,6 +107,17 @@ class StepClock:
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def taken_bytes(device: torch.device, peak: bool = False) -> int:
+    """What this process has taken of a CUDA device, now or at torch's peak (`peak`), as the driver counts it: torch's
+    reserved memory (under the native allocator the graphs' private pools are in it) and, under cudaMallocAsync,
+    CUDA's graph memory pool (graph_bytes, which does not shrink between trims). What morph/memory.py declares is
+    measured against this (tests/gpu/test_memory.py): a card has that much less for anything else."""
+    reserved = torch.cuda.max_memory_reserved(device) if peak else torch.cuda.memory_reserved(device)
+    if torch.cuda.get_allocator_backend() == "cudaMallocAsync":
+        reserved += graph_bytes(device)
+    return reserved
 
 
 def peak_bytes(device: torch.device) -> int:

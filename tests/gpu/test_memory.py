@@ -1,10 +1,9 @@
 """What the pack declares to ComfyUI (morph/memory.py) is what a render takes, at the real 0.6B dims in bf16 and in the
 default mode: within 0.8-1.25 of the peak above the render's start in the continuous batch (mode auto), and 0.8-3.0 in
-eager mode's static batches (below), x-vector and ICL voices, batch 1 to 64 of 5 s lines (bench/batch.py reports the
-same figures for any configuration). The peak counts what the CUDA graphs hold outside torch's allocated counter
-(bench/workload.py graph_bytes): the continuous batch's captured codec calls held 0.35-1.3 GiB of CUDA's graph memory
-pool under cudaMallocAsync, more in the native allocator's private pools, that the counter alone did not show
-(bench/results/h100-2026-11-26d).
+eager mode's static batches (below), x-vector and ICL voices, batch 1 to 64 of 5 s lines. The peak is what the process
+took of the device (bench/workload.py taken_bytes): torch's reserved memory, not only its allocations, and CUDA's
+graph pool. The allocator's reserve and the graphs took 1.3-1.5x the allocations' count at batch 64 of the 256-line
+script (bench/results/h200x4-2026-11-28c/NOTES.md), where a count of the allocations and the graphs alone was met.
 
 Each kind is measured in a process of its own, as a ComfyUI server's first render of the pack runs: that one also
 allocates what the process keeps from then on whatever runs (cuBLAS's workspace for each of the pack's streams,
@@ -27,7 +26,7 @@ import torch
 from bench.lines import script
 from bench.random_model import build_random_model
 from bench.sentences import reference_wave
-from bench.workload import REF_TEXT, eos_held, graph_bytes
+from bench.workload import REF_TEXT, eos_held, taken_bytes
 from morph.api import MorphTTS
 from morph.graphs import trim_graph_memory
 from morph.memory import working_memory
@@ -57,16 +56,15 @@ def measure(folder: str, kind: str, mode: str) -> dict[int, tuple[int, int]]:
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         trim_graph_memory()
-        start, graphs, peak = torch.cuda.memory_allocated(), graph_bytes(device), 0
+        start, peak = taken_bytes(device), 0
         # asked before the render, as a host asks: what the process has taken by then (the cuBLAS workspaces of the
         # pack's streams) is not declared again
         declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, rows)
         for _ in range(2):  # the first captures the graphs and builds the state for this shape
-            held = graph_bytes(device) - graphs
             torch.cuda.reset_peak_memory_stats()
             batch.render(lines, settings, batch_size=rows)
             torch.cuda.synchronize()
-            peak = max(peak, torch.cuda.max_memory_allocated() - start + held)
+            peak = max(peak, taken_bytes(device, peak=True) - start)
         got[rows] = (peak, declared)
     return got
 
