@@ -25,8 +25,9 @@ The continuous batch (what render runs in every mode but eager, morph/render.py)
   - WORKSPACE: cuBLAS's workspaces, the sampler's and the code predictor's scratch, and STREAM_WORKSPACE for each
     of the batch's own streams the render uses and the process has not used yet.
 The pool, the state, the prompts and WORKSPACE for the whole render, and a prefill and the codec on top: the codec's
-calls come all along the render, on their own stream, so a group's prefill meets one. All but the workspaces times
-RESERVE_SHARE on a GPU: what the allocator and CUDA's graph pool take beyond the allocations counted. That is
+calls come all along the render, on their own stream, so a group's prefill meets one. On a GPU, all but the
+workspaces times RESERVE_SHARE (CHURN_SHARE) and RESERVE_FIXED: what the allocator and CUDA's graph pool take beyond
+the allocations counted. That is
 measured above what the process held before its first render (the weights, the voices and the cuBLAS workspaces of
 the caller's stream: a host finds them taken), as the driver counts it (tests/gpu/test_memory.py).
 
@@ -39,7 +40,7 @@ A static batch (what render runs in eager mode, the exact reference) holds:
   - codec: after the batch, upstream's decoder, whose largest call morph/codec/pieces.py bounds,
     CODEC_VALUES_PER_ROW_FRAME activations a row-frame plus its workspaces (UPSTREAM_CODEC_WORKSPACE);
   - WORKSPACE.
-So it needs state + the larger of prefill and codec call + WORKSPACE.
+So it needs state + the larger of prefill and codec call (times EAGER_RESERVE_SHARE on a GPU) + WORKSPACE.
 
 Prompts are counted with the model's tokenizer (morph/prompts.py token_count), as the run sizes its cache;
 bench/batch.py reports this declaration beside the measured peak.
@@ -102,14 +103,17 @@ ASYNC_CAPTURED_SHARE = 1.15
 NATIVE_CAPTURED_SHARE = (1.0, 10, 3.0)  # 1 + rows / 10, at most 3
 # the frame step's graphs, one per width bucket, and the smaller codec shapes' leftovers
 CAPTURED_GRAPHS = 64 * 2**20
-# What the device gives up for a continuous render beyond what the terms above count: the allocator's reserve (blocks
-# freed on one stream that another cannot take yet, split blocks kept whole, and under the native allocator the
-# graphs' private pools' free blocks) and CUDA's graph pool past CAPTURED_GRAPHS. The driver's used memory above a
-# fresh render's start, over the count above less WORKSPACE and the streams' workspaces, on the 256-line script at
-# batch 64 (H200, bench/results/h200x4-2026-11-28c/NOTES.md): 1.38 (0.6B dims) and 1.51 (1.7B) under cudaMallocAsync,
-# 1.28 and 1.35 under the native allocator. Counted by torch alone the count held (0.88x-1.06x its peaks), and the
-# engine admitted the 0.6B at 64 on an 8 GB card under the native allocator, which then ran out of memory.
-RESERVE_SHARE = {"cudaMallocAsync": 1.5, "native": 1.35}
+# What the device gives up beyond the allocations the terms above count: the allocator's reserve (blocks freed on one
+# stream that another cannot take yet, split blocks kept whole; under the native allocator the graphs' private pools'
+# free blocks) and CUDA's graph pool past CAPTURED_GRAPHS. Fit to what the process took of an H200 (torch's reserve
+# and the graph pool, bench/workload.py taken_bytes; bench/results/h200-2026-11-28c/NOTES.md) at the 0.6B dims, 5 s
+# lines at 1 to 64 rows (tests/gpu/test_memory.py), and to the driver's count of the 256-line script at 64, 0.6B and
+# 1.7B dims: the continuous batch's count times RESERVE_SHARE, or CHURN_SHARE when more rows than its width join as
+# others end (the script: a share of 1.26-1.40 measured), plus its allocator's fixed part; eager's static batches,
+# whose cache grows a step at a time, times EAGER_RESERVE_SHARE. By torch's allocations alone the count was met
+# (0.88-1.06x), and the engine admitted the 0.6B at 64 on an 8 GB card under the native allocator, which then ran out.
+RESERVE_SHARE, CHURN_SHARE, EAGER_RESERVE_SHARE = 1.15, 1.4, 1.25
+RESERVE_FIXED = {"cudaMallocAsync": int(0.4 * 2**30), "native": int(0.25 * 2**30)}
 
 
 def _rows(lines, settings: GenerationSettings, instruct: str, count) -> list[tuple[int, int, int]]:
@@ -147,7 +151,8 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     state = width * (tokens * shape.kv_per_token + capacity_for(tokens) * 2 * shape.hidden_bytes)
     prefill = width * prompt * (shape.kv_per_token + shape.layer_bytes_per_token + shape.heads * prompt * 4)
     codec = _upstream_codec_call(model, _largest_codec_call([c for _, _, c in rows], width))
-    return int(state + max(prefill, codec) + WORKSPACE)
+    share = EAGER_RESERVE_SHARE if (device or tts.device).type == "cuda" else 1.0
+    return int(share * (state + max(prefill, codec)) + WORKSPACE)
 
 
 def batch_need(tts, rows: Sequence[Row], prompts: Sequence[int], width: int) -> int:
@@ -228,8 +233,10 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
     prompts = (1 + ahead) * width * max(p for p, _, _ in rows) * shape.hidden_bytes
     roles = (FRAME_LOOP, PROMPTS) if ahead else (FRAME_LOOP,)
     streams = STREAM_WORKSPACE * sum(not side_stream_made(device, role) for role in roles)
-    reserve = RESERVE_SHARE[torch.cuda.get_allocator_backend()] if device.type == "cuda" else 1.0
-    return int(reserve * (pool + state + prefill + codec + prompts) + WORKSPACE + streams)
+    counted = pool + state + prefill + codec + prompts
+    if device.type == "cuda":
+        counted = (CHURN_SHARE if ahead else RESERVE_SHARE) * counted + RESERVE_FIXED[torch.cuda.get_allocator_backend()]
+    return int(counted + WORKSPACE + streams)
 
 
 class _Shape:
