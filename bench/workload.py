@@ -109,6 +109,12 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+# How far two runs of the same renders apart read taken_bytes' peak under cudaMallocAsync: up to 0.34 GiB at 1 to 64
+# rows of 5 s lines (0.66 and 0.38 GiB for one row; H200, bench/results/h200-2026-11-28c/NOTES.md), where the native
+# allocator's read the same to 0.04 GiB. A declaration is held to its peaks within this much more.
+ASYNC_TAKEN_SPREAD = int(0.35 * 2**30)
+
+
 def taken_bytes(device: torch.device, peak: bool = False) -> int:
     """What this process has taken of a CUDA device, now or at torch's peak (`peak`), as the driver counts it: torch's
     reserved memory (under the native allocator the graphs' private pools are in it) and, under cudaMallocAsync,
