@@ -116,10 +116,12 @@ ASYNC_TAKEN_SPREAD = int(0.35 * 2**30)
 
 
 def taken_bytes(device: torch.device, peak: bool = False) -> int:
-    """What this process has taken of a CUDA device, now or at torch's peak (`peak`), as the driver counts it: torch's
-    reserved memory (under the native allocator the graphs' private pools are in it) and, under cudaMallocAsync,
-    CUDA's graph memory pool (graph_bytes, which does not shrink between trims). What morph/memory.py declares is
-    measured against this (tests/gpu/test_memory.py): a card has that much less for anything else."""
+    """What this process has taken of a CUDA device, now or at torch's peak (`peak`): torch's reserved memory (under
+    the native allocator the graphs' private pools are in it) and, under cudaMallocAsync, CUDA's graph memory pool
+    (graph_bytes, which does not shrink between trims). Near the driver's own count, a little under it (the 0.6B
+    script at 64: 4.59 against 4.72 GiB under cudaMallocAsync, 5.06 against 5.26 native; H200,
+    bench/results/h200x4-2026-11-28c/NOTES.md). What morph/memory.py declares is measured against this
+    (tests/gpu/test_memory.py): a card has that much less for anything else."""
     reserved = torch.cuda.max_memory_reserved(device) if peak else torch.cuda.memory_reserved(device)
     if torch.cuda.get_allocator_backend() == "cudaMallocAsync":
         reserved += graph_bytes(device)
