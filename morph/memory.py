@@ -27,9 +27,9 @@ The continuous batch (what render runs in every mode but eager, morph/render.py)
 The pool, the state, the prompts and WORKSPACE for the whole render, and a prefill and the codec on top: the codec's
 calls come all along the render, on their own stream, so a group's prefill meets one. On a GPU, all but the
 workspaces times RESERVE_SHARE (CHURN_SHARE) and RESERVE_FIXED: what the allocator and CUDA's graph pool take beyond
-the allocations counted. That is
-measured above what the process held before its first render (the weights, the voices and the cuBLAS workspaces of
-the caller's stream: a host finds them taken), as the driver counts it (tests/gpu/test_memory.py).
+the allocations counted. That is measured above what the process held before its first render (the weights, the
+voices and the cuBLAS workspaces of the caller's stream: a host finds them taken), as what the process took of the
+device (tests/gpu/test_memory.py).
 
 A static batch (what render runs in eager mode, the exact reference) holds:
   - state: per row, upstream's KV cache (morph/reference/loop.py) to the longest row's prompt and frames, and
@@ -110,8 +110,9 @@ CAPTURED_GRAPHS = 64 * 2**20
 # lines at 1 to 64 rows (tests/gpu/test_memory.py), and to the driver's count of the 256-line script at 64, 0.6B and
 # 1.7B dims: the continuous batch's count times RESERVE_SHARE, or CHURN_SHARE when more rows than its width join as
 # others end (the script: a share of 1.26-1.40 measured), plus its allocator's fixed part; eager's static batches,
-# whose cache grows a step at a time, times EAGER_RESERVE_SHARE. By torch's allocations alone the count was met
-# (0.88-1.06x), and the engine admitted the 0.6B at 64 on an 8 GB card under the native allocator, which then ran out.
+# whose cache grows a step at a time, times EAGER_RESERVE_SHARE. By torch's allocations alone the count was met (the
+# script at 64: 1.06x under cudaMallocAsync, 1.25x native), and the engine admitted the 0.6B at 64 on an 8 GB card
+# under the native allocator, which then ran out.
 RESERVE_SHARE, CHURN_SHARE, EAGER_RESERVE_SHARE = 1.15, 1.4, 1.25
 RESERVE_FIXED = {"cudaMallocAsync": int(0.4 * 2**30), "native": int(0.25 * 2**30)}
 
@@ -235,7 +236,8 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
     streams = STREAM_WORKSPACE * sum(not side_stream_made(device, role) for role in roles)
     counted = pool + state + prefill + codec + prompts
     if device.type == "cuda":
-        counted = (CHURN_SHARE if ahead else RESERVE_SHARE) * counted + RESERVE_FIXED[torch.cuda.get_allocator_backend()]
+        share = CHURN_SHARE if ahead else RESERVE_SHARE
+        counted = share * counted + RESERVE_FIXED[torch.cuda.get_allocator_backend()]
     return int(counted + WORKSPACE + streams)
 
 

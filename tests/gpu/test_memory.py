@@ -3,8 +3,9 @@ default mode: within 0.8-1.25 of the peak above the render's start in the contin
 eager mode's static batches (below), x-vector and ICL voices, batch 1 to 64 of 5 s lines; under cudaMallocAsync up to
 bench/workload.py's ASYNC_TAKEN_SPREAD over that, how far two runs of the same renders read apart. The peak is what
 the process took of the device (bench/workload.py taken_bytes): torch's reserved memory, not only its allocations,
-and CUDA's graph pool. The allocator's reserve and the graphs took 1.3-1.5x the allocations' count at batch 64 of the 256-line
-script (bench/results/h200x4-2026-11-28c/NOTES.md), where a count of the allocations and the graphs alone was met.
+and CUDA's graph pool. The allocator's reserve and the graphs took 1.3-1.5x the allocations' count at batch 64 of
+the 256-line script (bench/results/h200x4-2026-11-28c/NOTES.md), where a count of the allocations and the graphs
+alone was met.
 
 Each kind is measured in a process of its own, as a ComfyUI server's first render of the pack runs: that one also
 allocates what the process keeps from then on whatever runs (cuBLAS's workspace for each of the pack's streams,
