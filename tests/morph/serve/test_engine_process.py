@@ -20,12 +20,14 @@ from .test_faults import restarts_then_serves
 
 
 def test_a_killed_engine_process_answers_its_requests_and_is_started_again(lean, tmp_path, ref_audio):
-    with serving(lean, tmp_path / "voices") as (url, app):
+    # SLOW rows take 0.1 s a frame more (tests/serve_faults.py): without that the first row ended in about 3.5 s on
+    # an idle 2-core machine, and on a busy one it ended before the second request joined it (CI, stop 70)
+    with serving(lean, tmp_path / "voices", fault=dict(delay=0.1)) as (url, app):
         made = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "alice"}, timeout=60,
                           files={"audio_sample": ("a.wav", wav_bytes(ref_audio[0]), "audio/wav")})
         assert made.status_code == 200, made.text  # made in the engine's process, saved by the server's
         engine = app.state.speech.engine
-        long = {"input": TEXT * 3, "voice": "alice", "max_new_tokens": 400}
+        long = {"input": "SLOW. " + TEXT * 3, "voice": "alice", "max_new_tokens": 400}
         with httpx.stream("POST", f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
                           json={**long, "response_format": "pcm"}) as stream, \
                 concurrent.futures.ThreadPoolExecutor(1) as pool:
