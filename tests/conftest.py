@@ -39,13 +39,18 @@ def tiny_tts(tiny_dir):
     return MorphTTS.load(str(tiny_dir), device="cpu", dtype="fp32", attention="sdpa")
 
 
-@pytest.fixture
-def ref_audio():
+def two_second_clip() -> tuple[np.ndarray, int]:
     """Two seconds of noisy 'speech' at 24 kHz: what the tiny speaker encoder needs."""
     rng = np.random.RandomState(0)
     t = np.arange(2 * SR) / SR
     wave = 0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t)) + 0.05 * rng.randn(t.size)
     return wave.astype(np.float32), SR
+
+
+@pytest.fixture
+def ref_audio():
+    """two_second_clip(), a fresh copy for each test."""
+    return two_second_clip()
 
 
 @pytest.fixture(autouse=True)

@@ -28,6 +28,7 @@ from morph.serve.app import create_app
 from morph.serve.audio_io import FORMATS, STREAMABLE, media_type
 from morph.settings import GenerationSettings
 from tests.audio_compare import assert_audio_close
+from tests.conftest import two_second_clip
 from tests.test_light_imports import heavy, loaded_after
 from tests.serve_faults import hold, load_tiny
 
@@ -64,18 +65,25 @@ def test_the_http_process_imports_no_torch():
     assert heavy(modules) == [] and not [m for m in modules if m in ("morph.engine.engine", "morph.live_engine")]
 
 
-@pytest.fixture
-def alice(server, ref_audio):
+def save_alice(url: str) -> dict:
     """A voice saved through the API (ICL: a clip and its transcript)."""
-    url, _ = server
     reply = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "alice", "ref_text": "A short line."},
-                       files={"audio_sample": ("alice.wav", wav_bytes(ref_audio[0]), "audio/wav")}, timeout=60)
+                       files={"audio_sample": ("alice.wav", wav_bytes(two_second_clip()[0]), "audio/wav")}, timeout=60)
     assert reply.status_code == 200, reply.text
     return reply.json()
 
 
-def test_streams_from_the_openai_client_curl_and_sse_are_the_python_apis_audio(server, alice, lean, tmp_path):
-    url, app = server
+@pytest.fixture(scope="module")
+def shared(tiny_tts, tmp_path_factory):
+    """One server, with alice saved, for this file's tests that leave it as they found it: each request ends before
+    its test does, and none saves or deletes a voice. A server takes about 8 s to start here."""
+    with serving(tiny_tts, tmp_path_factory.mktemp("voices")) as (url, app):
+        save_alice(url)
+        yield url, app
+
+
+def test_streams_from_the_openai_client_curl_and_sse_are_the_python_apis_audio(shared, lean, tmp_path):
+    url, app = shared
     want = python_api(lean, load_voice(app.state.speech.voices.path_of("alice")))
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY)
     with client.audio.speech.with_streaming_response.create(
@@ -104,8 +112,8 @@ def test_streams_from_the_openai_client_curl_and_sse_are_the_python_apis_audio(s
     assert_audio_close(from_pcm(audio), want, rel=1e-3)
 
 
-def test_whole_files_are_the_streams_audio(server, alice, lean):
-    url, app = server
+def test_whole_files_are_the_streams_audio(shared, lean):
+    url, app = shared
     want = python_api(lean, load_voice(app.state.speech.voices.path_of("alice")))
     for fmt, stream in (("wav", False), ("flac", None)):
         reply = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, timeout=60, json={
@@ -127,8 +135,8 @@ def seconds_of(data: bytes, fmt: str) -> float:
     return sum(f.samples for f in frames) / frames[0].sample_rate
 
 
-def test_every_format_whole_and_streamed_decodes_to_the_audios_length(server, alice):
-    url, _ = server
+def test_every_format_whole_and_streamed_decodes_to_the_audios_length(shared):
+    url, _ = shared
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY)
 
     def speak(fmt: str, **more) -> tuple[dict, bytes]:
@@ -150,10 +158,10 @@ def test_every_format_whole_and_streamed_decodes_to_the_audios_length(server, al
     assert speak("opus")[1][:4] == b"OggS" and speak("aac")[1][:2] in (b"\xff\xf1", b"\xff\xf9")  # ADTS sync word
 
 
-def test_speed_stretches_every_reply_to_1_over_speed_as_long(server, alice):
+def test_speed_stretches_every_reply_to_1_over_speed_as_long(shared):
     """Streamed pcm and opus, a whole wav and server-sent events at 0.5 and 2.0 (the stretch itself, its pitch and
     its chunks: test_tempo.py); the usage counts the frames the model spoke, whatever the speed."""
-    url, _ = server
+    url, _ = shared
     body = {"input": TEXT, "voice": "alice", "seed": 11, "max_new_tokens": FRAMES}
     spoken = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, timeout=60, json={**body, "response_format": "pcm"})
     seconds = seconds_of(spoken.content, "pcm")
@@ -171,8 +179,8 @@ def test_speed_stretches_every_reply_to_1_over_speed_as_long(server, alice):
         assert lines[-1]["usage"]["output_tokens"] == round(seconds * 12.5)
 
 
-def test_ref_audio_clones_on_first_use(server, ref_audio, lean):
-    url, _ = server
+def test_ref_audio_clones_on_first_use(shared, ref_audio, lean):
+    url, _ = shared
     clip = "data:audio/wav;base64," + base64.b64encode(wav_bytes(ref_audio[0])).decode()
     body = {"input": TEXT, "ref_audio": clip, "ref_text": "A short line.", "response_format": "pcm", "seed": 11,
             "max_new_tokens": FRAMES}
@@ -228,8 +236,8 @@ BAD = [  # (body changes, multipart or not, status, param, words in the message)
 
 
 @pytest.mark.parametrize("change,status,param,words", BAD, ids=[str(b[0])[:40] for b in BAD])
-def test_bad_input_gets_a_4xx_that_names_its_field(server, alice, change, status, param, words):
-    url, _ = server
+def test_bad_input_gets_a_4xx_that_names_its_field(shared, change, status, param, words):
+    url, _ = shared
     body = {"model": "qwen3-tts", "input": TEXT, "voice": "alice", "response_format": "pcm", **change}
     reply = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, json=body, timeout=60)
     assert reply.status_code == status, reply.text
@@ -237,8 +245,8 @@ def test_bad_input_gets_a_4xx_that_names_its_field(server, alice, change, status
     assert error["param"] == param and words in error["message"], error
 
 
-def test_bad_voice_uploads_name_their_field(server):
-    url, _ = server
+def test_bad_voice_uploads_name_their_field(shared):
+    url, _ = shared
     bad_name = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "a/b"},
                           files={"audio_sample": ("a.wav", b"RIFF", "audio/wav")})
     assert bad_name.status_code == 400 and bad_name.json()["error"]["param"] == "name"
@@ -249,8 +257,9 @@ def test_bad_voice_uploads_name_their_field(server):
     assert missing.status_code == 400 and missing.json()["error"]["param"] == "audio_sample"
 
 
-def test_a_client_that_goes_away_frees_its_row(server, alice):
+def test_a_client_that_goes_away_frees_its_row(server):
     url, app = server
+    save_alice(url)
     engine = app.state.speech.engine
     body = {"input": TEXT * 3, "voice": "alice", "response_format": "pcm", "max_new_tokens": 400}
     with httpx.stream("POST", f"{url}/v1/audio/speech", headers=AUTH, json=body, timeout=60) as reply:
@@ -264,8 +273,8 @@ def test_a_client_that_goes_away_frees_its_row(server, alice):
     assert 'morph_requests_total{status="cancelled"} 1' in metrics
 
 
-def test_the_api_key_guards_every_route_but_health(server):
-    url, _ = server
+def test_the_api_key_guards_every_route_but_health(shared):
+    url, _ = shared
     for method, path in (("GET", "/v1/models"), ("GET", "/v1/audio/voices"), ("GET", "/metrics"),
                          ("POST", "/v1/audio/speech"), ("DELETE", "/v1/audio/voices/x")):
         for headers in ({}, {"Authorization": "Bearer wrong"}):
@@ -276,8 +285,8 @@ def test_the_api_key_guards_every_route_but_health(server):
     assert "morph_requests_total" in httpx.get(f"{url}/metrics", headers=AUTH).text
 
 
-def test_the_served_model_is_listed_and_retrieved_and_no_other(server):
-    url, _ = server
+def test_the_served_model_is_listed_and_retrieved_and_no_other(shared):
+    url, _ = shared
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY)
     listed = client.models.list().data
     assert len(listed) == 1

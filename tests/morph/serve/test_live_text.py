@@ -20,7 +20,7 @@ from tests.audio_compare import assert_audio_close
 from tests.serve_faults import hold
 
 from .conftest import API_KEY, serving
-from .test_app import AUTH, alice, from_pcm, wav_bytes  # noqa: F401 (alice: a fixture)
+from .test_app import AUTH, from_pcm, save_alice, wav_bytes
 
 FRAMES = 12
 CONFIG = {"type": "session.config", "voice": "alice", "seed": 5, "max_new_tokens": FRAMES}
@@ -54,9 +54,9 @@ def test_a_run_on_text_is_cut_at_the_cap_where_a_clause_or_word_ends():
 
 
 @pytest.fixture
-def alice_url(server, request):
+def alice_url(server):
     """The server's URL, with test_app.py's voice alice saved there."""
-    request.getfixturevalue("alice")
+    save_alice(server[0])
     return server[0]
 
 
