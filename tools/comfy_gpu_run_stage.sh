@@ -41,9 +41,11 @@ dirty=$(git status --porcelain --untracked-files=no | wc -l)
 version=${COMFYUI_VERSION:-$(python3 tools/comfy_gpu/wheels.py version "$src")}
 # The downloads are kept per version, so that switching versions and back downloads nothing again.
 COMFYUI_VERSION=$version bash tools/fetch_device_wheels.sh ".whl/pool-$version"
-tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
-untracked=$(git ls-files -z --others --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
-repo=$(( tracked + ${untracked:-0} ))
+# What a call carries of the repository: the working tree's files that git tracks or does not ignore. A tracked
+# file moved out of the tree for the calls (docs/development.md: bench/results) is not carried and not counted.
+repo=$(git ls-files -z --cached --others --exclude-standard | python3 -c '
+import os, sys
+print(sum(os.path.getsize(p) for p in sys.stdin.buffer.read().decode().split("\0") if p and os.path.isfile(p)))')
 checkout=$(du -sb "$dest" | cut -f1)
 # What each call may add to the repository: 64 MiB less 1 MiB for what du does not count (file metadata).
 cap=$(( 63 * 1048576 - repo ))
