@@ -23,6 +23,9 @@ from .conftest import API_KEY, serving
 from .test_app import AUTH, TEXT, wav_bytes
 
 LONG = {"input": TEXT * 3, "voice": "alice", "max_new_tokens": 400}
+# LONG slowed by 0.1 s a frame (tests/serve_faults.py), for a test that must join rows beside it before it ends: alone
+# it ends in about 3.5 s on an idle 2-core machine, sooner than a busy one takes to send them (CI, stop 70)
+SLOW = {**LONG, "input": "SLOW. " + TEXT * 3}
 
 
 @pytest.fixture
@@ -57,10 +60,11 @@ def test_a_failed_cuda_context_answers_every_request_at_once(lean, tmp_path, ali
     """A device-side assert in the batch: the request that hit it and one waiting beside it get 503 naming the cause,
     a stream already under way is cut off (no clean end); the engine's process exits, /health says restarting with
     the reason and new requests get 503 until another process is up, which serves the next request."""
-    with serving(lean, tmp_path / "voices", fault=dict(error=RuntimeError(CUDA_ASSERT)), width=1) as (url, app):
+    with serving(lean, tmp_path / "voices", fault=dict(error=RuntimeError(CUDA_ASSERT), delay=0.1),
+                 width=1) as (url, app):
         alice_voice(url)
         with httpx.stream("POST", f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
-                          json={**LONG, "response_format": "pcm"}) as stream, \
+                          json={**SLOW, "response_format": "pcm"}) as stream, \
                 concurrent.futures.ThreadPoolExecutor(2) as pool:
             chunks = stream.iter_raw()
             next(chunks)  # under way: its headers and first audio are out
@@ -86,10 +90,11 @@ def test_a_failed_cuda_context_answers_every_request_at_once(lean, tmp_path, ali
 def test_a_stream_under_way_is_cut_off_when_its_batch_fails(lean, tmp_path, alice_voice):
     """A Python error in the batch (the CUDA context lives): the requests in it fail (a stream is cut off, a whole
     file is a 500 naming the error), and the server goes on: the next request is whole and /health stays 200."""
-    with serving(lean, tmp_path / "voices", fault=dict(error=ValueError("a bug in a step"), times=1)) as (url, _):
+    with serving(lean, tmp_path / "voices", fault=dict(error=ValueError("a bug in a step"), times=1, delay=0.1)) \
+            as (url, _):
         alice_voice(url)
         with httpx.stream("POST", f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
-                          json={**LONG, "response_format": "pcm"}) as stream:
+                          json={**SLOW, "response_format": "pcm"}) as stream:
             chunks = stream.iter_raw()
             next(chunks)
             failed = httpx.post(f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
