@@ -133,7 +133,7 @@ class RowRunner:
         from .decode.runner import FAST_MODES
 
         # every row is decoded while it is made (LiveChunks), streamed or not: its calls replay CUDA graphs, where
-        # decoding each row whole at its end launched every call's kernels from this thread, beside the frame loop
+        # decoding each row whole at its end would launch every call's kernels from this thread, beside the frame loop
         # (bench/results/h100-2026-11-25e/NOTES.md)
         live = self._live = LiveChunks(self.batch, CodecStream(tts.codec, tts.device,
                                                                captured=self.batch.mode in FAST_MODES),
@@ -201,9 +201,9 @@ class LiveChunks:
 
     def may_join(self) -> bool:
         """Whether rows may join before this frame: at FIRST_GRID marks only, so that every row's first chunks are
-        FIRST_GRID frames, in one codec call with the others' (rows joining at any frame gave chunks of 1 to 4 frames,
-        a call for each size, each a new shape for cuDNN to plan). With no row in the batch the grid starts again
-        here. With `ramp`, at every frame."""
+        FIRST_GRID frames, in one codec call with the others' (rows joining at any frame would give chunks of 1 to 4
+        frames, a call for each size, each a new shape for cuDNN to plan). With no row in the batch the grid starts
+        again here. With `ramp`, at every frame."""
         if self.ramp:
             return True
         if not self.joined:

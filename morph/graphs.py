@@ -121,8 +121,7 @@ _STREAMS: dict = {}
 def side_stream(device, role: str) -> torch.cuda.Stream:
     """The pack's one stream per device for `role` (one of the roles above), for the life of the process: cuBLAS keeps
     a workspace (32 MiB on Hopper) per stream it has seen and no API frees it, so a new stream per capture, per render
-    or per loaded model leaks one each (a model's own codec stream left 33 MiB allocated per loaded model after Unload
-    Models in ComfyUI)."""
+    or per loaded model leaks one each, which Unload Models in ComfyUI cannot give back."""
     key = _stream_key(device, role)
     if key not in _STREAMS:
         priority = torch.cuda.Stream.priority_range()[1] if role == FRAME_LOOP else 0
@@ -146,9 +145,9 @@ def _stream_key(device, role: str) -> tuple:
 def frame_loop_stream(device: torch.device):
     """Run the continuous batch's frame loop on the pack's "frame loop" stream, of the device's highest priority,
     ordered after the caller's stream's work and before its next. The codec's calls on their own stream fill the GPU
-    with large kernels; at equal priority the frame step's small ones queued behind their blocks, and at the highest
-    they take the SMs as those free up: the 256-line script at batch 64 rendered in 2.67-3.04 s against 3.12-3.34 s
-    on the caller's stream (H100, bench/results/h100-2026-11-26h/NOTES.md). Off CUDA it runs where it is."""
+    with large kernels; at equal priority the frame step's small ones queue behind their blocks, and at the highest
+    they take the SMs as those free up, so a render is faster than on the caller's stream
+    (bench/results/h100-2026-11-26h/NOTES.md). Off CUDA it runs where it is."""
     if device.type != "cuda":
         yield
         return
@@ -181,8 +180,8 @@ def _keep_forever(*objects) -> None:
 def _collector_paused():
     """No automatic garbage collection inside: garbage that holds a graph of the pool being captured into (a batch
     left in a reference cycle by an exception, say) freed in the middle of the capture aborts the process, and torch
-    no longer collects on entry. Collecting before each capture did the same at a cost: 0.2 s a collection with a
-    model loaded (500,000 objects), 6 of a continuous render's first 12 s (29 captures, H200, 2026-11-26). The
+    no longer collects on entry. Collecting before each capture would do the same at a cost: a collection takes a
+    fraction of a second with a model loaded, and a continuous render captures tens of graphs as it starts. The
     collector's switch is the process's, so it is put back as it was found, after a capture of tens of ms."""
     was = gc.isenabled()
     gc.disable()
@@ -198,8 +197,8 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = 
 
     A graph keeps the cuBLAS workspace of the stream it was captured on (torch keeps one per stream), so graphs
     that replay at the same time on two streams must be captured on two: the codec's, replayed on its stream beside
-    the frame step's, shared the step's workspace and now and then changed a row's codes (tests/gpu/test_streaming.py,
-    H100, 2026-11-25).
+    the frame step's, would share the step's workspace and now and then change a row's codes
+    (tests/gpu/test_streaming.py).
 
     The warm-up runs the exact call the capture records, so anything that can fail
     outside a capture (a kernel that does not build, an unsupported layer) fails there, before any

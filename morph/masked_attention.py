@@ -4,9 +4,9 @@ over a chunk (morph/codec/layers.py). The fused mode's Triton kernel (morph/kern
 it.
 
 Spelled out rather than torch's scaled_dot_product_attention: every caller brings a new shape with almost every call
-(rows and frames of a live chunk, a request's prompt), and on an H100 under the speech server's load that call held a
-third of the live engine's thread in the codec (py-spy, bench/results/h100-2026-11-25c); a lone request's prefill
-took 22 to 34 ms at the 0.6B dims. Spelled out it is a few kernels whose cost follows the shape.
+(rows and frames of a live chunk, a request's prompt), and under the speech server's load that call would hold a
+large share of the live engine's thread in the codec, and slow a lone request's prefill (py-spy,
+bench/results/h100-2026-11-25c). Spelled out it is a few kernels whose cost follows the shape.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed:
 
     Query heads j*G .. j*G+G-1 share KV head j (HF's repeat_kv): a KV head's query heads are folded into its query
     rows, so its keys are never repeated. The scores and the softmax are float32, from the inputs upcast (as upstream's
-    sdpa kernels keep them: scores rounded to bf16 moved the lean step's bf16 logits measurably further from the fp32
+    sdpa kernels keep them: scores rounded to bf16 move the lean step's bf16 logits measurably further from the fp32
     reference, bench/numerics.py). A masked score is float32's lowest, not -inf: a query allowed no key (a free slot of
     the continuous batch, its bound past its position) averages the values instead of giving NaN, which would reach
     the keys and values a later row in that slot reads.

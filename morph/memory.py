@@ -63,56 +63,45 @@ from .masked_attention import SCORES_BYTES
 from .prompts import prefill_tokens, prompt_tokens, token_count
 from .settings import KV_PAGE, GenerationSettings, capacity_for, prefill_bucket, prefill_rows, requeue_pool_pages
 
-# Fit to the peaks of tests/gpu/test_memory.py on an H100 (0.6B dims, bf16, fused, 5 s lines, x-vector and ICL,
-# batch 1 to 64; bench/results/h100-2026-11-23/memory/): above the weights, 29 MiB per row (the state) plus
-# 2.38 MiB per row-frame of the largest codec call plus 137 MiB, to within 2% at every point. This declaration
-# then gives 1.01-1.02x those peaks for x-vector voices and 1.01-1.23x for ICL ones (its prefill is on the high side).
-CODEC_VALUES_PER_ROW_FRAME = 1_250_000  # the decoder's live activations per frame of a row, in its dtype's values
-UPSTREAM_CODEC_WORKSPACE = 80 * 2**20  # with WORKSPACE, that fit's 144 MiB
-# Every run's: measured above the start of a fresh process's batch-1 render with the lean codec (0.12-0.15 GiB in
-# all, bench/results/h100-2026-11-24c/NOTES.md)
+# The terms below are fits to the peaks of tests/gpu/test_memory.py (0.6B dims, bf16, fused, 5 s lines, x-vector and
+# ICL voices, 1 to 64 rows); each names the NOTES.md that holds its fit.
+# Upstream's decoder (eager's): its live activations a row-frame, in its dtype's values, and its workspace beyond
+# WORKSPACE (bench/results/h100-2026-11-23/memory/)
+CODEC_VALUES_PER_ROW_FRAME = 1_250_000
+UPSTREAM_CODEC_WORKSPACE = 80 * 2**20
+# Every run's, above the start of a fresh process's batch-1 render (bench/results/h100-2026-11-24c/NOTES.md)
 WORKSPACE = 64 * 2**20
 # cuBLAS's workspace for each of the continuous batch's own streams, its frame loop's (morph/graphs.py
 # frame_loop_stream) and its next group's prompt's (morph/group_ahead.py): taken by the first render of a process that
-# uses the stream and kept (graphs.side_stream), so counted until then (a batch-1 render's peak rose by 32 MiB with
-# the frame loop's, H200, bench/results/h200-2026-11-26f/NOTES.md)
+# uses the stream and kept (graphs.side_stream), so counted until then (bench/results/h200-2026-11-26f/NOTES.md)
 STREAM_WORKSPACE = 32 * 2**20
-# Fit to the peaks of tests/gpu/test_memory.py with the lean codec (H100, 0.6B dims, bf16, fused, 5 s x-vector
-# lines, batch 1 to 64; bench/results/h100-2026-11-24c/NOTES.md): 1.85 MiB per row-frame of the largest chunk call
-# (cuDNN's workspaces included: a 32-row chunk peaked at 917 MiB alone), 16 MiB more for a call of few rows, and each
-# row's audio held about six times on the device (a chunk's, the row's, the batch's) in float32. A call of one row
-# (batch 1's 128-frame calls) took more a frame: 2.46-2.49 MiB (bench/results/h100-2026-11-24d/NOTES.md). Once a
-# residual unit's activations moved its samples (morph/codec/layers.py _unit) a static batch's peaks fell by 0.04 to
-# 0.18 GiB at 1 to 64 rows: refit to 1.45 and 1.85 MiB (bench/results/h100-2026-11-26g/NOTES.md).
+# The lean codec: bytes a row-frame of its largest chunk call, cuDNN's workspaces included, for a call of many rows
+# and for one of one row, which takes more a frame; 16 MiB more for a call of few rows; and each row's audio held
+# about six times on the device (a chunk's, the row's, the batch's) in float32
+# (bench/results/h100-2026-11-26g/NOTES.md)
 LEAN_CODEC_BYTES = (int(1.45 * 2**20), int(1.85 * 2**20))  # a row-frame of a call of many rows; of one row
-# The live codec's captured graphs (below) hold about what the calls took op by op before that change: the continuous
-# batch's peaks fell by 0.03 to 0.06 GiB where the op-by-op calls' fell by a fifth.
+# the same calls replayed from CUDA graphs (below), as the live rows run them in the fast modes
 CAPTURED_CODEC_BYTES = (int(1.85 * 2**20), int(2.5 * 2**20))
 LEAN_CODEC_WORKSPACE = 16 * 2**20
 AUDIO_COPIES = 6
 # In the fast modes the live rows' calls replay CUDA graphs (morph/codec/captured.py), and the graphs hold their
 # calls' activations for as long as they are kept: in CUDA's graph memory pool under cudaMallocAsync, where torch's
-# allocated counter does not see them, and in torch's private pools under the native allocator. Against the widest
-# call's op-by-op bytes (the widest captured first, as CodecStream.warm does), with CAPTURED_GRAPHS, they held (H100,
-# 0.6B dims, bf16, 5 s lines at 1 to 64 rows, bench/results/h100-2026-11-26d/NOTES.md) about 1.25x under
-# cudaMallocAsync; under the native allocator from about 1x for a call of one row to 3x for one of 32, its private
-# pool fragmented by the larger activations (NATIVE_CAPTURED_SHARE). Refit to 1 + rows / 10 once a prefill no longer
-# kept its layers' whole projections (bench/results/h100-2026-11-26f/NOTES.md), and the cudaMallocAsync share to
-# 1.15 once the continuous batch's peaks fell (CAPTURED_CODEC_BYTES).
+# allocated counter does not see them, and in torch's private pools under the native allocator, which the larger
+# activations fragment. Against the widest call's op-by-op bytes (the widest captured first, as CodecStream.warm
+# does): times ASYNC_CAPTURED_SHARE under cudaMallocAsync, and under native from about 1x for a call of one row to 3x
+# for one of 32 (NATIVE_CAPTURED_SHARE; bench/results/h100-2026-11-26f/NOTES.md).
 ASYNC_CAPTURED_SHARE = 1.15
 NATIVE_CAPTURED_SHARE = (1.0, 10, 3.0)  # 1 + rows / 10, at most 3
 # the frame step's graphs, one per width bucket, and the smaller codec shapes' leftovers
 CAPTURED_GRAPHS = 64 * 2**20
 # What the device gives up beyond the allocations the terms above count: the allocator's reserve (blocks freed on one
 # stream that another cannot take yet, split blocks kept whole; under the native allocator the graphs' private pools'
-# free blocks) and CUDA's graph pool past CAPTURED_GRAPHS. Fit to what the process took of an H200 (torch's reserve
-# and the graph pool, bench/workload.py taken_bytes; bench/results/h200-2026-11-28c/NOTES.md) at the 0.6B dims, 5 s
-# lines at 1 to 64 rows (tests/gpu/test_memory.py), and to the driver's count of the 256-line script at 64, 0.6B and
-# 1.7B dims: the continuous batch's count times RESERVE_SHARE, or CHURN_SHARE when more rows than its width join as
-# others end (the script: a share of 1.26-1.40 measured), plus its allocator's fixed part; eager's static batches,
-# whose cache grows a step at a time, times EAGER_RESERVE_SHARE. By torch's allocations alone the count was met (the
-# script at 64: 1.06x under cudaMallocAsync, 1.25x native), and the engine admitted the 0.6B at 64 on an 8 GB card
-# under the native allocator, which then ran out.
+# free blocks) and CUDA's graph pool past CAPTURED_GRAPHS. A card loses it as surely as the allocations, so the
+# declaration and the engine's admission count it: the continuous batch's count times RESERVE_SHARE, or CHURN_SHARE
+# when more rows than its width join as others end, plus its allocator's RESERVE_FIXED; eager's static batches, whose
+# cache grows a step at a time, times EAGER_RESERVE_SHARE. Fit to what the process took of an H200 (bench/workload.py
+# taken_bytes) in tests/gpu/test_memory.py and in the 256-line script at 64, 0.6B and 1.7B dims
+# (bench/results/h200-2026-11-28c/NOTES.md).
 RESERVE_SHARE, CHURN_SHARE, EAGER_RESERVE_SHARE = 1.15, 1.4, 1.25
 RESERVE_FIXED = {"cudaMallocAsync": int(0.4 * 2**30), "native": int(0.25 * 2**30)}
 

@@ -287,9 +287,9 @@ def rows_request(rows: Sequence[Row], settings: GenerationSettings, count: Calla
 
 
 def retired_batching(batching: str, who: str) -> None:
-    """Render Lines' and cli.py render's retired `batching`, for the one release that still takes it: checked as
-    before, and "static" logged, since every speed mode but eager now renders on the engine (and eager, the exact
-    reference, in static batches whatever it says)."""
+    """Render Lines' and cli.py render's retired `batching`, for the one release that still takes it: still checked,
+    and "static" logged, since every speed mode but eager renders on the engine (and eager, the exact reference, in
+    static batches whatever it says)."""
     if batching not in RETIRED_BATCHING:
         raise ValueError(f"{who}: batching must be one of {', '.join(RETIRED_BATCHING)}, got {batching!r}")
     if batching == "static":

@@ -191,10 +191,10 @@ class ScriptJob:
 
 class _LineWriter:
     """Each line `finish`ed (smoothed, written) on a thread of its own, in the order the render hands them over: the
-    render's thread, the continuous batch's frame loop, goes on meanwhile. Finishing on that thread took 1.6-1.7 s of
-    the 256-line script's 4.6 s job at batch 64 (H100, bench/results/h100-2026-11-26c/NOTES.md). The lines written
-    go into the manifest (`record`, which rewrites it whole) at once for the first, then at most every
-    RECORD_EVERY_S: a record per line rewrote it once per line, quadratic in the script's length.
+    render's thread, the continuous batch's frame loop, goes on meanwhile (finishing on that thread would stall it
+    for a large share of a script's job: bench/results/h100-2026-11-26c/NOTES.md). The lines written go into the
+    manifest (`record`, which rewrites it whole) at once for the first, then at most every RECORD_EVERY_S: a record
+    per line would rewrite it once per line, quadratic in the script's length.
 
     A line that fails to finish (a file that cannot be written) stops the render at its next line, with that error;
     the lines after it are not written. Leaving the block waits for every line handed over and records the lines

@@ -74,7 +74,7 @@ def pool_pages(row_needs: Sequence[int], width: int) -> int:
 # A render whose rows may be preempted and start again (morph/engine/batch.py, an overcommitted pool) sizes its pool
 # for this share of each row's frame limit: speech ends at about a fifth of the text-derived limit (SECONDS_PER_CHAR
 # against about 14 characters spoken a second), and a row the pool cannot grow starts again rather than failing.
-# A quarter rather than a half gave a smaller pool at the same speed, with no row preempted on the pack's scripts.
+# A quarter rather than a half: a smaller pool at the same speed, with no row preempted on the pack's scripts.
 POOL_FRAME_SHARE = 0.25
 # A group's prefill holds its keys and values and one layer's activations for every token of its prompts, padded to
 # the longest, until its rows have joined (morph/decode/groups.py): rows are prefilled a slice of at most this many

@@ -39,9 +39,8 @@ def ramp_size(start: int, done: int) -> int:
 
 
 # The most row-frames of one live call (16 rows of LIVE_CHUNK frames). In the fast modes each call shape is a CUDA
-# graph that keeps its activations (morph/memory.py counts them), so the widest call sets what they hold: calls of 256
-# row-frames instead of 512 held 0.6 GiB less over the 256-line script at batch 64 and rendered it
-# as fast (2.58-3.14 s against 2.74-3.20 end to end, H200, bench/results/h100-2026-11-26d/NOTES.md).
+# graph that keeps its activations (morph/memory.py counts them), so the widest call sets what they hold: 256
+# row-frames rather than 512 hold less at the same speed (bench/results/h100-2026-11-26d/NOTES.md).
 LIVE_ROW_FRAMES = 256
 
 
@@ -51,7 +50,7 @@ def call_width(n: int) -> int:
 
 
 def call_frames(frames: int) -> int:
-    """Frames of each row in a decode call that covers `frames`: a power of two, at least CHUNK. A call at every row
-    length (a script's run from 1 to 15 s) made a continuous render's first run 3x its second (H100, 256 lines)."""
+    """Frames of each row in a decode call that covers `frames`: a power of two, at least CHUNK, so that a script's
+    rows (1 to 15 s) make a few call shapes, not one per length: each new shape slows a render's first run."""
     return max(CHUNK, call_width(frames))
 

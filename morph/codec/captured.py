@@ -3,9 +3,9 @@ decode with in the fast modes (morph/codec/stream.py CodecStream).
 
 A call of the lean codec launches about 1,400 kernels from the host thread that runs the frame loop, whatever it
 holds. The live rows make many small calls (4 or 16 frames of each live row, every few frames), so under a speech
-server's load those launches were most of that thread's time (py-spy, bench/results/h100-2026-11-25c). Their shapes
-are few (stream.py pads each call's rows to a power of two), so each is captured once and replayed: a row's state is
-copied into the graph's buffers, the graph replays, the state is copied back out.
+server's load those launches would be most of that thread's time (py-spy, bench/results/h100-2026-11-25c). Their
+shapes are few (stream.py pads each call's rows to a power of two), so each is captured once and replayed: a row's
+state is copied into the graph's buffers, the graph replays, the state is copied back out.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ class CapturedDecode:
         # runs for tens of ms, and a continuous render's first call captures about 20 shapes
         self.graphs = GraphCache(max_graphs=MAX_SHAPES, role=CODEC_CAPTURE, warmup=1)
         # rows -> the state the graphs of that many rows read and write: every call copies its rows' state in and
-        # back out, and the graphs replay one after another on one stream, so the chunk sizes share it (a state a
-        # shape was 0.6 GiB at batch 64 of the 0.6B, bench/results/h200-2026-11-26d/NOTES.md)
+        # back out, and the graphs replay one after another on one stream, so the chunk sizes share it (a state per
+        # shape would cost memory for nothing: bench/results/h200-2026-11-26d/NOTES.md)
         self._states: dict[int, CodecState] = {}
         self.failed = False  # a capture failed: op by op from then on
 
@@ -81,9 +81,9 @@ class CapturedDecode:
         if rows not in self._states:
             self._states[rows] = self.codec.zero_state(rows, self.device, weights.dtype)
         state = self._states[rows]
-        # the audio lands in a tensor made outside the capture: a tensor the capture allocated and kept made
-        # cudaMallocAsync warn once for each graph dropped ("uncaptured free of a captured allocation", 30 lines in a
-        # ComfyUI server's log at each unload)
+        # the audio lands in a tensor made outside the capture: a tensor the capture allocated and kept would make
+        # cudaMallocAsync warn once for each graph dropped ("uncaptured free of a captured allocation", in a ComfyUI
+        # server's log at each unload)
         audio = torch.empty(rows, frames * self.codec.upsample, dtype=torch.float32, device=self.device)
         entry = self.graphs.get(key, lambda: audio.copy_(self.codec.decode(codes, state)))
         entry.keep = (codes, state)

@@ -9,10 +9,10 @@ of its last sliding_window - 1 frames, and the frames it has seen (its rotary po
 audio is its one-call decode to rounding, whatever the chunks.
 
 The layers run channels last ([rows, time, channels]): cuDNN's tensor-core convolutions take that layout as it is,
-where upstream's [rows, channels, time] made it transpose every activation in and out of each convolution
-(13% of the codec's GPU time on an H100, bench/results/h100-2026-11-24b). The weights are upstream's modules'
-own; nothing is copied but per-channel tables (the codebooks divided out, each activation's exp(alpha) and
-1 / (exp(beta) + 1e-9)), rebuilt when the weights move; on CUDA the units' activations also move samples (`_unit`).
+where upstream's [rows, channels, time] makes it transpose every activation in and out of each convolution
+(bench/results/h100-2026-11-24b). The weights are upstream's modules' own; nothing is copied but per-channel tables
+(the codebooks divided out, each activation's exp(alpha) and 1 / (exp(beta) + 1e-9)), rebuilt when the weights
+move; on CUDA the units' activations also move samples (`_unit`).
 """
 
 from __future__ import annotations
@@ -189,15 +189,15 @@ class LeanCodec:
             cur.swap(x[:, x.shape[1] - context:])
         if conv.groups > 1 or conv.out_channels == 1:
             # The depthwise convolutions (ConvNeXt's) and the last one (to one channel of audio) have no
-            # channels-last tensor-core kernel: cuDNN's fallback for the last took 95% of the codec's GPU time on an
-            # H100 and rounded worse. Upstream's layout there, as upstream runs them.
+            # channels-last tensor-core kernel: cuDNN's fallback for the last would take most of the codec's GPU time
+            # and round worse. Upstream's layout there, as upstream runs them.
             return F.conv1d(x.transpose(1, 2), conv.weight, conv.bias, groups=conv.groups).transpose(1, 2)
         dilation = conv.dilation[0]
         if dilation == 1:
             return _conv_output(F.conv2d(_conv_input(x), conv.weight.unsqueeze(2), conv.bias))
         # A dilated convolution is `dilation` plain ones over interleaved samples. cuDNN's pick for the dilated shapes
-        # is erratic: one of them (384 channels, dilation 9, 16 frames) took 345 ms where its plain twins take
-        # under 1 ms, and rounded worse (H100, bench/results/h100-2026-11-24b). Pad to whole phases, split, merge.
+        # is erratic: some take hundreds of times as long as their plain twins, and round worse
+        # (bench/results/h100-2026-11-24b). Pad to whole phases, split, merge.
         b, t, c = x.shape
         out = t - context
         phases = -(-out // dilation)
@@ -226,7 +226,7 @@ class LeanCodec:
     def _unit(self, x: torch.Tensor, unit, tabs: dict, cur: Cursor) -> torch.Tensor:
         """A residual unit's activation, dilated convolution and activation. On CUDA the first activation writes where
         the convolution reads (after the state's context, interleaved as _conv interleaves) and the second reads
-        where it wrote and adds its bias: _conv's ops less its copies, a third of a 64-row call's GPU time."""
+        where it wrote and adds its bias: _conv's ops less its copies, a large share of a wide call's GPU time."""
         conv = unit.conv1.conv
         kernels, (b, t, c) = self._fused(x.device), x.shape
         dilation, lead = conv.dilation[0], conv.kernel_size[0] - 1  # lead: phases of context in front of each row

@@ -74,12 +74,12 @@ class CodecStream:
     def warm(self, rows: int, sizes: Sequence[int]) -> None:
         """Make ready each call shape a batch of up to `rows` rows makes with chunks of `sizes` frames before the
         first row's audio waits for it: captured, its graph (made once a process: replaying them all at every render
-        was a third more GPU time in a lone 1-frame request, bench/results/h200-2026-11-26c); else blank rows
-        decoded, so that cuDNN plans it.
+        would add GPU time to a lone short request, bench/results/h200-2026-11-26c); else blank rows decoded, so that
+        cuDNN plans it.
 
         The heaviest shape first: under the native allocator a capture reuses what the graphs' shared pool has
-        free only for calls no larger, so captures from the narrowest up left 3.8 GiB in the pool where the widest
-        first left 2.8 (32 rows of 16 frames and the narrower, H100, 0.6B dims, bench/results/h100-2026-11-26d)."""
+        free only for calls no larger, so the widest first leaves less in the pool than the narrowest first
+        (bench/results/h100-2026-11-26d)."""
         shapes = [(1 << k, t) for t in sizes  # every power of two up to the widest call
                   for k in range(min(call_width(rows), call_width(call_rows(t, self.budget))).bit_length())]
         with self._side(), torch.inference_mode():
@@ -189,8 +189,9 @@ def decode_whole(codec: LeanCodec, codes: Sequence[torch.Tensor], refs: Sequence
                  device: torch.device, budget: int = DECODE_ROW_FRAMES) -> list[np.ndarray]:
     """Rows already made (codes[i]: row i's frames [n_i, 16]; refs[i]: its ICL voice's reference codes, or None),
     each a stream fed all its frames: rows of like length together (pieces.py pieces), each call the longest row's
-    frames as call_frames rounds them (calls of LIVE_CHUNK frames launched so many kernels that a continuous render
-    ran 5x), one group's audio read back before the next, so that at most `budget` row-frames of activations are held.
+    frames as call_frames rounds them (calls of LIVE_CHUNK frames would launch so many kernels that a continuous
+    render would take several times as long), one group's audio read back before the next, so that at most `budget`
+    row-frames of activations are held.
     A row without frames is silent."""
     audio = [np.zeros(0, np.float32) for _ in codes]
     for group in pieces([c.shape[0] for c in codes], budget):

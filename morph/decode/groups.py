@@ -58,7 +58,8 @@ def slice_group(loop, st, group: Group, mode: str) -> list[Ahead]:
     """A group's rows, to join in order, in slices of settings.prefill_rows rows (whose bucket holds at most
     PREFILL_TOKENS tokens of prompt, a row at least), each prefilled as its first row joins (Slice) in the batch's
     mode: a prefill of a few rows costs about as many launches as one of many, but a whole group's, kept while its
-    rows joined a few at a time beside the codec's calls, set the render's peak (bench/results/h100-2026-11-26f)."""
+    rows join a few at a time beside the codec's calls, would set the render's peak
+    (bench/results/h100-2026-11-26f)."""
     p = group.prompt
     length = p["inputs_embeds"].shape[1]
     pads = (length - p["attention_mask"].sum(-1)).tolist()  # one host sync a group

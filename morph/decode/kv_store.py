@@ -79,8 +79,8 @@ class DenseKV:
 
 
 class PagedKV:
-    """state.k / state.v pools of pages of `page` slots, state.table [width, capacity / page]: each row's slots mapped to
-    the pages it holds (which pages, the engine's block manager decides: morph/engine/block_manager.py)."""
+    """state.k / state.v pools of pages of `page` slots, state.table [width, capacity / page]: each row's slots mapped
+    to the pages it holds (which pages, the engine's block manager decides: morph/engine/block_manager.py)."""
 
     def __init__(self, st):
         self.st, self.page = st, st.paging[1]
@@ -94,8 +94,8 @@ class PagedKV:
                 self.st.table[slot, first:first + len(held)] = to_device(held, self.st.device)
         rows, where = to_device(slots, self.st.device), torch.arange(at - length, at, device=self.st.device)
         # the prompt's slots below a row's first page point at the null page: never read. Placed once for every
-        # layer: per layer, the places and the rows' gather took 5.3 ms of a warm one-frame clone, 1.3 since (H100,
-        # bench/results/h100-2026-11-27b/NOTES.md)
+        # layer: the places and the rows' gather per layer would take a warm one-frame clone several times as long
+        # (bench/results/h100-2026-11-27b/NOTES.md)
         places, offsets = place(self.st.table[rows], where, self.page)
         sel = prompt_rows(index, self.st.device)
         for (k, v), kc, vc in zip(kv, self.st.k, self.st.v, strict=True):

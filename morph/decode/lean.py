@@ -10,7 +10,7 @@ function runs a whole stack against static KV buffers:
   rounding. In bf16 it rounds less than HF: the residual stream stays fp32 through the
   stack (each layer reads it through its RMSNorm, which rounds as HF's does), and attention
   scores and softmax are fp32 (as in upstream's sdpa kernels). Op for op in bf16, these
-  layers drifted from the fp32 reference about as far as upstream's own bf16 run, and by
+  layers would drift from the fp32 reference about as far as upstream's own bf16 run, and by
   chance past it in one group or another (bench/numerics.py's gate,
   bench/results/h100-2026-11-22e); the fp32 residual keeps them inside it, at no cost in kernels;
 - attention (morph/masked_attention.py) runs over the whole static buffer under a mask, so every shape is fixed:
@@ -146,10 +146,10 @@ def lean_prefill(inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, weig
                  d: Dims, into: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Prefilled:
     """What upstream's talker forward computes for a left-padded prompt batch (its keys and values, the last
     position's logits and hidden state) without HF's per-call machinery (the 4-D mask, the rotary module, configuration
-    look-ups and cache objects), whose host time was most of a short request's first audio: the frame step over every
-    slot of the prompt, so the prompt and the frames after it round alike. As in upstream's forward, a row's token i
-    (i >= its left padding p) sits at rotary position i - p (the talker's get_rope_index for a text-only prompt) and
-    attends to its own tokens p..i; a pad token to its own slot alone (never read, and finite).
+    look-ups and cache objects), whose host time would be most of a short request's first audio: the frame step over
+    every slot of the prompt, so the prompt and the frames after it round alike. As in upstream's forward, a row's
+    token i (i >= its left padding p) sits at rotary position i - p (the talker's get_rope_index for a text-only
+    prompt) and attends to its own tokens p..i; a pad token to its own slot alone (never read, and finite).
 
     inputs_embeds [rows, L, hidden], attention_mask [rows, L] (1 on the prompt's tokens, 0 on the padding before
     them); cos/sin_table [>= L, D] (rope_tables); head_w: the codec head's weight; into: per layer (keys, values)

@@ -2,10 +2,10 @@
 joining rows in the fast modes (groups.py Slice).
 
 Op by op, a prefill launches about 500 kernels whatever its size (28 layers of norms, rotary, projections and masked
-attention), and their host time was most of a warm clone's: 35 of the 75 ms a one-frame clone took under cProfile
-(0.6B dims, H200, bench/results/h200-2026-11-27b/NOTES.md). So a slice is padded to its bucket
-(settings.prefill_bucket: the prompts' length up to the next of PREFILL_LENGTHS, the rows up to a power of two), and
-each bucket's graph is captured on its first slice and replayed after that:
+attention), and their host time is about half of a warm one-frame clone's (cProfile,
+bench/results/h200-2026-11-27b/NOTES.md). So a slice is padded to its bucket (settings.prefill_bucket: the prompts'
+length up to the next of PREFILL_LENGTHS, the rows up to a power of two), and each bucket's graph is captured on its
+first slice and replayed after that:
 - the prompts are left-padded further, as a group's shorter prompts already are, and the added rows are padding
   alone: lean_prefill hides every pad token from the real ones, so a real token's keys, values and outputs are those
   of the slice alone, up to the rounding of a larger matrix product;

@@ -38,8 +38,7 @@ log = logging.getLogger(__name__)
 
 FAST_MODES = ("graphs", "fused")
 
-# What the wait is, measured on an H100 (bench/results/h100-2026-11-22d: fused 10-11 s with
-# empty Triton caches, 0.6-0.8 s with warm ones). A plain CUDA graph captures in well under
+# What the wait is (bench/results/h100-2026-11-22d). A plain CUDA graph captures in well under
 # a second and is not announced.
 PREPARE_TIME = {
     "fused": "about 10 s the first time on this machine, while Triton compiles its kernels, and about 1 s "

@@ -56,9 +56,9 @@ class ContinuousBatch:
     def __init__(self, loop, width: int, need: int, options: dict, seq_groups: int, mode: str, device, dtype,
                  pages: int | None = None, overcommit: bool = False, pace: Pace | None = None):
         """need: the most slots one row takes (prompt, frames and the EOS slot); options: the talker's sampling
-        keywords, as upstream passes them (morph/prompts.py talker_inputs); pages: the K/V in a pool of at least that many
-        pages (a kept state's up to twice as many; morph/decode/kv_store.py PagedKV: rows join while their pages can
-        be set aside), else dense; overcommit: rows of the paged pool may be preempted (module docstring; steps'
+        keywords, as upstream passes them (morph/prompts.py talker_inputs); pages: the K/V in a pool of at least that
+        many pages (a kept state's up to twice as many; morph/decode/kv_store.py PagedKV: rows join while their pages
+        can be set aside), else dense; overcommit: rows of the paged pool may be preempted (module docstring; steps'
         `preempted`); pace: a live batch's figures (morph/engine/scheduler.py Pace), told each frame's time."""
         self.loop, self.width, self.seq_groups, self.device = loop, width, seq_groups, device
         self.lag = loop.sync_lag if device.type == "cuda" else 0  # frames behind the GPU the host learns a row ended
@@ -84,7 +84,7 @@ class ContinuousBatch:
         self.widths: collections.Counter = collections.Counter()  # frames run at each width
         start = time.perf_counter()
         # in inference mode, as run() replays them, whatever the caller's mode: a capture under autograd fails on the
-        # inference tensors an earlier call cached (the rules, the row streams) and the render ran op by op
+        # inference tensors an earlier call cached (the rules, the row streams) and the render would run op by op
         with torch.inference_mode():
             self._steps = widths.build_steps(self, dtype, self.sched.buckets)
         self.capture_s = time.perf_counter() - start

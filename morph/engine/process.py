@@ -237,8 +237,8 @@ class EngineProcess:
 # -- the child ---------------------------------------------------------------------------------
 def _leave(code: int) -> None:
     """End the child now, its work handed back: the interpreter's teardown would wait on the CUDA context (which hangs
-    once it failed) and on every thread the model's libraries left running; a closing server on an H100 waited the
-    whole STOP_S for it and then terminated the child."""
+    once it failed) and on every thread the model's libraries left running; a closing server would wait the whole
+    STOP_S for it and then terminate the child."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -140,8 +140,8 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
         if (s0 < hi) & (s0 + BLOCK_L > lo):
             s = s0 + tl.arange(0, BLOCK_L)
             # slots below lo are not loaded, dense or paged: a slot no row holds steps with whatever bound its last
-            # row left, and wrote NaN there (0 / 0 below), which a zero weight times NaN carried into the next row
-            # to join that slot
+            # row left, and would write NaN there (0 / 0 below), which a zero weight times NaN would carry into the
+            # next row to join that slot
             kv_ok = (s < hi) & (s >= lo)
             if PAGED:
                 page = tl.reshape(tl.broadcast_to(here[:, None], (NPT, PAGE)), (BLOCK_L,))
@@ -197,17 +197,15 @@ def _combine_kernel(part_addr, o_addr, H: tl.constexpr, KVH: tl.constexpr, D: tl
 
 # -- launcher -----------------------------------------------------------------------------
 def _tiles(length: int) -> tuple[int, int]:
-    """BLOCK_L and num_warps, measured: 64-slot tiles and 4 warps over the talker's caches, dense or paged (a paged
-    tile is whole pages: two of 32 slots). Decode only, one process, random 0.6B weights (H200,
-    bench/results/h200-2026-11-26b/NOTES.md), against 128-slot tiles and 8 warps: the script at batch 64 2.87-2.89 s
-    static (3.08-3.09) and 1.45-1.85 s continuous (1.68-2.08), a lone 750-frame row 1.60 s continuous (1.66) and
-    1.54-1.55 s static (1.57-1.59)."""
+    """BLOCK_L and num_warps: 64-slot tiles and 4 warps over the talker's caches, dense or paged (a paged tile is
+    whole pages: two of 32 slots), faster than 128-slot tiles and 8 warps for a batch and for a lone row, static or
+    continuous (bench/results/h200-2026-11-26b/NOTES.md)."""
     return (16, 4) if length <= 16 else (64, 4)
 
 
 # Fewer (batch rows x kv heads) than this split each row's cache (flash-decoding): one program a row and kv head
-# left a lone row's attention on 8 of an H200's 132 SMs (1.29 ms a frame over 1,000 slots; split, 0.23). At batch
-# 16 (two splits) 0.75 ms against 1.07 unsplit, over 600 slots (bench/results/h200-2026-11-26b/NOTES.md).
+# would leave a lone row's attention on as many SMs as it has kv heads, a few of the GPU's, and split is faster at
+# batch 16 too (bench/results/h200-2026-11-26b/NOTES.md).
 TARGET_PROGRAMS = 256
 
 

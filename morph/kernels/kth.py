@@ -1,8 +1,8 @@
 """The k-th largest value per row, exactly, without torch.topk on CUDA.
 
 HF's top-k warper needs one number per row: the k-th largest score (duplicates counted).
-`torch.topk` finds it with a single-block radix select that takes about 19 us for one
-row of 2048 on an H200, and the sampler runs it for every code group of every frame.
+`torch.topk` finds it with a single-block radix select, tens of microseconds for one
+row of 2048, and the sampler runs it for every code group of every frame.
 This Triton kernel finds the same value by a 32-step bisection over the scores' bit
 patterns (mapped to an order-preserving unsigned key), with the whole row in registers:
 one launch per call, every row in parallel. The result is bit-for-bit torch.topk's

@@ -92,17 +92,16 @@ def _rms_norm_kernel(x_addr, w_addr, o_addr, N, eps, DTYPE: tl.constexpr, BLOCK:
 
 
 # -- launchers ---------------------------------------------------------------------------
-# Above this many rows cuBLAS (with the norm, SiLU and residual as torch ops) beats these kernels. At 3 and 4 rows
-# the broadcast sums took 10.7-10.8 us for the 0.6B's q/k/v (norm fused) against 7.4-7.5 for cuBLAS with its norm,
-# and 10.2-10.5 against 8.0-8.3 for the down projection, the other two even (H100, in CUDA graphs, weights cold;
-# bench/results/h100-2026-11-27/NOTES.md, where tensor-core dots in this kernel were slower still)
+# Above this many rows cuBLAS (with the norm, SiLU and residual as torch ops) beats these kernels on the q/k/v and
+# down projections and matches them on the other two; tensor-core dots in this kernel do worse still
+# (bench/results/h100-2026-11-27/NOTES.md)
 GEMV_ROWS = 2
 
 
 def _config(m: int, n: int, k: int) -> dict:
-    """Tile sizes from a sweep on an H100 at the 0.6B decode shapes, weights read cold from
-    memory (bench/results/h100-2026-11-22b/sweep.json): 4-8 columns per program and K up to
-    1024 per loop step were best for 1 and 2 rows."""
+    """Tile sizes from a sweep at the 0.6B decode shapes, weights read cold from memory
+    (bench/results/h100-2026-11-22b/sweep.json): 4-8 columns per program and K up to
+    1024 per loop step are best for 1 and 2 rows."""
     return dict(BLOCK_M=triton.next_power_of_2(m), BLOCK_N=8 if n >= 4096 else 4,
                 BLOCK_K=min(triton.next_power_of_2(k), 1024), num_warps=4, num_stages=2)
 

@@ -34,8 +34,8 @@ def _warp_softmax_kernel(x_addr, o_addr, V, temperature, k, X_DTYPE: tl.constexp
 def _race_kernel(p_addr, q_addr, o_addr, V, BLOCK: tl.constexpr):
     """argmax(p / q) of one row: sampling.draw's exponential race (first index on ties). A NaN ranks above every
     number, as in torch.argmax: Triton's argmax ranks it below the padding lanes, and a row of NaN probabilities
-    (non-finite logits) picked an index past the vocabulary, which the caller's scatter into `seen` turned into a
-    device-side assert that ended the process."""
+    (non-finite logits) would pick an index past the vocabulary, which the caller's scatter into `seen` would turn
+    into a device-side assert that ends the process."""
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     ok = cols < V

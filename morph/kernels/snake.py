@@ -2,13 +2,13 @@
 
 Upstream's SnakeBeta (the 12 Hz codec's decoder) is five full-size elementwise ops,
 x * alpha, sin, square, times 1 / beta, plus x: five reads and writes of the decoder's
-largest activations. On an H100 they were a third of the codec's GPU time (decoding 32
-lines of 5 s: 153 ms of kernels, 107 ms with this one; bench/results/h100-2026-11-22c).
+largest activations, a large share of the codec's GPU time, which this kernel's one pass
+cuts (bench/results/h100-2026-11-22c).
 
 The kernel runs the same five operations in the same order and rounds to the tensor's
 dtype after each one, as torch does for a bf16 op (computed in fp32, then rounded), with
-libdevice's sine. It matches upstream's to rounding, not bit for bit: on an H100 most
-values are equal and the rest are no further from the exact function than upstream's
+libdevice's sine. It matches upstream's to rounding, not bit for bit: most values are
+equal and the rest are no further from the exact function than upstream's
 (tests/gpu), where a sine or a fused multiply-add rounds differently from torch's kernels.
 Only audio on CUDA goes through it; the codes, and everything on the CPU, are untouched.
 exp(alpha) and 1 / (exp(beta) + 1e-9) are per channel and computed by torch as upstream

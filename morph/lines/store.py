@@ -267,7 +267,8 @@ class LineStore(LineFiles):
         self._held()
         self.lines = {i: e for i, e in self.lines.items() if i <= count}
         # every write of this job's lines is over, and the lock keeps others out. One listing of the folder: a glob
-        # per line listed it once per line, minutes at 16,384 lines (bench/results/h200x4-2026-11-27i/NOTES.md)
+        # per line would list it once per line, quadratic in the script's length
+        # (bench/results/h200x4-2026-11-27i/NOTES.md)
         files = {entry["file"] for entry in self.lines.values()}
         for stray in self.folder.glob(".*.part"):  # morph/lines/files.py write_atomic: .{file}.{writer}.part
             if stray.name[1:-len(".part")].rsplit(".", 1)[0] in files:

@@ -104,8 +104,8 @@ def place(tts, device: torch.device) -> None:
 
     `.to()` does not move plain tensor attributes either, and upstream keeps two: the talker's
     last `rope_deltas` (every prefill sets it again) and each codebook's embeddings in the
-    codec's encoder (transformers' Mimi caches them at its first encode: 32 MiB that stayed on
-    the GPU after "Unload models"). Both are dropped here and rebuilt where the weights are.
+    codec's encoder (transformers' Mimi caches them at its first encode: 32 MiB that would stay
+    on the GPU after "Unload models"). Both are dropped here and rebuilt where the weights are.
     """
     from transformers.models.mimi.modeling_mimi import MimiEuclideanCodebook
 
