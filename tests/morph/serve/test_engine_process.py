@@ -15,26 +15,24 @@ import pytest
 
 
 from .conftest import serving
-from .test_app import AUTH, TEXT, wav_bytes
-from .test_faults import restarts_then_serves
+from .test_app import AUTH, wav_bytes
+from .test_faults import SLOW, restarts_then_serves
 
 
 def test_a_killed_engine_process_answers_its_requests_and_is_started_again(lean, tmp_path, ref_audio):
-    # SLOW rows take 0.1 s a frame more (tests/serve_faults.py): without that the first row ended in about 3.5 s on
-    # an idle 2-core machine, and on a busy one it ended before the second request joined it (CI, stop 70)
+    # the first row must not end before the second joins it: test_faults.py's SLOW, 0.1 s a frame
     with serving(lean, tmp_path / "voices", fault=dict(delay=0.1)) as (url, app):
         made = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "alice"}, timeout=60,
                           files={"audio_sample": ("a.wav", wav_bytes(ref_audio[0]), "audio/wav")})
         assert made.status_code == 200, made.text  # made in the engine's process, saved by the server's
         engine = app.state.speech.engine
-        long = {"input": "SLOW. " + TEXT * 3, "voice": "alice", "max_new_tokens": 400}
         with httpx.stream("POST", f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
-                          json={**long, "response_format": "pcm"}) as stream, \
+                          json={**SLOW, "response_format": "pcm"}) as stream, \
                 concurrent.futures.ThreadPoolExecutor(1) as pool:
             chunks = stream.iter_raw()
             next(chunks)  # under way
             whole = pool.submit(httpx.post, f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
-                                json={**long, "response_format": "wav", "stream": False})
+                                json={**SLOW, "response_format": "wav", "stream": False})
             deadline = time.monotonic() + 30
             while engine.stats()["rows_live"] < 2:
                 assert time.monotonic() < deadline
