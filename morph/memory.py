@@ -225,9 +225,15 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
     streams = STREAM_WORKSPACE * sum(not side_stream_made(device, role) for role in roles)
     counted = pool + state + prefill + codec + prompts
     if device.type == "cuda":
-        share = CHURN_SHARE if ahead else RESERVE_SHARE
-        counted = share * counted + RESERVE_FIXED[torch.cuda.get_allocator_backend()]
+        counted = through_reserve(counted, ahead, torch.cuda.get_allocator_backend())
     return int(counted + WORKSPACE + streams)
+
+
+def through_reserve(counted: float, churn: bool, backend: str) -> float:
+    """What a continuous render whose allocations come to `counted` bytes takes of a CUDA device under the allocator
+    `backend` (torch.cuda.get_allocator_backend()): with the allocator's reserve and CUDA's graph pool; churn: more
+    rows than its width join as others end."""
+    return (CHURN_SHARE if churn else RESERVE_SHARE) * counted + RESERVE_FIXED[backend]
 
 
 class _Shape:

@@ -167,9 +167,8 @@ def _declared(point: dict, churn: bool) -> float:
     (test_on_a_gpu_the_continuous_count_takes_its_allocators_reserve) or eager's static batches."""
     if point.get("mode") == "eager":
         return memory.EAGER_RESERVE_SHARE * point["counted_gib"] + point["workspaces_gib"]
-    share = memory.CHURN_SHARE if churn else memory.RESERVE_SHARE
-    return (share * point["counted_gib"] + memory.RESERVE_FIXED[point["allocator"]] / 2**30
-            + point["workspaces_gib"])
+    reserved = memory.through_reserve(point["counted_gib"] * 2**30, churn, point["allocator"])
+    return reserved / 2**30 + point["workspaces_gib"]
 
 
 @pytest.mark.parametrize("point", TAKEN["five_second_lines"],
