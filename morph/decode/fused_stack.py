@@ -94,12 +94,14 @@ class FusedStack:
         return (self.version, self.norm.weight.data_ptr(), tuple(t.data_ptr() for w in ws for t in w))
 
     def release(self) -> None:
-        """Give every projection its own storage again."""
+        """Give every projection its own storage again, a layer at a time: each layer's fused tensors are freed before
+        the next layer's projections are copied, so a device with little left (a card a render filled) needs one
+        layer's projections more, not the whole stack's."""
+        self._weights = None
         for i, layer in enumerate(self.layers):
             if self._fused[i][0] is not None:
                 qkv, gu = self._groups(layer)
                 _unfuse(qkv)
                 _unfuse(gu)
-        self._fused = [(None, None)] * len(self.layers)
-        self._weights = None
+            self._fused[i] = (None, None)
         self.version += 1

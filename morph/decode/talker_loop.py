@@ -68,11 +68,11 @@ class TalkerLoop:
         self._state = None
         self._rules.clear()
         self._streams = None
+        graphs.trim_graph_memory()  # first: the weights' copies below may need what the graphs held
         if self._stack is not None:
             self._stack.release()
             self._stack = None
         self.predictor.release()
-        graphs.trim_graph_memory()
 
     def state(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging: tuple[int, int] | None = None,
               text_slots: int | None = None):

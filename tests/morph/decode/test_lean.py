@@ -4,6 +4,9 @@ All on CPU in fp32: the lean stack must agree with the HF decoder layers to roun
 and the talker loop built on it (mode "lean") must give upstream's codes.
 """
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -109,6 +112,32 @@ def test_fused_weights_are_views_and_follow_a_cast(tiny_dir):
 
     stack.release()
     assert len({m.weight.untyped_storage().data_ptr() for m in (attn.q_proj, attn.k_proj, attn.v_proj)}) == 3
+
+
+def test_release_frees_each_layers_fused_weights_before_copying_the_next(tiny_tts, monkeypatch):
+    """Release copies the projections out of the fused tensors a layer at a time and lets each layer's go first: on a
+    card a render filled, copying the whole stack's before freeing any ran out of memory (the 1.7B at 6 GB,
+    bench/results/h200-2026-11-28d/NOTES.md)."""
+    from morph.decode import fused_stack
+
+    model = tiny_tts.tts.model.talker.model
+    stack = FusedStack(model.layers, model.norm, model.config)
+    stack.weights()
+    fused = [weakref.ref(t) for pair in stack._fused for t in pair]
+    unfuse, calls = fused_stack._unfuse, []
+
+    def unfuse_one(linears):
+        gc.collect()
+        calls.append(sum(ref() is not None for ref in fused))
+        unfuse(linears)
+
+    monkeypatch.setattr(fused_stack, "_unfuse", unfuse_one)
+    stack.release()
+    gc.collect()
+    # before layer i's qkv and gate/up are copied, layer i's two tensors and the later layers' are all that live
+    layers = len(model.layers)
+    assert calls == [n for i in range(layers) for n in (2 * (layers - i), 2 * (layers - i))]
+    assert all(ref() is None for ref in fused)
 
 
 @pytest.mark.parametrize("k, icl", [(15, False), (15, True), (5, False)], ids=["k15-xvector", "k15-icl", "k5-xvector"])
