@@ -125,8 +125,12 @@ def main(argv=None) -> dict:
         run = subprocess.run([sys.executable, "-m", "bench.cards", *forwarded, "--one", str(card)],
                              capture_output=True, text=True)
         got = run.stdout.strip().splitlines()
-        report["cards"].append(json.loads(got[-1]) if run.returncode == 0 and got else
-                               dict(card_gib=card, error=run.stderr[-2000:]))
+        if run.returncode == 0 and got:
+            report["cards"].append(json.loads(got[-1]))
+        else:  # the rows the child finished (it prints each as it ends) and the error that stopped it
+            said = run.stderr.strip().splitlines()
+            rows = [json.loads(line) for line in said if line.startswith('{"batch_size"')]
+            report["cards"].append(dict(card_gib=card, runs=rows, error=said[-1] if said else f"exit {run.returncode}"))
         emit(report, args.json)
     return report
 

@@ -1,6 +1,7 @@
 """bench/cards.py on the CPU: what it counts as an out-of-memory retry is what a render logs when the engine (what
 the cards run on a GPU) retried (the capped renders themselves need a GPU: tests/gpu/test_cards.py)."""
 
+import json
 import logging
 
 import numpy as np
@@ -58,3 +59,22 @@ def test_a_batch_built_narrower_for_the_free_memory_is_recorded_apart_from_retri
     retries = render_four(tiny_tts)
     assert built == [1] and retries.seen == []
     assert len(retries.narrowed) == 1 and "enough for a batch of 1 rows, not 4" in retries.narrowed[0]
+
+
+def test_a_card_whose_process_fails_keeps_the_rows_it_finished_and_its_last_line(monkeypatch):
+    """A card's process that dies (here in the release between two batch sizes) is reported with the rows it had
+    printed and the error's last line, not the tail of its stderr cut anywhere."""
+    import subprocess
+
+    import bench.cards as cards
+
+    done = {"batch_size": 8, "wall_s": 18.5, "x_real_time": 66.3, "retried": []}
+    failed = {"batch_size": 4, "error": "OutOfMemoryError: CUDA out of memory. " + "x" * 3000, "retried": []}
+    stderr = "\n".join(["a warning", json.dumps(done), json.dumps(failed), "Traceback (most recent call last):",
+                        "torch.OutOfMemoryError: Tried to allocate 24.00 MiB"])
+    monkeypatch.setattr(cards, "run_info", lambda device: {})
+    monkeypatch.setattr(cards.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 1, stdout="", stderr=stderr))
+    report = cards.main(["--cards", "6", "--batch-sizes", "8,4"])
+    assert report["cards"] == [dict(card_gib=6.0, runs=[done, failed],
+                                    error="torch.OutOfMemoryError: Tried to allocate 24.00 MiB")]
