@@ -174,13 +174,13 @@ def _declared(point: dict, churn: bool) -> float:
 @pytest.mark.parametrize("point", TAKEN["five_second_lines"],
                          ids=lambda p: f"{p['allocator']}-{p['voice']}-{p['mode']}-{p['rows']}")
 def test_the_reserve_holds_what_the_gpu_tests_measured(point):
-    """What tests/gpu/test_memory.py measured on an H200 (two runs of each render, fixtures/memory_taken_h200.json),
-    held to its bounds by the reserve's constants: at least 0.8 of each peak, at most 1.25 (3.0 in eager) of it, plus
-    the spread of runs under cudaMallocAsync."""
+    """What tests/gpu/test_memory.py measured on an H200 (two or three runs of each render,
+    fixtures/memory_taken_h200.json), held to its bounds by the reserve's constants: at least 0.8 of each peak, at most
+    1.25 (3.0 in eager) of it with the spread of runs under cudaMallocAsync added."""
     declared = _declared(point, churn=False)
     most = 1.25 if point["mode"] == "auto" else 3.0
     spread = ASYNC_TAKEN_SPREAD / 2**30 if point["allocator"] == "cudaMallocAsync" else 0
-    assert all(0.8 * taken <= declared <= most * taken + spread for taken in point["taken_gib"]), (declared, point)
+    assert all(0.8 * taken <= declared <= most * (taken + spread) for taken in point["taken_gib"]), (declared, point)
 
 
 @pytest.mark.parametrize("point", TAKEN["script"], ids=lambda p: f"{p['allocator']}-{p['size']}")
