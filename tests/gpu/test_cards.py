@@ -1,8 +1,7 @@
 """The continuous batch's card table, its 6, 8 and 12 GB rows (docs/performance.md): the 256-line realistic script
-renders at the advised batch size with no out-of-memory retry, or, where the README says a card does not fit, stops
-with the error that names the line, in a process held to the card less the 1 GiB the
-README keeps (bench/cards.py), at the real 0.6B and 1.7B dims in bf16 and the default mode, under the process's
-allocator (tools/gpu_check.sh runs both)."""
+renders at the advised batch size with no out-of-memory retry, or, where the README says a card does not fit, stops with
+the error that names the line, in a process held to the card less the 1 GiB the README keeps (bench/cards.py), at the
+real 0.6B and 1.7B dims in bf16 and the default mode, under the process's allocator (tools/gpu_check.sh runs both)."""
 
 from __future__ import annotations
 

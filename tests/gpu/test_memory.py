@@ -2,19 +2,18 @@
 default mode: within 0.8-1.25 of the peak above the render's start in the continuous batch (mode auto), and 0.8-3.0 in
 eager mode's static batches (below), x-vector and ICL voices, batch 1 to 64 of 5 s lines; under cudaMallocAsync the
 upper bound is taken of the peak plus bench/workload.py's ASYNC_TAKEN_SPREAD, how far runs of the same renders read
-apart. The peak is what
-the process took of the device (bench/workload.py taken_bytes): torch's reserved memory, not only its allocations,
-and CUDA's graph pool. The allocator's reserve and the graphs took 1.3-1.5x the allocations' count at batch 64 of
-the 256-line script (bench/results/h200x4-2026-11-28c/NOTES.md), where a count of the allocations and the graphs
-alone was met.
+apart. The peak is what the process took of the device (bench/workload.py taken_bytes): torch's reserved memory, not
+only its allocations, and CUDA's graph pool. The allocator's reserve and the graphs took 1.3-1.5x the allocations' count
+at batch 64 of the 256-line script (bench/results/h200x4-2026-11-28c/NOTES.md), where a count of the allocations and the
+graphs alone was met.
 
 Each kind is measured in a process of its own, as a ComfyUI server's first render of the pack runs: that one also
-allocates what the process keeps from then on whatever runs (cuBLAS's workspace for each of the pack's streams,
-about 0.06 GiB), which a later render does not need again, so a process that had rendered before measured batch 1
-at 0.09 GiB where a fresh one measured 0.12-0.15 (bench/results/h100-2026-11-24c/NOTES.md). The declaration
-covers the first render (whose captures' warm-ups run each codec call op by op) and the second (replaying them). It
-is asked before each size's renders, as a host asks: the continuous batch's own streams' workspaces are counted until
-the process has taken them (morph/memory.py STREAM_WORKSPACE), at batch 1 here."""
+allocates what the process keeps from then on whatever runs (cuBLAS's workspace for each of the pack's streams, about
+0.06 GiB), which a later render does not need again, so a process that had rendered before measured batch 1 at 0.09 GiB
+where a fresh one measured 0.12-0.15 (bench/results/h100-2026-11-24c/NOTES.md). The declaration covers the first render
+(whose captures' warm-ups run each codec call op by op) and the second (replaying them). It is asked before each size's
+renders, as a host asks: the continuous batch's own streams' workspaces are counted until the process has taken them
+(morph/memory.py STREAM_WORKSPACE), at batch 1 here."""
 
 from __future__ import annotations
 
