@@ -19,6 +19,8 @@ import time
 from morph.continuous import RowRunner
 
 CUDA_ASSERT = "CUDA error: device-side assert triggered"
+# how long a frame waits while a SLOW row runs, where a test or the `slow` mode asks for it
+SLOW_DELAY = 0.1
 
 
 def fault_runner(error: BaseException | type[BaseException] | None = None, times: int | None = None,
@@ -82,7 +84,8 @@ def load_faulty(mode: str, args):
     import morph.engine.engine
 
     morph.engine.engine.RowRunner = fault_runner(**{"fail": dict(error=RuntimeError(CUDA_ASSERT)),
-                                                    "slow": dict(delay=0.1), "assert": dict(error=_DeviceAssert)}[mode])
+                                                    "slow": dict(delay=SLOW_DELAY),
+                                                    "assert": dict(error=_DeviceAssert)}[mode])
     return cli_serve.load_served(args)
 
 

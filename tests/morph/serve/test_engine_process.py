@@ -13,6 +13,7 @@ import time
 import httpx
 import pytest
 
+from tests.serve_faults import SLOW_DELAY
 
 from .conftest import serving
 from .test_app import AUTH, wav_bytes
@@ -20,8 +21,8 @@ from .test_faults import SLOW, restarts_then_serves
 
 
 def test_a_killed_engine_process_answers_its_requests_and_is_started_again(lean, tmp_path, ref_audio):
-    # the first row must not end before the second joins it: test_faults.py's SLOW, 0.1 s a frame
-    with serving(lean, tmp_path / "voices", fault=dict(delay=0.1)) as (url, app):
+    # the first row must not end before the second joins it: test_faults.py's SLOW
+    with serving(lean, tmp_path / "voices", fault=dict(delay=SLOW_DELAY)) as (url, app):
         made = httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "alice"}, timeout=60,
                           files={"audio_sample": ("a.wav", wav_bytes(ref_audio[0]), "audio/wav")})
         assert made.status_code == 200, made.text  # made in the engine's process, saved by the server's

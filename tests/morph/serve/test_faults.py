@@ -17,14 +17,14 @@ import pytest
 
 from morph.serve.audio_io import FORMATS
 from tests.http_server import wait_for, wait_healthy
-from tests.serve_faults import CUDA_ASSERT
+from tests.serve_faults import CUDA_ASSERT, SLOW_DELAY
 
 from .conftest import API_KEY, serving
 from .test_app import AUTH, TEXT, wav_bytes
 
 LONG = {"input": TEXT * 3, "voice": "alice", "max_new_tokens": 400}
-# LONG slowed by 0.1 s a frame (tests/serve_faults.py), for a test that must join rows beside it before it ends: alone
-# it ends in about 3.5 s on an idle 2-core machine, sooner than a busy one takes to send them (CI, stop 70)
+# LONG slowed by SLOW_DELAY a frame (tests/serve_faults.py), for a test that must join rows beside it before it ends:
+# alone it ends in about 3.5 s on an idle 2-core machine, sooner than a busy one takes to send them (CI, stop 70)
 SLOW = {**LONG, "input": "SLOW. " + TEXT * 3}
 
 
@@ -60,7 +60,7 @@ def test_a_failed_cuda_context_answers_every_request_at_once(lean, tmp_path, ali
     """A device-side assert in the batch: the request that hit it and one waiting beside it get 503 naming the cause,
     a stream already under way is cut off (no clean end); the engine's process exits, /health says restarting with
     the reason and new requests get 503 until another process is up, which serves the next request."""
-    with serving(lean, tmp_path / "voices", fault=dict(error=RuntimeError(CUDA_ASSERT), delay=0.1),
+    with serving(lean, tmp_path / "voices", fault=dict(error=RuntimeError(CUDA_ASSERT), delay=SLOW_DELAY),
                  width=1) as (url, app):
         alice_voice(url)
         with httpx.stream("POST", f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
@@ -90,8 +90,8 @@ def test_a_failed_cuda_context_answers_every_request_at_once(lean, tmp_path, ali
 def test_a_stream_under_way_is_cut_off_when_its_batch_fails(lean, tmp_path, alice_voice):
     """A Python error in the batch (the CUDA context lives): the requests in it fail (a stream is cut off, a whole
     file is a 500 naming the error), and the server goes on: the next request is whole and /health stays 200."""
-    with serving(lean, tmp_path / "voices", fault=dict(error=ValueError("a bug in a step"), times=1, delay=0.1)) \
-            as (url, _):
+    fault = dict(error=ValueError("a bug in a step"), times=1, delay=SLOW_DELAY)
+    with serving(lean, tmp_path / "voices", fault=fault) as (url, _):
         alice_voice(url)
         with httpx.stream("POST", f"{url}/v1/audio/speech", headers=AUTH, timeout=60,
                           json={**SLOW, "response_format": "pcm"}) as stream:
