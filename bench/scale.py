@@ -57,12 +57,22 @@ class ThreadedWorker(LineWorker):
     """A pool's worker with the one-GPU side's torch threads (`load["threads"]`)."""
 
     def __init__(self, load: dict):
+        began = time.time()
         load = dict(load)
         torch.set_num_threads(load.pop("threads"))
         super().__init__(load)
+        self.start = dict(process=process_started(), init=began, loaded=time.time())
 
     def about(self) -> dict:
-        return dict(super().about(), **threads())
+        return dict(super().about(), **threads(), start=self.start)
+
+
+def process_started() -> float:
+    """When this process started, in time.time()'s clock (Linux's /proc; its fields after the name's parenthesis)."""
+    ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                if line.startswith("btime"))
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def threads() -> dict:
@@ -77,6 +87,7 @@ class ThreadedPool(WorkerPool):
 def one_gpu(args, folder: Path, parsed, settings: GenerationSettings, out: Path) -> dict:
     start = time.perf_counter()
     tts = MorphTTS.load(str(folder), args.device, args.dtype, args.attention)
+    loaded = time.perf_counter()
     voices = make_voices(tts.make_voice)
     lines = [Line(p.text, voices[p.name], "English") for p in parsed]
     context = render_context(tts, tts.device.type, "English", settings, False)
@@ -89,15 +100,17 @@ def one_gpu(args, folder: Path, parsed, settings: GenerationSettings, out: Path)
     del tts, job, result
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return dict(side(len(parsed), audio, end - start, end - steady), **threads())
+    return dict(side(len(parsed), audio, end - start, end - steady), **threads(),
+                start_s=dict(load=round(loaded - start, 2), voices_context=round(steady - loaded, 2)))
 
 
 def n_gpus(args, folder: Path, parsed, settings: GenerationSettings, out: Path) -> dict:
-    start = time.perf_counter()
+    start, began = time.perf_counter(), time.time()
     load = dict(source=str(folder), device=args.device, dtype=args.dtype, attention=args.attention,
                 threads=args.threads)
     with ThreadedPool(args.gpus, load, who="bench", packages=[bench]) as pool, \
             LineStore(out, "pool", "bench") as store:
+        ready = time.perf_counter()
         voices = make_voices(lambda wave, rate: pool.voice_from_clip(wave, None, "bench"))
         lines = [Line(p.text, voices[p.name], "English") for p in parsed]
         job = ScriptJob(parsed, lines, store, pool.context("English", settings, False))
@@ -106,8 +119,12 @@ def n_gpus(args, folder: Path, parsed, settings: GenerationSettings, out: Path) 
         end = time.perf_counter()
         workers = [dict(device=a["device"], torch_threads=a["torch_threads"], omp_num_threads=a["omp_num_threads"])
                    for a in pool.about]
+    # where the start went: each worker's process started (Ray's start and its spawn), its __init__ began (the
+    # imports its actor class needs) and its model loaded, against this side's start; then the voices and context
+    starts = [{k: round(t - began, 2) for k, t in a["start"].items()} for a in pool.about]
     return dict(side(len(parsed), sum(job.lengths.values()) / SAMPLE_RATE, end - start, end - steady),
-                workers=workers)
+                workers=workers, start_s=dict(pool_ready=round(ready - start, 2),
+                                              voices_context=round(steady - ready, 2), workers=starts))
 
 
 def make_voices(make) -> dict:
