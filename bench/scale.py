@@ -12,8 +12,9 @@ per wall second, the speed-up of N GPUs over one, and per side the lines, audio 
 went (`start_s`: the one-GPU side's model load, then its voices and context; for the pool, each worker's process start,
 the start of its `__init__` after the imports, and its model loaded, from the side's start, then the voices and
 context). The one-GPU side's process has loaded the model once already (the warm-up below), so its start is a warm
-process's, while each worker is a fresh one. The one-GPU side renders fewer lines (time), so beside the measured ratio with start-up the report gives the ratio for the same
-script: the one GPU's start-up plus its steady rate over all `--lines` (`speedup_with_start_same_script`).
+process's, while each worker is a fresh one. The one-GPU side renders fewer lines (time), so beside the measured
+ratio with start-up the report gives the ratio for the same script: the one GPU's start-up plus its steady rate over
+all `--lines` (`speedup_with_start_same_script`).
 Both sides compute with the same CPU threads, `--threads` (default 1, what Ray gives an actor of one CPU): torch's
 intra-op threads and OMP_NUM_THREADS, in this process and in each worker, as each side reports them.
 Before either side, one batch is rendered and thrown away, so that Triton's on-disk kernel cache is warm for both
