@@ -14,6 +14,7 @@ Record again only for a change that is meant to change the codes, and say in its
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,10 +49,17 @@ CASES = {f"{kind}-{name}": Case(rows, width, kind == "seeded")
 
 
 def voices(tts) -> dict:
-    """An x-vector voice and an ICL one from one clean two-second clip (tests/morph/conftest.py's `voices` too)."""
+    """An x-vector voice and an ICL one from one clean two-second clip (tests/morph/conftest.py's `voices` too), both
+    with one fixed speaker embedding in place of the encoder's. A seeded row's random stream is keyed by its voice's
+    bytes (morph/lines/line.py Line.identity), and the encoder's last bits follow the CPU's kernels and its thread
+    count (two threads and one gave different x-vectors here), so the encoder's own would tie the recorded codes to
+    the machine that recorded them. The ICL voice's reference codes are the codec's (integers: the same on each)."""
     t = np.arange(2 * SR) / SR
     wave = (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t))).astype(np.float32)
-    return {"xvec": tts.make_voice(wave, SR), "icl": tts.make_voice(wave, SR, transcript="A short reference sentence.")}
+    made = {"xvec": tts.make_voice(wave, SR), "icl": tts.make_voice(wave, SR, transcript="A short reference sentence.")}
+    shape = made["xvec"].spk_embedding.shape
+    fixed = 0.1 * torch.randn(shape, generator=torch.Generator().manual_seed(SEED), dtype=torch.float32)
+    return {name: dataclasses.replace(voice, spk_embedding=fixed) for name, voice in made.items()}
 
 
 def lines(case: Case, voice: dict) -> list[Line]:
