@@ -42,6 +42,12 @@ def metric(url, name) -> float:
     return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
 
 
+def requests_by_status(url) -> dict[str, int]:
+    text = httpx.get(f"{url}/metrics", headers=AUTH).text
+    found = re.findall(r'^morph_requests_total\{status="(\w+)"\} (\S+)$', text, re.M)
+    return {status: int(float(n)) for status, n in found}
+
+
 def restarts_then_serves(url: str, cause: str) -> None:
     """After the engine's process ended: /health says restarting with the cause, a new request gets 503 until another
     process is up, and that one serves the next request."""
@@ -135,29 +141,26 @@ CASES = [{"response_format": f} for f in FORMATS] + [
     {"response_format": "pcm", "stream_format": "sse"}]
 
 
-def test_a_client_that_hangs_up_frees_its_rows_at_once_in_every_format(server, alice_voice):
+def test_a_client_that_hangs_up_frees_its_rows_at_once_in_every_format(lean, tmp_path, alice_voice):
     """Whole files (mp3, flac, wav and pcm with stream false), streams (pcm, wav, opus, aac) and server-sent events:
     the client hangs up while its row renders; the row leaves the batch within a few frames, and the gauges read 0
-    after."""
-    url, app = server
-    alice_voice(url)
-    engine = app.state.speech.engine
-    for case in CASES:
-        s = raw_request(url, {**LONG, **case})
-        wait_for(lambda: engine.stats()["rows_live"] == 1)
-        time.sleep(0.2)  # mid-render
-        s.close()
-        hung_up = time.monotonic()
-        wait_for(lambda: engine.stats()["rows_in_batch"] == 0, 10)
-        assert time.monotonic() - hung_up < 1.5, case
-    assert metric(url, "morph_rows_live") == 0 and metric(url, "morph_cache_slots") == 0
-    # each is counted as its reply ends on the event loop, which may come after the engine's process freed its row
-    try:
-        wait_for(lambda: metric(url, 'morph_requests_total{status="cancelled"}') == len(CASES), 5)
-    except AssertionError:  # it failed 3 times in about 40 runs on a 2-core machine: say how each was counted
-        counts = [line for line in httpx.get(f"{url}/metrics", headers=AUTH).text.splitlines()
-                  if line.startswith("morph_requests_total")]
-        raise AssertionError(f"{len(CASES)} hung up, not all counted as cancelled within 5 s: {counts}") from None
+    after. The rows are SLOW ones: a LONG row could end on its own before a busy machine noticed the hang-up, and be
+    counted as answered (once in a fresh-clone run of .ci/run on a 2-core machine)."""
+    with serving(lean, tmp_path / "voices", fault=dict(delay=SLOW_DELAY)) as (url, app):
+        alice_voice(url)
+        engine = app.state.speech.engine
+        for case in CASES:
+            s = raw_request(url, {**SLOW, **case})
+            wait_for(lambda: engine.stats()["rows_live"] == 1)
+            time.sleep(0.2)  # mid-render
+            s.close()
+            hung_up = time.monotonic()
+            wait_for(lambda: engine.stats()["rows_in_batch"] == 0, 10)
+            assert time.monotonic() - hung_up < 1.5, case
+        assert metric(url, "morph_rows_live") == 0 and metric(url, "morph_cache_slots") == 0
+        # each is counted as its reply ends on the event loop, which may come after the engine's process freed its row
+        wait_for(lambda: sum(requests_by_status(url).values()) == len(CASES), 5)
+        assert requests_by_status(url) == {"cancelled": len(CASES)}
 
 
 def test_every_error_is_openai_shaped(server):
