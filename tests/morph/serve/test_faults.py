@@ -23,8 +23,9 @@ from .conftest import API_KEY, serving
 from .test_app import AUTH, TEXT, wav_bytes
 
 LONG = {"input": TEXT * 3, "voice": "alice", "max_new_tokens": 400}
-# LONG slowed by SLOW_DELAY a frame (tests/serve_faults.py), for a test that must join rows beside it before it ends:
-# alone it ends in about 3.5 s on an idle 2-core machine, sooner than a busy one takes to send them (CI, stop 70)
+# LONG slowed by SLOW_DELAY a frame (tests/serve_faults.py), for a test that must join rows beside it, or see a hang-up,
+# before it ends: alone it ends in about 3.5 s on an idle 2-core machine, sooner than a busy one takes to send them
+# (CI, stop 70)
 SLOW = {**LONG, "input": "SLOW. " + TEXT * 3}
 
 
