@@ -38,7 +38,7 @@ from .common import TL_DTYPES, _weighted, as_ptr
 def _linear_kernel(x_addr, w_addr, nw_addr, r_addr, o_addr, M, N, eps, K: tl.constexpr,
                    DTYPE: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, SILU: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """out[M, N] = epilogue(norm(x)[M, K] @ w[N, K]^T) for M <= GEMV_ROWS, on CUDA cores; with
+    """out[M, N] = epilogue(norm(x)[M, K] @ w[N, K]^T) for M <= gemv_rows(w), on CUDA cores; with
     SILU, w holds gate rows then up rows. Narrow column blocks spread the weight stream over
     every SM."""
     x, w, o = as_ptr(x_addr, DTYPE), as_ptr(w_addr, DTYPE), as_ptr(o_addr, DTYPE)
@@ -92,16 +92,17 @@ def _rms_norm_kernel(x_addr, w_addr, o_addr, N, eps, DTYPE: tl.constexpr, BLOCK:
 
 
 # -- launchers ---------------------------------------------------------------------------
-# Above this many rows cuBLAS (with the norm, SiLU and residual as torch ops) beats these kernels on the q/k/v and
-# down projections and matches them on the other two; tensor-core dots in this kernel do worse still
-# (bench/results/h100-2026-11-27/NOTES.md)
-GEMV_ROWS = 2
+def gemv_rows(w: torch.Tensor) -> int:
+    """Rows up to which these kernels beat cuBLAS (with the norm, SiLU and residual as torch ops) on `w`. From a sweep
+    of the four projections on an H200, in CUDA graphs, weights cold (bench/results/h200-2026-11-28f/NOTES.md): at 3
+    and 4 rows, 29-31 us a layer against cuBLAS's 41-43 at the 0.6B talker's (and every code predictor's) shapes, and
+    a loss at the 1.7B talker's (2**23 weight elements and up: 71-72 us against 52-53). Wider, cuBLAS."""
+    return 4 if w.numel() < 2**23 else 2
 
 
 def _config(m: int, n: int, k: int) -> dict:
-    """Tile sizes from a sweep at the 0.6B decode shapes, weights read cold from memory
-    (bench/results/h100-2026-11-22b/sweep.json): 4-8 columns per program and K up to
-    1024 per loop step are best for 1 and 2 rows."""
+    """Tile sizes from sweeps at the decode shapes, weights read cold from memory (bench/results/h100-2026-11-22b/,
+    h200-2026-11-28f/): 4-8 columns per program and K up to 1024 per loop step are best at 1-4 rows."""
     return dict(BLOCK_M=triton.next_power_of_2(m), BLOCK_N=8 if n >= 4096 else 4,
                 BLOCK_K=min(triton.next_power_of_2(k), 1024), num_warps=4, num_stages=2)
 
@@ -111,7 +112,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, norm_w: torch.Tensor | None = None,
     """x [M, K] (contiguous) @ w[N, K]^T with an optional RMSNorm of x before, SiLU(gate) * up
     over w's two halves, or a residual [M, N] added after; returns [M, N] (N halved with silu)."""
     m, k = x.shape
-    if m > GEMV_ROWS:
+    if m > gemv_rows(w):
         if norm_w is not None:
             x = rms_norm(x, norm_w, eps)
         if silu:

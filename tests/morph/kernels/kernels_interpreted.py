@@ -37,13 +37,21 @@ def test_linear_fuses_norm_silu_and_residual(kernels):
     def close(got, want):  # fp32 sums in another order: a few units in the sixth digit; a wrong fusion is off by O(1)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
 
-    for rows in (1, kernels.GEMV_ROWS, kernels.GEMV_ROWS + 1):  # the kernel; beyond GEMV_ROWS, cuBLAS and torch ops
+    for rows in (1, 4, 5):  # the kernel up to gemv_rows (4 for this small weight); beyond it, cuBLAS and torch ops
         x, r = torch.randn(rows, 64, generator=g), torch.randn(rows, 48, generator=g)
         close(kernels.linear(x, w, norm_w=nw, eps=1e-6), lean.rms_norm(x, nw, 1e-6) @ w.T)
         gate, up = (x @ w.T).split(48, dim=-1)
         close(kernels.linear(x, w, silu=True), torch.nn.functional.silu(gate) * up)
         close(kernels.linear(x, w[:48], residual=r), r + x @ w[:48].T)
         close(kernels.rms_norm(x, nw, 1e-6), lean.rms_norm(x, nw, 1e-6))
+
+
+def test_gemv_rows_keeps_the_1_7b_talker_weights_on_cublas_past_two_rows(kernels):
+    def rows(n, k):
+        return kernels.gemv_rows(torch.empty(n, k, device="meta"))
+
+    assert [rows(4096, 1024), rows(6144, 1024), rows(1024, 3072)] == [4, 4, 4]  # the 0.6B talker's, the predictors'
+    assert [rows(4096, 2048), rows(12288, 2048), rows(2048, 6144)] == [2, 2, 2]  # the 1.7B talker's q/k/v, gate/up, down
 
 
 @pytest.mark.parametrize("top_k", [50, 0, 3000])
