@@ -25,11 +25,16 @@ import collections
 import contextlib
 import ctypes
 import gc
+import logging
 import sys
 import threading
 from typing import Callable
 
 import torch
+
+from .errors import reason
+
+log = logging.getLogger(__name__)
 
 
 def triton_available() -> bool:
@@ -68,6 +73,7 @@ class GraphCache:
         self._graphs: collections.OrderedDict = collections.OrderedDict()
         self._pool = None
         self._owner = None  # (device, dtype, weights fingerprint) the graphs were captured against
+        self.failed = False  # a capture failed since the cache was last bound: its owner runs op by op
 
     def __len__(self) -> int:
         return len(self._graphs)
@@ -76,7 +82,8 @@ class GraphCache:
         return key in self._graphs
 
     def bind(self, owner) -> None:
-        """Drop every graph if the device, dtype or weight storage changed since capture."""
+        """At a run's start: drop every graph if the device, dtype or weight storage changed since capture, or if a
+        capture failed since the last bind (get_or_none), so that this run tries again."""
         if owner != self._owner:
             self.clear()
             self._owner = owner
@@ -94,6 +101,24 @@ class GraphCache:
         self._graphs[key] = entry
         return entry
 
+    def get_or_none(self, key, step: Callable[[], object], failure: str) -> CapturedStep | None:
+        """get(key, step), or None when a capture fails for any reason other than memory: every run's captures
+        share this one policy. The failure is logged as `failure` % its reason, saying what runs op by op instead,
+        and every key gives None until the next run binds the cache again. A CUDA out-of-memory error clears the
+        cache and is raised as it is, so the caller's out-of-memory handling sees it."""
+        if self.failed:
+            return None
+        try:
+            return self.get(key, step)
+        except torch.cuda.OutOfMemoryError:
+            self.clear()
+            raise
+        except Exception as e:
+            self.clear()  # unbound as well: the next bind, at the next run's start, clears `failed`
+            self.failed = True
+            log.warning(failure, reason(e))
+            return None
+
     def drop(self) -> None:
         """Forget every graph and their pool, staying bound to the same owner (their inputs moved, not the weights)."""
         self._graphs.clear()
@@ -102,6 +127,7 @@ class GraphCache:
     def clear(self) -> None:
         self.drop()
         self._owner = None
+        self.failed = False
 
 
 @contextlib.contextmanager

@@ -10,15 +10,10 @@ state is copied into the graph's buffers, the graph replays, the state is copied
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
-from ..errors import reason
 from ..graphs import CODEC_CAPTURE, GraphCache
 from .state import CodecState
-
-log = logging.getLogger(__name__)
 
 MAX_SHAPES = 32  # graphs kept: two chunk sizes at up to 8 widths each, and the rest's sizes of ended rows
 
@@ -36,7 +31,14 @@ class CapturedDecode:
         # back out, and the graphs replay one after another on one stream, so the chunk sizes share it (a state per
         # shape would cost memory for nothing: bench/results/h200-2026-11-26d/NOTES.md)
         self._states: dict[int, CodecState] = {}
-        self.failed = False  # a capture failed: op by op from then on
+
+    def bind(self) -> None:
+        """At a batch's start (CodecStream): drop the graphs, and the states they read, if the codec's weights moved
+        since their capture or a capture failed since (GraphCache.bind)."""
+        weights = next(self.codec.decoder.parameters())
+        self.graphs.bind((self.device, weights.dtype, weights.data_ptr()))
+        if not len(self.graphs):
+            self._states.clear()
 
     def decode(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
         """What LeanCodec.decode(codes, state) gives, `state` advanced in place the same way; the audio is a copy,
@@ -54,46 +56,29 @@ class CapturedDecode:
         return wav.clone()
 
     def prepare(self, rows: int, frames: int):
-        """The graph of this call shape, captured now unless it is already; None once a capture has failed (said
-        once, and every call op by op from then on)."""
-        if self.failed:
-            return None
-        try:
-            return self._entry(rows, frames)
-        except torch.cuda.OutOfMemoryError:
-            raise
-        except Exception as e:  # as the frame step's capture (runner.fast_step): said, and op by op from here
-            self.failed = True
-            self.graphs.clear()
-            self._states.clear()
-            log.warning("morph: could not capture the live codec's calls (%s); they run op by op, slower to the "
-                        "first audio under load. If this repeats, report it", reason(e))
-            return None
-
-    def _entry(self, rows: int, frames: int):
-        """The graph of this shape, captured on its first call (graphs.capture: warmed up, captured, replayed)."""
-        weights = self._bind()
+        """The graph of this call shape, captured on its first call (graphs.capture: warmed up, captured, replayed);
+        None for the rest of the batch once a capture has failed (GraphCache.get_or_none)."""
         key = (rows, frames)
+        if self.graphs.failed:
+            return None
         if key in self.graphs:
             return self.graphs.get(key, None)
+        dtype = next(self.codec.decoder.parameters()).dtype
         groups = int(self.codec.decoder.config.num_quantizers)
         codes = torch.zeros(rows, frames, groups, dtype=torch.long, device=self.device)
         if rows not in self._states:
-            self._states[rows] = self.codec.zero_state(rows, self.device, weights.dtype)
+            self._states[rows] = self.codec.zero_state(rows, self.device, dtype)
         state = self._states[rows]
         # the audio lands in a tensor made outside the capture: a tensor the capture allocated and kept would make
         # cudaMallocAsync warn once for each graph dropped ("uncaptured free of a captured allocation", in a ComfyUI
         # server's log at each unload)
         audio = torch.empty(rows, frames * self.codec.upsample, dtype=torch.float32, device=self.device)
-        entry = self.graphs.get(key, lambda: audio.copy_(self.codec.decode(codes, state)))
+        entry = self.graphs.get_or_none(key, lambda: audio.copy_(self.codec.decode(codes, state)),
+                                        "morph: could not capture the live codec's calls (%s); they run op by op "
+                                        "for the rest of this batch, slower to the first audio under load. If this "
+                                        "repeats, report it")
+        if entry is None:
+            self._states.clear()
+            return None
         entry.keep = (codes, state)
         return entry
-
-    def _bind(self) -> torch.Tensor:
-        """Drop the graphs, and the states they read, if the codec's weights moved since their capture; its first
-        weight."""
-        weights = next(self.codec.decoder.parameters())
-        self.graphs.bind((self.device, weights.dtype, weights.data_ptr()))
-        if not len(self.graphs):
-            self._states.clear()
-        return weights

@@ -50,6 +50,8 @@ class CodecStream:
         self.codec, self.device, self.budget = codec, device, budget
         self.stream = codec.side_stream(device)  # None off CUDA: the work runs in line
         self._captured = codec.captured(device) if captured else None
+        if captured:
+            self._captured.bind()
         self._decode = self._captured.decode if captured else codec.decode
         self.rows: dict = {}  # name -> _Row
         # each feed's audio on its way to the host: (event or None, host tensor, [(name, its _Row, samples, ended)],

@@ -16,21 +16,17 @@ first slice and replayed after that:
 - the graphs share one memory pool for their scratch (a layer's activations, the attention's scores) and are
   captured on the frame step's capture stream: they replay on the frame loop's stream between its steps, never
   beside them.
-A prompt past the longest bucket runs op by op; so does every slice after a capture fails (said once).
+A prompt past the longest bucket runs op by op; so does every slice of a batch after a capture fails (said, and
+tried again at the next batch: GraphCache.get_or_none).
 """
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
-from ..errors import reason
 from ..graphs import CAPTURE, GraphCache
 from ..settings import PREFILL_LENGTHS, prefill_bucket
 from .lean import Prefilled, lean_prefill, rope_tables
-
-log = logging.getLogger(__name__)
 
 
 def _lean(loop, embeds, mask, cos, sin, into=None) -> Prefilled:
@@ -106,11 +102,10 @@ class PrefillGraphs:
         self.graphs = GraphCache(max_graphs=MAX_SHAPES, role=CAPTURE, warmup=1)
         self._arena: Arena | None = None
         self._buckets: dict[tuple[int, int], Bucket] = {}
-        self.failed = False  # a capture failed: op by op from then on
 
     def bind(self, owner) -> None:
-        """Drop the graphs and their arena if the device, dtype or weight storage changed since their capture
-        (TalkerLoop.owner; a batch binds its graphs as it starts, widths.build_steps)."""
+        """At a batch's start (widths.build_steps): drop the graphs and their arena if the device, dtype or weight
+        storage changed since their capture (TalkerLoop.owner), or if a capture failed since (GraphCache.bind)."""
         self.graphs.bind(owner)
         if not len(self.graphs):
             self._drop()
@@ -118,29 +113,27 @@ class PrefillGraphs:
     def clear(self) -> None:
         self.graphs.clear()
         self._drop()
-        self.failed = False
 
     def prefill(self, loop, embeds: torch.Tensor, mask: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor],
                 captured: bool) -> Prefilled:
         """lean_prefill over a slice (its inputs_embeds, attention_mask and the state's rotary tables): replayed
         from its bucket's graph when `captured` (a fast mode on CUDA) and the slice has a bucket."""
         rows, length = mask.shape
-        shape = prefill_bucket(rows, length) if captured and not self.failed else None
+        shape = prefill_bucket(rows, length) if captured and not self.graphs.failed else None
         bucket = None if shape is None else self._bucket(loop, shape, embeds, mask)
         if bucket is None:
             return _lean(loop, embeds, mask, *tables)
         bucket.load(embeds, mask)
         try:
-            entry = self.graphs.get(shape, bucket.step)
+            entry = self.graphs.get_or_none(shape, bucket.step, "morph: could not capture the prefill of joining "
+                                            "rows (%s); it runs op by op for the rest of this batch, slower to "
+                                            "the first audio. If this repeats, report it")
         except torch.cuda.OutOfMemoryError:
-            self.clear()
+            self._drop()
             raise
-        except Exception as e:  # as the frame step's capture (runner.fast_step): said, and op by op from here
-            self.clear()
-            self.failed = True
-            log.warning("morph: could not capture the prefill of joining rows (%s); it runs op by op, slower to "
-                        "the first audio. If this repeats, report it", reason(e))
-            return self.prefill(loop, embeds, mask, tables, captured)
+        if entry is None:
+            self._drop()
+            return _lean(loop, embeds, mask, *tables)
         entry.replay()
         return bucket.out(rows, length)
 

@@ -1,4 +1,4 @@
-"""How a decode step runs, and what happens when the fast way fails: decided here only.
+"""How a decode step runs, and what happens when the fast way fails.
 
 Modes (what a user picks; `resolve` says what they mean on a device):
 - "eager":   the checkpoint's own HF layers, op by op: the exact reference (bit-identical
@@ -14,7 +14,9 @@ The fast modes (graphs, fused) give the same codes as the lean step run op by op
 fp32 on a GPU. When a capture fails for any reason other than memory, the
 run goes on op by op with the lean layers, the log says so in one line, and the next
 run tries the fast path again. A CUDA out-of-memory error is re-raised as it is, so
-callers handle it as any other (the batch front end halves the batch).
+callers handle it as any other (the batch front end halves the batch). That policy is
+every capture's (graphs.GraphCache.get_or_none: the joining rows' prefill and the live
+codec's calls too).
 
 Preparing a decoder the user has to wait for (PREPARE_TIME) is announced before it starts
 and when it is ready, as INFO records with `extra={"status": True}`: what a host shows
@@ -29,7 +31,6 @@ from typing import Callable
 
 import torch
 
-from ..errors import reason
 from ..settings import MODES, RETIRED_MODES
 from .. import graphs
 from .lean import LeanUnsupported
@@ -110,16 +111,10 @@ def fast_step(cache: graphs.GraphCache, key, step: Callable[[], object], fallbac
     if announce:
         log.info("morph: preparing the %s decoder, %s; generation starts when it is ready", mode,
                  PREPARE_TIME[mode], extra={"status": True})
-    try:
-        entry = cache.get(key, step)
-    except torch.cuda.OutOfMemoryError:
-        cache.clear()
-        raise
-    except Exception as e:
-        cache.clear()
-        log.warning("morph: could not prepare the %s decoder (%s); this run decodes op by op, several times "
-                    "slower; the next run tries again. If this repeats, set speed_mode to graphs or eager and "
-                    "report it", mode, reason(e))
+    entry = cache.get_or_none(key, step, f"morph: could not prepare the {mode} decoder (%s); this run decodes op by "
+                              "op, several times slower; the next run tries again. If this repeats, set speed_mode "
+                              "to graphs or eager and report it")
+    if entry is None:
         return fallback
     if captured:
         _prepared.add(mode)

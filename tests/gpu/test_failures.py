@@ -77,9 +77,8 @@ def test_an_injected_capture_oom_reaches_batch_halving(cuda_tts, voices, monkeyp
     real_get = graphs.GraphCache.get
 
     def get(self, key, step):
-        # the decode's graphs only (key = ("frame" or "rows", seq_groups, batch, ...)): the live codec's graphs,
-        # keyed (rows, frames), are of this cache too, and a fault there marks the session model's codec as failed
-        # for every later test
+        # the decode's graphs only (key = ("frame" or "rows", seq_groups, batch, ...)): the live codec's and the
+        # prefill's graphs, keyed by int tuples, are GraphCaches too, and their failures are not this test's
         if isinstance(key[0], str) and key[2] > 2:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected during capture)")
         return real_get(self, key, step)

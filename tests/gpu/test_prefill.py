@@ -31,4 +31,4 @@ def test_each_bucket_is_captured_once_and_replays_the_slices_prefill(cuda_tts):
             assert_same(graphs.prefill(loop, *part, tables, captured=True), alone(loop, *part, tables), tol=1e-4)
             assert len(graphs.graphs) == captured
             assert prefill_bucket(*part[1].shape) in graphs.graphs
-    assert not graphs.failed
+    assert not graphs.graphs.failed
