@@ -41,3 +41,9 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed:
     scores = scores.view(b, kv, h // kv, n, s).masked_fill(~allowed.unsqueeze(2), torch.finfo(torch.float32).min)
     out = torch.matmul(scores.view(b, kv, h // kv * n, s).softmax(-1).to(v.dtype), v)  # [B, KV, G * n, D]
     return out.view(b, h, n, d).transpose(1, 2).reshape(b, n, h * d)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding as HF applies it before attention: x * cos + rotate_half(x) * sin."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from ..errors import reason
 from ..graphs import CODEC, side_stream
-from ..masked_attention import masked_attention
+from ..masked_attention import masked_attention, rotate
 from .calls import CHUNK
 from .state import CodecState, Cursor
 
@@ -283,8 +283,7 @@ class LeanCodec:
             q = a.q_proj(y).view(b, n, -1, self.head_dim).transpose(1, 2)
             k = a.k_proj(y).view(b, n, -1, self.head_dim).transpose(1, 2)
             v = a.v_proj(y).view(b, n, -1, self.head_dim).transpose(1, 2)
-            q = q * cos[:, None] + _rotate_half(q) * sin[:, None]
-            k = k * cos[:, None] + _rotate_half(k) * sin[:, None]
+            q, k = rotate(q, cos[:, None], sin[:, None]), rotate(k, cos[:, None], sin[:, None])
             keys = torch.cat((cur.take().view(b, self.kv_heads, self.window, -1), k), dim=2)
             cur.swap(keys[:, :, n:].reshape(b, -1, self.head_dim))
             values = torch.cat((cur.take().view(b, self.kv_heads, self.window, -1), v), dim=2)
@@ -293,8 +292,3 @@ class LeanCodec:
             h = h + layer.self_attn_layer_scale(a.o_proj(o))
             h = h + layer.mlp_layer_scale(layer.mlp(layer.post_attention_layernorm(h)))
         return t.output_proj(t.norm(h))
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

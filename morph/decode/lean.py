@@ -30,7 +30,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from ..masked_attention import masked_attention
+from ..masked_attention import masked_attention, rotate
 from . import kv_store
 
 
@@ -92,12 +92,6 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     variance = h.pow(2).mean(-1, keepdim=True)
     h = h * torch.rsqrt(variance + eps)
     return weight * h.to(weight.dtype)
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return (x * cos) + (rotated * sin)
 
 
 def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],

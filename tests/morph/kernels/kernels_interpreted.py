@@ -12,6 +12,7 @@ import torch
 
 from morph.decode import lean
 from morph.decode.fused_stack import FusedStack
+from morph.masked_attention import rotate
 from morph.settings import Sampling
 
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/morph/kernels/test_kernels.py"
@@ -274,7 +275,7 @@ def test_attention_is_the_torch_attention_over_the_written_cache(kernels, t):
     cos, sin = (args[n][args["rope_pos"]].unsqueeze(1) for n in ("cos_table", "sin_table"))
 
     def heads(x, n, norm):
-        return lean.rotate(lean.rms_norm(x.reshape(b, t, n, d.head_dim), norm, d.eps).transpose(1, 2), cos, sin)
+        return rotate(lean.rms_norm(x.reshape(b, t, n, d.head_dim), norm, d.eps).transpose(1, 2), cos, sin)
 
     want_k, want_v = k_cache.clone(), v_cache.clone()
     want_k[:, :, idx] = heads(k, d.kv_heads, args["k_norm"])
