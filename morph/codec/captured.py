@@ -32,13 +32,15 @@ class CapturedDecode:
         # shape would cost memory for nothing: bench/results/h200-2026-11-26d/NOTES.md)
         self._states: dict[int, CodecState] = {}
 
-    def bind(self) -> None:
-        """At a batch's start (CodecStream): drop the graphs, and the states they read, if the codec's weights moved
-        since their capture or a capture failed since (GraphCache.bind)."""
+    def bind(self) -> torch.dtype:
+        """Drop the graphs, and the states they read, if the codec's weights moved since their capture, or if a
+        capture failed since the last bind (GraphCache.bind): a CodecStream binds as its batch starts, so that batch
+        tries again. Returns the weights' dtype."""
         weights = next(self.codec.decoder.parameters())
         self.graphs.bind((self.device, weights.dtype, weights.data_ptr()))
         if not len(self.graphs):
             self._states.clear()
+        return weights.dtype
 
     def decode(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
         """What LeanCodec.decode(codes, state) gives, `state` advanced in place the same way; the audio is a copy,
@@ -58,12 +60,12 @@ class CapturedDecode:
     def prepare(self, rows: int, frames: int):
         """The graph of this call shape, captured on its first call (graphs.capture: warmed up, captured, replayed);
         None for the rest of the batch once a capture has failed (GraphCache.get_or_none)."""
-        key = (rows, frames)
         if self.graphs.failed:
             return None
+        dtype = self.bind()  # the weights may have moved since the last call (a cast, an offload)
+        key = (rows, frames)
         if key in self.graphs:
             return self.graphs.get(key, None)
-        dtype = next(self.codec.decoder.parameters()).dtype
         groups = int(self.codec.decoder.config.num_quantizers)
         codes = torch.zeros(rows, frames, groups, dtype=torch.long, device=self.device)
         if rows not in self._states:
