@@ -189,7 +189,8 @@ class Engine:
             from morph.distributed.job import import_ray
 
             import_ray("--gpus" if args.address is None else "--address")  # before a download
-        self.config = checkpoint_config(locate_checkpoint(args.model, [args.models_dir], args.models_dir))
+        self.folder = locate_checkpoint(args.model, [args.models_dir], args.models_dir)
+        self.config = checkpoint_config(self.folder)
 
     def __enter__(self) -> "Engine":
         return self
@@ -215,17 +216,15 @@ class Engine:
         return self.tts
 
     def context(self, language: str, settings, smoothing: bool) -> dict:
-        from morph.decode.runner import check_mode
-        from morph.qwen.loading import resolve_load
+        from morph.config import ModelConfig
         from morph.script_job import job_context
 
         args = self.args
         if args.address is not None:
             return self().context(language, settings, smoothing)
-        device, dtype, attention = resolve_load(args.device, args.dtype, args.attention)
-        # the decode mode load_model gives MorphTTS.load: its default, "auto"
-        return job_context(args.model, self.config["tts_model_size"], dtype, attention, check_mode("auto"),
-                           device.type, language, settings, smoothing)
+        # as load_model's MorphTTS.load resolves it, in its default mode
+        return job_context(ModelConfig.resolve(args.model, self.folder, args.device, args.dtype, args.attention),
+                           language, settings, smoothing)
 
 
 def read_voices(cast: dict, transcripts: dict) -> dict:

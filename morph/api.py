@@ -23,12 +23,13 @@ import numpy as np
 import torch
 
 from .codec.layers import LeanCodec
+from .config import ModelConfig
 from .reference.patch import MorphPatch
 from .lines.reference_audio import prepare_reference
 from .lines.words import FOR_PYTHON, Words
 from .lines.voice import Voice
 from .qwen.checkpoints import DEFAULT_MODEL, VARIANT_NAMES, locate_checkpoint
-from .qwen.loading import load_qwen_tts, place, resolve_load
+from .qwen.loading import load_qwen_tts, place
 from .render import BatchTTS, Line, OnStep
 from .settings import SAMPLE_RATE, GenerationSettings
 
@@ -40,30 +41,37 @@ VARIANT_EXAMPLES = {"base": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "custom_voice": "Qw
 
 
 class MorphTTS:
-    def __init__(self, tts, source: str, mode: str = "auto"):
-        self.tts = tts
-        self.source = source
-        self.patch = MorphPatch(tts, mode=mode)
+    def __init__(self, tts, config: ModelConfig):
+        self.tts, self.config = tts, config
+        self.patch = MorphPatch(tts, mode=config.mode)
         self.codec = LeanCodec(tts.model.speech_tokenizer.model)  # the audio of every mode but eager
 
     @classmethod
     def load(cls, source: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
              attention: str = "auto", search_dirs: list[Path] = (), download_dir: Path | None = None,
-             mode: str = "auto", progress_bars: bool = False) -> "MorphTTS":
+             mode: str = "auto", progress_bars: bool = False, place_on: str | None = None) -> "MorphTTS":
         """`mode` picks the decode path: auto (fused on CUDA, eager elsewhere),
         fused, graphs, lean or eager (morph/decode/runner.py says what each is; the retired compile runs fused).
-        transformers' loading bars show with `progress_bars` only; a download's bars show as huggingface_hub has them."""
+        transformers' loading bars show with `progress_bars` only; a download's bars show as huggingface_hub has them.
+        `place_on`: the device the weights are loaded onto, when not `device`, where they run (a host's memory manager
+        moves them there before each run): the dtype and attention kernel are `device`'s."""
         folder = locate_checkpoint(source, list(search_dirs), download_dir)
-        return cls(load_qwen_tts(folder, *resolve_load(device, dtype, attention), progress_bars), source, mode)
+        config = ModelConfig.resolve(source, folder, device, dtype, attention, mode)
+        on = config.device if place_on is None else torch.device(place_on)
+        return cls(load_qwen_tts(folder, on, config.dtype, config.attention, progress_bars), config)
 
     # -- what the loaded model is ------------------------------------------------------
     @property
+    def source(self) -> str:
+        return self.config.source
+
+    @property
     def variant(self) -> str:
-        return self.tts.model.tts_model_type
+        return self.config.variant
 
     @property
     def model_size(self) -> str:
-        return self.tts.model.tts_model_size
+        return self.config.model_size
 
     @property
     def hidden_size(self) -> int:

@@ -2,7 +2,7 @@
 the Python API) runs it here, so each writes the same files and resumes the same way.
 
     with LineStore(out_dir, "scene1", who) as store:     # this job alone writes scene1 in out_dir
-        job = ScriptJob(parsed, lines, store, render_context(tts, tts.device.type, ...), rerun="run it again")
+        job = ScriptJob(parsed, lines, store, job_context(tts.config, ...), rerun="run it again")
         job.reuse()                                         # resume: what an earlier run left
         result = job.run(lambda todo: tts, settings, batch_size=32, pause_seconds=0.4)
 
@@ -26,7 +26,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from .lines.store import LineStore, Written, cues, fingerprint, join_clips, srt
 from .lines.words import FOR_PYTHON, Words
 from .render import BatchTTS, Line, OnLine, OnStep
 from .settings import SAMPLE_RATE, GenerationSettings
+
+if TYPE_CHECKING:
+    from .config import ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -59,25 +62,18 @@ class ScriptResult:
         return join_clips(self.clips, self.pause_seconds)[0]
 
 
-def job_context(source: str, model_size: str, dtype, attention: str, mode: str, device_type: str, language: str,
-                settings: GenerationSettings, smoothing: bool) -> dict:
+def job_context(config: ModelConfig, language: str, settings: GenerationSettings, smoothing: bool) -> dict:
     """What, besides the line itself, decides a line's audio: the model (checkpoint, dtype, attention kernel, decode
-    mode and the kind of device it runs on) and every generation setting but the seed (so a randomized seed still
-    resumes; the batch size is left out too). Known before a load (cli.py render's rerun loads nothing when every
-    line is there) or read off a loaded model (render_context)."""
+    mode and the kind of device it runs on: `config`, a loaded model's or the one a load would resolve) and every
+    generation setting but the seed (so a randomized seed still resumes; the batch size is left out too)."""
     fields = {k: v for k, v in dataclasses.asdict(settings).items() if k != "seed"}
     if fields["min_new_tokens"] == GenerationSettings.min_new_tokens:
         # a line whose context lacks the field was held for upstream's frames: its fingerprint stays, and so do the
         # lines of a job rendered before the field was one of the settings
         del fields["min_new_tokens"]
-    return dict(model=str(source), model_size=model_size, dtype=str(dtype), attention=str(attention), mode=str(mode),
-                device=str(device_type), language=language, smoothing=bool(smoothing), settings=fields)
-
-
-def render_context(tts, device_type: str, language: str, settings: GenerationSettings, smoothing: bool) -> dict:
-    """job_context of a loaded MorphTTS."""
-    return job_context(tts.source, tts.model_size, tts.tts.model.dtype, tts.tts.model.config._attn_implementation,
-                       tts.patch.mode, device_type, language, settings, smoothing)
+    return dict(model=config.source, model_size=config.model_size, dtype=str(config.dtype),
+                attention=config.attention, mode=config.mode, device=config.device.type, language=language,
+                smoothing=bool(smoothing), settings=fields)
 
 
 class ScriptJob:

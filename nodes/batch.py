@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import logging
 
-import torch
-
 from ..morph.lines.script import check_name, name_key, parse_script
 from ..morph.lines.store import LineStore
 from ..morph.lines.words import FOR_NODES
 from ..morph.memory import working_memory
 from ..morph.progress import Cadence, JobProgress
 from ..morph.render import Line, retired_batching
-from ..morph.script_job import ScriptJob, render_context
+from ..morph.script_job import ScriptJob, job_context
 from ..morph.settings import DEFAULT_BATCH_SIZE, RETIRED_BATCHING, SAMPLE_RATE
 from ..postprocess import smooth
 from . import services
@@ -151,7 +149,7 @@ class RenderLines:
             raise prefixed(e, who) from e
         services.check_interrupt()
         lines = [Line(p.text, bank[name_key(p.name)][1], language) for p in parsed]
-        context = render_context(model.tts, torch.device(model.load_device).type, language, settings, smoothing)
+        context = job_context(model.tts.config, language, settings, smoothing)
 
         def prepare(rendering: list[Line]):
             return model.ready(working_memory(model.tts, [(line.text, line.voice) for line in rendering], settings,

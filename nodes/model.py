@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from ..morph.qwen.checkpoints import DEFAULT_MODEL, HUB_MODELS
-from ..morph.qwen.loading import DTYPES, resolve_attention, resolve_device, resolve_dtype
+from ..morph.qwen.loading import resolve_device
 from ..morph.settings import RETIRED_MODES
 from . import services
 from .common import CATEGORY, MODEL_TYPE, prefixed
@@ -13,7 +13,6 @@ from .common import CATEGORY, MODEL_TYPE, prefixed
 # The engine's modes a user picks between, fastest first ("lean" is a debugging aid, not offered).
 SPEED_MODES = ("auto", "fused", "graphs", "eager")
 
-_DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 log = logging.getLogger(__name__)
 
 
@@ -86,13 +85,8 @@ class LoadModel:
         note = device_note(speed_mode, target)
         if note:  # said here, where the mode is chosen, at every load
             log.warning("speed_mode: %s; auto picks the fastest mode this device runs", note)
-        if load_device is None:  # no ComfyUI: the engine places the model itself
-            return (services.manage(MorphTTS.load(model, device=device, dtype=dtype, attention=attention,
-                                                  mode=speed_mode, **where)),)
-        if offload_device != str(target):
-            # Load onto the offload device with the precision and kernel meant for the load device:
-            # before each run ComfyUI frees room for the model and moves it.
-            dt = resolve_dtype(dtype, target)
-            attention, dtype = resolve_attention(attention, target, dt), _DTYPE_NAMES.get(dt, dtype)
-        tts = MorphTTS.load(model, device=offload_device, dtype=dtype, attention=attention, mode=speed_mode, **where)
-        return (services.manage(tts, str(target), offload_device),)
+        # without ComfyUI the model stays where it runs; with it, it rests on the offload device, loaded there with
+        # the precision and kernel meant for the load device: before each run ComfyUI frees room for it and moves it
+        tts = MorphTTS.load(model, device=str(target), dtype=dtype, attention=attention, mode=speed_mode,
+                            place_on=offload_device, **where)
+        return (services.manage(tts, str(target) if load_device else None, offload_device),)

@@ -222,7 +222,7 @@ def test_a_second_job_on_the_same_out_and_prefix_is_refused_and_every_line_is_wh
 def test_the_context_known_before_a_load_is_the_loaded_models(tiny_dir, tmp_path):
     """A rerun with every line in --out fingerprints them without loading: with the context a load would give, or
     a changed line would be missed (or every line rendered again)."""
-    from morph.script_job import render_context
+    from morph.script_job import job_context
     from morph.settings import GenerationSettings
 
     (tmp_path / "s.txt").write_text(SCRIPT, encoding="utf-8")
@@ -231,7 +231,7 @@ def test_the_context_known_before_a_load_is_the_loaded_models(tiny_dir, tmp_path
     with cli_render.Engine(args) as engine:
         before = engine.context("English", settings, True)
         assert engine.tts is None  # nothing loaded for it
-        assert before == render_context(engine(), engine().device.type, "English", settings, True)
+        assert before == job_context(engine().config, "English", settings, True)
 
 
 # -- issue 37: progress a log can read, help, the command typed, ranges, folders -------------------------------

@@ -106,7 +106,8 @@ def fast_step(cache: graphs.GraphCache, key, step: Callable[[], object], fallbac
               keep=None) -> Callable[[], object]:
     """The callable that runs one frame in a fast mode: the captured graph's replay, or
     `fallback` (the lean step, op by op) for this run when the capture fails."""
-    captured, start = key not in cache, time.perf_counter()
+    # after a failed capture the cache gives None until the next run binds it: nothing is prepared, nothing announced
+    captured, start = key not in cache and not cache.failed, time.perf_counter()
     announce = captured and mode in PREPARE_TIME and mode not in _prepared
     if announce:
         log.info("morph: preparing the %s decoder, %s; generation starts when it is ready", mode,

@@ -27,7 +27,7 @@ from ..lines.store import LineFiles, Written
 from ..lines.voice import Voice
 from ..prompts import make_rows, token_count
 from ..render import BatchTTS, Line, rows_request
-from ..script_job import render_context
+from ..script_job import job_context
 from ..settings import GenerationSettings
 
 
@@ -48,7 +48,7 @@ class LineWorker:
         return dict(variant=self.tts.variant, device=str(self.tts.device), host=socket.gethostname(), pid=os.getpid())
 
     def context(self, language: str, settings: GenerationSettings, smoothing: bool) -> dict:
-        return render_context(self.tts, self.tts.device.type, language, settings, smoothing)
+        return job_context(self.tts.config, language, settings, smoothing)
 
     def voice_from_clip(self, clip: np.ndarray, transcript: str | None, who: str) -> Voice:
         return self._model_work(lambda: self.tts.voice_from_clip(clip, transcript, who=who))

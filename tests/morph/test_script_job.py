@@ -8,9 +8,11 @@ import re
 import threading
 import time
 from collections import namedtuple
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import morph.script_job
 
@@ -205,12 +207,15 @@ def test_the_manifest_takes_the_lines_written_at_most_every_second_and_all_of_th
 def test_a_lines_fingerprint_keeps_its_value_at_upstreams_eos_hold_and_changes_with_another():
     """A job rendered before min_new_tokens was a setting resumes: at upstream's 2 the line's fingerprint is the one
     it had then (this literal); another hold makes other audio, so another fingerprint."""
+    from morph.config import ModelConfig
     from morph.lines.store import fingerprint
     from morph.script_job import job_context
 
+    config = ModelConfig("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", Path("models/x"), "custom_voice", "0.6B",
+                         torch.device("cuda", 0), torch.bfloat16, "sdpa", "auto")
+
     def line(settings):
-        context = job_context("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", "0.6B", "torch.bfloat16", "sdpa", "auto",
-                              "cuda", "English", settings, True)
+        context = job_context(config, "English", settings, True)
         return fingerprint(context, "Alice", "Hello there.", speaker="vivian", instruct="")
 
     assert line(GenerationSettings()) == "9b10ecc7bdf1cc5d92f6a1296561d1182aaf40b7e934cfa67aa0332d718232e6"

@@ -3,6 +3,7 @@ seam): outputs, SRT, progress and cancel, resume after a crash, and the characte
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -291,18 +292,15 @@ def test_the_fingerprint_covers_dtype_attention_decode_mode_and_every_setting(no
     job, store = sys.modules[pack + ".morph.script_job"], sys.modules[pack + ".morph.lines.store"]
 
     def fingerprint(model=base_model, settings=settings):
-        context = job.render_context(model.tts, torch.device(model.load_device).type, "English", settings, True)
+        context = job.job_context(model.tts.config, "English", settings, True)
         return store.fingerprint(context, "Alice", "Hello.", voice)
 
     voice = type("V", (), {"spk_embedding": torch.zeros(4), "ref_code": None, "ref_text": None})()
     before = fingerprint()
     engine = base_model.tts
-    if change == "dtype":
-        monkeypatch.setattr(type(engine.tts.model), "dtype", property(lambda self: torch.bfloat16))
-    elif change == "attention":
-        monkeypatch.setattr(engine.tts.model.config, "_attn_implementation", "eager")
-    elif change == "mode":
-        monkeypatch.setattr(engine.patch, "mode", "graphs")
+    if change != "settings":
+        changed = {"dtype": torch.float16, "attention": "eager", "mode": "graphs"}[change]
+        monkeypatch.setattr(engine, "config", dataclasses.replace(engine.config, **{change: changed}))
     else:
         assert fingerprint(settings=split(gen_options(seed=12345))[1]) == before, "the seed does not count"
         settings = split(gen_options(subtalker_top_k=7))[1]

@@ -193,3 +193,24 @@ def test_a_slow_preparation_is_announced_before_it_starts(monkeypatch, caplog):
     plain = [r.getMessage() for r in caplog.records if not getattr(r, "status", False)]
     assert plain == ["morph: the fused decoder is ready (prepared in 0.0 s)",
                      "morph: the graphs decoder is ready (prepared in 0.0 s)"]
+
+
+def test_a_width_after_a_failed_capture_announces_nothing_and_runs_op_by_op(monkeypatch, caplog):
+    """The batch's next width, after its first capture failed, neither tries again nor says it prepares anything."""
+    monkeypatch.setattr(runner, "_prepared", set())
+    tries = []
+
+    def failing(step, pool=None, warmup=2, role="capture"):
+        tries.append(role)
+        raise RuntimeError("capture refused (injected)")
+
+    monkeypatch.setattr(graphs, "capture", failing)
+    cache, fallback = graphs.GraphCache(), lambda: "op by op"
+    with caplog.at_level(logging.INFO, logger="morph"):
+        first = runner.fast_step(cache, 1, lambda: None, fallback, "fused")
+        said = [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        second = runner.fast_step(cache, 2, lambda: None, fallback, "fused")
+    assert first is fallback and second is fallback and len(tries) == 1
+    assert said[0].startswith("morph: preparing the fused decoder") and "could not prepare" in said[1]
+    assert caplog.records == []
