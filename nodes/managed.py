@@ -39,11 +39,10 @@ class ManagedModel:
     ComfyUI drops the node's output, the model is freed.
     """
 
-    def __init__(self, tts, load_device: str | None = None, offload_device: str | None = None,
-                 model_patcher=None, model_management=None):
+    def __init__(self, tts, offload_device: str | None = None, model_patcher=None, model_management=None):
         self.tts = tts
         self.patcher = None
-        self.load_device = torch.device(load_device) if load_device else tts.device
+        self.load_device = tts.config.device  # where it runs: MorphTTS.load resolved it
         self.offload_device = torch.device(offload_device) if offload_device else tts.device
         self.model_management = model_management
         if model_patcher is not None and model_management is not None:

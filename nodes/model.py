@@ -89,4 +89,4 @@ class LoadModel:
         # the precision and kernel meant for the load device: before each run ComfyUI frees room for it and moves it
         tts = MorphTTS.load(model, device=str(target), dtype=dtype, attention=attention, mode=speed_mode,
                             place_on=offload_device, **where)
-        return (services.manage(tts, str(target) if load_device else None, offload_device),)
+        return (services.manage(tts, offload_device),)

@@ -282,6 +282,7 @@ def messages_on_node():
 
 
 # -- memory management ----------------------------------------------------------------------
-def manage(tts, load_device: str | None = None, offload_device: str | None = None) -> ManagedModel:
-    """`tts` under ComfyUI's memory manager (nodes/managed.py), when ComfyUI runs this process."""
-    return ManagedModel(tts, load_device, offload_device, _import("comfy.model_patcher"), model_management())
+def manage(tts, offload_device: str | None = None) -> ManagedModel:
+    """`tts` under ComfyUI's memory manager (nodes/managed.py), when ComfyUI runs this process: loaded on its config's
+    device (choose_devices' load device), resting on `offload_device` between runs."""
+    return ManagedModel(tts, offload_device, _import("comfy.model_patcher"), model_management())
