@@ -38,7 +38,8 @@ A static batch (what render runs in eager mode, the exact reference) holds:
   - prefill: while the prompt runs, upstream's own KV cache for it, one MLP's activations per token and the
     attention scores, every row padded to the longest prompt;
   - codec: after the batch, upstream's decoder, whose largest call morph/codec/pieces.py bounds,
-    CODEC_VALUES_PER_ROW_FRAME activations a row-frame plus its workspaces (UPSTREAM_CODEC_WORKSPACE);
+    CODEC_VALUES_PER_ROW_FRAME activations a row-frame plus its workspaces (UPSTREAM_CODEC_WORKSPACE), under the
+    native allocator times NATIVE_UPSTREAM_CODEC_SHARE;
   - WORKSPACE.
 So it needs state + the larger of prefill and codec call (times EAGER_RESERVE_SHARE on a GPU) + WORKSPACE.
 
@@ -103,6 +104,10 @@ CAPTURED_GRAPHS = 64 * 2**20
 # taken_bytes) in tests/gpu/test_memory.py and in the 256-line script at 64, 0.6B and 1.7B dims
 # (bench/results/h200-2026-11-28c/NOTES.md).
 RESERVE_SHARE, CHURN_SHARE, EAGER_RESERVE_SHARE = 1.15, 1.4, 1.25
+# Under the native allocator upstream's decoder takes this much more than its activations' count (its large
+# convolutions' blocks are cached whole): a minute-long line alone, one call of a window of 325 frames, took 1.73-1.76
+# GiB above its start against 1.22 declared without it (bench/results/h200-2026-11-28g/NOTES.md)
+NATIVE_UPSTREAM_CODEC_SHARE = 1.6
 RESERVE_FIXED = {"cudaMallocAsync": int(0.4 * 2**30), "native": int(0.25 * 2**30)}
 
 
@@ -141,7 +146,11 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     state = width * (tokens * shape.kv_per_token + capacity_for(tokens) * 2 * shape.hidden_bytes)
     prefill = width * prompt * (shape.kv_per_token + shape.layer_bytes_per_token + shape.heads * prompt * 4)
     codec = _upstream_codec_call(model, _largest_codec_call([c for _, _, c in rows], width))
-    share = EAGER_RESERVE_SHARE if (device or tts.device).type == "cuda" else 1.0
+    share = 1.0
+    if (device or tts.device).type == "cuda":
+        share = EAGER_RESERVE_SHARE
+        if torch.cuda.get_allocator_backend() == "native":
+            codec *= NATIVE_UPSTREAM_CODEC_SHARE
     return int(share * (state + max(prefill, codec)) + WORKSPACE)
 
 

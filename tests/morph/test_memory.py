@@ -144,19 +144,28 @@ def test_on_a_gpu_the_continuous_count_takes_its_allocators_reserve(lean, voices
     assert need(torch.device("cuda", 0)) == expected > need(torch.device("cpu"))
 
 
-def test_on_a_gpu_eagers_static_batches_take_their_reserve(tiny_tts, voices):
+def test_on_a_gpu_eagers_static_batches_take_their_reserve(tiny_tts, voices, monkeypatch):
     """Eager's static batches grow upstream's cache a step at a time: on a GPU their count less WORKSPACE is taken
     times EAGER_RESERVE_SHARE (tests/gpu/test_memory.py's eager rows under the native allocator were under 0.8 of
-    what the process took without it); off a GPU, as counted."""
-    tiny_tts.patch.mode = "eager"
-    try:
-        lines = [("A short line.", voices["xvec"]), ("A longer line, with a clause or two in it.", voices["icl"])]
-        settings = GenerationSettings(max_new_tokens=80)
-        cpu = memory.working_memory(tiny_tts, lines, settings, 2, device=torch.device("cpu"))
-        gpu = memory.working_memory(tiny_tts, lines, settings, 2, device=torch.device("cuda", 0))
-    finally:
-        tiny_tts.patch.mode = "auto"
-    assert gpu == int(memory.EAGER_RESERVE_SHARE * (cpu - memory.WORKSPACE)) + memory.WORKSPACE > cpu
+    what the process took without it), and under the native allocator upstream's codec call times
+    NATIVE_UPSTREAM_CODEC_SHARE as well (a minute-long line alone took 1.4x the declaration without it); off a GPU, as
+    counted."""
+    lines = [("A short line.", voices["xvec"]), ("A longer line, with a clause or two in it.", voices["icl"])]
+    settings = GenerationSettings(max_new_tokens=80)
+    gpu = torch.device("cuda", 0)
+    monkeypatch.setattr(tiny_tts.patch, "mode", "eager")
+    cpu = memory.working_memory(tiny_tts, lines, settings, 2, device=torch.device("cpu"))
+    monkeypatch.setattr(torch.cuda, "get_allocator_backend", lambda: "cudaMallocAsync")
+    on_async = memory.working_memory(tiny_tts, lines, settings, 2, device=gpu)
+    monkeypatch.setattr(torch.cuda, "get_allocator_backend", lambda: "native")
+    on_native = memory.working_memory(tiny_tts, lines, settings, 2, device=gpu)
+    assert on_async == int(memory.EAGER_RESERVE_SHARE * (cpu - memory.WORKSPACE)) + memory.WORKSPACE > cpu
+    # the two rows in one call of upstream's decoder, each as long as the longer (80 frames behind the ICL voice's
+    # reference), at most 512 row-frames (morph/codec/pieces.py DECODE_ROW_FRAMES)
+    frames = min(2 * (80 + int(voices["icl"].ref_code.shape[0])), 512)
+    codec = memory._upstream_codec_call(tiny_tts.tts.model, frames)
+    more = int(memory.EAGER_RESERVE_SHARE * (cpu - memory.WORKSPACE + (memory.NATIVE_UPSTREAM_CODEC_SHARE - 1) * codec))
+    assert on_native == more + memory.WORKSPACE > on_async
 
 
 TAKEN = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "memory_taken_h200.json").read_text())
@@ -166,7 +175,8 @@ def _declared(point: dict, churn: bool) -> float:
     """GiB the declaration gives a measured point on a GPU: its count through the reserve, as _continuous takes it
     (test_on_a_gpu_the_continuous_count_takes_its_allocators_reserve) or eager's static batches."""
     if point.get("mode") == "eager":
-        return memory.EAGER_RESERVE_SHARE * point["counted_gib"] + point["workspaces_gib"]
+        codec = point["codec_gib"] * (memory.NATIVE_UPSTREAM_CODEC_SHARE - 1) if point["allocator"] == "native" else 0
+        return memory.EAGER_RESERVE_SHARE * (point["counted_gib"] + codec) + point["workspaces_gib"]
     reserved = memory.through_reserve(point["counted_gib"] * 2**30, churn, point["allocator"])
     return reserved / 2**30 + point["workspaces_gib"]
 
