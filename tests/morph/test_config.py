@@ -19,6 +19,18 @@ def test_a_config_resolves_auto_here_and_reads_the_model_from_its_checkpoint(mod
     assert config == ModelConfig("my-voice-model", folder, "custom_voice", "0b6", torch.device("cpu"), torch.float32,
                                  "sdpa", "fused")
     assert "speed mode 'compile' was retired" in caplog.text
+    assert ModelConfig.resolve("my-voice-model", folder).mode == "auto"
+
+
+def test_a_checkpoint_config_without_the_models_kind_gives_none(tmp_path):
+    """What the record says of a folder whose config.json does not name the model (the load itself refuses it)."""
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    config = ModelConfig.resolve("somewhere", tmp_path, device="cpu")
+    assert (config.variant, config.model_size, config.mode) == ("", "", "auto")
+
+
+def test_bad_load_options_are_refused_naming_the_option(model_dirs):
+    folder = model_dirs("tiny", "custom_voice")
     with pytest.raises(ValueError, match="dtype must be one of auto, bf16"):
         ModelConfig.resolve("my-voice-model", folder, dtype="int8")
     with pytest.raises(ValueError, match="mode must be one of auto, eager"):
