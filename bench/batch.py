@@ -59,7 +59,7 @@ from morph.lines.script import parse_script
 from morph.lines.store import LineStore
 from morph.memory import working_memory
 from morph.render import BatchTTS, Line, plan_batches
-from morph.script_job import ScriptJob, render_context
+from morph.script_job import ScriptJob, job_context
 from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
 from postprocess import smooth
 
@@ -199,7 +199,7 @@ def run_script_job(batch: BatchTTS, lines: list[Line], settings: GenerationSetti
     names = ["B" if line.voice.icl else "A" for line in lines]
     spoken = "".join(f"{name}: {line.text}\n" for name, line in zip(names, lines, strict=True))
     parsed = parse_script(spoken, ["A", "B"])
-    context = render_context(tts, tts.device.type, "English", settings, True)
+    context = job_context(tts.config, "English", settings, True)
     # ScriptJob renders through a BatchTTS of its own: end each row where this bench's does (a script's own ends)
     with tempfile.TemporaryDirectory(prefix="bench-job-") as folder, \
             mock.patch.object(BatchTTS, "stop", lambda self, row, stop=batch.stop: stop(row)):

@@ -50,7 +50,7 @@ from morph.api import MorphTTS
 from morph.lines.script import parse_script
 from morph.lines.store import LineStore
 from morph.render import Line
-from morph.script_job import ScriptJob, render_context
+from morph.script_job import ScriptJob, job_context
 from morph.settings import SAMPLE_RATE, GenerationSettings, default_max_frames
 
 def script(n: int) -> str:
@@ -94,7 +94,7 @@ def one_gpu(args, folder: Path, parsed, settings: GenerationSettings, out: Path)
     loaded = time.perf_counter()
     voices = make_voices(tts.make_voice)
     lines = [Line(p.text, voices[p.name], "English") for p in parsed]
-    context = render_context(tts, tts.device.type, "English", settings, False)
+    context = job_context(tts.config, "English", settings, False)
     with LineStore(out, "one", "bench") as store:
         job = ScriptJob(parsed, lines, store, context)
         steady = time.perf_counter()
