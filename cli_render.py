@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     transcripts = {key: text for key, (_, text) in pairs(args.transcript, "--transcript").items()}
     clips = read_voices(cast, transcripts) if variant == "base" else {}  # every clip checked before the load
     with store, Engine(args) as engine:  # this command alone writes --prefix in --out until it ends
-        kind = engine.config.get("tts_model_type")
+        kind = engine.checkpoint.get("tts_model_type")
         if kind != variant:
             from morph.qwen.checkpoints import VARIANT_NAMES
 
@@ -190,7 +190,7 @@ class Engine:
 
             import_ray("--gpus" if args.address is None else "--address")  # before a download
         self.folder = locate_checkpoint(args.model, [args.models_dir], args.models_dir)
-        self.config = checkpoint_config(self.folder)
+        self.checkpoint = checkpoint_config(self.folder)  # its config.json: what the model is, before a load
 
     def __enter__(self) -> "Engine":
         return self
