@@ -3,13 +3,12 @@
     tts = MorphTTS.load("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
     voice = tts.make_voice(waveform, sample_rate, transcript="...")
     audio = tts.clone("Hello there.", voice, settings=GenerationSettings(seq_groups=5, seed=1))
+    for chunk in tts.stream("Hello there.", voice, "English", settings):  # the line's audio as it is made
+        play(chunk)
 
 Host services (progress, cancel) come in through `on_step(step, total)`, called once per
 frame before it is decoded; an exception raised there stops generation and propagates.
 Generation itself is morph/render.py's: one line is a batch of one.
-
-    for chunk in tts.stream("Hello there.", voice, "English", settings):  # the line's audio as it is made
-        play(chunk)
 """
 
 from __future__ import annotations
@@ -171,23 +170,17 @@ class MorphTTS:
 
     def _speak(self, line: Line, settings: GenerationSettings | None, on_step: OnStep | None, who: str,
                split_long_text: bool, words: Words = FOR_PYTHON) -> np.ndarray:
-        """A long text's segments are the rows of one batch (halved on out-of-memory like any batch), the continuous
-        batch wherever the speed mode runs the lean layers (BatchTTS.render's default)."""
+        """One line as a render of its own, a long text's segments its rows."""
         return BatchTTS(self).render([line], settings, batch_size=None, on_step=on_step, who=who,
                                      split_long_text=split_long_text, words=words)[0]
 
     def stream(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,
                who: str = "Stream") -> Iterator[np.ndarray]:
-        """clone's line, its float32 24 kHz audio handed out as it is made: the chunks joined are the line's audio.
-        In every mode but eager the line runs in the continuous batch (as BatchTTS.render(on_chunk=...) runs
-        it): its first chunk holds its first 4 frames and comes once they are made (on a GPU, which
-        learns a row's end 4 frames late, once 8 are), the next ones every 4 frames up to frame 16 and every 16 after;
-        its take is the continuous batch's (each row's own random stream), as clone's is. In eager mode (the exact
-        reference) the whole line is one chunk at its end. The line is checked here; the render runs on the reader's
-        thread, no thread of its own: each next() runs the engine's frames until a chunk is ready (none runs while the
-        reader holds one, so a reader that plays each chunk before asking for the next should queue it to a player),
-        an error in the render is raised there, and closing the iterator (or dropping it) stops the render before its
-        next frame, its state freed by the time close() returns."""
+        """clone's line, its float32 24 kHz audio handed out in order as it is made: the chunks joined are the line's
+        audio, the same take as clone's. The line is checked here; the render runs on the reader's thread: each next()
+        runs the engine's frames until a chunk is ready (none runs while the reader holds one), an error in the render
+        is raised there, and closing the iterator (or dropping it) stops the render before its next frame, its state
+        freed by the time close() returns. Chunk sizes, and eager's one chunk at the end: docs/python-api.md."""
         ready: list[np.ndarray] = []  # the line's chunks the last frame handed out, in order
         _, frames = BatchTTS(self).frames([_cloned(text, voice, language, who)], settings, batch_size=None, who=who,
                                           on_chunk=lambda i, wav: ready.append(wav))

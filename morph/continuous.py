@@ -1,11 +1,6 @@
 """The engine's runner (morph/engine/engine.py): rows through one running batch (morph/engine/batch.py), each row's
 audio decoded a chunk at a time while it is made (`LiveChunks`, through morph/codec/stream.py) and handed out as chunks
 (on_chunk) and whole when the row ends. Not in eager mode.
-
-Rows join in the order the engine takes them, in groups as slots free up; each group's prompt is built as upstream's
-generate builds it (morph/prompts.py talker_inputs), the next one on a worker thread for rows known ahead
-(morph/group_ahead.py); each row draws from its own random stream (morph/decode/streams.py), keyed by the seed and
-the row (morph/prompts.py), so its take does not depend on its neighbours.
 """
 
 from __future__ import annotations
@@ -38,11 +33,10 @@ def runs_lean(tts, device: torch.device | None = None) -> bool:
 
 
 class RowRunner:
-    """One continuous batch (morph/engine/batch.py) and its audio: rows join from a source while it runs (a render's
-    what morph/engine/engine.py runs, keeping one runner between its runs while the settings hold), each row's
-    audio decoded while it is made and handed to on_row whole as it ends and, with on_chunk, a chunk at a time as it
-    comes. `need`: the most cache slots one row may take (prompt, frames and the EOS slot); every row it is given
-    must fit."""
+    """One continuous batch (morph/engine/batch.py) and its audio, kept by morph/engine/engine.py between its runs
+    while the settings hold: rows join while it runs, each row's audio handed to on_row whole as it ends and, with
+    on_chunk, a chunk at a time as it comes. `need`: the most cache slots one row may take (prompt, frames and the EOS
+    slot); every row it is given must fit."""
 
     def __init__(self, tts, settings: GenerationSettings, width: int, need: int, stop: Callable[[Row], int],
                  on_row: Callable[[Row, object], None], audio: bool = True,
@@ -177,13 +171,12 @@ class LiveChunks:
     so that a row's audio comes while it is made, in as few codec calls as that takes (codec/calls.py's FIRST_GRID and
     LIVE_CHUNK say why these sizes).
 
-    It reads the batch as it stands before each frame (its live rows' slots and first frames, the frames buffer): a
-    row's frames are copied out then, on the frame loop's stream, so the batch may move or reuse them after. The host
-    learns that a row has ended `batch.lag` frames behind the GPU, so only frames that far back are known to be the
-    row's own (a chunk handed out cannot be taken back). Rows join at FIRST_GRID marks (may_join), so a row's first
-    chunk goes to the codec FIRST_GRID frames after its first frame, plus that lag on a GPU, in the same call as every
-    other row's chunk of that size; the call waits behind the frames queued before it (up to that lag again). An
-    ended row's last frames go at the next FIRST_GRID mark, padded to the size of a call made there.
+    A row's frames are copied out of the batch before each frame, on the frame loop's stream, so the batch may move
+    or reuse them after. The host learns that a row has ended `batch.lag` frames behind the GPU, so only frames that
+    far back are known to be the row's own (a chunk handed out cannot be taken back). A row's first chunk goes to the
+    codec FIRST_GRID frames after its first frame (may_join), plus that lag on a GPU, and its call waits behind the
+    frames queued before it (up to that lag again). An ended row's last frames go at the next FIRST_GRID mark, padded
+    to the size of a call made there.
 
     `ramp` (a live batch's: each row a stream a client waits on): rows join at any frame, and each row's chunks ramp
     up on its own from FIRST_CHUNK frames to LIVE_CHUNK, each ending on a mark of its size (calls.py ramp_size), so
@@ -200,10 +193,9 @@ class LiveChunks:
         self.ended: list[tuple[Row, torch.Tensor]] = []  # rows that ended since the last mark, with their codes
 
     def may_join(self) -> bool:
-        """Whether rows may join before this frame: at FIRST_GRID marks only, so that every row's first chunks are
-        FIRST_GRID frames, in one codec call with the others' (rows joining at any frame would give chunks of 1 to 4
-        frames, a call for each size, each a new shape for cuDNN to plan). With no row in the batch the grid starts
-        again here. With `ramp`, at every frame."""
+        """Whether rows may join before this frame: with `ramp` at every frame, else at FIRST_GRID marks only (the grid
+        starting again when the batch is empty), so every row's first chunk is FIRST_GRID frames, in one codec call
+        with the others' (joining at any frame would give chunks of 1 to 4 frames, each a shape for cuDNN to plan)."""
         if self.ramp:
             return True
         if not self.joined:

@@ -1,22 +1,16 @@
 """CUDA graphs for the decode step: capture once per key, replay many times.
 
-A step is captured lazily the first time its key (seq_groups, batch, capacity, dtype,
-sampling, ...) is asked for and replayed after that. Everything a replay reads or writes
-between frames lives in buffers allocated outside the capture, so the memory a graph
-takes from its pool is scratch only; all graphs of one model share one pool, and a
-bounded LRU keeps the number of graphs from growing when seq_groups or the batch size
-changes. A change of device, dtype or weight storage drops them all.
+A step is captured the first time its key (seq_groups, batch, capacity, dtype, sampling, ...) is asked for. What a
+replay reads or writes between frames lives in buffers allocated outside the capture, so a graph takes only scratch
+from its pool; all graphs of one model share one pool, and a bounded LRU keeps their number down when seq_groups or the
+batch size changes. A change of device, dtype or weight storage drops them all.
 
-Both CUDA allocator backends are supported, because ComfyUI picks one for the whole
-process (cudaMallocAsync by default, the native caching allocator with
---disable-cuda-malloc). Under cudaMallocAsync, memory allocated during a capture is a
-node of the graph with no physical backing until the graph runs, which has two
-consequences handled here and in morph/kernels/kth.py:
-- kernel launchers that check their pointer arguments (Triton's) refuse such memory:
-  our own kernels take addresses;
-- freeing such memory after a capture that failed aborts the process from inside the
-  allocator. A failed capture's graph and everything its frames hold are therefore kept
-  for the life of the process (`_keep_forever`); it is address space only, no memory.
+Both CUDA allocators are supported, as ComfyUI picks one for the whole process (cudaMallocAsync by default, the native
+one with --disable-cuda-malloc). Under cudaMallocAsync, memory allocated during a capture is a node of the graph with
+no physical backing until the graph runs, so (here and in morph/kernels/kth.py):
+- kernel launchers that check their pointer arguments (Triton's) refuse it: our own kernels take addresses;
+- freeing it after a failed capture aborts the process inside the allocator, so a failed capture's graph and all its
+  frames hold are kept for the life of the process (`_keep_forever`): address space only, no memory.
 """
 
 from __future__ import annotations
@@ -58,9 +52,7 @@ class CapturedStep:
         return self.outputs
 
 
-# The roles of the pack's streams (side_stream): warm-up and capture of the frame step; the codec beside the frame
-# loop; the capture of the codec's calls; the continuous batch's frame loop (frame_loop_stream); its next group's
-# prompt (morph/group_ahead.py)
+# The roles of the pack's streams (side_stream; what runs on each: docs/architecture.md, Threads and CUDA streams)
 CAPTURE, CODEC, CODEC_CAPTURE, FRAME_LOOP, PROMPTS = "capture", "codec", "codec capture", "frame loop", "prompts"
 
 
@@ -102,10 +94,10 @@ class GraphCache:
         return entry
 
     def get_or_none(self, key, step: Callable[[], object], failure: str) -> CapturedStep | None:
-        """get(key, step), or None when a capture fails for any reason other than memory: every run's captures
-        share this one policy. The failure is logged as `failure` % its reason, saying what runs op by op instead,
-        and every key gives None until the next run binds the cache again. A CUDA out-of-memory error clears the
-        cache and is raised as it is, so the caller's out-of-memory handling sees it."""
+        """get(key, step), or None when a capture fails for any reason other than memory (every run's captures share
+        this policy): logged as `failure` % its reason, and every key gives None until the next run binds the cache
+        again. A CUDA out-of-memory error clears the cache and is raised as it is, for the caller's out-of-memory
+        handling."""
         if self.failed:
             return None
         try:
@@ -169,11 +161,10 @@ def _stream_key(device, role: str) -> tuple:
 
 @contextlib.contextmanager
 def frame_loop_stream(device: torch.device):
-    """Run the continuous batch's frame loop on the pack's "frame loop" stream, of the device's highest priority,
-    ordered after the caller's stream's work and before its next. The codec's calls on their own stream fill the GPU
-    with large kernels; at equal priority the frame step's small ones queue behind their blocks, and at the highest
-    they take the SMs as those free up, so a render is faster than on the caller's stream
-    (bench/results/h100-2026-11-26h/NOTES.md). Off CUDA it runs where it is."""
+    """Run the continuous batch's frame loop on the pack's "frame loop" stream, of the device's highest priority, after
+    the caller's stream's work and before its next: the codec's calls fill the GPU with large kernels, behind whose
+    blocks the frame step's small ones would queue at equal priority (bench/results/h100-2026-11-26h/NOTES.md). Off
+    CUDA it runs where it is."""
     if device.type != "cuda":
         yield
         return
@@ -206,9 +197,9 @@ def _keep_forever(*objects) -> None:
 def _collector_paused():
     """No automatic garbage collection inside: garbage that holds a graph of the pool being captured into (a batch
     left in a reference cycle by an exception, say) freed in the middle of the capture aborts the process, and torch
-    no longer collects on entry. Collecting before each capture would do the same at a cost: a collection takes a
-    fraction of a second with a model loaded, and a continuous render captures tens of graphs as it starts. The
-    collector's switch is the process's, so it is put back as it was found, after a capture of tens of ms."""
+    does not collect on entry. Collecting before each capture instead would take a fraction of a second each with a
+    model loaded, and a continuous render captures tens of graphs as it starts. The switch is the process's: it is put
+    back as it was found."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -221,15 +212,13 @@ def _collector_paused():
 def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = CAPTURE) -> CapturedStep:
     """Warm `step` up on the side stream of `role` (Triton's kernel builds, cuBLAS handles), then capture it there.
 
-    A graph keeps the cuBLAS workspace of the stream it was captured on (torch keeps one per stream), so graphs
-    that replay at the same time on two streams must be captured on two: the codec's, replayed on its stream beside
-    the frame step's, would share the step's workspace and now and then change a row's codes
-    (tests/gpu/test_streaming.py).
+    A graph keeps the cuBLAS workspace of the stream it was captured on, so graphs that replay at the same time on two
+    streams must be captured on two: the codec's, sharing the frame step's workspace, would now and then change a
+    row's codes (tests/gpu/test_streaming.py).
 
-    The warm-up runs the exact call the capture records, so anything that can fail
-    outside a capture (a kernel that does not build, an unsupported layer) fails there, before any
-    capture has allocated memory. The step runs for real `warmup` times and once more replayed: a caller captures
-    before its buffers hold anything it keeps.
+    The warm-up runs the exact call the capture records, so what can fail outside a capture (a kernel that does not
+    build, an unsupported layer) fails before any capture has allocated memory. The step runs for real `warmup` times
+    and once more replayed: a caller captures before its buffers hold anything it keeps.
     """
     device = torch.device("cuda", torch.cuda.current_device())
     side = side_stream(device, role)
@@ -257,11 +246,10 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = 
 def trim_graph_memory() -> None:
     """Give the memory of destroyed graphs back to the device.
 
-    Under cudaMallocAsync, what a capture allocates lives in CUDA's graph memory pool, which
-    keeps it after the graph is destroyed until the pool is trimmed; torch.cuda.empty_cache
-    trims only the allocator's own pool. The trim releases only memory that no live graph
-    uses, so other packs' graphs keep theirs. (Under the native allocator, graph memory is in
-    torch's pools, which empty_cache releases.)
+    Under cudaMallocAsync, what a capture allocates lives in CUDA's graph memory pool, kept after the graph is destroyed
+    until the pool is trimmed (torch.cuda.empty_cache trims only the allocator's own pool). The trim releases only
+    memory no live graph uses, so other packs' graphs keep theirs. Under the native allocator graph memory is in
+    torch's pools, which empty_cache releases.
     """
     if not torch.cuda.is_initialized() or torch.cuda.get_allocator_backend() != "cudaMallocAsync":
         return

@@ -1,13 +1,9 @@
 """The next group's prompt, built on a worker thread while the continuous batch runs (morph/continuous.py RowRunner).
 
-A group's prompt is built on the host, a row at a time, as upstream's generate builds it (morph/prompts.py). Built on
-the frame loop's thread it would hold the loop at every group while the GPU runs out of queued frames
-(bench/results/h100-2026-11-26f/NOTES.md). A render's rows are known ahead, so the group after the one joining is
-built beside the loop, on the pack's "prompts" stream (morph/graphs.py side_stream): it waits for the caller's work
-before it, the caller's stream waits for it before it reads the prompt, and the prompt's tensors are kept for the
-caller's stream until it is done with them. The build holds the pack's capture lock (graphs.CAPTURE_LOCK): a capture
-on the loop's thread in the meantime (a codec call of a new shape) waits for it, as CUDA forbids other threads' syncs
-and allocations while a stream captures.
+A group's prompt is built on the host a row at a time (morph/prompts.py); on the frame loop's thread it would hold the
+loop at every group while the GPU runs out of queued frames (bench/results/h100-2026-11-26f/NOTES.md). A render's rows
+are known ahead, so the next group is built beside the loop, on the pack's "prompts" stream under the capture lock
+(docs/architecture.md, Threads and CUDA streams).
 
 A server's requests (morph/live_engine.py) are not taken ahead: a request taken early could be cancelled where
 nothing looks for it.

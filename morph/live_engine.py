@@ -1,12 +1,6 @@
 """The speech server's engine (morph/serve/): the engine on a thread of its own (morph/engine/thread.py), taking
-requests that come at any time, each one's audio handed out as it is made.
-
-    engine = LiveEngine(tts, width=16)
-    request = engine.submit(Line("Hello.", voice), GenerationSettings(seed=1), on_chunk=play, on_end=done)
-    engine.cancel(request)  # a client that went away: its rows end at the next frame, its slots free
-
-A long text's segments run in turn and join with a pause (morph/line_audio.py). Per request: the seed (each row draws
-from its own random stream, so a seeded request's take does not depend on its neighbours) and max_new_tokens.
+requests that come at any time, each one's audio handed out as it is made (usage: docs/python-api.md, Requests that
+come at any time). A long text's segments run in turn and join with a pause (morph/line_audio.py).
 
 Every row must fit the batch's cache (`need` slots: prompt, frames, EOS slot): a row's frames are capped at
 `max_frames`, its prompt at `max_prompt` tokens (submit refuses a request over either, naming the field). Too many rows

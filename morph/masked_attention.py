@@ -1,12 +1,11 @@
-"""The pack's one attention in torch, under an explicit mask: the lean frame step's over its key/value cache
-(morph/decode/lean.py, a paged cache gathered first; a prompt group's prefill is the same step) and the codec's window
-over a chunk (morph/codec/layers.py). The fused mode's Triton kernel (morph/kernels/attention.py) is tested against
-it.
+"""The pack's one attention in torch, under an explicit mask: the lean frame step's and the prefill's over the key/value
+cache (morph/decode/lean.py, a paged cache gathered first) and the codec's window over a chunk (morph/codec/layers.py).
+The fused mode's Triton kernel (morph/kernels/attention.py) is tested against it.
 
 Spelled out rather than torch's scaled_dot_product_attention: every caller brings a new shape with almost every call
-(rows and frames of a live chunk, a request's prompt), and under the speech server's load that call would hold a
-large share of the live engine's thread in the codec, and slow a lone request's prefill (py-spy,
-bench/results/h100-2026-11-25c). Spelled out it is a few kernels whose cost follows the shape.
+(a live chunk's rows and frames, a request's prompt), and under the server's load that call would hold a large share
+of the live engine's thread in the codec and slow a lone request's prefill (py-spy, bench/results/h100-2026-11-25c);
+spelled out it is a few kernels whose cost follows the shape.
 """
 
 from __future__ import annotations

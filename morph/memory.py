@@ -1,45 +1,35 @@
 """What a run needs on the device beyond the weights, for a host's memory manager to make room (ComfyUI's
 `memory_required`). Counted from the loaded model's shape, as the run allocates it.
 
-The continuous batch (what render runs in every mode but eager, morph/render.py) holds:
-  - pool: the talker's keys and values, in pages (morph/settings.py requeue_pool_pages, as a render that does not
-    stream sizes it): what the `batch_size` rows that span the most cache slots take at POOL_FRAME_SHARE of their
-    frame limits (a row the pool cannot grow is preempted and starts again), and at least the largest row whole;
+The continuous batch (every mode but eager) holds:
+  - pool: the talker's keys and values, in pages, as a render that does not stream sizes it (morph/settings.py
+    requeue_pool_pages);
   - state: the decode's other buffers (morph/decode/talker_state.py), per row: the frames and tokens a slot of its
-    capacity (twice the largest row's prompt, frames and EOS slot, rounded up to a power of two), the text's hidden
-    states a slot of half that (a row reads them by its own frame); the step's hidden states are the static loop's
-    alone;
-  - prefill: a slice of joining rows through the lean layers (morph/decode/groups.py, lean.py), up to
-    PREFILL_TOKENS tokens of prompts (morph/prompts.py prefill_tokens: a voice's text is read beside its codes, not
-    prefilled) padded to the longest, and in the fast modes to its bucket (settings.prefill_bucket): their keys and
-    values, kept until the rows joined, one layer's activations per token and the attention scores
+    capacity (twice the largest row's need, rounded up to a power of two), the text's hidden states a slot of half
+    that (a row reads them by its own frame); the step's hidden states are the static loop's alone;
+  - prefill: a slice of joining rows through the lean layers (morph/decode/groups.py), up to PREFILL_TOKENS tokens of
+    prompts (morph/prompts.py prefill_tokens) padded to the longest, and in the fast modes to its bucket: their keys
+    and values, kept until the rows joined, one layer's activations per token and the attention scores
     (morph/masked_attention.py bounds them);
-  - codec: each row decoded while it is made, beside the frame loop on the codec's stream (morph/codec/stream.py),
-    in calls of LIVE_CHUNK frames of up to LIVE_ROW_FRAMES row-frames, LEAN_CODEC_BYTES each plus
-    cuDNN's workspaces, or a row's restart of a window past upstream's first behind its context if that is larger,
-    and every live row's codec state. In the fast modes the calls replay CUDA graphs, which keep their activations
-    for the whole render (ASYNC_CAPTURED_SHARE, NATIVE_CAPTURED_SHARE), a restart or an ICL voice's priming op by op
-    beside them;
-  - prompts: the joining group's prompt (embeddings a token, up to `batch_size` rows) and, when there are more rows,
-    the next one's, built while it joins (morph/group_ahead.py);
-  - WORKSPACE: cuBLAS's workspaces, the sampler's and the code predictor's scratch, and STREAM_WORKSPACE for each
-    of the batch's own streams the render uses and the process has not used yet.
-The pool, the state, the prompts and WORKSPACE for the whole render, and a prefill and the codec on top: the codec's
-calls come all along the render, on their own stream, so a group's prefill meets one. On a GPU, all but the
-workspaces times RESERVE_SHARE (CHURN_SHARE) and RESERVE_FIXED: what the allocator and CUDA's graph pool take beyond
-the allocations counted. That is measured above what the process held before its first render (the weights, the
-voices and the cuBLAS workspaces of the caller's stream: a host finds them taken), as what the process took of the
-device (tests/gpu/test_memory.py).
+  - codec: each row decoded while it is made, on the codec's stream (morph/codec/stream.py), in calls of LIVE_CHUNK
+    frames of up to LIVE_ROW_FRAMES row-frames, or a row's restart of a window past upstream's first if that is
+    larger, and every live row's codec state; in the fast modes the calls' CUDA graphs, which keep their activations
+    for the whole render, with a restart or an ICL voice's priming op by op beside them;
+  - prompts: the joining group's prompt and, when more rows wait, the next one's (morph/group_ahead.py);
+  - WORKSPACE (cuBLAS's workspaces, the sampler's and the code predictor's scratch), and STREAM_WORKSPACE for each of
+    the batch's own streams the process has not used yet.
+The pool, the state, the prompts and WORKSPACE for the whole render, and a prefill and a codec call on top: the
+codec's calls come all along the render, on their own stream, so a group's prefill meets one. On a GPU all but the
+workspaces go through the allocator's reserve (through_reserve). That is measured above what the process held before
+its first render (the weights, the voices and the cuBLAS workspaces of the caller's stream: a host finds them taken),
+as what the process took of the device (tests/gpu/test_memory.py).
 
-A static batch (what render runs in eager mode, the exact reference) holds:
-  - state: per row, upstream's KV cache (morph/reference/loop.py) to the longest row's prompt and frames, and
-    the loop's static buffers, the step's and the text's hidden states per slot of the capacity (that rounded up to
-    a power of two, at least 256);
-  - prefill: while the prompt runs, upstream's own KV cache for it, one MLP's activations per token and the
-    attention scores, every row padded to the longest prompt;
-  - codec: after the batch, upstream's decoder, whose largest call morph/codec/pieces.py bounds,
-    CODEC_VALUES_PER_ROW_FRAME activations a row-frame plus its workspaces (UPSTREAM_CODEC_WORKSPACE), under the
-    native allocator times NATIVE_UPSTREAM_CODEC_SHARE;
+A static batch (eager mode, the exact reference) holds:
+  - state: per row, upstream's KV cache (morph/reference/loop.py) to the longest row's prompt and frames, and the
+    loop's hidden states per slot of its capacity;
+  - prefill: while the prompt runs, upstream's own KV cache for it, one MLP's activations per token and the attention
+    scores, every row padded to the longest prompt;
+  - codec: after the batch, upstream's decoder, whose largest call morph/codec/pieces.py bounds;
   - WORKSPACE.
 So it needs state + the larger of prefill and codec call (times EAGER_RESERVE_SHARE on a GPU) + WORKSPACE.
 
@@ -76,10 +66,9 @@ WORKSPACE = 64 * 2**20
 # frame_loop_stream) and its next group's prompt's (morph/group_ahead.py): taken by the first render of a process that
 # uses the stream and kept (graphs.side_stream), so counted until then (bench/results/h200-2026-11-26f/NOTES.md)
 STREAM_WORKSPACE = 32 * 2**20
-# The lean codec: bytes a row-frame of its largest chunk call, cuDNN's workspaces included, for a call of many rows
-# and for one of one row, which takes more a frame; 16 MiB more for a call of few rows; and each row's audio held
-# about six times on the device (a chunk's, the row's, the batch's) in float32
-# (bench/results/h100-2026-11-26g/NOTES.md)
+# The lean codec: bytes a row-frame of its largest chunk call, cuDNN's workspaces included (a call of one row takes
+# more a frame); 16 MiB more for a call of few rows; and each row's audio held about six times on the device (a
+# chunk's, the row's, the batch's) in float32 (bench/results/h100-2026-11-26g/NOTES.md)
 LEAN_CODEC_BYTES = (int(1.45 * 2**20), int(1.85 * 2**20))  # a row-frame of a call of many rows; of one row
 # the same calls replayed from CUDA graphs (below), as the live rows run them in the fast modes
 CAPTURED_CODEC_BYTES = (int(1.85 * 2**20), int(2.5 * 2**20))
@@ -98,10 +87,9 @@ CAPTURED_GRAPHS = 64 * 2**20
 # What the device gives up beyond the allocations the terms above count: the allocator's reserve (blocks freed on one
 # stream that another cannot take yet, split blocks kept whole; under the native allocator the graphs' private pools'
 # free blocks) and CUDA's graph pool past CAPTURED_GRAPHS. A card loses it as surely as the allocations, so the
-# declaration and the engine's admission count it: the continuous batch's count times RESERVE_SHARE, or CHURN_SHARE
-# when more rows than its width join as others end, plus its allocator's RESERVE_FIXED; eager's static batches, whose
-# cache grows a step at a time, times EAGER_RESERVE_SHARE. Fit to what the process took of an H200 (bench/workload.py
-# taken_bytes) in tests/gpu/test_memory.py and in the 256-line script at 64, 0.6B and 1.7B dims
+# declaration and the engine's admission count it (through_reserve; CHURN_SHARE when rows join as others end; eager's
+# own share, its cache growing a step at a time). Fit to what the process took of an H200 (bench/workload.py
+# taken_bytes) in tests/gpu/test_memory.py and the 256-line script at 64, 0.6B and 1.7B dims
 # (bench/results/h200-2026-11-28c/NOTES.md).
 RESERVE_SHARE, CHURN_SHARE, EAGER_RESERVE_SHARE = 1.15, 1.4, 1.25
 # Under the native allocator upstream's decoder takes this much more than its activations' count (its large

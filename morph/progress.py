@@ -1,10 +1,10 @@
 """Progress: the engine's frame slots across one render (`SlotProgress`, what on_step reports), and a script job's
 progress as every front end reports it (cli.py render's line, Render Lines' node and log): lines done, seconds of
-audio, speed and time left, and when a plain report is due where nothing redraws (a log file, a pipe, nohup, CI).
+audio, speed and time left.
 
-A redrawn bar can follow every frame; a log cannot, so a plain report is due at a steady cadence (every
-`REPORT_EVERY` seconds) and as soon as a batch of lines is done (but not more often than `MIN_GAP`), so a working
-job is never mistaken for a hung one and a log stays readable on a 20,000-line script.
+A redrawn bar can follow every frame; a log (a file, a pipe, nohup, CI) cannot, so a plain report is due every
+`REPORT_EVERY` seconds and as soon as a batch of lines is done (at most every `MIN_GAP`): a working job is never
+mistaken for a hung one, and a log stays readable on a 20,000-line script.
 """
 
 from __future__ import annotations

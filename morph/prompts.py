@@ -95,10 +95,9 @@ def talker_inputs(model, languages: list[str], input_ids: list[torch.Tensor], vo
     """What upstream's `Qwen3TTSForConditionalGeneration.generate` (qwen-tts 0.1.1; `model`) passes talker.generate
     when given these keywords (prompt_inputs' and the merged sampling `options`): the left-padded prompt batch
     (inputs_embeds, attention_mask), each row's trailing text padded with tts_pad (trailing_text_hidden),
-    tts_pad_embed and the talker's options, with the call's min_new_tokens (GenerationSettings'; upstream's generate
-    always passes 2). Built as generate builds them: the same upstream calls
-    (generate_speaker_prompt, generate_icl_prompt, the text projection and the embeddings) on the same shapes, so the
-    tensors are upstream's bit for bit (tests/morph/test_prompts.py), and nothing is decoded."""
+    tts_pad_embed and the talker's options, with the call's min_new_tokens (upstream's generate always passes 2).
+    Built with the same upstream calls on the same shapes, so the tensors are upstream's bit for bit
+    (tests/morph/test_prompts.py); nothing is decoded."""
     cfg, talker = model.config.talker_config, model.talker
     device, dtype = talker.device, input_ids[0].dtype
 

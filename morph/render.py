@@ -5,26 +5,19 @@
     audio = batch.render(lines, GenerationSettings(seq_groups=5, seed=1), batch_size=64,
                          on_step=progress, on_line=save_one)  # float32 24 kHz arrays, in order
 
-`MorphTTS.clone`, `custom_voice` and `voice_design` render one line: validation, splitting, seeding, progress,
-out-of-memory handling and decoding are here only; a static batch's per-call inputs (seq_groups, on_step, row_stops)
-go to the patch with its call (MorphPatch.call), the continuous batch's with the request (morph/engine/). A text
-over MAX_SEGMENT_CHARS is split at sentence ends into rows of the same render, and joined again with a pause
-(morph/line_audio.py, which puts each line together from its rows' audio).
+`MorphTTS.clone`, `custom_voice` and `voice_design` render one line: validation, splitting a long text into rows
+(joined again by morph/line_audio.py), seeding, progress, out-of-memory handling and decoding are here only.
 
 Two ways to run the rows, as the speed mode runs:
-- the engine (every mode but eager): the render is one request to the engine (morph/engine/engine.py), its rows
-  longest first through one running batch of `batch_size` slots; a row that ends gives its slot to the next row at
-  once, and its audio is decoded on a stream of its own while the batch goes on. Its keys and values live in pages
-  (morph/decode/kv_store.py): a row holds its pages only while it runs. Each row draws from its own random stream,
-  keyed by the seed and the row itself (morph/decode/streams.py), so a seeded line's take is the same alone, in any
-  batch, at any position, streamed or not, and after a resume, up to the rounding a different batch shape brings
-  (below).
+- the engine (every mode but eager): the render is one request to the engine (morph/engine/engine.py; how it runs:
+  docs/architecture.md). Each row draws from its own random stream, so a seeded line's take is the same alone, in
+  any batch, at any position, streamed or not, and after a resume, up to the rounding a batch's shape brings (below).
 - static batches (eager mode, the exact reference): upstream's batched `Qwen3TTSForConditionalGeneration.generate`
   per batch of rows of like length (longest first), each row ending at its own EOS or limit, upstream's codec after
-  it. Seeds as upstream: `torch.manual_seed(settings.seed)` right before every batched generate (retries included),
-  so a batch of one single-segment line is upstream's generate_* seeded the same way, bit for bit
-  (tests/morph/test_exactness.py); all rows draw from that one stream, so a row's take depends on its companions.
-  `seed=None` reseeds none.
+  it, each call's inputs going with it (MorphPatch.call). Seeds as upstream: `torch.manual_seed(settings.seed)`
+  right before every batched generate (retries included), so a batch of one single-segment line is upstream's
+  generate_* seeded the same way, bit for bit (tests/morph/test_exactness.py); all rows draw from that one stream, so
+  a row's take depends on its companions. `seed=None` reseeds none.
 
 Batch invariance (greedy, fp32, CPU; tests/morph/test_render.py): a row never sees its companions' data (for a
 fixed batch shape and row position its logits are bit-identical whatever they hold), but the shape changes the low
@@ -73,9 +66,8 @@ def _allotment(rows: Sequence[Row]) -> int:
 
 
 class BatchTTS:
-    """Renders lines on a loaded engine, any number at once. The engine (morph/api.py's MorphTTS) comes in
-    as an object: it imports this module, never the other way round. Only this class calls its model's generate, each
-    call's inputs going with it (MorphPatch.call)."""
+    """Renders lines on a loaded MorphTTS, any number at once: the one caller of its model's generate
+    (docs/architecture.md, Layers)."""
 
     def __init__(self, tts):
         self.tts = tts
@@ -89,19 +81,16 @@ class BatchTTS:
         """Speak every line; returns float32 24 kHz audio per line, in the order given.
 
         Rows (lines and segments) are rendered `batch_size` at a time, all at once when None (eager's static
-        batches: longest first when `sort`). `on_line(i, audio)`
-        is called as soon as line i is complete, so a caller keeps finished lines when a later row fails or the
-        render is cancelled. `on_step(done, total)` is called before every decode step with frame slots across
-        the whole render (morph/progress.py's `SlotProgress`), and once more with `total, total` when it is done;
-        an exception raised there (a cancel) stops the render and propagates.
-        Messages name line i as `labels[i]`, as "line i+1" when there are several lines and no labels, and a
-        single line not at all, and word their fixes as `words` does (morph/lines/words.py).
-        `on_chunk(i, audio)` hands line i's audio in order as it is made: on the engine a row's first 1-4
-        frames once they are made (4 frames later on a GPU), then every 4 frames until the 16-frame marks and every 16
-        after (morph/continuous.py LiveChunks), a later segment's after the segment before, with the pause between;
-        in eager mode (static batches, the exact reference) the whole line as one chunk when it is complete. Either
-        way a line's chunks joined are the audio on_line gets. `kv_cache_bytes` (not in eager mode): the batch's keys
-        and values in a pool of that size, not one sized to the rows (morph/decode/kv_store.py).
+        batches: longest first when `sort`). `on_line(i, audio)` is called as soon as line i is complete, so a caller
+        keeps finished lines when a later row fails or the render is cancelled. `on_step(done, total)` is called
+        before every decode step with frame slots across the whole render (morph/progress.py's `SlotProgress`), and
+        once more with `total, total` when it is done; an exception raised there (a cancel) stops the render and
+        propagates. Messages name line i as `labels[i]`, as "line i+1" when there are several lines and no labels,
+        and a single line not at all, and word their fixes as `words` does (morph/lines/words.py).
+        `on_chunk(i, audio)` hands line i's audio in order as it is made (on the engine in chunks as
+        morph/continuous.py LiveChunks sizes them; in eager mode the whole line once); a line's chunks joined are the
+        audio on_line gets. `kv_cache_bytes` (not in eager mode): the batch's keys and values in a pool of that size,
+        not one sized to the rows (morph/decode/kv_store.py).
         """
         results, frames = self.frames(lines, settings, batch_size, on_step, on_line, who, split_long_text, sort, labels,
                                       words, on_chunk, kv_cache_bytes)
@@ -171,11 +160,10 @@ class BatchTTS:
         return out
 
     def decode(self, codes: Sequence[torch.Tensor], voices: Sequence[Voice | None]) -> list[np.ndarray]:
-        """Audio of each row's codes (voices[i]: row i's Voice, None without one), as upstream's generate_*
-        decode a batch (an ICL voice's reference codes in front of its row, their audio cut off again), in
-        codec calls of bounded size, rows of like length together: the lean codec (morph/codec/stream.py
-        decode_whole) in every mode but eager, upstream's own (morph/codec/pieces.py) in
-        eager. A row without frames is silent."""
+        """Audio of each row's codes (voices[i]: row i's Voice, None without one), as upstream's generate_* decode a
+        batch (an ICL voice's reference codes in front of its row, their audio cut off again), in codec calls of
+        bounded size: the lean codec (morph/codec/stream.py decode_whole) in every mode but eager, upstream's own
+        (morph/codec/pieces.py) in eager. A row without frames is silent."""
         refs = [None if v is None else v.ref_code for v in voices]
         if not runs_lean(self.tts):
             return decode_rows(self.tts.tts.model.speech_tokenizer, codes, refs)
@@ -288,8 +276,7 @@ def rows_request(rows: Sequence[Row], settings: GenerationSettings, count: Calla
 
 def retired_batching(batching: str, who: str) -> None:
     """Render Lines' and cli.py render's retired `batching`, for the one release that still takes it: still checked,
-    and "static" logged, since every speed mode but eager renders on the engine (and eager, the exact reference, in
-    static batches whatever it says)."""
+    and "static" logged."""
     if batching not in RETIRED_BATCHING:
         raise ValueError(f"{who}: batching must be one of {', '.join(RETIRED_BATCHING)}, got {batching!r}")
     if batching == "static":

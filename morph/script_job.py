@@ -1,20 +1,16 @@
 """A script rendered into a folder: every front end that renders a script (the Render Lines node, `cli.py render`,
-the Python API) runs it here, so each writes the same files and resumes the same way.
+the Python API) runs it here, so each writes the same files and resumes the same way (docs/scripts.md).
 
     with LineStore(out_dir, "scene1", who) as store:     # this job alone writes scene1 in out_dir
         job = ScriptJob(parsed, lines, store, job_context(tts.config, ...), rerun="run it again")
         job.reuse()                                         # resume: what an earlier run left
         result = job.run(lambda todo: tts, settings, batch_size=32, pause_seconds=0.4)
 
-Each line is fingerprinted (morph/lines/store.py) from what decides its audio; `reuse()` reads back a line whose file
-and fingerprint an earlier run left instead of rendering it again. The others go to the scheduler in one render, and
-each is written (after the front end's `finish_line`, e.g. smoothing) as soon as it is complete, on a thread beside
-the render (`_LineWriter`, which records them in the manifest at most every RECORD_EVERY_S and when the
-render ends), so a crash or a cancel loses only lines still in flight. Then the dialogue `{prefix}.wav`
-where the front end writes one (joined from the line files: RF64 past a WAV's 4 GiB, so it never fails for its
-length), the subtitles and the manifest of exactly this script. A disk too small for the job's files is refused
-before the first line (`check_space`); a file that cannot be written stops the job with what is kept and how to go
-on (`stopped`).
+`reuse()` reads back each line whose file and fingerprint (morph/lines/store.py: what decides its audio) an earlier
+run left; the others go to one render, each written (after the front end's `finish_line`, e.g. smoothing) as soon as
+it is complete, on a thread beside the render (`_LineWriter`), so a crash or a cancel loses only lines still in
+flight. Then the dialogue `{prefix}.wav` where the front end writes one, the subtitles and the manifest of exactly
+this script.
 """
 
 from __future__ import annotations
@@ -68,8 +64,7 @@ def job_context(config: ModelConfig, language: str, settings: GenerationSettings
     generation setting but the seed (so a randomized seed still resumes; the batch size is left out too)."""
     fields = {k: v for k, v in dataclasses.asdict(settings).items() if k != "seed"}
     if fields["min_new_tokens"] == GenerationSettings.min_new_tokens:
-        # a line whose context lacks the field was held for upstream's frames: its fingerprint stays, and so do the
-        # lines of a job rendered before the field was one of the settings
+        # left out at upstream's value, so that lines rendered before it was a setting keep their fingerprints
         del fields["min_new_tokens"]
     return dict(model=config.source, model_size=config.model_size, dtype=str(config.dtype),
                 attention=config.attention, mode=config.mode, device=config.device.type, language=language,
@@ -186,16 +181,15 @@ class ScriptJob:
 
 
 class _LineWriter:
-    """Each line `finish`ed (smoothed, written) on a thread of its own, in the order the render hands them over: the
-    render's thread, the continuous batch's frame loop, goes on meanwhile (finishing on that thread would stall it
-    for a large share of a script's job: bench/results/h100-2026-11-26c/NOTES.md). The lines written go into the
-    manifest (`record`, which rewrites it whole) at once for the first, then at most every RECORD_EVERY_S: a record
-    per line would rewrite it once per line, quadratic in the script's length.
+    """Each line `finish`ed (smoothed, written) on a thread of its own, in the order the render hands them over, so the
+    render's frame loop goes on meanwhile (finishing on its thread would stall it for a large share of a script's job:
+    bench/results/h100-2026-11-26c/NOTES.md). The lines written go into the manifest (`record`, which rewrites it
+    whole) at once for the first, then at most every RECORD_EVERY_S: once a line would be quadratic in the script.
 
     A line that fails to finish (a file that cannot be written) stops the render at its next line, with that error;
-    the lines after it are not written. Leaving the block waits for every line handed over and records the lines
-    written, so a render that stops (an interrupt, an error) keeps the lines it finished; a process killed outright
-    leaves at most RECORD_EVERY_S of lines written but not recorded, which a rerun renders again and says so."""
+    the lines after it are not written. Leaving the block waits for every line handed over and records those
+    written, so a render that stops keeps the lines it finished; a process killed outright leaves at most
+    RECORD_EVERY_S of lines written but not recorded, which a rerun renders again and says so."""
 
     def __init__(self, finish: Callable[[int, np.ndarray, list[tuple[int, Written]]], None],
                  record: Callable[[list[tuple[int, Written]]], None]):

@@ -25,11 +25,8 @@ SECONDS_PER_CHAR = 0.35
 EXTRA_SECONDS = 5.0
 
 
-# How many rows a render runs at once. Every speed mode but eager renders on the engine's continuous batch (a row that
-# ends gives its slot to the next at once), eager in upstream's static batches (the exact reference).
-# Render Lines' and `cli.py render`'s `batching` (continuous | static) is retired: a saved workflow or script that
-# sets it still runs, for one release, and the log says what ran (morph/render.py retired_batching). Here so that the
-# CLI's help loads nothing of the engine.
+# Render Lines' and `cli.py render`'s retired `batching`, still taken for one release (morph/render.py
+# retired_batching), and how many rows a render runs at once; here so that the CLI's help loads nothing of the engine.
 RETIRED_BATCHING = ("continuous", "static")
 DEFAULT_BATCH_SIZE = 64
 

@@ -10,13 +10,11 @@ from __future__ import annotations
 # be about 0.7 GiB).
 CHUNK = 16
 
-# The codec looks at no frame ahead (every layer is causal, morph/codec/layers.py), so a row's audio up to a frame
-# can be decoded as soon as the frame is made, in chunks of any size, the same to rounding. What sizes a chunk is
-# the cost of a call: about 1,400 kernel launches whatever it holds, on the frame loop's host thread, and a plan for
-# cuDNN to make for every new shape. So rows join at FIRST_GRID-frame marks and a row's first chunk is the
-# FIRST_GRID frames after its first frame, its next ones every FIRST_GRID frames until it is in step with the
-# LIVE_CHUNK-frame marks, and from there LIVE_CHUNK frames at a time (CHUNK: 1.28 s of audio), every live row in the
-# same few calls, their rows padded to a power of two (call_width).
+# Every layer is causal (morph/codec/layers.py), so a row decodes in chunks of any size as its frames are made, the
+# same to rounding; a call's cost (module docstring), paid on the frame loop's host thread, sizes a chunk. So rows
+# join at FIRST_GRID-frame marks and a row's first chunk is the FIRST_GRID frames after its first frame, its next ones
+# every FIRST_GRID frames until it is in step with the LIVE_CHUNK-frame marks, and from there LIVE_CHUNK frames at a
+# time, every live row in the same few calls, their rows padded to a power of two (call_width).
 FIRST_GRID = 4
 LIVE_CHUNK = CHUNK
 # A live batch's (a server's) rows are streams a client waits on: a row joins at the next frame, and its chunks ramp

@@ -1,11 +1,9 @@
 """The codec's decode replayed from CUDA graphs, one per call shape (rows, frames): what the continuous batch's rows
 decode with in the fast modes (morph/codec/stream.py CodecStream).
 
-A call of the lean codec launches about 1,400 kernels from the host thread that runs the frame loop, whatever it
-holds. The live rows make many small calls (4 or 16 frames of each live row, every few frames), so under a speech
-server's load those launches would be most of that thread's time (py-spy, bench/results/h100-2026-11-25c). Their
-shapes are few (stream.py pads each call's rows to a power of two), so each is captured once and replayed: a row's
-state is copied into the graph's buffers, the graph replays, the state is copied back out.
+The live rows make many small calls, each about 1,400 kernel launches from the frame loop's host thread
+(morph/codec/calls.py): under a speech server's load those launches would be most of that thread's time (py-spy,
+bench/results/h100-2026-11-25c). Their shapes are few, so each is captured once and replayed.
 """
 
 from __future__ import annotations

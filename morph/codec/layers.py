@@ -11,8 +11,7 @@ audio is its one-call decode to rounding, whatever the chunks.
 The layers run channels last ([rows, time, channels]): cuDNN's tensor-core convolutions take that layout as it is,
 where upstream's [rows, channels, time] makes it transpose every activation in and out of each convolution
 (bench/results/h100-2026-11-24b). The weights are upstream's modules' own; nothing is copied but per-channel tables
-(the codebooks divided out, each activation's exp(alpha) and 1 / (exp(beta) + 1e-9)), rebuilt when the weights
-move; on CUDA the units' activations also move samples (`_unit`).
+(`tables`), rebuilt when the weights move.
 """
 
 from __future__ import annotations

@@ -6,11 +6,10 @@ Upstream decodes a whole batch in one codec call, each row padded to the longest
 codes in front of its row. The decoder's activations grow with rows x frames (upsampled 1920 times to 24 kHz),
 so that one call, not the talker, sets upstream's peak, several times the weights in a wide batch. Here rows go to
 the codec in pieces of at most DECODE_ROW_FRAMES row-frames, rows of similar length together, so its peak is
-bounded whatever the batch. A row counts at most CODEC_WINDOW frames: upstream's decoder (chunked_decode) runs 300
-frames and 25 of left context at a time, whatever the row's length.
+bounded whatever the batch.
 
-A row's audio is its one-call decode to rounding (another padding and batch shape change the convolutions'
-reduction order), as the one-call decode was each row's decode alone.
+A row's audio is its one-call decode to rounding, as that is each row's decode alone: another padding and batch shape
+change the convolutions' reduction order.
 """
 
 from __future__ import annotations

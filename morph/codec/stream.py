@@ -1,8 +1,7 @@
 """The lean codec's one streamer: rows decoded a chunk at a time, each with a codec state of its own, any rows with as
-many new frames together in a call, on the codec's CUDA stream beside the frame loop, each call's audio read back once
-its copy to the host is done. The continuous batch feeds it each row's frames while the row is made (which frames go
-when is morph/continuous.py's `LiveChunks`); rows already made are a stream fed all their frames (`decode_whole`,
-BatchTTS.decode's in every mode but eager).
+many new frames together in a call, on the codec's CUDA stream beside the frame loop. The continuous batch feeds it
+each row's frames while the row is made (which frames go when: morph/continuous.py `LiveChunks`); rows already made
+are a stream fed all their frames (`decode_whole`, BatchTTS.decode's in every mode but eager).
 
 A row's chunks joined are upstream's decode of the row to rounding, whatever the chunks, made upstream's way:
 - an ICL voice's reference codes go first and their audio is cut off: decoded once per voice (LeanCodec.primed),
@@ -11,8 +10,8 @@ A row's chunks joined are upstream's decode of the row to rounding, whatever the
   of context (its chunked_decode): from each window's start on, the row starts again from a state that has seen
   only that context.
 
-Nothing here waits for the GPU: the work runs on the codec's stream (off CUDA, in line), and the audio is copied to
-pinned memory and read once its event has passed.
+Nothing here waits for the GPU (off CUDA the work runs in line): the audio is copied to pinned memory and read once
+its event has passed.
 """
 
 from __future__ import annotations
@@ -42,8 +41,8 @@ class _Row:
 
 
 class CodecStream:
-    """Rows decoded a chunk at a time (module docstring), any rows with as many new frames together in a call of at
-    most `budget` row-frames; each row is a name, opened, fed its frames in order, and read back with pump()."""
+    """Rows decoded a chunk at a time (module docstring), in calls of at most `budget` row-frames; each row is a name,
+    opened, fed its frames in order, and read back with pump()."""
 
     def __init__(self, codec: LeanCodec, device: torch.device, budget: int = LIVE_ROW_FRAMES, captured: bool = False):
         """captured: the calls replay CUDA graphs (LeanCodec.captured), in the fast modes."""

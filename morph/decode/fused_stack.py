@@ -40,13 +40,9 @@ def _unfuse(linears: list[torch.nn.Linear]) -> None:
 
 
 class FusedStack:
-    """The layers of one decoder stack, with q/k/v and gate/up fused into one tensor each.
-
-    The modules keep working as before: their parameters are views into the fused
-    tensors. `weights()` re-fuses whenever that stopped being true (the model was moved
-    or cast by a memory manager), and `version` changes then, so cached CUDA graphs that
-    point at the old storage can be dropped.
-    """
+    """One decoder stack's layers, fused (module docstring); the modules keep working on the views. `weights()` fuses
+    again whenever the parameters stopped viewing the fused tensors (a memory manager moved or cast the model) and
+    then changes `version`, so cached CUDA graphs that point at the old storage can be dropped."""
 
     def __init__(self, layers, norm: torch.nn.Module, config):
         self.layers = list(layers)
@@ -94,9 +90,8 @@ class FusedStack:
         return (self.version, self.norm.weight.data_ptr(), tuple(t.data_ptr() for w in ws for t in w))
 
     def release(self) -> None:
-        """Give every projection its own storage again, a layer at a time: each layer's fused tensors are freed before
-        the next layer's projections are copied, so a device with little left (a card a render filled) needs one
-        layer's projections more, not the whole stack's."""
+        """Give every projection its own storage again, a layer at a time, so a device with little left (a card a
+        render filled) needs one layer's projections more, not the whole stack's."""
         self._weights = None
         for i, layer in enumerate(self.layers):
             if self._fused[i][0] is not None:

@@ -22,9 +22,8 @@ class Group:
 
 
 class Slice:
-    """Rows of a group prefilled together (lean_prefill) when the first of them joins: settings.prefill_rows of them,
-    padded to the group's length. Its keys and values, last logits and hidden states are kept until its rows have
-    joined (the rows waiting for a slot refer to it), then let go with it."""
+    """Rows of a group prefilled together (lean_prefill) when the first of them joins, padded to the group's length.
+    Its outputs live as long as it does: until its rows have joined (each waiting row refers to it)."""
 
     def __init__(self, loop, st, prompt: dict, rows: slice, length: int, mode: str):
         self.loop, self.st, self.length, self.mode = loop, st, length, mode
@@ -55,10 +54,9 @@ class Ahead:
 
 
 def slice_group(loop, st, group: Group, mode: str) -> list[Ahead]:
-    """A group's rows, to join in order, in slices of settings.prefill_rows rows (whose bucket holds at most
-    PREFILL_TOKENS tokens of prompt, a row at least), each prefilled as its first row joins (Slice) in the batch's
-    mode: a prefill of a few rows costs about as many launches as one of many, but a whole group's, kept while its
-    rows join a few at a time beside the codec's calls, would set the render's peak
+    """A group's rows, to join in order, in slices of settings.prefill_rows rows, each prefilled as its first row
+    joins (Slice): a prefill of a few rows costs about as many launches as one of many, but a whole group's, kept
+    while its rows join a few at a time beside the codec's calls, would set the render's peak
     (bench/results/h100-2026-11-26f)."""
     p = group.prompt
     length = p["inputs_embeds"].shape[1]

@@ -1,10 +1,9 @@
 """Small index tensors the host hands the GPU between frames, without waiting for its queue.
 
-`torch.tensor(values, device=cuda)` copies from pageable memory, which CUDA does only once the stream's queued work
-has finished: each join of the continuous batch (its slots, keys, pads, stops, page numbers) would wait for the
-frames the host has queued ahead, and the GPU would idle while the host does the rest of the join (most of a join's
-host time would be that wait: bench/results/h100-2026-11-25e/NOTES.md). From pinned memory the copy is queued behind
-those frames like a kernel, and torch's pinned-memory cache keeps the buffer until the copy has run.
+`torch.tensor(values, device=cuda)` copies from pageable memory only once the stream's queued work has finished, so
+each join of the continuous batch would wait for the frames queued ahead while the GPU idles (most of a join's host
+time: bench/results/h100-2026-11-25e/NOTES.md). From pinned memory the copy is queued behind those frames like a
+kernel, and torch's pinned-memory cache keeps the buffer until the copy has run.
 """
 
 from __future__ import annotations

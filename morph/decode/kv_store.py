@@ -1,13 +1,11 @@
 """Where the continuous batch's talker keys and values live (morph/engine/batch.py): dense, each row the whole capacity
-of the state (`DenseKV`), or paged, each row the pages it has grown into (`PagedKV`: morph/engine/block_manager.py
-decides which; the lean layers read them through the page table with `place`, `put` and `gather`, the fused kernel
-itself). The batch asks the same of both: a joining row's prompt keys and values into place, the pages its rows took
-for the slot they write next (`grow`), a row's slot cleared when it leaves (`free`), and every row's slots moved down
-together (`shift`).
+of the state (`DenseKV`), or paged, each row the pages it has grown into (`PagedKV`; morph/engine/block_manager.py
+decides which). Both take a joining row's prompt keys and values (`write_prompt`), the pages its rows took for the
+slot they write next (`grow`), a row leaving (`free`) and every row's slots moved down together (`shift`).
 
-A paged cache is, per layer, a pool [pages, kv_heads, page, D]; a row's logical slot s lives at pool[table[row, s //
-page], :, s % page] (page 0 is the null page that unused entries point at: what is written there is never read
-unmasked).
+A paged cache is, per layer, a pool [pages, kv_heads, page, D]; a row's logical slot s lives at
+pool[table[row, s // page], :, s % page]. Page 0 is the null page that unused entries point at: what is written there
+is never read unmasked. The lean layers go through the table with `place`, `put` and `gather`, the fused kernel itself.
 """
 
 from __future__ import annotations
@@ -80,7 +78,7 @@ class DenseKV:
 
 class PagedKV:
     """state.k / state.v pools of pages of `page` slots, state.table [width, capacity / page]: each row's slots mapped
-    to the pages it holds (which pages, the engine's block manager decides: morph/engine/block_manager.py)."""
+    to the pages it holds."""
 
     def __init__(self, st):
         self.st, self.page = st, st.paging[1]

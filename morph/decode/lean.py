@@ -1,25 +1,20 @@
 """Lean decoder layers for the decode steps of the talker and the code predictor, and a prompt's prefill on them.
 
-The HF layers spend about 70 kernels per layer at batch 1 (separate q/k/v and gate/up
-projections, RMSNorm in five pieces, masks and caches built per call). Here one plain
-function runs a whole stack against static KV buffers:
+The HF layers spend about 70 kernels per layer at batch 1 (separate q/k/v and gate/up projections, RMSNorm in five
+pieces, masks and caches built per call). Here one function runs a whole stack against static KV buffers:
 
-- the q/k/v projections are one GEMM and gate/up another, through fused weight tensors
-  that the modules' own parameters VIEW (`FusedStack`), so there is no second copy;
-- in fp32 the math is HF's operation for operation, so on the CPU it matches the HF layer to
-  rounding. In bf16 it rounds less than HF: the residual stream stays fp32 through the
-  stack (each layer reads it through its RMSNorm, which rounds as HF's does), and attention
-  scores and softmax are fp32 (as in upstream's sdpa kernels). Op for op in bf16, these
-  layers would drift from the fp32 reference about as far as upstream's own bf16 run, and by
-  chance past it in one group or another (bench/numerics.py's gate,
-  bench/results/h100-2026-11-22e); the fp32 residual keeps them inside it, at no cost in kernels;
-- attention (morph/masked_attention.py) runs over the whole static buffer under a mask, so every shape is fixed:
-  write positions, rotary positions and masks are device tensors, which is what lets a CUDA graph capture a step
-  once and replay it at every position.
+- q/k/v is one GEMM and gate/up another, through fused weights that the modules' own parameters view (`FusedStack`);
+- in fp32 the math is HF's op for op, so on the CPU it matches the HF layer to rounding. In bf16 the residual stream
+  stays fp32 through the stack (each layer reads it through its RMSNorm, which rounds as HF's does), and attention
+  scores and softmax are fp32 (as in upstream's sdpa kernels): op for op in bf16 these layers would drift from the
+  fp32 reference about as far as upstream's own bf16 run, and by chance past it in some group (bench/numerics.py's
+  gate, bench/results/h100-2026-11-22e); the fp32 residual keeps them inside it, at no cost in kernels;
+- attention (morph/masked_attention.py) runs over the whole static buffer under a mask, with write positions, rotary
+  positions and masks as device tensors: every shape is fixed, so a CUDA graph captured once replays at every position.
 
-`stack_step` is the single definition: run as it is (mode "lean"), captured in a CUDA graph ("graphs").
-morph/kernels/layers.py implements the same contract in five fused Triton kernels per layer ("fused"); a prompt's
-prefill is the same step over every slot of the prompt (`lean_prefill`).
+`stack_step` is the one definition: run as it is ("lean"), captured in a CUDA graph ("graphs"), and in five fused
+Triton kernels per layer in morph/kernels/layers.py ("fused"); a prompt's prefill is the same step over every slot of
+the prompt (`lean_prefill`).
 """
 
 from __future__ import annotations
@@ -139,16 +134,15 @@ def lean_prefill(inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, weig
                  norm_w: torch.Tensor, head_w: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor,
                  d: Dims, into: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Prefilled:
     """What upstream's talker forward computes for a left-padded prompt batch (its keys and values, the last
-    position's logits and hidden state) without HF's per-call machinery (the 4-D mask, the rotary module, configuration
-    look-ups and cache objects), whose host time would be most of a short request's first audio: the frame step over
-    every slot of the prompt, so the prompt and the frames after it round alike. As in upstream's forward, a row's
-    token i (i >= its left padding p) sits at rotary position i - p (the talker's get_rope_index for a text-only
-    prompt) and attends to its own tokens p..i; a pad token to its own slot alone (never read, and finite).
+    position's logits and hidden state), as the frame step over every slot of the prompt, so the prompt and the frames
+    after it round alike; HF's per-call machinery (4-D mask, rotary module, config look-ups, cache objects) would take
+    most of a short request's first audio in host time. As upstream, a row's token i (i >= its left padding p) sits
+    at rotary position i - p (the talker's get_rope_index for a text-only prompt) and attends to its tokens p..i; a
+    pad token to its own slot alone (never read, and finite).
 
-    inputs_embeds [rows, L, hidden], attention_mask [rows, L] (1 on the prompt's tokens, 0 on the padding before
-    them); cos/sin_table [>= L, D] (rope_tables); head_w: the codec head's weight; into: per layer (keys, values)
-    [rows, kv_heads, L, D] that the keys and values are written into (a CUDA graph's outputs, prefill_graphs.py), else
-    they are new tensors."""
+    inputs_embeds [rows, L, hidden], attention_mask [rows, L] (1 on the prompt, 0 on the left padding);
+    cos/sin_table [>= L, D] (rope_tables); head_w: the codec head's weight; into: per layer (keys, values)
+    [rows, kv_heads, L, D] to write into (a CUDA graph's outputs, prefill_graphs.py), else new tensors."""
     rows, length, _ = inputs_embeds.shape
     pads = length - attention_mask.sum(-1).to(torch.long)  # [rows]
     slots = torch.arange(length, device=inputs_embeds.device)
@@ -192,11 +186,8 @@ def talker_pass(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_
 
 
 def rope_tables(rotary_emb: torch.nn.Module, length: int, device, dtype, multimodal: bool):
-    """cos/sin [length, D] from the model's own rotary module, so values are HF's exactly.
-
-    The talker's multimodal rotary takes three position rows; for text (and every decode
-    step) the rows are equal, which makes it the plain 1-D rotary of row 0.
-    """
+    """cos/sin [length, D] from the model's own rotary module, so values are HF's exactly. The talker's multimodal
+    rotary takes three position rows; for text (and every decode step) they are equal: the 1-D rotary of row 0."""
     positions = torch.arange(length, device=device).unsqueeze(0)
     if multimodal:
         positions = positions.unsqueeze(0).expand(3, 1, -1)

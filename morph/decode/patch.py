@@ -1,8 +1,7 @@
-"""The decode's hold on one loaded `qwen_tts.Qwen3TTSModel`: its TalkerLoop (the frame step, its state and graphs),
-the default seq_groups and mode, and the seam of the codec decoder's SnakeBeta activations: where Triton is installed,
-their `forward` on this instance is the fused kernel of morph/kernels/snake.py on CUDA tensors (upstream's to
-rounding); deleting it restores upstream. The talker's seam, upstream's generate with the reference loop, is
-morph/reference/patch.py's."""
+"""The decode's hold on one loaded `qwen_tts.Qwen3TTSModel`: its TalkerLoop, the default seq_groups and mode, and the
+codec decoder's SnakeBeta activations, whose `forward` on this instance is, where Triton is installed, the fused kernel
+of morph/kernels/snake.py on CUDA tensors (upstream's to rounding); deleting it restores upstream. The talker's seam
+is morph/reference/patch.py's."""
 
 from __future__ import annotations
 

@@ -1,22 +1,15 @@
-"""The code predictor's part of a frame: sequential groups, then a crossbar for the rest.
+"""The code predictor's part of a frame: sequential groups, then the crossbar for the rest (docs/architecture.md, How
+morph works). Counted from 0 here: with `seq_groups = k`, groups 0..k-1 are decoded one after another as upstream
+does, groups k..14 read off the hidden state that produced group k-1; k = 15 is upstream exactly.
 
-Upstream runs `code_predictor.generate()` once per 80 ms frame: a 2-token prefill and
-14 one-token decodes through HF generate, each with a new DynamicCache and masks.
-Here the same decoder layers are called directly, with the RoPE tables and masks built
-once per (device, dtype).
-
-With `seq_groups = k`, groups 0..k-1 are decoded one after another exactly as upstream
-does; groups k..14 are read off the hidden state that produced group k-1 (the "crossbar").
-k = 15 is upstream exactly.
-
-`codes` is the one definition of that step. What runs the layers, and the lm_heads that
-read their output, is passed in (`Layers`):
-- `hf_layers`: the modules' own forward over a cache that returns exactly what HF's
-  DynamicCache would, and the lm_head modules themselves (mode "eager", the exact reference);
-- `lean_layers`: the lean layers of morph/decode/lean.py (or their fused kernels) over
-  fixed-shape buffers with device-side indices, and the lm_head weights stacked into one
-  tensor (modes "lean", "graphs" and "fused"), so a whole frame can be captured in one CUDA
-  graph and replayed.
+Upstream runs `code_predictor.generate()` per frame, each time with a new DynamicCache and masks; here the same
+layers are called directly, with the RoPE tables and masks built once per (device, dtype). `codes` is the one
+definition of the step; what runs the layers, and the lm_heads that read their output, is passed in (`Layers`):
+- `hf_layers`: the modules' own forward over a cache that returns exactly what HF's DynamicCache would, and the
+  lm_head modules themselves ("eager", the exact reference);
+- `lean_layers`: the lean layers (morph/decode/lean.py) or their fused kernels over fixed-shape buffers with
+  device-side indices, and the lm_head weights stacked into one tensor ("lean", "graphs", "fused"), so a whole frame
+  can be captured in one CUDA graph.
 """
 
 from __future__ import annotations
@@ -116,8 +109,7 @@ class _HFCache:
 
 
 class HFState:
-    """What the HF layers need besides the frame's input, built once per (batch, device, dtype):
-    the cache buffers, positions, RoPE cos/sin and (for eager attention) the prefill mask."""
+    """What the HF layers need besides the frame's input, built once per (batch, device, dtype)."""
 
     def __init__(self, pred: "Predictor", batch: int, device: torch.device, dtype: torch.dtype):
         cfg = pred.cp.config
@@ -148,11 +140,8 @@ class Predictor:
     # -- weights the step reads as one tensor -------------------------------------------
     @staticmethod
     def _stack_views(modules, current: torch.Tensor | None) -> torch.Tensor:
-        """Stack the modules' weights into one tensor that the modules themselves view.
-
-        Rebuilt whenever they stop viewing it (the model was moved or cast), so a device
-        move by a memory manager never leaves a stale or duplicate copy behind.
-        """
+        """The modules' weights stacked into one tensor that they view, stacked again whenever they stop viewing it (a
+        memory manager moved or cast the model), so no stale or duplicate copy is left behind."""
         w0 = modules[0].weight
         if (current is None or current.device != w0.device or current.dtype != w0.dtype
                 or any(m.weight.data_ptr() != current[i].data_ptr() for i, m in enumerate(modules))):

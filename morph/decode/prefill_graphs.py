@@ -1,21 +1,17 @@
 """A slice's prefill (lean_prefill) replayed from the CUDA graph of its bucket: how the continuous batch prefills its
 joining rows in the fast modes (groups.py Slice).
 
-Op by op, a prefill launches about 500 kernels whatever its size (28 layers of norms, rotary, projections and masked
-attention), and their host time is about half of a warm one-frame clone's (cProfile,
-bench/results/h200-2026-11-27b/NOTES.md). So a slice is padded to its bucket (settings.prefill_bucket: the prompts'
-length up to the next of PREFILL_LENGTHS, the rows up to a power of two), and each bucket's graph is captured on its
-first slice and replayed after that:
-- the prompts are left-padded further, as a group's shorter prompts already are, and the added rows are padding
-  alone: lean_prefill hides every pad token from the real ones, so a real token's keys, values and outputs are those
-  of the slice alone, up to the rounding of a larger matrix product;
-- every bucket's graph reads and writes one arena (the prompts, the keys and values, the last logits and hidden
-  states), as large as the largest bucket so far: a slice's outputs are read only until the next slice is
-  prefilled (slots.py joins the oldest slice's rows first, and prefills a slice as its first row joins). A larger
-  bucket replaces the arena and drops the graphs that wrote the old one;
-- the graphs share one memory pool for their scratch (a layer's activations, the attention's scores) and are
-  captured on the frame step's capture stream: they replay on the frame loop's stream between its steps, never
-  beside them.
+Op by op, a prefill launches about 500 kernels whatever its size, and their host time is about half of a warm
+one-frame clone's (cProfile, bench/results/h200-2026-11-27b/NOTES.md). So a slice is padded to its bucket
+(settings.prefill_bucket), and each bucket's graph is captured on its first slice and replayed after that:
+- the prompts are left-padded further and the added rows are padding alone: lean_prefill hides every pad token from
+  the real ones, so a real token's keys, values and outputs are the slice's alone, up to the rounding of a larger
+  matrix product;
+- every bucket's graph reads and writes one arena, as large as the largest bucket so far: a slice's outputs are read
+  only until the next slice is prefilled (morph/engine/batch.py joins the oldest slice's rows first, and prefills a
+  slice as its first row joins). A larger bucket replaces the arena and drops the graphs that wrote the old one;
+- the graphs share one memory pool for their scratch and are captured on the frame step's capture stream: they
+  replay on the frame loop's stream between its steps, never beside them.
 A prompt past the longest bucket runs op by op; so does every slice of a batch after a capture fails (said, and
 tried again at the next batch: GraphCache.get_or_none).
 """

@@ -1,26 +1,14 @@
-"""How a decode step runs, and what happens when the fast way fails.
+"""How a decode step runs, and what happens when the fast way fails: the one place that decides the modes
+(docs/architecture.md, Decode modes; `resolve` says what each means on a device).
 
-Modes (what a user picks; `resolve` says what they mean on a device):
-- "eager":   the checkpoint's own HF layers, op by op: the exact reference (bit-identical
-             to upstream qwen-tts at seq_groups 15 in fp32 on the CPU);
-- "lean":    the lean layers (morph/decode/lean.py) op by op;
-- "graphs":  the lean step captured in a CUDA graph (captures in well under a second);
-- "fused":   the lean step in fused Triton kernels (morph/kernels/layers.py), captured in a CUDA graph;
-- "auto":    "fused" on CUDA ("graphs" without Triton), "eager" elsewhere.
-"compile" (torch.compile inside the graphs) is retired: slower than fused and minutes to build on
-its first call. Saved workflows and scripts that name it run fused (`check_mode` says so in the log).
+When a capture fails for any reason other than memory, the run goes on op by op with the lean layers, the log says
+so in one line, and the next run tries the fast path again. A CUDA out-of-memory error is re-raised as it is, so
+callers handle it as any other (the batch front end halves the batch). That policy is every capture's
+(graphs.GraphCache.get_or_none).
 
-The fast modes (graphs, fused) give the same codes as the lean step run op by op in
-fp32 on a GPU. When a capture fails for any reason other than memory, the
-run goes on op by op with the lean layers, the log says so in one line, and the next
-run tries the fast path again. A CUDA out-of-memory error is re-raised as it is, so
-callers handle it as any other (the batch front end halves the batch). That policy is
-every capture's (graphs.GraphCache.get_or_none: the joining rows' prefill and the live
-codec's calls too).
-
-Preparing a decoder the user has to wait for (PREPARE_TIME) is announced before it starts
-and when it is ready, as INFO records with `extra={"status": True}`: what a host shows
-the user while its progress bar stands still (the nodes show them on the running node).
+Preparing a decoder the user has to wait for (PREPARE_TIME) is announced before it starts and when it is ready, as
+INFO records with `extra={"status": True}`: what a host shows while its progress bar stands still (the nodes show
+them on the running node).
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """Token sampling with HF `generate` semantics, so seeded runs match upstream qwen-tts.
 
-HF applies its warpers in a fixed order (temperature, top-k, top-p), then softmax and
-one `torch.multinomial` per step. Matching that order, and the number and shape of the
-multinomial draws, is what keeps seeded sampling bit-identical to upstream.
+Seeded sampling stays bit-identical to upstream by keeping HF's order (temperature, top-k, top-p, then softmax and
+one `torch.multinomial` per step) and the number and shape of its draws. The draw is written out (`draw`): for one
+sample per row, ATen's multinomial is an exponential race, argmax(p / q) with q ~ Exp(1) from one `exponential_` over
+a tensor shaped like p. The same race gives the same picks from the same generator state and never reads a value back
+to the host, so it can be captured in a CUDA graph (torch's multinomial validates its input with host syncs on some
+versions). The Exp(1) values come from `noise`: `torch_noise` is torch's generator, as upstream draws (the exact mode,
+upstream's batched generate); morph/decode/streams.py gives every row its own stream (the continuous batch).
 
-The draw itself is written out (`draw`): for one sample per row, ATen's multinomial is
-an exponential race, argmax(p / q) with q ~ Exp(1) drawn by one `exponential_` over a
-tensor shaped like p. Doing exactly that gives the same picks from the same generator
-state, and it never reads a value back to the host, so it can be captured in a CUDA
-graph (torch's own multinomial validates its input with host syncs on some versions).
-
-Where the race's Exp(1) values come from is the `noise` argument: `torch_noise` is torch's own
-generator, as upstream draws (the exact mode, and every run of upstream's batched generate);
-morph/decode/streams.py gives every row its own stream (the continuous batch).
-
-`TalkerRules` is the rest of the talker's HF logits processing in upstream's order:
-repetition penalty over the generated code-0 tokens, EOS held back before
-min_new_tokens, the suppressed codec ids, then the warpers.
+`TalkerRules` is the rest of the talker's HF logits processing in upstream's order: repetition penalty over the
+generated code-0 tokens, EOS held back before min_new_tokens, the suppressed codec ids, then the warpers.
 """
 
 from __future__ import annotations
@@ -57,11 +50,8 @@ def warp(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
 
 
 def sample(logits: torch.Tensor, s: Sampling, noise: Noise = torch_noise, slot: int = 0) -> torch.Tensor:
-    """Pick one token per row of logits [B, (n,) V]; returns int64 [B, (n)].
-
-    All rows are drawn in one multinomial call, so for [B, V] and torch_noise this consumes the
-    RNG exactly as one HF generate step does.
-    """
+    """Pick one token per row of logits [B, (n,) V]; returns int64 [B, (n)]. All rows are drawn at once, so for
+    [B, V] and torch_noise this consumes the RNG exactly as one HF generate step does."""
     return pick(logits.float(), s, noise, slot)
 
 

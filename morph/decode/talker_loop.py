@@ -2,11 +2,9 @@
 
 `TalkerLoop` owns, for one model, what a frame step needs: the lean stack and the predictor, the step's static state
 (talker_state.py), the sampling rules, the rows' random streams, the CUDA graphs of the fast modes. `frame_step` is the
-one step: the predictor's codes (predictor.py), the embedding sum plus the trailing text (or tts_pad), one talker step,
-the codec head, upstream's logits rules (sampling.py), all on the device. The continuous batch (morph/engine/batch.py)
-runs it on the lean layers over a paged or dense cache, op by op or replayed from a CUDA graph (runner.py decides how).
-
-The reference loop (morph/reference/loop.py, eager mode) runs the same step on the checkpoint's own HF layers.
+one step (docs/architecture.md, How morph works), all on the device. The continuous batch (morph/engine/batch.py) runs
+it on the lean layers, op by op or replayed from a CUDA graph (runner.py decides); the reference loop
+(morph/reference/loop.py, eager mode) on the checkpoint's own HF layers.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The static state of the talker loop: every buffer a frame step reads or writes.
-
-Allocated once per (batch, capacity, layers) and written in place, so a CUDA graph
-captured against it replays at every position; the capacity is a power of two, so few
-graphs are captured (the capacity is part of a graph's key).
+"""The static state of the talker loop: every buffer a frame step reads or writes, allocated once per (batch, capacity,
+layers) and written in place, so a CUDA graph captured against it replays at every position (the capacity:
+settings.capacity_for).
 """
 
 from __future__ import annotations
@@ -31,10 +29,9 @@ class TalkerState:
         loop's, whose HF layers hold their own cache and which keeps the step's hidden state at every slot to hand back
         as upstream's generate does (the continuous batch reads none: 0.5 GiB at batch 64,
         bench/results/h200-2026-11-26d/NOTES.md); paging (pages, page size): the K/V caches are pools of that many
-        pages, and `table` [batch, capacity / page] maps each row's slots to them (kv_store.py;
-        morph/engine/block_manager.py hands the pages out); text_slots: the text's hidden states a row may read, by its
-        own frame index (more than any row's frames), the capacity unless given: the continuous batch's rows start
-        anywhere in a capacity twice their need."""
+        pages, and `table` [batch, capacity / page] maps each row's slots to them (kv_store.py); text_slots: the text's
+        hidden states a row may read, by its own frame index (more than any row's frames), the capacity unless given
+        (the continuous batch's rows start anywhere in a capacity twice their need)."""
         cfg = loop.config
         hidden, vocab, groups = cfg.hidden_size, cfg.vocab_size, cfg.num_code_groups
         self.batch, self.capacity, self.device, self.dtype, self.lean_kv = batch, capacity, device, dtype, lean_kv

@@ -7,20 +7,17 @@
             job.reuse(keep_audio=False)
             pool.render(job, settings, batch_size=32, pause_seconds=0.4, finish_line=smoothing)
 
-The driver plans the batches (longest first, `batch_size` lines each; each planned batch is one request to its worker's
-engine, which runs the batches in flight there as one continuous batch, and a seeded line's take is its own random
-stream's, as on one GPU, up to rounding; in eager mode one static batch, as eager's are planned in one process) and
-hands them out as workers free up (IN_FLIGHT at each): long and short batches mixed over the GPUs, every GPU busy until
-the queue is empty, and all finish within about one batch of each other. Each worker writes its lines' files; the driver
-keeps the manifest, so a rerun resumes as it does in one process, and at the end joins the dialogue from the files and
-writes the subtitles. The workers are given the job's token (morph/lines/job_lock.py): a worker that outlives a killed
-driver puts no file into the folder once another job holds it.
+The driver plans the batches as one GPU would (`plan`; each is one request to its worker's engine, or in eager mode
+one static batch) and hands them out as workers free up, IN_FLIGHT at each: long and short batches mix over the GPUs,
+and all finish within about one batch of each other. Workers write their lines' files; the driver keeps the manifest,
+joins the dialogue and writes the subtitles (docs/scripts.md, Several GPUs; the workers' token: Workers of a killed
+driver).
 
-Faults: a worker whose process dies (killed, out of host memory, a lost machine) is restarted by Ray (up to
-MAX_RESTARTS times) and its batch goes back to the front of the queue, to whichever worker frees up first; its
-lines' files are written again under the same names, so none appears twice. A batch lost MAX_TRIES times, or a pool
-with no worker left, stops the job with the lines done kept (rerun to resume). An error inside a render (a bad
-line) is raised as itself. A local cluster started here is shut down when the pool closes, Ctrl-C included.
+Faults: a worker whose process dies is restarted by Ray (up to MAX_RESTARTS times) and its batch goes back to the
+front of the queue; its lines' files are written again under the same names, so none appears twice. A batch lost
+MAX_TRIES times, or a pool with no worker left, stops the job with the lines done kept (rerun to resume). An error
+inside a render (a bad line) is raised as itself. A local cluster started here is shut down when the pool closes,
+Ctrl-C included.
 """
 
 from __future__ import annotations
@@ -231,11 +228,10 @@ class WorkerPool:
 
     def _lost(self, e, actor, batch, running, job: ScriptJob, queue: deque, tries: dict, restarting: dict,
               actors: list) -> None:
-        """A call whose worker Ray lost or is starting again: a batch goes back to the front of the queue, a worker
-        Ray has given up on leaves the pool. A worker's death costs one try, to the batch it was running (`running`,
-        its oldest in flight; a batch that kills its worker each time stops the job after MAX_TRIES): the other calls
-        it fails, whether queued behind that batch or sent before the driver knew it was gone, lost nothing. Ray
-        reports them as ActorDiedError or ActorUnavailableError alike, so the error's kind cannot tell."""
+        """A call whose worker Ray lost or is starting again. A worker's death costs one try, to the batch it was
+        running (`running`, its oldest in flight; a batch that kills its worker each time stops the job after
+        MAX_TRIES): the other calls it fails, queued behind that batch or sent before the driver knew, lost nothing.
+        Ray reports them as ActorDiedError or ActorUnavailableError alike, so the error's kind cannot tell."""
         ray, who = self.ray, self.who
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
         if actor not in restarting and running is not None:  # the first word of this death

@@ -1,12 +1,11 @@
 """One worker of a distributed script job: a model loaded once, and an engine (morph/engine/) fed the batches the
 driver sends it.
 
-Ray runs it as a threaded actor (job.py), one per GPU. Each planned batch is one request to the worker's engine,
-which runs on a thread of its own (morph/engine/thread.py, the thread that captures and replays the CUDA graphs): the
-driver keeps IN_FLIGHT batches at each worker, so the next batch's rows are waiting when the one before thins out, and
-the continuous batch never empties between two. A call waits for its request, then writes its lines' files on Ray's
-thread, beside the engine; only (script index, samples) go back to the driver. Eager mode's static batches run on
-Ray's thread, one call at a time.
+Ray runs it as a threaded actor (job.py), one per GPU. Each planned batch is one request to the worker's engine, on
+a thread of its own (morph/engine/thread.py, the thread that captures and replays the CUDA graphs); the driver keeps
+IN_FLIGHT batches at each worker, so the continuous batch never empties between two. A call waits for its request,
+then writes its lines' files on Ray's thread; only (script index, the file written) go back to the driver. Eager
+mode's static batches run on Ray's thread, one call at a time.
 """
 
 from __future__ import annotations

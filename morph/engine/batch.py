@@ -10,9 +10,7 @@ skip the blocks below a row's bound.
 
 - A group of up to `width` rows has its prompt built at once and is prefilled a slice of up to PREFILL_TOKENS
   tokens at a time (groups.py; in the fast modes a CUDA graph per bucket, prefill_graphs.py) as the slice's first row
-  joins; a join is then a few copies and the first token's draw. A render's rows join when at least
-  `width / REFILL_DIVISOR` slots are free, or no row runs, and then fill every free slot; a live batch's (a server's)
-  at the next frame with a free slot, while its pace admits them (each frame's time is measured for it).
+  joins; a join is then a few copies and the first token's draw.
 - P grows by one a frame. When a joining group would run past the capacity, the pipeline is drained and every
   live row's slots move down by the same amount (to the oldest live row's first slot): positions within a row,
   and so its rotary positions and its attention, stay as they were. The capacity is twice the largest row's need,
@@ -20,17 +18,14 @@ skip the blocks below a row's bound.
 - The host reads each row's "unfinished" flag a few frames behind the GPU (as the static loop reads its "rows
   left" flag), so the queue never drains; an ended row's codes are copied out on the device and handed to
   `finished` at once, while the batch goes on.
-- The step runs over the live rows only, one step per width bucket (decode/widths.py), rows moved down to narrow it; the
-  loop runs on a stream of the highest priority, beside the codec's (morph/graphs.py frame_loop_stream).
-- The keys and values are dense (each row the whole capacity) or paged (morph/decode/kv_store.py): a row joins once
-  the pages from its prompt to its frame limit can be set aside, takes them as it grows, and frees them as it ends;
-  moving rows down or narrowing the step then moves table entries, not keys and values.
-- A paged pool may be overcommitted (a render whose rows' audio has not gone out): when it runs short, the row that
-  joined last is preempted and starts again, and no row joins until one ends.
+- The step runs over the live rows only, one step per width bucket (decode/widths.py), on the frame loop's stream
+  (docs/architecture.md, Threads and CUDA streams).
+- The keys and values are dense (each row the whole capacity) or paged (morph/decode/kv_store.py): moving rows down
+  or narrowing the step then moves table entries, not keys and values.
 
 Which row takes which slot, when rows join, which the pool admits, who is preempted and how wide the step runs are
-the scheduler's decisions (morph/engine/scheduler.py, host integers; the pages morph/engine/block_manager.py's); this
-module turns them into tensors and runs the frames.
+morph/engine/scheduler.py's decisions (its pages morph/engine/block_manager.py's); this module turns them into
+tensors and runs the frames.
 """
 
 from __future__ import annotations
@@ -57,9 +52,9 @@ class ContinuousBatch:
                  pages: int | None = None, overcommit: bool = False, pace: Pace | None = None):
         """need: the most slots one row takes (prompt, frames and the EOS slot); options: the talker's sampling
         keywords, as upstream passes them (morph/prompts.py talker_inputs); pages: the K/V in a pool of at least that
-        many pages (a kept state's up to twice as many; morph/decode/kv_store.py PagedKV: rows join while their pages
-        can be set aside), else dense; overcommit: rows of the paged pool may be preempted (module docstring; steps'
-        `preempted`); pace: a live batch's figures (morph/engine/scheduler.py Pace), told each frame's time."""
+        many pages (a kept state's up to twice as many; morph/decode/kv_store.py PagedKV), else dense; overcommit:
+        rows of the paged pool may be preempted (steps' `preempted`); pace: a live batch's figures
+        (morph/engine/scheduler.py Pace), told each frame's time."""
         self.loop, self.width, self.seq_groups, self.device = loop, width, seq_groups, device
         self.lag = loop.sync_lag if device.type == "cuda" else 0  # frames behind the GPU the host learns a row ended
         self.mode = runner.resolve(mode, device, loop.lean_check)
@@ -132,8 +127,7 @@ class ContinuousBatch:
             yield
 
     def _frame(self, next_group, finished, on_step, preempted) -> bool:
-        """One frame (steps' arguments): rows join where slots are free, the step narrows to the rows left, every live
-        row gets the page it writes next, and the step runs; False when no row runs and none waits."""
+        """One frame (steps' arguments); False when no row runs and none waits."""
         sched = self.sched
         while True:  # until a frame is stepped
             if sched.may_fill():
@@ -159,8 +153,7 @@ class ContinuousBatch:
                 return True
 
     def _step(self, finished) -> None:
-        """The step over the live rows; its "unfinished" flags are read `lag` frames behind, the rows they end
-        handed over then."""
+        """The step over the live rows; the rows it ends are handed over `lag` frames later."""
         cuda = self.device.type == "cuda"
         self._steps[self.sched.bucket]()
         self.widths[self.sched.bucket] += 1
@@ -259,7 +252,6 @@ class ContinuousBatch:
             if not self._move_down(length, needed):
                 return False
         at, dev = self.position, self.device
-        # rows join while their memory can be set aside, in order; the rest wait for a row to end
         rows_in = rows_in[:self.sched.admit([(a.name, at - length + a.pad, a.stop) for a in rows_in], at)]
         if not rows_in:
             return False

@@ -129,8 +129,7 @@ class BlockManager:
         return self._reserved[row] > 0 or self.available > 0
 
     def _take(self, row) -> int:
-        """One page for `row`, now its own: from its reservation while that lasts, then from the pages no reservation
-        holds."""
+        """One page for `row`, now its own (module docstring)."""
         if self._reserved[row]:
             self._reserved[row] -= 1
         elif self.available <= 0:

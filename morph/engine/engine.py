@@ -1,24 +1,18 @@
 """The engine: requests in (`submit`), their audio out through each request's own sink, one continuous batch run by
 one loop (`run_until_idle`, or `steps` a frame at a time) on whichever thread owns the model. Every front end that
-runs the continuous batch submits here: BatchTTS's renders and codes and MorphTTS.stream (the caller's thread, the
-stream's reader driving it a frame at a time), the speech server and each Ray worker (a thread of their own,
-morph/live_engine.py).
+runs the continuous batch submits here (docs/architecture.md, Data flow).
 
     engine = Engine(tts, width=32, who="Render lines", ahead=True)
     engine.submit(Request(rows, keys, prompts, settings, on_row=deliver, on_end=ended))
     engine.run_until_idle()     # until no row waits; the sinks are called as rows' audio comes
 
-Rows run in the order they were submitted (a script submits its rows longest first, a server its requests as they
-come); a batch samples with one set of settings and holds rows up to one cache need, so a row with other settings,
-or one needing more than the batch was built for, waits until the rows before it are done, and the batch is built
-again for it. A batch sized to its rows (`need` None: a render's) takes its need and its paged pool from the rows
-waiting when it is built, and runs throughput first; a live one (`need` given: a server's) holds rows of up to `need`
-cache slots each, dense or in a pool of kv_cache_bytes, and puts a new request's first audio first: its rows join at
-the next frame while the engine's `pace` (the milliseconds a frame took at each width, measured as its batches run)
-keeps every stream ahead of playback, and their chunks start small (morph/engine/scheduler.py Pace,
+Rows run in the order they were submitted. A batch samples with one set of settings and holds rows up to one cache
+need: a row with other settings, or needing more, waits until the rows before it are done, and the batch is built
+again for it. A render's batch (`need` None) takes its need and its paged pool from the rows waiting when it is built
+and runs throughput first; a live one (`need` given: a server's) holds rows of up to `need` cache slots each, dense
+or in a pool of kv_cache_bytes, and puts a new request's first audio first (morph/engine/scheduler.py Pace,
 morph/continuous.py LiveChunks).
 
-Memory: a render's batch is built no wider than the device's free memory holds for its rows (`_fit`).
 Failures: out of memory, the batch narrows to half its width and the rows that handed out no audio run again at the
 front of the queue (a request whose unfinished rows had streamed audio fails, and one row alone that does not fit
 fails naming it); an error that leaves the CUDA context unusable (`fatal`) propagates, for the owner to end the
@@ -187,9 +181,8 @@ class Engine:
         self._built = (key, need)
 
     def _fit(self, rows: list[tuple[Row, Request]]) -> None:
-        """Narrow a render's batch on a GPU, before it is built, to the width its free memory holds for these rows
-        (memory.batch_need: what a host's memory manager is told the render needs), so that it does not first run out
-        of memory at a width it cannot hold. A live batch (a server's) is sized by its own cache options."""
+        """Narrow a render's batch, before it is built, to the width the GPU's free memory holds for these rows
+        (memory.batch_need, what a host's memory manager is told), rather than first run out of memory at it."""
         free = free_bytes(self.tts.device)
         if free is None:
             return
@@ -201,8 +194,7 @@ class Engine:
             self.width = width
 
     def _take(self, key: GenerationSettings, n: int) -> list[tuple[Row, int]]:
-        """Up to n waiting rows, in order, while they fit the batch (a row with other settings or a larger need
-        stops the intake: the batch drains and is built again for it)."""
+        """Up to n waiting rows, in order, while they fit the batch (module docstring)."""
         taken = []
         with self.cv:
             while self._waiting and len(taken) < n:
@@ -281,8 +273,7 @@ class Engine:
             self._cancels.add(request)
 
     def _failed(self, error: Exception) -> None:
-        """A batch failed and the CUDA context survived: its requests fail, but out of memory, where the batch narrows
-        to half its width and the rows that handed out no audio go back to the front of the queue."""
+        """A batch failed and the CUDA context survived (module docstring, Failures)."""
         oom = isinstance(error, torch.cuda.OutOfMemoryError)
         narrower = back_off(self.width) if oom else None
         with self.cv:

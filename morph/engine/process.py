@@ -8,11 +8,9 @@ GIL its frame loop needs. `EngineProcess` is the parent's proxy, with LiveEngine
     engine.cancel(rid)
 
 The child is started by "spawn" (a fork after torch ran would copy its threads' locks and CUDA state), and `load`
-(picklable: a module's function, or a partial of one) makes the model there. Records cross one pipe: a request (its
-Line, whose voice is its file's bytes (morph/lines/voice.py): the parent imports no torch; settings and id), model
-work (`call`: fn(tts, ...) on the engine's thread, between frames), stats and token counts; back come each request's
-chunks (float32 arrays) and end, and each ask's result. Callbacks run on the parent's reader thread and must not
-block.
+(picklable: a module's function, or a partial of one) makes the model there. One pipe carries the records
+(docs/architecture.md, Threads and CUDA streams): a line's voice as its file's bytes (the parent imports no torch), a
+request's chunks as float32 arrays. Callbacks run on the parent's reader thread and must not block.
 
 When the child ends (killed, or its CUDA context failed, after which it exits `FATAL_EXIT`), every request and ask it
 held ends at once with EngineFailed naming the cause, and on_exit(error) tells the owner, which may start() again.

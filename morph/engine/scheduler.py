@@ -1,7 +1,5 @@
-"""Who runs in the continuous batch's slots, decided in host integers: which slot a row takes, when rows join, which
-of them the key/value pool admits, who gives way when an overcommitted pool runs short, how wide the step runs, and
-how a batch backs off after running out of memory. The batch (morph/engine/batch.py) turns these decisions into
-tensors; nothing here touches the device.
+"""Who runs in the continuous batch's slots, decided in host integers; the batch (morph/engine/batch.py) turns these
+decisions into tensors, and nothing here touches the device.
 
 - Slots: a joining row takes the lowest free slots, so rows gather at the bottom, where the narrow steps run.
 - Joining: rows are asked for once at least `width / REFILL_DIVISOR` slots are free, or no row runs (a render's batch:
@@ -9,11 +7,8 @@ tensors; nothing here touches the device.
   joins at the next frame. Rows that did not fit are asked for again only after a row has ended (each try costs the
   runner a drain of its queue).
 - Admission: in order, while the block manager can set the rows' pages aside (morph/engine/block_manager.py); a dense
-  cache admits every row that has a slot. A live batch admits a row only while its `Pace` (the milliseconds a frame
-  took at each width, measured as the batch runs) says a frame at the width the step would run at with it stays under
-  `PACE_PERCENT` of a frame's playback time (`FRAME_MS`): every stream stays ahead of its playback, and the rows not
-  admitted wait for a row to end (the server turns clients away with Busy once too many wait). Where the step's own
-  width is over that already, no stream is ahead to keep there, and every row that fits is admitted.
+  cache admits every row that has a slot. A live batch admits a row only while its `Pace` keeps a frame at the width
+  the step would run at under `PACE_PERCENT` of `FRAME_MS`, so every stream stays ahead of its playback (`_paced`).
 - Preemption (vLLM's preemption by recompute): when an overcommitted pool cannot give every live row its next page,
   the row that joined last gives way, its slot and pages freed, to start again from its first frame; the oldest row
   never does, and no row joins until one ends.
@@ -22,9 +17,6 @@ tensors; nothing here touches the device.
   half the bucket, the rows above the bucket they fit move to the lowest free slots (`moves`), so a row left alone in
   a wide batch steps at the cost of a single line. Halving is what it takes to narrow again, so a join and a row's
   end cannot make the width flip every frame.
-- Memory: a batch is built at the widest of its width and its back-offs whose need fits the device's free memory
-  (`fitting_width`; the engine counts both); out of memory, it narrows to half its width, down to one row
-  (`back_off`).
 """
 
 from __future__ import annotations
@@ -94,9 +86,8 @@ def fitting_width(width: int, need: Callable[[int], int], free: int) -> int:
 
 class Pace:
     """A live batch's milliseconds a frame by the width its step ran at, measured as it runs, and whether a width keeps
-    every stream ahead of its playback. The engine keeps one for all its batches. A width's figure is the mean of its
-    first PACE_FRAMES frames, then an average that moves 1 / PACE_FRAMES of the way to each new frame's; one not run
-    for PACE_FORGET frames is forgotten, so that a slow spell does not keep the batch narrow for good."""
+    every stream ahead of its playback; the engine keeps one for all its batches. A width not run for PACE_FORGET
+    frames is forgotten, so that a slow spell does not keep the batch narrow for good."""
 
     def __init__(self, budget_ms: float = FRAME_MS * PACE_PERCENT / 100):
         self.budget = budget_ms

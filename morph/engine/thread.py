@@ -1,7 +1,6 @@
 """The engine (morph/engine/engine.py) on a thread of its own, which owns the model: it runs the engine's loop while
 rows wait, keeps the batch built between bursts (its CUDA graphs are captured once), and runs other model work handed
-to it (`call`) between frames. What the speech server (morph/live_engine.py) and each Ray worker
-(morph/distributed/worker.py) run.
+to it (`call`) between frames (docs/architecture.md, Threads and CUDA streams).
 
 An error that leaves the CUDA context unusable (morph/engine/engine.py `fatal`), or the thread ending any other way,
 fails it: every request it holds ends at once with `EngineFailed`, so do those sent after, and `on_fatal` tells the

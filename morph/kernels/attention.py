@@ -127,9 +127,7 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
     # The cache length is a compile-time constant and blocks outside lo .. hi are skipped,
     # rather than a loop over lo .. hi: loop bounds read from memory break Triton's CPU
     # interpreter, which the CPU tests use. Paged, a tile's page numbers are read one tile ahead
-    # (each page's once), so that the keys' loads do not wait behind the table's; slots below lo
-    # are not loaded either: in a tile wider than a page, their pages may be the null page, whose
-    # contents are anything.
+    # (each page's once), so that the keys' loads do not wait behind the table's.
     NPT: tl.constexpr = BLOCK_L // PAGE if PAGED else 1
     STRIDE: tl.constexpr = BLOCK_L * SPLITS
     pages = _tile_pages(split * BLOCK_L, lo, hi, b, table_addr, L, PAGE, NPT, PAGED)
@@ -139,9 +137,9 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
         pages = _tile_pages(s0 + STRIDE, lo, hi, b, table_addr, L, PAGE, NPT, PAGED)
         if (s0 < hi) & (s0 + BLOCK_L > lo):
             s = s0 + tl.arange(0, BLOCK_L)
-            # slots below lo are not loaded, dense or paged: a slot no row holds steps with whatever bound its last
-            # row left, and would write NaN there (0 / 0 below), which a zero weight times NaN would carry into the
-            # next row to join that slot
+            # slots below lo are not loaded: paged, their pages may be the null page, whose contents are anything; and
+            # a slot no row holds steps with whatever bound its last row left, and would write NaN there (0 / 0 below),
+            # which a zero weight times NaN would carry into the next row to join that slot
             kv_ok = (s < hi) & (s >= lo)
             if PAGED:
                 page = tl.reshape(tl.broadcast_to(here[:, None], (NPT, PAGE)), (BLOCK_L,))

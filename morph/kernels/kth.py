@@ -1,19 +1,15 @@
 """The k-th largest value per row, exactly, without torch.topk on CUDA.
 
-HF's top-k warper needs one number per row: the k-th largest score (duplicates counted).
-`torch.topk` finds it with a single-block radix select, tens of microseconds for one
-row of 2048, and the sampler runs it for every code group of every frame.
-This Triton kernel finds the same value by a 32-step bisection over the scores' bit
-patterns (mapped to an order-preserving unsigned key), with the whole row in registers:
-one launch per call, every row in parallel. The result is bit-for-bit torch.topk's
-`values[..., k-1]`, so sampling stays exact; CPU and non-Triton setups use topk itself.
+HF's top-k warper needs the k-th largest score of each row (duplicates counted). `torch.topk` finds it with a
+single-block radix select, tens of microseconds for one row of 2048, for every code group of every frame. This kernel
+bisects over the scores' bit patterns (as order-preserving unsigned keys) in 32 steps, the whole row in registers,
+every row in parallel in one launch. The result is bit-for-bit torch.topk's `values[..., k-1]`, so sampling stays
+exact; the CPU and setups without Triton use topk itself.
 
-Why the kernel takes addresses, not tensors: under ComfyUI's default CUDA allocator
-(cudaMallocAsync), memory allocated while a CUDA graph is being captured has no physical
-backing yet, so Triton's launcher refuses tensor arguments that point at it ("Pointer
-argument cannot be accessed from Triton") and the capture fails. Plain integers skip
-that check; the kernel only dereferences them when the graph replays, when they are
-backed.
+Why the kernels take addresses, not tensors: under cudaMallocAsync (ComfyUI's default), memory allocated during a CUDA
+graph capture has no physical backing yet, so Triton's launcher refuses tensor arguments that point at it ("Pointer
+argument cannot be accessed from Triton") and the capture fails. Plain integers skip that check; the kernel
+dereferences them only when the graph replays, when they are backed.
 """
 
 from __future__ import annotations

@@ -16,10 +16,9 @@ to the model dtype before the weight multiply, bf16 RoPE products, the residual 
 model dtype), with fp32 accumulation throughout; in fp32 the results equal lean's to
 rounding. (In bf16 morph/decode/lean.py rounds less: its residual stream is fp32.)
 
-Kernels compile in about a second each on first use and land in Triton's disk cache, so
-a new process starts in seconds. Like morph/kernels/kth.py they take addresses, not tensors:
-under cudaMallocAsync, Triton's launcher refuses tensors allocated during a CUDA graph
-capture, which is where every activation here is allocated.
+Kernels compile in about a second each on first use and land in Triton's disk cache. They take
+addresses, not tensors (morph/kernels/kth.py says why): every activation here is allocated
+during a CUDA graph capture.
 """
 
 from __future__ import annotations

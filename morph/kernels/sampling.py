@@ -48,8 +48,7 @@ def _race_kernel(p_addr, q_addr, o_addr, V, BLOCK: tl.constexpr):
 
 def sample_warped(scores: torch.Tensor, s: Sampling, noise, slot: int = 0) -> torch.Tensor:
     """sampling.pick for a sampled draw without top-p (morph/decode/sampling.py's fused_pick says when):
-    warpers and softmax, the Exp(1) values from `noise` (morph/decode/sampling.py's Noise, so the random stream
-    is the op-by-op step's), and the race."""
+    warpers and softmax, the Exp(1) values from `noise` (morph/decode/sampling.py's Noise), and the race."""
     v = scores.shape[-1]
     flat = scores.reshape(-1, v).contiguous()
     probs = torch.empty(flat.shape, device=flat.device, dtype=torch.float32)

@@ -1,18 +1,14 @@
 """The codec's SnakeBeta activation as one Triton kernel (CUDA tensors, Triton installed).
 
-Upstream's SnakeBeta (the 12 Hz codec's decoder) is five full-size elementwise ops,
-x * alpha, sin, square, times 1 / beta, plus x: five reads and writes of the decoder's
-largest activations, a large share of the codec's GPU time, which this kernel's one pass
-cuts (bench/results/h100-2026-11-22c).
+Upstream's SnakeBeta (the 12 Hz codec's decoder) is five full-size elementwise ops, x * alpha, sin, square, times
+1 / beta, plus x: five reads and writes of the decoder's largest activations, a large share of the codec's GPU time,
+which one pass cuts (bench/results/h100-2026-11-22c).
 
-The kernel runs the same five operations in the same order and rounds to the tensor's
-dtype after each one, as torch does for a bf16 op (computed in fp32, then rounded), with
-libdevice's sine. It matches upstream's to rounding, not bit for bit: most values are
-equal and the rest are no further from the exact function than upstream's
-(tests/gpu), where a sine or a fused multiply-add rounds differently from torch's kernels.
-Only audio on CUDA goes through it; the codes, and everything on the CPU, are untouched.
-exp(alpha) and 1 / (exp(beta) + 1e-9) are per channel and computed by torch as upstream
-computes them. Like morph/kernels/layers.py the kernel takes addresses.
+The kernel runs the same five ops in the same order, rounding to the tensor's dtype after each as torch does for a
+bf16 op, with libdevice's sine. It matches upstream's to rounding, not bit for bit: most values are equal and the rest
+no further from the exact function than upstream's (tests/gpu), where a sine or a fused multiply-add rounds
+differently from torch's kernels. Only audio on CUDA goes through it. exp(alpha) and 1 / (exp(beta) + 1e-9) are per
+channel, computed by torch as upstream computes them. Like morph/kernels/layers.py the kernel takes addresses.
 
 The lean codec's channels-last launch (`snake_samples`) also moves samples as it goes: it reads them from where a
 convolution left them and writes them where the next one reads them, a dilated convolution's input interleaved
@@ -63,8 +59,7 @@ def _snake_kernel(x_addr, a_addr, inv_addr, o_addr, C, INNER, N, DTYPE: tl.const
 
 @triton.jit
 def _at(row, sample, channel, ROW, SHIFT, EVERY: tl.constexpr, C: tl.constexpr):
-    """Where sample `sample` of row `row` lies (Samples): row row * EVERY + s % EVERY at s // EVERY, s = sample +
-    SHIFT."""
+    """Where sample `sample` of row `row` lies, as Samples lays it out."""
     s = sample + SHIFT
     return (row * EVERY + s % EVERY) * ROW + (s // EVERY) * C + channel
 

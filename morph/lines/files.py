@@ -1,5 +1,5 @@
-"""How the line store puts a file on disk: whole or not at all, under a temporary name no other writer shares, and
-a failure that says which file, why, and leaves no partial file behind.
+"""How the line store puts a file on disk: whole or not at all (`write_atomic`), and a failure that names the file,
+its cause and the fix.
 
 The WAV bytes are made here rather than by libsndfile writing to disk, whose failures read "System error." with no
 file and no cause (a full disk included); Python's own writes raise OSError with both.
@@ -34,10 +34,9 @@ class LineWriteError(OSError):
 
 
 def wav_header(samples: int) -> bytes:
-    """A mono float32 WAV header at SAMPLE_RATE for `samples` samples (format 3, IEEE float, with its fact chunk).
-    Past what RIFF's 32-bit sizes hold it is an RF64 header (EBU Tech 3306: the sizes in a ds64 chunk, 0xFFFFFFFF
-    in their 32-bit places), the long WAV that libsndfile (soundfile) reads, so an audiobook-long dialogue is still
-    one file."""
+    """A mono float32 WAV header at SAMPLE_RATE for `samples` samples (format 3, IEEE float, with its fact chunk);
+    past what RIFF's 32-bit sizes hold, an RF64 header (EBU Tech 3306: the sizes in a ds64 chunk, 0xFFFFFFFF in
+    their 32-bit places), which soundfile reads (docs/scripts.md, Long scripts)."""
     data = samples * 4
     riff = 4 + 8 + len(_FMT) + 12 + 8 + data  # the file's size less RIFF's own 8 bytes
     if riff <= RIFF_LIMIT:

@@ -1,17 +1,13 @@
-"""One job at a time per output folder and prefix: a lock file the operating system releases when its holder's
-process ends, however it ends (a crash, `kill -9`, a lost machine's NFS client), so a dead job's lock is taken
-over by the next one without a word and a live one's refuses the newcomer with who holds it.
+"""One job at a time per output folder and prefix (docs/scripts.md, One job at a time, whole files; Workers of a
+killed driver): a lock file the operating system releases when its holder's process ends, however it ends (a crash,
+`kill -9`, a lost machine's NFS client), so a dead job's lock is taken over without a word and a live one's refuses
+the newcomer, naming its holder (process, machine, what it runs, since when). Two jobs on one line store would
+interleave their writes: one line's file from the first job under the second job's manifest entry.
 
-Two jobs on one line store would interleave their writes: one line's file from the first job under the second
-job's manifest entry. The lock file names its holder (process, machine, what it runs, since when) for that refusal;
-it is removed when the holder lets go.
-
-The operating system's lock belongs to the holder's process alone, and a distributed job's workers are other
-processes (other machines too), which may outlive a killed driver. So the lock file also holds a token of this
-holding, random and new at each acquire: a worker is given its job's token and puts a file in place only while the
-lock file still holds it (`check_holds`, right before its rename), so a job that took the folder over gets no file
-from an earlier job's workers. A takeover that falls between that check and the rename (a few microseconds) can
-still let that one file through; the manifest's SHA-256 of each file tells on the next run.
+The OS lock belongs to the holder's process alone, and a distributed job's workers may outlive a killed driver, so
+the lock file also holds a token, new at each acquire: a worker puts a file in place only while the lock file still
+holds its job's token (`check_holds`, right before its rename). A takeover between that check and the rename (a few
+microseconds) can still let one file through; the manifest's SHA-256 of each file tells on the next run.
 """
 
 from __future__ import annotations

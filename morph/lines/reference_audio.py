@@ -48,8 +48,7 @@ def _mono(audio: np.ndarray, shape: list, who: str, words: Words) -> np.ndarray:
 
 
 def _as_float(audio: np.ndarray, who: str) -> np.ndarray:
-    """Samples as float64 in [-1, 1]: integer PCM by its type's full scale, float audio by its own peak when
-    that is above 1.0 (a float WAV or a decoder may go past full scale)."""
+    """Samples as float64: integer PCM divided by its type's full scale, float audio as it is."""
     if np.issubdtype(audio.dtype, np.unsignedinteger):  # 8-bit WAV: offset binary
         half = (int(np.iinfo(audio.dtype).max) + 1) // 2
         return (audio.astype(np.float64) - half) / half

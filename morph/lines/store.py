@@ -1,9 +1,7 @@
 """The line store of a rendered script: one WAV per finished line, the subtitles, and the manifest that lets a
-rerun after a crash or cancel render only the lines that are missing or changed.
-
-Shared by every front end that renders a script to a folder (the Render Lines node, `cli.py render`, and the
-workers of a distributed job, which write their lines' files while one process keeps the manifest): it knows
-files, names and fingerprints, nothing of ComfyUI or the engine.
+rerun after a crash or cancel render only the lines that are missing or changed (docs/scripts.md, Resume). Every
+front end that renders a script to a folder shares it; a distributed job's workers write their lines' files
+(LineFiles) while one process keeps the manifest (LineStore).
 """
 
 from __future__ import annotations
@@ -42,7 +40,7 @@ def voice_digest(voice) -> str:
 def fingerprint(context: dict, name: str, text: str, voice=None, speaker: str | None = None, instruct: str = "") -> str:
     """One line's fingerprint: the render context (model and settings, chosen by the front end), the
     character's name, the text, and who speaks it: a cloned voice, or a CustomVoice speaker and an instruct, or a
-    VoiceDesign instruct (a voice line's fingerprint holds only the voice, as it always has)."""
+    VoiceDesign instruct."""
     line = dict(context, name=name, text=text)
     if voice is not None:
         line["voice"] = voice_digest(voice)

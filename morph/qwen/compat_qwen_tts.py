@@ -74,10 +74,10 @@ def _shim_pad_token_id() -> bool:
 def accept_saved_rope_parameters(init):
     """Wrap a qwen-tts config ``__init__`` so a config.json written by 5.x loads like one written by 4.57.
 
-    5.x saves ``rope_scaling`` as ``rope_parameters``. qwen-tts's ``__init__`` then passed that on to 5.x's
-    validation (which on some releases demands a ``rope_theta`` inside it) and afterwards assigned its own
+    5.x saves ``rope_scaling`` as ``rope_parameters``; unwrapped, qwen-tts's ``__init__`` passes that on to 5.x's
+    validation (which on some releases demands a ``rope_theta`` inside it), then assigns its own
     ``rope_scaling=None`` default over it, losing the talker's mrope_section. Configs written by 4.57 (all
-    released checkpoints) were fine.
+    released checkpoints) load either way.
     """
     params = inspect.signature(init).parameters
 

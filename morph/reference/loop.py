@@ -1,10 +1,7 @@
-"""The reference loop, eager mode's: it stands in for upstream `talker.generate` (HF generate: per frame the predictor's
-generate, a 16-way embedding sum, one token through the talker's HF layers with a DynamicCache, the logits processors
-and a draw, host syncs throughout) on one model instance. After upstream's own prefill it runs the frame step every mode
-runs (morph/decode/talker_loop.py `TalkerLoop.frame_step`) on the checkpoint's own HF layers, and returns what
-upstream's `Qwen3TTSForConditionalGeneration.generate` reads from it (`hidden_states`, one `(hidden, codes)` entry per
-step), so EOS trimming stays upstream's. The host reads back a "rows left" flag a few frames behind the GPU (the queue
-never drains).
+"""The reference loop, eager mode's stand-in for upstream's `talker.generate` on one model instance: after upstream's
+own prefill it runs the frame step every mode runs (morph/decode/talker_loop.py `TalkerLoop.frame_step`) on the
+checkpoint's own HF layers, and returns what upstream's `Qwen3TTSForConditionalGeneration.generate` reads from it
+(`hidden_states`, one `(hidden, codes)` entry per step), so EOS trimming stays upstream's.
 """
 
 from __future__ import annotations
@@ -116,8 +113,8 @@ def _start(talker, st: TalkerState, rules: TalkerRules, inputs_embeds, attention
 
 def decode(st: TalkerState, run: Callable[[], object], max_frames: int, on_step: Callable[[], None] | None,
            sync_lag: int) -> int:
-    """Run up to max_frames steps; stop once every row has emitted EOS, read `sync_lag` frames behind the GPU. Returns
-    steps run."""
+    """Run up to max_frames steps; stop once every row has emitted EOS, read `sync_lag` frames behind the GPU so that
+    its queue never drains. Returns steps run."""
     cuda, ring = st.device.type == "cuda", sync_lag + 2
     flags = torch.ones(ring, dtype=torch.bool, pin_memory=cuda)
     pending: collections.deque = collections.deque()

@@ -3,15 +3,7 @@
 
     app = create_app(load, Path("voices"), api_key=None)   # cli.py serve runs it with uvicorn
 
-load (picklable, cli_serve.py's) makes the model in the engine's process (morph/engine/process.py), which the app
-starts with it and stops with it; when that process ends, the app starts another without closing its listener.
-
-Every route but /health needs `Authorization: Bearer <key>` when the server has a key. /health answers 503 until
-the model is warm (one short request has run through the engine, so its CUDA graphs are captured), then 200, and
-503 again while the engine's process restarts, or once the server drains or fails (lifecycle.py owns that state and
-the door every request passes).
-Errors are OpenAI's shape, {"error": {"message", "type", "param", "code"}} (protocol.api_error): a 4xx for what the
-request got wrong, 503 for what may be sent again later, 500 for a failure of the server's own.
+Every route passes lifecycle.Gate (the key, the server's state, the body's size); errors are protocol.api_error's.
 """
 
 from __future__ import annotations
@@ -52,8 +44,9 @@ def create_app(load, voices_dir: Path, api_key: str | None = None, model_id: str
                defaults: GenerationSettings | None = None, width: int = LIVE_WIDTH,
                max_frames: int = LIVE_MAX_FRAMES, max_prompt: int = LIVE_MAX_PROMPT,
                max_waiting: int | None = None, kv_cache_bytes: int | None = None) -> FastAPI:
-    """The app over the model load() makes in the engine's process; that process starts with the app, and again
-    when it ends (lifecycle.py says how often), and stops with it."""
+    """The app over the model `load()` (picklable: cli_serve.py's) makes in the engine's process
+    (morph/engine/process.py); that process starts with the app, again when it ends, on the same listener
+    (lifecycle.py says how often), and stops with it."""
     voices, metrics, lifecycle = VoiceFolder(voices_dir), Metrics(), Lifecycle()
     defaults = (defaults or GenerationSettings()).validate("cli.py serve")
     created = int(time.time())

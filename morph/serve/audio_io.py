@@ -1,9 +1,6 @@
-"""The audio a request sends (an uploaded or base64 clip) and a reply takes (a whole file, or a stream of chunks).
-
-Replies follow OpenAI's speech API: `response_format` names the file type, `pcm` is raw 16-bit little-endian mono at
-24 kHz, a streamed `wav` has a header of unknown length, `opus` is Ogg Opus and `aac` is ADTS AAC (both through PyAV's
-FFmpeg, encoded chunk by chunk as a stream's audio comes). Uploads are decoded in memory only: a request never makes
-the server read its own disk or fetch a URL.
+"""The audio a request sends (an uploaded or base64 clip) and a reply takes (a whole file, or a stream of chunks), in
+the formats of OpenAI's speech API (docs/serving.md, Replies). Uploads are decoded in memory only: a request never
+makes the server read its own disk or fetch a URL.
 """
 
 from __future__ import annotations
@@ -54,8 +51,8 @@ def media_type(fmt: str) -> str:
 
 
 def pcm16(audio: np.ndarray) -> bytes:
-    """Float samples in [-1, 1] as signed 16-bit little-endian PCM: clipped first, since a sample past full scale
-    would otherwise wrap around to the opposite sign (a loud click), then rounded to the nearest step."""
+    """Float samples in [-1, 1] as signed 16-bit little-endian PCM, rounded; clipped first, since a sample past full
+    scale would wrap around to the opposite sign (a loud click)."""
     clipped = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0)
     return np.round(clipped * 32767).astype("<i2").tobytes()
 
@@ -71,9 +68,8 @@ def wav_stream_header(sample_rate: int = SAMPLE_RATE) -> bytes:
 
 class StreamEncoder:
     """One streamed reply's audio in `fmt` (one of STREAMABLE): `feed` takes a chunk of float mono samples at
-    SAMPLE_RATE and gives the bytes ready to send (none yet, while an encoder fills a frame), `finish` the rest. A
-    pcm stream is its chunks' samples, a wav stream those after wav_stream_header, opus and aac the packets of one
-    encoder and muxer kept from chunk to chunk."""
+    SAMPLE_RATE and gives the bytes ready to send (none yet, while an encoder fills a frame), `finish` the rest;
+    opus and aac keep one encoder and muxer from the first chunk to the last."""
 
     def __init__(self, fmt: str):
         if fmt not in STREAMABLE:

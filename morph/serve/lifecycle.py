@@ -1,15 +1,12 @@
-"""The server's state, owned here alone: `loading` until the warm-up request has run, then `serving`; `draining` once
-SIGTERM or SIGINT came (no new requests, those in flight finish within the shutdown timeout, then the rest are cut off
-and the process exits 0); `restarting` while the engine's process (morph/engine/process.py), which ended, is started
-again and warmed up (its requests were answered with an error when it ended); `failed` when the engine cannot go on,
-having ended RESTARTS times within RESTART_WINDOW_S (every request is answered at once and the process exits 1, for
-its supervisor to restart it).
+"""The server's state, owned here alone (what a client sees in each: docs/serving.md, When something fails):
+`loading` until the warm-up request has run, then `serving`; `draining` once SIGTERM or SIGINT came (those in flight
+get the shutdown timeout, then are cut off, and the process exits 0); `restarting` while the engine's process
+(morph/engine/process.py), which ended, is started again and warmed up; `failed` once it has ended RESTARTS times
+within RESTART_WINDOW_S (the process exits 1, for its supervisor to restart it).
 
 `Gate` is the door every HTTP request and WebSocket session passes, in this order: the API key (401), the state (503
 unless loading or serving), the body's size (413, before any of it is parsed); it counts the requests and sessions
-inside, which a drain waits for.
-/health and /metrics pass in every state: they report it. `run_server` runs the app under uvicorn and turns the state
-into the process's end.
+inside, which a drain waits for. /health and /metrics pass in every state: they report it.
 """
 
 from __future__ import annotations
@@ -212,8 +209,8 @@ def run_server(app, host: str, port: int, shutdown_timeout: float) -> int:
     Server(config).run()
     if lifecycle.state != FAILED:
         return 0
-    # Every request is answered. The interpreter's own teardown would free device memory in a context that has
-    # failed, which can hang or abort: the process ends here instead.
+    # Every request is answered. The exit is immediate: the supervisor acts on the status alone, and the interpreter's
+    # teardown (multiprocessing's handler stopping the engine's process, threads still reading its pipe) could delay it.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(1)

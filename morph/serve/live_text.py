@@ -1,26 +1,22 @@
 """WS /v1/audio/speech/stream: text as it is typed (an LLM's tokens) in, each sentence's audio out as it is made, in
-the protocol vLLM-Omni's Qwen3-TTS clients speak.
+the protocol vLLM-Omni's Qwen3-TTS clients speak (in full: docs/serving.md, Text as it is typed).
 
     client -> server, JSON text frames
-      {"type": "session.config", ...}         first: the speech body's fields but its text (voice, response_format,
-                                              pcm by default, speed, language, seed, ref_audio, ...), checked as POST
-                                              checks them
+      {"type": "session.config", ...}         first: the speech body's fields but its text, checked as POST checks them
       {"type": "input.text", "text": "..."}   any number: the text's next characters (up to MAX_INPUT_CHARS a message)
       {"type": "input.done"}                  the text is whole: speak what is left of it, then finish
     server -> client, sentence by sentence in order
       {"type": "audio.start", "sentence_index": N, "sentence_text": "...", "format": "pcm", "sample_rate": 24000}
-      binary frames: the sentence's audio as the engine makes it, each sentence a stream of its own as POST streams
-      it (a wav sentence starts with its header, an opus one with its Ogg headers)
+      binary frames: the sentence's audio, each sentence a stream of its own as POST streams it
       {"type": "audio.done", "sentence_index": N, "total_bytes": B}
     then {"type": "session.done", "total_sentences": N} and the close (1000). An error is {"type": "error", "message",
     "code", "param"} and the close: 1008 for what the client got wrong, 1013 for what it may try again later (a busy
     or draining server), 1011 for the server's own failure.
 
 A sentence ends where morph/lines/text_split.py ends one, once the white space after its mark has come (so neither
-"3.14" nor a sentence still being typed is cut), or at MAX_SENTENCE_CHARS, so a run-on text is heard before it ends.
-Each sentence is a request of its own in the engine (and in /metrics), submitted once it is complete and at most
-AHEAD sentences after the one streaming. The API key and the server's state are checked by lifecycle.Gate at the
-handshake (an HTTP 401 or 503 there); a client that goes away cancels every sentence of its session.
+"3.14" nor a sentence still being typed is cut), or at MAX_SENTENCE_CHARS. Each sentence is a request of its own in
+the engine, submitted at most AHEAD sentences after the one streaming. lifecycle.Gate checks the key and the server's
+state at the handshake.
 """
 
 from __future__ import annotations
@@ -45,8 +41,7 @@ from .speech import Speech
 log = logging.getLogger(__name__)
 
 WHO = "WS /v1/audio/speech/stream"
-# About 12 s of speech: a text that runs on without a sentence's end is cut where a clause or word ends, so it is heard
-# while it is typed rather than after
+# About 12 s of speech: a text that runs on is cut where a clause or word ends, so it is heard while it is typed
 MAX_SENTENCE_CHARS = 200
 # Sentences in the engine beyond the one streaming: the next is made while this one plays, and a text that comes
 # faster than it is spoken does not take the batch's slots from the server's other clients

@@ -1,10 +1,8 @@
 """What a speech request may say, and the errors the server answers with, in OpenAI's shapes.
 
-The body of POST /v1/audio/speech is OpenAI's (model, input, voice, response_format, speed, stream_format) plus the
-fields vLLM-Omni's users already send for Qwen3-TTS (ref_audio, ref_text, x_vector_only_mode, task_type,
-instructions, language, stream) and the pack's sampling fields. Fields the server does not know are ignored, as
-OpenAI-compatible servers do; a known field out of range is a 400 that names it (`param`). Text must be encodable
-(no lone surrogates) and numbers finite.
+The body of POST /v1/audio/speech is OpenAI's plus the fields vLLM-Omni's Qwen3-TTS users send and the pack's
+sampling fields (docs/serving.md, Requests). Unknown fields are ignored, as OpenAI-compatible servers do; a known
+field out of range is a 400 that names it (`param`). Text must be encodable (no lone surrogates), numbers finite.
 
 Every answer other than audio is OpenAI's error shape, {"error": {"message", "type", "param", "code"}}, and
 `api_error` alone decides which, from what went wrong.

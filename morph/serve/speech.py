@@ -1,12 +1,11 @@
-"""POST /v1/audio/speech: a request's line, voice and settings, its run in the engine's process (morph/engine/process.py), and
-its audio as the reply asks for it: at its `speed` (tempo.py), streamed as it is made (raw PCM, a WAV of unknown
-length, Ogg Opus, ADTS AAC, or OpenAI's server-sent events), or one whole file.
+"""POST /v1/audio/speech: a request's line, voice and settings, its run in the engine's process
+(morph/engine/process.py), and its audio as the reply asks for it: at its `speed` (tempo.py), streamed as it is made
+(PCM, WAV, Opus, AAC, or OpenAI's server-sent events), or one whole file.
 
-Streamed, the reply's status and headers go out at once and audio follows chunk by chunk; a failure after that can no
-longer change the status, so the stream is cut off (its chunked body never ends properly) rather than ended as if
-whole. A client that goes away cancels its request, whatever the format: its rows leave the batch at the next frame
-(a stream's at its next chunk, when Starlette stops the stream; a whole file's at once, `_whole` listening for the
-disconnect all the while).
+A stream's status and headers go out before its audio, so a failure after that cannot change the status: the stream
+is cut off (its chunked body never ends) rather than ended as if whole. A client that goes away cancels its request
+in every format: a stream's at its next chunk, when Starlette stops the stream; a whole file's at once, `_whole`
+listening for the disconnect all the while.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""A reply's `speed`: its audio played faster or slower at the same pitch, by FFmpeg's `atempo` filter through PyAV.
-
-atempo is WSOLA (waveform-similarity overlap-add): it cuts the audio into overlapping windows and lays them down at
-the new rate, each shifted to where it lines up best with the one before, so voices keep their pitch and timbre. One
-atempo blends its windows between 0.5 and 2.0; past that it skips samples instead, so 0.25-0.5 and 2.0-4.0 run two
-in a row, each at the square root of the speed. A Stretch keeps its filter's state between the chunks of a stream,
-so a stream and a whole file of the same audio are stretched alike.
+"""A reply's `speed`: its audio played faster or slower at the same pitch, by FFmpeg's `atempo` filter (WSOLA) through
+PyAV (docs/serving.md, Requests). One atempo blends its windows between 0.5 and 2.0 and skips samples past that, so
+0.25-0.5 and 2.0-4.0 run two in a row, each at the square root of the speed. A Stretch keeps its filter's state
+between a stream's chunks, so a stream and a whole file of the same audio are stretched alike.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The server's saved voices: one `<name>.safetensors` per voice in a folder, so they survive a restart.
 
-The files are the pack's own voice files (morph/lines/voice.py), the ones the Save Voice node and `cli.py voice save`
-write, so a user can drop those in. A voice is handed out as its file's bytes, checked (morph/lines/voice.py
-check_voice), which the engine's process reads: this process needs no torch. The app calls a VoiceFolder from several
-threads at once.
+The files are the pack's own voice files (morph/lines/voice.py), as Save Voice and `cli.py voice save` write them. A
+voice is handed out as its file's bytes, checked without torch (`check_voice`), for the engine's process to read. A
+VoiceFolder may be called from several threads at once.
 """
 
 from __future__ import annotations
