@@ -40,11 +40,21 @@ def checks(results: Path) -> list[dict]:
     return found
 
 
+def ran(report: dict) -> set[str] | None:
+    """The tests/gpu files a report's run named (tools/gpu_check.sh TESTS), or None where it ran them all."""
+    paths = [t.rstrip("/") for t in report.get("tests", "tests/gpu").split() if t.startswith("tests/gpu")]
+    return None if "tests/gpu" in paths else {Path(t).name for t in paths}
+
+
 def summary(report: dict) -> str:
+    """Each allocator's counts, and the tests/gpu files (as HEAD has them) none of its parts ran."""
+    every = {p.name for p in (ROOT / "tests" / "gpu").glob("test_*.py")}
     parts = []
     for backend, result in report.get("backends", {}).items():
         failed = len(result.get("failed", []))
-        parts.append(f"{backend} {result.get('passed', 0)} passed, {failed} failed")
+        missed = sorted(every - result["ran"]) if result.get("ran") is not None else []
+        left = f" ({', '.join(missed)} not run)" if missed else ""
+        parts.append(f"{backend} {result.get('passed', 0)} passed, {failed} failed{left}")
     return "; ".join(parts) or "no result recorded"
 
 
@@ -60,9 +70,11 @@ def main() -> int:
     backends: dict[str, dict] = {}
     for c in at:
         for backend, result in c.get("backends", {}).items():
-            total = backends.setdefault(backend, dict(passed=0, failed=[]))
+            total = backends.setdefault(backend, dict(passed=0, failed=[], ran=set()))
             total["passed"] += result.get("passed", 0)
             total["failed"] += result.get("failed", [])
+            files = ran(c)
+            total["ran"] = None if files is None or total["ran"] is None else total["ran"] | files
     newest = dict(at[0], backends=backends)
     after = git("rev-list", "--count", f"{newest['commit']}..HEAD", "--", *ENGINE)
     paths = ", ".join(str(c["path"].relative_to(ROOT)) for c in at)

@@ -19,9 +19,10 @@ def commit(repo, path, text):
     return subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def check(commit_id, failed=(), backends=("cudaMallocAsync", "native")):
+def check(commit_id, failed=(), backends=("cudaMallocAsync", "native"), tests=None):
     results = dict(cudaMallocAsync=dict(passed=3, failed=list(failed)), native=dict(passed=2, failed=[]))
-    return json.dumps(dict(commit=commit_id, device="GPU X", backends={b: results[b] for b in backends}))
+    report = dict(commit=commit_id, device="GPU X", backends={b: results[b] for b in backends})
+    return json.dumps(report if tests is None else dict(report, tests=tests))
 
 
 def test_the_newest_check_its_result_and_the_engine_commits_since(tmp_path, monkeypatch, capsys):
@@ -60,3 +61,21 @@ def test_a_machine_without_git_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))  # no git to be found
     assert gpu_check_age.main() == 0
     assert "none committed" in capsys.readouterr().out
+
+
+def test_a_check_run_in_parts_names_the_files_no_part_ran(tmp_path, monkeypatch, capsys):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    for name in ("test_a.py", "test_b.py", "test_c.py"):
+        commit(tmp_path, f"tests/gpu/{name}", "")
+    head = commit(tmp_path, "morph/a.py", "1")
+    # cudaMallocAsync ran a and b in one part and c (selected with -k) in another; native ran only a
+    commit(tmp_path, "bench/results/d/A-async/gpu_check.json",
+           check(head, backends=["cudaMallocAsync"], tests="tests/gpu/test_a.py tests/gpu/test_b.py"))
+    commit(tmp_path, "bench/results/d/M-async/gpu_check.json",
+           check(head, backends=["cudaMallocAsync"], tests="tests/gpu/test_c.py -k 60s"))
+    commit(tmp_path, "bench/results/d/A-native/gpu_check.json",
+           check(head, backends=["native"], tests="tests/gpu/test_a.py"))
+    monkeypatch.setattr(gpu_check_age, "ROOT", tmp_path)
+    assert gpu_check_age.main() == 0
+    out = capsys.readouterr().out
+    assert "cudaMallocAsync 6 passed, 0 failed; native 2 passed, 0 failed (test_b.py, test_c.py not run)" in out
