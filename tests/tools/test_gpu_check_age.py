@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import gpu_check_age  # noqa: E402
 
@@ -79,3 +81,23 @@ def test_a_check_run_in_parts_names_the_files_no_part_ran(tmp_path, monkeypatch,
     assert gpu_check_age.main() == 0
     out = capsys.readouterr().out
     assert "cudaMallocAsync 6 passed, 0 failed; native 2 passed, 0 failed (test_b.py, test_c.py not run)" in out
+
+
+@pytest.mark.parametrize("parts, missed", [
+    ([None], ""),  # no TESTS: the whole of tests/gpu
+    (["tests/gpu/"], ""),
+    (["tests/gpu"], ""),
+    ([None, "tests/gpu/test_a.py"], ""),  # a whole run, then a part again: still the whole
+    (["tests/gpu/test_a.py", None], ""),
+    (["-k slow"], " (test_a.py, test_b.py not run)"),  # named no file of tests/gpu
+])
+def test_what_a_run_named_decides_the_files_not_run(tmp_path, monkeypatch, capsys, parts, missed):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    for name in ("__init__.py", "conftest.py", "test_a.py", "test_b.py"):  # only test_*.py files are tests
+        commit(tmp_path, f"tests/gpu/{name}", "")
+    head = commit(tmp_path, "morph/a.py", "1")
+    for i, tests in enumerate(parts):
+        commit(tmp_path, f"bench/results/d/part{i}/gpu_check.json", check(head, backends=["native"], tests=tests))
+    monkeypatch.setattr(gpu_check_age, "ROOT", tmp_path)
+    assert gpu_check_age.main() == 0
+    assert f"native {2 * len(parts)} passed, 0 failed{missed}; 0 commits" in capsys.readouterr().out
