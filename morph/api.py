@@ -50,7 +50,7 @@ class MorphTTS:
              attention: str = "auto", search_dirs: list[Path] = (), download_dir: Path | None = None,
              mode: str = "auto", progress_bars: bool = False, place_on: str | None = None) -> "MorphTTS":
         """`mode` picks the decode path: auto (fused on CUDA, eager elsewhere),
-        fused, graphs, lean or eager (morph/decode/runner.py says what each is; the retired compile runs fused).
+        fused, graphs, lean or eager (docs/architecture.md, Decode modes; the retired compile runs fused).
         transformers' loading bars show with `progress_bars` only; a download's bars show as huggingface_hub has them.
         `place_on`: the device the weights are loaded onto, when not `device`, where they run (a host's memory manager
         moves them there before each run): the dtype and attention kernel are `device`'s."""

@@ -18,7 +18,7 @@ The continuous batch (every mode but eager) holds:
   - prompts: the joining group's prompt and, when more rows wait, the next one's (morph/group_ahead.py);
   - WORKSPACE (cuBLAS's workspaces, the sampler's and the code predictor's scratch), and STREAM_WORKSPACE for each of
     the batch's own streams the process has not used yet.
-The pool, the state, the prompts and WORKSPACE for the whole render, and a prefill and a codec call on top: the
+The pool, the state, the prompts and WORKSPACE for the whole render, and a prefill and the codec on top: the
 codec's calls come all along the render, on their own stream, so a group's prefill meets one. On a GPU all but the
 workspaces go through the allocator's reserve (through_reserve). That is measured above what the process held before
 its first render (the weights, the voices and the cuBLAS workspaces of the caller's stream: a host finds them taken),

@@ -184,7 +184,8 @@ class _LineWriter:
     """Each line `finish`ed (smoothed, written) on a thread of its own, in the order the render hands them over, so the
     render's frame loop goes on meanwhile (finishing on its thread would stall it for a large share of a script's job:
     bench/results/h100-2026-11-26c/NOTES.md). The lines written go into the manifest (`record`, which rewrites it
-    whole) at once for the first, then at most every RECORD_EVERY_S: once a line would be quadratic in the script.
+    whole) at once for the first, then at most every RECORD_EVERY_S: recording after every line would rewrite it
+    once a line, quadratic in the script.
 
     A line that fails to finish (a file that cannot be written) stops the render at its next line, with that error;
     the lines after it are not written. Leaving the block waits for every line handed over and records those

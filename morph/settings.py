@@ -13,7 +13,7 @@ FRAMES_PER_SECOND = 12.5  # one codec frame per 80 ms
 SAMPLE_RATE = 24000
 DEFAULT_SEQ_GROUPS = 5
 MAX_SEQ_GROUPS = 15
-# The decode modes MorphTTS.load and Load Model take (morph/decode/runner.py says what each means), and the
+# The decode modes MorphTTS.load and Load Model take (docs/architecture.md, Decode modes), and the
 # retired ones that still load, each running the mode it names.
 MODES = ("auto", "eager", "lean", "graphs", "fused")
 RETIRED_MODES = {"compile": "fused"}

@@ -8,8 +8,8 @@ so that one call, not the talker, sets upstream's peak, several times the weight
 the codec in pieces of at most DECODE_ROW_FRAMES row-frames, rows of similar length together, so its peak is
 bounded whatever the batch.
 
-A row's audio is its one-call decode to rounding, as that is each row's decode alone: another padding and batch shape
-change the convolutions' reduction order.
+A row's audio is its one-call decode to rounding (another padding and batch shape change the convolutions' reduction
+order), as upstream's one-call decode is each row's decode alone.
 """
 
 from __future__ import annotations

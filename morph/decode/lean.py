@@ -12,9 +12,9 @@ pieces, masks and caches built per call). Here one function runs a whole stack a
 - attention (morph/masked_attention.py) runs over the whole static buffer under a mask, with write positions, rotary
   positions and masks as device tensors: every shape is fixed, so a CUDA graph captured once replays at every position.
 
-`stack_step` is the one definition: run as it is ("lean"), captured in a CUDA graph ("graphs"), and in five fused
-Triton kernels per layer in morph/kernels/layers.py ("fused"); a prompt's prefill is the same step over every slot of
-the prompt (`lean_prefill`).
+`stack_step` is the one definition: run as it is ("lean") or captured in a CUDA graph ("graphs");
+morph/kernels/layers.py implements its contract in five fused Triton kernels per layer ("fused"); a prompt's prefill
+is the same step over every slot of the prompt (`lean_prefill`).
 """
 
 from __future__ import annotations

@@ -228,9 +228,11 @@ class WorkerPool:
 
     def _lost(self, e, actor, batch, running, job: ScriptJob, queue: deque, tries: dict, restarting: dict,
               actors: list) -> None:
-        """A call whose worker Ray lost or is starting again. A worker's death costs one try, to the batch it was
-        running (`running`, its oldest in flight; a batch that kills its worker each time stops the job after
-        MAX_TRIES): the other calls it fails, queued behind that batch or sent before the driver knew, lost nothing.
+        """A call whose worker Ray lost or is starting again: its batch goes back to the front of the queue, and a
+        worker Ray has given up on leaves the pool (the job stops when none is left). A worker's death costs one try,
+        to the batch it was running (`running`, its oldest in flight; a batch that kills its worker each time stops the
+        job after MAX_TRIES): the other calls it fails, queued behind that batch or sent before the driver knew, lost
+        nothing.
         Ray reports them as ActorDiedError or ActorUnavailableError alike, so the error's kind cannot tell."""
         ray, who = self.ray, self.who
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]

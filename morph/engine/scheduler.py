@@ -8,7 +8,8 @@ decisions into tensors, and nothing here touches the device.
   runner a drain of its queue).
 - Admission: in order, while the block manager can set the rows' pages aside (morph/engine/block_manager.py); a dense
   cache admits every row that has a slot. A live batch admits a row only while its `Pace` keeps a frame at the width
-  the step would run at under `PACE_PERCENT` of `FRAME_MS`, so every stream stays ahead of its playback (`_paced`).
+  the step would run at under `PACE_PERCENT` of `FRAME_MS`, so every stream stays ahead of its playback; where the
+  step's own width is over that already, every row that fits is admitted (`_paced`).
 - Preemption (vLLM's preemption by recompute): when an overcommitted pool cannot give every live row its next page,
   the row that joined last gives way, its slot and pages freed, to start again from its first frame; the oldest row
   never does, and no row joins until one ends.

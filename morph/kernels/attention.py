@@ -137,7 +137,8 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
         pages = _tile_pages(s0 + STRIDE, lo, hi, b, table_addr, L, PAGE, NPT, PAGED)
         if (s0 < hi) & (s0 + BLOCK_L > lo):
             s = s0 + tl.arange(0, BLOCK_L)
-            # slots below lo are not loaded: paged, their pages may be the null page, whose contents are anything; and
+            # slots below lo are not loaded: paged, in a tile wider than a page their pages may be the null page, whose
+            # contents are anything; and
             # a slot no row holds steps with whatever bound its last row left, and would write NaN there (0 / 0 below),
             # which a zero weight times NaN would carry into the next row to join that slot
             kv_ok = (s < hi) & (s >= lo)

@@ -40,7 +40,8 @@ def voice_digest(voice) -> str:
 def fingerprint(context: dict, name: str, text: str, voice=None, speaker: str | None = None, instruct: str = "") -> str:
     """One line's fingerprint: the render context (model and settings, chosen by the front end), the
     character's name, the text, and who speaks it: a cloned voice, or a CustomVoice speaker and an instruct, or a
-    VoiceDesign instruct."""
+    VoiceDesign instruct. A cloned voice's line holds no speaker or instruct key, as before those existed: adding
+    them would make every earlier manifest's voice lines render again."""
     line = dict(context, name=name, text=text)
     if voice is not None:
         line["voice"] = voice_digest(voice)

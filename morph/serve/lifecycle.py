@@ -4,9 +4,9 @@ get the shutdown timeout, then are cut off, and the process exits 0); `restartin
 (morph/engine/process.py), which ended, is started again and warmed up; `failed` once it has ended RESTARTS times
 within RESTART_WINDOW_S (the process exits 1, for its supervisor to restart it).
 
-`Gate` is the door every HTTP request and WebSocket session passes, in this order: the API key (401), the state (503
-unless loading or serving), the body's size (413, before any of it is parsed); it counts the requests and sessions
-inside, which a drain waits for. /health and /metrics pass in every state: they report it.
+`Gate` is the door every HTTP request and WebSocket session passes, in this order: the API key (401; /health needs
+none), the state (503 unless loading or serving), the body's size (413, before any of it is parsed); it counts the
+requests and sessions inside, which a drain waits for. /health and /metrics pass in every state: they report it.
 """
 
 from __future__ import annotations
