@@ -1,5 +1,6 @@
 """The README stays one a newcomer reads in five minutes, and true: at most 300 lines, no commit hash, every relative
-link in it and in docs/ resolves, and every command in its code blocks is one a test or CI runs. The commands that
+link in it and in docs/ resolves, as does every pointer from the code to a page of docs/ and its section, and every
+command in its code blocks is one a test or CI runs. The commands that
 need neither network nor GPU run here as written, on the tiny model: the CLI's, the curl and the openai client's."""
 
 from __future__ import annotations
@@ -100,6 +101,22 @@ def test_every_relative_link_resolves(page):
     assert not broken, f"{page.name}: links to nothing in the repository: {broken}"
     assert links or page != README  # the README links its docs: a pattern that found none is broken
 
+
+def test_every_pointer_from_the_code_names_a_page_and_section_of_docs():
+    """A docstring or comment says "(docs/PAGE.md, Section)" where the design it would repeat lives: the page and a
+    heading that begins the section's words, or that they begin, must exist (a pointer wraps lines as prose does)."""
+    code = [*ROOT.glob("*.py"), *(p for d in ("morph", "nodes", "postprocess") for p in (ROOT / d).rglob("*.py"))]
+    broken, found = [], 0
+    for path in code:
+        text = re.sub(r"\n[ \t]*#?[ \t]*", " ", path.read_text(encoding="utf-8"))
+        for page, section in re.findall(r"docs/([\w-]+\.md)(?:, ([A-Z][^)\n;:]*))?", text):
+            found += 1
+            target = ROOT / "docs" / page
+            headings = re.findall(r"^#+ (.+)$", target.read_text(encoding="utf-8"), re.M) if target.exists() else []
+            if not target.exists() or section and not any(section.startswith(h) or h.startswith(section) for h in headings):
+                broken.append(f"{path.relative_to(ROOT)}: docs/{page}" + (f", {section}" if section else ""))
+    assert found, "the pattern found no pointer: it is broken"
+    assert not broken, f"pointers to a page or section docs/ does not have: {broken}"
 
 def test_every_readme_command_runs_in_a_test_or_in_ci():
     commands = shell_commands(README.read_text(encoding="utf-8"))
