@@ -6,6 +6,7 @@ audio decoded a chunk at a time while it is made (`LiveChunks`, through morph/co
 from __future__ import annotations
 
 import collections
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 
 from .codec.calls import FIRST_GRID, LIVE_CHUNK, RAMP_SIZES, call_frames, ramp_size
 from .codec.stream import CodecStream
-from .group_ahead import GroupAhead
+from .graphs import CAPTURE_LOCK, PROMPTS, side_stream
 from .lines.line import Row
 from .prompts import prompt_inputs, talker_inputs
 from .settings import GenerationSettings
@@ -152,6 +153,67 @@ class RowRunner:
         self._hand = hand
 
 
+class GroupAhead:
+    """Groups of up to `width` rows from take(n) (a render's rows, with their stream keys), each built by
+    build(chunk), the next one on a worker thread while the caller runs the one before; the first starts now.
+
+    A group's prompt is built on the host a row at a time (morph/prompts.py); on the frame loop's thread it would hold
+    the loop at every group while the GPU runs out of queued frames (bench/results/h100-2026-11-26f/NOTES.md). A
+    server's requests are not taken ahead: a request taken early could be cancelled where nothing looks for it."""
+
+    def __init__(self, build: Callable[[list], "Group"], take: Callable[[int], list], width: int,
+                 device: torch.device):
+        self.build, self.take, self.width, self.device = build, take, width, device
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="morph-prompts")
+        self._next: Future | None = None
+        self.start()
+
+    def start(self) -> None:
+        """Take the next rows and start building their group (none when no row waits)."""
+        chunk = self.take(self.width)
+        if not chunk:
+            self._next = None
+            return
+        after = None
+        if self.device.type == "cuda":  # the caller's work so far, which the worker's stream waits for
+            after = torch.cuda.Event()
+            after.record(torch.cuda.current_stream(self.device))
+        self._next = self._worker.submit(self._build, chunk, after)
+
+    def next(self) -> "Group | None":
+        """The group built ahead, ready for the caller's stream, and the one after it started; None when no row
+        is left (rows put back since the last start are taken now, and built while the caller waits)."""
+        if self._next is None:
+            self.start()
+            if self._next is None:
+                return None
+        group, done = self._next.result()
+        if done is not None:
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_event(done)
+            for t in group.prompt.values():
+                t.record_stream(stream)
+        self.start()
+        return group
+
+    def close(self) -> None:
+        """Wait for a group being built and stop the worker: the caller is done, and its rows are dropped."""
+        self._worker.shutdown(wait=True)
+        self._next = None
+
+    def _build(self, chunk: list, after: "torch.cuda.Event | None") -> tuple["Group", "torch.cuda.Event | None"]:
+        with torch.inference_mode():
+            if after is None:
+                return self.build(chunk), None
+            stream = side_stream(self.device, PROMPTS)
+            with CAPTURE_LOCK, torch.cuda.device(self.device), torch.cuda.stream(stream):
+                stream.wait_event(after)
+                group = self.build(chunk)
+                done = torch.cuda.Event()
+                done.record(stream)
+            return group, done
+
+
 def budget_pages(tts, kv_cache_bytes: int | None) -> int | None:
     """The pages a paged pool of `kv_cache_bytes` holds on this model (None: the dense cache)."""
     if kv_cache_bytes is None:
@@ -159,11 +221,6 @@ def budget_pages(tts, kv_cache_bytes: int | None) -> int | None:
     from .decode.kv_store import pages_for_bytes  # the decode path loads with a model, not with the nodes
 
     return pages_for_bytes(tts.patch.loop, tts.tts.model.dtype, kv_cache_bytes)
-
-
-def ref_code(row: Row) -> torch.Tensor | None:
-    """The reference codes an ICL voice puts in front of the row (None for any other)."""
-    return None if row.line.voice is None else row.line.voice.ref_code
 
 
 class LiveChunks:
@@ -218,7 +275,7 @@ class LiveChunks:
         for live in self.batch.live.values():
             if live.name not in self.joined:
                 self.joined[live.name] = self.frame
-                self.codec.open(live.name, ref_code(live.name))
+                self.codec.open(live.name, None if live.name.line.voice is None else live.name.line.voice.ref_code)
         run, self.frame = self.frame, self.frame + 1
         known = run - self.lag  # the batch's frames known to be the rows' own
         if self.ramp:

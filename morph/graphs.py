@@ -177,7 +177,7 @@ def frame_loop_stream(device: torch.device):
         caller.wait_stream(stream)
 
 
-# Held by every capture, and by the pack's GPU work on other threads (morph/group_ahead.py), so that the two never
+# Held by every capture, and by the pack's GPU work on other threads (morph/continuous.py), so that the two never
 # overlap: while a stream captures, CUDA forbids other threads' syncs and allocations (torch's default capture mode)
 CAPTURE_LOCK = threading.Lock()
 
@@ -237,7 +237,7 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = 
             raise
         # Run once now, as the warm-up ran: under cudaMallocAsync what a capture allocates is backed only once the
         # graph has run, and freeing a never-run graph's memory aborts the process. A continuous batch captures a
-        # step per width up front (morph/decode/widths.py) and a render may never run some of them.
+        # step per width up front (morph/engine/batch.py) and a render may never run some of them.
         graph.replay()
         torch.cuda.synchronize()
     return CapturedStep(graph, outputs)

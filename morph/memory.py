@@ -15,7 +15,7 @@ The continuous batch (every mode but eager) holds:
     frames of up to LIVE_ROW_FRAMES row-frames, or a row's restart of a window past upstream's first if that is
     larger, and every live row's codec state; in the fast modes the calls' CUDA graphs, which keep their activations
     for the whole render, with a restart or an ICL voice's priming op by op beside them;
-  - prompts: the joining group's prompt and, when more rows wait, the next one's (morph/group_ahead.py);
+  - prompts: the joining group's prompt and, when more rows wait, the next one's (morph/continuous.py GroupAhead);
   - WORKSPACE (cuBLAS's workspaces, the sampler's and the code predictor's scratch), and STREAM_WORKSPACE for each of
     the batch's own streams the process has not used yet.
 The pool, the state, the prompts and WORKSPACE for the whole render, and a prefill and the codec on top: the
@@ -63,7 +63,7 @@ UPSTREAM_CODEC_WORKSPACE = 80 * 2**20
 # Every run's, above the start of a fresh process's batch-1 render (bench/results/h100-2026-11-24c/NOTES.md)
 WORKSPACE = 64 * 2**20
 # cuBLAS's workspace for each of the continuous batch's own streams, its frame loop's (morph/graphs.py
-# frame_loop_stream) and its next group's prompt's (morph/group_ahead.py): taken by the first render of a process that
+# frame_loop_stream) and its next group's prompt's (morph/continuous.py): taken by the first render of a process that
 # uses the stream and kept (graphs.side_stream), so counted until then (bench/results/h200-2026-11-26f/NOTES.md)
 STREAM_WORKSPACE = 32 * 2**20
 # The lean codec: bytes a row-frame of its largest chunk call, cuDNN's workspaces included (a call of one row takes
@@ -74,7 +74,7 @@ LEAN_CODEC_BYTES = (int(1.45 * 2**20), int(1.85 * 2**20))  # a row-frame of a ca
 CAPTURED_CODEC_BYTES = (int(1.85 * 2**20), int(2.5 * 2**20))
 LEAN_CODEC_WORKSPACE = 16 * 2**20
 AUDIO_COPIES = 6
-# In the fast modes the live rows' calls replay CUDA graphs (morph/codec/captured.py), and the graphs hold their
+# In the fast modes the live rows' calls replay CUDA graphs (morph/codec/layers.py), and the graphs hold their
 # calls' activations for as long as they are kept: in CUDA's graph memory pool under cudaMallocAsync, where torch's
 # allocated counter does not see them, and in torch's private pools under the native allocator, which the larger
 # activations fragment. Against the widest call's op-by-op bytes (the widest captured first, as CodecStream.warm
@@ -199,7 +199,7 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
                + min(SCORES_BYTES, tokens * shape.heads * prompt * 4))
     # every live row is decoded LIVE_CHUNK frames at a time, its rows padded to a power of two (an ended row's rest
     # in a call of no more row-frames); each live row keeps its codec state, and a call holds a copy of its rows'
-    # states, as does its captured graph (morph/codec/captured.py)
+    # states, as does its captured graph (morph/codec/layers.py CapturedDecode)
     per_call = min(call_width(width), call_rows(LIVE_CHUNK, LIVE_ROW_FRAMES))
     codec_frames = [c for _, _, c in rows]
     restart = _lean_codec_call(_live_row_call(codec_frames), 1)
@@ -216,7 +216,7 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
         codec = max(_lean_codec_call(LIVE_CHUNK, per_call), restart)
     codec += (width + 2 * per_call) * _codec_row_state(tts)
     codec += AUDIO_COPIES * 4 * tts.codec.upsample * LIVE_CHUNK * per_call
-    ahead = len(rows) > width  # a next group's prompt is built while one joins (morph/group_ahead.py), on its stream
+    ahead = len(rows) > width  # a next group's prompt is built while one joins (morph/continuous.py), on its stream
     prompts = (1 + ahead) * width * max(p for p, _, _ in rows) * shape.hidden_bytes
     roles = (FRAME_LOOP, PROMPTS) if ahead else (FRAME_LOOP,)
     streams = STREAM_WORKSPACE * sum(not side_stream_made(device, role) for role in roles)

@@ -48,7 +48,6 @@ RECORD_EVERY_S = 1.0  # how often the manifest takes the lines written since (_L
 class ScriptResult:
     clips: list[np.ndarray]  # every line's audio, in script order
     subtitles: str  # SRT of the dialogue
-    reused: int  # lines read back from an earlier run instead of rendered
     pause_seconds: float
 
     @property
@@ -149,7 +148,7 @@ class ScriptJob:
         `prepare(lines to render)` returns the engine to render them on (a memory manager can make room first); it is
         not called when every line was reused. `on_line(i, audio)` follows each rendered line's file, i indexing the
         script's lines; messages word their fixes as `words` does."""
-        audio, kept = self.audio, len(self.lengths)
+        audio = self.audio
         todo = self.todo()
         self.check_space(pause_seconds, dialogue, words)
 
@@ -171,7 +170,7 @@ class ScriptJob:
             clips = [audio[i] for i in range(len(self.lines))]
             if dialogue:
                 self.write_dialogue(pause_seconds)
-            return ScriptResult(clips, self.finish(pause_seconds), kept, float(pause_seconds))
+            return ScriptResult(clips, self.finish(pause_seconds), float(pause_seconds))
         except LineWriteError as e:
             raise LineWriteError(self.stopped(str(e))) from e
 

@@ -30,7 +30,7 @@ EXTRA_SECONDS = 5.0
 RETIRED_BATCHING = ("continuous", "static")
 DEFAULT_BATCH_SIZE = 64
 
-# The live engine's batch (morph/live_engine.py, what the server runs): its slots, and each row's bounds, which size
+# The live engine's batch (morph/engine/thread.py, what the server runs): its slots, and each row's bounds, which size
 # its cache (here so that cli.py serve's help loads nothing of the engine).
 LIVE_WIDTH = 16
 LIVE_MAX_FRAMES = 1024  # 82 s a row: a 500-character segment speaks in about 35 s; a missed EOS stops here

@@ -30,7 +30,7 @@ def test_the_settings_and_the_package_import_no_torch():
 
 def test_the_package_exports_load_on_first_use():
     modules = loaded_after("from morph import MorphTTS")
-    assert "morph.api" in modules and "morph.decode.patch" in modules
+    assert "morph.api" in modules and "morph.reference.patch" in modules
 
 
 def test_loading_the_nodes_under_comfyui_loads_no_decode_path():

@@ -20,8 +20,8 @@ releases=(4.57.3 newest)
 ray_tests=(--ignore=tests/morph/distributed --ignore=tests/bench/test_scale.py)
 through_transformers=(tests/morph/qwen tests/morph/test_exactness.py tests/morph/test_render.py
                       tests/morph/decode/test_predictor_logits.py tests/morph/decode/test_prefill.py
-                      tests/morph/decode/test_lean.py tests/morph/decode/test_patch.py tests/morph/codec
-                      tests/morph/test_golden_codes.py tests/morph/test_api.py tests/morph/test_live_engine.py
+                      tests/morph/decode/test_lean.py tests/morph/reference/test_patch.py tests/morph/codec
+                      tests/morph/test_golden_codes.py tests/morph/test_api.py tests/morph/engine/test_thread.py
                       tests/nodes tests/test_cli.py tests/test_cli_voice.py)
 subset=()
 case "${1:-}" in

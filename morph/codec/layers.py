@@ -18,23 +18,19 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from ..errors import reason
-from ..graphs import CODEC, side_stream
+from ..graphs import CODEC, CODEC_CAPTURE, GraphCache, side_stream
 from ..masked_attention import masked_attention, rotate
 from .calls import CHUNK
-from .state import CodecState, Cursor
-
-if TYPE_CHECKING:
-    from .captured import CapturedDecode
 
 log = logging.getLogger(__name__)
 
 PRIMED_VOICES = 32  # ICL voices whose decoded reference is kept (about 2.6 MiB each at the real dims)
+MAX_SHAPES = 32  # graphs kept: two chunk sizes at up to 8 widths each, and the rest's sizes of ended rows
 
 
 def _conv_input(x: torch.Tensor) -> torch.Tensor:
@@ -46,6 +42,40 @@ def _conv_input(x: torch.Tensor) -> torch.Tensor:
 def _conv_output(y: torch.Tensor) -> torch.Tensor:
     b, c, _, t = y.shape
     return y.permute(0, 2, 3, 1).reshape(b, t, c)
+
+
+class CodecState:
+    """Each row's left context: one flat row of values a row (`flat`, every slot's [time, channels] in turn), and
+    the frames each row has seen (`pos`). Flat, so that rows of several voices' states join in one copy."""
+
+    def __init__(self, flat: torch.Tensor, pos: torch.Tensor, shapes: list[tuple[int, int]]):
+        self.flat, self.pos, self.shapes = flat, pos, shapes
+        self.slots, start = [], 0
+        for t, c in shapes:
+            self.slots.append(flat[:, start:start + t * c].view(-1, t, c))
+            start += t * c
+
+    def rows(self, start: int, stop: int) -> "CodecState":
+        """Rows start..stop as views: decoding them advances these rows of this state."""
+        return CodecState(self.flat[start:stop], self.pos[start:stop], self.shapes)
+
+    @staticmethod
+    def cat(states: list["CodecState"]) -> "CodecState":
+        return CodecState(torch.cat([s.flat for s in states]), torch.cat([s.pos for s in states]), states[0].shapes)
+
+
+class Cursor:
+    """The state's slots in the order the layers use them: each layer takes its context and puts the next."""
+
+    def __init__(self, state: CodecState):
+        self.state, self.i = state, 0
+
+    def swap(self, new: torch.Tensor) -> None:
+        self.state.slots[self.i].copy_(new)  # in place: `state` may be rows of a larger one
+        self.i += 1
+
+    def take(self) -> torch.Tensor:
+        return self.state.slots[self.i]
 
 
 class LeanCodec:
@@ -89,9 +119,7 @@ class LeanCodec:
         self._captured.clear()
 
     def captured(self, device) -> "CapturedDecode":
-        """This codec's decode replayed from CUDA graphs on `device` (captured.py), kept for the next render."""
-        from .captured import CapturedDecode
-
+        """This codec's decode replayed from CUDA graphs on `device` (CapturedDecode), kept for the next render."""
         device = torch.device(device)
         if device not in self._captured:
             self._captured[device] = CapturedDecode(self, device)
@@ -291,3 +319,75 @@ class LeanCodec:
             h = h + layer.self_attn_layer_scale(a.o_proj(o))
             h = h + layer.mlp_layer_scale(layer.mlp(layer.post_attention_layernorm(h)))
         return t.output_proj(t.norm(h))
+
+
+class CapturedDecode:
+    """LeanCodec.decode for one device, a captured graph per (rows, frames) replayed: what the continuous batch's rows
+    decode with in the fast modes (stream.py CodecStream). The live rows make many small calls, each about 1,400 kernel
+    launches from the frame loop's host thread (morph/codec/calls.py): under a speech server's load those launches
+    would be most of that thread's time (py-spy, bench/results/h100-2026-11-25c). Their shapes are few, so each is
+    captured once and replayed."""
+
+    def __init__(self, codec, device: torch.device):
+        self.codec, self.device = codec, device
+        # captured on a stream of their own: they replay beside the frame step's graphs (graphs.capture says why),
+        # after one warm-up run, which plans cuDNN's convolutions and builds the activation's kernel: a 64-row call
+        # runs for tens of ms, and a continuous render's first call captures about 20 shapes
+        self.graphs = GraphCache(max_graphs=MAX_SHAPES, role=CODEC_CAPTURE, warmup=1)
+        # rows -> the state the graphs of that many rows read and write: every call copies its rows' state in and
+        # back out, and the graphs replay one after another on one stream, so the chunk sizes share it (a state per
+        # shape would cost memory for nothing: bench/results/h200-2026-11-26d/NOTES.md)
+        self._states: dict[int, CodecState] = {}
+
+    def bind(self) -> torch.dtype:
+        """Drop the graphs, and the states they read, if the codec's weights moved since their capture, or if a
+        capture failed since the last bind (GraphCache.bind): a CodecStream binds as its batch starts, so that batch
+        tries again. Returns the weights' dtype."""
+        weights = next(self.codec.decoder.parameters())
+        self.graphs.bind((self.device, weights.dtype, weights.data_ptr()))
+        if not len(self.graphs):
+            self._states.clear()
+        return weights.dtype
+
+    def decode(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
+        """What LeanCodec.decode(codes, state) gives, `state` advanced in place the same way; the audio is a copy,
+        so a later replay of the same graph leaves it as it is."""
+        entry = self.prepare(*codes.shape[:2])
+        if entry is None:
+            return self.codec.decode(codes, state)
+        static_codes, static_state = entry.keep
+        static_codes.copy_(codes)
+        static_state.flat.copy_(state.flat)
+        static_state.pos.copy_(state.pos)
+        wav = entry.replay()
+        state.flat.copy_(static_state.flat)
+        state.pos.copy_(static_state.pos)
+        return wav.clone()
+
+    def prepare(self, rows: int, frames: int):
+        """The graph of this call shape, captured on its first call (graphs.capture: warmed up, captured, replayed);
+        None for the rest of the batch once a capture has failed (GraphCache.get_or_none)."""
+        if self.graphs.failed:
+            return None
+        dtype = self.bind()  # the weights may have moved since the last call (a cast, an offload)
+        key = (rows, frames)
+        if key in self.graphs:
+            return self.graphs.get(key, None)
+        groups = int(self.codec.decoder.config.num_quantizers)
+        codes = torch.zeros(rows, frames, groups, dtype=torch.long, device=self.device)
+        if rows not in self._states:
+            self._states[rows] = self.codec.zero_state(rows, self.device, dtype)
+        state = self._states[rows]
+        # the audio lands in a tensor made outside the capture: a tensor the capture allocated and kept would make
+        # cudaMallocAsync warn once for each graph dropped ("uncaptured free of a captured allocation", in a ComfyUI
+        # server's log at each unload)
+        audio = torch.empty(rows, frames * self.codec.upsample, dtype=torch.float32, device=self.device)
+        entry = self.graphs.get_or_none(key, lambda: audio.copy_(self.codec.decode(codes, state)),
+                                        "morph: could not capture the live codec's calls (%s); they run op by op "
+                                        "for the rest of this batch, slower to the first audio under load. If this "
+                                        "repeats, report it")
+        if entry is None:
+            self._states.clear()
+            return None
+        entry.keep = (codes, state)
+        return entry

@@ -13,7 +13,13 @@ from __future__ import annotations
 import torch
 
 from ..settings import KV_PAGE as PAGE
-from .host import to_device
+
+
+def to_device(values, device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """`values` (a list of numbers) as a tensor on `device`, copied without waiting for the device's queue: from
+    pinned memory the copy is queued behind the frames like a kernel (bench/results/h100-2026-11-25e/NOTES.md)."""
+    cuda = torch.device(device).type == "cuda"
+    return torch.tensor(values, dtype=dtype, pin_memory=cuda).to(device, non_blocking=cuda)
 
 
 def pages_for_bytes(loop, dtype: torch.dtype, nbytes: int) -> int:

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from . import lean
 from .fused_stack import FusedStack
 from ..settings import Sampling
-from .sampling import Noise, sample, torch_noise
+from .sampling import Noise, pick, torch_noise
 
 Run = Callable[[torch.Tensor, int], torch.Tensor]  # (embeds [B, n, H], group) -> normed hidden [B, n, H_cp]
 
@@ -230,7 +230,7 @@ class Predictor:
 
     # -- the step: one definition for every mode ------------------------------------------
     def codes(self, inputs_embeds: torch.Tensor, seq_groups: int, sampling: Sampling, layers: Layers,
-              pick: Callable = sample, noise: Noise = torch_noise) -> torch.Tensor:
+              pick: Callable = pick, noise: Noise = torch_noise) -> torch.Tensor:
         """Codes of groups 1..15 for one frame: inputs_embeds [B, 2, H] -> int64 [B, 15]; no host syncs.
         Group g draws at slot g + 1 of the frame's stream (slot 0 is the talker's)."""
         heads, embeddings = layers.heads, self.stacked_embeddings()

@@ -100,7 +100,7 @@ class PrefillGraphs:
         self._buckets: dict[tuple[int, int], Bucket] = {}
 
     def bind(self, owner) -> None:
-        """At a batch's start (widths.build_steps): drop the graphs and their arena if the device, dtype or weight
+        """At a batch's start (build_steps): drop the graphs and their arena if the device, dtype or weight
         storage changed since their capture (TalkerLoop.owner), or if a capture failed since (GraphCache.bind)."""
         self.graphs.bind(owner)
         if not len(self.graphs):

@@ -49,17 +49,13 @@ def warp(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
     return scores
 
 
-def sample(logits: torch.Tensor, s: Sampling, noise: Noise = torch_noise, slot: int = 0) -> torch.Tensor:
-    """Pick one token per row of logits [B, (n,) V]; returns int64 [B, (n)]. All rows are drawn at once, so for
-    [B, V] and torch_noise this consumes the RNG exactly as one HF generate step does."""
-    return pick(logits.float(), s, noise, slot)
-
-
 def pick(scores: torch.Tensor, s: Sampling, noise: Noise = torch_noise, slot: int = 0) -> torch.Tensor:
-    """Greedy or warped sampling of float32 scores [B, (n,) V] (after any logits processing)."""
+    """Pick one token per row of scores [B, (n,) V] (after any logits processing), greedy or warped, in float32;
+    returns int64 [B, (n)]. All rows are drawn at once, so for [B, V] and torch_noise this consumes the RNG exactly as
+    one HF generate step does."""
     if not s.do_sample:
-        return scores.argmax(dim=-1)
-    probs = warp(scores, s).softmax(dim=-1)
+        return scores.float().argmax(dim=-1)
+    probs = warp(scores.float(), s).softmax(dim=-1)
     return draw(probs, noise(probs, slot))
 
 
@@ -67,7 +63,7 @@ def fused_pick(scores: torch.Tensor, s: Sampling, noise: Noise = torch_noise, sl
     """`pick` with the fused kernels of morph/kernels/sampling.py where they apply: a sampled draw without
     top-p (a sort); greedy and top-p picks run op by op."""
     if not s.do_sample or s.top_p < 1.0:
-        return pick(scores.float(), s, noise, slot)
+        return pick(scores, s, noise, slot)
     from ..kernels.sampling import sample_warped  # Triton: imported only when the fused mode runs
 
     return sample_warped(scores, s, noise, slot)
@@ -94,13 +90,6 @@ class TalkerRules:
         if suppress:
             self.suppress_mask[torch.tensor(suppress, device=device)] = True
         self.key = (self.eos, tuple(suppress), self.repetition_penalty, self.sampling)
-
-    def scores(self, logits: torch.Tensor, seen: torch.Tensor, n_generated: torch.Tensor,
-               min_new_tokens: torch.Tensor) -> torch.Tensor:
-        """Processed float32 scores [B, V]. seen [B, V] bool marks generated tokens;
-        n_generated and min_new_tokens are device scalars."""
-        return talker_scores(logits, seen, n_generated, min_new_tokens, self.eos_mask, self.suppress_mask,
-                             self.repetition_penalty)
 
     def next_token(self, logits, seen, n_generated, min_new_tokens, picker=None,
                    noise: Noise = torch_noise) -> torch.Tensor:

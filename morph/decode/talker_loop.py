@@ -22,7 +22,7 @@ from . import lean
 from .fused_stack import FusedStack
 from .predictor import Predictor
 from .prefill_graphs import PrefillGraphs
-from .sampling import TalkerRules, fused_pick, sample, talker_pick, torch_noise
+from .sampling import TalkerRules, fused_pick, pick, talker_pick, torch_noise
 from .streams import RowStreams
 from .talker_state import TalkerState
 
@@ -31,7 +31,7 @@ def _samplers(kind: str) -> tuple[Callable, Callable]:
     """(code predictor's pick, talker's pick) for a kind of step."""
     if kind == "fused":
         return fused_pick, functools.partial(talker_pick, pick_fn=fused_pick)
-    return sample, talker_pick
+    return pick, talker_pick
 
 
 class TalkerLoop:
@@ -89,15 +89,21 @@ class TalkerLoop:
             self._streams = (key, RowStreams(max(self.config.vocab_size, self.predictor.vocab_size), device))
         return self._streams[1]
 
-    def rules(self, device, **kw) -> TalkerRules:
-        key = (device, tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in kw.items())))
+    def rules(self, device, o: dict) -> tuple[Sampling, TalkerRules]:
+        """(the code predictor's sampling, the talker's rules) from upstream's talker keywords `o` (morph/prompts.py
+        talker_inputs)."""
+        kw = dict(eos_token_id=o["eos_token_id"], suppress_tokens=tuple(o["suppress_tokens"]),
+                  repetition_penalty=o["repetition_penalty"], do_sample=o["do_sample"], temperature=o["temperature"],
+                  top_k=o["top_k"], top_p=o["top_p"])
+        key = (device, *kw.values())
         rules = self._rules.get(key)
         if rules is None:
             while len(self._rules) >= 8:
                 self._rules.popitem(last=False)
             rules = self._rules[key] = TalkerRules(self.config.vocab_size, device=device, **kw)
         self._rules.move_to_end(key)
-        return rules
+        return Sampling(bool(o["subtalker_dosample"]), float(o["subtalker_temperature"]),
+                        int(o["subtalker_top_k"] or 0), float(o["subtalker_top_p"])), rules
 
     def owner(self, device, dtype) -> tuple:
         t = self.talker

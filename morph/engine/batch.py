@@ -18,7 +18,7 @@ skip the blocks below a row's bound.
 - The host reads each row's "unfinished" flag a few frames behind the GPU (as the static loop reads its "rows
   left" flag), so the queue never drains; an ended row's codes are copied out on the device and handed to
   `finished` at once, while the batch goes on.
-- The step runs over the live rows only, one step per width bucket (decode/widths.py), on the frame loop's stream
+- The step runs over the live rows only, one step per width bucket (build_steps), on the frame loop's stream
   (docs/architecture.md, Threads and CUDA streams).
 - The keys and values are dense (each row the whole capacity) or paged (morph/decode/kv_store.py): moving rows down
   or narrowing the step then moves table entries, not keys and values.
@@ -36,11 +36,11 @@ from typing import Callable, Iterator
 
 import torch
 
-from ..decode import kv_store, runner, widths
+from ..decode import kv_store, runner
 from ..decode.groups import Ahead, Group, slice_group
-from ..decode.host import to_device
+from ..decode.kv_store import to_device
 from ..graphs import frame_loop_stream
-from ..settings import Sampling, capacity_for
+from ..settings import capacity_for
 from .block_manager import BlockManager
 from .scheduler import Live, Pace, Scheduler
 
@@ -59,14 +59,8 @@ class ContinuousBatch:
         self.lag = loop.sync_lag if device.type == "cuda" else 0  # frames behind the GPU the host learns a row ended
         self.mode = runner.resolve(mode, device, loop.lean_check)
         assert self.mode != "eager", "the continuous batch runs the lean layers; eager runs upstream's generate"
-        o = options
-        self.cp_sampling = Sampling(bool(o["subtalker_dosample"]), float(o["subtalker_temperature"]),
-                                    int(o["subtalker_top_k"] or 0), float(o["subtalker_top_p"]))
-        self.rules = loop.rules(device, eos_token_id=o.get("eos_token_id") or loop.config.codec_eos_token_id,
-                                suppress_tokens=tuple(o.get("suppress_tokens") or ()),
-                                repetition_penalty=o["repetition_penalty"], do_sample=o["do_sample"],
-                                temperature=o["temperature"], top_k=o["top_k"], top_p=o["top_p"])
-        self.hold = int(o["min_new_tokens"])  # frames before EOS may be drawn, the prefill's draw among them
+        self.cp_sampling, self.rules = loop.rules(device, options)
+        self.hold = int(options["min_new_tokens"])  # frames before EOS may be drawn, the prefill's draw among them
         paging = None if pages is None else (pages, kv_store.PAGE)
         # a row reads its text by its own frame index, which stays below its need: a text table of half the capacity
         self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging, text_slots=capacity_for(need))
@@ -81,7 +75,7 @@ class ContinuousBatch:
         # in inference mode, as run() replays them, whatever the caller's mode: a capture under autograd fails on the
         # inference tensors an earlier call cached (the rules, the row streams) and the render would run op by op
         with torch.inference_mode():
-            self._steps = widths.build_steps(self, dtype, self.sched.buckets)
+            self._steps = build_steps(self, dtype, self.sched.buckets)
         self.capture_s = time.perf_counter() - start
 
     @property
@@ -101,7 +95,7 @@ class ContinuousBatch:
         none, yielding after every frame; finished(name, codes [frames, 16], a copy on the device) as each row ends;
         on_step(live rows) before every frame (an exception there stops the batch and propagates); preempted(name,
         stream key) as a row of an overcommitted pool is preempted (its source gives it to next_group again). Rows may
-        come to next_group while the batch runs (morph/live_engine.py's requests), so it is asked again whenever slots
+        come to next_group while the batch runs (LiveEngine's requests), so it is asked again whenever slots
         are free; steps may be run again once it has ended. Closed between two frames (GeneratorExit), it stops
         there, its rows left as they stand: the batch is not run again (the engine drops it).
 
@@ -305,3 +299,40 @@ class ContinuousBatch:
         st.step.fill_(self.position)
         st.cache_pos.fill_(self.position)
         return self.position + needed <= st.capacity
+
+
+def build_steps(batch, dtype, sizes: list[int]) -> dict[int, Callable[[], object]]:
+    """One frame step per width in `sizes` of a ContinuousBatch, each over the state's first `width` rows. The state
+    is left as a batch starts: no row unfinished, the batch's frame hold set. The graphs are all captured before the
+    first row joins, since a capture's warm-up runs the step for real and would write over live rows."""
+    # the steps hold the batch's parts, never the batch: a batch that its own steps refer to is freed only by the
+    # garbage collector, which may run in the middle of a later capture and free graphs of the same pool there
+    loop, st, mode, device, width = batch.loop, batch.st, batch.mode, batch.device, batch.width
+    seq_groups, cp_sampling, rules, streams = batch.seq_groups, batch.cp_sampling, batch.rules, batch.streams
+    full = loop.predictor.lean_state(width, device, dtype)
+    if mode in runner.FAST_MODES:
+        owner = loop.owner(device, dtype)
+        loop.graphs.bind(owner)
+        loop.prefills.bind(owner)  # the prefills of the rows that join (morph/decode/prefill_graphs.py)
+        # a render replays every bucket's graph in turn: an LRU smaller than that would capture them all again on
+        # every render. They share one memory pool, so each one more costs little memory.
+        loop.graphs.max_graphs = max(loop.graphs.max_graphs, len(sizes))
+    st.unfinished.zero_()
+    st.min_new.fill_(batch.hold)
+    steps = {}
+    for n in sizes:
+        rows, pred_state = st.rows(n), full.rows(n)
+
+        def step(kind: str = "lean", rows=rows, pred_state=pred_state):
+            layers = loop.predictor.lean_layers(pred_state, kind)
+            loop.frame_step(rows, seq_groups, cp_sampling, rules, loop.lean_talker(kind), lambda: layers, kind,
+                            streams)
+
+        st.rewind()  # a warm-up writes at the state's indices: each capture starts them in bounds
+        if mode not in runner.FAST_MODES:
+            steps[n] = step
+            continue
+        key = ("rows", seq_groups, width, n, st.capacity, dtype, cp_sampling, rules.key, mode)
+        steps[n] = runner.fast_step(loop.graphs, key, lambda step=step: step(mode), step, mode,
+                                    keep=(st, full, rules, streams))
+    return steps

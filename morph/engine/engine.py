@@ -51,7 +51,7 @@ def fatal(error: BaseException) -> bool:
 
 class Engine:
     """Requests through one continuous batch (module docstring). `ahead`: a group's prompts are built on a worker
-    thread while the group before joins (morph/group_ahead.py; for rows nobody cancels one by one: a render's, a Ray
+    thread while the group before joins (morph/continuous.py; for rows nobody cancels one by one: a render's, a Ray
     worker's); `overcommit`: the paged pool may preempt a row whose audio has not gone out, which runs again (for
     requests that do not stream); `stop(row)`: the frame at which a row ends at the latest (its limit; a benchmark's
     random weights end where speech would); `audio` False: on_row gets each row's codes, and no codec runs."""

@@ -1,4 +1,4 @@
-"""The server's engine (morph/live_engine.py) in a process of its own, as vLLM's and SGLang's engine cores run: the
+"""The server's engine (morph/engine/thread.py) in a process of its own, as vLLM's and SGLang's engine cores run: the
 child loads the model and runs the engine's loop, and the HTTP process (parsing, encoding, streaming) never holds the
 GIL its frame loop needs. `EngineProcess` is the parent's proxy, with LiveEngine's interface.
 
@@ -245,7 +245,7 @@ def _leave(code: int) -> None:
 def _serve(load: Callable[[], object], options: dict, conn) -> None:
     """The child's main thread: load the model, run LiveEngine, and answer the parent's records until it closes the
     engine or goes away."""
-    from ..live_engine import LiveEngine
+    from .thread import LiveEngine
 
     # The engine's thread gives up the GIL at every CUDA wait (a frame's flags, a graph's replay); the thread reading
     # the pipe may then hold it for Python's whole switch interval before handing it back: a frame lost each time.

@@ -14,7 +14,7 @@ decisions into tensors, and nothing here touches the device.
   the row that joined last gives way, its slot and pages freed, to start again from its first frame; the oldest row
   never does, and no row joins until one ends.
 - Width: the step runs over the first `bucket` slots, the smallest bucket (a power of two, or the batch's width) that
-  holds the highest live slot (one step, one CUDA graph, per bucket: morph/decode/widths.py). Once the live rows fit
+  holds the highest live slot (one step, one CUDA graph, per bucket: batch.py build_steps). Once the live rows fit
   half the bucket, the rows above the bucket they fit move to the lowest free slots (`moves`), so a row left alone in
   a wide batch steps at the cost of a single line. Halving is what it takes to narrow again, so a join and a row's
   end cannot make the width flip every frame.

@@ -44,10 +44,6 @@ class Voice:
     def hidden_size(self) -> int:
         return int(self.spk_embedding.shape[0])
 
-    def describe(self) -> str:
-        mode = f"ICL, {self.ref_code.shape[0]} reference frames" if self.icl else "x-vector only"
-        return f"voice ({mode}, {model_size_name(self.model_size)} model, hidden {self.hidden_size})"
-
 
 def voice_bytes(voice: Voice) -> bytes:
     """The voice file's bytes (what save_voice writes)."""

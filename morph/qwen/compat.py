@@ -1,12 +1,11 @@
 """Run qwen-tts 0.1.1 (written against transformers 4.57.3) on transformers 5.x, without editing site-packages.
 
 Use ``import_qwen_tts()`` instead of ``import qwen_tts``. Each shim is feature-detected and applied only when
-the installed transformers needs it: none on 4.57.x. Before the import, on transformers names
-(morph/qwen/compat_transformers.py); after it, on qwen-tts's own classes and module globals
-(morph/qwen/compat_qwen_tts.py, and morph/qwen/compat_cache.py for 5.24's ``cache`` renaming); each module's
-docstring says which release needs which shim and why. Checked on every release from 5.0.0 to 5.24.0: with these
-shims, a tiny random model gives the same codes as on 4.57.3 (greedy and seeded sampling, sdpa and eager, batched
-with left padding, ICL prompts, after save_pretrained/from_pretrained), and the same 12 Hz decode.
+the installed transformers needs it: none on 4.57.x. Before the import, on transformers names; after it, on
+qwen-tts's own classes and module globals (morph/qwen/compat_qwen_tts.py, whose docstring says which release needs
+which shim and why). Checked on every release from 5.0.0 to 5.24.0: with these shims, a tiny random model gives the
+same codes as on 4.57.3 (greedy and seeded sampling, sdpa and eager, batched with left padding, ICL prompts, after
+save_pretrained/from_pretrained), and the same 12 Hz decode.
 
 Not shimmed, on purpose: from 5.3 transformers' Mimi honours ``sliding_window`` (250 frames = 10 s for the 12 Hz
 tokenizer) under sdpa/eager, as 4.57 did only under flash-attention-2. So encoding reference audio longer than
@@ -163,10 +162,10 @@ def import_qwen_tts():
     Raises ImportError naming the packages to install if qwen_tts or an import-time dependency is missing, and
     naming the fix if the qwen_tts imported is not the installed qwen-tts 0.1.1 (another pack's copy).
     """
-    from . import compat_cache, compat_qwen_tts, compat_transformers  # imported here: their shims load transformers
+    from . import compat_qwen_tts  # imported here: its shims load transformers
 
     # Before the first import: check_model_inputs is used as a decorator while qwen-tts's classes are defined.
-    new = [] if "qwen_tts" in sys.modules else _apply(compat_transformers.SHIMS)
+    new = [] if "qwen_tts" in sys.modules else _apply(compat_qwen_tts.BEFORE_IMPORT)
     try:
         if importlib.util.find_spec("qwen_tts") is None:
             raise ModuleNotFoundError("No module named 'qwen_tts'", name="qwen_tts")
@@ -175,7 +174,7 @@ def import_qwen_tts():
     except ImportError as exc:
         raise ImportError(_import_advice(exc)) from exc
     finally:
-        compat_transformers.restore_check_model_inputs()
+        compat_qwen_tts.restore_check_model_inputs()
     _check_origin(qwen_tts)
-    _log(new + _apply(compat_qwen_tts.SHIMS) + _apply(compat_cache.SHIMS))
+    _log(new + _apply(compat_qwen_tts.SHIMS))
     return qwen_tts

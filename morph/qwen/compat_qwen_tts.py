@@ -1,5 +1,17 @@
-"""The compat shims applied after ``import qwen_tts``, on its own classes and module globals (nothing else in
-the process sees them; morph/qwen/compat.py applies them; 5.24's ``cache`` renaming: morph/qwen/compat_cache.py):
+"""The compat shims: `BEFORE_IMPORT` on transformers names before ``import qwen_tts``, `SHIMS` after it on its own
+classes and module globals (nothing else in the process sees them); morph/qwen/compat.py applies them.
+
+Before the import, only adding or widening, so other models are unaffected; check_model_inputs is given back to
+transformers as soon as the import ends, so other packs never see it:
+  check_model_inputs  5.2+   qwen-tts decorates with ``@check_model_inputs()`` at class definition. 5.2/5.3
+                             removed the decorator; 5.4 restored it as ``check_model_inputs(func)``, an alias
+                             of ``merge_with_config_defaults`` that must not be called bare ("missing 'func'").
+                             We accept both call forms (restoring the same alias where it is missing).
+  mimi_keys           5.21+  ``MimiModel`` was split into encoder/decoder halves with a new parameter layout.
+                             transformers renames old checkpoints' keys for its own classes only, so the 12 Hz
+                             tokenizer's Mimi encoder (a qwen-tts subclass) loaded random weights. We register
+                             Mimi's renaming for that class name with ``register_checkpoint_conversion_mapping``.
+After the import:
   pad_token_id        5.0+   ``PreTrainedConfig`` no longer defines ``pad_token_id``; the talker and code
                              predictor read it (None) when built.
   rope_parameters     5.0+   ``rope_scaling`` is saved as ``rope_parameters``: see accept_saved_rope_parameters.
@@ -21,6 +33,17 @@ the process sees them; morph/qwen/compat.py applies them; 5.24's ``cache`` renam
                              the cache, which 5.24 passes as ``cache``.
   mimi_properties     5.21+  ``MimiModel.upsample``/``decoder_transformer`` became read-only properties; the
                              qwen-tts encoder subclass sets them to None to drop Mimi's decoder half.
+  output_cache        5.24+  ``ModelOutput`` renamed its ``past_key_values`` field to ``cache`` and renames the
+                             keyword before any subclass's ``__init__`` sees it; qwen-tts's two talker outputs
+                             still declare ``past_key_values`` (TypeError at the first forward), and generate
+                             carries the cache to the next step only from an output's ``cache`` key. The old name
+                             still works as keyword and attribute, but logs a deprecation, and qwen-tts (and the
+                             pack, reading its outputs) use only that one. qwen-tts's modules get copies of its two
+                             outputs with a ``cache`` field, and a subclass of ``BaseModelOutputWithPast``; in all
+                             three ``past_key_values`` is an alias that does not log.
+  forward_cache       5.24+  ``generate`` passes the cache to the model as ``cache=``. The talker's and code
+                             predictor's ``forward`` take ``past_key_values`` and hand an unknown ``cache`` on to
+                             their layers unused, so every step started an empty cache. Silent: wrong codes.
 """
 
 from __future__ import annotations
@@ -56,6 +79,75 @@ def _wrap_methods(classes, attr: str, wrap) -> bool:
             setattr(cls, attr, wrap(method))
             done = True
     return done
+
+
+def accepts_both_call_forms(decorator):
+    """Wrap a decorator that requires ``func`` so that ``@decorator()`` (kwargs ignored) also works."""
+
+    @functools.wraps(decorator)
+    def wrapper(func=None, **_ignored):
+        return decorator if func is None else decorator(func)
+
+    return mark(wrapper)
+
+
+def _needs_func_argument(decorator) -> bool:
+    params = list(inspect.signature(decorator).parameters.values())
+    return bool(params) and params[0].default is inspect.Parameter.empty
+
+
+_MISSING = object()
+_rebound: list = []  # (the original check_model_inputs, or _MISSING) while our wrapper is bound
+
+
+def _shim_check_model_inputs() -> bool:
+    from transformers.utils import generic
+
+    current = getattr(generic, "check_model_inputs", None)
+    if current is None:
+        # 5.2/5.3 removed it; 5.4 brought it back as an alias of merge_with_config_defaults. Do the same.
+        current = getattr(generic, "merge_with_config_defaults", None)
+        if current is None:
+            return False
+    elif marked(current) or not _needs_func_argument(current):
+        return False
+    _rebound.append(generic.__dict__.get("check_model_inputs", _MISSING))
+    generic.check_model_inputs = accepts_both_call_forms(current)
+    return True
+
+
+def restore_check_model_inputs() -> None:
+    """Give transformers its own check_model_inputs back once qwen-tts's classes are defined.
+
+    qwen-tts reads the name only at import (`from transformers.utils.generic import check_model_inputs`, used
+    as a class-definition decorator), so its modules keep the wrapper; other packs see transformers unchanged.
+    """
+    from transformers.utils import generic
+
+    while _rebound:
+        original = _rebound.pop()
+        if original is _MISSING:
+            generic.__dict__.pop("check_model_inputs", None)
+        else:
+            generic.check_model_inputs = original
+
+
+def _shim_mimi_keys() -> bool:
+    try:
+        from transformers import conversion_mapping as cm
+    except ImportError:  # 4.x: no conversion mappings, and the Mimi layout is the old one
+        return False
+    register = getattr(cm, "register_checkpoint_conversion_mapping", None)
+    mimi = cm.get_checkpoint_conversion_mapping("MimiModel")
+    if register is None or mimi is None:
+        return False
+    if cm.get_checkpoint_conversion_mapping("Qwen3TTSTokenizerV2Encoder") is not None:
+        return False
+    register("Qwen3TTSTokenizerV2Encoder", mimi)
+    return True
+
+
+BEFORE_IMPORT = {"check_model_inputs": _shim_check_model_inputs, "mimi_keys": _shim_mimi_keys}
 
 
 def _shim_pad_token_id() -> bool:
@@ -244,6 +336,88 @@ def _shim_mimi_properties() -> bool:
     return done
 
 
+def alias_past_key_values(output):
+    """Let a ModelOutput dataclass with a ``cache`` field take and give its cache as ``past_key_values`` too, without
+    5.24's deprecation log (qwen-tts builds and reads its outputs under that name only)."""
+    generated = output.__dict__["__init__"]
+    generated = getattr(generated, "__wrapped__", generated)  # the dataclass's, inside the metaclass's renaming
+
+    @functools.wraps(generated)
+    def __init__(self, *args, **kwargs):
+        if "past_key_values" in kwargs:
+            if "cache" in kwargs:
+                raise TypeError(f"{output.__name__} got both cache and past_key_values")
+            kwargs["cache"] = kwargs.pop("past_key_values")
+        generated(self, *args, **kwargs)
+
+    type.__setattr__(output, "__init__", mark(__init__))  # past the metaclass, which would wrap it in its renaming
+    output.past_key_values = property(lambda self: self.cache)  # over ModelOutput's, which logs
+    return mark(output)
+
+
+def with_cache_field(output):
+    """A copy of a qwen-tts output dataclass whose ``past_key_values`` field is named ``cache``, in the same place,
+    as 5.24 renamed it in transformers' own outputs; ``past_key_values`` stays an alias."""
+    from dataclasses import MISSING, dataclass, fields
+
+    annotations = {("cache" if f.name == "past_key_values" else f.name): f.type for f in fields(output)}
+    defaults = {("cache" if f.name == "past_key_values" else f.name): f.default for f in fields(output)
+                if f.default is not MISSING}
+    namespace = {"__module__": output.__module__, "__qualname__": output.__qualname__, "__doc__": output.__doc__,
+                 "__annotations__": annotations, **defaults}
+    return alias_past_key_values(dataclass(type(output)(output.__name__, output.__bases__, namespace)))
+
+
+def _shim_output_cache() -> bool:
+    from dataclasses import dataclass, fields
+
+    from transformers.modeling_outputs import BaseModelOutputWithPast
+
+    if "cache" not in {f.name for f in fields(BaseModelOutputWithPast)}:
+        return False
+    done = False
+    for name in (_MODELS, _TOKENIZER_12HZ):
+        module = sys.modules.get(name)
+        for attr in ("Qwen3TTSTalkerOutputWithPast", "Qwen3TTSTalkerCodePredictorOutputWithPast",
+                     "BaseModelOutputWithPast"):
+            output = getattr(module, attr, None)
+            if output is None or marked(output):
+                continue
+            if output is BaseModelOutputWithPast:  # transformers' own, already with `cache`: a subclass for qwen-tts
+                namespace = {"__module__": name, "__qualname__": attr, "__doc__": output.__doc__}
+                replacement = alias_past_key_values(dataclass(type(output)(attr, (output,), namespace)))
+            else:
+                replacement = with_cache_field(output)
+            # qwen-tts looks these names up in its module globals each time it builds an output
+            setattr(module, attr, replacement)
+            done = True
+    return done
+
+
+def accept_cache_kwarg(forward):
+    """Wrap a qwen-tts ``forward`` that takes ``past_key_values`` to take the ``cache=`` that 5.24's generate passes."""
+
+    @functools.wraps(forward)
+    def wrapper(self, *args, **kwargs):
+        if "cache" in kwargs:
+            if kwargs.get("past_key_values") is not None:
+                raise TypeError(f"{type(self).__name__}.forward got both cache and past_key_values")
+            kwargs["past_key_values"] = kwargs.pop("cache")
+        return forward(self, *args, **kwargs)
+
+    return mark(wrapper)
+
+
+def _shim_forward_cache() -> bool:
+    from transformers import GenerationMixin
+
+    if "cache" not in inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters:
+        return False
+    targets = _classes(_MODELS, "Qwen3TTSTalkerForConditionalGeneration",
+                       "Qwen3TTSTalkerCodePredictorModelForConditionalGeneration")
+    return _wrap_methods(targets, "forward", accept_cache_kwarg)
+
+
 SHIMS = {
     "pad_token_id": _shim_pad_token_id,
     "rope_parameters": _shim_rope_parameters,
@@ -253,4 +427,6 @@ SHIMS = {
     "mask_kwargs": _shim_mask_kwargs,
     "cache_position": _shim_cache_position,
     "mimi_properties": _shim_mimi_properties,
+    "output_cache": _shim_output_cache,
+    "forward_cache": _shim_forward_cache,
 }

@@ -15,7 +15,6 @@ import torch
 from ..decode.sampling import TalkerRules
 from ..decode.talker_loop import TalkerLoop
 from ..decode.talker_state import TalkerState
-from ..settings import Sampling
 
 
 class HFTalker:
@@ -40,21 +39,15 @@ class HFTalker:
 
 def generate(loop: TalkerLoop, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor,
              trailing_text_hidden: torch.Tensor, tts_pad_embed: torch.Tensor, *, seq_groups: int, max_new_tokens: int,
-             min_new_tokens: int, do_sample: bool, top_k: int, top_p: float, temperature: float,
-             repetition_penalty: float, eos_token_id: int, suppress_tokens: list[int], subtalker_dosample: bool,
-             subtalker_top_k: int, subtalker_top_p: float, subtalker_temperature: float,
-             on_step: Callable[[], None] | None, row_stops: list[int] | None) -> SimpleNamespace:
+             min_new_tokens: int, on_step: Callable[[], None] | None, row_stops: list[int] | None,
+             **options) -> SimpleNamespace:
     """Upstream's talker.generate for one batch on the checkpoint's own HF layers of `loop`'s talker, with the keywords
-    upstream's generate passes it (all of them, every time). row_stops[i]: the frame at which row i ends (EOS forced),
-    max_new_tokens where not given."""
+    upstream's generate passes it (all of them, every time; the sampling ones as `options`, TalkerLoop.rules).
+    row_stops[i]: the frame at which row i ends (EOS forced), max_new_tokens where not given."""
     device, dtype = inputs_embeds.device, inputs_embeds.dtype
     batch, prompt_len = inputs_embeds.shape[:2]
-    cp_sampling = Sampling(bool(subtalker_dosample), float(subtalker_temperature), int(subtalker_top_k or 0),
-                           float(subtalker_top_p))
     with torch.inference_mode():
-        rules = loop.rules(device, eos_token_id=eos_token_id, suppress_tokens=tuple(suppress_tokens),
-                           repetition_penalty=repetition_penalty, do_sample=do_sample, temperature=temperature,
-                           top_k=top_k, top_p=top_p)
+        cp_sampling, rules = loop.rules(device, options)
         st = loop.state(batch, prompt_len + max_new_tokens, device, dtype, lean_kv=False)
         st.start.zero_()
         st.stop.copy_(torch.as_tensor(row_stops or [max_new_tokens] * batch, device=device))

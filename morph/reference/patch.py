@@ -1,17 +1,22 @@
-"""The patch on one loaded `qwen_tts.Qwen3TTSModel`: the decode's (morph/decode/patch.py DecodePatch) and the
-talker's seam, `talker.generate`, an instance attribute that shadows the class's method for this model only
-(site-packages and other loaded models are untouched; deleting it restores upstream). Upstream's
-`Qwen3TTSForConditionalGeneration.generate` builds the prompt and calls it once per batch; the reference loop
-(loop.py) answers with the frames: eager mode's static batches (morph/render.py)."""
+"""The patch on one loaded `qwen_tts.Qwen3TTSModel`: its TalkerLoop, the default seq_groups and mode, the codec
+decoder's SnakeBeta activations, whose `forward` on this instance is, where Triton is installed, the fused kernel of
+morph/kernels/snake.py on CUDA tensors (upstream's to rounding), and the talker's seam, `talker.generate`, an instance
+attribute that shadows the class's method for this model only (site-packages and other loaded models are untouched;
+deleting either restores upstream). Upstream's `Qwen3TTSForConditionalGeneration.generate` builds the prompt and
+calls it once per batch; the reference loop (loop.py) answers with the frames: eager mode's static batches
+(morph/render.py)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from ..decode.patch import DecodePatch
+from .. import graphs
+from ..decode import runner
+from ..decode.talker_loop import TalkerLoop
 from ..qwen.marks import note_foreign_wrapper
 from ..settings import check_seq_groups
 from . import loop
@@ -38,8 +43,9 @@ class CallInputs:
     min_new_tokens: int | None = None  # frames before EOS may be drawn; None: what upstream's generate passes (2)
 
 
-class MorphPatch(DecodePatch):
-    """The live patch on one model; a call's own inputs go in with `call`."""
+class MorphPatch:
+    """The live patch on one model. `seq_groups` and `mode` are its defaults, changed between calls freely; a call's
+    own inputs go in with `call`."""
 
     def __init__(self, tts, seq_groups: int = 5, mode: str = "auto"):
         talker = tts.model.talker
@@ -48,9 +54,27 @@ class MorphPatch(DecodePatch):
         # The instance attribute below bypasses the class's generate: if another pack patched that,
         # its patch stops applying to this model, and the log should say so.
         note_foreign_wrapper(type(talker).generate, "the talker's generate")
-        super().__init__(tts, seq_groups, mode)
+        self.talker = talker
+        self.loop = TalkerLoop(self.talker)
+        self.seq_groups = check_seq_groups(seq_groups, self.loop.predictor.num_groups)
+        self.mode = runner.check_mode(mode)
+        self.snakes = [m for m in tts.model.speech_tokenizer.model.modules() if type(m).__name__ == "SnakeBeta"]
+        if self.snakes and graphs.triton_available():
+            from ..kernels import snake  # Triton: imported only where it is installed
+
+            for m in self.snakes:
+                m.forward = functools.partial(snake.forward, m)
         self._local = threading.local()  # per thread: a call's inputs
         talker.generate = self._talker_generate
+
+    def resolved_mode(self, device) -> str:
+        """What the mode runs as on `device`: eager, lean, graphs or fused (runner.resolve)."""
+        return runner.resolve(self.mode, device, self.loop.lean_check)
+
+    @property
+    def last_run(self) -> dict:
+        """What the last call did: mode, frames, capture seconds, cache capacity."""
+        return dict(self.loop.last_run)
 
     def _talker_generate(self, *args, **kwargs):
         unexpected = sorted(set(kwargs) - _TALKER_KWARGS) + (["positional arguments"] if args else [])
@@ -82,4 +106,6 @@ class MorphPatch(DecodePatch):
 
     def remove(self) -> None:
         vars(self.talker).pop("generate", None)
-        super().remove()
+        for m in self.snakes:
+            vars(m).pop("forward", None)
+        self.loop.release()

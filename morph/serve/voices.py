@@ -12,10 +12,10 @@ import logging
 import os
 import re
 import threading
-import uuid
 from collections import OrderedDict
 from pathlib import Path
 
+from ..lines.files import write_atomic
 from ..lines.voice import FORMAT, VERSION, check_voice
 
 log = logging.getLogger(__name__)
@@ -55,15 +55,8 @@ class VoiceFolder:
         """Write the voice (its file's bytes) under `name`, replacing any voice of that name, and return its record.
         Written to a temporary file first and renamed over, so a crash or a concurrent load never sees half a file."""
         path = self.path_of(name)
-        # a dot file ending .tmp: not a voice name, and not matched by records()'s *.safetensors
-        temp = self.path / f".{name}.{uuid.uuid4().hex}.tmp"
-        try:
-            with open(temp, "wb") as f:
-                f.write(voice)
-                os.fsync(f.fileno())  # on disk before the rename, so a power cut cannot leave an empty voice
-            os.replace(temp, path)
-        finally:
-            temp.unlink(missing_ok=True)
+        # fsync: on disk before the rename, so a power cut cannot leave an empty voice
+        write_atomic(path, lambda f: (f.write(voice), os.fsync(f.fileno())), f"voice {name!r}")
         return _record(name, path)
 
     def load(self, name: str) -> bytes:

@@ -124,9 +124,9 @@ def test_a_row_left_alone_in_64_slots_steps_alone(cuda_tts, voices, mode):
 
 
 def test_a_joins_index_copies_do_not_wait_for_the_frames_queued_ahead():
-    """morph/decode/host.py: behind about a second of queued GPU work the copy is queued too, where a copy from
-    pageable memory waits for the queue; the values arrive all the same."""
-    from morph.decode.host import to_device
+    """morph/decode/kv_store.py to_device: behind about a second of queued GPU work the copy is queued too, where a
+    copy from pageable memory waits for the queue; the values arrive all the same."""
+    from morph.decode.kv_store import to_device
 
     def queued_behind_work(copy) -> tuple[bool, torch.Tensor]:
         torch.cuda.synchronize()

@@ -20,7 +20,7 @@ from bench.random_model import build_random_model
 from morph.api import MorphTTS
 from morph.lines.line import Line
 from morph.errors import Busy
-from morph.live_engine import LiveEngine
+from morph.engine.thread import LiveEngine
 from morph.settings import GenerationSettings
 
 WORDS = ("the quick brown fox jumps over a lazy dog while seven tired sailors sing about distant harbours and "

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from morph.live_engine import LiveEngine
+from morph.engine.thread import LiveEngine
 from morph.render import BatchTTS
 from tests.audio_compare import assert_audio_close
 from tests.morph import golden
-from tests.morph.test_live_engine import Sink
+from tests.morph.engine.test_thread import Sink
 
 
 @pytest.fixture(scope="module")

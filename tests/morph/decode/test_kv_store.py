@@ -1,13 +1,14 @@
 """morph/decode/kv_store.py: the choice of a joining slice's rows (a view where they are adjacent and in order, the
-indices otherwise, a row of the slice cancelled before it joined; both select the same rows), and the torch path's
-writes and reads through a page table."""
+indices otherwise, a row of the slice cancelled before it joined; both select the same rows), the torch path's
+writes and reads through a page table, and to_device on the CPU (tests/gpu/test_continuous.py checks that a copy to
+the GPU does not wait)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from morph.decode.kv_store import gather, place, prompt_rows, put
+from morph.decode.kv_store import gather, place, prompt_rows, put, to_device
 
 
 @pytest.mark.parametrize(("index", "view"), [([0], True), ([2, 3, 4], True), ([1, 3], False), ([3, 2], False)])
@@ -34,3 +35,9 @@ def test_writes_through_the_table_read_back_as_the_dense_cache():
     assert not pool[0].any()  # the null page is written only through table entries that point at it
     b, s = 1, 10
     assert torch.equal(pool[table[b, s // page], :, s % page], dense[b, :, s])
+
+
+def test_values_arrive_as_the_dtype_asked_for():
+    got = to_device([5, 0, 2**32 - 1], "cpu")
+    assert got.dtype == torch.long and got.tolist() == [5, 0, 2**32 - 1]
+    assert to_device([1, 0], torch.device("cpu"), torch.bool).tolist() == [True, False]

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from morph.decode.sampling import sample, warp
+from morph.decode.sampling import pick, warp
 from morph.settings import Sampling
 
 
@@ -30,13 +30,13 @@ def test_seeded_sampling_matches_hf_warpers(s):
     torch.manual_seed(11)
     expected = hf_pick(scores, s)
     torch.manual_seed(11)
-    assert torch.equal(sample(scores, s), expected)
+    assert torch.equal(pick(scores, s), expected)
 
 
 def test_greedy_is_argmax_and_draws_nothing():
     scores = torch.randn(3, 100)
     state = torch.get_rng_state()
-    assert torch.equal(sample(scores, Sampling(do_sample=False)), scores.argmax(-1))
+    assert torch.equal(pick(scores, Sampling(do_sample=False)), scores.argmax(-1))
     assert torch.equal(torch.get_rng_state(), state)
 
 
@@ -58,7 +58,7 @@ def test_a_token_whose_cumulative_probability_is_exactly_one_minus_top_p_is_cut_
 
 def test_batched_groups_sample_every_row():
     torch.manual_seed(0)
-    picks = sample(torch.randn(2, 10, 64), Sampling(True, 0.9, 50, 1.0))
+    picks = pick(torch.randn(2, 10, 64), Sampling(True, 0.9, 50, 1.0))
     assert picks.shape == (2, 10) and picks.dtype == torch.int64
 
 
@@ -112,5 +112,5 @@ def test_warpers_and_picks_read_the_vocabulary_axis_of_grouped_scores():
     scores = torch.randn(2, 3, 64, generator=torch.Generator().manual_seed(3)) * 3
     s = Sampling(True, 0.8, 10, 0.7)
     assert torch.equal(warp(scores, s), torch.stack([warp(row, s) for row in scores]))
-    assert torch.equal(sample(scores, Sampling(do_sample=False)), scores.argmax(-1))
-    assert torch.equal(sample(scores, Sampling(True, 1.0, 1, 1.0)), scores.argmax(-1))
+    assert torch.equal(pick(scores, Sampling(do_sample=False)), scores.argmax(-1))
+    assert torch.equal(pick(scores, Sampling(True, 1.0, 1, 1.0)), scores.argmax(-1))

@@ -4,7 +4,7 @@ end once every row is in; a row with other settings, or one needing more cache t
 batch built for it; a cancel drops a request's waiting rows and ends its running ones; out of memory halves the
 width and runs again the rows that handed nothing, fails a request whose audio had begun, and names the row that does
 not fit alone; other errors fail the requests in the batch and the engine goes on; a caller's exception and a lost
-CUDA context propagate; a preempted row runs first again. (Real batches: tests/morph/test_live_engine.py and the
+CUDA context propagate; a preempted row runs first again. (Real batches: tests/morph/engine/test_thread.py and the
 golden codes.)"""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A tiny random model must generate the same greedy codes after save_pretrained/from_pretrained (5.x used to
 re-randomise loaded weights and leave RoPE buffers uninitialised), and those codes must equal the ones
 transformers 4.57.3 produced for the same weights. The shims' wrappers are tested on fakes in
-test_compat_transformers.py, test_compat_qwen_tts.py and test_compat_cache.py.
+test_compat_qwen_tts.py.
 """
 
 import inspect

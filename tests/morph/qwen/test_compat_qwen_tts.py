@@ -1,9 +1,13 @@
-"""morph.qwen.compat_qwen_tts: each wrapper is fed a fake with the 5.x shape, so they work on any transformers
-(tests/morph/qwen/test_compat.py checks them end to end on a tiny model)."""
+"""morph.qwen.compat_qwen_tts: each wrapper and shim is fed a fake with the 5.x shape, so they work and the feature
+detection is exercised on any transformers (tests/morph/qwen/test_compat.py checks them end to end on a tiny model)."""
 
+import logging
 import types
+from dataclasses import dataclass, fields
 
+import pytest
 import torch
+from transformers.utils import ModelOutput
 
 from morph.qwen import compat_qwen_tts as shims
 
@@ -110,3 +114,130 @@ def test_default_rope_matches_transformers_457_where_it_exists():
         theirs, _ = ROPE_INIT_FUNCTIONS["default"](config)
         assert torch.equal(ours, theirs)
 
+
+def _decorator_5x(func):  # the shape of check_model_inputs on transformers >= 5.4
+    func.decorated = True
+    return func
+
+
+def _decorator_457(tie_last_hidden_states=True):  # the shape on 4.57: always called
+    return _decorator_5x
+
+
+def test_feature_detection_tells_the_two_decorator_signatures_apart():
+    assert shims._needs_func_argument(_decorator_5x)
+    assert not shims._needs_func_argument(_decorator_457)
+
+
+def test_wrapped_decorator_accepts_both_call_forms():
+    wrapped = shims.accepts_both_call_forms(_decorator_5x)
+
+    @wrapped
+    def bare():
+        pass
+
+    @wrapped()
+    def called():
+        pass
+
+    @wrapped(tie_last_hidden_states=False)
+    def with_kwargs():
+        pass
+
+    assert bare.decorated and called.decorated and with_kwargs.decorated
+    with pytest.raises(TypeError):
+        _decorator_5x()  # what qwen-tts's `@check_model_inputs()` hits without the shim
+
+
+@pytest.fixture(autouse=True)
+def _own_rebinding_record(monkeypatch):
+    """Each test's check_model_inputs rebinding is its own (monkeypatch restores transformers' attribute)."""
+    monkeypatch.setattr(shims, "_rebound", [])
+
+
+def test_check_model_inputs_shim_patches_a_5x_decorator_once(monkeypatch):
+    from transformers.utils import generic
+
+    monkeypatch.setattr(generic, "check_model_inputs", _decorator_5x)
+    assert shims._shim_check_model_inputs()
+    patched = generic.check_model_inputs
+    assert patched is not _decorator_5x
+    assert patched()(lambda: None).decorated
+    assert not shims._shim_check_model_inputs()  # idempotent
+    assert generic.check_model_inputs is patched
+
+
+def test_check_model_inputs_shim_leaves_a_457_decorator_alone(monkeypatch):
+    from transformers.utils import generic
+
+    monkeypatch.setattr(generic, "check_model_inputs", _decorator_457)
+    assert not shims._shim_check_model_inputs()
+    assert generic.check_model_inputs is _decorator_457
+
+
+def test_check_model_inputs_shim_restores_a_removed_decorator(monkeypatch):
+    from transformers.utils import generic
+
+    monkeypatch.delattr(generic, "check_model_inputs", raising=False)
+    monkeypatch.setattr(generic, "merge_with_config_defaults", _decorator_5x, raising=False)
+    assert shims._shim_check_model_inputs()
+    assert generic.check_model_inputs()(lambda: None).decorated
+
+
+def test_check_model_inputs_is_given_back_after_the_import(monkeypatch):
+    from transformers.utils import generic
+
+    monkeypatch.setattr(generic, "check_model_inputs", _decorator_5x)
+    assert shims._shim_check_model_inputs() and generic.check_model_inputs is not _decorator_5x
+    shims.restore_check_model_inputs()
+    assert generic.check_model_inputs is _decorator_5x
+    monkeypatch.delattr(generic, "check_model_inputs")
+    monkeypatch.setattr(generic, "merge_with_config_defaults", _decorator_5x, raising=False)
+    assert shims._shim_check_model_inputs()
+    shims.restore_check_model_inputs()
+    assert not hasattr(generic, "check_model_inputs")  # removed again, as this transformers has it
+
+
+@dataclass
+class _TalkerOutput(ModelOutput):  # the shape of qwen-tts's two talker outputs
+    logits: torch.Tensor | None = None
+    past_key_values: object = None
+    hidden_states: tuple | None = None
+
+
+@pytest.fixture
+def deprecation_logs(monkeypatch):
+    """What transformers logs once per process (5.24's note on the old cache name among them), every time."""
+    said = []
+
+    def warning_once(self, msg, *args, **kwargs):
+        said.append(msg % args if args else msg)
+
+    monkeypatch.setattr(logging.Logger, "warning_once", warning_once)
+    return said
+
+
+def test_output_with_cache_field_keeps_past_key_values_as_a_silent_alias(deprecation_logs):
+    output = shims.with_cache_field(_TalkerOutput)
+    assert output.__name__ == "_TalkerOutput"
+    assert [f.name for f in fields(output)] == ["logits", "cache", "hidden_states"]
+    logits = torch.zeros(1)
+    out = output(logits=logits, past_key_values="kv")  # how qwen-tts builds it
+    assert out.cache == "kv" and out.past_key_values == "kv"  # and how qwen-tts and the pack read it
+    assert "cache" in out and out["cache"] == "kv" and list(out.keys()) == ["logits", "cache"]  # how generate reads it
+    assert out.to_tuple() == (logits, "kv")
+    assert output(logits, "kv").cache == "kv" and output(cache="kv").past_key_values == "kv"
+    with pytest.raises(TypeError, match="both"):
+        output(cache="a", past_key_values="b")
+    assert deprecation_logs == []
+
+
+def test_forward_takes_the_cache_as_524s_generate_passes_it():
+    def forward(self, input_ids=None, past_key_values=None, **kwargs):  # qwen-tts's: the rest goes to its layers
+        return past_key_values, kwargs
+
+    wrapped = shims.accept_cache_kwarg(forward)
+    assert wrapped(None, cache="kv", use_cache=True) == ("kv", {"use_cache": True})
+    assert wrapped(None, past_key_values="kv") == ("kv", {})  # the pack's own calls, and 4.57's generate
+    with pytest.raises(TypeError, match="both"):
+        wrapped(None, cache="a", past_key_values="b")

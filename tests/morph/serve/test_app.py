@@ -62,7 +62,7 @@ def test_the_http_process_imports_no_torch():
     modules = loaded_after("import cli, cli_serve, uvicorn\nfrom morph.serve.app import create_app\n"
                            "from morph.serve.lifecycle import run_server")
     assert "morph.serve.app" in modules and "morph.engine.process" in modules
-    assert heavy(modules) == [] and not [m for m in modules if m in ("morph.engine.engine", "morph.live_engine")]
+    assert heavy(modules) == [] and not [m for m in modules if m in ("morph.engine.engine", "morph.engine.thread")]
 
 
 def save_alice(url: str) -> dict:

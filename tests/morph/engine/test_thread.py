@@ -1,6 +1,6 @@
-"""Requests through one running continuous batch (morph/live_engine.py; tiny model, CPU, fp32, mode "lean"): requests
-join while others run, each one's audio comes in order as it is made and joins to the take it has alone, a cancel
-frees its rows, settings that differ get a batch of their own, and the queue is bounded."""
+"""Requests through one running continuous batch (morph/engine/thread.py LiveEngine; tiny model, CPU, fp32, mode
+"lean"): requests join while others run, each one's audio comes in order as it is made and joins to the take it has
+alone, a cancel frees its rows, settings that differ get a batch of their own, and the queue is bounded."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 import morph.engine.engine
 from morph.errors import Busy, EngineFailed
-from morph.live_engine import LiveEngine, fatal
+from morph.engine.thread import LiveEngine, fatal
 from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
