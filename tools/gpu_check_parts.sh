@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/gpu in parts side by side on one GPU machine, so that all of them fit one device call (600 s at most): each
+# tests/gpu in parts side by side on one GPU machine, so that they fit device calls (600 s at most) in two: each
 # part under each allocator is a run of tools/gpu_check.sh of its own (BACKENDS, TESTS) into
 # OUTDIR/tests-COMMIT/PART-ALLOCATOR, stopped after LIMIT seconds (default 540). The folder is then packed into
 # OUTDIR/tests-COMMIT.tgz, because a device call brings back at most 8 files. Unpack it under
@@ -7,6 +7,7 @@
 #
 #   bash tools/gpu_check.sh                               # here, with network: fill .whl/gpu
 #   bash tools/gpu_check_parts.sh OUTDIR [PART ...]       # on the GPU machine, .whl/gpu carried
+#   (on one H200, `A B` took 335 s and `M5 M60` 384 s: bench/results/h200-2026-11-29b/NOTES.md)
 #
 # PART is one of the names below (default: all of them). test_memory.py's two size lists are parts of their own:
 # the whole file under one allocator did not finish in 545 s (bench/results/h200-2026-11-29/NOTES.md). If a part
