@@ -33,6 +33,16 @@ def test_seeded_sampling_matches_hf_warpers(s):
     assert torch.equal(pick(scores, s), expected)
 
 
+def test_bf16_logits_are_sampled_in_float32_as_hf_does():
+    # upstream's generate casts the step's logits to float32 before the warpers
+    scores = (torch.randn(256, 2048) * 3).bfloat16()  # enough rows that a bf16 draw picks otherwise in some
+    s = Sampling(True, 0.9, 50, 0.95)
+    torch.manual_seed(11)
+    expected = hf_pick(scores.float(), s)
+    torch.manual_seed(11)
+    assert torch.equal(pick(scores, s), expected)
+
+
 def test_greedy_is_argmax_and_draws_nothing():
     scores = torch.randn(3, 100)
     state = torch.get_rng_state()
