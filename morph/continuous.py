@@ -1,6 +1,7 @@
 """The engine's runner (morph/engine/engine.py): rows through one running batch (morph/engine/batch.py), each row's
 audio decoded a chunk at a time while it is made (`LiveChunks`, through morph/codec/stream.py) and handed out as chunks
-(on_chunk) and whole when the row ends. Not in eager mode.
+(on_chunk) and whole when the row ends, the next group's prompt built ahead on a worker thread (`GroupAhead`). Not
+in eager mode.
 """
 
 from __future__ import annotations

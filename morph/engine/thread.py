@@ -4,7 +4,7 @@ to it (`call`) between frames (docs/architecture.md, Threads and CUDA streams).
 
 An error that leaves the CUDA context unusable (morph/engine/engine.py `fatal`), or the thread ending any other way,
 fails it: every request it holds ends at once with `EngineFailed`, so do those sent after, and `on_fatal` tells the
-owner, who must end the process."""
+owner, who must end the process. `LiveEngine` is the speech server's: a request's checks and its bounds."""
 
 from __future__ import annotations
 
