@@ -56,7 +56,7 @@ class VoiceFolder:
         Written to a temporary file first and renamed over, so a crash or a concurrent load never sees half a file."""
         path = self.path_of(name)
         # fsync: on disk before the rename, so a power cut cannot leave an empty voice
-        write_atomic(path, lambda f: (f.write(voice), os.fsync(f.fileno())), f"voice {name!r}")
+        write_atomic(path, lambda f: (f.write(voice), f.flush(), os.fsync(f.fileno())), f"voice {name!r}")
         return _record(name, path)
 
     def load(self, name: str) -> bytes:

@@ -141,6 +141,15 @@ def test_save_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch):
     assert VoiceFolder(tmp_path).load("v") == first
 
 
+def test_a_saved_voice_is_whole_in_its_file_when_it_is_synced(tmp_path, monkeypatch):
+    """fsync reaches only what Python's buffer has handed to the file: a small voice must be flushed first."""
+    synced, fsync = [], os.fsync
+    monkeypatch.setattr("morph.serve.voices.os.fsync", lambda fd: (synced.append(os.fstat(fd).st_size), fsync(fd)))
+    voice = xvector_voice()
+    VoiceFolder(tmp_path).save("small", voice)
+    assert synced == [len(voice)]
+
+
 def test_the_cache_reads_an_unchanged_file_once_and_a_replaced_one_again(tmp_path, monkeypatch):
     folder = VoiceFolder(tmp_path)
     folder.save("v", icl_voice("first"))
