@@ -7,6 +7,7 @@ tests as skipped, and this line says how old the evidence for them is.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -58,28 +59,43 @@ def summary(report: dict) -> str:
     return "; ".join(parts) or "no result recorded"
 
 
+def code(commit: str) -> tuple[str | None, ...]:
+    """What the GPU checks test at a commit: its trees of the engine and of tests/gpu."""
+    return tuple(git("rev-parse", f"{commit}:{path}") for path in (*ENGINE, "tests/gpu"))
+
+
 def main() -> int:
     known = [c for c in checks(ROOT / "bench" / "results") if c["behind"] is not None]
     if not known:
         print("GPU checks: none committed at a commit this clone knows")
         return 0
-    behind = min(c["behind"] for c in known)
-    # the allocators of one check may sit in a file each, and an allocator's tests in parts (calls of their own,
-    # tools/gpu_check.sh TESTS): together they are its result
-    at = [c for c in known if c["behind"] == behind]
+    newest = min(known, key=lambda c: c["behind"])
+    # A check's parts may have run at several commits that test the same code (a results commit between calls), its
+    # allocators in a file each, an allocator's tests in parts (tools/gpu_check.sh TESTS): together they are its
+    # result. A part run again at a later commit of the same code counts once, as it ran last.
+    same = [c for c in known if code(c["commit"]) == code(newest["commit"])]
+    at, counted = [], set()
+    for _, group in itertools.groupby(sorted(same, key=lambda c: c["behind"]), key=lambda c: c["behind"]):
+        group = list(group)
+        for c in group:
+            parts = {b: r for b, r in c.get("backends", {}).items() if (c.get("tests"), b) not in counted}
+            if parts:
+                at.append(dict(c, backends=parts))
+        counted |= {(c.get("tests"), b) for c in group for b in c.get("backends", {})}
     backends: dict[str, dict] = {}
     for c in at:
-        for backend, result in c.get("backends", {}).items():
+        for backend, result in c["backends"].items():
             total = backends.setdefault(backend, dict(passed=0, failed=[], ran=set()))
             total["passed"] += result.get("passed", 0)
             total["failed"] += result.get("failed", [])
             files = ran(c)
             total["ran"] = None if files is None or total["ran"] is None else total["ran"] | files
-    newest = dict(at[0], backends=backends)
+    older = sorted({c["commit"][:10] for c in at} - {newest["commit"][:10]})
+    also = f" (with {', '.join(older)}: the same {', '.join(ENGINE)} and tests/gpu)" if older else ""
     after = git("rev-list", "--count", f"{newest['commit']}..HEAD", "--", *ENGINE)
     paths = ", ".join(str(c["path"].relative_to(ROOT)) for c in at)
-    print(f"GPU checks last ran at {newest['commit'][:10]} on {newest.get('device', 'an unnamed GPU')} "
-          f"({paths}): {summary(newest)}; "
+    print(f"GPU checks last ran at {newest['commit'][:10]}{also} on {newest.get('device', 'an unnamed GPU')} "
+          f"({paths}): {summary(dict(newest, backends=backends))}; "
           f"{after if after is not None else 'an unknown number of'} commits to {' and '.join(ENGINE)} since")
     return 0
 

@@ -101,3 +101,27 @@ def test_what_a_run_named_decides_the_files_not_run(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(gpu_check_age, "ROOT", tmp_path)
     assert gpu_check_age.main() == 0
     assert f"native {2 * len(parts)} passed, 0 failed{missed}; 0 commits" in capsys.readouterr().out
+
+
+def test_parts_run_at_commits_of_the_same_code_are_one_check(tmp_path, monkeypatch, capsys):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    for name in ("test_a.py", "test_b.py"):
+        commit(tmp_path, f"tests/gpu/{name}", "")
+    before = commit(tmp_path, "morph/a.py", "1")
+    commit(tmp_path, "bench/results/d0/B/gpu_check.json",  # other code: not part of the check below
+           check(before, failed=["t::old"], backends=["native"], tests="tests/gpu/test_b.py"))
+    first = commit(tmp_path, "morph/a.py", "2")
+    commit(tmp_path, "bench/results/d1/A/gpu_check.json",
+           check(first, failed=["t::x"], backends=["cudaMallocAsync"], tests="tests/gpu/test_a.py"))
+    commit(tmp_path, "bench/results/d1/B/gpu_check.json",
+           check(first, backends=["cudaMallocAsync"], tests="tests/gpu/test_b.py"))
+    # a results commit, then part A again at it, now passing: it counts, the older A does not
+    last = commit(tmp_path, "bench/results/d1/NOTES.md", "notes")
+    commit(tmp_path, "bench/results/d2/A/gpu_check.json",
+           check(last, backends=["cudaMallocAsync"], tests="tests/gpu/test_a.py"))
+    monkeypatch.setattr(gpu_check_age, "ROOT", tmp_path)
+    assert gpu_check_age.main() == 0
+    assert capsys.readouterr().out.strip() == (
+        f"GPU checks last ran at {last[:10]} (with {first[:10]}: the same morph, nodes and tests/gpu) on GPU X "
+        "(bench/results/d2/A/gpu_check.json, bench/results/d1/B/gpu_check.json): "
+        "cudaMallocAsync 6 passed, 0 failed; 0 commits to morph and nodes since")
