@@ -345,7 +345,7 @@ def test_a_batch_that_fails_while_it_is_built_fails_its_request_and_the_engine_g
     monkeypatch.setattr(engine_module, "RowRunner", failing_then_scripted)
     engine = Engine(TTS, 4, "Test")
     bad, good = Sink(), Sink()
-    engine.submit(bad.request("ab", temperature=0.5))
+    engine.submit(bad.request("a", temperature=0.5))  # one row: the next row waiting is another request's
     engine.submit(good.request("c"))
     engine.run_until_idle()
     assert built == ([4, 4] if error is not OOM else [4, 2, 1, 1])

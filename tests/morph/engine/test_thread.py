@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import morph.engine.engine
-from morph.errors import Busy, EngineFailed
+from morph.errors import Busy, EngineFailed, reason
 from morph.engine.thread import LiveEngine, fatal
 from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
@@ -210,12 +210,14 @@ def test_which_errors_leave_the_cuda_context_unusable(error, is_fatal):
     assert fatal(error) is is_fatal
 
 
-def test_a_fatal_error_ends_every_request_and_refuses_the_next(lean, voices, monkeypatch):
-    """A device-side assert: the request in the batch and the one waiting end at once with EngineFailed, the owner is
-    told once, and what comes after is refused."""
-    monkeypatch.setattr(morph.engine.engine, "RowRunner", fault_runner(RuntimeError(CUDA_ASSERT)))
+def test_a_fatal_error_ends_every_request_and_refuses_the_next(lean, voices, monkeypatch, caplog):
+    """A device-side assert: the request in the batch and the one waiting end at once with EngineFailed, which says
+    the process must be restarted; the failure is logged as critical, naming the engine, with its traceback; the
+    owner is told once, and what comes after is refused, naming who asked."""
+    error = RuntimeError(CUDA_ASSERT)
+    monkeypatch.setattr(morph.engine.engine, "RowRunner", fault_runner(error))
     told = []
-    engine = LiveEngine(lean, width=1, max_frames=32, max_prompt=400, on_fatal=told.append)
+    engine = LiveEngine(lean, width=1, max_frames=32, max_prompt=400, on_fatal=told.append, who="Serve 1")
     gate = threading.Event()
     try:
         held = engine.call(lambda: gate.wait(TIMEOUT))  # the engine's thread waits until both are queued
@@ -226,11 +228,32 @@ def test_a_fatal_error_ends_every_request_and_refuses_the_next(lean, voices, mon
         held.result(TIMEOUT)
         for sink in (failing, waiting):
             assert sink.done.wait(TIMEOUT) and isinstance(sink.error, EngineFailed)
-        assert "device-side assert" in str(waiting.error) and told == [waiting.error]
-        with pytest.raises(EngineFailed, match="device-side assert"):
-            submit(engine, "after.", voices["xvec"], 8, Sink())
-        with pytest.raises(EngineFailed):
+        assert str(waiting.error) == (f"the speech engine failed ({reason(error)}) and cannot go on; the process "
+                                      "must be restarted") and told == [waiting.error]
+        [record] = [r for r in caplog.records if r.levelname == "CRITICAL"]
+        assert record.getMessage() == "Serve 1: the engine failed and cannot go on" and record.exc_info[1] is error
+        with pytest.raises(EngineFailed, match="^Request 9: the speech engine failed .*device-side assert"):
+            engine.submit(Line("after.", voices["xvec"], "English"), settings(8), Sink().chunk, Sink().end,
+                          who="Request 9")
+        with pytest.raises(EngineFailed, match="^Serve 1: the speech engine failed"):
             engine.call(lambda: None)
+    finally:
+        gate.set()
+        engine.close()
+
+
+def test_abort_ends_the_calls_not_yet_run_with_its_error(lean):
+    engine = LiveEngine(lean, width=1, max_frames=32, max_prompt=400)
+    gate, began = threading.Event(), threading.Event()
+    try:
+        running = engine.call(lambda: (began.set(), gate.wait(TIMEOUT))[1])  # holds the engine's thread
+        assert began.wait(TIMEOUT)
+        queued = engine.call(lambda: "ran")
+        error = RuntimeError("drained")
+        engine.abort(error)
+        assert queued.exception(TIMEOUT) is error
+        gate.set()
+        assert running.result(TIMEOUT) is True
     finally:
         gate.set()
         engine.close()
