@@ -4,8 +4,10 @@ alone, a cancel frees its rows, settings that differ get a batch of their own, a
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -240,6 +242,26 @@ def test_a_fatal_error_ends_every_request_and_refuses_the_next(lean, voices, mon
     finally:
         gate.set()
         engine.close()
+
+
+def test_close_ends_the_calls_not_yet_run_and_leaves_behind_a_thread_that_does_not_stop(lean, caplog):
+    """A call holds the engine's thread past close's timeout: close returns after it, saying so, and the call queued
+    behind it ends with an error naming the engine."""
+    engine = LiveEngine(lean, width=1, max_frames=32, max_prompt=400, who="Serve 2")
+    gate, began = threading.Event(), threading.Event()
+    try:
+        running = engine.call(lambda: (began.set(), gate.wait(TIMEOUT))[1])
+        assert began.wait(TIMEOUT)
+        queued = engine.call(lambda: "ran")
+        caplog.set_level(logging.WARNING, "morph")
+        started = time.perf_counter()
+        engine.close(timeout=1)
+        assert time.perf_counter() - started < 10
+        assert str(queued.exception(TIMEOUT)) == "Serve 2: the engine was closed"
+        assert "Serve 2: the engine's thread had not stopped 1 s after close; leaving it" in caplog.text
+    finally:
+        gate.set()
+    assert running.result(TIMEOUT) is True
 
 
 def test_abort_ends_the_calls_not_yet_run_with_its_error(lean):
