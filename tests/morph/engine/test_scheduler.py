@@ -256,4 +256,9 @@ def test_a_live_batch_whose_own_width_is_over_the_budget_admits_every_row_that_f
     assert joined(within, "a", at=8) == [0]
     within.pace.ms = {1: 40, 2: 70}
     assert joined(within, "b", at=8) == []
+    # the step's own width is its top slot's bucket (slot 2: 4 rows), not a narrower one's
+    wide = Scheduler(8, pace=Pace())
+    assert joined(wide, "abc", at=8) == [0, 1, 2]
+    wide.pace.ms = {1: 40, 4: 100}
+    assert joined(wide, "d", at=8) == [3]
 
