@@ -275,6 +275,7 @@ def test_a_default_batch_decodes_audio_in_a_pool_sized_to_its_rows_without_overc
     engine.run_until_idle()
     built = script.runners[0]
     assert built["tts"] is TTS and built["audio"] and not built["overcommit"] and script.aheads == [False]
+    assert built["pace"] is None  # a render's batch runs throughput first: no pace holds its rows back
     assert built["pages"] == pool_pages([20 + 1 + 1, 20 + 2 + 1], 2)  # each row: its prompt, frames and EOS slot
     assert sink.audio == [("a", "audio of a"), ("b", "audio of b")]  # each row's own audio, as it ends
     codes = Engine(TTS, 2, "Test", ahead=True, audio=False)
@@ -299,6 +300,7 @@ def test_a_servers_batch_with_a_cache_budget_runs_in_the_pages_that_budget_holds
     engine.submit(Sink().request("a"))
     engine.run_until_idle()
     assert script.builds == [(0.9, 2, 64, 8, False)]
+    assert script.runners[0]["pace"] is engine.pace is not None  # a server's is paced, by figures kept across batches
 
 
 def test_a_row_needing_exactly_what_the_batch_holds_joins_it_without_a_rebuild(script, caplog):
