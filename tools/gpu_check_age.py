@@ -73,7 +73,8 @@ def main() -> int:
     # A check's parts may have run at several commits that test the same code (a results commit between calls), its
     # allocators in a file each, an allocator's tests in parts (tools/gpu_check.sh TESTS): together they are its
     # result. A part run again at a later commit of the same code counts once, as it ran last.
-    same = [c for c in known if code(c["commit"]) == code(newest["commit"])]
+    codes = {commit: code(commit) for commit in {c["commit"] for c in known}}  # many reports share a commit
+    same = [c for c in known if codes[c["commit"]] == codes[newest["commit"]]]
     at, counted = [], set()
     for _, group in itertools.groupby(sorted(same, key=lambda c: c["behind"]), key=lambda c: c["behind"]):
         group = list(group)
