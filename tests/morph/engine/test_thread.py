@@ -244,14 +244,21 @@ def test_a_fatal_error_ends_every_request_and_refuses_the_next(lean, voices, mon
         engine.close()
 
 
+def hold_thread(engine, gate):
+    """A call that holds the engine's thread until `gate` is set, once it runs; its future gives True then."""
+    began = threading.Event()
+    running = engine.call(lambda: (began.set(), gate.wait(TIMEOUT))[1])
+    assert began.wait(TIMEOUT)
+    return running
+
+
 def test_close_ends_the_calls_not_yet_run_and_leaves_behind_a_thread_that_does_not_stop(lean, caplog):
     """A call holds the engine's thread past close's timeout: close returns after it, saying so, and the call queued
     behind it ends with an error naming the engine."""
     engine = LiveEngine(lean, width=1, max_frames=32, max_prompt=400, who="Serve 2")
-    gate, began = threading.Event(), threading.Event()
+    gate = threading.Event()
     try:
-        running = engine.call(lambda: (began.set(), gate.wait(TIMEOUT))[1])
-        assert began.wait(TIMEOUT)
+        running = hold_thread(engine, gate)
         queued = engine.call(lambda: "ran")
         caplog.set_level(logging.WARNING, "morph")
         started = time.perf_counter()
@@ -267,10 +274,9 @@ def test_close_ends_the_calls_not_yet_run_and_leaves_behind_a_thread_that_does_n
 
 def test_abort_ends_the_calls_not_yet_run_with_its_error(lean):
     engine = LiveEngine(lean, width=1, max_frames=32, max_prompt=400)
-    gate, began = threading.Event(), threading.Event()
+    gate = threading.Event()
     try:
-        running = engine.call(lambda: (began.set(), gate.wait(TIMEOUT))[1])  # holds the engine's thread
-        assert began.wait(TIMEOUT)
+        running = hold_thread(engine, gate)
         queued = engine.call(lambda: "ran")
         error = RuntimeError("drained")
         engine.abort(error)
