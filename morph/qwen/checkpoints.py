@@ -83,7 +83,7 @@ def _close_name(source: str, search_dirs: list[Path]) -> str | None:
 
 def _did_you_mean_hub(source: str) -> str:
     close = None if source in HUB_MODELS else _close_name(source, [])
-    return f". Did you mean {close}?" if close else ""
+    return f"; did you mean {close}?" if close else ""
 
 
 def check_source(source: str, search_dirs: list[Path] = ()) -> Path | None:
@@ -134,8 +134,9 @@ def locate_checkpoint(source: str, search_dirs: list[Path] = (), download_dir: P
         place = (f"put the checkpoint's files into {target}" if target is not None
                  else "put the checkpoint's files into a folder and give that folder's path as the model")
         fetch = fetch_command(source, target if target is not None else name)
+        # a typo's fix first: the offline steps after it run to hundreds of characters
         raise FileNotFoundError(
-            f"could not download {source} ({type(e).__name__}: {e}). Offline, {place}: {FILE_LIST}. To get them, "
-            f"run on a machine with network access: {fetch} (the hf command comes with huggingface_hub), "
-            "then copy that folder here" + _did_you_mean_hub(source)) from e
+            f"could not download {source}{_did_you_mean_hub(source)} ({type(e).__name__}: {e}). Offline, {place}: "
+            f"{FILE_LIST}. To get them, run on a machine with network access: {fetch} (the hf command comes with "
+            "huggingface_hub), then copy that folder here") from e
     return _checked(folder, source)

@@ -1,5 +1,5 @@
-"""Finding checkpoints (local folders, models folders, the Hugging Face cache, downloads), the offline
-error, the device, dtype and attention choices, and moving a loaded model."""
+"""Finding checkpoints (local folders, models folders, the Hugging Face cache, downloads; a hub id that cannot be
+fetched: test_checkpoints.py), the device, dtype and attention choices, and moving a loaded model."""
 
 import shutil
 
@@ -61,41 +61,6 @@ def test_a_name_close_to_a_folder_or_a_known_model_says_which(tmp_path):
     with pytest.raises(FileNotFoundError, match=r": did you mean Qwen3-TTS-12Hz-1.7B-Base\? Or give"):
         check_source("Qwen3-TTS-12Hz-1.7B-Bsae", [tmp_path])
     assert check_source("Qwen/Qwen3-TTS-12Hz-1.7B-Base", [tmp_path]) is None  # a hub id: looked up when it loads
-
-
-@pytest.fixture
-def offline_hub(monkeypatch):
-    import huggingface_hub
-
-    calls = []
-
-    def offline(**kwargs):
-        calls.append(kwargs)
-        raise OSError("network is unreachable")
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
-    return calls
-
-
-def test_offline_hub_id_says_where_to_put_which_files_and_how_to_fetch_them(tmp_path, offline_hub):
-    with pytest.raises(FileNotFoundError) as info:
-        locate_checkpoint("Qwen/Some-Model", [tmp_path], tmp_path)
-    message = str(info.value)
-    assert f"put the checkpoint's files into {tmp_path}/Some-Model: config.json, generation_config.json" in message
-    assert all(name in message for name in FILES)
-    assert f"hf download Qwen/Some-Model --local-dir {tmp_path}/Some-Model" in message
-    assert offline_hub[0] == dict(repo_id="Qwen/Some-Model", local_files_only=True)  # the cache was asked first
-
-
-def test_a_mistyped_hub_id_that_cannot_be_fetched_says_the_one_meant(tmp_path, offline_hub):
-    with pytest.raises(FileNotFoundError, match=r"Did you mean Qwen/Qwen3-TTS-12Hz-0.6B-Base\?$"):
-        locate_checkpoint("Qwen/Qwen3-TTS-12Hz-0.6B-Bas", [tmp_path], tmp_path)
-
-
-def test_a_relative_download_folder_is_named_absolutely(tmp_path, offline_hub, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match=f"into {tmp_path}/models/Some-Model: "):
-        locate_checkpoint("Qwen/Some-Model", [], "models")
 
 
 def test_without_a_download_folder_the_api_downloads_into_the_hugging_face_cache(tmp_path, monkeypatch, tiny_dir):
