@@ -14,6 +14,7 @@ if [ "${1:-}" = --cpu ]; then cpu=1; shift; fi
 venv=${1:-.venv}
 tf=${2:-}
 python=${PYTHON:-python3}
+cpu_index=https://download.pytorch.org/whl/cpu
 
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 pip="$venv/bin/python -m pip --disable-pip-version-check -q"
@@ -22,7 +23,15 @@ pip="$venv/bin/python -m pip --disable-pip-version-check -q"
 # against their own torch build (the tests cover qwen-tts without a working torchaudio in a subprocess).
 if ! $venv/bin/python -c "import torch" 2>/dev/null; then
   if [ -n "$cpu" ]; then
-    $pip install torch==2.11.0 --index-url https://download.pytorch.org/whl/cpu
+    # pip alone answers an unreachable index with "No matching distribution found": say the ways round it
+    if ! $pip install torch==2.11.0 --index-url "$cpu_index"; then
+      echo "setup_env.sh --cpu: could not install torch 2.11.0 from PyTorch's CPU index ($cpu_index; pip's error is" \
+           "above). If this machine cannot reach it, install a CPU torch into $venv yourself (from a mirror of that" \
+           "index, or a wheel file copied here: $venv/bin/python -m pip install FILE.whl), then run this script" \
+           "again: it keeps a torch that is there. Or leave out --cpu: PyPI's torch runs on the CPU too, with CUDA's" \
+           "libraries (about 3.3 GB more)." >&2
+      exit 1
+    fi
   else
     $pip install torch==2.11.0 torchaudio==2.11.0
   fi
