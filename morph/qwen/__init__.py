@@ -1,2 +1,1 @@
-"""Everything that adapts or loads qwen-tts: checkpoints, loading and placement, the transformers compat
-shims, and quieting third-party output."""
+"""Everything that adapts or loads qwen-tts: checkpoints, loading, the transformers compat shims, quiet output."""

@@ -1,21 +1,10 @@
-"""Run qwen-tts 0.1.1 (written against transformers 4.57.3) on transformers 5.x, without editing site-packages.
+"""Run qwen-tts 0.1.1 (written against transformers 4.57.3) on transformers 5.x, without editing site-packages: use
+``import_qwen_tts()`` instead of ``import qwen_tts``. Each shim (morph/qwen/compat_qwen_tts.py) is feature-detected
+and applied only where the installed transformers needs it: none on 4.57.x. Run tests/morph/qwen/test_compat*.py
+under a new transformers release before allowing it; delete the shims once a qwen-tts release supports 5.x itself.
 
-Use ``import_qwen_tts()`` instead of ``import qwen_tts``. Each shim is feature-detected and applied only when
-the installed transformers needs it: none on 4.57.x. Before the import, on transformers names; after it, on
-qwen-tts's own classes and module globals (morph/qwen/compat_qwen_tts.py, whose docstring says which release needs
-which shim and why). Checked on every release from 5.0.0 to 5.24.0: with these shims, a tiny random model gives the
-same codes as on 4.57.3 (greedy and seeded sampling, sdpa and eager, batched with left padding, ICL prompts, after
-save_pretrained/from_pretrained), and the same 12 Hz decode.
-
-Not shimmed, on purpose: from 5.3 transformers' Mimi honours ``sliding_window`` (250 frames = 10 s for the 12 Hz
-tokenizer) under sdpa/eager, as 4.57 did only under flash-attention-2. So encoding reference audio longer than
-10 s gives different codes than 4.57.3 with sdpa; shorter references encode identically.
-
-Deleting the compat modules: once a qwen-tts release supports transformers 5 (dict ``_tied_weights_keys``,
-guarded ``_init_weights`` that fills ``inv_freq``, no ``cache_position`` dependence, the 5.x mask and Mimi APIs,
-5.24's ``cache`` for ``past_key_values``), require it, replace ``import_qwen_tts()`` with ``import qwen_tts``, and
-delete them and their tests. Until then, run tests/morph/qwen/test_compat*.py under any new transformers release
-before allowing it.
+Not shimmed, on purpose: from 5.3 Mimi honours ``sliding_window`` (10 s at 12 Hz) under sdpa, as 4.57 did only under
+flash-attention-2, so reference audio longer than 10 s encodes differently from 4.57.3.
 """
 
 from __future__ import annotations
@@ -66,10 +55,8 @@ def _log(new: list[str]) -> None:
 
 @contextlib.contextmanager
 def _without_torchaudio():
-    """While qwen_tts is imported: stand-in modules for torchaudio.compliance.kaldi when the real one does not
-    import (torchaudio absent, or built for another torch: ImportError, OSError or RuntimeError). Only qwen-tts's
-    25 Hz tokenizer module keeps a reference to them, and using it raises; sys.modules holds them only during
-    the import, so other packs never see a fake torchaudio. A working torchaudio is imported as it would be."""
+    """While qwen_tts is imported: stand-ins for torchaudio.compliance.kaldi when the real one does not import. Only
+    the 25 Hz tokenizer (which then raises) keeps them; other packs never see a fake torchaudio in sys.modules."""
     if "qwen_tts" in sys.modules:  # imported already: nothing will import torchaudio
         yield
         return
@@ -130,10 +117,8 @@ def _import_advice(exc: ImportError) -> str:
 
 
 def _check_origin(qwen_tts) -> None:
-    """Refuse to run on any qwen_tts but the installed qwen-tts 0.1.1: another pack may have put its own modified
-    copy first on sys.path and imported it (ComfyUI-Qwen-TTS does, at start-up), and the pack's claims (seq_groups
-    15 = upstream exactly, the compat shims) hold for 0.1.1 alone. One process holds one module named qwen_tts, and
-    qwen-tts registers its model types with transformers once, so the two cannot both run: the message says so."""
+    """Refuse any qwen_tts but the installed qwen-tts 0.1.1: another pack (ComfyUI-Qwen-TTS) may have imported its
+    own modified copy first, and the pack's exactness and shims hold for 0.1.1 alone. Raises ImportError."""
     from importlib import metadata
     from pathlib import Path
 
@@ -157,11 +142,8 @@ def _check_origin(qwen_tts) -> None:
 
 
 def import_qwen_tts():
-    """Apply the compat shims, import qwen_tts, patch its classes, and return the module.
-
-    Raises ImportError naming the packages to install if qwen_tts or an import-time dependency is missing, and
-    naming the fix if the qwen_tts imported is not the installed qwen-tts 0.1.1 (another pack's copy).
-    """
+    """Apply the compat shims, import qwen_tts, patch its classes, and return the module. Raises ImportError that
+    names the fix: the packages to install, or the other pack whose copy of qwen_tts was imported."""
     from . import compat_qwen_tts  # imported here: its shims load transformers
 
     # Before the first import: check_model_inputs is used as a decorator while qwen-tts's classes are defined.

@@ -1,49 +1,23 @@
-"""The compat shims: `BEFORE_IMPORT` on transformers names before ``import qwen_tts``, `SHIMS` after it on its own
-classes and module globals (nothing else in the process sees them); morph/qwen/compat.py applies them.
-
-Before the import, only adding or widening, so other models are unaffected; check_model_inputs is given back to
-transformers as soon as the import ends, so other packs never see it:
-  check_model_inputs  5.2+   qwen-tts decorates with ``@check_model_inputs()`` at class definition. 5.2/5.3
-                             removed the decorator; 5.4 restored it as ``check_model_inputs(func)``, an alias
-                             of ``merge_with_config_defaults`` that must not be called bare ("missing 'func'").
-                             We accept both call forms (restoring the same alias where it is missing).
-  mimi_keys           5.21+  ``MimiModel`` was split into encoder/decoder halves with a new parameter layout.
-                             transformers renames old checkpoints' keys for its own classes only, so the 12 Hz
-                             tokenizer's Mimi encoder (a qwen-tts subclass) loaded random weights. We register
-                             Mimi's renaming for that class name with ``register_checkpoint_conversion_mapping``.
-After the import:
-  pad_token_id        5.0+   ``PreTrainedConfig`` no longer defines ``pad_token_id``; the talker and code
-                             predictor read it (None) when built.
+"""The shims that run qwen-tts under transformers 5.x; morph/qwen/compat.py applies them. `BEFORE_IMPORT` only adds
+or widens transformers names before ``import qwen_tts`` (check_model_inputs is given back when it ends); `SHIMS` then
+patch qwen-tts's own classes and globals, which nothing else sees. Each, with the release it answers and why:
+  check_model_inputs  5.2+   qwen-tts calls ``@check_model_inputs()``: 5.2/5.3 removed it, 5.4's needs ``func``.
+  mimi_keys           5.21+  Mimi's new layout is renamed for transformers' own class only: the 12 Hz encoder (a
+                             qwen-tts subclass) loaded random weights.
+  pad_token_id        5.0+   no longer a config default; the talker and code predictor read it when built.
   rope_parameters     5.0+   ``rope_scaling`` is saved as ``rope_parameters``: see accept_saved_rope_parameters.
-  rope_default        5.0+   ``ROPE_INIT_FUNCTIONS["default"]`` was removed; qwen-tts looks it up for every
-                             rotary embedding. Its modules get a view of the table that adds 4.57's function.
-  tied_weights_keys   5.0+   ``_tied_weights_keys`` must be a dict; qwen-tts's lists crash ``save_pretrained``.
-                             They never tied anything (tie_word_embeddings is False), so they become None.
-  init_weights        5.0+   ``from_pretrained`` builds on the meta device, loads, then runs ``_init_weights``
-                             on what it thinks is missing. Nothing refilled qwen-tts's non-persistent RoPE
-                             ``inv_freq`` buffers (left as uninitialised memory), and before 5.13 qwen-tts's
-                             unguarded ``.data.normal_()`` also re-randomised the loaded weights. Silent: no
-                             error, wrong audio.
-  mask_kwargs         5.9+   ``create_causal_mask`` renamed ``input_embeds`` to ``inputs_embeds`` (alias until
-                             5.8) and dropped ``cache_position``; 5.24 renamed ``past_key_values`` to ``cache``
-                             (alias until 5.40, with a FutureWarning at every call).
-  cache_position      5.4+   ``generate`` stopped passing ``cache_position`` to the model; the talker keys its
-                             multimodal RoPE positions on it (None makes it rebuild them for the whole sequence
-                             every step: shape errors, or wrong positions with left padding). We count it from
-                             the cache, which 5.24 passes as ``cache``.
-  mimi_properties     5.21+  ``MimiModel.upsample``/``decoder_transformer`` became read-only properties; the
-                             qwen-tts encoder subclass sets them to None to drop Mimi's decoder half.
-  output_cache        5.24+  ``ModelOutput`` renamed its ``past_key_values`` field to ``cache`` and renames the
-                             keyword before any subclass's ``__init__`` sees it; qwen-tts's two talker outputs
-                             still declare ``past_key_values`` (TypeError at the first forward), and generate
-                             carries the cache to the next step only from an output's ``cache`` key. The old name
-                             still works as keyword and attribute, but logs a deprecation, and qwen-tts (and the
-                             pack, reading its outputs) use only that one. qwen-tts's modules get copies of its two
-                             outputs with a ``cache`` field, and a subclass of ``BaseModelOutputWithPast``; in all
-                             three ``past_key_values`` is an alias that does not log.
-  forward_cache       5.24+  ``generate`` passes the cache to the model as ``cache=``. The talker's and code
-                             predictor's ``forward`` take ``past_key_values`` and hand an unknown ``cache`` on to
-                             their layers unused, so every step started an empty cache. Silent: wrong codes.
+  rope_default        5.0+   ``ROPE_INIT_FUNCTIONS["default"]`` is gone; qwen-tts looks it up for every RoPE.
+  tied_weights_keys   5.0+   must be a dict; qwen-tts's lists (which tie nothing) crash ``save_pretrained``.
+  init_weights        5.0+   load, then ``_init_weights``: RoPE ``inv_freq`` stayed uninitialised (and before 5.13
+                             loaded weights were re-randomised). Silent: wrong audio.
+  mask_kwargs         5.9+   ``create_causal_mask`` renamed ``input_embeds`` and dropped ``cache_position``; 5.24
+                             renamed ``past_key_values`` to ``cache``.
+  cache_position      5.4+   generate stopped passing it; the talker's multimodal RoPE positions key on it.
+  mimi_properties     5.21+  ``upsample``/``decoder_transformer`` became read-only; qwen-tts's encoder sets None.
+  output_cache        5.24+  ``ModelOutput``'s ``past_key_values`` became ``cache`` (TypeError in qwen-tts's outputs,
+                             and generate carries only ``cache``): copies with a ``cache`` field and a silent alias.
+  forward_cache       5.24+  generate passes ``cache=``, which the talker's forward dropped: every step began an
+                             empty cache. Silent: wrong codes.
 """
 
 from __future__ import annotations
@@ -117,11 +91,8 @@ def _shim_check_model_inputs() -> bool:
 
 
 def restore_check_model_inputs() -> None:
-    """Give transformers its own check_model_inputs back once qwen-tts's classes are defined.
-
-    qwen-tts reads the name only at import (`from transformers.utils.generic import check_model_inputs`, used
-    as a class-definition decorator), so its modules keep the wrapper; other packs see transformers unchanged.
-    """
+    """Give transformers its own check_model_inputs back once qwen-tts's classes are defined: qwen-tts read the name
+    at import, so its modules keep the wrapper and other packs see transformers unchanged."""
     from transformers.utils import generic
 
     while _rebound:
@@ -164,13 +135,8 @@ def _shim_pad_token_id() -> bool:
 
 
 def accept_saved_rope_parameters(init):
-    """Wrap a qwen-tts config ``__init__`` so a config.json written by 5.x loads like one written by 4.57.
-
-    5.x saves ``rope_scaling`` as ``rope_parameters``; unwrapped, qwen-tts's ``__init__`` passes that on to 5.x's
-    validation (which on some releases demands a ``rope_theta`` inside it), then assigns its own
-    ``rope_scaling=None`` default over it, losing the talker's mrope_section. Configs written by 4.57 (all
-    released checkpoints) load either way.
-    """
+    """Wrap a qwen-tts config ``__init__`` so a config.json written by 5.x loads like one written by 4.57: unwrapped,
+    its own ``rope_scaling=None`` overwrites the saved ``rope_parameters``, losing the talker's mrope_section."""
     params = inspect.signature(init).parameters
 
     @functools.wraps(init)

@@ -1,8 +1,5 @@
-"""Marks on what the compat shims and the model's patch create, and the check for another pack's wrapper.
-
-Apart from morph/qwen/compat.py so that the shim modules and the patch (morph/reference/patch.py) can use
-them without importing the compat entry point, and compat can import the shims without a cycle.
-"""
+"""Marks on what the compat shims and the model's patch create, and the check for another pack's wrapper (apart from
+compat.py, so the shims and morph/reference/patch.py use them without a cycle)."""
 
 from __future__ import annotations
 
@@ -28,13 +25,8 @@ _HOMES = tuple(f"{os.sep}{package}{os.sep}" for package in ("qwen_tts", "transfo
 
 
 def note_foreign_wrapper(obj, what: str) -> bool:
-    """Log (and return True) when `obj`, about to be wrapped, is already another package's wrapper.
-
-    A function's code records the file it was written in, even when ``functools.wraps`` copied the
-    original's name and module onto it: a layer (of the ``__wrapped__`` chain) written outside qwen-tts,
-    transformers and torch, and not ours, is another pack's patch. Wrapping it again usually works; when
-    two patches disagree, this line is the clue.
-    """
+    """Log (and return True) when `obj`, about to be wrapped, is already another package's wrapper: a layer of its
+    ``__wrapped__`` chain whose code was written outside qwen-tts, transformers and torch, and not ours."""
     layer = obj
     while layer is not None and not marked(layer):
         code = getattr(layer, "__code__", None) or getattr(getattr(layer, "__func__", None), "__code__", None)

@@ -1,18 +1,6 @@
-"""Silence the known-harmless messages that importing and loading qwen-tts prints, and nothing else.
-
-Each pattern below is a message that looks alarming on a run that works:
-  - qwen-tts's 25 Hz tokenizer prints a flash-attn banner on import (12 Hz models never use that code);
-  - transformers 5.x's docstring checker prints "[ERROR] `cache_position` is part of ...'s signature, but
-    not documented" for qwen-tts's classes while they are defined;
-  - the sox package logs "SoX could not be found!" (and its shell prints "sox: not found"): 12 Hz models
-    never call sox;
-  - transformers 5.x warns that APIs qwen-tts 0.1.1 uses (check_model_inputs, rope_scaling,
-    rope_config_validation, layer_type_validation) are deprecated;
-  - transformers' generate warns that the repetition penalty skips the prompt: upstream qwen-tts behaves
-    the same way by design.
-Only inside `quiet_third_party()`, and only these: anything else printed is printed after the block,
-other log records and warnings pass, and exceptions propagate untouched.
-"""
+"""Silence the known-harmless messages that importing and loading qwen-tts prints (the 25 Hz tokenizer's flash-attn
+banner, transformers 5.x's docstring checker and deprecations, sox's absence, generate's repetition-penalty note),
+and nothing else: anything else printed, logged or warned inside `quiet_third_party()` passes."""
 
 from __future__ import annotations
 
@@ -40,8 +28,7 @@ class _DropKnown(logging.Filter):
 
 
 def _quiet_popen(cmd, mode="r", buffering=-1):
-    """os.popen without the child's stderr: sox's import runs `sox -h` through a shell that prints
-    'sox: not found' straight to the terminal when the program is absent."""
+    """os.popen without the child's stderr: sox's import runs `sox -h` through a shell that prints 'sox: not found'."""
     proc = subprocess.Popen(cmd, shell=True, text=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             bufsize=buffering)
     return os._wrap_close(proc.stdout, proc)
@@ -74,9 +61,8 @@ def quiet_third_party():
 
 @contextlib.contextmanager
 def no_loading_bars():
-    """transformers' progress bars off for the block, and back as they were after it: a load from a local folder
-    takes seconds, and its "Loading weights" bars tell a caller nothing. transformers turns huggingface_hub's bars
-    off and on with its own, so theirs are put back as they were too."""
+    """transformers' (and with them huggingface_hub's) progress bars off for the block, then back as they were: a
+    local load takes seconds, and its bars tell a caller nothing."""
     from huggingface_hub import utils as hub
     from transformers.utils import logging as transformers_logging
 
