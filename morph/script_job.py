@@ -1,17 +1,7 @@
-"""A script rendered into a folder: every front end that renders a script (the Render Lines node, `cli.py render`,
-the Python API) runs it here, so each writes the same files and resumes the same way (docs/scripts.md).
-
-    with LineStore(out_dir, "scene1", who) as store:     # this job alone writes scene1 in out_dir
-        job = ScriptJob(parsed, lines, store, job_context(tts.config, ...), rerun="run it again")
-        job.reuse()                                         # resume: what an earlier run left
-        result = job.run(lambda todo: tts, settings, batch_size=32, pause_seconds=0.4)
-
-`reuse()` reads back each line whose file and fingerprint (morph/lines/store.py: what decides its audio) an earlier
-run left; the others go to one render, each written (after the front end's `finish_line`, e.g. smoothing) as soon as
-it is complete, on a thread beside the render (`_LineWriter`), so a crash or a cancel loses only lines still in
-flight. Then the dialogue `{prefix}.wav` where the front end writes one, the subtitles and the manifest of exactly
-this script.
-"""
+"""A script rendered into a folder: every front end (the Render Lines node, `cli.py render`, the Python API) runs it
+here, so each writes the same files and resumes the same way (docs/scripts.md). Lines an earlier run left with the
+same fingerprint are reused; the rest go to one render, each written as soon as it is done, so a crash or a cancel
+loses only the lines still in flight."""
 
 from __future__ import annotations
 
@@ -52,15 +42,13 @@ class ScriptResult:
 
     @property
     def dialogue(self) -> np.ndarray:
-        """The lines joined with pauses, made when asked (a front end that only writes `{prefix}.wav` never holds
-        the whole script's audio twice)."""
+        """The lines joined with pauses, made only when asked, so the script's audio is not held twice."""
         return join_clips(self.clips, self.pause_seconds)[0]
 
 
 def job_context(config: ModelConfig, language: str, settings: GenerationSettings, smoothing: bool) -> dict:
-    """What, besides the line itself, decides a line's audio: the model (checkpoint, dtype, attention kernel, decode
-    mode and the kind of device it runs on: `config`, a loaded model's or the one a load would resolve) and every
-    generation setting but the seed (so a randomized seed still resumes; the batch size is left out too)."""
+    """What, besides the line itself, decides a line's audio: the model `config` and every generation setting but the
+    seed (so a randomized seed still resumes)."""
     fields = {k: v for k, v in dataclasses.asdict(settings).items() if k != "seed"}
     if fields["min_new_tokens"] == GenerationSettings.min_new_tokens:
         # left out at upstream's value, so that lines rendered before it was a setting keep their fingerprints
@@ -71,8 +59,7 @@ def job_context(config: ModelConfig, language: str, settings: GenerationSettings
 
 
 class ScriptJob:
-    """`rerun` says, in the front end's words, how a user renders the rest after a stop (e.g. "run the same command
-    again")."""
+    """`rerun` says, in the front end's words, how a user renders the rest after a stop."""
 
     def __init__(self, parsed: Sequence[ScriptLine], lines: Sequence[Line], store: LineStore, context: dict,
                  rerun: str = "run the job again"):
@@ -83,8 +70,8 @@ class ScriptJob:
         self.lengths: dict[int, int] = {}  # script index -> samples of every line done, wherever it was rendered
 
     def reuse(self, keep_audio: bool = True) -> int:
-        """Read back the lines an earlier run left with this fingerprint (resume); returns how many. A job that
-        joins its dialogue from the files (a distributed one) keeps only their lengths."""
+        """Read back the lines an earlier run left with this fingerprint; returns how many. Without `keep_audio` (a
+        job that joins its dialogue from the files) only their lengths are kept."""
         for i, p in enumerate(self.parsed):
             wav = self.store.load(i + 1, p.name, self.fingerprints[i])
             if wav is not None:
@@ -117,9 +104,8 @@ class ScriptJob:
                 f"{self.rerun} to render the rest")
 
     def check_space(self, pause_seconds: float, dialogue: bool, words: Words = FOR_PYTHON) -> None:
-        """Before the first line: refuse a job whose files (the lines still to render, and the dialogue if it is
-        written) would not fit on the store's disk. A line rendered is its exact length, one to render an estimate
-        (ESTIMATE_CHARS_PER_SECOND)."""
+        """Before the first line: refuse a job whose files (lines to render, at ESTIMATE_CHARS_PER_SECOND, and the
+        dialogue if written) would not fit on the store's disk."""
         todo = self.todo()
         guess = {i: round(len(self.lines[i].text.strip()) / ESTIMATE_CHARS_PER_SECOND * SAMPLE_RATE) for i in todo}
         need = sum(len(wav_header(n)) + 4 * n for n in guess.values())
@@ -145,9 +131,8 @@ class ScriptJob:
             on_step: OnStep | None = None, on_line: OnLine | None = None, who: str = "Render lines",
             words: Words = FOR_PYTHON, dialogue: bool = False) -> ScriptResult:
         """Render every line not reused, in this process, and write everything (`dialogue`: `{prefix}.wav` too).
-        `prepare(lines to render)` returns the engine to render them on (a memory manager can make room first); it is
-        not called when every line was reused. `on_line(i, audio)` follows each rendered line's file, i indexing the
-        script's lines; messages word their fixes as `words` does."""
+        `prepare(lines to render)` returns the engine (not called when all were reused); `on_line(i, audio)` follows
+        each rendered line's file, i indexing the script."""
         audio = self.audio
         todo = self.todo()
         self.check_space(pause_seconds, dialogue, words)
@@ -180,21 +165,15 @@ class ScriptJob:
 
 
 class _LineWriter:
-    """Each line `finish`ed (smoothed, written) on a thread of its own, in the order the render hands them over, so the
-    render's frame loop goes on meanwhile (finishing on its thread would stall it for a large share of a script's job:
-    bench/results/h100-2026-11-26c/NOTES.md). The lines written go into the manifest (`record`, which rewrites it
-    whole) at once for the first, then at most every RECORD_EVERY_S: recording after every line would rewrite it
-    once a line, quadratic in the script.
-
-    A line that fails to finish (a file that cannot be written) stops the render at its next line, with that error;
-    the lines after it are not written. Leaving the block waits for every line handed over and records those
-    written, so a render that stops keeps the lines it finished; a process killed outright leaves at most
-    RECORD_EVERY_S of lines written but not recorded, which a rerun renders again and says so."""
+    """Each line finished (smoothed, written) on a thread of its own, in order, so the render's frame loop goes on
+    meanwhile (bench/results/h100-2026-11-26c/NOTES.md). The manifest, rewritten whole, is recorded at most every
+    RECORD_EVERY_S, not once a line (quadratic). A line that fails to finish stops the render at its next line with
+    that error; leaving the block waits for and records every line handed over."""
 
     def __init__(self, finish: Callable[[int, np.ndarray, list[tuple[int, Written]]], None],
                  record: Callable[[list[tuple[int, Written]]], None]):
-        """finish(k, audio, written): the line finished, its (script index, file) appended to `written` once its file
-        is on disk; record(lines written): into the manifest."""
+        """finish(k, audio, written) appends (script index, file) once the file is on disk; record(written) into the
+        manifest."""
         self.finish, self.record = finish, record
         self.error: BaseException | None = None
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -223,8 +202,7 @@ class _LineWriter:
         self._record(written)
 
     def _record(self, written: list) -> None:
-        """The lines written, into the manifest; a record that fails drops them (their files are on disk: a rerun
-        renders them again, and says so)."""
+        """The lines written, into the manifest; a record that fails drops them (a rerun renders them again)."""
         if written:
             try:
                 self.record(list(written))

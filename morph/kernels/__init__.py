@@ -1,2 +1,2 @@
-"""Triton kernels and their launchers; they import only torch, Triton and each other. Importing a module here
-imports Triton, so morph/decode/ imports them where a fused mode runs, never at load."""
+"""Triton kernels and their launchers. Importing one imports Triton, so morph/decode/ imports them only where a fused
+mode runs."""

@@ -1,9 +1,6 @@
-"""The fused attention of a decode step (morph/kernels/layers.py's second kernel of five): per-head
-q/k RMSNorm, RoPE, the new tokens' K/V written into the cache, and attention over the cache, in
-one kernel per (batch row, kv head), its cache split over several programs when there are few rows
-(flash-decoding: a second, small kernel combines the splits). Kernels take addresses, as in
-morph/kernels/layers.py.
-"""
+"""The fused attention of a decode step: per-head q/k RMSNorm, RoPE, the new K/V written into the cache, and attention
+over it, one program per (batch row, kv head), the cache split over several when rows are few (flash-decoding: a
+second kernel combines the splits). Kernels take addresses, as in morph/kernels/layers.py."""
 
 from __future__ import annotations
 
@@ -25,8 +22,8 @@ def _dot(a, b, acc, DTYPE: tl.constexpr):
 
 @triton.jit
 def _norm_rope(x, x_rot, w, w_rot, sign, cos, sin, eps, D: tl.constexpr, DTYPE: tl.constexpr):
-    """Per-head RMSNorm, then RoPE, of rows x [R, D]; x_rot/w_rot are x and w at the
-    rotate_half positions, sign is -1 on the first half (HF: q * cos + rotate_half(q) * sin)."""
+    """Per-head RMSNorm, then RoPE, of rows x [R, D]; x_rot/w_rot are x and w at the rotate_half positions, sign is -1
+    on the first half (HF: q * cos + rotate_half(q) * sin)."""
     xf = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(xf * xf, axis=1) / D + eps)[:, None]
     xn = _weighted(xf * rstd, w[None, :], DTYPE)
@@ -45,9 +42,8 @@ def _in_pool(page, s, h, KVH: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr)
 @triton.jit
 def _slot_offsets(s, ok, b, h, table_addr, L: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
                   PAGED: tl.constexpr, PAGE: tl.constexpr):
-    """Element offsets of logical slots s [N] of (row b, kv head h): cache[b, h, s] in a dense cache
-    [B, KVH, L, D]; with PAGED, pool[table[b, s // PAGE], h, s % PAGE] in a pool [NP, KVH, PAGE, D]
-    (the table [B, L / PAGE] is read only where ok: other slots get the null page 0, never loaded)."""
+    """Element offsets of logical slots s [N] of (row b, kv head h) in a dense cache [B, KVH, L, D], or with PAGED in
+    a pool [NP, KVH, PAGE, D] through the table [B, L / PAGE], read only where ok (elsewhere the null page 0)."""
     if PAGED:
         page = tl.load(as_ptr(table_addr, tl.int64) + b * (L // PAGE) + s // PAGE, mask=ok, other=0)
         off = _in_pool(page, s, h, KVH, D, PAGE)
@@ -59,8 +55,8 @@ def _slot_offsets(s, ok, b, h, table_addr, L: tl.constexpr, KVH: tl.constexpr, D
 @triton.jit
 def _tile_pages(s0, lo, hi, b, table_addr, L: tl.constexpr, PAGE: tl.constexpr, NPT: tl.constexpr,
                 PAGED: tl.constexpr):
-    """The page numbers [NPT] of the tile of NPT pages from slot s0 of row b (paged; a tile is whole pages): pages
-    wholly outside slots lo .. hi-1, or past the table, get the null page 0 and are not read. Dense: a placeholder."""
+    """The page numbers [NPT] of the tile from slot s0 of row b; pages wholly outside lo .. hi-1 or past the table get
+    the null page 0. Dense: a placeholder."""
     if PAGED:
         p = s0 // PAGE + tl.arange(0, NPT)
         ok = (p < L // PAGE) & (p * PAGE < hi) & ((p + 1) * PAGE > lo)
@@ -74,11 +70,9 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
                       H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, T: tl.constexpr, TP: tl.constexpr,
                       ROWS: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, PAGED: tl.constexpr,
                       PAGE: tl.constexpr, SPLITS: tl.constexpr):
-    """One (batch row, kv head, split): the G = H / KVH query heads of that kv head attend over slots
-    lo[b] .. their own slot, in the split's tiles (every SPLITS-th BLOCK_L slots from split * BLOCK_L), the T new
-    tokens' K/V written into the cache first where they fall in those tiles. With one split the output is final;
-    with more each writes its softmax's running max, sum and unnormalised output to `part` for _combine_kernel.
-    Slots are logical: with PAGED, kc/vc are page pools and the table maps them (_slot_offsets)."""
+    """One (batch row, kv head, split): the kv head's H / KVH query heads attend over slots lo[b] .. their own in the
+    split's tiles (every SPLITS-th BLOCK_L slots), the T new tokens' K/V written first. With more than one split, each
+    writes its running max, sum and unnormalised output to `part` for _combine_kernel."""
     b, h, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     G: tl.constexpr = H // KVH
     width: tl.constexpr = (H + 2 * KVH) * D
@@ -124,10 +118,8 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
     m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([ROWS], dtype=tl.float32)
     acc = tl.zeros([ROWS, D], dtype=tl.float32)
-    # The cache length is a compile-time constant and blocks outside lo .. hi are skipped,
-    # rather than a loop over lo .. hi: loop bounds read from memory break Triton's CPU
-    # interpreter, which the CPU tests use. Paged, a tile's page numbers are read one tile ahead
-    # (each page's once), so that the keys' loads do not wait behind the table's.
+    # A loop over the whole constant length, skipping tiles outside lo .. hi: bounds read from memory break Triton's
+    # CPU interpreter, which the tests use. Paged, the page numbers are read a tile ahead so keys do not wait on them.
     NPT: tl.constexpr = BLOCK_L // PAGE if PAGED else 1
     STRIDE: tl.constexpr = BLOCK_L * SPLITS
     pages = _tile_pages(split * BLOCK_L, lo, hi, b, table_addr, L, PAGE, NPT, PAGED)
@@ -137,10 +129,8 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
         pages = _tile_pages(s0 + STRIDE, lo, hi, b, table_addr, L, PAGE, NPT, PAGED)
         if (s0 < hi) & (s0 + BLOCK_L > lo):
             s = s0 + tl.arange(0, BLOCK_L)
-            # slots below lo are not loaded: paged, in a tile wider than a page their pages may be the null page, whose
-            # contents are anything; and
-            # a slot no row holds steps with whatever bound its last row left, and would write NaN there (0 / 0 below),
-            # which a zero weight times NaN would carry into the next row to join that slot
+            # slots below lo are not loaded: their page may be the null page (anything), and a free slot's stale
+            # contents may be NaN, which a zero weight would carry into the next row to join that slot
             kv_ok = (s < hi) & (s >= lo)
             if PAGED:
                 page = tl.reshape(tl.broadcast_to(here[:, None], (NPT, PAGE)), (BLOCK_L,))
@@ -179,8 +169,8 @@ def _attention_kernel(qkv_addr, o_addr, kc_addr, vc_addr, qn_addr, kn_addr, cos_
 @triton.jit
 def _combine_kernel(part_addr, o_addr, H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, T: tl.constexpr,
                     SPLITS: tl.constexpr, DTYPE: tl.constexpr):
-    """One (batch row, kv head, query row r = g * T + t): its splits' partial softmaxes into its output row
-    (flash-decoding's reduction). A split that saw no slot has max -inf and sum 0 and weighs nothing."""
+    """One (batch row, kv head, query row r = g * T + t): its splits' partial softmaxes into its output row. A split
+    that saw no slot has max -inf and sum 0 and weighs nothing."""
     b, h, r = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     G: tl.constexpr = H // KVH
     d, sp = tl.arange(0, D), tl.arange(0, SPLITS)
@@ -196,22 +186,18 @@ def _combine_kernel(part_addr, o_addr, H: tl.constexpr, KVH: tl.constexpr, D: tl
 
 # -- launcher -----------------------------------------------------------------------------
 def _tiles(length: int) -> tuple[int, int]:
-    """BLOCK_L and num_warps: 64-slot tiles and 4 warps over the talker's caches, dense or paged (a paged tile is
-    whole pages: two of 32 slots), faster than 128-slot tiles and 8 warps for a batch and for a lone row, static or
-    continuous (bench/results/h200-2026-11-26b/NOTES.md)."""
+    """BLOCK_L and num_warps (bench/results/h200-2026-11-26b/NOTES.md); a paged tile is whole pages."""
     return (16, 4) if length <= 16 else (64, 4)
 
 
-# Fewer (batch rows x kv heads) than this split each row's cache (flash-decoding): one program a row and kv head
-# would leave a lone row's attention on as many SMs as it has kv heads, a few of the GPU's, and split is faster at
-# batch 16 too (bench/results/h200-2026-11-26b/NOTES.md).
+# Fewer (batch rows x kv heads) than this split each row's cache, or a lone row would run on as many SMs as it has kv
+# heads (bench/results/h200-2026-11-26b/NOTES.md).
 TARGET_PROGRAMS = 256
 
 
 def _splits(programs: int, tiles: int) -> int:
-    """How many splits each (row, kv head) runs its cache's `tiles` tiles in: a power of two (the combine kernel
-    loads them as one block), so that `programs` pairs make about TARGET_PROGRAMS programs, and no more than the
-    tiles rounded up to a power of two."""
+    """Splits per (row, kv head): a power of two (the combine kernel loads them as one block) making about
+    TARGET_PROGRAMS programs, at most the tiles rounded up."""
     want = max(1, TARGET_PROGRAMS // max(programs, 1))
     return min(triton.next_power_of_2(want), triton.next_power_of_2(tiles))
 
@@ -219,15 +205,10 @@ def _splits(programs: int, tiles: int) -> int:
 def attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, q_norm: torch.Tensor,
               k_norm: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor, rope_pos: torch.Tensor,
               write_idx: torch.Tensor, lo: torch.Tensor, d, table: torch.Tensor | None = None) -> torch.Tensor:
-    """qkv [B*T, (H + 2 KVH) D] -> attention output [B*T, H D]; writes the new K/V into the
-    caches [B, KVH, L, D] at write_idx [T]. rope_pos [B, T] indexes the [*, D] cos/sin tables;
-    row b attends to slots lo[b] .. (its token's slot).
-
-    Paged (vLLM's layout): with `table` [B, L / PAGE] (int64, contiguous, the same for every
-    layer), k_cache and v_cache are pools [NP, KVH, PAGE, D] of pages (PAGE a power of two;
-    page 0 the null page that unallocated entries point to), and slot s of row b lives at
-    pool[table[b, s // PAGE], :, s % PAGE]. Pages wholly outside lo[b] .. the last new slot are
-    never read, so they may be the null page."""
+    """qkv [B*T, (H + 2 KVH) D] -> output [B*T, H D], writing the new K/V into the caches [B, KVH, L, D] at write_idx
+    [T]; rope_pos [B, T] indexes the [*, D] cos/sin tables; row b attends to slots lo[b] .. its token's slot.
+    Paged (vLLM's layout): with `table` [B, L / PAGE] (int64, contiguous), the caches are pools [NP, KVH, PAGE, D] and
+    slot s of row b is pool[table[b, s // PAGE], :, s % PAGE]; page 0 is the null page, for pages never read."""
     hd = k_cache.shape[3]
     if table is None:
         b, page, length = k_cache.shape[0], 1, k_cache.shape[2]

@@ -1,9 +1,5 @@
-"""What the kernel modules share: torch's dtypes as Triton's, addresses as typed pointers, and
-HF RMSNorm's last step.
-
-Kernels here take addresses, not tensors: under cudaMallocAsync, Triton's launcher refuses
-tensors allocated during a CUDA graph capture (morph/kernels/kth.py says why).
-"""
+"""What the kernel modules share: torch's dtypes as Triton's, addresses as typed pointers (morph/kernels/kth.py says
+why addresses), and HF RMSNorm's last step."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""The k-th largest value per row, exactly, without torch.topk on CUDA.
+"""The k-th largest value per row (HF's top-k threshold), exactly, without torch.topk's slow single-block select on
+CUDA: a bisection over the scores' order-preserving bit patterns, every row in one launch, bit for bit topk's
+`values[..., k-1]`. The CPU and setups without Triton use topk itself.
 
-HF's top-k warper needs the k-th largest score of each row (duplicates counted). `torch.topk` finds it with a
-single-block radix select, tens of microseconds for one row of 2048, for every code group of every frame. This kernel
-bisects over the scores' bit patterns (as order-preserving unsigned keys) in 32 steps, the whole row in registers,
-every row in parallel in one launch. The result is bit-for-bit torch.topk's `values[..., k-1]`, so sampling stays
-exact; the CPU and setups without Triton use topk itself.
-
-Why the kernels take addresses, not tensors: under cudaMallocAsync (ComfyUI's default), memory allocated during a CUDA
-graph capture has no physical backing yet, so Triton's launcher refuses tensor arguments that point at it ("Pointer
-argument cannot be accessed from Triton") and the capture fails. Plain integers skip that check; the kernel
-dereferences them only when the graph replays, when they are backed.
-"""
+Why kernels take addresses, not tensors: under cudaMallocAsync, memory allocated during a CUDA graph capture has no
+physical backing yet, so Triton's launcher refuses tensors that point at it and the capture fails; plain integers
+skip that check, and are dereferenced only when the graph replays."""
 
 from __future__ import annotations
 

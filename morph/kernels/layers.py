@@ -1,25 +1,10 @@
-"""Fused Triton kernels for the lean decode step (mode "fused").
+"""Fused Triton kernels for the lean decode step (mode "fused"): at decode sizes a layer costs the kernels it
+launches, not its arithmetic, so a layer here is five: linear with RMSNorm fused (qkv), attention (attention.py),
+linear with the residual fused (o), linear with norm and SiLU(gate) * up fused, linear with the residual.
 
-At decode sizes (one token per row, hidden 1024-2048) a layer's cost is the number of
-kernels it launches, not its arithmetic: the lean layer in plain torch ops is about 45
-kernels, and a frame at seq_groups 15 runs 103 layers. Here a layer is five kernels:
-
-    qkv   = linear(x, wqkv, norm=ln1)                 RMSNorm fused into the GEMV
-    attn  = attention(qkv, caches, ...)               q/k norm, RoPE, cache write, attention
-                                                      (morph/kernels/attention.py)
-    x     = linear(attn, wo, residual=x)              residual add fused
-    act   = linear(x, wgu, norm=ln2, silu=True)       gate and up, SiLU(gate) * up fused
-    x     = linear(act, wd, residual=x)
-
-The math follows HF's order of upcasts and roundings (fp32 variance, the normed row rounded
-to the model dtype before the weight multiply, bf16 RoPE products, the residual stream in the
-model dtype), with fp32 accumulation throughout; in fp32 the results equal lean's to
-rounding. (In bf16 morph/decode/lean.py rounds less: its residual stream is fp32.)
-
-Kernels compile in about a second each on first use and land in Triton's disk cache. They take
-addresses, not tensors (morph/kernels/kth.py says why): every activation here is allocated
-during a CUDA graph capture.
-"""
+The math follows HF's order of upcasts and roundings with fp32 accumulation; in fp32 the results equal lean's to
+rounding (in bf16 morph/decode/lean.py rounds less: its residual stream is fp32). Kernels take addresses, not tensors
+(morph/kernels/kth.py says why)."""
 
 from __future__ import annotations
 
@@ -37,9 +22,8 @@ from .common import TL_DTYPES, _weighted, as_ptr
 def _linear_kernel(x_addr, w_addr, nw_addr, r_addr, o_addr, M, N, eps, K: tl.constexpr,
                    DTYPE: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr, SILU: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """out[M, N] = epilogue(norm(x)[M, K] @ w[N, K]^T) for M <= gemv_rows(w), on CUDA cores; with
-    SILU, w holds gate rows then up rows. Narrow column blocks spread the weight stream over
-    every SM."""
+    """out[M, N] = epilogue(norm(x)[M, K] @ w[N, K]^T) for M <= gemv_rows(w), on CUDA cores; with SILU, w holds gate
+    rows then up rows. Narrow column blocks spread the weight stream over every SM."""
     x, w, o = as_ptr(x_addr, DTYPE), as_ptr(w_addr, DTYPE), as_ptr(o_addr, DTYPE)
     rm = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -92,24 +76,20 @@ def _rms_norm_kernel(x_addr, w_addr, o_addr, N, eps, DTYPE: tl.constexpr, BLOCK:
 
 # -- launchers ---------------------------------------------------------------------------
 def gemv_rows(w: torch.Tensor) -> int:
-    """Rows up to which these kernels beat cuBLAS (with the norm, SiLU and residual as torch ops) on `w`. From a sweep
-    of the four projections on an H200, in CUDA graphs, weights cold (bench/results/h200-2026-11-28f/NOTES.md): at 3
-    and 4 rows, 29-31 us a layer against cuBLAS's 41-43 at the 0.6B talker's (and every code predictor's) shapes, and
-    a loss at the 1.7B talker's (2**23 weight elements and up: 71-72 us against 52-53). Wider, cuBLAS."""
+    """Rows up to which these kernels beat cuBLAS on `w` (bench/results/h200-2026-11-28f/NOTES.md); wider, cuBLAS."""
     return 4 if w.numel() < 2**23 else 2
 
 
 def _config(m: int, n: int, k: int) -> dict:
-    """Tile sizes from sweeps at the decode shapes, weights read cold from memory (bench/results/h100-2026-11-22b/,
-    h200-2026-11-28f/): 4-8 columns per program and K up to 1024 per loop step are best at 1-4 rows."""
+    """Tile sizes from sweeps at the decode shapes, weights cold (bench/results/h200-2026-11-28f/NOTES.md)."""
     return dict(BLOCK_M=triton.next_power_of_2(m), BLOCK_N=8 if n >= 4096 else 4,
                 BLOCK_K=min(triton.next_power_of_2(k), 1024), num_warps=4, num_stages=2)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, norm_w: torch.Tensor | None = None, eps: float = 0.0,
            residual: torch.Tensor | None = None, silu: bool = False) -> torch.Tensor:
-    """x [M, K] (contiguous) @ w[N, K]^T with an optional RMSNorm of x before, SiLU(gate) * up
-    over w's two halves, or a residual [M, N] added after; returns [M, N] (N halved with silu)."""
+    """x [M, K] (contiguous) @ w[N, K]^T with an optional RMSNorm of x before, SiLU(gate) * up over w's two halves, or
+    a residual [M, N] added after; returns [M, N] (N halved with silu)."""
     m, k = x.shape
     if m > gemv_rows(w):
         if norm_w is not None:
@@ -139,8 +119,7 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 def stack_step(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos, write_idx, lo, d,
                table=None):
-    """lean.stack_step's contract, five kernels per layer. With `table` [B, L / PAGE], the caches are
-    page pools [NP, KVH, PAGE, D] that the one table maps for every layer (attention.attention)."""
+    """lean.stack_step's contract, five kernels a layer; with `table`, the caches are page pools (attention.attention)."""
     b, t, hidden = x.shape
     h = x.reshape(b * t, hidden).contiguous()
     for w, kc, vc in zip(weights, k_caches, v_caches, strict=True):

@@ -1,10 +1,5 @@
-"""The code sampler of mode "fused": sampling.pick's sampled draw in three kernels instead of about nine.
-
-Same math and order as morph/decode/sampling.py (temperature, top-k, softmax in fp32, then the
-exponential race), and the random numbers come from torch's own `exponential_` over a tensor
-shaped as the op-by-op step's, so a seeded run draws the same tokens. Kernels take addresses,
-as in morph/kernels/layers.py.
-"""
+"""The code sampler of mode "fused": sampling.pick's sampled draw in three kernels instead of about nine, with the
+same math, order and random numbers as morph/decode/sampling.py, so a seeded run draws the same tokens."""
 
 from __future__ import annotations
 
@@ -19,8 +14,7 @@ from .common import TL_DTYPES, as_ptr
 
 @triton.jit
 def _warp_softmax_kernel(x_addr, o_addr, V, temperature, k, X_DTYPE: tl.constexpr, BLOCK: tl.constexpr):
-    """HF's warpers for one row, then softmax: scores / temperature, all below the k-th
-    largest to -inf (k = V keeps every token), softmax in fp32 (morph/decode/sampling.py's order)."""
+    """HF's warpers for one row, then softmax in fp32: scores / temperature, all below the k-th largest to -inf."""
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     ok = cols < V
@@ -32,10 +26,8 @@ def _warp_softmax_kernel(x_addr, o_addr, V, temperature, k, X_DTYPE: tl.constexp
 
 @triton.jit
 def _race_kernel(p_addr, q_addr, o_addr, V, BLOCK: tl.constexpr):
-    """argmax(p / q) of one row: sampling.draw's exponential race (first index on ties). A NaN ranks above every
-    number, as in torch.argmax: Triton's argmax ranks it below the padding lanes, and a row of NaN probabilities
-    (non-finite logits) would pick an index past the vocabulary, which the caller's scatter into `seen` would turn
-    into a device-side assert that ends the process."""
+    """argmax(p / q) of one row: sampling.draw's exponential race (first index on ties). A NaN ranks above every number,
+    as in torch.argmax: below the padding lanes, a NaN row would pick an index past the vocabulary (a device assert)."""
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     ok = cols < V
@@ -47,8 +39,8 @@ def _race_kernel(p_addr, q_addr, o_addr, V, BLOCK: tl.constexpr):
 
 
 def sample_warped(scores: torch.Tensor, s: Sampling, noise, slot: int = 0) -> torch.Tensor:
-    """sampling.pick for a sampled draw without top-p (morph/decode/sampling.py's fused_pick says when):
-    warpers and softmax, the Exp(1) values from `noise` (morph/decode/sampling.py's Noise), and the race."""
+    """sampling.pick for a sampled draw without top-p (sampling.fused_pick says when), its Exp(1) values from
+    `noise`."""
     v = scores.shape[-1]
     flat = scores.reshape(-1, v).contiguous()
     probs = torch.empty(flat.shape, device=flat.device, dtype=torch.float32)

@@ -1,20 +1,7 @@
-"""The codec's SnakeBeta activation as one Triton kernel (CUDA tensors, Triton installed).
-
-Upstream's SnakeBeta (the 12 Hz codec's decoder) is five full-size elementwise ops, x * alpha, sin, square, times
-1 / beta, plus x: five reads and writes of the decoder's largest activations, a large share of the codec's GPU time,
-which one pass cuts (bench/results/h100-2026-11-22c).
-
-The kernel runs the same five ops in the same order, rounding to the tensor's dtype after each as torch does for a
-bf16 op, with libdevice's sine. It matches upstream's to rounding, not bit for bit: most values are equal and the rest
-no further from the exact function than upstream's (tests/gpu), where a sine or a fused multiply-add rounds
-differently from torch's kernels. Only audio on CUDA goes through it. exp(alpha) and 1 / (exp(beta) + 1e-9) are per
-channel, computed by torch as upstream computes them. Like morph/kernels/layers.py the kernel takes addresses.
-
-The lean codec's channels-last launch (`snake_samples`) also moves samples as it goes: it reads them from where a
-convolution left them and writes them where the next one reads them, a dilated convolution's input interleaved
-(morph/codec/layers.py says why), and may add a convolution's bias first. Each is a pass over the activations that
-it saves (bench/results/h100-2026-11-26g/NOTES.md).
-"""
+"""The codec's SnakeBeta activation as one Triton kernel: upstream's five full-size elementwise ops in one pass, in
+the same order and rounding to the dtype after each, so it matches upstream to rounding (not bit for bit: tests/gpu).
+The channels-last launch (`snake_samples`) also moves samples from where one convolution left them to where the next
+reads them, and may add a bias first, each a pass saved (morph/codec/layers.py). Kernels take addresses."""
 
 from __future__ import annotations
 
@@ -45,8 +32,7 @@ def _snake_beta(x, a, inv, DTYPE: tl.constexpr):
 @triton.jit
 def _snake_kernel(x_addr, a_addr, inv_addr, o_addr, C, INNER, N, DTYPE: tl.constexpr, BLOCK: tl.constexpr,
                   WIDE: tl.constexpr):
-    """x [B, C, T] (upstream's layout): element i belongs to channel (i // T) % C. Offsets are 64-bit only where
-    they must be (WIDE): the division is much cheaper in 32 bits."""
+    """x [B, C, T] (upstream's layout). Offsets are 64-bit only where they must be (WIDE): 32-bit division is cheaper."""
     pid = tl.program_id(0).to(tl.int64) if WIDE else tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     ok = offs < N
@@ -68,9 +54,8 @@ def _at(row, sample, channel, ROW, SHIFT, EVERY: tl.constexpr, C: tl.constexpr):
 def _snake_samples_kernel(x_addr, a_addr, inv_addr, b_addr, o_addr, T, N, X_ROW, X_SHIFT, O_ROW, O_SHIFT,
                           C: tl.constexpr, X_EVERY: tl.constexpr, O_EVERY: tl.constexpr, BIAS: tl.constexpr,
                           DTYPE: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
-    """Element i of [rows, T, C] (channels last): read where the input Samples put it, written where the output's
-    do. C and the interleaving are compile-time, so their divisions are multiplications; one division by T an
-    element."""
+    """Element i of [rows, T, C] (channels last), read and written where the Samples put it; C and the interleaving
+    are compile-time, so only the division by T is a real one."""
     pid = tl.program_id(0).to(tl.int64) if WIDE else tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     ok = offs < N
@@ -107,9 +92,8 @@ def _rows_dense(t: torch.Tensor) -> bool:
 
 
 class Samples(NamedTuple):
-    """Where the samples of [rows, T, C] (channels last) lie in `tensor`, seen as [rows * every, length, C] with each
-    of its rows dense (a slice along time of a longer tensor is): sample t of row r is row r * every + s % every,
-    at s // every, s = t + shift. every = 1 is the plain layout; every = d interleaves a row's samples d ways,
+    """Where the samples of [rows, T, C] lie in `tensor`, seen as [rows * every, length, C] with dense rows: sample t
+    of row r is at row r * every + s % every, position s // every, s = t + shift. every = d interleaves a row d ways,
     the input of a dilation-d convolution run as d plain ones (morph/codec/layers.py)."""
 
     tensor: torch.Tensor
@@ -124,9 +108,8 @@ class Samples(NamedTuple):
 
 def snake_samples(x: Samples, out: Samples, rows: int, samples: int, alpha: torch.Tensor, inv: torch.Tensor,
                   bias: torch.Tensor | None = None) -> torch.Tensor:
-    """SnakeBeta of `samples` samples of `rows` rows, channels last, read from x and written to out (their layouts
-    as Samples say), given exp(alpha) and 1 / (exp(beta) + 1e-9) per channel, all in x's dtype; a bias first where
-    given. Returns out's tensor."""
+    """SnakeBeta of rows x samples, channels last, from x into out, given exp(alpha) and 1 / (exp(beta) + 1e-9) per
+    channel in x's dtype; a bias added first where given. Returns out's tensor."""
     c = x.tensor.shape[-1]
     n = rows * samples * c
     x_row, o_row = x.row(), out.row()
@@ -140,8 +123,7 @@ def snake_samples(x: Samples, out: Samples, rows: int, samples: int, alpha: torc
 
 
 def snake_last(x: torch.Tensor, alpha: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
-    """SnakeBeta of x [B, T, C] (channels last, each row dense: a slice along time is read where it lies) into a new
-    tensor."""
+    """SnakeBeta of x [B, T, C] (channels last, each row dense) into a new tensor."""
     x = x if _rows_dense(x) else x.contiguous()
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     return snake_samples(Samples(x), Samples(out), x.shape[0], x.shape[1], alpha, inv)
@@ -151,8 +133,8 @@ _failed: list[str] = []
 
 
 def forward(module, x: torch.Tensor) -> torch.Tensor:
-    """What a patched SnakeBeta runs: the kernel where it applies, upstream's forward elsewhere. If the
-    kernel fails (a Triton that cannot compile here), the log says so once and upstream's runs from then on."""
+    """What a patched SnakeBeta runs: the kernel where it applies, upstream's forward elsewhere, and from then on if
+    the kernel fails once (logged)."""
     fits = (x.is_cuda and x.dim() == 3 and x.is_contiguous() and x.dtype in TL_DTYPES
             and module.alpha.dtype == x.dtype and module.beta.dtype == x.dtype)
     if fits and not _failed:
