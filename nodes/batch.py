@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 BANK_TYPE = "QWEN3TTS_VOICE_BANK"  # {name_key(name): (display name, Voice)}
 MAX_BATCH_SIZE = 64
+RERUN = "queue it again with resume on"  # how a user renders the rest after a stop
 EXAMPLE_SCRIPT = ("# One spoken line per line, as  Name: text\n"
                   "Alice: Did you hear that? Something moved in the garden.\n"
                   "Bob: It's only the wind. Go back to sleep.")
@@ -135,35 +136,41 @@ class RenderLines:
     def render(self, model, bank, script, batch_size, batching, pause_seconds, smoothing, resume, filename_prefix,
                **options):
         who = self.DISPLAY_NAME
-        try:
-            language, settings = split_generation_options(options)
-            settings.validate(who)
-            retired_batching(batching, who)
-            if not isinstance(bank, dict) or not bank:
-                raise ValueError("bank is empty or not a voice bank; connect a Qwen3-TTS Voice Bank")
-            if not isinstance(pause_seconds, (int, float)) or not 0 <= pause_seconds <= 600:
-                raise ValueError(f"pause_seconds must be between 0 and 600, got {pause_seconds!r}")
-            parsed = parse_script(script, [display for display, _ in bank.values()], FOR_NODES)
-            store = LineStore(services.output_dir(), filename_prefix, who, words=FOR_NODES)
-        except ValueError as e:
-            raise prefixed(e, who) from e
-        services.check_interrupt()
-        lines = [Line(p.text, bank[name_key(p.name)][1], language) for p in parsed]
-        context = job_context(model.tts.config, language, settings, smoothing)
+        # the checks too: what they warn of (a retired batching) is shown on the node, not only in the log
+        with services.messages_on_node():
+            try:
+                language, settings = split_generation_options(options)
+                settings.validate(who)
+                retired_batching(batching, who)
+                if not isinstance(bank, dict) or not bank:
+                    raise ValueError("bank is empty or not a voice bank; connect a Qwen3-TTS Voice Bank")
+                if not isinstance(pause_seconds, (int, float)) or not 0 <= pause_seconds <= 600:
+                    raise ValueError(f"pause_seconds must be between 0 and 600, got {pause_seconds!r}")
+                parsed = parse_script(script, [display for display, _ in bank.values()], FOR_NODES)
+                store = LineStore(services.output_dir(), filename_prefix, who, words=FOR_NODES)
+            except ValueError as e:
+                raise prefixed(e, who) from e
+            services.check_interrupt()
+            lines = [Line(p.text, bank[name_key(p.name)][1], language) for p in parsed]
+            context = job_context(model.tts.config, language, settings, smoothing)
 
-        def prepare(rendering: list[Line]):
-            return model.ready(working_memory(model.tts, [(line.text, line.voice) for line in rendering], settings,
-                                              int(batch_size), device=model.load_device))
+            def prepare(rendering: list[Line]):
+                return model.ready(working_memory(model.tts, [(line.text, line.voice) for line in rendering],
+                                                  settings, int(batch_size), device=model.load_device))
 
-        with services.messages_on_node(), store:  # one job at a time writes filename_prefix
-            job = ScriptJob(parsed, lines, store, context, rerun="queue it again with resume on")
-            if resume:
-                job.reuse()
-            progress = LinesProgress(len(job.todo()), who)
-            result = job.run(prepare, settings, int(batch_size), float(pause_seconds),
-                             finish_line=(lambda wav: smooth(wav, SAMPLE_RATE)) if smoothing else None,
-                             on_step=progress.step, on_line=progress.line, who=who, words=FOR_NODES)
-            progress.finish()
+            with store:  # one job at a time writes filename_prefix
+                job = ScriptJob(parsed, lines, store, context, rerun=RERUN)
+                if resume:
+                    job.reuse()
+                progress = LinesProgress(len(job.todo()), who)
+                try:
+                    result = job.run(prepare, settings, int(batch_size), float(pause_seconds),
+                                     finish_line=(lambda wav: smooth(wav, SAMPLE_RATE)) if smoothing else None,
+                                     on_step=progress.step, on_line=progress.line, who=who, words=FOR_NODES)
+                except Exception:  # a Cancel, an interrupt or a failure: the lines on disk, not the last report
+                    progress.stopped(len(store.lines), len(lines))
+                    raise
+                progress.finish()
         return ([to_audio(c, SAMPLE_RATE) for c in result.clips], to_audio(result.dialogue, SAMPLE_RATE),
                 result.subtitles)
 
@@ -189,6 +196,13 @@ class LinesProgress:
     def finish(self) -> None:
         if self.tally.lines:
             self._report(final=True)
+
+    def stopped(self, kept: int, lines: int) -> None:
+        """In place of the progress line, once the render stopped: `kept` is what the line store recorded for this
+        job (every line written is recorded before the render's error leaves it), so it is what the folder holds,
+        where the tally of lines done may lag behind the writer."""
+        log.info("%s: stopped: %d of %d lines kept; %s to render the rest", self.who, kept, lines, RERUN,
+                 extra={"progress": True})
 
     def _report(self, final: bool) -> None:
         log.info("%s: %s", self.who, self.tally.summary(final), extra={"progress": True})

@@ -147,6 +147,21 @@ def test_the_retired_batching_widget_changes_nothing_and_static_says_so(
         render(nodes, base_model, bank, batching="paged")
 
 
+
+def test_the_retired_batching_warning_is_shown_on_the_node(nodes, comfy, base_model, bank, tmp_path, caplog):
+    """morph/render.py retired_batching words it; the node shows the same record the log gets, above the progress."""
+    comfy.modules["folder_paths"].get_output_directory = lambda: str(tmp_path / "comfy_output")
+    comfy.node_id, comfy.texts[:] = "5", []
+    with caplog.at_level(logging.INFO):
+        render(nodes, base_model, bank, script="Alice: Hi.", batching="static")
+    warned, = [r.getMessage() for r in caplog.records if "batching 'static' is retired" in r.getMessage()]
+    assert warned.startswith("Qwen3-TTS Render Lines: batching 'static' is retired and goes in the next release")
+    texts = [text for node, text in comfy.texts if node == "5"]
+    assert texts and all(text.split("\n")[0] == f"Warning: {warned}" for text in texts)
+    comfy.texts[:] = []
+    render(nodes, base_model, bank, script="Alice: Hi.", batching="continuous")
+    assert not any("retired" in text for _, text in comfy.texts)
+
 def test_smoothing_normalises_each_line(nodes, base_model, bank, out_dir):
     clips, _, _ = render(nodes, base_model, bank, script="Alice: One.\nBob: Two.", smoothing=True)
     for clip in clips:
@@ -184,6 +199,34 @@ def test_progress_counts_frames_across_batches_and_cancel_lands_within_one_step(
     written = sorted(p.name for p in (tmp_path / "comfy_output" / "scene").glob("take_*.wav"))
     assert len(written) == 2, "the first batch's lines stay on disk after a cancel"
 
+
+
+def test_a_stopped_render_says_on_the_node_how_many_lines_the_folder_keeps(nodes, comfy, base_model, bank, tmp_path,
+                                                                           caplog):
+    """After a Cancel or an API interrupt (ComfyUI raises both between frames) the progress line, which would go on
+    reading its last time left, becomes the lines kept: what the line store recorded, not the progress tally."""
+    comfy.modules["folder_paths"].get_output_directory = lambda: str(tmp_path / "comfy_output")
+    script = "\n".join(f"{name}: Line number {i}, {name} speaking." for i, name in
+                       enumerate(["Alice", "Bob"] * 4, start=1))
+    caplog.set_level(logging.INFO)  # ComfyUI's default log level
+    comfy.node_id, comfy.texts[:] = "9", []
+    comfy.interrupt_at = comfy.interrupt_checks + 10  # the check before loading, then one per frame step
+    with pytest.raises(comfy.modules["comfy.model_management"].InterruptProcessingException):
+        render(nodes, base_model, bank, script=script, do_sample=False, subtalker_do_sample=False, resume=True)
+    folder = tmp_path / "comfy_output" / "scene"
+    kept = len(list(folder.glob("take_*.wav")))
+    assert 0 < kept < 8
+    assert len(json.loads((folder / "take_lines.json").read_text())["lines"]) == kept
+    texts = [text for node, text in comfy.texts if node == "9"]
+    assert texts[-1] == (f"Qwen3-TTS Render Lines: stopped: {kept} of 8 lines kept; queue it again with resume on "
+                         "to render the rest")
+
+    comfy.texts[:] = []  # a rerun keeps what it reuses in the count when it stops too
+    comfy.interrupt_at = comfy.interrupt_checks + 2
+    with pytest.raises(comfy.modules["comfy.model_management"].InterruptProcessingException):
+        render(nodes, base_model, bank, script=script, do_sample=False, subtalker_do_sample=False, resume=True)
+    assert len(list(folder.glob("take_*.wav"))) == kept
+    assert comfy.texts[-1][1].split("\n")[-1].startswith(f"Qwen3-TTS Render Lines: stopped: {kept} of 8 lines kept; ")
 
 def test_resume_after_a_crash_renders_only_the_missing_lines(nodes, base_model, bank, out_dir, batch_nodes,
                                                              monkeypatch):
