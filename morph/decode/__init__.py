@@ -1,2 +1,1 @@
-"""The frame step and how it runs: the talker loop, the code predictor, sampling, the run modes, CUDA graphs and the
-lean layers."""
+"""The frame step and how it runs: the talker loop, code predictor, sampling, run modes, CUDA graphs, lean layers."""

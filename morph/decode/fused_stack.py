@@ -40,9 +40,8 @@ def _unfuse(linears: list[torch.nn.Linear]) -> None:
 
 
 class FusedStack:
-    """One decoder stack's layers, fused (module docstring); the modules keep working on the views. `weights()` fuses
-    again whenever the parameters stopped viewing the fused tensors (a memory manager moved or cast the model) and
-    then changes `version`, so cached CUDA graphs that point at the old storage can be dropped."""
+    """One decoder stack's layers, fused. `weights()` fuses again whenever the parameters stopped viewing the fused
+    tensors (a memory manager moved or cast the model) and changes `version`, so graphs on the old storage go."""
 
     def __init__(self, layers, norm: torch.nn.Module, config):
         self.layers = list(layers)
@@ -90,8 +89,7 @@ class FusedStack:
         return (self.version, self.norm.weight.data_ptr(), tuple(t.data_ptr() for w in ws for t in w))
 
     def release(self) -> None:
-        """Give every projection its own storage again, a layer at a time, so a device with little left (a card a
-        render filled) needs one layer's projections more, not the whole stack's."""
+        """Give every projection its own storage again, a layer at a time, so a full card needs one layer's more."""
         self._weights = None
         for i, layer in enumerate(self.layers):
             if self._fused[i][0] is not None:

@@ -12,8 +12,8 @@ from .runner import FAST_MODES
 
 @dataclass
 class Group:
-    """Rows to join together: their prompt as upstream's generate builds it (morph/prompts.py talker_inputs'
-    inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed), each row's frame limit and stream key."""
+    """Rows to join together: their prompt as upstream's generate builds it (morph/prompts.py talker_inputs), each
+    row's frame limit and stream key."""
 
     names: list
     prompt: dict
@@ -22,8 +22,7 @@ class Group:
 
 
 class Slice:
-    """Rows of a group prefilled together (lean_prefill) when the first of them joins, padded to the group's length.
-    Its outputs live as long as it does: until its rows have joined (each waiting row refers to it)."""
+    """Rows of a group prefilled together when the first of them joins; its outputs live until its rows have joined."""
 
     def __init__(self, loop, st, prompt: dict, rows: slice, length: int, mode: str):
         self.loop, self.st, self.length, self.mode = loop, st, length, mode
@@ -33,8 +32,7 @@ class Slice:
         self._out: Prefilled | None = None
 
     def prefilled(self) -> Prefilled:
-        """The slice through the lean layers, once: replayed from its bucket's CUDA graph in the fast modes
-        (prefill_graphs.py), else op by op with the rotary tables of the batch's state."""
+        """The slice through the lean layers, once: from its bucket's CUDA graph in the fast modes, else op by op."""
         if self._out is None:
             self._out = self.loop.prefills.prefill(self.loop, self.embeds, self.mask, (self.st.cos, self.st.sin),
                                                    self.mode in FAST_MODES)
@@ -55,8 +53,7 @@ class Ahead:
 
 def slice_group(loop, st, group: Group, mode: str) -> list[Ahead]:
     """A group's rows, to join in order, in slices of settings.prefill_rows rows, each prefilled as its first row
-    joins (Slice): a prefill of a few rows costs about as many launches as one of many, but a whole group's, kept
-    while its rows join a few at a time beside the codec's calls, would set the render's peak
+    joins: a whole group's prefill, kept while its rows join, would set the render's peak
     (bench/results/h100-2026-11-26f)."""
     p = group.prompt
     length = p["inputs_embeds"].shape[1]

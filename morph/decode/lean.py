@@ -1,21 +1,11 @@
-"""Lean decoder layers for the decode steps of the talker and the code predictor, and a prompt's prefill on them.
+"""Lean decoder layers for the talker's and code predictor's decode steps, and a prompt's prefill on them: one
+function runs a whole stack against static KV buffers, with q/k/v and gate/up each one GEMM (`FusedStack`) and every
+shape fixed, so a CUDA graph captured once replays at every position. `stack_step` is the one definition: run as it is
+("lean"), captured ("graphs"), or as five Triton kernels a layer ("fused", morph/kernels/layers.py).
 
-The HF layers spend about 70 kernels per layer at batch 1 (separate q/k/v and gate/up projections, RMSNorm in five
-pieces, masks and caches built per call). Here one function runs a whole stack against static KV buffers:
-
-- q/k/v is one GEMM and gate/up another, through fused weights that the modules' own parameters view (`FusedStack`);
-- in fp32 the math is HF's op for op, so on the CPU it matches the HF layer to rounding. In bf16 the residual stream
-  stays fp32 through the stack (each layer reads it through its RMSNorm, which rounds as HF's does), and attention
-  scores and softmax are fp32 (as in upstream's sdpa kernels): op for op in bf16 these layers would drift from the
-  fp32 reference about as far as upstream's own bf16 run, and by chance past it in some group (bench/numerics.py's
-  gate, bench/results/h100-2026-11-22e); the fp32 residual keeps them inside it, at no cost in kernels;
-- attention (morph/masked_attention.py) runs over the whole static buffer under a mask, with write positions, rotary
-  positions and masks as device tensors: every shape is fixed, so a CUDA graph captured once replays at every position.
-
-`stack_step` is the one definition: run as it is ("lean") or captured in a CUDA graph ("graphs");
-morph/kernels/layers.py implements its contract in five fused Triton kernels per layer ("fused"); a prompt's prefill
-is the same step over every slot of the prompt (`lean_prefill`).
-"""
+In fp32 the math is HF's op for op. In bf16 the residual stream and attention scores stay fp32: op for op, these
+layers would drift from the fp32 reference as far as upstream's own bf16 run, and in some group past it
+(bench/results/h100-2026-11-22e)."""
 
 from __future__ import annotations
 
@@ -81,8 +71,7 @@ def dims_of(config) -> Dims:
 
 # -- the math, op for op as in modeling_qwen3_tts ---------------------------------------
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """HF's RMSNorm, rounding the normed row to the weight's dtype (the model's) rather than
-    x's: x may be the fp32 residual stream."""
+    """HF's RMSNorm, rounding the normed row to the weight's dtype rather than x's (x may be the fp32 residual)."""
     h = x.to(torch.float32)
     variance = h.pow(2).mean(-1, keepdim=True)
     h = h * torch.rsqrt(variance + eps)
@@ -93,11 +82,9 @@ def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_c
                v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
                rope_pos: torch.Tensor, write_idx: torch.Tensor, lo: torch.Tensor, d: Dims,
                table: torch.Tensor | None = None) -> torch.Tensor:
-    """All layers plus the final norm over T new positions per row: a frame's step, or a prompt's prefill over all its
-    slots (lean_prefill). rope_pos [B, T] indexes the [L, D] cos/sin tables; the tokens' K/V go to cache slots
-    write_idx [T], and row b's token t attends to slots lo[b] .. write_idx[t]; a token below its row's bound (a pad,
-    or a free slot's) to its own slot alone: never read, and finite. With a page `table` [B, L / page] the caches are
-    paged pools (morph/decode/kv_store.py)."""
+    """All layers plus the final norm over T new positions a row. rope_pos [B, T] indexes the [L, D] cos/sin tables;
+    K/V go to slots write_idx [T]; row b's token t attends to slots lo[b] .. write_idx[t] (a token below lo[b] to its
+    own slot alone, so it stays finite). With a page `table` the caches are paged pools (kv_store.py)."""
     x = x.to(torch.float32)  # the residual stream, rounded only where a layer reads it (rms_norm)
     cos, sin = cos_table[rope_pos].unsqueeze(1), sin_table[rope_pos].unsqueeze(1)  # [B, 1, T, D]
     slots = torch.arange(k_caches[0].shape[2] if table is None else table.shape[1] * k_caches[0].shape[2],
@@ -133,15 +120,9 @@ class Prefilled(NamedTuple):
 def lean_prefill(inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, weights: list[LayerW],
                  norm_w: torch.Tensor, head_w: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor,
                  d: Dims, into: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Prefilled:
-    """What upstream's talker forward computes for a left-padded prompt batch (its keys and values, the last
-    position's logits and hidden state), as the frame step over every slot of the prompt, so the prompt and the frames
-    after it round alike; HF's per-call machinery (4-D mask, rotary module, config look-ups, cache objects) would take
-    most of a short request's first audio in host time. As upstream, a row's token i (i >= its left padding p) sits
-    at rotary position i - p (the talker's get_rope_index for a text-only prompt) and attends to its tokens p..i; a
-    pad token to its own slot alone (never read, and finite).
-
-    inputs_embeds [rows, L, hidden], attention_mask [rows, L] (1 on the prompt, 0 on the left padding);
-    cos/sin_table [>= L, D] (rope_tables); head_w: the codec head's weight; into: per layer (keys, values)
+    """Upstream's talker forward over a left-padded prompt batch [rows, L, hidden] (attention_mask 0 on the padding),
+    as the frame step over every slot, so the prompt and its frames round alike and HF's per-call host work is
+    skipped. As upstream, token i of a row padded p sits at rotary position i - p. `into`: per layer (keys, values)
     [rows, kv_heads, L, D] to write into (a CUDA graph's outputs, prefill_graphs.py), else new tensors."""
     rows, length, _ = inputs_embeds.shape
     pads = length - attention_mask.sum(-1).to(torch.long)  # [rows]
@@ -166,8 +147,7 @@ def predictor_pass(x: torch.Tensor, proj_w: torch.Tensor | None, proj_b: torch.T
                    weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
                    v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
                    write_idx: torch.Tensor, lo: torch.Tensor, d: Dims, fused: bool = False) -> torch.Tensor:
-    """A code-predictor pass: projection, then the stack at positions `write_idx` [T],
-    causal over the buffer (lo is zeros)."""
+    """A code-predictor pass: projection, then the stack at positions `write_idx` [T], causal (lo is zeros)."""
     if proj_w is not None:
         x = F.linear(x, proj_w, proj_b)
     rope_pos = write_idx.unsqueeze(0).expand(x.shape[0], -1)
@@ -180,14 +160,14 @@ def talker_pass(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_
                 cache_pos: torch.Tensor, rope_pos: torch.Tensor, pads: torch.Tensor, d: Dims,
                 fused: bool = False, table: torch.Tensor | None = None) -> torch.Tensor:
     """A talker one-token step at cache slot `cache_pos` [1]; row b's rotary position is rope_pos[b], its first
-    `pads[b]` slots are left padding; `table`: the caches are paged pools."""
+    `pads[b]` slots are left padding."""
     return _stack_step(fused)(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos.unsqueeze(1),
                               cache_pos, pads, d, table=table)
 
 
 def rope_tables(rotary_emb: torch.nn.Module, length: int, device, dtype, multimodal: bool):
-    """cos/sin [length, D] from the model's own rotary module, so values are HF's exactly. The talker's multimodal
-    rotary takes three position rows; for text (and every decode step) they are equal: the 1-D rotary of row 0."""
+    """cos/sin [length, D] from the model's own rotary module, so values are HF's exactly (the talker's multimodal
+    rotary with its three equal text position rows)."""
     positions = torch.arange(length, device=device).unsqueeze(0)
     if multimodal:
         positions = positions.unsqueeze(0).expand(3, 1, -1)

@@ -1,16 +1,7 @@
-"""The code predictor's part of a frame: sequential groups, then the crossbar for the rest (docs/architecture.md, How
-morph works). Counted from 0 here: with `seq_groups = k`, groups 0..k-1 are decoded one after another as upstream
-does, groups k..14 read off the hidden state that produced group k-1; k = 15 is upstream exactly.
-
-Upstream runs `code_predictor.generate()` per frame, each time with a new DynamicCache and masks; here the same
-layers are called directly, with the RoPE tables and masks built once per (device, dtype). `codes` is the one
-definition of the step; what runs the layers, and the lm_heads that read their output, is passed in (`Layers`):
-- `hf_layers`: the modules' own forward over a cache that returns exactly what HF's DynamicCache would, and the
-  lm_head modules themselves ("eager", the exact reference);
-- `lean_layers`: the lean layers (morph/decode/lean.py) or their fused kernels over fixed-shape buffers with
-  device-side indices, and the lm_head weights stacked into one tensor ("lean", "graphs", "fused"), so a whole frame
-  can be captured in one CUDA graph.
-"""
+"""The code predictor's part of a frame: `seq_groups = k` groups decoded one after another as upstream does, the rest
+read off the last hidden state by the crossbar; k = 15 is upstream exactly (docs/architecture.md, How morph works).
+`codes` is the one definition of the step; `Layers` runs it on the modules' own forward (`hf_layers`, "eager") or on
+the lean layers over fixed buffers (`lean_layers`), so a whole frame can be captured in one CUDA graph."""
 
 from __future__ import annotations
 
@@ -30,9 +21,8 @@ Run = Callable[[torch.Tensor, int], torch.Tensor]  # (embeds [B, n, H], group) -
 
 
 class ModuleHeads:
-    """The lm_head modules themselves, called as upstream's forward calls them (mode "eager"). Their weights stay
-    where loading put them, the crossbar's too: the CPU GEMM can round a logit one ulp differently for the same
-    weights at another address, enough to flip an exact tie."""
+    """The lm_head modules themselves, as upstream calls them (mode "eager"). Their weights stay where loading put
+    them: the CPU GEMM can round a logit differently for the same weights at another address, flipping a tie."""
 
     def __init__(self, lm_head: torch.nn.ModuleList):
         self.heads = lm_head
@@ -68,8 +58,8 @@ class Layers:
 
 
 class LeanState:
-    """Fixed buffers for the lean layers at one (batch, device, dtype): written in place by
-    every pass, so a captured graph can replay against them."""
+    """Fixed buffers for the lean layers at one (batch, device, dtype), written in place so a captured graph replays
+    against them."""
 
     def __init__(self, pred: "Predictor", batch: int, device: torch.device, dtype: torch.dtype):
         d, length = pred.stack.dims, pred.max_len
@@ -85,16 +75,16 @@ class LeanState:
                                                              for g in range(1, pred.num_groups)]
 
     def rows(self, n: int) -> "LeanState":
-        """The first n rows as a state of batch n: views of this one's buffers (no memory added). Nothing in them
-        outlives a frame (every pass writes the slots it reads), so rows need no copying when they move."""
+        """The first n rows as a state of batch n, viewing this one's buffers. Nothing in them outlives a frame, so
+        rows need no copying when they move."""
         view = copy.copy(self)
         view.k, view.v, view.lo = [t[:n] for t in self.k], [t[:n] for t in self.v], self.lo[:n]
         return view
 
 
 class _HFCache:
-    """The one cache method HF attention calls, `update`, over preallocated buffers:
-    it returns every position so far, exactly what a DynamicCache returns."""
+    """The one cache method HF attention calls, `update`, over preallocated buffers, returning what a DynamicCache
+    would."""
 
     def __init__(self, n_layers: int, shape: tuple, device, dtype):
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
@@ -141,7 +131,7 @@ class Predictor:
     @staticmethod
     def _stack_views(modules, current: torch.Tensor | None) -> torch.Tensor:
         """The modules' weights stacked into one tensor that they view, stacked again whenever they stop viewing it (a
-        memory manager moved or cast the model), so no stale or duplicate copy is left behind."""
+        memory manager moved or cast the model)."""
         w0 = modules[0].weight
         if (current is None or current.device != w0.device or current.dtype != w0.dtype
                 or any(m.weight.data_ptr() != current[i].data_ptr() for i, m in enumerate(modules))):
@@ -231,8 +221,8 @@ class Predictor:
     # -- the step: one definition for every mode ------------------------------------------
     def codes(self, inputs_embeds: torch.Tensor, seq_groups: int, sampling: Sampling, layers: Layers,
               pick: Callable = pick, noise: Noise = torch_noise) -> torch.Tensor:
-        """Codes of groups 1..15 for one frame: inputs_embeds [B, 2, H] -> int64 [B, 15]; no host syncs.
-        Group g draws at slot g + 1 of the frame's stream (slot 0 is the talker's)."""
+        """Codes of groups 1..15 for one frame: inputs_embeds [B, 2, H] -> int64 [B, 15], with no host sync. Group g
+        draws at slot g + 1 of the frame's random stream (slot 0 is the talker's)."""
         heads, embeddings = layers.heads, self.stacked_embeddings()
         codes: list[torch.Tensor] = []
         h = layers(inputs_embeds, 0)

@@ -1,16 +1,7 @@
-"""Token sampling with HF `generate` semantics, so seeded runs match upstream qwen-tts.
-
-Seeded sampling stays bit-identical to upstream by keeping HF's order (temperature, top-k, top-p, then softmax and
-one `torch.multinomial` per step) and the number and shape of its draws. The draw is written out (`draw`): for one
-sample per row, ATen's multinomial is an exponential race, argmax(p / q) with q ~ Exp(1) from one `exponential_` over
-a tensor shaped like p. The same race gives the same picks from the same generator state and never reads a value back
-to the host, so it can be captured in a CUDA graph (torch's multinomial validates its input with host syncs on some
-versions). The Exp(1) values come from `noise`: `torch_noise` is torch's generator, as upstream draws (the exact mode,
-upstream's batched generate); morph/decode/streams.py gives every row its own stream (the continuous batch).
-
-`TalkerRules` is the rest of the talker's HF logits processing in upstream's order: repetition penalty over the
-generated code-0 tokens, EOS held back before min_new_tokens, the suppressed codec ids, then the warpers.
-"""
+"""Token sampling with HF `generate` semantics, so seeded runs match upstream qwen-tts bit for bit: HF's order and
+the number and shape of its draws. `draw` writes out ATen's one-sample multinomial, an exponential race argmax(p / q)
+with q ~ Exp(1), which gives the same picks without a host sync, so it can be captured. The Exp(1) values come from
+`noise`: torch's generator as upstream (`torch_noise`), or a stream a row (morph/decode/streams.py)."""
 
 from __future__ import annotations
 
@@ -27,8 +18,7 @@ Noise = Callable[[torch.Tensor, int], torch.Tensor]
 
 
 def torch_noise(probs: torch.Tensor, slot: int = 0) -> torch.Tensor:
-    """Upstream's stream: torch's generator, one `exponential_` over a tensor shaped like probs (the slot is
-    not used: the generator's state is the position in the stream)."""
+    """Upstream's stream: torch's generator, one `exponential_` over a tensor shaped like probs (slot unused)."""
     return torch.empty_like(probs).exponential_(1)
 
 
@@ -50,9 +40,8 @@ def warp(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
 
 
 def pick(scores: torch.Tensor, s: Sampling, noise: Noise = torch_noise, slot: int = 0) -> torch.Tensor:
-    """Pick one token per row of scores [B, (n,) V] (after any logits processing), greedy or warped, in float32;
-    returns int64 [B, (n)]. All rows are drawn at once, so for [B, V] and torch_noise this consumes the RNG exactly as
-    one HF generate step does."""
+    """One token a row of scores [B, (n,) V], greedy or warped, in float32 -> int64 [B, (n)]; all rows drawn at once,
+    so with torch_noise the RNG moves exactly as in one HF generate step."""
     if not s.do_sample:
         return scores.float().argmax(dim=-1)
     probs = warp(scores.float(), s).softmax(dim=-1)
@@ -60,8 +49,7 @@ def pick(scores: torch.Tensor, s: Sampling, noise: Noise = torch_noise, slot: in
 
 
 def fused_pick(scores: torch.Tensor, s: Sampling, noise: Noise = torch_noise, slot: int = 0) -> torch.Tensor:
-    """`pick` with the fused kernels of morph/kernels/sampling.py where they apply: a sampled draw without
-    top-p (a sort); greedy and top-p picks run op by op."""
+    """`pick` with the fused kernels of morph/kernels/sampling.py for a sampled draw without top-p."""
     if not s.do_sample or s.top_p < 1.0:
         return pick(scores, s, noise, slot)
     from ..kernels.sampling import sample_warped  # Triton: imported only when the fused mode runs
@@ -70,13 +58,12 @@ def fused_pick(scores: torch.Tensor, s: Sampling, noise: Noise = torch_noise, sl
 
 
 def draw(probs: torch.Tensor, exponentials: torch.Tensor) -> torch.Tensor:
-    """`torch.multinomial(probs, 1).squeeze(-1)` without host syncs, given Exp(1) values shaped like probs
-    (for [B, V] and torch_noise, the very values multinomial draws)."""
+    """`torch.multinomial(probs, 1).squeeze(-1)` without host syncs, given Exp(1) values shaped like probs."""
     return probs.div(exponentials).argmax(dim=-1)
 
 
 class TalkerRules:
-    """The talker's logits processing before the warpers, as device tensors (graph-safe)."""
+    """The talker's logits processing before the warpers, in upstream's order, as device tensors (graph-safe)."""
 
     def __init__(self, vocab_size: int, eos_token_id: int, suppress_tokens, repetition_penalty: float,
                  device, do_sample: bool, temperature: float, top_k: int, top_p: float):
@@ -111,7 +98,6 @@ def talker_scores(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_
 
 def talker_pick(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_mask, repetition_penalty: float,
                 sampling: Sampling, pick_fn=pick, noise: Noise = torch_noise) -> torch.Tensor:
-    """Upstream's talker logits processing, then the pick (`pick_fn`: pick or its fused twin); the talker's
-    draw is its frame's slot 0."""
+    """Upstream's talker logits processing, then the pick (`pick_fn`); the talker's draw is its frame's slot 0."""
     return pick_fn(talker_scores(logits, seen, n_generated, min_new_tokens, eos_mask, suppress_mask,
                                  repetition_penalty), sampling, noise, 0)

@@ -1,12 +1,7 @@
-"""One random stream per row, so a sampled line's take depends on its seed and its own content only.
-
-Upstream draws every row of a batch from torch's one generator, so a row's take depends on its companions and its
-position: in a continuous batch, where lines join and leave at any frame, nothing would be reproducible. Here each row
-has a 32-bit key (morph/prompts.py `line_key`), and the Exp(1) values of its exponential race (morph/decode/sampling.py
-`draw`) are a counter-based hash of (key, frame, draw slot, token): the same whatever the batch, the row's slot in it,
-or when the row joined. Device tensors only, no generator state, so a CUDA graph replays it. Slot 0 of a frame is the
-talker's draw (frame -1 is the prefill's), slots 1..15 the code predictor's groups.
-"""
+"""One random stream per row, so a sampled line's take depends on its seed and its own content only, not on its
+companions in a continuous batch or when it joined: the Exp(1) values of its race (sampling.draw) are a counter-based
+hash of (row key, frame, draw slot, token), device tensors only, so a CUDA graph replays it. Slot 0 of a frame is the
+talker's draw (frame -1 is the prefill's), slots 1..15 the code predictor's groups."""
 
 from __future__ import annotations
 
@@ -38,9 +33,8 @@ class RowStreams:
         base = _mix(_mix(keys.view(-1, 1) ^ _mix(counter)) + counter)  # [B, SLOTS]
         bits = _mix(base.unsqueeze(-1) ^ self.tokens)  # [B, SLOTS, V]
         uniform = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))  # 24 bits
-        # the top value's + 0.5 rounds to 1.0 in float32, an Exp(1) value of 0 (one draw in 2**24, several a minute
-        # under a server's load): a token of probability 0 would race with 0 / 0 = NaN, which sampling.draw would
-        # pick and the fused Triton argmax would turn into an index past the vocabulary (a device-side assert)
+        # the top value rounds to 1.0 in float32, an Exp(1) value of 0: a token of probability 0 would race with
+        # 0 / 0 = NaN, which the fused argmax would turn into an index past the vocabulary (a device-side assert)
         uniform.clamp_(max=1.0 - 2.0 ** -24)
         return FrameNoise(-torch.log(uniform))
 

@@ -1,11 +1,5 @@
-"""The frame step every mode runs, and what it runs on.
-
-`TalkerLoop` owns, for one model, what a frame step needs: the lean stack and the predictor, the step's static state
-(talker_state.py), the sampling rules, the rows' random streams, the CUDA graphs of the fast modes. `frame_step` is the
-one step (docs/architecture.md, How morph works), all on the device. The continuous batch (morph/engine/batch.py) runs
-it on the lean layers, op by op or replayed from a CUDA graph (runner.py decides); the reference loop
-(morph/reference/loop.py, eager mode) on the checkpoint's own HF layers.
-"""
+"""The frame step every mode runs (docs/architecture.md, How morph works), and `TalkerLoop`, which keeps for one model
+what it runs on: the lean stack and predictor, the static state, sampling rules, random streams and CUDA graphs."""
 
 from __future__ import annotations
 
@@ -90,8 +84,7 @@ class TalkerLoop:
         return self._streams[1]
 
     def rules(self, device, o: dict) -> tuple[Sampling, TalkerRules]:
-        """(the code predictor's sampling, the talker's rules) from upstream's talker keywords `o` (morph/prompts.py
-        talker_inputs)."""
+        """(the code predictor's sampling, the talker's rules) from upstream's talker keywords `o`."""
         kw = dict(eos_token_id=o["eos_token_id"], suppress_tokens=tuple(o["suppress_tokens"]),
                   repetition_penalty=o["repetition_penalty"], do_sample=o["do_sample"], temperature=o["temperature"],
                   top_k=o["top_k"], top_p=o["top_p"])
@@ -120,9 +113,8 @@ class TalkerLoop:
     def frame_step(self, st: TalkerState, seq_groups: int, cp_sampling: Sampling, rules: TalkerRules,
                    talker_layers: Callable, predictor_layers: Callable, kind: str = "lean",
                    streams: RowStreams | None = None) -> None:
-        """Decode frame `st.step` and sample the next code-0 token; all state is advanced in place.
-        kind ("lean" or "fused") picks the samplers that go with the layers; with `streams` every row draws
-        from its own random stream (morph/decode/streams.py), else all from torch's generator as upstream."""
+        """Decode frame `st.step` and sample the next code-0 token, all on the device, state advanced in place. With
+        `streams` every row draws from its own random stream, else all from torch's generator as upstream."""
         t = self.talker
         own = st.step - st.start  # each row's own frame index (rows of a continuous batch join late)
         noise = torch_noise if streams is None else streams.frame(st.keys, own)
