@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from cli_common import (CliError, Parser, ProgressLine, add_generation_options, add_model_options, bar, check_language,
-                        check_model, check_voice_file, check_writable, guarded, interrupt_on_terminate, is_saved_voice,
-                        load_model, read_clip, settings_from)
+from cli_common import (OUTPUT_DIR, CliError, Parser, ProgressLine, add_generation_options, add_model_options, bar,
+                        check_language, check_model, check_voice_file, check_writable, guarded, interrupt_on_terminate,
+                        is_saved_voice, load_model, read_clip, settings_from)
 from morph.lines.words import FOR_CLI
 from morph.progress import JobProgress
 from morph.settings import DEFAULT_BATCH_SIZE, RETIRED_BATCHING, SAMPLE_RATE
@@ -28,7 +28,7 @@ command renders only the lines that are missing or changed."""
 EXAMPLES = """\
 examples:
   python cli.py render scene1.txt --voice Alice=alice.wav --transcript "Alice=What alice.wav says." \\
-      --voice Bob=bob.safetensors --out renders --prefix scene1
+      --voice Bob=bob.safetensors --prefix scene1
   python cli.py render scene1.txt --speaker Alice=Vivian --model Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice
   python cli.py render scene1.txt --design "Alice=A warm, low voice" --model Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign
 """
@@ -46,7 +46,7 @@ def build_parser() -> Parser:
                    help="a built-in speaker; CustomVoice models")
     p.add_argument("--design", action="append", default=[], metavar="NAME=DESCRIPTION",
                    help="a voice described in words; VoiceDesign models")
-    p.add_argument("--out", type=Path, default=Path("renders"), help="the folder the files go into")
+    p.add_argument("--out", type=Path, default=OUTPUT_DIR / "renders", help="the folder the files go into")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                    help="lines rendered at once; more is faster and needs more VRAM")
     more = p.more()
@@ -67,7 +67,10 @@ def build_parser() -> Parser:
                            "a folder every machine can write")
     add_model_options(p)
     add_generation_options(p, seed_help="random seed: the same seed, script and --batch-size give the same audio on "
-                                        "the same machine")
+                                        "the same machine; another --batch-size can change a line's take (eager "
+                                        "mode, the CPU's default, draws a batch's lines from one random stream; the "
+                                        "other modes give each line its own, but in bf16, the GPU's default, a "
+                                        "batch's shape changes the rounding)")
     return p
 
 
@@ -269,7 +272,7 @@ def script_lines(engine, variant, cast, clips, transcripts, instructs, parsed, l
 
 
 def write(engine, parsed, lines, store, language, settings, args) -> int:
-    from morph.continuous import runs_lean
+    from morph.engine.runner import runs_lean
     from morph.qwen.quiet import quiet_third_party
     from morph.render import retired_batching
     from morph.script_job import ScriptJob

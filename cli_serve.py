@@ -15,8 +15,8 @@ import os
 import sys
 from pathlib import Path
 
-from cli_common import CliError, Parser, add_generation_options, add_model_options, check_model, guarded, load_model, \
-    settings_from
+from cli_common import OUTPUT_DIR, CliError, Parser, add_generation_options, add_model_options, check_model, guarded, \
+    load_model, settings_from
 from morph.settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH
 
 API_KEY_ENV = "MORPH_API_KEY"
@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 serves other machines too "
                                                        "(set --api-key then)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on")
-    p.add_argument("--voices", type=Path, default=Path("voices"),
+    p.add_argument("--voices", type=Path, default=OUTPUT_DIR / "voices",
                    help="folder of saved voices (NAME.safetensors, as cli.py voice save and the Save Voice node write "
                         "them); POST /v1/audio/voices adds to it")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
 def load_served(args: argparse.Namespace):
     """The model, in the engine's process (morph/engine/process.py)."""
-    from morph.continuous import runs_lean
+    from morph.engine.runner import runs_lean
 
     tts = load_model(args, args.mode)
     if not runs_lean(tts):  # auto on a CPU: the lean layers in torch

@@ -53,7 +53,7 @@ from bench.common import (HELD_FRAMES, add_model_args, emit, load_bench_model, m
                           save)
 from bench.lines import add_line_args, bench_lines
 from bench.workload import StepClock, eos_held, graph_bytes, peak_bytes, sync, taken_bytes
-from morph.continuous import runs_lean
+from morph.engine.runner import runs_lean
 from morph.decode.runner import MODES, check_mode
 from morph.lines.script import parse_script
 from morph.lines.store import LineStore
@@ -76,12 +76,13 @@ def weight_bytes(tts) -> int:
 
 def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, frames: int | None, warm_frames: int,
                repeats: int, mode: str, script_job: bool = True,
-               kv_cache_bytes: int | None = None, held_bytes: int = 0, first: bool = False) -> dict:
+               kv_cache_bytes: int | None = None, held_bytes: int = 0, first: bool = False,
+               warm_up: bool = False) -> dict:
     """`frames=None`: every row ends at its own frame (batch.stop) or limit (the engine's default for its text);
     kv_cache_bytes: the engine's keys and values in a paged pool of that size (not in eager mode); held_bytes: what
     the process held before its first render (the module docstring says what); first: the end-to-end renders (and
     script jobs) before the decode-only ones, so that the first is the process's first render when this is its only
-    configuration."""
+    configuration; warm_up: one end-to-end render before the timed ones, timed apart (first_render_s)."""
     paged = dict(kv_cache_bytes=kv_cache_bytes) if kv_cache_bytes is not None else {}
     tts = batch.tts
     device = tts.device
@@ -128,7 +129,13 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         return warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s, clock.ms_per_frame()
 
     def end_to_end():  # as a caller of the public API runs it: outside inference mode
-        e2e_walls, audio, e2e_peak, jobs = [], [], 0, []
+        e2e_walls, audio, e2e_peak, jobs, first_s = [], [], 0, [], None
+        if warm_up:  # its captures (the codec's, a width's) out of the timed renders, as the peers' benches warm up
+            sync(device)
+            start = time.perf_counter()
+            batch.render(lines, settings, batch_size=size, **paged)
+            sync(device)
+            first_s = time.perf_counter() - start
         for _ in range(repeats):  # the render, then the script job (what front ends run), in turn
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()
@@ -141,13 +148,13 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
             e2e_peak = max(e2e_peak, taken_bytes(device, peak=True) if device.type == "cuda" else peak_bytes(device))
             if script_job:  # what the front ends run
                 jobs.append(run_script_job(batch, lines, settings, size))
-        return e2e_walls, audio, e2e_peak, jobs
+        return e2e_walls, audio, e2e_peak, jobs, first_s
 
     # asked before the renders, as a host asks: the workspaces the first render takes and keeps are declared until then
     declared = working_memory(tts, [(line.text, line.voice) for line in lines], settings, size)
     ran = {part: part() for part in ((end_to_end, decode_only) if first else (decode_only, end_to_end))}
     warm_s, last_run, walls, codes, steps, widths, pages, peak, decode_s, paced = ran[decode_only]
-    e2e_walls, audio, e2e_peak, jobs = ran[end_to_end]
+    e2e_walls, audio, e2e_peak, jobs, first_s = ran[end_to_end]
     wall = float(np.median(walls))
     e2e_wall = float(np.median(e2e_walls))
     e2e_audio_s = sum(a.size for a in audio) / SAMPLE_RATE
@@ -179,6 +186,8 @@ def run_config(batch: BatchTTS, lines: list[Line], size: int, seq_groups: int, f
         row["ms_per_frame_at_live_rows"] = paced  # the last decode-only run's (workload.StepClock)
     if "capture_s" in last_run:
         row["capture_s"] = round(float(last_run["capture_s"]), 3)
+    if first_s is not None:
+        row["first_render_s"] = round(first_s, 3)
     if jobs:
         walls = [wall for wall, _, _ in jobs]
         job_audio_s = sum(jobs[-1][1]) / SAMPLE_RATE
@@ -260,6 +269,9 @@ def main(argv=None) -> dict:
     p.add_argument("--first", action="store_true",
                    help="the end-to-end renders before the decode-only ones: with one configuration, the first is "
                         "the process's first render, as a user's first render after loading the model")
+    p.add_argument("--warm-up", action="store_true",
+                   help="one end-to-end render before the timed ones, timed apart as first_render_s: every timed "
+                        "render warm, as bench/batch_faster.py times its peer")
     p.add_argument("--agreement", action="store_true",
                    help="also: each line's codes in one batch of the largest --batch-sizes against the line alone "
                         "(first mode and seq_groups)")
@@ -290,7 +302,7 @@ def main(argv=None) -> dict:
                     try:
                         kv = int(args.kv_cache_gib * 2**30) if way == "paged" else None
                         row.update(run_config(batch, lines, size, k, frames, args.warm_frames, args.repeats, mode,
-                                              args.script_job, kv, held, args.first))
+                                              args.script_job, kv, held, args.first, args.warm_up))
                     except Exception as e:  # keep the other configurations' numbers
                         row.update(batching=way, batch_size=size, seq_groups=k, error=f"{type(e).__name__}: {e}")
                     results.append(row)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -16,7 +18,7 @@ import torch
 
 from bench.random_model import build_random_model
 from morph.api import MorphTTS
-from morph.continuous import runs_lean
+from morph.engine.runner import runs_lean
 from morph.lines.text_split import MAX_SEGMENT_CHARS
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -129,6 +131,12 @@ def run_info(device: torch.device) -> dict:
 
     return dict(project_commit(), device=device_name(device), torch=torch.__version__,
                 transformers=transformers.__version__, python=platform.python_version())
+
+
+def stacks_on_timeout() -> None:
+    """On SIGTERM, what `timeout` sends a device step that runs out of time, print every thread's Python stack to
+    stderr before the process ends: the log then says where the step was, even inside a call that never returned."""
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
 
 
 def save(report: dict, json_path: str | None) -> None:

@@ -11,7 +11,9 @@ Both run as a caller of the public API runs them (each library's own grad mode),
 E D E D E D for `--repeats` 3, so both see the same warm state and the same drift of the machine. The first end-to-
 end run is the stack's first call in this process (its graph capture and its codec's first shapes included, as a
 user's first line pays them); `end_to_end_ms_per_frame` is the median of every end-to-end run, that first one
-included, `ms_per_frame` the median of the decode-only runs, each with its min and max (`*_spread`). Then the
+included, `ms_per_frame` the median of the decode-only runs, each with its min and max (`*_spread`). `--warm-up`
+makes a morph stack's first call before its timed runs instead (`first_call_s`), so that every timed run is warm,
+as bench/speed_faster.py times its peer; upstream captures nothing, so its first timed run stays its first call. Then the
 codec this stack runs, alone on the line's codes, `--repeats` times (`codec`, `codec_decode_ms_per_frame`):
 upstream's speech tokenizer for upstream (as its generate_voice_clone decodes), BatchTTS.decode for a morph mode
 (the lean codec, morph/codec/layers.py, in every mode but eager; upstream's decoder in pieces in eager).
@@ -51,7 +53,7 @@ from bench.random_model import build_random_model
 from bench.stacks import Runner, stack
 from bench.sentences import reference_wave
 from bench.workload import REF_TEXT, TEXT, eos_held, peak_bytes, sync
-from morph.continuous import runs_lean
+from morph.engine.runner import runs_lean
 from morph.decode.runner import check_mode
 from morph.api import MorphTTS
 from morph.qwen.loading import resolve_device
@@ -93,21 +95,31 @@ def stack_codec(tts: MorphTTS, runner: Runner, spec: str, codes: torch.Tensor):
     return name, lambda: batch.decode([codes], [runner.voice])
 
 
-def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: int, profile: bool) -> dict:
+def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: int, profile: bool,
+               warm_up: bool = False) -> dict:
     """One stack on one prompt: end to end (runner.speak) and decode only (runner.generate) in
-    turn, `repeats` times each, end to end first; then the stack's codec alone on the last decode-only codes."""
+    turn, `repeats` times each, end to end first; then the stack's codec alone on the last decode-only codes.
+    warm_up: a morph stack's first call is made before the timed runs, untimed but for first_call_s."""
     device = tts.device
     upstream = spec.startswith("upstream")
     seq_groups = 15 if upstream else int(spec.split(":")[1])
+    warm_up = warm_up and not upstream
     row, e2e, decode, e2e_peak, peak = {}, [], [], 0, 0
+
+    def first_call_made():  # the stack's first call: its capture (or compile) is in it
+        row["capture_or_compile_s"] = tts.patch.last_run.get("capture_s", 0.0)
+        row["end_to_end_ran_as"] = tts.patch.last_run.get("mode")
+
     with stack(tts, spec):
+        if warm_up:
+            row["first_call_s"] = round(_once(device, lambda: runner.speak(frames, seq_groups, upstream))[0], 3)
+            first_call_made()
         for i in range(repeats):
             seconds, used, audio = _once(device, lambda: runner.speak(frames, seq_groups, upstream))
             e2e.append(seconds)
             e2e_peak = max(e2e_peak, used)
-            if i == 0 and not upstream:  # the stack's first call: its capture (or compile) is in it
-                row["capture_or_compile_s"] = tts.patch.last_run.get("capture_s", 0.0)
-                row["end_to_end_ran_as"] = tts.patch.last_run.get("mode")
+            if i == 0 and not upstream and not warm_up:
+                first_call_made()
             seconds, used, codes = _once(device, lambda: runner.generate(frames, upstream))
             decode.append(seconds)
             peak = max(peak, used)
@@ -126,11 +138,13 @@ def time_stack(tts: MorphTTS, runner: Runner, spec: str, frames: int, repeats: i
     ms, ms_spread = spread(decode, got)
     e2e_ms, e2e_spread = spread(e2e, e2e_frames)
     codec_ms, codec_spread = spread(codec, got)
-    row.update(frames=got, first_call_s=round(e2e[0], 3), ms_per_frame=ms, ms_per_frame_spread=ms_spread,
+    row.setdefault("first_call_s", round(e2e[0], 3))
+    warm = e2e if warm_up else e2e[1:]
+    row.update(frames=got, warmed_up=warm_up, ms_per_frame=ms, ms_per_frame_spread=ms_spread,
                x_real_time=round(1000 / FRAMES_PER_SECOND / ms, 2), peak_memory_gib=round(peak / 2**30, 3),
                runs_s=[round(t, 3) for t in decode],
                end_to_end_frames=e2e_frames, end_to_end_ms_per_frame=e2e_ms, end_to_end_ms_per_frame_spread=e2e_spread,
-               end_to_end_warm_ms_per_frame=spread(e2e[1:], e2e_frames)[0] if repeats > 1 else None,
+               end_to_end_warm_ms_per_frame=spread(warm, e2e_frames)[0] if warm else None,
                end_to_end_x_real_time=round(1000 / FRAMES_PER_SECOND / e2e_ms, 2),
                end_to_end_peak_memory_gib=round(e2e_peak / 2**30, 3), end_to_end_runs_s=[round(t, 3) for t in e2e],
                codec_decode_ms_per_frame=codec_ms, codec_decode_ms_per_frame_spread=codec_spread)
@@ -240,6 +254,8 @@ def main(argv=None) -> dict:
     p.add_argument("--stacks", "--seq-groups", dest="stacks", default=DEFAULT_STACKS,
                    help=f"comma list: 'upstream' and MODE:K (MODE one of {', '.join(MODES)}); a bare K means eager:K")
     p.add_argument("--profile", action="store_true", help="count GPU kernels per frame (first prompt only)")
+    p.add_argument("--warm-up", action="store_true", help="make each morph stack's first call (its capture or "
+                   "compile) before its timed runs, timed apart as first_call_s: every timed run warm")
     p.add_argument("--agreement",
                    default=",".join(["upstream-eager-attention"] + [f"{m}:15" for m in MODES if m != "auto"]),
                    help="stacks whose greedy codes are compared with upstream's (empty: skip)")
@@ -273,7 +289,9 @@ def main(argv=None) -> dict:
     report = dict(
         run_info(tts.device), dtype=str(tts.tts.model.dtype).replace("torch.", ""), attention=args.attention,
         model=args.model or f"random weights, {args.size} dims", dims=model_dims(tts), batch=1, frames=args.frames,
-        repeats=args.repeats, order="per stack: end to end, decode only, in turn; the first is its first call here",
+        repeats=args.repeats,
+        order=("per stack: a morph stack's first call apart, then end to end and decode only in turn" if args.warm_up
+               else "per stack: end to end, decode only, in turn; the first is its first call here"),
         results=results, complete=False,
     )
     specs = [s if (s == "upstream" or ":" in s) else f"eager:{s}" for s in args.stacks.split(",") if s]
@@ -282,7 +300,8 @@ def main(argv=None) -> dict:
         for spec in specs:
             row = dict(stack=stack_name(spec), prompt=prompt)
             try:
-                row.update(time_stack(tts, runner, spec, args.frames, args.repeats, profile=args.profile and i == 0))
+                row.update(time_stack(tts, runner, spec, args.frames, args.repeats, profile=args.profile and i == 0,
+                                      warm_up=args.warm_up))
             except Exception as e:  # keep the other stacks' numbers
                 row["error"] = f"{type(e).__name__}: {e}"
             results.append(row)

@@ -37,7 +37,7 @@ from morph.settings import SAMPLE_RATE, GenerationSettings
 # Where a warm line's host time goes (--parts): the render, the prompt built by upstream's generate, the batch's setup
 # and the weights' fingerprint in it, a join with its prompt writes and prefill, the wait for a row's end, the live
 # codec's calls. Measured on 2026-11-27: bench/results/h100-2026-11-27b/NOTES.md.
-PARTS = (("morph.render", "BatchTTS.render"), ("morph.continuous", "RowRunner._group"),
+PARTS = (("morph.render", "BatchTTS.render"), ("morph.engine.runner", "RowRunner._group"),
          ("morph.engine.batch", "ContinuousBatch.__init__"), ("morph.decode.talker_loop", "TalkerLoop.owner"),
          ("morph.engine.batch", "ContinuousBatch._join"), ("morph.decode.kv_store", "PagedKV.write_prompt"),
          ("morph.decode.prefill_graphs", "PrefillGraphs.prefill"), ("morph.engine.batch", "ContinuousBatch._settle"),

@@ -45,7 +45,7 @@ import torch
 
 from .codec.calls import LIVE_CHUNK, LIVE_ROW_FRAMES, call_width
 from .codec.pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows, row_frames
-from .continuous import runs_lean
+from .engine.runner import runs_lean
 from .graphs import FRAME_LOOP, PROMPTS, side_stream_made
 from .lines.line import Row
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text

@@ -42,16 +42,16 @@ import torch
 
 from .codec.pieces import decode_rows
 from .codec.stream import decode_whole
-from .continuous import runs_lean
+from .engine.runner import runs_lean
 from .engine.engine import Engine, too_large
-from .engine.request import Request
+from .engine.request import rows_request
 from .engine.scheduler import back_off
 from .line_audio import LineAudio
 from .lines.line import Line, Row
 from .lines.voice import Voice
 from .lines.words import FOR_PYTHON, Words
 from .progress import SlotProgress
-from .prompts import make_rows, prompt_inputs, prompt_tokens, stream_keys, token_count
+from .prompts import make_rows, prompt_inputs, token_count
 from .settings import DEFAULT_BATCH_SIZE, RETIRED_BATCHING, GenerationSettings
 
 log = logging.getLogger(__name__)
@@ -256,22 +256,6 @@ class BatchTTS:
                 torch.manual_seed(settings.seed)
             codes, _ = model.model.generate(languages=[r.line.language for r in rows], **inputs, **kwargs)
         return [c[: r.limit] for c, r in zip(codes, rows, strict=True)]
-
-
-def rows_request(rows: Sequence[Row], settings: GenerationSettings, count: Callable[[str], int],
-                 on_row: Callable[[Row, object], None], on_end: Callable[[BaseException | None], None],
-                 on_chunk: Callable[[Row, np.ndarray], None] | None = None,
-                 restart: Callable[[Sequence[Row]], bool] = lambda rows: True, in_order: bool = False,
-                 id: int = 0) -> Request:
-    """Rows as one request to the engine, the sink and id as Request takes them: a render's longest first (a row that
-    runs longest starts first, so the batch never waits on one that joined late), or `in_order` (a server's line,
-    whose segments stream in turn); each row's random stream as the rows were given (morph/prompts.py stream_keys);
-    count(text): its tokens, for each row's prompt."""
-    keys = dict(zip(rows, stream_keys(rows, settings.seed), strict=True))
-    order = list(rows) if in_order else sorted(rows, key=lambda r: (-r.limit, -len(r.text)))
-    return Request(order, [keys[r] for r in order],
-                   [prompt_tokens(r.text, r.line.voice, r.line.instruct, count) for r in order], settings,
-                   on_row, on_end, on_chunk, restart, id)
 
 
 def retired_batching(batching: str, who: str) -> None:

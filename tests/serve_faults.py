@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from morph.continuous import RowRunner
+from morph.engine.runner import RowRunner
 
 CUDA_ASSERT = "CUDA error: device-side assert triggered"
 # how long a frame waits while a SLOW row runs, where a test or the `slow` mode asks for it

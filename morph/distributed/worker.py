@@ -18,14 +18,15 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..api import MorphTTS
-from ..continuous import runs_lean
 from ..engine.engine import Engine
+from ..engine.request import rows_request
+from ..engine.runner import runs_lean
 from ..engine.thread import EngineThread
 from ..line_audio import LineAudio
 from ..lines.store import LineFiles, Written
 from ..lines.voice import Voice
 from ..prompts import make_rows, token_count
-from ..render import BatchTTS, Line, rows_request
+from ..render import BatchTTS, Line
 from ..script_job import job_context
 from ..settings import GenerationSettings
 

@@ -30,7 +30,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from ..continuous import RowRunner, budget_pages, runs_lean
+from .runner import RowRunner, budget_pages, runs_lean
 from ..errors import reason
 from ..lines.line import Row
 from ..memory import batch_need, free_bytes

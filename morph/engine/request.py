@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..lines.line import Row
+from ..prompts import prompt_tokens, stream_keys
 from ..settings import GenerationSettings
 
 WAITING, RUNNING, DONE, FAILED, CANCELLED = "waiting", "running", "done", "failed", "cancelled"
@@ -53,3 +54,19 @@ class Request:
     def todo(self) -> list[Row]:
         """Its rows whose audio is not in."""
         return [r for r in self.rows if r not in self.done]
+
+
+def rows_request(rows: Sequence[Row], settings: GenerationSettings, count: Callable[[str], int],
+                 on_row: Callable[[Row, object], None], on_end: Callable[[BaseException | None], None],
+                 on_chunk: Callable[[Row, np.ndarray], None] | None = None,
+                 restart: Callable[[Sequence[Row]], bool] = lambda rows: True, in_order: bool = False,
+                 id: int = 0) -> Request:
+    """Rows as one request to the engine, the sink and id as Request takes them: a render's longest first (a row that
+    runs longest starts first, so the batch never waits on one that joined late), or `in_order` (a server's line,
+    whose segments stream in turn); each row's random stream as the rows were given (morph/prompts.py stream_keys);
+    count(text): its tokens, for each row's prompt."""
+    keys = dict(zip(rows, stream_keys(rows, settings.seed), strict=True))
+    order = list(rows) if in_order else sorted(rows, key=lambda r: (-r.limit, -len(r.text)))
+    return Request(order, [keys[r] for r in order],
+                   [prompt_tokens(r.text, r.line.voice, r.line.instruct, count) for r in order], settings,
+                   on_row, on_end, on_chunk, restart, id)

@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import numpy as np
 import torch
 
-from .codec.calls import FIRST_GRID, LIVE_CHUNK, RAMP_SIZES, call_frames, ramp_size
-from .codec.stream import CodecStream
-from .graphs import CAPTURE_LOCK, PROMPTS, side_stream
-from .lines.line import Row
-from .prompts import prompt_inputs, talker_inputs
-from .settings import GenerationSettings
+from ..codec.calls import FIRST_GRID, LIVE_CHUNK, RAMP_SIZES, call_frames, ramp_size
+from ..codec.stream import CodecStream
+from ..graphs import CAPTURE_LOCK, PROMPTS, side_stream
+from ..lines.line import Row
+from ..prompts import prompt_inputs, talker_inputs
+from ..settings import GenerationSettings
 
 if TYPE_CHECKING:
-    from .decode.groups import Group
-    from .engine.scheduler import Pace
+    from ..decode.groups import Group
+    from .scheduler import Pace
 
 _PROMPT = ("inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_embed")
 
@@ -107,7 +107,7 @@ class RowRunner:
     def _group(self, chunk: list[tuple[Row, int]]) -> tuple[dict, "Group"]:
         """Rows to join together, their prompt built as upstream's generate builds it (morph/prompts.py
         talker_inputs), with the talker's sampling options."""
-        from .decode.groups import Group  # the decode path loads with a model, not with the nodes
+        from ..decode.groups import Group  # the decode path loads with a model, not with the nodes
 
         model = self.tts.tts
         rows = [r for r, _ in chunk]
@@ -118,7 +118,7 @@ class RowRunner:
         return got, Group(rows, {k: got[k] for k in _PROMPT}, [self.stop(r) for r in rows], [k for _, k in chunk])
 
     def _build(self, options: dict) -> None:
-        from .engine.batch import ContinuousBatch
+        from .batch import ContinuousBatch
 
         tts = self.tts
         self.batch = ContinuousBatch(tts.patch.loop, self.width, self.need, options, self.settings.seq_groups,
@@ -126,7 +126,7 @@ class RowRunner:
                                      self.pace)
         if not self.audio:
             return
-        from .decode.runner import FAST_MODES
+        from ..decode.runner import FAST_MODES
 
         # every row is decoded while it is made (LiveChunks), streamed or not: its calls replay CUDA graphs, where
         # decoding each row whole at its end would launch every call's kernels from this thread, beside the frame loop
@@ -219,7 +219,7 @@ def budget_pages(tts, kv_cache_bytes: int | None) -> int | None:
     """The pages a paged pool of `kv_cache_bytes` holds on this model (None: the dense cache)."""
     if kv_cache_bytes is None:
         return None
-    from .decode.kv_store import pages_for_bytes  # the decode path loads with a model, not with the nodes
+    from ..decode.kv_store import pages_for_bytes  # the decode path loads with a model, not with the nodes
 
     return pages_for_bytes(tts.patch.loop, tts.tts.model.dtype, kv_cache_bytes)
 

@@ -26,10 +26,9 @@ from ..line_audio import LineAudio
 from ..lines.line import Line
 from ..lines.text_split import MAX_SEGMENT_CHARS
 from ..prompts import make_rows, token_count
-from ..render import rows_request
 from ..settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSettings
 from .engine import Engine, fatal
-from .request import Request
+from .request import Request, rows_request
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_MAX_S = 60  # the longest Retry-After OpenAI's client honours

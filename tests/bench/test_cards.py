@@ -9,7 +9,7 @@ import torch
 
 import morph.engine.engine
 from bench.cards import _Retries
-from morph.continuous import RowRunner
+from morph.engine.runner import RowRunner
 from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings
 

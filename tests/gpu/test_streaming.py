@@ -10,7 +10,7 @@ import torch
 
 from bench.workload import eos_held
 from morph.codec.calls import FIRST_GRID
-from morph.continuous import LiveChunks
+from morph.engine.runner import LiveChunks
 from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close

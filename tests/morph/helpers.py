@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import contextlib
 
-from morph.continuous import RowRunner
+from morph.engine.runner import RowRunner
 from morph.prompts import make_rows, prompt_tokens, stream_keys, token_count
 
 

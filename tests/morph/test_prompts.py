@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from morph.continuous import RowRunner
+from morph.engine.runner import RowRunner
 from morph.prompts import (PROMPT_OVERHEAD_TOKENS, make_rows, prefill_tokens, prompt_inputs, prompt_tokens,
                            talker_inputs, token_count)
 from morph.render import Line

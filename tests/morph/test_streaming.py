@@ -16,7 +16,7 @@ import torch
 
 import morph.engine.engine
 from morph.codec.calls import FIRST_GRID
-from morph.continuous import RowRunner
+from morph.engine.runner import RowRunner
 from morph.line_audio import SEGMENT_PAUSE_SECONDS
 from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-from morph import continuous
-from morph.continuous import GroupAhead, LiveChunks, runs_lean
+from morph.engine import runner as continuous
+from morph.engine.runner import GroupAhead, LiveChunks, runs_lean
 from morph.engine.scheduler import Live
 from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
-from .helpers import runner_codes
+from tests.morph.helpers import runner_codes
 
 
 def settings(frames=8, sampled=False, seed=None, seq_groups=5):
