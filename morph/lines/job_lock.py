@@ -1,14 +1,7 @@
-"""One job at a time per output folder and prefix (docs/scripts.md, One job at a time, whole files; Workers of a
-killed driver): a lock file the operating system releases when its holder's process ends, however it ends (a crash,
-`kill -9`, a lost machine's NFS client), so a dead job's lock is taken over without a word and a live one's refuses
-the newcomer, naming its holder (process, machine, what it runs, since when). Two jobs on one line store would
-interleave their writes: one line's file from the first job under the second job's manifest entry.
-
-The OS lock belongs to the holder's process alone, and a distributed job's workers may outlive a killed driver, so
-the lock file also holds a token, new at each acquire: a worker puts a file in place only while the lock file still
-holds its job's token (`check_holds`, right before its rename). A takeover between that check and the rename (a few
-microseconds) can still let one file through; the manifest's SHA-256 of each file tells on the next run.
-"""
+"""One job at a time per output folder and prefix (docs/scripts.md, One job at a time, whole files): a lock file the
+OS releases when its holder's process ends however it ends, so a dead job's lock is taken over and a live one refuses
+the newcomer, naming its holder. A distributed job's workers may outlive a killed driver, so the file also holds a
+token, new at each acquire, that a worker checks before each rename (`check_holds`)."""
 
 from __future__ import annotations
 
@@ -49,8 +42,8 @@ class FolderTakenOver(RuntimeError):
 
 
 class JobLock:
-    """Held from `acquire()` until `release()` (or the process's end). `what` names the job in the lock file, e.g.
-    'cli.py render scene1.txt'; `who` starts the refusal message."""
+    """Held from `acquire()` until `release()` or the process's end. `what` names the job in the lock file; `who`
+    starts the refusal message."""
 
     def __init__(self, path: Path, who: str, what: str):
         self.path, self.who, self.what = Path(path), who, what
@@ -103,8 +96,7 @@ class JobLock:
 
 
 def check_holds(path: Path, token: str, who: str, writing: Path) -> None:
-    """Raise FolderTakenOver unless the lock file at `path` still holds `token`: the job that gave it out still
-    holds the folder (not a job that took over after its driver died, nor none after it ended)."""
+    """Raise FolderTakenOver unless the lock file at `path` still holds `token`, the job that gave it out."""
     holder = _holder(path)
     if holder is None or holder.get("token") != token:
         now = f"now {_describe(path)}" if holder is not None else "no job holds it now"

@@ -12,9 +12,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Line:
-    """One text of upstream's generate_*, in its language: by a Voice (Base model; x-vector and ICL
-    mix freely), a built-in speaker with an optional instruct (CustomVoice), or an instruct alone
-    (VoiceDesign)."""
+    """One text of upstream's generate_*, spoken by a Voice (Base model), a built-in speaker with an optional instruct
+    (CustomVoice), or an instruct alone (VoiceDesign)."""
 
     text: str
     voice: Voice | None = None  # the speech server's HTTP process holds its file's bytes (morph/engine/process.py)
@@ -30,8 +29,7 @@ class Line:
         return "voice_design" if self.speaker is None else "custom_voice"
 
     def identity(self) -> tuple:
-        """What makes this line itself, for its random stream: who speaks it, how, in which language
-        (not the text, which a row adds with its segment)."""
+        """Who speaks this line, how and in which language, for its random stream (a row adds its text)."""
         voice = None
         if self.voice is not None:
             h = hashlib.blake2b(self.voice.spk_embedding.float().numpy().tobytes(), digest_size=8)

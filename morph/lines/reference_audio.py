@@ -1,11 +1,6 @@
-"""Reference audio in any common shape, rate, sample type and scale -> mono float32 at 24 kHz, or a clear error.
-
-The sample type decides the scale, never the values: integer samples (int16/int32/uint8 arrays, torch
-integer tensors) are PCM, divided by their type's full scale; float samples are audio whatever their peak.
-A clip that goes past full scale (a float WAV, a lossy decoder, or resampling can) is scaled down to peak
-at 1.0, with a note when the caller's own samples did. Each front end prepares a clip once (the CLI before
-the model loads, then MorphTTS.voice_from_clip).
-"""
+"""Reference audio in any common shape, rate, sample type and scale -> mono float32 at 24 kHz, or a clear error. The
+sample type decides the scale, never the values: integer samples are PCM, float samples audio whatever their peak; a
+clip past full scale is scaled down to peak at 1.0."""
 
 from __future__ import annotations
 
@@ -75,13 +70,9 @@ def _samples(waveform) -> np.ndarray:
 
 def prepare_reference(waveform, sample_rate: int, who: str = "make_voice", icl: bool = False,
                       words: Words = FOR_PYTHON) -> np.ndarray:
-    """Downmix, scale to [-1, 1], resample to 24 kHz, trim to 30 s, and check.
-
-    `waveform` is [T], [C, T], [T, C] or [1, C, T] (ComfyUI's AUDIO layout), numpy or torch, integer PCM or
-    float. With `icl` (a transcript will be used) a clip over 30 s is refused instead of trimmed: the
-    transcript would then describe audio the model never hears. Messages start with `who` and give the fix
-    in the caller's words (`words`, morph/lines/words.py).
-    """
+    """Downmix, scale to [-1, 1], resample to 24 kHz, trim to 30 s, and check `waveform` ([T], [C, T], [T, C] or
+    [1, C, T], numpy or torch). With `icl` a clip over 30 s is refused instead: its transcript would describe audio
+    the model never hears."""
     # scaled before the downmix, which would turn integer samples into floats
     audio = _mono(_as_float(_samples(waveform), who), list(np.shape(waveform)), who, words)
     if int(sample_rate) <= 0:
@@ -102,8 +93,7 @@ def prepare_reference(waveform, sample_rate: int, who: str = "make_voice", icl: 
                              f"first {MAX_SECONDS:.0f} s without it")
         log.warning("%s: the clip is %.1f s long; only its first %.0f s are used", who, seconds, MAX_SECONDS)
         audio = audio[: int(MAX_SECONDS * SAMPLE_RATE)]
-    # qwen-tts's mel front end prints a warning for samples past full scale, which resampling a loud
-    # clip makes (a 22.05 kHz clip at 0.9986 peaks near 1.3 at 24 kHz): the peak is brought back to 1.0
+    # qwen-tts's mel front end warns of samples past full scale, which resampling a loud clip makes
     peak = float(np.max(np.abs(audio))) if audio.size else 0.0
     if peak > 1.0:
         audio = audio / peak

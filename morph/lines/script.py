@@ -1,15 +1,6 @@
-"""Dialogue scripts: one spoken line per text line, written `Name: text`.
-
-    # Act 1        <- a comment (the whole line, after leading blanks)
-    Alice: Hello there.
-    bob:   Hi, Alice!          <- names match the voice bank case-insensitively
-
-Blank lines and `#` comments are skipped. The name is everything before the first colon
-(an ASCII ':' or a full-width '：'); the text is everything after it, so the text may
-itself hold colons and '#'. Lines are split as `str.splitlines` splits them.
-
-Every problem is reported at once, each with its line number, as one ValueError.
-"""
+"""Dialogue scripts: one spoken line per text line, `Name: text` (docs/scripts.md, The script). The name is everything
+before the first ':' or '：', matched case-insensitively; blank lines and `#` comments are skipped. Every problem is
+reported at once, each with its line number, as one ValueError."""
 
 from __future__ import annotations
 
@@ -55,8 +46,7 @@ def _quote(text: str, limit: int = 40) -> str:
 
 
 def parse_script(script: str, names: Iterable[str], words: Words = FOR_PYTHON) -> list[ScriptLine]:
-    """The spoken lines in script order; `names` are the known display names, matched by `name_key`.
-    `words.add_names` says, in the front end's words, how to give a voice to a missing character."""
+    """The spoken lines in script order; `names` are the known display names, matched by `name_key`."""
     if not isinstance(script, str):
         raise ValueError(f"the script must be text, got {type(script).__name__}")
     known: dict[str, str] = {}

@@ -1,8 +1,6 @@
-"""The line store of a rendered script: one WAV per finished line, the subtitles, and the manifest that lets a
-rerun after a crash or cancel render only the lines that are missing or changed (docs/scripts.md, Resume). Every
-front end that renders a script to a folder shares it; a distributed job's workers write their lines' files
-(LineFiles) while one process keeps the manifest (LineStore).
-"""
+"""The line store of a rendered script: one WAV per finished line, the subtitles, and the manifest that lets a rerun
+render only the lines missing or changed (docs/scripts.md, Resume). A distributed job's workers write their lines'
+files (LineFiles) while one process keeps the manifest (LineStore)."""
 
 from __future__ import annotations
 
@@ -38,10 +36,8 @@ def voice_digest(voice) -> str:
 
 
 def fingerprint(context: dict, name: str, text: str, voice=None, speaker: str | None = None, instruct: str = "") -> str:
-    """One line's fingerprint: the render context (model and settings, chosen by the front end), the
-    character's name, the text, and who speaks it: a cloned voice, or a CustomVoice speaker and an instruct, or a
-    VoiceDesign instruct. A cloned voice's line holds no speaker or instruct key, as before those existed: adding
-    them would make every earlier manifest's voice lines render again."""
+    """One line's fingerprint: the render context, the character's name, the text, and who speaks it. A cloned
+    voice's line holds no speaker or instruct key, so earlier manifests' voice lines stay valid."""
     line = dict(context, name=name, text=text)
     if voice is not None:
         line["voice"] = voice_digest(voice)
@@ -103,11 +99,10 @@ class Written:
 
 
 class LineFiles:
-    """Where one render's files go under `root` (the node's: ComfyUI's output folder): `{prefix}_{index:04d}_{name}.wav`
-    per line (float32 WAV, so a reused line is the exact audio), `{prefix}.wav` and `{prefix}.srt`, every file written
-    whole or not at all (morph/lines/files.py). A worker of a distributed job writes its lines through this, without
-    the manifest or the lock, which the driver's LineStore holds: `token` is that holding's (JobLock.token), and a
-    line file is put in place only while the driver's job still holds the folder."""
+    """Where one render's files go under `root`: `{prefix}_{index:04d}_{name}.wav` per line (float32, so a reused line
+    is the exact audio), `{prefix}.wav` and `{prefix}.srt`, each written whole or not at all. A distributed worker
+    writes through this with the driver's lock `token` (JobLock.token): a file lands only while that job holds the
+    folder."""
 
     def __init__(self, root: Path, prefix: str, who: str, words: Words = FOR_PYTHON, token: str | None = None):
         prefix = str(prefix).strip().replace("\\", "/")
@@ -137,9 +132,8 @@ class LineFiles:
         return Written(path.name, int(np.size(wav)), digest(data))
 
     def join_lines(self, names: list[str], pause_seconds: float) -> Path:
-        """`{prefix}.wav`, the one writer of the dialogue: the line files of lines 1..len(names) joined with pauses,
-        one file at a time (a long script's dialogue need not fit in memory); RF64 past what a WAV holds
-        (wav_header), so it is always one file."""
+        """`{prefix}.wav`: the line files of lines 1..len(names) joined with pauses, one file at a time, so a long
+        script's dialogue need not fit in memory (RF64 past a WAV's size)."""
         import soundfile
 
         pause = int(round(pause_seconds * SAMPLE_RATE))
@@ -164,10 +158,9 @@ class LineFiles:
 
 
 class LineStore(LineFiles):
-    """The line files and the manifest `{prefix}_lines.json` of what each line was rendered from, in script order,
-    with each file's length and content hash; a line's file and the manifest are written before the next batch
-    starts. Open it with `with`: one job at a time per folder and prefix (morph/lines/job_lock.py), and the manifest
-    is read once the job holds the folder. `what` names the job to a second one that is refused."""
+    """The line files and the manifest `{prefix}_lines.json` of what each was rendered from, with its length and hash.
+    Open it with `with`: one job at a time per folder and prefix (job_lock.py); `what` names the job to a second one
+    that is refused."""
 
     def __init__(self, root: Path, prefix: str, who: str, what: str = "", words: Words = FOR_PYTHON):
         super().__init__(root, prefix, who, words)
@@ -194,8 +187,7 @@ class LineStore(LineFiles):
         self._leave()
 
     def _leave(self) -> None:
-        """Let go of the folder; the folders this job made go again if nothing was written into them (a job that
-        failed or was stopped before its first line leaves no empty folder behind)."""
+        """Let go of the folder, and remove the folders this job made if nothing was written into them."""
         self.lock.release()
         for folder in self._made:
             try:
@@ -223,8 +215,8 @@ class LineStore(LineFiles):
             raise RuntimeError(f"{self.who}: the line store of {self.prefix} is used outside its `with` block")
 
     def load(self, index: int, name: str, fingerprint: str) -> np.ndarray | None:
-        """The line's audio from an earlier run, or None when it must be rendered (again): no file, another
-        fingerprint, or a file that is not the one recorded (its length or content hash differ)."""
+        """The line's audio from an earlier run, or None when it must be rendered: no file, another fingerprint, or
+        a file that is not the one recorded."""
         import soundfile
 
         self._held()
@@ -261,13 +253,10 @@ class LineStore(LineFiles):
         self._write_manifest()
 
     def finish(self, count: int, srt: str) -> None:
-        """The subtitles, and the manifest of exactly this script's lines; a line's temporary files that a stopped
-        writer left (a distributed job's worker killed mid-write: its file is written again elsewhere) go."""
+        """The subtitles, and the manifest of exactly this script's lines; temporary files a killed writer left go."""
         self._held()
         self.lines = {i: e for i, e in self.lines.items() if i <= count}
-        # every write of this job's lines is over, and the lock keeps others out. One listing of the folder: a glob
-        # per line would list it once per line, quadratic in the script's length
-        # (bench/results/h200x4-2026-11-27i/NOTES.md)
+        # every write is over and the lock keeps others out; one listing, not a glob a line (quadratic)
         files = {entry["file"] for entry in self.lines.values()}
         for stray in self.folder.glob(".*.part"):  # morph/lines/files.py write_atomic: .{file}.{writer}.part
             if stray.name[1:-len(".part")].rsplit(".", 1)[0] in files:

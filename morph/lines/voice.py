@@ -1,13 +1,6 @@
-"""A cloned voice, and its safetensors file format (never pickle).
-
-A voice file holds two tensors and string metadata:
-  spk_embedding  float32 [hidden]      the speaker encoder's x-vector
-  ref_code       int64   [T, 16]       codec codes of the reference clip (ICL voices only)
-  metadata       format, version, mode ("icl" or "xvector"), ref_text, hidden_size, model_size
-
-Reading and checking a file's bytes needs numpy alone (`check_voice`): the speech server's HTTP process holds each
-voice as its file's bytes, and only the engine's process, which has torch, makes a Voice of them (`read_voice`).
-"""
+"""A cloned voice, and its safetensors file (never pickle): spk_embedding float32 [hidden], ref_code int64 [T, 16]
+(ICL voices only), and string metadata. `check_voice` needs numpy alone, for the speech server's HTTP process;
+`read_voice` makes a Voice in the engine's process."""
 
 from __future__ import annotations
 
@@ -85,8 +78,7 @@ def read_voice(data: bytes, who: str, name: str, words: Words = FOR_PYTHON) -> V
 
 def check_voice(data: bytes, who: str, name: str, words: Words = FOR_PYTHON
                 ) -> tuple[np.ndarray, np.ndarray | None, str | None, str]:
-    """A voice file's spk_embedding, ref_code, ref_text and model_size from its bytes; ValueError naming what is wrong
-    (the fix worded as `words` does) for anything unexpected."""
+    """A voice file's spk_embedding, ref_code, ref_text and model_size from its bytes; ValueError says what is wrong."""
     from safetensors.numpy import load
 
     try:

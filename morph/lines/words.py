@@ -1,7 +1,5 @@
-"""How each front end words what a user can do about a message: the Python API's, the nodes' and the CLI's words
-for the same fix (a node has a transcript widget, the CLI a `--transcript` option, the Python API an argument). A
-front end passes its `Words` with the call, so a CLI user never reads a node's name and a node user never a flag.
-"""
+"""How each front end (Python API, nodes, CLI) words the same fix in a message; a front end passes its `Words` with
+the call, so a CLI user never reads a node's name and a node user never a flag."""
 
 from __future__ import annotations
 
