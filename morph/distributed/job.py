@@ -1,24 +1,7 @@
-"""A script over many GPUs and machines with Ray: a pool of workers, one per GPU, and one driver that plans.
-
-    with WorkerPool(2, dict(source="Qwen/Qwen3-TTS-12Hz-0.6B-Base")) as pool:        # a local cluster, 2 GPUs
-        voice = pool.voice_from_clip(clip, "what the clip says", who="Alice")
-        with LineStore(out, "scene1", who) as store:
-            job = ScriptJob(parsed, lines, store, pool.context("English", settings, True), rerun="run it again")
-            job.reuse(keep_audio=False)
-            pool.render(job, settings, batch_size=32, pause_seconds=0.4, finish_line=smoothing)
-
-The driver plans the batches as one GPU would (`plan`; each is one request to its worker's engine, or in eager mode
-one static batch) and hands them out as workers free up, IN_FLIGHT at each: long and short batches mix over the GPUs,
-and all finish within about one batch of each other. Workers write their lines' files; the driver keeps the manifest,
-joins the dialogue and writes the subtitles (docs/scripts.md, Several GPUs; the workers' token: Workers of a killed
-driver).
-
-Faults: a worker whose process dies is restarted by Ray (up to MAX_RESTARTS times) and its batch goes back to the
-front of the queue; its lines' files are written again under the same names, so none appears twice. A batch lost
-MAX_TRIES times, or a pool with no worker left, stops the job with the lines done kept (rerun to resume). An error
-inside a render (a bad line) is raised as itself. A local cluster started here is shut down when the pool closes,
-Ctrl-C included.
-"""
+"""A script over many GPUs and machines with Ray (docs/scripts.md, Several GPUs): a worker per GPU, and a driver that
+plans the batches as one GPU would and hands them out as workers free up, IN_FLIGHT at each. Workers write their
+lines' files; the driver keeps the manifest, the dialogue and the subtitles. A worker that dies is restarted by Ray
+and its batch requeued; a batch lost MAX_TRIES times, or no worker left, stops the job with the lines done kept."""
 
 from __future__ import annotations
 
@@ -50,8 +33,7 @@ PROBE_SECONDS = 1.0  # how often a restarting worker is asked whether it is back
 
 def plan(indices: Sequence[int], lines: Sequence[Line], settings: GenerationSettings,
          batch_size: int) -> list[list[int]]:
-    """The batches of these lines, as lists of their indices, planned as the one-GPU scheduler plans its rows
-    (plan_batches), so a line's batch is the same whether one process renders the script or many."""
+    """The batches of these lines as lists of their indices, planned as on one GPU (plan_batches)."""
     indices = list(indices)
     texts = [lines[i].text.strip() for i in indices]
     batches = plan_batches([(settings.frame_limit(text), text) for text in texts], batch_size)
@@ -67,10 +49,9 @@ def import_ray(flag: str):
 
 
 class WorkerPool:
-    """`workers` LineWorkers on a Ray cluster, each with one GPU (or one CPU when `load` says device="cpu"): a local
-    cluster started here, or the one at `address` ("auto" for the one this machine joined with `ray start`);
-    `workers=None` takes every GPU of that cluster. `load` is MorphTTS.load's keyword arguments; `packages` are the
-    front end's own packages that the workers import (where `finish_line` lives), shipped with morph itself."""
+    """`workers` LineWorkers on a Ray cluster, one GPU each (one CPU with device="cpu" in `load`, MorphTTS.load's
+    keywords): a local cluster started here, or the one at `address`; `workers=None` takes every GPU. `packages` are
+    the front end's own, shipped to the workers with morph (where `finish_line` lives)."""
 
     worker = LineWorker  # what each actor runs (a benchmark's subclass holds EOS back on random weights)
 
@@ -157,11 +138,9 @@ class WorkerPool:
                finish_line: Callable[[np.ndarray], np.ndarray] | None = None, on_step: OnStep | None = None,
                on_lines: Callable[[list[tuple[int, int]]], None] | None = None,
                words: Words = FOR_PYTHON) -> str:
-        """Render the job's lines still to do over the pool, each planned batch on one worker as its speed mode runs
-        it, then write its dialogue, subtitles and manifest; returns the subtitles.
-        `on_lines([(script index, samples)])` follows each batch's files, `on_step(done, total)` counts frame slots as
-        the one-GPU scheduler does. `finish_line` runs on the workers (picklable); messages word their fixes as
-        `words` does."""
+        """Render the job's lines still to do over the pool, then write its dialogue, subtitles and manifest; returns
+        the subtitles. `on_lines([(script index, samples)])` follows each batch's files; `finish_line` runs on the
+        workers (picklable)."""
         ray, who, todo = self.ray, self.who, job.todo()
         job.check_space(pause_seconds, True, words)
         if todo:
@@ -228,12 +207,9 @@ class WorkerPool:
 
     def _lost(self, e, actor, batch, running, job: ScriptJob, queue: deque, tries: dict, restarting: dict,
               actors: list) -> None:
-        """A call whose worker Ray lost or is starting again: its batch goes back to the front of the queue, and a
-        worker Ray has given up on leaves the pool (the job stops when none is left). A worker's death costs one try,
-        to the batch it was running (`running`, its oldest in flight; a batch that kills its worker each time stops the
-        job after MAX_TRIES): the other calls it fails, queued behind that batch or sent before the driver knew, lost
-        nothing.
-        Ray reports them as ActorDiedError or ActorUnavailableError alike, so the error's kind cannot tell."""
+        """A call whose worker Ray lost or is restarting: its batch goes back to the front of the queue; a worker Ray
+        gave up on leaves the pool. A death costs one try, to the batch it was running (`running`, its oldest in
+        flight), not to the others it fails."""
         ray, who = self.ray, self.who
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
         if actor not in restarting and running is not None:  # the first word of this death

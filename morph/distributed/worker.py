@@ -1,12 +1,6 @@
-"""One worker of a distributed script job: a model loaded once, and an engine (morph/engine/) fed the batches the
-driver sends it.
-
-Ray runs it as a threaded actor (job.py), one per GPU. Each planned batch is one request to the worker's engine, on
-a thread of its own (morph/engine/thread.py, the thread that captures and replays the CUDA graphs); the driver keeps
-IN_FLIGHT batches at each worker, so the continuous batch never empties between two. A call waits for its request,
-then writes its lines' files on Ray's thread; only (script index, the file written) go back to the driver. Eager
-mode's static batches run on Ray's thread, one call at a time.
-"""
+"""One worker of a distributed script job, a threaded Ray actor per GPU: a model loaded once, and an engine on its own
+thread fed one request a planned batch, IN_FLIGHT at a time so the continuous batch never empties between two. A
+call waits for its request, then writes its lines' files; only (script index, file written) go back to the driver."""
 
 from __future__ import annotations
 
@@ -59,9 +53,8 @@ class LineWorker:
     def render(self, batch: Sequence[tuple[int, str, Line]], files: LineFiles, settings: GenerationSettings,
                finish_line: Callable[[np.ndarray], np.ndarray] | None, who: str, labels: Sequence[str],
                width: int) -> list[tuple[int, Written]]:
-        """One planned batch of (script index, character name, line), as this worker's speed mode runs it: one
-        request to the engine of `width` slots, or in eager mode one static batch; each line's file written; returns
-        (script index, the file written) per line."""
+        """One planned batch of (script index, character name, line): one request to the engine of `width` slots, or
+        in eager mode one static batch; writes each line's file and returns (script index, the file written)."""
         lines = [line for _, _, line in batch]
         if runs_lean(self.tts):
             audio = self._request(lines, settings, who, labels, width)
@@ -99,8 +92,7 @@ class LineWorker:
             return self._engine
 
     def _model_work(self, fn: Callable[[], object]):
-        """fn() on the engine's thread once there is one (model work beside its batch could break a capture),
-        else on this one."""
+        """fn() on the engine's thread once there is one (model work beside its batch could break a capture)."""
         with self._lock:
             engine = self._engine
             if engine is None:
