@@ -22,16 +22,14 @@ from .settings import GenerationSettings
 log = logging.getLogger(__name__)
 
 PROMPT_OVERHEAD_TOKENS = 32  # chat markup, codec control tokens, the speaker embedding
-# Upstream's generate reads a voice's row (Base model, streaming mode) a text token a frame beside the codes: the talker
-# prefills its markup and speaker (10 tokens at the 0.6B dims) and an ICL voice's reference frames, beside which the
-# transcript and the text start.
+# A voice's row (streaming mode) reads its text a token a frame: the talker prefills only its markup and speaker, and
+# an ICL voice's reference frames.
 VOICE_PREFILL_TOKENS = 16
 
 
 def make_rows(tts, lines: Sequence[Line], settings: GenerationSettings, who: str, split_long_text: bool,
               labels: Sequence[str] | None = None, words: Words = FOR_PYTHON) -> list[Row]:
-    """Every line checked (before any work), and split into rows where it is over MAX_SEGMENT_CHARS; messages word
-    their fixes as `words` does."""
+    """Every line checked (before any work), and split into rows where it is over MAX_SEGMENT_CHARS."""
     rows = []
     for i, line in enumerate(lines):
         where = f"{who} ({labels[i]})" if labels else f"{who} (line {i + 1})" if len(lines) > 1 else who
@@ -69,8 +67,8 @@ def check_line(tts, line: Line, who: str, where: str, words: Words = FOR_PYTHON)
 
 
 def prompt_inputs(tts, rows: list[Row]) -> dict:
-    """What upstream's generate_voice_clone, generate_custom_voice or generate_voice_design passes
-    to model.generate besides the languages and sampling settings, built the way they build it."""
+    """What upstream's generate_voice_clone, generate_custom_voice or generate_voice_design passes to model.generate
+    besides the languages and sampling settings, built the way they build it."""
     model, variant = tts.tts, rows[0].line.variant
     inputs = dict(input_ids=model._tokenize_texts([model._build_assistant_text(r.text) for r in rows]))
     if variant == "base":
@@ -92,12 +90,10 @@ def prompt_inputs(tts, rows: list[Row]) -> dict:
 def talker_inputs(model, languages: list[str], input_ids: list[torch.Tensor], voice_clone_prompt: dict | None = None,
                   ref_ids: list | None = None, instruct_ids: list | None = None, speakers: list[str] | None = None,
                   non_streaming_mode: bool = False, *, min_new_tokens: int, **options) -> dict:
-    """What upstream's `Qwen3TTSForConditionalGeneration.generate` (qwen-tts 0.1.1; `model`) passes talker.generate
-    when given these keywords (prompt_inputs' and the merged sampling `options`): the left-padded prompt batch
-    (inputs_embeds, attention_mask), each row's trailing text padded with tts_pad (trailing_text_hidden),
-    tts_pad_embed and the talker's options, with the call's min_new_tokens (upstream's generate always passes 2).
-    Built with the same upstream calls on the same shapes, so the tensors are upstream's bit for bit
-    (tests/morph/test_prompts.py); nothing is decoded."""
+    """What upstream's `Qwen3TTSForConditionalGeneration.generate` (qwen-tts 0.1.1) passes talker.generate for these
+    keywords (prompt_inputs' and the sampling `options`): the left-padded prompt batch, each row's trailing text, and
+    the talker's options, with the call's min_new_tokens. Built with upstream's calls on the same shapes, so the
+    tensors are upstream's bit for bit (tests/morph/test_prompts.py)."""
     cfg, talker = model.config.talker_config, model.talker
     device, dtype = talker.device, input_ids[0].dtype
 
@@ -162,9 +158,8 @@ def line_key(seed: int, *parts) -> int:
 
 
 def stream_keys(rows: Sequence[Row], seed: int | None) -> list[int]:
-    """Each row's random stream key (morph/decode/streams.py): from the seed and what the row says, in whose voice
-    and language, so a line's take is the same whatever it is rendered beside; drawn from torch's generator when
-    there is no seed."""
+    """Each row's random stream key (morph/decode/streams.py), from the seed and what the row says, in whose voice and
+    language; drawn from torch's generator when there is no seed."""
     if seed is None:
         return torch.randint(0, 2**32, (len(rows),)).tolist()
     identities: dict[tuple, tuple] = {}  # one hash per voice and setting, however many lines use it
@@ -178,8 +173,7 @@ def stream_keys(rows: Sequence[Row], seed: int | None) -> list[int]:
 
 
 def prompt_tokens(text: str, voice: Voice | None = None, instruct: str = "", count=len) -> int:
-    """The prompt's tokens (at most: `count` gives a text's tokens, by default one per character), plus an ICL
-    voice's transcript and reference frames."""
+    """The prompt's tokens at most (`count` gives a text's, by default one per character), an ICL voice's included."""
     tokens = count(text) + count(instruct) + PROMPT_OVERHEAD_TOKENS
     if voice is not None and voice.icl:
         tokens += count(voice.ref_text or "") + int(voice.ref_code.shape[0])
@@ -187,19 +181,17 @@ def prompt_tokens(text: str, voice: Voice | None = None, instruct: str = "", cou
 
 
 def prefill_tokens(text: str, voice: Voice | None = None, instruct: str = "", count=len) -> int:
-    """The tokens the talker prefills for a row, at most: for a voice, VOICE_PREFILL_TOKENS and an ICL voice's
-    reference frames; for a built-in speaker or an instruct (non-streaming: the text in the prompt), prompt_tokens."""
+    """The tokens the talker prefills for a row, at most: a voice's markup and reference frames, or for a speaker or
+    an instruct (the whole text in the prompt) prompt_tokens."""
     if voice is None:
         return prompt_tokens(text, voice, instruct, count)
     return VOICE_PREFILL_TOKENS + (int(voice.ref_code.shape[0]) if voice.icl else 0)
 
 
 def token_count(tts, private: bool = False):
-    """A text's tokens as the loaded model's tokenizer splits it (English runs about four characters a token, so
-    one per character would size the cache and the declared memory for prompts several times too long); one per
-    character where the model has no text tokenizer. Each text is tokenized once per counter: every line of an ICL
-    voice repeats its transcript. `private`: count with a copy of the tokenizer, one caller at a time, on threads
-    beside the one that renders (a fast tokenizer refuses a second thread while it works: "Already borrowed")."""
+    """A text's tokens as the model's tokenizer splits it (one a character would size the cache several times too
+    large), cached per counter; one a character without a tokenizer. `private`: a copy of the tokenizer, one caller at
+    a time, for threads beside the render's (a fast tokenizer refuses a second thread: "Already borrowed")."""
     tokenizer = getattr(getattr(tts.tts, "processor", None), "tokenizer", None)
     if tokenizer is None:
         return len
