@@ -1,11 +1,6 @@
 """Progress: the engine's frame slots across one render (`SlotProgress`, what on_step reports), and a script job's
-progress as every front end reports it (cli.py render's line, Render Lines' node and log): lines done, seconds of
-audio, speed and time left.
-
-A redrawn bar can follow every frame; a log (a file, a pipe, nohup, CI) cannot, so a plain report is due every
-`REPORT_EVERY` seconds and as soon as a batch of lines is done (at most every `MIN_GAP`): a working job is never
-mistaken for a hung one, and a log stays readable on a 20,000-line script.
-"""
+as every front end reports it. A log cannot follow every frame as a bar can, so a plain report is due every
+REPORT_EVERY seconds and when a batch of lines is done (at most every MIN_GAP)."""
 
 from __future__ import annotations
 
@@ -19,9 +14,8 @@ MIN_GAP = 1.0  # seconds at least between two reports, however fast lines finish
 
 
 class SlotProgress:
-    """Frame slots across all batches of one render: a decode step of a batch of B rows is B slots, and a batch's
-    allotment is B x its frame limit, the frames it may decode. Finished rows still take their slot in the batch, so
-    slots measure the work actually done. on_step(done, total) at each report."""
+    """Frame slots across all batches of one render (a step of B rows is B slots, finished rows included, so slots
+    measure the work done); on_step(done, total) at each report."""
 
     def __init__(self, on_step: Callable[[int, int], None] | None, total: int):
         self.on_step, self.total, self.done = on_step, max(int(total), 1), 0
@@ -43,8 +37,8 @@ def clock(seconds: float) -> str:
 
 
 class Cadence:
-    """When a plain report is due: the first time asked, then every `every` seconds, or at an event (a batch of
-    lines done) once `gap` seconds have passed since the last report."""
+    """When a plain report is due: the first time asked, then every `every` seconds, or at an event once `gap` seconds
+    have passed."""
 
     def __init__(self, every: float = REPORT_EVERY, gap: float = MIN_GAP):
         self.every, self.gap = every, gap
@@ -65,9 +59,8 @@ class Cadence:
 
 
 class JobProgress:
-    """The tally of one job's rendering: `step(done, total)` with the engine's frame slots (morph/render.py's
-    on_step), `lines_done(samples of each)` as lines are written. The time left follows the frame slots; the audio
-    and the speed follow the lines written."""
+    """The tally of one job's rendering: the time left follows the frame slots (`step`), the audio and speed the lines
+    written (`lines_done`)."""
 
     def __init__(self, lines: int):
         self.lines, self.done, self.audio_s, self.fraction = lines, 0, 0.0, 0.0

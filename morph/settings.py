@@ -1,7 +1,5 @@
-"""Generation settings, their bounds, and the text-derived frame limit.
-
-Plain records and checks only, no torch: cli.py reads its defaults here, and loading them loads nothing of the engine
-(tests/test_layers.py checks it)."""
+"""Generation settings, their bounds, and the sizes the decode path and morph/memory.py share: plain records, no
+torch, so the CLI's help loads nothing of the engine and memory.py declares the sizes without loading the decode."""
 
 from __future__ import annotations
 
@@ -18,20 +16,17 @@ MAX_SEQ_GROUPS = 15
 MODES = ("auto", "eager", "lean", "graphs", "fused")
 RETIRED_MODES = {"compile": "fused"}
 
-# A missed EOS must not run for minutes. Slow speech runs about 3 characters a second
-# (CJK: about 4 characters a second, each character counting once), so allow 0.35 s per
-# character plus 5 s of lead-in and trailing silence.
+# A missed EOS must not run for minutes: slow speech runs about 3 characters a second, plus lead-in and trailing
+# silence.
 SECONDS_PER_CHAR = 0.35
 EXTRA_SECONDS = 5.0
 
 
-# Render Lines' and `cli.py render`'s retired `batching`, still taken for one release (morph/render.py
-# retired_batching), and how many rows a render runs at once; here so that the CLI's help loads nothing of the engine.
+# Render Lines' and `cli.py render`'s retired `batching`, still taken for one release; the rows a render runs at once.
 RETIRED_BATCHING = ("continuous", "static")
 DEFAULT_BATCH_SIZE = 64
 
-# The live engine's batch (morph/engine/thread.py, what the server runs): its slots, and each row's bounds, which size
-# its cache (here so that cli.py serve's help loads nothing of the engine).
+# The live engine's batch (what the server runs): its slots, and each row's bounds, which size its cache.
 LIVE_WIDTH = 16
 LIVE_MAX_FRAMES = 1024  # 82 s a row: a 500-character segment speaks in about 35 s; a missed EOS stops here
 LIVE_MAX_PROMPT = 1023  # with LIVE_MAX_FRAMES and the EOS slot, 2,048 slots a row: a capacity of 4,096
@@ -40,47 +35,37 @@ MIN_CAPACITY = 256  # the fewest cache slots the decode's static state reserves 
 
 
 def capacity_for(needed: int) -> int:
-    """Static cache slots per row for a call that needs `needed` (prompt and frames): the next power of two, so
-    few CUDA graphs are captured (the capacity is part of a graph's key), at least MIN_CAPACITY. Here, not in
-    morph/decode/, because morph/memory.py declares the same slots without loading the decode path."""
+    """Static cache slots per row for a call that needs `needed`: the next power of two (at least MIN_CAPACITY), so
+    few CUDA graphs are captured (the capacity is part of a graph's key)."""
     cap = MIN_CAPACITY
     while cap < needed:
         cap *= 2
     return cap
 
 
-# The continuous batch's keys and values (morph/decode/kv_store.py) live in pages of KV_PAGE slots. A render's pool
-# holds what its widest set of rows could reserve at once (pool_pages), rounded up to one of 8 sizes an octave so that
-# a kept state (and its CUDA graphs) serves the next render of about the same size. Here, not in morph/decode/,
-# because morph/memory.py declares the same pool without loading the decode path.
+# The continuous batch's keys and values live in pages of KV_PAGE slots; a pool's size is rounded up to one of
+# POOL_STEPS sizes an octave, so a kept state (and its CUDA graphs) serves the next render of about the same size.
 KV_PAGE = 32  # to be measured on a GPU against the fused kernel's tiles (the torch path gathers whole rows)
 POOL_STEPS = 8
 
 
 def pool_pages(row_needs: Sequence[int], width: int) -> int:
-    """Pages (the null page included) for a continuous batch of `width` slots whose rows each need row_needs[i] cache
-    slots (prompt, frames and EOS slot) and reserve one slot more as they join (morph/engine/batch.py _join): enough
-    for the `width` largest reservations at once, each starting anywhere in a page, rounded up to one of POOL_STEPS
-    sizes an octave."""
+    """Pages (the null page included) for a continuous batch of `width` slots whose rows need row_needs[i] cache slots
+    each, and one more as they join: the `width` largest at once, each starting anywhere in a page."""
     largest = sorted(row_needs, reverse=True)[:max(1, int(width))]
     need = 1 + sum(-(-(int(n) + 1) // KV_PAGE) + 1 for n in largest)
     step = 1 << max(0, need.bit_length() - POOL_STEPS.bit_length())
     return -(-need // step) * step
 
 
-# A render whose rows may be preempted and start again (morph/engine/batch.py, an overcommitted pool) sizes its pool
-# for this share of each row's frame limit: speech ends at about a fifth of the text-derived limit (SECONDS_PER_CHAR
-# against about 14 characters spoken a second), and a row the pool cannot grow starts again rather than failing.
-# A quarter rather than a half: a smaller pool at the same speed, with no row preempted on the pack's scripts.
+# A render whose rows may be preempted (an overcommitted pool) sizes its pool for this share of each row's frame
+# limit: speech ends at about a fifth of the text-derived limit, and a row the pool cannot grow starts again.
 POOL_FRAME_SHARE = 0.25
-# A group's prefill holds its keys and values and one layer's activations for every token of its prompts, padded to
-# the longest, until its rows have joined (morph/decode/groups.py): rows are prefilled a slice of at most this many
-# tokens at a time (at least one row), as serving engines bound a step's prefill tokens: a wide group's prefill then
-# holds less memory at once, at no cost in speed.
+# A group's prefill holds its keys, values and activations until its rows have joined, so rows are prefilled a slice
+# of at most this many tokens at a time (at least one row), as serving engines bound a step's prefill tokens.
 PREFILL_TOKENS = 2048
-# In the fast modes a slice's prefill replays the CUDA graph of its bucket (morph/decode/prefill_graphs.py): its
-# prompts' length padded up to the next of these (the powers of two and the halves between: at most half as many
-# tokens again), its rows up to a power of two. A longer prompt is prefilled op by op.
+# In the fast modes a slice's prefill replays its bucket's CUDA graph: its length padded up to the next of these, its
+# rows to a power of two. A longer prompt is prefilled op by op.
 PREFILL_LENGTHS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 
 
@@ -92,16 +77,15 @@ def prefill_bucket(rows: int, length: int) -> tuple[int, int] | None:
 
 def prefill_rows(length: int) -> int:
     """The most prompts of `length` tokens a slice holds: a power of two whose bucket takes at most PREFILL_TOKENS
-    tokens, one at least. Here, not in morph/decode/, because morph/memory.py declares the same slice."""
+    tokens, one at least."""
     bucket = prefill_bucket(1, length)
     per = max(1, PREFILL_TOKENS // (length if bucket is None else bucket[1]))
     return 1 << (per.bit_length() - 1)
 
 
 def requeue_pool_pages(rows: Sequence[tuple[int, int]], width: int) -> int:
-    """Pages (the null page included) for a continuous batch of `width` slots whose rows, (prompt tokens, frame limit)
-    each, may be preempted: the `width` largest at POOL_FRAME_SHARE of their frames (pool_pages), and never fewer than
-    the largest row whole needs alone (the batch preempts down to the oldest row, which then has all it needs)."""
+    """Pages for a continuous batch of `width` slots whose rows, (prompt tokens, frame limit) each, may be preempted:
+    the `width` largest at POOL_FRAME_SHARE of their frames, and never fewer than the largest row needs alone."""
     expected = [p + math.ceil(f * POOL_FRAME_SHARE) + 1 for p, f in rows]
     return max(pool_pages(expected, width), pool_pages([max(p + f + 1 for p, f in rows)], 1))
 
