@@ -1,7 +1,5 @@
-"""Fast Qwen3-TTS voice cloning: `from morph import MorphTTS, GenerationSettings` (docs/architecture.md maps the rest).
-
-Both are looked up on first use, so importing a light module such as morph.settings does not load the engine.
-"""
+"""Fast Qwen3-TTS voice cloning: `from morph import MorphTTS, GenerationSettings`, looked up on first use so that
+importing a light module such as morph.settings does not load the engine (docs/architecture.md maps the rest)."""
 
 _EXPORTS = {"MorphTTS": "api", "GenerationSettings": "settings"}
 

@@ -1,11 +1,6 @@
-"""One model's load, resolved: the record every front end's load goes through (MorphTTS.load), and what a script
-job's fingerprints say of the model (morph/script_job.py job_context), known with or without loading it.
-
-    config = ModelConfig.resolve("Qwen/Qwen3-TTS-12Hz-0.6B-Base", locate_checkpoint(...), device="auto")
-    config.device, config.dtype, config.attention   # "auto" resolved on this machine: cuda:0, torch.bfloat16, sdpa
-
-A Ray worker on another machine, and the server's engine process, are given the options and resolve them where they
-load (auto may mean another device there)."""
+"""One model's load, resolved on this machine: the record every front end's load goes through (MorphTTS.load), and
+what a script job's fingerprints say of the model, known with or without loading it. A Ray worker or the server's
+engine process is given the options and resolves them where it loads."""
 
 from __future__ import annotations
 

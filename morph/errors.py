@@ -1,12 +1,10 @@
-"""The errors that cross from the engine's process to the server's, and how an exception reads in one log line.
-
-Torch-free on purpose: the HTTP process (morph/serve/) imports these without the engine, and unpickles the ones the
-engine's process sends (morph/engine/process.py) by this module's path."""
+"""The errors that cross from the engine's process to the server's, and how an exception reads in one log line;
+torch-free, so the HTTP process imports and unpickles them without the engine."""
 
 
 class EngineFailed(RuntimeError):
-    """The engine cannot go on (its CUDA context failed, or its thread ended): what every request it held, and every
-    request after, ends with."""
+    """The engine cannot go on (its CUDA context failed, or its thread ended): every request it held, and after, ends
+    with it."""
 
 
 class Busy(RuntimeError):

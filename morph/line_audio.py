@@ -1,8 +1,6 @@
-"""Each line's audio from its rows' (what BatchTTS.render hands on): a text over MAX_SEGMENT_CHARS is rendered as one
-row per segment, and its rows' audio is joined again in order with SEGMENT_PAUSE_SECONDS of silence between them
-(`join_with_pauses`). A line goes to on_line once it is whole, and to on_chunk in order: as its rows make it when
-the render streams (`LineChunks`), else whole; either way its chunks joined are what on_line gets.
-"""
+"""Each line's audio from its rows' (a long text is one row a segment, joined again with short pauses): to on_line
+once whole, and to on_chunk in order, as its rows make it when the render streams, else whole; either way its chunks
+joined are what on_line gets."""
 
 from __future__ import annotations
 
@@ -28,8 +26,8 @@ def _pause() -> np.ndarray:
 
 
 class LineAudio:
-    """A render's lines as their rows' audio comes in (`deliver`, each row's whole); `streamed`: the rows also hand
-    their audio as it is made, to `chunks.chunk` (the continuous batch's on_chunk), which hands it on in order."""
+    """A render's lines as their rows' audio comes in (`deliver`, each row's whole); `streamed`: rows also hand their
+    audio as it is made to `chunks.chunk`, which hands it on in order."""
 
     def __init__(self, rows: Sequence[Row], lines: int, on_line: OnAudio | None, on_chunk: OnAudio | None,
                  streamed: bool):
@@ -61,9 +59,8 @@ class LineAudio:
 
 
 class LineChunks:
-    """on_chunk in a streamed render: each line's audio in order, as its rows make it. A later segment's chunks are
-    held until the segment before has ended, then go with the pause join_with_pauses puts between them, so a line's
-    chunks joined are its audio."""
+    """on_chunk in a streamed render: each line's audio in order, a later segment's chunks held until the one before
+    has ended, then sent after the pause join_with_pauses puts between them."""
 
     def __init__(self, rows: Sequence[Row], on_chunk: OnAudio):
         self.on_chunk = on_chunk

@@ -1,33 +1,21 @@
-"""The pack's one attention in torch, under an explicit mask: the lean frame step's and the prefill's over the key/value
-cache (morph/decode/lean.py, a paged cache gathered first) and the codec's window over a chunk (morph/codec/layers.py).
-The fused mode's Triton kernel (morph/kernels/attention.py) is tested against it.
-
-Spelled out rather than torch's scaled_dot_product_attention: every caller brings a new shape with almost every call
-(a live chunk's rows and frames, a request's prompt), and under the server's load that call would hold a large share
-of the live engine's thread in the codec and slow a lone request's prefill (py-spy, bench/results/h100-2026-11-25c);
-spelled out it is a few kernels whose cost follows the shape.
-"""
+"""The pack's one attention in torch, under an explicit mask: the lean step's and prefill's over the KV cache, and the
+codec's window over a chunk; the fused Triton kernel is tested against it. Spelled out rather than sdpa, whose host
+cost for a new shape at almost every call held the live engine's thread (bench/results/h100-2026-11-25c)."""
 
 from __future__ import annotations
 
 import torch
 
-# The scores of one call are kept under this many bytes (float32): a prefill group of 64 rows with 1,023-token prompts
-# would otherwise hold 4 GiB of them at the 0.6B dims; rows are taken in turn instead.
+# The scores of one call are kept under this many bytes (float32): a wide prefill group takes its rows in turn.
 SCORES_BYTES = 256 * 2**20
 
 
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
                      scale: float) -> torch.Tensor:
-    """q [B, H, n, D] over k, v [B, KV, S, D] where `allowed` [B or 1, 1, n, S] is True -> [B, n, H * D].
-
-    Query heads j*G .. j*G+G-1 share KV head j (HF's repeat_kv): a KV head's query heads are folded into its query
-    rows, so its keys are never repeated. The scores and the softmax are float32, from the inputs upcast (as upstream's
-    sdpa kernels keep them: scores rounded to bf16 move the lean step's bf16 logits measurably further from the fp32
-    reference, bench/numerics.py). A masked score is float32's lowest, not -inf: a query allowed no key (a free slot of
-    the continuous batch, its bound past its position) averages the values instead of giving NaN, which would reach
-    the keys and values a later row in that slot reads.
-    """
+    """q [B, H, n, D] over k, v [B, KV, S, D] where `allowed` [B or 1, 1, n, S] is True -> [B, n, H * D]. A KV head's
+    query heads are folded into its rows (keys never repeated); scores and softmax are float32, as upstream's sdpa
+    keeps them. A masked score is float32's lowest, not -inf: a query allowed no key (a free slot) gives no NaN for a
+    later row in that slot to read."""
     b, h, n, d = q.shape
     kv, s = k.shape[1], k.shape[2]
     per = max(1, SCORES_BYTES // (h * n * s * 4))
