@@ -1,8 +1,6 @@
-"""The reference loop, eager mode's stand-in for upstream's `talker.generate` on one model instance: after upstream's
-own prefill it runs the frame step every mode runs (morph/decode/talker_loop.py `TalkerLoop.frame_step`) on the
-checkpoint's own HF layers, and returns what upstream's `Qwen3TTSForConditionalGeneration.generate` reads from it
-(`hidden_states`, one `(hidden, codes)` entry per step), so EOS trimming stays upstream's.
-"""
+"""The reference loop, eager mode's stand-in for upstream's `talker.generate`: after upstream's own prefill, the frame
+step every mode runs (TalkerLoop.frame_step) on the checkpoint's own HF layers, returning what upstream's generate
+reads from it, so EOS trimming stays upstream's."""
 
 from __future__ import annotations
 
@@ -41,9 +39,8 @@ def generate(loop: TalkerLoop, inputs_embeds: torch.Tensor, attention_mask: torc
              trailing_text_hidden: torch.Tensor, tts_pad_embed: torch.Tensor, *, seq_groups: int, max_new_tokens: int,
              min_new_tokens: int, on_step: Callable[[], None] | None, row_stops: list[int] | None,
              **options) -> SimpleNamespace:
-    """Upstream's talker.generate for one batch on the checkpoint's own HF layers of `loop`'s talker, with the keywords
-    upstream's generate passes it (all of them, every time; the sampling ones as `options`, TalkerLoop.rules).
-    row_stops[i]: the frame at which row i ends (EOS forced), max_new_tokens where not given."""
+    """Upstream's talker.generate for one batch on `loop`'s talker's HF layers, with the keywords upstream's generate
+    passes it (the sampling ones as `options`). row_stops[i]: the frame at which row i ends (EOS forced)."""
     device, dtype = inputs_embeds.device, inputs_embeds.dtype
     batch, prompt_len = inputs_embeds.shape[:2]
     with torch.inference_mode():
@@ -106,8 +103,8 @@ def _start(talker, st: TalkerState, rules: TalkerRules, inputs_embeds, attention
 
 def decode(st: TalkerState, run: Callable[[], object], max_frames: int, on_step: Callable[[], None] | None,
            sync_lag: int) -> int:
-    """Run up to max_frames steps; stop once every row has emitted EOS, read `sync_lag` frames behind the GPU so that
-    its queue never drains. Returns steps run."""
+    """Run up to max_frames steps, until every row has emitted EOS, read `sync_lag` frames behind the GPU so its queue
+    never drains; returns the steps run."""
     cuda, ring = st.device.type == "cuda", sync_lag + 2
     flags = torch.ones(ring, dtype=torch.bool, pin_memory=cuda)
     pending: collections.deque = collections.deque()

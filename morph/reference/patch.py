@@ -1,10 +1,6 @@
-"""The patch on one loaded `qwen_tts.Qwen3TTSModel`: its TalkerLoop, the default seq_groups and mode, the codec
-decoder's SnakeBeta activations, whose `forward` on this instance is, where Triton is installed, the fused kernel of
-morph/kernels/snake.py on CUDA tensors (upstream's to rounding), and the talker's seam, `talker.generate`, an instance
-attribute that shadows the class's method for this model only (site-packages and other loaded models are untouched;
-deleting either restores upstream). Upstream's `Qwen3TTSForConditionalGeneration.generate` builds the prompt and
-calls it once per batch; the reference loop (loop.py) answers with the frames: eager mode's static batches
-(morph/render.py)."""
+"""The patch on one loaded `qwen_tts.Qwen3TTSModel`: its TalkerLoop, default seq_groups and mode, the fused SnakeBeta
+kernel where Triton is installed, and the seam `talker.generate`, which the reference loop answers. Both are instance
+attributes, so site-packages and other models are untouched, and deleting them restores upstream."""
 
 from __future__ import annotations
 
@@ -23,8 +19,7 @@ from . import loop
 
 StepCallback = Callable[[], None]
 
-# The keyword arguments upstream's Qwen3TTSForConditionalGeneration.generate passes to
-# talker.generate (qwen-tts 0.1.1); the loop takes all of them but the two output switches.
+# What upstream's generate passes talker.generate (qwen-tts 0.1.1); the loop takes all but the two output switches.
 _TALKER_KWARGS = {
     "inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_embed", "max_new_tokens", "min_new_tokens",
     "do_sample", "top_k", "top_p", "temperature", "subtalker_dosample", "subtalker_top_k", "subtalker_top_p",
@@ -44,15 +39,13 @@ class CallInputs:
 
 
 class MorphPatch:
-    """The live patch on one model. `seq_groups` and `mode` are its defaults, changed between calls freely; a call's
-    own inputs go in with `call`."""
+    """The live patch on one model; `seq_groups` and `mode` are defaults, a call's own inputs go in with `call`."""
 
     def __init__(self, tts, seq_groups: int = 5, mode: str = "auto"):
         talker = tts.model.talker
         if "generate" in vars(talker):
             raise RuntimeError("morph: this model is already patched; call remove() on the old patch first")
-        # The instance attribute below bypasses the class's generate: if another pack patched that,
-        # its patch stops applying to this model, and the log should say so.
+        # the instance attribute below bypasses another pack's patch of the class's generate: the log says so
         note_foreign_wrapper(type(talker).generate, "the talker's generate")
         self.talker = talker
         self.loop = TalkerLoop(self.talker)
@@ -91,10 +84,9 @@ class MorphPatch:
     @contextlib.contextmanager
     def call(self, seq_groups: int | None = None, on_step: StepCallback | None = None,
              row_stops: list[int] | None = None, min_new_tokens: int | None = None):
-        """The inputs of the generate calls made inside this block on this thread, which upstream's generate has no
-        keyword for: seq_groups (the patch's when None), on_step() before each frame (an exception there stops the
-        call and propagates), each row's last frame, the frames before EOS may be drawn (upstream's 2 when None).
-        Nothing of them stays on the patch after the block."""
+        """The inputs upstream's generate has no keyword for, for the calls inside this block on this thread:
+        seq_groups, on_step() before each frame (an exception there stops the call), each row's last frame, and the
+        frames before EOS may be drawn."""
         outer = getattr(self._local, "call", None)
         seq_groups = self.seq_groups if seq_groups is None else check_seq_groups(seq_groups,
                                                                                  self.loop.predictor.num_groups)
