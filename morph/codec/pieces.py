@@ -1,16 +1,7 @@
-"""Upstream's decode of finished rows in pieces of bounded size: the exact reference (mode eager); the same pieces
-group the rows the lean codec decodes whole (stream.py decode_whole), and its rows start each of upstream's windows
-again as chunked_decode does (UPSTREAM_CHUNK, UPSTREAM_CONTEXT).
-
-Upstream decodes a whole batch in one codec call, each row padded to the longest and an ICL voice's reference
-codes in front of its row. The decoder's activations grow with rows x frames (upsampled 1920 times to 24 kHz),
-so that one call, not the talker, sets upstream's peak, several times the weights in a wide batch. Here rows go to
-the codec in pieces of at most DECODE_ROW_FRAMES row-frames, rows of similar length together, so its peak is
-bounded whatever the batch.
-
-A row's audio is its one-call decode to rounding (another padding and batch shape change the convolutions' reduction
-order), as upstream's one-call decode is each row's decode alone.
-"""
+"""Upstream's decode of finished rows (the exact reference, mode eager) in pieces of at most DECODE_ROW_FRAMES
+row-frames, rows of similar length together: upstream's one call for the whole batch sets its peak, several times the
+weights in a wide batch. A row's audio is its one-call decode to rounding. The same pieces group the rows the lean
+codec decodes whole (stream.py)."""
 
 from __future__ import annotations
 
@@ -31,15 +22,13 @@ def row_frames(frames: int) -> int:
 
 
 def call_rows(chunk: int, budget: int = DECODE_ROW_FRAMES) -> int:
-    """Rows one decode call takes when each brings `chunk` frames: as many as `budget` row-frames allow, at least
-    one (morph/memory.py declares such a call)."""
+    """Rows one decode call takes when each brings `chunk` frames: as many as `budget` row-frames allow, or one."""
     return max(1, budget // chunk)
 
 
 def pieces(lengths: Sequence[int], budget: int = DECODE_ROW_FRAMES) -> list[list[int]]:
-    """Row indices grouped for codec calls, rows of similar length together: a piece's rows times its longest
-    row (as row_frames counts it) stay within `budget`; a row heavier than the budget is a piece of its own.
-    Rows without frames are in no piece."""
+    """Row indices grouped for codec calls, rows of similar length together, each piece's rows times its longest within
+    `budget` (a heavier row alone); rows without frames are in no piece."""
     order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: lengths[i])
     groups: list[list[int]] = []
     for i in order:
@@ -52,9 +41,8 @@ def pieces(lengths: Sequence[int], budget: int = DECODE_ROW_FRAMES) -> list[list
 
 def decode_rows(tokenizer, codes: Sequence[torch.Tensor], refs: Sequence[torch.Tensor | None],
                 budget: int = DECODE_ROW_FRAMES) -> list[np.ndarray]:
-    """Float32 24 kHz audio of each row's codes [frames, 16] through `tokenizer` (qwen-tts's 12 Hz speech
-    tokenizer), `budget` row-frames per call. refs[i], an ICL voice's reference codes, go in front of row i as
-    upstream decodes them, and the audio they make is cut off again. A row without frames is silent."""
+    """Float32 24 kHz audio of each row's codes [frames, 16] through qwen-tts's 12 Hz `tokenizer`. refs[i], an ICL
+    voice's reference codes, go in front of row i as upstream decodes them, and their audio is cut off again."""
     full = [c if r is None else torch.cat([r.to(c.device), c]) for c, r in zip(codes, refs, strict=True)]
     audio = [np.zeros(0, np.float32) for _ in codes]
     # a row without frames goes to no piece: the codec cannot decode an empty batch

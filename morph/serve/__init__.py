@@ -1,2 +1,1 @@
-"""An OpenAI-compatible speech server on the engine core (optional: `pip install .[serve]`, `cli.py serve`); its
-modules are listed in docs/architecture.md (Layers), its use in docs/serving.md."""
+"""An OpenAI-compatible speech server on the engine (optional: `pip install .[serve]`; docs/serving.md)."""
