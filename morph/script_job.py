@@ -172,8 +172,7 @@ class _LineWriter:
 
     def __init__(self, finish: Callable[[int, np.ndarray, list[tuple[int, Written]]], None],
                  record: Callable[[list[tuple[int, Written]]], None]):
-        """finish(k, audio, written) appends (script index, file) once the file is on disk; record(written) into the
-        manifest."""
+        """finish(k, audio, written) appends (script index, file) once on disk; record(written) updates the manifest."""
         self.finish, self.record = finish, record
         self.error: BaseException | None = None
         self.queue: queue.SimpleQueue = queue.SimpleQueue()

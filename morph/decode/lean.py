@@ -1,11 +1,9 @@
 """Lean decoder layers for the talker's and code predictor's decode steps, and a prompt's prefill on them: one
 function runs a whole stack against static KV buffers, with q/k/v and gate/up each one GEMM (`FusedStack`) and every
 shape fixed, so a CUDA graph captured once replays at every position. `stack_step` is the one definition: run as it is
-("lean"), captured ("graphs"), or as five Triton kernels a layer ("fused", morph/kernels/layers.py).
-
-In fp32 the math is HF's op for op. In bf16 the residual stream and attention scores stay fp32: op for op, these
-layers would drift from the fp32 reference as far as upstream's own bf16 run, and in some group past it
-(bench/results/h100-2026-11-22e)."""
+("lean"), captured ("graphs"), or as five Triton kernels a layer ("fused", morph/kernels/layers.py). In fp32 the math
+is HF's op for op; in bf16 the residual stream and attention scores stay fp32, or these layers would drift from the
+fp32 reference as far as upstream's own bf16 run, and in some group past it (bench/results/h100-2026-11-22e)."""
 
 from __future__ import annotations
 

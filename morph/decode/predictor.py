@@ -58,8 +58,7 @@ class Layers:
 
 
 class LeanState:
-    """Fixed buffers for the lean layers at one (batch, device, dtype), written in place so a captured graph replays
-    against them."""
+    """Fixed buffers for the lean layers at one (batch, device, dtype), written in place for captured graphs."""
 
     def __init__(self, pred: "Predictor", batch: int, device: torch.device, dtype: torch.dtype):
         d, length = pred.stack.dims, pred.max_len
@@ -83,8 +82,7 @@ class LeanState:
 
 
 class _HFCache:
-    """The one cache method HF attention calls, `update`, over preallocated buffers, returning what a DynamicCache
-    would."""
+    """HF attention's one cache call, `update`, over preallocated buffers, returning what a DynamicCache would."""
 
     def __init__(self, n_layers: int, shape: tuple, device, dtype):
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
@@ -115,8 +113,6 @@ class HFState:
 
 
 class Predictor:
-    """The morph code predictor of one loaded model."""
-
     def __init__(self, code_predictor: torch.nn.Module):
         self.cp = code_predictor
         self.num_groups = code_predictor.config.num_code_groups - 1

@@ -29,8 +29,6 @@ def _samplers(kind: str) -> tuple[Callable, Callable]:
 
 
 class TalkerLoop:
-    """What the talker's frame step needs for one model, kept between calls."""
-
     def __init__(self, talker: torch.nn.Module, max_graphs: int = 4):
         self.talker, self.config = talker, talker.config
         self.predictor = Predictor(talker.code_predictor)

@@ -55,8 +55,7 @@ def _slot_offsets(s, ok, b, h, table_addr, L: tl.constexpr, KVH: tl.constexpr, D
 @triton.jit
 def _tile_pages(s0, lo, hi, b, table_addr, L: tl.constexpr, PAGE: tl.constexpr, NPT: tl.constexpr,
                 PAGED: tl.constexpr):
-    """The page numbers [NPT] of the tile from slot s0 of row b; pages wholly outside lo .. hi-1 or past the table get
-    the null page 0. Dense: a placeholder."""
+    """Page numbers [NPT] of the tile from slot s0 of row b; pages outside lo .. hi-1 or the table: the null page 0."""
     if PAGED:
         p = s0 // PAGE + tl.arange(0, NPT)
         ok = (p < L // PAGE) & (p * PAGE < hi) & ((p + 1) * PAGE > lo)

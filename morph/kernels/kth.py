@@ -1,10 +1,8 @@
 """The k-th largest value per row (HF's top-k threshold), exactly, without torch.topk's slow single-block select on
 CUDA: a bisection over the scores' order-preserving bit patterns, every row in one launch, bit for bit topk's
 `values[..., k-1]`. The CPU and setups without Triton use topk itself.
-
 Why kernels take addresses, not tensors: under cudaMallocAsync, memory allocated during a CUDA graph capture has no
-physical backing yet, so Triton's launcher refuses tensors that point at it and the capture fails; plain integers
-skip that check, and are dereferenced only when the graph replays."""
+physical backing yet, so Triton's launcher refuses tensors that point at it; integers are read only at replay."""
 
 from __future__ import annotations
 

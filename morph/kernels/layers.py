@@ -1,10 +1,8 @@
 """Fused Triton kernels for the lean decode step (mode "fused"): at decode sizes a layer costs the kernels it
 launches, not its arithmetic, so a layer here is five: linear with RMSNorm fused (qkv), attention (attention.py),
-linear with the residual fused (o), linear with norm and SiLU(gate) * up fused, linear with the residual.
-
-The math follows HF's order of upcasts and roundings with fp32 accumulation; in fp32 the results equal lean's to
-rounding (in bf16 morph/decode/lean.py rounds less: its residual stream is fp32). Kernels take addresses, not tensors
-(morph/kernels/kth.py says why)."""
+linear with the residual fused (o), linear with norm and SiLU(gate) * up fused, linear with the residual. The math
+follows HF's order of upcasts and roundings with fp32 accumulation (in bf16 morph/decode/lean.py rounds less: its
+residual stream is fp32). Kernels take addresses, not tensors (morph/kernels/kth.py says why)."""
 
 from __future__ import annotations
 
@@ -119,7 +117,7 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 def stack_step(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos, write_idx, lo, d,
                table=None):
-    """lean.stack_step's contract, five kernels a layer; with `table`, the caches are page pools (attention.attention)."""
+    """lean.stack_step's contract in five kernels a layer; with `table`, the caches are page pools (attention)."""
     b, t, hidden = x.shape
     h = x.reshape(b * t, hidden).contiguous()
     for w, kc, vc in zip(weights, k_caches, v_caches, strict=True):

@@ -32,7 +32,7 @@ def _snake_beta(x, a, inv, DTYPE: tl.constexpr):
 @triton.jit
 def _snake_kernel(x_addr, a_addr, inv_addr, o_addr, C, INNER, N, DTYPE: tl.constexpr, BLOCK: tl.constexpr,
                   WIDE: tl.constexpr):
-    """x [B, C, T] (upstream's layout). Offsets are 64-bit only where they must be (WIDE): 32-bit division is cheaper."""
+    """x [B, C, T] (upstream's layout); offsets are 64-bit only where needed (WIDE): 32-bit division is cheaper."""
     pid = tl.program_id(0).to(tl.int64) if WIDE else tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     ok = offs < N

@@ -23,7 +23,6 @@ class Line:
 
     @property
     def variant(self) -> str:
-        """The model variant this line needs."""
         if self.voice is not None:
             return "base"
         return "voice_design" if self.speaker is None else "custom_voice"

@@ -2,10 +2,8 @@
 ``import_qwen_tts()`` instead of ``import qwen_tts``. Each shim (morph/qwen/compat_qwen_tts.py) is feature-detected
 and applied only where the installed transformers needs it: none on 4.57.x. Run tests/morph/qwen/test_compat*.py
 under a new transformers release before allowing it; delete the shims once a qwen-tts release supports 5.x itself.
-
 Not shimmed, on purpose: from 5.3 Mimi honours ``sliding_window`` (10 s at 12 Hz) under sdpa, as 4.57 did only under
-flash-attention-2, so reference audio longer than 10 s encodes differently from 4.57.3.
-"""
+flash-attention-2, so reference audio longer than 10 s encodes differently from 4.57.3."""
 
 from __future__ import annotations
 

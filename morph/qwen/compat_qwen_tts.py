@@ -2,22 +2,17 @@
 or widens transformers names before ``import qwen_tts`` (check_model_inputs is given back when it ends); `SHIMS` then
 patch qwen-tts's own classes and globals, which nothing else sees. Each, with the release it answers and why:
   check_model_inputs  5.2+   qwen-tts calls ``@check_model_inputs()``: 5.2/5.3 removed it, 5.4's needs ``func``.
-  mimi_keys           5.21+  Mimi's new layout is renamed for transformers' own class only: the 12 Hz encoder (a
-                             qwen-tts subclass) loaded random weights.
+  mimi_keys           5.21+  Mimi's key renaming skips qwen-tts's subclass: the 12 Hz encoder loaded random weights.
   pad_token_id        5.0+   no longer a config default; the talker and code predictor read it when built.
   rope_parameters     5.0+   ``rope_scaling`` is saved as ``rope_parameters``: see accept_saved_rope_parameters.
   rope_default        5.0+   ``ROPE_INIT_FUNCTIONS["default"]`` is gone; qwen-tts looks it up for every RoPE.
   tied_weights_keys   5.0+   must be a dict; qwen-tts's lists (which tie nothing) crash ``save_pretrained``.
-  init_weights        5.0+   load, then ``_init_weights``: RoPE ``inv_freq`` stayed uninitialised (and before 5.13
-                             loaded weights were re-randomised). Silent: wrong audio.
-  mask_kwargs         5.9+   ``create_causal_mask`` renamed ``input_embeds`` and dropped ``cache_position``; 5.24
-                             renamed ``past_key_values`` to ``cache``.
+  init_weights        5.0+   RoPE inv_freq left unset after loading (before 5.13, weights re-randomised): wrong audio.
+  mask_kwargs         5.9+   create_causal_mask renamed input_embeds and (5.24) past_key_values, dropped cache_position.
   cache_position      5.4+   generate stopped passing it; the talker's multimodal RoPE positions key on it.
   mimi_properties     5.21+  ``upsample``/``decoder_transformer`` became read-only; qwen-tts's encoder sets None.
-  output_cache        5.24+  ``ModelOutput``'s ``past_key_values`` became ``cache`` (TypeError in qwen-tts's outputs,
-                             and generate carries only ``cache``): copies with a ``cache`` field and a silent alias.
-  forward_cache       5.24+  generate passes ``cache=``, which the talker's forward dropped: every step began an
-                             empty cache. Silent: wrong codes.
+  output_cache        5.24+  outputs' past_key_values became cache: qwen-tts's get that field, with a silent alias.
+  forward_cache       5.24+  generate passes cache=, which qwen-tts's forward ignored: an empty cache each step.
 """
 
 from __future__ import annotations
