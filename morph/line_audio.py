@@ -53,8 +53,7 @@ class LineAudio:
                 self.on_line(row.index, whole)
 
     def restart(self, rows: Sequence[Row]) -> bool:
-        """Rows to be rendered again (after running out of memory); False when one of them has handed chunks out
-        already (they cannot be taken back)."""
+        """Rows to render again (after running out of memory); False if one has handed out chunks (not taken back)."""
         return self.chunks is None or self.chunks.restart(self.todo(rows))
 
 
@@ -86,8 +85,7 @@ class LineChunks:
                 self._hand(line, self.current[line], wav)
 
     def restart(self, rows: Sequence[Row]) -> bool:
-        """Rows that had not ended, to be rendered again: what they held is dropped; False when one of them had
-        handed chunks out already."""
+        """Rows that had not ended, to render again: their held chunks drop; False if one had handed chunks out."""
         again = [(r.index, r.segment) for r in rows]
         if any(key in self.out for key in again):
             return False

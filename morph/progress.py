@@ -37,8 +37,7 @@ def clock(seconds: float) -> str:
 
 
 class Cadence:
-    """When a plain report is due: the first time asked, then every `every` seconds, or at an event once `gap` seconds
-    have passed."""
+    """When a plain report is due: at first, then every `every` s, or at an event once `gap` s have passed."""
 
     def __init__(self, every: float = REPORT_EVERY, gap: float = MIN_GAP):
         self.every, self.gap = every, gap
@@ -59,8 +58,7 @@ class Cadence:
 
 
 class JobProgress:
-    """The tally of one job's rendering: the time left follows the frame slots (`step`), the audio and speed the lines
-    written (`lines_done`)."""
+    """One job's tally: time left from the frame slots (`step`), audio and speed from the lines written."""
 
     def __init__(self, lines: int):
         self.lines, self.done, self.audio_s, self.fraction = lines, 0, 0.0, 0.0

@@ -158,8 +158,7 @@ def line_key(seed: int, *parts) -> int:
 
 
 def stream_keys(rows: Sequence[Row], seed: int | None) -> list[int]:
-    """Each row's random stream key (morph/decode/streams.py), from the seed and what the row says, in whose voice and
-    language; drawn from torch's generator when there is no seed."""
+    """Each row's random stream key: from the seed and its text, voice and language, or torch's generator if no seed."""
     if seed is None:
         return torch.randint(0, 2**32, (len(rows),)).tolist()
     identities: dict[tuple, tuple] = {}  # one hash per voice and setting, however many lines use it

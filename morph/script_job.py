@@ -1,7 +1,6 @@
-"""A script rendered into a folder: every front end (the Render Lines node, `cli.py render`, the Python API) runs it
-here, so each writes the same files and resumes the same way (docs/scripts.md). Lines an earlier run left with the
-same fingerprint are reused; the rest go to one render, each written as soon as it is done, so a crash or a cancel
-loses only the lines still in flight."""
+"""A script rendered into a folder: every front end runs it here, so each writes the same files and resumes the same
+way (docs/scripts.md). Lines an earlier run left with the same fingerprint are reused; the rest go to one render,
+each written as soon as it is done, so a crash or a cancel loses only the lines in flight."""
 
 from __future__ import annotations
 
@@ -165,10 +164,9 @@ class ScriptJob:
 
 
 class _LineWriter:
-    """Each line finished (smoothed, written) on a thread of its own, in order, so the render's frame loop goes on
-    meanwhile (bench/results/h100-2026-11-26c/NOTES.md). The manifest, rewritten whole, is recorded at most every
-    RECORD_EVERY_S, not once a line (quadratic). A line that fails to finish stops the render at its next line with
-    that error; leaving the block waits for and records every line handed over."""
+    """Each line finished (smoothed, written) in order on a thread of its own, beside the render's frame loop, and
+    recorded at most every RECORD_EVERY_S (the manifest is rewritten whole). A line that fails stops the render at
+    its next line with that error; leaving the block waits for and records every line handed over."""
 
     def __init__(self, finish: Callable[[int, np.ndarray, list[tuple[int, Written]]], None],
                  record: Callable[[list[tuple[int, Written]]], None]):

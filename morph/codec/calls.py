@@ -40,7 +40,6 @@ def call_width(n: int) -> int:
 
 
 def call_frames(frames: int) -> int:
-    """Frames of each row in a decode call that covers `frames`: a power of two, at least CHUNK, so a script's rows
-    make a few call shapes, not one a length."""
+    """Frames a row in a call covering `frames`: a power of two, at least CHUNK, so rows make few call shapes."""
     return max(CHUNK, call_width(frames))
 

@@ -12,8 +12,7 @@ from .runner import FAST_MODES
 
 @dataclass
 class Group:
-    """Rows to join together: their prompt as upstream's generate builds it (morph/prompts.py talker_inputs), each
-    row's frame limit and stream key."""
+    """Rows to join together: their prompt (prompts.talker_inputs), each row's frame limit and stream key."""
 
     names: list
     prompt: dict

@@ -39,8 +39,7 @@ def _race_kernel(p_addr, q_addr, o_addr, V, BLOCK: tl.constexpr):
 
 
 def sample_warped(scores: torch.Tensor, s: Sampling, noise, slot: int = 0) -> torch.Tensor:
-    """sampling.pick for a sampled draw without top-p (sampling.fused_pick says when), its Exp(1) values from
-    `noise`."""
+    """sampling.pick for a sampled draw without top-p (sampling.fused_pick says when), Exp(1) values from `noise`."""
     v = scores.shape[-1]
     flat = scores.reshape(-1, v).contiguous()
     probs = torch.empty(flat.shape, device=flat.device, dtype=torch.float32)

@@ -133,8 +133,7 @@ _failed: list[str] = []
 
 
 def forward(module, x: torch.Tensor) -> torch.Tensor:
-    """What a patched SnakeBeta runs: the kernel where it applies, upstream's forward elsewhere, and from then on if
-    the kernel fails once (logged)."""
+    """What a patched SnakeBeta runs: the kernel where it applies, else upstream's (always, once the kernel fails)."""
     fits = (x.is_cuda and x.dim() == 3 and x.is_contiguous() and x.dtype in TL_DTYPES
             and module.alpha.dtype == x.dtype and module.beta.dtype == x.dtype)
     if fits and not _failed:

@@ -215,8 +215,7 @@ class LineStore(LineFiles):
             raise RuntimeError(f"{self.who}: the line store of {self.prefix} is used outside its `with` block")
 
     def load(self, index: int, name: str, fingerprint: str) -> np.ndarray | None:
-        """The line's audio from an earlier run, or None when it must be rendered: no file, another fingerprint, or
-        a file that is not the one recorded."""
+        """The line's audio from an earlier run, or None: no file, another fingerprint, or not the file recorded."""
         import soundfile
 
         self._held()

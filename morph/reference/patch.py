@@ -84,9 +84,8 @@ class MorphPatch:
     @contextlib.contextmanager
     def call(self, seq_groups: int | None = None, on_step: StepCallback | None = None,
              row_stops: list[int] | None = None, min_new_tokens: int | None = None):
-        """The inputs upstream's generate has no keyword for, for the calls inside this block on this thread:
-        seq_groups, on_step() before each frame (an exception there stops the call), each row's last frame, and the
-        frames before EOS may be drawn."""
+        """Inputs upstream's generate has no keyword for, for the calls in this block on this thread: seq_groups,
+        on_step() before each frame (raising stops the call), each row's last frame, frames before EOS may be drawn."""
         outer = getattr(self._local, "call", None)
         seq_groups = self.seq_groups if seq_groups is None else check_seq_groups(seq_groups,
                                                                                  self.loop.predictor.num_groups)
