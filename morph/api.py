@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -23,6 +24,7 @@ import torch
 
 from .codec.layers import LeanCodec
 from .config import ModelConfig
+from .engine.runner import WARM_FRAMES, warm_lines
 from .reference.patch import MorphPatch
 from .lines.reference_audio import prepare_reference
 from .lines.words import FOR_PYTHON, Words
@@ -30,7 +32,8 @@ from .lines.voice import Voice
 from .qwen.checkpoints import DEFAULT_MODEL, VARIANT_NAMES, locate_checkpoint
 from .qwen.loading import load_qwen_tts, place
 from .render import BatchTTS, Line, OnStep
-from .settings import SAMPLE_RATE, GenerationSettings
+from .memory import free_bytes
+from .settings import DEFAULT_BATCH_SIZE, SAMPLE_RATE, GenerationSettings
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,7 @@ VARIANT_EXAMPLES = {"base": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "custom_voice": "Qw
 class MorphTTS:
     def __init__(self, tts, config: ModelConfig):
         self.tts, self.config = tts, config
+        self.held = 0  # device bytes the engine keeps from ready() to release_device_state: its own, for admission
         self.patch = MorphPatch(tts, mode=config.mode)
         self.codec = LeanCodec(tts.model.speech_tokenizer.model)  # the audio of every mode but eager
 
@@ -98,6 +102,29 @@ class MorphTTS:
         For memory managers that offload."""
         self.codec.release()
         self.patch.loop.release()  # last: it gives the memory of dropped CUDA graphs back
+        self.held = 0
+
+    def ready(self, width: int = DEFAULT_BATCH_SIZE, who: str = "Load model") -> float | None:
+        """Get the engine ready before the first request: a short render of `width` rows compiles the kernels (once a
+        machine: Triton's cache is on disk), builds the continuous batch's state and captures its step at every width
+        up to `width`, with the prefill and codec shapes a script meets. Later renders of up to `width` rows and as
+        long lines reuse them. What it keeps is the engine's own memory (`held`), counted back when a batch is sized
+        for the free memory. Seconds taken; None where nothing is captured (eager, or off CUDA)."""
+        from .decode.runner import FAST_MODES
+
+        if self.device.type != "cuda" or self.patch.resolved_mode(self.device) not in FAST_MODES:
+            return None
+        log.info("%s: getting the engine ready for batches of up to %d rows (the first time on this machine "
+                 "Triton compiles the kernels, about a minute)", who, width, extra={"status": True})
+        start, free = time.perf_counter(), free_bytes(self.device)
+        self.release_device_state()
+        _WarmUp(self).render(warm_lines(self, width), batch_size=width, who=who)
+        torch.cuda.synchronize(self.device)
+        self.held = max(0, free - free_bytes(self.device))
+        seconds = time.perf_counter() - start
+        log.info("%s: the engine is ready (%.1f s; %.2f GiB kept for its batches)", who, seconds, self.held / 2**30,
+                 extra={"status": True})
+        return seconds
 
     @contextlib.contextmanager
     def upstream(self):
@@ -218,3 +245,10 @@ def _chunks(frames: Iterator[None], ready: list[np.ndarray]) -> Iterator[np.ndar
     yield from ready  # the last rows' audio, decoded once the frames are done
     if failure is not None:
         raise failure
+
+
+class _WarmUp(BatchTTS):
+    """MorphTTS.ready's render: every row stopped after WARM_FRAMES frames."""
+
+    def stop(self, row) -> int:
+        return min(row.limit, WARM_FRAMES)

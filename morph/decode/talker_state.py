@@ -134,16 +134,21 @@ class TalkerState:
             cache[dst, :, kv_slots] = cache[src, :, kv_slots]
 
     def matches(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging=None, text_slots=None) -> bool:
-        return (self.batch == batch and self.device == device and self.dtype == dtype and self.lean_kv == lean_kv
-                and _pool_fits(self.paging, paging) and needed <= self.capacity <= 2 * capacity_for(needed)
+        """Whether this state serves a call of these shapes. The continuous batch's (lean_kv) serves any it holds: its
+        rows, slots, pages and text at least those asked for, so that the shapes made ready at load stay the only
+        ones (a batch runs its first `batch` rows). The static loop's serves its own batch and about its capacity."""
+        if (self.device, self.dtype, self.lean_kv) != (device, dtype, lean_kv) or not _pool_fits(self.paging, paging):
+            return False
+        if lean_kv:
+            return batch <= self.batch and needed <= self.capacity and (text_slots or needed) <= self.text.shape[1]
+        return (self.batch == batch and needed <= self.capacity <= 2 * capacity_for(needed)
                 and self.text.shape[1] == (text_slots or self.capacity))
 
 
 def _pool_fits(have: tuple[int, int] | None, want: tuple[int, int] | None) -> bool:
-    """A kept paged pool serves a batch that wants at least its pages and no fewer than half of them (as a kept
-    capacity does), so that renders of about the same size keep one state and its CUDA graphs."""
+    """A kept paged pool serves a batch that wants no more pages, of the same size; a dense cache, a dense one."""
     if have is None or want is None:
         return have == want
-    return have[1] == want[1] and want[0] <= have[0] <= 2 * want[0]
+    return have[1] == want[1] and want[0] <= have[0]
 
 

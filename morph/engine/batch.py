@@ -65,7 +65,10 @@ class ContinuousBatch:
         # a row reads its text by its own frame index, which stays below its need: a text table of half the capacity
         self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging, text_slots=capacity_for(need))
         self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st)
-        self.sched = Scheduler(width, None if pages is None else BlockManager(*self.st.paging, overcommit), pace)
+        # the state may be a kept wider one (the engine's, made ready at load): rows take the first `width` slots and
+        # the step runs at the state's own buckets, whose graphs are captured already
+        self.sched = Scheduler(width, None if pages is None else BlockManager(*self.st.paging, overcommit), pace,
+                               rows=self.st.batch)
         self.streams = loop.row_streams(device)
         self.position = 0  # P, the host's copy of st.step
         self._paced: float | None = None  # when the last frame was stepped, unless a join or a drain came after it
@@ -104,7 +107,7 @@ class ContinuousBatch:
         and two generators' blocks would not nest)."""
         # each step's "unfinished" flags copied to the host (a ring of pinned rows), and the steps whose flags the host
         # has not read yet (their event, flag row, P after the step)
-        self._flags = torch.ones(self.lag + 2, self.width, dtype=torch.bool, pin_memory=self.device.type == "cuda")
+        self._flags = torch.ones(self.lag + 2, self.st.batch, dtype=torch.bool, pin_memory=self.device.type == "cuda")
         self._queue: collections.deque = collections.deque()
         self._paced = None
         frames = 0
@@ -307,7 +310,7 @@ def build_steps(batch, dtype, sizes: list[int]) -> dict[int, Callable[[], object
     first row joins, since a capture's warm-up runs the step for real and would write over live rows."""
     # the steps hold the batch's parts, never the batch: a batch that its own steps refer to is freed only by the
     # garbage collector, which may run in the middle of a later capture and free graphs of the same pool there
-    loop, st, mode, device, width = batch.loop, batch.st, batch.mode, batch.device, batch.width
+    loop, st, mode, device, width = batch.loop, batch.st, batch.mode, batch.device, batch.st.batch
     seq_groups, cp_sampling, rules, streams = batch.seq_groups, batch.cp_sampling, batch.rules, batch.streams
     full = loop.predictor.lean_state(width, device, dtype)
     if mode in runner.FAST_MODES:

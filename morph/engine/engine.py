@@ -186,6 +186,9 @@ class Engine:
         free = free_bytes(self.tts.device)
         if free is None:
             return
+        # what the engine kept since it was made ready (its state, pool and graphs) this batch reuses or replaces: the
+        # budget is the one it had at load, whatever earlier renders left (MorphTTS.ready)
+        free += self.tts.held
         prompts = [q.needs[r] - r.limit - 1 for r, q in rows]
         width = fitting_width(self.width, lambda w: batch_need(self.tts, [r for r, _ in rows], prompts, w), free)
         if width < self.width:

@@ -278,6 +278,7 @@ def _serve(load: Callable[[], object], options: dict, conn) -> None:
     try:
         tts = load()
         engine = LiveEngine(tts, **options, who="serve", on_fatal=failed)
+        engine.ready()  # before the parent hears the model is loaded: /health says ok only once it is
     except BaseException as e:  # the parent's start() raises it
         send("result", 0, False, EngineFailed(f"the speech engine's process could not start: {reason(e)}"))
         outbox.put(None)

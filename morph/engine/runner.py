@@ -16,7 +16,8 @@ import torch
 from ..codec.calls import FIRST_GRID, LIVE_CHUNK, RAMP_SIZES, call_frames, ramp_size
 from ..codec.stream import CodecStream
 from ..graphs import CAPTURE_LOCK, PROMPTS, side_stream
-from ..lines.line import Row
+from ..lines.line import Line, Row
+from ..lines.voice import Voice
 from ..prompts import prompt_inputs, talker_inputs
 from ..settings import GenerationSettings
 
@@ -25,6 +26,16 @@ if TYPE_CHECKING:
     from .scheduler import Pace
 
 _PROMPT = ("inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_embed")
+
+# The engine's short run before the first request (MorphTTS.ready, LiveEngine.ready), each row stopped after
+# WARM_FRAMES frames, past the codec's first calls. Most rows take WARM_LONG, a line of about 40 s at most: the state's
+# slots and the paged pool are sized by the rows' frame limits, so that a script's lines of up to about that length
+# fit them; the others' prompts meet a script's shorter prefill shapes.
+WARM_LONG = ("We leave at dawn, before the fog lifts from the river, and we do not stop until we reach the old stone "
+             "bridge. If the guards ask, we are traders from the coast, carrying salt and dried fish for the winter "
+             "market, and we have papers to prove it. Keep your hood up and let me do the talking.")
+WARM_SHORT = ("Ready.", "Are you ready to go?", "The lanterns are lit, and the road ahead is quiet tonight.")
+WARM_FRAMES = 40
 
 
 def runs_lean(tts, device: torch.device | None = None) -> bool:
@@ -213,6 +224,19 @@ class GroupAhead:
                 done = torch.cuda.Event()
                 done.record(stream)
             return group, done
+
+
+def warm_lines(tts, n: int) -> list[Line]:
+    """n lines for the engine's short run that the loaded model speaks: WARM_LONG for three in four, x-vector and ICL
+    voices of blank references in turn (Base), its first speaker (CustomVoice) or an instruct (VoiceDesign)."""
+    texts = [WARM_SHORT[i // 4 % len(WARM_SHORT)] if i % 4 == 3 else WARM_LONG for i in range(n)]
+    if tts.variant == "base":
+        blank = torch.zeros(tts.hidden_size)
+        voices = [Voice(blank, None, None, tts.model_size),
+                  Voice(blank, torch.zeros(WARM_FRAMES, 16, dtype=torch.long), "Ready when you are.", tts.model_size)]
+        return [Line(t, voices[i % 2]) for i, t in enumerate(texts)]
+    extra = dict(speaker=tts.speakers[0]) if tts.variant == "custom_voice" else dict(instruct="A calm, clear voice.")
+    return [Line(t, **extra) for t in texts]
 
 
 def budget_pages(tts, kv_cache_bytes: int | None) -> int | None:

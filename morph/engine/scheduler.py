@@ -49,12 +49,15 @@ class Live:
     stop: int  # its frame limit
 
 
-def buckets(width: int) -> list[int]:
-    """The widths a step runs at: the powers of two below `width`, then `width`."""
+def buckets(width: int, rows: int | None = None) -> list[int]:
+    """The widths a step runs at: the powers of two below `width`, then `width`. Over a state of `rows` > width rows
+    (a kept wider one), that state's own widths, up to the first that holds `width` slots: their graphs exist."""
+    top = rows or width
     out = [1]
-    while out[-1] * 2 < width:
+    while out[-1] * 2 < top:
         out.append(out[-1] * 2)
-    return out + [width] if width > 1 else out
+    own = out + [top] if top > 1 else out
+    return [b for b in own if b < width] + [bucket_for(own, width)]
 
 
 def bucket_for(sizes: list[int], rows: int) -> int:
@@ -115,11 +118,12 @@ class Pace:
 
 
 class Scheduler:
-    """The slots of one continuous batch of `width` rows and the rows in them; `blocks`: the paged pool's pages (None:
-    a dense cache, every row the whole capacity); `pace`: a live batch's (a server's) figures, which admit rows while
-    the frames keep ahead of playback (None: a render's batch, which admits every row that fits)."""
+    """The slots of one continuous batch of `width` rows (over a state of `rows`, when wider) and the rows in them;
+    `blocks`: the paged pool's pages (None: a dense cache, every row the whole capacity); `pace`: a live batch's (a
+    server's) figures, which admit rows while the frames keep ahead of playback (None: a render's batch)."""
 
-    def __init__(self, width: int, blocks: BlockManager | None = None, pace: Pace | None = None):
+    def __init__(self, width: int, blocks: BlockManager | None = None, pace: Pace | None = None,
+                 rows: int | None = None):
         self.width, self.blocks, self.pace = width, blocks, pace
         self.live: dict[int, Live] = {}
         self.free = list(range(width))  # ascending: the lowest is handed out first
@@ -129,8 +133,8 @@ class Scheduler:
         # overcommitted pool sets that share of a joining row's frames aside (BlockManager.admit)
         self.spoken = POOL_FRAME_SHARE
         self._tried: int | None = None  # rows ended when a join last found no room (None: none waits for room)
-        self.buckets = buckets(width)
-        self.bucket = width  # the step's width: every live slot is below it
+        self.buckets = buckets(width, rows)
+        self.bucket = self.buckets[-1]  # the step's width: every live slot is below it
 
     # -- joining -----------------------------------------------------------------------------------
     def may_fill(self) -> bool:

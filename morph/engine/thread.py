@@ -16,6 +16,7 @@ import itertools
 import logging
 import math
 import threading
+import time
 from typing import Callable
 
 import numpy as np
@@ -29,6 +30,7 @@ from ..prompts import make_rows, token_count
 from ..settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSettings
 from .engine import Engine, fatal
 from .request import Request, rows_request
+from .runner import WARM_FRAMES, warm_lines
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_MAX_S = 60  # the longest Retry-After OpenAI's client honours
@@ -170,6 +172,29 @@ class LiveEngine(EngineThread):
         self._ids = itertools.count(1)
         super().__init__(Engine(tts, width, who, need=max_prompt + max_frames + 1, kv_cache_bytes=kv_cache_bytes),
                          on_fatal)
+
+    def ready(self) -> float | None:
+        """Get the live batch ready before the first request, as MorphTTS.ready does a render's: a full batch of short
+        requests runs through it, which builds its state, captures its step at every width and its codec's shapes, and
+        compiles the kernels. Seconds taken; None where nothing is captured (eager, or off CUDA)."""
+        from ..decode.runner import FAST_MODES
+
+        tts = self.tts
+        if tts.device.type != "cuda" or tts.patch.resolved_mode(tts.device) not in FAST_MODES:
+            return None
+        log.info("%s: getting the engine ready for %d streams at once (the first time on this machine Triton "
+                 "compiles the kernels, about a minute)", self.who, self.width)
+        start, left, errors = time.perf_counter(), threading.Semaphore(0), []
+        for line in warm_lines(tts, self.width):
+            self.submit(line, GenerationSettings(max_new_tokens=WARM_FRAMES, seed=0), lambda wav: None,
+                        lambda error: (errors.append(error) if error is not None else None, left.release()))
+        for _ in range(self.width):
+            left.acquire()
+        if errors:
+            raise errors[0]
+        seconds = time.perf_counter() - start
+        log.info("%s: the engine is ready (%.1f s)", self.who, seconds)
+        return seconds
 
     def submit(self, line: Line, settings: GenerationSettings, on_chunk: Callable[[np.ndarray], None],
                on_end: Callable[[BaseException | None], None], who: str | None = None) -> Request:

@@ -73,3 +73,20 @@ def test_rows_moved_away_leave_finished_slots_behind():
     st.copy_rows(torch.tensor([3]), torch.tensor([0]), slice(0, 4))
     assert st.unfinished.tolist() == [True, True, True, False]
     assert st.start.tolist() == [7, 5, 6, 7]
+
+
+def test_a_kept_continuous_state_serves_every_batch_it_holds_and_none_it_does_not():
+    """The continuous batch's state, made ready at load, serves later renders of fewer rows, slots, pages or text, so
+    that their steps replay the graphs captured then; one that needs more of any is a new state."""
+    cpu, f32 = torch.device("cpu"), torch.float32
+    st = state(batch=4, capacity=64, text_slots=32)
+    st.lean_kv, st.paging = True, (100, 32)  # as the continuous batch's paged state (only the match is under test)
+    assert st.matches(4, 64, cpu, f32, True, (100, 32), 32)
+    assert st.matches(1, 16, cpu, f32, True, (10, 32), 8)  # narrower, shorter, fewer pages, less text
+    assert not st.matches(5, 64, cpu, f32, True, (100, 32), 32)  # more rows
+    assert not st.matches(4, 128, cpu, f32, True, (100, 32), 32)  # more slots
+    assert not st.matches(4, 64, cpu, f32, True, (101, 32), 32)  # more pages
+    assert not st.matches(4, 64, cpu, f32, True, (100, 16), 32)  # another page size
+    assert not st.matches(4, 64, cpu, f32, True, None, 32)  # a dense cache
+    assert not st.matches(4, 64, cpu, f32, True, (100, 32), 33)  # more text
+    assert not st.matches(4, 64, cpu, torch.bfloat16, True, (100, 32), 32)

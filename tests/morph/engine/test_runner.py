@@ -443,3 +443,15 @@ def test_a_render_stopped_midway_leaves_no_worker(lean, voices):
     with pytest.raises(KeyboardInterrupt):
         lean.render(lines, SETTINGS, batch_size=2, on_step=on_step)
     assert not workers()
+
+
+def test_the_engines_short_run_before_the_first_request_speaks_lines_the_model_takes(tiny_tts, lean):
+    """MorphTTS.ready's lines pass every front end's checks and render; three in four take the long text, whose frame
+    limit sizes the state and pool a script's lines of up to about 40 s fit; the Base model's alternate x-vector and
+    ICL voices. Off CUDA nothing is captured, so ready() does nothing and says so."""
+    lines = continuous.warm_lines(tiny_tts, 8)
+    assert [line.text == continuous.WARM_LONG for line in lines] == [True, True, True, False] * 2
+    assert [line.voice.icl for line in lines] == [False, True] * 4
+    audio = BatchTTS(tiny_tts).render(lines, GenerationSettings(seed=0, max_new_tokens=continuous.WARM_FRAMES))
+    assert len(audio) == 8 and all(len(a) for a in audio)
+    assert tiny_tts.ready(8) is None and tiny_tts.held == 0

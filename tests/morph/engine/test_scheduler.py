@@ -262,3 +262,17 @@ def test_a_live_batch_whose_own_width_is_over_the_budget_admits_every_row_that_f
     wide.pace.ms = {1: 40, 4: 100}
     assert joined(wide, "d", at=8) == [3]
 
+
+
+def test_a_batch_over_a_wider_kept_state_steps_at_that_states_widths():
+    """A render narrower than the state made ready at load runs the state's own widths (their graphs exist): the
+    powers of two below its width, then the first of the state's that holds it; its rows take its first slots."""
+    assert buckets(64) == [1, 2, 4, 8, 16, 32, 64]
+    assert buckets(48) == [1, 2, 4, 8, 16, 32, 48]
+    assert buckets(48, rows=64) == [1, 2, 4, 8, 16, 32, 64]
+    assert buckets(32, rows=64) == [1, 2, 4, 8, 16, 32]
+    assert buckets(1, rows=64) == [1]
+    assert buckets(3, rows=48) == [1, 2, 4]
+    assert buckets(33, rows=48) == [1, 2, 4, 8, 16, 32, 48]
+    sched = Scheduler(48, rows=64)
+    assert sched.free == list(range(48)) and sched.bucket == 64
