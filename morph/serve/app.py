@@ -93,7 +93,7 @@ def create_app(load, voices_dir: Path, api_key: str | None = None, model_id: str
     app.add_middleware(Gate, lifecycle=lifecycle, api_key=api_key)
 
     async def error_reply(request: Request, error: Exception) -> JSONResponse:
-        return api_error(error, request.method, request.url.path).response()
+        return api_error(error, request.method, request.url.path, request.headers.get("content-type")).response()
 
     # each kind by name, so FastAPI's own {"detail": ...} handlers are not used; Exception (a bug) is also logged
     for kind in (ApiError, RequestValidationError, HTTPException, Busy, EngineFailed, Exception):

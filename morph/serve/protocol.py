@@ -2,7 +2,8 @@
 
 The body of POST /v1/audio/speech is OpenAI's plus the fields vLLM-Omni's Qwen3-TTS users send and the pack's
 sampling fields (docs/serving.md, Requests). Unknown fields are ignored, as OpenAI-compatible servers do; a known
-field out of range is a 400 that names it (`param`). Text must be encodable (no lone surrogates), numbers finite.
+field out of range, or of another JSON type (`true` or `"4"` for a number, `1` for a boolean: no coercion), is a 400
+that names it (`param`). Text must be encodable (no lone surrogates), numbers finite.
 
 Every answer other than audio is OpenAI's error shape, {"error": {"message", "type", "param", "code"}}, and
 `api_error` alone decides which, from what went wrong.
@@ -10,6 +11,7 @@ Every answer other than audio is OpenAI's error shape, {"error": {"message", "ty
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 from fastapi.exceptions import RequestValidationError
@@ -23,6 +25,9 @@ from .tempo import MAX_SPEED, MIN_SPEED
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit for one request
 TASKS = {"Base": "base", "CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
+# what each route's body is sent as (FastAPI reads a body of another type as no body at all)
+BODY_TYPES = {"/v1/audio/speech": ("application/json", "JSON, with the header Content-Type: application/json"),
+              "/v1/audio/voices": ("multipart/form-data", "a multipart form (curl -F name=... -F audio_sample=@clip.wav)")}
 
 
 class ApiError(Exception):
@@ -39,13 +44,41 @@ class ApiError(Exception):
                                        "code": self.code}}, status_code=self.status, headers=self.headers)
 
 
-def api_error(error: BaseException, method: str = "", path: str = "") -> ApiError:
-    """What a client is answered when `error` stopped its request (`method` and `path`: the request's): a 4xx for what
-    the request got wrong, 503 for what it may send again (a full queue, an engine that failed, a server shutting
-    down), else 500."""
+class CutOff(Exception):
+    """Raised out of a reply whose status has gone out, to cut it off (the client sees its body unfinished, not whole);
+    `error` is why. Whoever cuts has logged it: the server's own log leaves it out (lifecycle.quiet_uvicorn)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
+class NotText(ValueError):
+    """A string that is no text (a lone surrogate): answered with the code `invalid_text`, and WebSocket close 1007."""
+
+
+def check_text(value: str) -> str:
+    """A lone surrogate ("\\ud800" in the JSON) is valid JSON but no text: the tokenizer cannot take it."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise NotText(f"character {e.start} ({value[e.start]!r}) is not valid Unicode text (a lone surrogate); send "
+                      "the text as UTF-8") from None
+    return value
+
+
+def api_error(error: BaseException, method: str = "", path: str = "", content_type: str | None = None) -> ApiError:
+    """What a client is answered when `error` stopped its request (`method`, `path` and `content_type`: the
+    request's): a 4xx for what the request got wrong, 503 for what it may send again (a full queue, an engine that
+    failed, a server shutting down), else 500."""
     if isinstance(error, ApiError):
         return error
     if isinstance(error, RequestValidationError):
+        takes, how = BODY_TYPES.get(path, (None, None))
+        sent = (content_type or "").partition(";")[0].strip().lower()
+        if takes and sent and sent != takes and not (takes == "application/json" and sent.endswith("+json")):
+            return ApiError(415, f"{method} {path}: the body's Content-Type is {sent}, which this route does not read; "
+                                 f"send it as {how}", None, "unsupported_media_type")
         return validation_error(error.errors())
     if isinstance(error, Busy):
         return ApiError(503, str(error), None, "server_busy", "server_error", {"Retry-After": str(error.retry_after)})
@@ -76,13 +109,19 @@ def validation_error(errors: list[dict]) -> ApiError:
     if first.get("type") == "json_invalid":
         return ApiError(400, "the request body is not valid JSON; send a JSON object", None, "invalid_json")
     message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
-    return ApiError(400, f"{param}: {message}" if param else message, param, "invalid_value")
+    if str(first.get("type")).endswith("_type") and "input" in first:  # another JSON type: say which was sent
+        sent = json.dumps(first["input"], default=str)
+        message += f", not {sent if len(sent) <= 40 else sent[:37] + '...'}"
+    code = "invalid_text" if isinstance((first.get("ctx") or {}).get("error"), NotText) else "invalid_value"
+    return ApiError(400, f"{param}: {message}" if param else message, param, code)
 
 
 class SpeechRequest(BaseModel):
     """POST /v1/audio/speech (module docstring)."""
 
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    # strict: a number is a JSON number and a boolean a JSON boolean; pydantic's lax mode would take "4" for 4 and
+    # true for 1.0, and a request would run with values its sender never meant
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True)
 
     model: str = ""
     input: str
@@ -107,14 +146,7 @@ class SpeechRequest(BaseModel):
     @field_validator("*")
     @classmethod
     def _encodable(cls, value):
-        """A lone surrogate ("\\ud800" in the JSON) is valid JSON but no text: the tokenizer cannot take it."""
-        if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as e:
-                raise ValueError(f"character {e.start} ({value[e.start]!r}) is not valid Unicode text (a lone "
-                                 "surrogate); send the text as UTF-8") from None
-        return value
+        return check_text(value) if isinstance(value, str) else value
 
     @field_validator("input")
     @classmethod

@@ -1,7 +1,7 @@
 """What a speech request may say and the error every failure is answered with (morph/serve/protocol.py), without a
 server: the input's bounds (exactly 4,096 characters taken, one more refused), text that is no Unicode, numbers that
-are not finite, and the one mapping from what went wrong to OpenAI's error shape. The same over real HTTP:
-test_app.py and test_faults.py."""
+are not finite, values of another JSON type than their field's, and the one mapping from what went wrong to OpenAI's
+error shape. The same over real HTTP: test_app.py and test_faults.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from morph.errors import Busy, EngineFailed
-from morph.serve.protocol import MAX_INPUT_CHARS, ApiError, SpeechRequest, api_error, validation_error
+from morph.serve.protocol import MAX_INPUT_CHARS, ApiError, NotText, SpeechRequest, api_error, check_text, \
+    validation_error
 
 
 def refusal(**body) -> ApiError:
@@ -36,10 +37,42 @@ def test_the_input_bound_is_exactly_4096_characters():
 def test_a_lone_surrogate_is_a_400_naming_its_field(field):
     text = json.loads('"Hello \\ud800 there."')  # what a JSON body with the escape parses to
     error = refusal(**{field: text})
-    assert (error.status, error.param, error.code) == (400, field, "invalid_value")
+    assert (error.status, error.param, error.code) == (400, field, "invalid_text")
     assert error.message == (f"{field}: character 6 ('\\ud800') is not valid Unicode text (a lone surrogate); send "
                              "the text as UTF-8")
     assert SpeechRequest(input="Grüße, 你好 🙂").input == "Grüße, 你好 🙂"  # any real text passes
+    assert check_text("Grüße 🙂") == "Grüße 🙂"
+    with pytest.raises(NotText, match="character 0"):
+        check_text(text[6:])
+
+
+NUMBERS = ["speed", "temperature", "top_p", "seed", "top_k", "seq_groups", "max_new_tokens"]
+BOOLEANS = ["stream", "x_vector_only_mode"]
+
+
+@pytest.mark.parametrize("field,value,kind", [(f, v, "number" if f in ("speed", "temperature", "top_p") else "integer")
+                                              for f in NUMBERS for v in (True, False, "4", [4], {"n": 4})]
+                         + [(f, v, "boolean") for f in BOOLEANS for v in (1, 0, "true", "false", None)])
+def test_a_value_of_another_json_type_is_a_400_naming_its_field(field, value, kind):
+    """No coercion: `true` is no number (pydantic's lax mode takes it as 1), "4" no integer, 1 or "true" no boolean."""
+    if field == "stream" and value is None:  # stream may be null: where the format allows, it streams
+        assert SpeechRequest(input="a", stream=None).stream is None
+        return
+    error = refusal(**{field: value})
+    assert (error.status, error.param, error.code) == (400, field, "invalid_value")
+    assert error.message.startswith(f"{field}: Input should be a valid {kind}, not {json.dumps(value)}"), error.message
+
+
+def test_the_value_sent_is_shown_short():
+    error = refusal(speed="x" * 100)
+    assert error.message == f'speed: Input should be a valid number, not "{"x" * 36}...'
+
+
+def test_numbers_keep_their_json_forms():
+    """An integer is a number (2 for a float field), and a whole float is no integer."""
+    assert SpeechRequest(input="a", speed=2, temperature=1, top_p=1).speed == 2.0
+    assert refusal(max_new_tokens=4.0).message == "max_new_tokens: Input should be a valid integer, not 4.0"
+    assert SpeechRequest(input="a", stream=False, x_vector_only_mode=True).x_vector_only_mode is True
 
 
 @pytest.mark.parametrize("field,value", [("temperature", float("inf")), ("top_p", float("nan")),
@@ -122,6 +155,17 @@ def test_every_failure_maps_to_one_openai_shaped_answer():
     assert (bug.status, bug.code, bug.kind) == (500, "server_error", "server_error")
     assert bug.message == "the server failed this request (KeyError: 'x')"
 
+    refused = RequestValidationError([{"type": "model_attributes_type", "loc": ("body",), "msg": "dictionary"}])
+    for path, sent, send in (("/v1/audio/speech", "text/plain; charset=utf-8", "Content-Type: application/json"),
+                             ("/v1/audio/voices", "application/json", "multipart form (curl -F")):
+        wrong = api_error(refused, "POST", path, sent)
+        assert (wrong.status, wrong.code, wrong.param) == (415, "unsupported_media_type", None)
+        assert wrong.message.startswith(f"POST {path}: the body's Content-Type is {sent.split(';')[0]}, which this "
+                                        "route does not read; send it as ") and send in wrong.message
+    for path, sent in (("/v1/audio/speech", "application/json"), ("/v1/audio/speech", "Application/JSON"),
+                       ("/v1/audio/speech", "application/merge-patch+json"), ("/v1/audio/speech", None),
+                       ("/v1/audio/voices", "multipart/form-data; boundary=x"), ("/v1/models", "text/plain")):
+        assert api_error(refused, "POST", path, sent).status == 400, (path, sent)  # the body's own fault
     invalid = api_error(RequestValidationError([{"type": "json_invalid", "loc": ("body", 3), "msg": "JSON"}]))
     assert (invalid.status, invalid.code, invalid.param) == (400, "invalid_json", None)
     assert invalid.message == "the request body is not valid JSON; send a JSON object"
