@@ -2,20 +2,23 @@
 
 The files are the pack's own voice files (morph/lines/voice.py), as Save Voice and `cli.py voice save` write them. A
 voice is handed out as its file's bytes, checked without torch (`check_voice`), for the engine's process to read. A
-VoiceFolder may be called from several threads at once.
+name once saved is never replaced: a new voice is reserved (`reserve`) while it is made and then linked into place
+(`save`), so of two uploads of one name, one gets it and the other is refused. A VoiceFolder may be called from
+several threads at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import secrets
 import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from ..lines.files import write_atomic
 from ..lines.voice import FORMAT, VERSION, check_voice
 
 log = logging.getLogger(__name__)
@@ -28,10 +31,14 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 def check_name(name) -> str:
     """A voice name is also a file name, so only characters that are safe in one on every system, with no way out
     of the folder: 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit, without '..'."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
+    if not _is_name(name):
         raise ValueError(f"name: {name!r} is not a voice name; use 1-64 letters, digits, '_', '-' or '.', "
                          "starting with a letter or digit")
     return name
+
+
+def _is_name(name) -> bool:
+    return isinstance(name, str) and bool(_NAME.fullmatch(name)) and ".." not in name
 
 
 class VoiceFolder:
@@ -41,6 +48,7 @@ class VoiceFolder:
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, tuple[tuple[int, int, int], bytes]] = OrderedDict()  # name -> (file key, voice)
         self._warned: set[tuple[str, int]] = set()  # (file name, mtime_ns) of non-voice files already logged
+        self._reserved: set[str] = set()  # names whose voices are being made (reserve)
 
     check_name = staticmethod(check_name)  # the same check, for callers that hold only the folder
 
@@ -51,12 +59,43 @@ class VoiceFolder:
         assert Path(os.path.normpath(path)).parent == self.path, f"voice path {path} is outside {self.path}"
         return path
 
-    def save(self, name: str, voice: bytes) -> dict:
-        """Write the voice (its file's bytes) under `name`, replacing any voice of that name, and return its record.
-        Written to a temporary file first and renamed over, so a crash or a concurrent load never sees half a file."""
+    @contextlib.contextmanager
+    def reserve(self, name: str):
+        """Hold `name` for one new voice while it is made (seconds, in the engine), so that a second upload of the
+        name is refused at once instead of being made too; FileExistsError if a voice or another upload has it. The
+        name is free again on the way out, whether the voice was saved or not."""
         path = self.path_of(name)
-        # fsync: on disk before the rename, so a power cut cannot leave an empty voice
-        write_atomic(path, lambda f: (f.write(voice), f.flush(), os.fsync(f.fileno())), f"voice {name!r}")
+        with self._lock:
+            if name in self._reserved or path.exists():
+                raise FileExistsError(name)
+            self._reserved.add(name)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._reserved.discard(name)
+
+    def save(self, name: str, voice: bytes) -> dict:
+        """Write a new voice (its file's bytes) as `name` and return its record; FileExistsError if the name has a
+        voice, which is left as it was. Written to a temporary file first and hard-linked into place: a link, unlike a
+        rename, never replaces a file, and a crash or a concurrent load never sees half of one."""
+        path = self.path_of(name)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.part")
+        try:
+            with open(tmp, "xb") as f:
+                # flushed and synced: on disk before the link, so a power cut cannot leave an empty voice
+                f.write(voice)
+                f.flush()
+                os.fsync(f.fileno())
+            os.link(tmp, path)
+        except FileExistsError:
+            raise
+        except OSError as e:
+            raise RuntimeError(f"voice {name!r}: could not write {path}: {e.strerror or e}; check the voice "
+                               "folder's permissions and free space (cli.py serve --voices)") from e
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         return _record(name, path)
 
     def load(self, name: str) -> bytes:
@@ -84,12 +123,16 @@ class VoiceFolder:
                 self._cache.popitem(last=False)
         return voice
 
+    def names(self) -> list[str]:
+        """The names the saved voices' files give, sorted, without reading the files (an error's list of what
+        exists)."""
+        return sorted(name for name, _ in self._files() if _is_name(name))
+
     def records(self) -> list[dict]:
         """Each saved voice, by name, from the files' metadata only (the tensors are not read). Files that are not
         voices, or whose names the API could not ask for, are skipped, with one warning per file."""
         records = []
-        for path in self.path.glob(f"*{SUFFIX}"):
-            name = path.name[: -len(SUFFIX)]
+        for name, path in self._files():
             try:
                 records.append(_record(check_name(name), path))
             except FileNotFoundError:  # deleted while listing
@@ -108,6 +151,10 @@ class VoiceFolder:
         except FileNotFoundError:
             return False
         return True
+
+    def _files(self):
+        """(name, path) of each file named like a voice."""
+        return ((path.name[: -len(SUFFIX)], path) for path in self.path.glob(f"*{SUFFIX}"))
 
     def _warn_once(self, path: Path, error: ValueError) -> None:
         """records() runs on every voice listing: a stray file is reported once, and again only if it changes."""

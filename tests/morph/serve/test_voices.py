@@ -1,5 +1,6 @@
-"""The server's voice folder: voices kept across restarts, names that cannot leave the folder, atomic saves, stray
-files skipped, and a cache that never serves a replaced file."""
+"""The server's voice folder: voices kept across restarts, names that cannot leave the folder, saves that are atomic
+and never replace a voice, a name reserved while its voice is made, stray files skipped, and a cache that never
+serves a replaced file."""
 
 import logging
 import os
@@ -57,13 +58,52 @@ def test_a_restart_sees_the_saved_voices_and_dropped_in_files(tmp_path):
     assert again.load("alice") == alice
 
 
-def test_overwrite_replaces_the_voice(tmp_path):
+def test_a_saved_voice_is_never_replaced(tmp_path):
     folder = VoiceFolder(tmp_path)
-    folder.save("v", icl_voice("first"))
-    assert text_of(folder.load("v")) == "first"
-    second = xvector_voice()
-    assert folder.save("v", second)["mode"] == "xvector"
-    assert folder.load("v") == second and len(folder.records()) == 1
+    first = icl_voice("first")
+    folder.save("v", first)
+    with pytest.raises(FileExistsError):
+        folder.save("v", xvector_voice())
+    assert folder.load("v") == first and VoiceFolder(tmp_path).load("v") == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v.safetensors"]  # its temporary file is gone too
+    assert folder.delete("v")
+    assert folder.save("v", xvector_voice())["mode"] == "xvector"  # deleted first, the name is free
+
+
+def test_a_name_is_reserved_while_its_voice_is_made(tmp_path):
+    """Of two uploads of one name, the second is refused while the first's voice is still being made, however long
+    that takes; the name is free again once the first is saved (then the file holds it) or has failed."""
+    folder = VoiceFolder(tmp_path)
+    with folder.reserve("v"):
+        with pytest.raises(FileExistsError):
+            with folder.reserve("v"):
+                pass
+        with folder.reserve("w"):  # other names are free
+            pass
+        folder.save("v", icl_voice("first"))
+    with pytest.raises(FileExistsError):  # saved: the file holds the name
+        with folder.reserve("v"):
+            pass
+    with pytest.raises(RuntimeError, match="the voice failed"):
+        with folder.reserve("x"):
+            raise RuntimeError("the voice failed")  # as a clip the engine refuses
+    with folder.reserve("x"):  # released by the failure
+        folder.save("x", xvector_voice())
+    assert [r["name"] for r in folder.records()] == ["v", "x"] and text_of(folder.load("v")) == "first"
+    with pytest.raises(ValueError, match="is not a voice name"):
+        with folder.reserve("../x"):
+            pass
+
+
+def test_names_are_the_files_names_unread(tmp_path, monkeypatch):
+    folder = VoiceFolder(tmp_path)
+    for name in ("b", "a", "C"):
+        folder.save(name, xvector_voice())
+    (tmp_path / "junk.safetensors").write_bytes(b"not a voice")  # named like one: listed, as load would try it
+    (tmp_path / "bad name.safetensors").write_bytes(b"")  # a name the API cannot ask for
+    (tmp_path / "notes.txt").write_text("")
+    monkeypatch.setattr("morph.serve.voices._record", None)  # no file is opened
+    assert folder.names() == ["C", "a", "b", "junk"]
 
 
 def test_delete_and_unknown_names(tmp_path):
@@ -87,7 +127,7 @@ def test_delete_and_unknown_names(tmp_path):
 def test_bad_names_are_refused(tmp_path, name):
     folder = VoiceFolder(tmp_path / "voices")
     for call in (check_name, VoiceFolder.check_name, folder.path_of, folder.load, folder.delete,
-                 lambda n: folder.save(n, icl_voice())):
+                 lambda n: folder.save(n, icl_voice()), lambda n: folder.reserve(n).__enter__()):
         with pytest.raises(ValueError, match=r"name: .* is not a voice name; use 1-64 letters, digits"):
             call(name)
     assert list(tmp_path.rglob("*")) == [tmp_path / "voices"]  # nothing written, inside or outside
@@ -131,12 +171,14 @@ def test_save_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch):
     folder.save("v", first)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v.safetensors"]
 
-    def crash(temp, path):  # the whole temporary file is written, then the process "dies" before the rename
-        raise OSError("disk full")
+    def crash(temp, path):  # the whole temporary file is written, then the link fails
+        raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("morph.serve.voices.os.replace", crash)
-    with pytest.raises(OSError, match="disk full"):
-        folder.save("v", icl_voice("second"))
+    monkeypatch.setattr("morph.serve.voices.os.link", crash)
+    with pytest.raises(RuntimeError) as e:
+        folder.save("w", icl_voice("second"))
+    assert str(e.value) == (f"voice 'w': could not write {tmp_path / 'w.safetensors'}: No space left on device; check "
+                            "the voice folder's permissions and free space (cli.py serve --voices)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v.safetensors"]
     assert VoiceFolder(tmp_path).load("v") == first
 
@@ -169,23 +211,28 @@ def test_the_cache_reads_an_unchanged_file_once_and_a_replaced_one_again(tmp_pat
     os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     os.replace(other, tmp_path / "v.safetensors")
     assert text_of(folder.load("v")) == "firsT" and len(reads) == 2
+    folder.delete("v")
     folder.save("v", icl_voice("third"))
     assert text_of(folder.load("v")) == "third" and len(reads) == 3
 
 
 def test_concurrent_saves_and_loads(tmp_path):
+    """Four threads save, load and delete their own voices while all of them race to save each of five shared
+    names: each shared name is saved once, by one thread, and keeps that thread's voice."""
     folder = VoiceFolder(tmp_path)
-    folder.save("v", icl_voice("0"))
-    errors = []
+    errors, won = [], {}
 
     def work(i):
         try:
             for j in range(10):
                 folder.save(f"v{i}", icl_voice(f"{i}-{j}"))
                 assert text_of(folder.load(f"v{i}")) == f"{i}-{j}"
-                assert text_of(folder.load("v")) in {str(k) for k in range(5)}
-                if i == 0:
-                    folder.save("v", icl_voice(str(j % 5)))
+                assert folder.delete(f"v{i}")
+                try:
+                    folder.save(f"shared{j % 5}", icl_voice(f"{i}"))
+                    won.setdefault(f"shared{j % 5}", []).append(str(i))
+                except FileExistsError:
+                    pass
         except Exception as e:  # reported to the main thread, which fails the test
             errors.append(e)
 
@@ -195,7 +242,9 @@ def test_concurrent_saves_and_loads(tmp_path):
     for t in threads:
         t.join()
     assert errors == []
-    assert [r["name"] for r in folder.records()] == ["v", "v0", "v1", "v2", "v3"]
+    assert sorted(won) == [f"shared{k}" for k in range(5)] and all(len(w) == 1 for w in won.values())
+    assert {name: text_of(folder.load(name)) for name in won} == {name: w[0] for name, w in won.items()}
+    assert [r["name"] for r in folder.records()] == sorted(won)
     assert not [p for p in tmp_path.iterdir() if not p.name.endswith(".safetensors")]
 
 
