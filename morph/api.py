@@ -32,7 +32,6 @@ from .lines.voice import Voice
 from .qwen.checkpoints import DEFAULT_MODEL, VARIANT_NAMES, locate_checkpoint
 from .qwen.loading import load_qwen_tts, place
 from .render import BatchTTS, Line, OnStep
-from .memory import free_bytes
 from .settings import DEFAULT_BATCH_SIZE, SAMPLE_RATE, GenerationSettings
 
 log = logging.getLogger(__name__)
@@ -116,11 +115,12 @@ class MorphTTS:
             return None
         log.info("%s: getting the engine ready for batches of up to %d rows (the first time on this machine "
                  "Triton compiles the kernels, about a minute)", who, width, extra={"status": True})
-        start, free = time.perf_counter(), free_bytes(self.device)
         self.release_device_state()
+        start, before = time.perf_counter(), torch.cuda.memory_allocated(self.device)
         _WarmUp(self).render(warm_lines(self, width), batch_size=width, who=who)
         torch.cuda.synchronize(self.device)
-        self.held = max(0, free - free_bytes(self.device))
+        # this process's own allocations: the device's free memory also moves with other processes' work
+        self.held = max(0, torch.cuda.memory_allocated(self.device) - before)
         seconds = time.perf_counter() - start
         log.info("%s: the engine is ready (%.1f s; %.2f GiB kept for its batches)", who, seconds, self.held / 2**30,
                  extra={"status": True})

@@ -51,6 +51,12 @@ class TalkerLoop:
         """Raises LeanUnsupported when the lean layers cannot run this checkpoint."""
         self.stack.dims, self.predictor.stack.dims  # noqa: B018 - reading dims checks the configs
 
+    def drop_state(self) -> None:
+        """Forget the kept state and the graphs that point at it (a batch that ran out of memory is built again
+        narrower, not over the wider state it failed in)."""
+        self.graphs.clear()
+        self._state = None
+
     def release(self) -> None:
         """Drop the graphs, buffers and fused weight storage; all rebuilt on the next call."""
         self.graphs.clear()

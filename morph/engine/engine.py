@@ -149,9 +149,13 @@ class Engine:
                     raise
                 failure = e
             if failure is not None:  # here, not in the except block, whose traceback holds the failed run's tensors
+                oom = isinstance(failure, torch.cuda.OutOfMemoryError)
                 self._failed(failure)
                 failure = None
                 if self.tts.device.type == "cuda":
+                    if oom:  # the next batch is built narrower, in the memory the kept state held
+                        self.tts.patch.loop.drop_state()
+                        self.tts.held = 0
                     torch.cuda.empty_cache()
 
     def release(self) -> None:

@@ -62,6 +62,7 @@ def test_a_render_outside_inference_mode_captures_its_steps(cuda_tts, voices, mo
     op, several times slower, with only a warning."""
     lines = [Line(t, voices["xvector"], "English") for t in TEXTS[:3]]
     cuda_tts.patch.mode = mode
+    cuda_tts.release_device_state()  # a kept wider state (an earlier test's) would serve the wider render as it is
     try:
         with torch.inference_mode():
             BatchTTS(cuda_tts).codes(lines[:1], settings(5, frames=8), batch_size=1)
