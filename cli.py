@@ -10,24 +10,23 @@ import sys
 import time
 from pathlib import Path
 
-from cli_common import (SAVED_VOICE, CliError, Parser, Progress, add_generation_options, add_model_options,
-                        check_language, check_model, check_output, check_voice_file, guarded, is_saved_voice,
-                        load_base_model, read_clip, settings_from)
+from cli_common import (OUTPUT_DIR, SAVED_VOICE, CliError, Parser, Progress, add_generation_options,
+                        add_model_options, check_language, check_model, check_output, check_voice_file, guarded,
+                        is_saved_voice, load_base_model, read_clip, settings_from)
 from morph.settings import SAMPLE_RATE
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 DEFAULT_VOICE = ASSETS / "default_voice.wav"
 
-# name: (what it does, an example)
 COMMANDS = {  # name: (what it does, an example)
     "speak": ("speak a text in a cloned voice (the default command)",
               'python cli.py --text "Hello there." --voice me.wav --transcript "What me.wav says."'),
     "render": ("render a script: a WAV per line, the dialogue, subtitles",
                "python cli.py render scene1.txt --voice Alice=alice.wav --voice Bob=bob.safetensors"),
     "voice": ("save a voice cloned from a clip, for speak, render and serve",
-              'python cli.py voice save bob.wav --transcript "What bob.wav says." --out bob.safetensors'),
+              'python cli.py voice save bob.wav --transcript "What bob.wav says." --out output/voices/bob'),
     "serve": ("serve speech over HTTP, as OpenAI's /v1/audio/speech",
-              "python cli.py serve --voices voices"),
+              "python cli.py serve --voices output/voices"),
 }
 
 
@@ -38,7 +37,8 @@ def overview() -> str:
             "Clone a voice with Qwen3-TTS: a text and a short clip of the voice in, 24 kHz speech out.\n\n"
             f"commands:\n{commands}\n\n"
             "python cli.py COMMAND --help shows a command's options, --help-all all of them. Models are\n"
-            "looked for in --models-dir and the Hugging Face cache, and downloaded when missing.\n")
+            "looked for in --models-dir and the Hugging Face cache, and downloaded when missing. What a\n"
+            f"command writes by default goes under {OUTPUT_DIR}/ in the working folder.\n")
 
 
 def build_parser() -> Parser:
@@ -55,7 +55,7 @@ def build_parser() -> Parser:
     p.add_argument("--transcript", default=None,
                    help="what the clip says (in-context cloning, the closest match); without it the voice is "
                         "x-vector only. With the bundled default voice, its transcript is the default")
-    p.add_argument("--out", type=Path, default=Path("out.wav"),
+    p.add_argument("--out", type=Path, default=OUTPUT_DIR / "out.wav",
                    help="audio file to write (its folder is created; .wav is added when it has no extension)")
     add_model_options(p)
     add_generation_options(p, seed_help="random seed: the same seed, text and options give the same audio on "

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent
 DEFAULT_MODELS_DIR = ROOT / "models" / "qwen3-tts"
 MODELS_DIR_ENV = "QWEN3TTS_MODELS_DIR"  # the nodes' fallback folder too (nodes/services.py)
+# Where every file the CLI writes by default goes, in the working folder: one place to find them, and in a clone a
+# folder its .gitignore lists, so that nothing made there shows as untracked.
+OUTPUT_DIR = Path("output")
 _ENGINE = GenerationSettings()  # the engine's defaults
 DEFAULT_SAMPLING = dict(temperature=_ENGINE.temperature, top_k=_ENGINE.top_k, top_p=_ENGINE.top_p,
                         repetition_penalty=_ENGINE.repetition_penalty)
@@ -153,7 +156,7 @@ def add_model_options(p: Parser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help="a checkpoint folder, a folder name in --models-dir, or a hub id")
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu", "mps"],
-                   help="where the model runs; auto is CUDA when available, else the CPU")
+                   help="auto: CUDA if available, else the CPU")
     more = p.more()
     more.add_argument("--models-dir", type=Path, default=Path(os.environ.get(MODELS_DIR_ENV) or DEFAULT_MODELS_DIR),
                       help=f"where model folders are looked for, and where hub models are downloaded to; default: "

@@ -66,11 +66,10 @@ def build_parser() -> Parser:
                            "others; 'auto' for the one this machine joined) and render over its GPUs; --out must be "
                            "a folder every machine can write")
     add_model_options(p)
-    add_generation_options(p, seed_help="random seed: the same seed, script and --batch-size give the same audio on "
-                                        "the same machine; another --batch-size can change a line's take (eager "
-                                        "mode, the CPU's default, draws a batch's lines from one random stream; the "
-                                        "other modes give each line its own, but in bf16, the GPU's default, a "
-                                        "batch's shape changes the rounding)")
+    # why a take can change with the batch: the README's "Render a script" and docs/scripts.md, Batching and memory
+    add_generation_options(p, seed_help="random seed: the same seed, script and --batch-size give the same take on "
+                                        "one machine; another batch size can change it in bf16 (GPUs) and eager "
+                                        "mode (the CPU)")
     return p
 
 

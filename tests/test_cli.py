@@ -166,6 +166,18 @@ def test_the_cli_defaults_are_the_engines():
     assert cli_common.DEFAULT_MODELS_DIR == ROOT / "models" / "qwen3-tts"
 
 
+def test_what_the_cli_writes_by_default_goes_under_one_folder_the_clone_ignores():
+    """The spoken line, the script's folder and the server's voices: in the working folder's output/, which the
+    clone's .gitignore lists, so a newcomer's first runs leave nothing untracked in it; the overview says so."""
+    out = cli_common.OUTPUT_DIR
+    defaults = [cli.parse_args(["--text", "Hi"]).out, cli_render.build_parser().parse_args(["s.txt"]).out,
+                cli_serve.build_parser().parse_args([]).voices]
+    assert defaults == [out / "out.wav", out / "renders", out / "voices"] and not out.is_absolute()
+    assert f"/{out}/" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert f"What a command writes by default goes under {out}/ in the working folder." in \
+        " ".join(cli.overview().split())
+
+
 def test_a_successful_run_prints_nothing_alarming(tiny_dir, tmp_path):
     run = subprocess.run([sys.executable, "cli.py", "--text", "Hello.", "--out", str(tmp_path / "o.wav"),
                           *quick(model=tiny_dir)], cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -90,6 +90,41 @@ def test_a_render_runs_as_its_speed_mode_does(mode, said, tiny_dir, tmp_path, ca
     assert len(list(out.glob("dialogue_*.wav"))) == 3
 
 
+@pytest.mark.parametrize("mode", ["lean", "auto"])
+def test_a_seeded_lines_take_and_the_batch_size_are_as_the_seed_help_says(mode, tiny_dir, tmp_path, cast, capsys,
+                                                                          monkeypatch):
+    """The same seed and --batch-size give the same take; another --batch-size changes a take in eager mode (auto on
+    the CPU: one random stream a batch) and none in a continuous mode in fp32 (the CPU's dtype: each line its own
+    stream), up to the codec's rounding."""
+    load = cli_render.load_model
+
+    def load_in_mode(args):
+        tts = load(args)
+        tts.patch.mode = mode
+        return tts
+
+    monkeypatch.setattr(cli_render, "load_model", load_in_mode)
+
+    def takes(batch_size: int, out: str) -> list[np.ndarray]:
+        argv = ["render", str(tmp_path / "scene.txt"), *cast, "--model", str(tiny_dir), "--device", "cpu", "--seed",
+                "5", "--max-new-tokens", "6", "--no-smooth", "--out", str(tmp_path / out), "--batch-size",
+                str(batch_size)]
+        assert cli.main(argv) == 0, capsys.readouterr().err
+        return [sf.read(f)[0] for f in sorted((tmp_path / out).glob("dialogue_000*.wav"))]
+
+    three, again, one = takes(3, "a"), takes(3, "b"), takes(1, "c")
+    assert all(np.array_equal(x, y) for x, y in zip(three, again, strict=True))
+
+    def same(x, y):
+        return x.shape == y.shape and np.abs(x - y).max() < 1e-3
+
+    kept = [same(x, y) for x, y in zip(three, one, strict=True)]
+    assert all(kept) if mode == "lean" else not all(kept), kept
+    assert "random seed: the same seed, script and --batch-size give the same take on one machine; another batch " \
+           "size can change it in bf16 (GPUs) and eager mode (the CPU)" in \
+        " ".join(cli_render.build_parser().format_help().split())
+
+
 @pytest.mark.parametrize("batching", ["continuous", "static"])
 def test_the_retired_batching_option_still_runs_and_static_says_it_is_retired(batching, tiny_dir, tmp_path, cast,
                                                                               capsys, caplog):
