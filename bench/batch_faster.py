@@ -9,10 +9,17 @@ The same `--lines` lines as bench/batch.py (about 5 s each: `--frames` frames, E
 through min_new_tokens), all with the x-vector voice of the reference clip (the peer takes one
 voice mode per batch), rendered `--batch-size` at a time, measured two ways: decode only (its
 batched_fast_generate on prepared inputs: prefill plus decode) and end to end (its public
-generate_voice_clone_batch: text in, float32 audio out). Sampling as upstream's defaults.
+generate_voice_clone_batch: text in, float32 audio out), after an untimed first batch of
+`--warm-frames` frames (its graph capture; with `--warm-frames` equal to `--frames`, every timed run
+warm). Sampling as upstream's defaults.
 
 It was written against transformers 4.x; on the GPU machine's 5.17 three of its calls into
 transformers need shims (shim_transformers), listed in the report's `shims`.
+
+The report is saved as each phase begins and ends (`running`, `phases_s`: wrap, warm_up, prepare,
+decode_only, end_to_end), and a SIGTERM prints every thread's stack (bench.common.stacks_on_timeout),
+so a run stopped by its time limit says where it was. `--line-json` first measures the one line of
+bench/speed_faster.py on the same loaded model: both peers for one load, in a device call's time.
 """
 
 from __future__ import annotations
@@ -31,9 +38,10 @@ import soundfile as sf
 import torch
 
 from bench.lines import script
-from bench.common import emit
+from bench.common import emit, save, stacks_on_timeout
 from bench.sentences import reference_wave
-from bench.speed_faster import FRAMES_PER_SECOND, SAMPLE_RATE, _timed, load_faster, peer_info
+from bench.speed_faster import FRAMES_PER_SECOND, SAMPLE_RATE, _timed, line_report, load_faster, peer_head
+from bench.workload import sync
 
 
 def legacy_causal_mask(config, input_embeds, attention_mask, cache_position, past_key_values, **_):
@@ -80,23 +88,57 @@ def shim_transformers() -> list[str]:
     return done
 
 
+class Phases:
+    """The report saved as each phase of the run begins and ends (`running`, `phases_s`), so that a run stopped by
+    its time limit leaves on disk how far it got and what each finished phase took."""
+
+    def __init__(self, report: dict, json_path: str | None, device: torch.device):
+        self.report, self.json_path, self.device = report, json_path, device
+        report.update(phases_s={}, running=None, complete=False)
+
+    def __call__(self, name: str, run):
+        self.report["running"] = name
+        save(self.report, self.json_path)
+        sync(self.device)
+        start = time.perf_counter()
+        out = run()
+        sync(self.device)
+        self.report["phases_s"][name] = round(time.perf_counter() - start, 2)
+        self.report["running"] = None
+        save(self.report, self.json_path)
+        return out
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True)
     p.add_argument("--lines", type=int, default=32)
     p.add_argument("--frames", type=int, default=62, help="frames per line (12.5 a second; 62 is about 5 s)")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--warm-frames", type=int, default=8)
+    p.add_argument("--warm-frames", type=int, default=8, help="frames of the untimed first batch (its capture)")
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--line-json", help="first, on the same loaded model: faster-qwen3-tts's one line "
+                   "(bench/speed_faster.py, x-vector voice, --line-frames frames, --repeats runs), written here")
+    p.add_argument("--line-frames", type=int, default=250)
     p.add_argument("--json")
     args = p.parse_args(argv)
+    stacks_on_timeout()
 
     from faster_qwen3_tts_batch import BatchedFasterQwen3TTS
     from faster_qwen3_tts_batch.batched_generate import batched_fast_generate
 
-    shims = shim_transformers()
     base, load_s, base_shims = load_faster(args.model)
-    model = BatchedFasterQwen3TTS(base, max_batch_size=args.batch_size)
+    if args.line_json:  # before the shims below, so the line runs as bench.speed_faster runs it
+        emit(line_report(base, args.model, load_s, base_shims, args.line_frames, args.repeats, "xvector"),
+             args.line_json)
+    shims = shim_transformers()
+    report = dict(peer_head(args.model, load_s, shims + base_shims, "faster-qwen3-tts-batch", "faster-qwen3-tts",
+                            "qwen-tts-hf"),
+                  lines=args.lines, frames_per_line=args.frames,
+                  seconds_per_line=round(args.frames / FRAMES_PER_SECOND, 2), prompts="xvector", repeats=args.repeats, warm_frames=args.warm_frames,
+                  base_warmed_by_line=bool(args.line_json), results=[])
+    phase = Phases(report, args.json, torch.device("cuda"))
+    model = phase("wrap", lambda: BatchedFasterQwen3TTS(base, max_batch_size=args.batch_size))
     options = dict(xvec_only=True, non_streaming_mode=False, append_silence=False)  # as upstream's voice clone
     with tempfile.TemporaryDirectory() as tmp:
         ref = os.path.join(tmp, "reference.wav")  # the peer reads its voice from a file
@@ -131,15 +173,12 @@ def main(argv=None) -> dict:
                     chunk, max_new_tokens=args.frames, min_new_tokens=args.frames, **options)]
             return audio
 
-        torch.cuda.synchronize()
-        start = time.perf_counter()  # captures the batched graphs (and the base model's) for this batch size
-        model.generate_voice_clone_batch(chunks[0], max_new_tokens=args.warm_frames,
-                                         min_new_tokens=args.warm_frames, **options)
-        torch.cuda.synchronize()
-        warm_s = time.perf_counter() - start
-        inputs = [prepared(chunk) for chunk in chunks]
-        walls, peak, codes = _timed(lambda: decode_only(inputs), args.repeats)
-        e2e_walls, e2e_peak, audio = _timed(end_to_end, args.repeats)
+        # the first batch captures the batched graphs (and the base model's, unless the line took them) for this size
+        phase("warm_up", lambda: model.generate_voice_clone_batch(chunks[0], max_new_tokens=args.warm_frames,
+                                                                  min_new_tokens=args.warm_frames, **options))
+        inputs = phase("prepare", lambda: [prepared(chunk) for chunk in chunks])
+        walls, peak, codes = phase("decode_only", lambda: _timed(lambda: decode_only(inputs), args.repeats))
+        e2e_walls, e2e_peak, audio = phase("end_to_end", lambda: _timed(end_to_end, args.repeats))
 
     got = [int(c.shape[0]) for c in codes]
     audio_s = sum(got) / FRAMES_PER_SECOND
@@ -150,16 +189,15 @@ def main(argv=None) -> dict:
         batch_size=args.batch_size, effective_batch=len(chunks[0]), batches=len(chunks), seq_groups=15,
         frames_per_line=[min(got), max(got)], audio_s=round(audio_s, 2), wall_s=round(wall, 3),
         x_real_time=round(audio_s / wall, 2), ms_per_step=round(1000 * wall / (len(chunks) * max(got)), 3),
-        peak_memory_gib=round(peak / 2**30, 3), warmup_s=round(warm_s, 2), runs_s=[round(w, 3) for w in walls],
+        peak_memory_gib=round(peak / 2**30, 3), warmup_s=report["phases_s"]["warm_up"],
+        runs_s=[round(w, 3) for w in walls],
         end_to_end_audio_s=round(e2e_audio_s, 2), end_to_end_wall_s=round(e2e_wall, 3),
         end_to_end_x_real_time=round(e2e_audio_s / e2e_wall, 2), end_to_end_peak_memory_gib=round(e2e_peak / 2**30, 3),
         end_to_end_runs_s=[round(w, 3) for w in e2e_walls],
     )
     print(json.dumps(row), file=sys.stderr, flush=True)
-    report = dict(peer_info("faster-qwen3-tts-batch", "faster-qwen3-tts", "qwen-tts-hf"), shims=shims + base_shims,
-                  dtype="bfloat16", attention="sdpa", model=args.model, load_s=round(load_s, 1), lines=args.lines,
-                  frames_per_line=args.frames, seconds_per_line=round(args.frames / FRAMES_PER_SECOND, 2),
-                  prompts="xvector", results=[row])
+    report["results"].append(row)
+    report["complete"] = True
     return emit(report, args.json)
 
 

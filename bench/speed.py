@@ -13,8 +13,8 @@ end run is the stack's first call in this process (its graph capture and its cod
 user's first line pays them); `end_to_end_ms_per_frame` is the median of every end-to-end run, that first one
 included, `ms_per_frame` the median of the decode-only runs, each with its min and max (`*_spread`). `--warm-up`
 makes a morph stack's first call before its timed runs instead (`first_call_s`), so that every timed run is warm,
-as bench/speed_faster.py times its peer; upstream captures nothing, so its first timed run stays its first call. Then the
-codec this stack runs, alone on the line's codes, `--repeats` times (`codec`, `codec_decode_ms_per_frame`):
+as bench/speed_faster.py times its peer; upstream captures nothing, so its first timed run stays its first call.
+Then the codec this stack runs, alone on the line's codes, `--repeats` times (`codec`, `codec_decode_ms_per_frame`):
 upstream's speech tokenizer for upstream (as its generate_voice_clone decodes), BatchTTS.decode for a morph mode
 (the lean codec, morph/codec/layers.py, in every mode but eager; upstream's decoder in pieces in eager).
 The JSON printed at the end (and written to --json) holds the project commit, device, torch and transformers

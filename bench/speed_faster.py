@@ -9,7 +9,8 @@ DIR is a folder bench/random_model.py built or a real checkpoint. Same text, ref
 prompts, 250 fixed frames (EOS held back through min_new_tokens), bf16, batch 1, sampling
 settings as upstream's defaults. Two measurements, as in bench/speed.py: decode only (its
 fast_generate on prepared inputs: prefill plus decode) and end to end (its public
-generate_voice_clone: text in, audio out).
+generate_voice_clone: text in, audio out), each after a first call timed apart, so every timed
+run is warm (bench/speed.py --warm-up takes the morph stacks the same way).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from importlib.metadata import version
 import numpy as np
 import torch
 
-from bench.common import emit, run_info
+from bench.common import emit, run_info, stacks_on_timeout
 from bench.kernel_count import Stop, count_kernels
 from bench.sentences import reference_wave
 from bench.workload import REF_TEXT, TEXT
@@ -66,8 +67,10 @@ def load_faster(model_dir: str):
     return model, time.perf_counter() - start, shims
 
 
-def peer_info(*packages: str) -> dict:
-    return dict(run_info(torch.device("cuda")), packages={p: version(p) for p in packages})
+def peer_head(folder: str, load_s: float, shims: list[str], *packages: str) -> dict:
+    """What a peer's report starts with: the run, the packages measured, how they were loaded and shimmed."""
+    return dict(run_info(torch.device("cuda")), packages={p: version(p) for p in packages}, shims=shims,
+                dtype="bfloat16", attention="sdpa", model=folder, load_s=round(load_s, 1))
 
 
 def _timed(run, repeats: int) -> tuple[list[float], int, object]:
@@ -83,23 +86,16 @@ def _timed(run, repeats: int) -> tuple[list[float], int, object]:
     return times, torch.cuda.max_memory_allocated(), out
 
 
-def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True)
-    p.add_argument("--frames", type=int, default=250)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--prompts", default="xvector,icl")
-    p.add_argument("--profile", action="store_true")
-    p.add_argument("--json")
-    args = p.parse_args(argv)
-
+def line_report(model, folder: str, load_s: float, shims: list[str], frames: int, repeats: int, prompts: str,
+                profile: bool = False) -> dict:
+    """The report of `model` (loaded from `folder` by load_faster) on the line, per prompt: its first call, then
+    `repeats` runs decode only and `repeats` end to end, every timed run warm."""
     from faster_qwen3_tts.generate import fast_generate
 
-    model, load_s, shims = load_faster(args.model)
     wave = reference_wave()
     results = []
     first = True
-    for i, prompt in enumerate(args.prompts.split(",")):
+    for i, prompt in enumerate(prompts.split(",")):
         icl = prompt == "icl"
         items = model.model.create_voice_clone_prompt(ref_audio=(wave, SAMPLE_RATE), ref_text=REF_TEXT if icl else None,
                                                       x_vector_only_mode=not icl)
@@ -121,20 +117,20 @@ def main(argv=None) -> dict:
         def speak():
             torch.manual_seed(0)
             wavs, _ = model.generate_voice_clone(text=TEXT, language="English", voice_clone_prompt=items,
-                                                 max_new_tokens=args.frames, min_new_tokens=args.frames)
+                                                 max_new_tokens=frames, min_new_tokens=frames)
             return wavs[0]
 
         row = dict(stack=f"faster-qwen3-tts {version('faster-qwen3-tts')}", prompt=prompt)
         with torch.inference_mode():
             torch.cuda.synchronize()
             start = time.perf_counter()
-            run(args.frames)
+            run(frames)
             torch.cuda.synchronize()
             row["first_call_s"] = round(time.perf_counter() - start + prepare_s, 3)
             row["capture_or_compile_s"] = round(prepare_s, 3) if first else 0.0
             first = False
-            times, peak, codes = _timed(lambda: run(args.frames), args.repeats)
-            if args.profile and i == 0:
+            times, peak, codes = _timed(lambda: run(frames), repeats)
+            if profile and i == 0:
                 graph = model.predictor_graph
                 original = graph.run
 
@@ -149,18 +145,21 @@ def main(argv=None) -> dict:
 
                     graph.run = limited
                     try:
-                        run(args.frames)
+                        run(frames)
                     finally:
                         graph.run = original
 
                 row.update(count_kernels(run_frames, 4, 24))
-        # as a caller of the public API runs it: outside inference mode
-        e2e_times, e2e_peak, audio = _timed(speak, args.repeats)
+        # as a caller of the public API runs it: outside inference mode; its first call apart (the codec's first
+        # shapes), as bench.speed --warm-up takes a morph stack's
+        row["end_to_end_first_s"] = round(_timed(speak, 1)[0][0], 3)
+        e2e_times, e2e_peak, audio = _timed(speak, repeats)
         got = int(codes.shape[0])
         best = float(np.median(times))
         e2e = float(np.median(e2e_times))
         e2e_frames = round(audio.size / (SAMPLE_RATE / FRAMES_PER_SECOND))
-        row.update(frames=got, ms_per_frame=round(1000 * best / got, 3), x_real_time=round(got / FRAMES_PER_SECOND / best, 2),
+        row.update(frames=got, warmed_up=True, ms_per_frame=round(1000 * best / got, 3),
+                   x_real_time=round(got / FRAMES_PER_SECOND / best, 2),
                    peak_memory_gib=round(peak / 2**30, 3), runs_s=[round(t, 3) for t in times],
                    end_to_end_frames=e2e_frames, end_to_end_ms_per_frame=round(1000 * e2e / e2e_frames, 3),
                    end_to_end_x_real_time=round(audio.size / SAMPLE_RATE / e2e, 2),
@@ -168,9 +167,23 @@ def main(argv=None) -> dict:
                    end_to_end_runs_s=[round(t, 3) for t in e2e_times])
         results.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    report = dict(peer_info("faster-qwen3-tts", "qwen-tts-hf"), shims=shims, dtype="bfloat16", attention="sdpa",
-                  model=args.model, load_s=round(load_s, 1), batch=1, frames=args.frames, results=results)
-    return emit(report, args.json)
+    return dict(peer_head(folder, load_s, shims, "faster-qwen3-tts", "qwen-tts-hf"), batch=1, frames=frames,
+                repeats=repeats, results=results)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--frames", type=int, default=250)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--prompts", default="xvector,icl")
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    stacks_on_timeout()
+    model, load_s, shims = load_faster(args.model)
+    return emit(line_report(model, args.model, load_s, shims, args.frames, args.repeats, args.prompts, args.profile),
+                args.json)
 
 
 if __name__ == "__main__":
