@@ -56,7 +56,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 # a folder of its own per call: a warm machine keeps the last call's /tmp, and the builder refuses a full folder
 model=$(mktemp -d)/model-0.6b
 step build 120 60 env PYTHONPATH="$MAIN" python3 -m bench.random_model --size 0.6b --dtype bfloat16 --out "$model"
-step line 280 60 env PYTHONPATH="$MAIN" python3 -m bench.speed --model "$model" --device cuda --dtype bf16 \
+step line 300 60 env PYTHONPATH="$MAIN" python3 -m bench.speed --model "$model" --device cuda --dtype bf16 \
   --prompts xvector --frames 250 --stacks auto:15,auto:5,upstream --repeats 2 --warm-up --agreement "" \
   --json "$out/line.json"
 step batch 80 30 env PYTHONPATH="$MAIN" python3 -m bench.batch --model "$model" --device cuda --dtype bf16 \
