@@ -9,6 +9,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 import urllib.parse
 from pathlib import Path
 
@@ -29,9 +30,9 @@ RAN_HERE = "tests/test_readme.py"  # run as written by the tests below
 WHERE_RUN = [
     (r"bash tools/setup_env\.sh", "tools/test.sh"),
     (r"bash tools/setup_env\.sh --cpu", "tests/tools/test_setup_env.py"),  # its calls; PyTorch's index is not reached
-    (r"cd ComfyUI/custom_nodes", None),  # the user's own steps to fetch the pack into ComfyUI: nothing to run
-    (r"git clone <this repository's URL> comfyui-qwen3-tts-morph", None),
-    (r"cd comfyui-qwen3-tts-morph", None),
+    # the user's own steps in their ComfyUI: the registry's install needs the network (its id is checked below)
+    (r"comfy node install comfyui-qwen3-tts-morph", None),
+    (r"cd ComfyUI/custom_nodes/comfyui-qwen3-tts-morph", None),
     (r"python -m pip install -r requirements\.txt", "tests/test_install.py"),  # resolved against an environment
     (r"python install\.py", "tools/setup_env.sh"),
     (r"python -m pip install \.", "tests/test_install.py"),  # the wheel, installed and its example run
@@ -69,12 +70,45 @@ def test_the_readme_has_at_most_300_lines():
     assert lines <= MAX_LINES, f"README.md has {lines} lines: move what only some users need into docs/"
 
 
+def commit_hashes(text: str) -> list[str]:
+    """Any word of 7+ hex digits that mixes digits and letters is taken for a commit hash."""
+    words = re.findall(r"(?<![\w/.-])[0-9a-f]{7,40}(?![\w/.-])", text)
+    return [w for w in words if re.search(r"\d", w) and re.search(r"[a-f]", w)]
+
+
+def test_a_commit_hash_is_found_in_prose_and_a_results_folder_is_not():
+    assert commit_hashes("ran at 20529a5, then (at 8077a4a)") == ["20529a5", "8077a4a"]
+    assert commit_hashes("bench/results/h200-2026-11-29c/ and figures-20529a5/; 2026 and deadbeef") == []
+
+
+FIRST_SCREEN = 40  # lines
+
+
+def test_the_first_screen_shows_a_picture_an_install_and_a_command_that_makes_sound():
+    """What a newcomer sees first: an image (until the screenshot is in, the marked spot for it), the install by the
+    registry id and the Manager's name that pyproject.toml gives, and the CLI's one-liner."""
+    head = "\n".join(README.read_text(encoding="utf-8").splitlines()[:FIRST_SCREEN])
+    assert re.search(r"!\[[^\]]+\]\([^)\s]+\.(png|jpg|jpeg|gif|webp)\)|<img [^>]*src=|<!-- picture -->", head), \
+        f"the README's first {FIRST_SCREEN} lines show no image"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert f"comfy node install {project['project']['name']}" in shell_commands(head)
+    assert f"search for **{project['tool']['comfy']['DisplayName']}**" in head
+    assert any(re.fullmatch(r"\.venv/bin/python cli\.py --text .+", c) for c in shell_commands(head)), \
+        f"the README's first {FIRST_SCREEN} lines hold no command that speaks"
+
+
 def test_the_readme_names_no_commit():
-    """A commit hash is history (git and bench/results/*/NOTES.md keep it): any word of 7+ hex digits that mixes
-    digits and letters is taken for one."""
-    words = re.findall(r"(?<![\w/.-])[0-9a-f]{7,40}(?![\w/.-])", README.read_text(encoding="utf-8"))
-    hashes = [w for w in words if re.search(r"\d", w) and re.search(r"[a-f]", w)]
+    """A commit hash is history (git and bench/results/*/NOTES.md keep it)."""
+    hashes = commit_hashes(README.read_text(encoding="utf-8"))
     assert not hashes, f"README.md names commits {hashes}: say what the evidence shows, link docs/performance.md"
+
+
+def test_the_performance_page_names_no_commit():
+    """docs/performance.md is what a user gets today, each figure with its device, conditions and results folder;
+    which commit ran it is history, kept in that folder's NOTES.md."""
+    hashes = commit_hashes((ROOT / "docs" / "performance.md").read_text(encoding="utf-8"))
+    assert not hashes, (f"docs/performance.md names commits {hashes}: name the bench/results/ folder instead, whose "
+                        "NOTES.md keeps the commit")
 
 
 def anchors(page: Path) -> set[str]:
@@ -169,11 +203,12 @@ def test_the_readmes_cli_commands_run_as_written(named_model, tmp_path, monkeypa
         argv = shlex.split(command.removeprefix(".venv/bin/python cli.py"))
         argv += SHORT if argv[0] != "voice" else []
         assert cli.main(argv) == 0, (command, capsys.readouterr().err[-3000:])
-    assert sf.info("out.wav").samplerate == 24000
-    assert Path("voices/me.safetensors").is_file()
-    assert sorted(p.name for p in Path("renders").glob("scene1_*.wav")) == ["scene1_0001_Alice.wav",
-                                                                            "scene1_0002_Bob.wav"]
-    assert {"scene1.wav", "scene1.srt", "scene1_lines.json"} <= {p.name for p in Path("renders").iterdir()}
+    assert sf.info("output/out.wav").samplerate == 24000
+    assert Path("output/voices/me.safetensors").is_file()
+    renders = Path("output/renders")
+    assert sorted(p.name for p in renders.glob("scene1_*.wav")) == ["scene1_0001_Alice.wav", "scene1_0002_Bob.wav"]
+    assert {"scene1.wav", "scene1.srt", "scene1_lines.json"} <= {p.name for p in renders.iterdir()}
+    assert sorted(p.name for p in work.iterdir()) == ["bob.wav", "me.wav", "output", "scene1.txt"]  # nothing else
 
 
 def test_the_readmes_curl_and_openai_client_speak_through_a_real_server(lean, tmp_path):  # noqa: F811
