@@ -18,10 +18,10 @@ from morph.settings import FRAMES_PER_SECOND
 
 SUFFIX = SAVED_VOICE
 EXAMPLES = """examples:
-  python cli.py voice save bob.wav --transcript "What bob.wav says." --out bob.safetensors
-  python cli.py voice save bob.wav --out voices/bob            # x-vector only; writes voices/bob.safetensors
-  python cli.py voice info bob.safetensors
-  python cli.py render scene1.txt --voice Bob=bob.safetensors ...
+  python cli.py voice save bob.wav --transcript "What bob.wav says." --out output/voices/bob.safetensors
+  python cli.py voice save bob.wav --out output/voices/bob     # x-vector only; writes output/voices/bob.safetensors
+  python cli.py voice info output/voices/bob.safetensors
+  python cli.py render scene1.txt --voice Bob=output/voices/bob.safetensors ...
 """
 # prepare_reference's fixes, in this command's words: the clip is the positional CLIP, not render's --voice
 SAVE_WORDS = dataclasses.replace(FOR_CLI, new_clip="give another recording of the voice to clone as CLIP",
