@@ -373,6 +373,6 @@ def test_character_lines_workflow(pack, batch_nodes):
     lines = script.parse_script(render_node["inputs"]["script"], names)
     assert len(lines) == 10 and {line.name for line in lines} == set(names)
     # one audio file per line (Render Lines' own WAVs): the lines are previewed, only the dialogue is saved
-    assert [n["inputs"]["audio"] for _, n in by_type["SaveAudio"]] == [[render_id, 1]]
+    assert [n["inputs"]["audio"] for _, n in by_type["SaveAudioAdvanced"]] == [[render_id, 1]]
     assert [n["inputs"]["audio"] for _, n in by_type["PreviewAudio"]] == [[render_id, 0]]
     assert render_node["inputs"]["resume"] is True

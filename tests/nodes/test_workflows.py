@@ -1,4 +1,5 @@
-"""Every example workflow loads (UI format) and queues (API format) as ComfyUI 0.8.0 would take it."""
+"""Every example workflow loads (UI format) and queues (API format) as ComfyUI would take it, with no deprecated node
+(core nodes as ComfyUI 0.33.0 describes them: workflow_tools)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def test_the_example_workflows_are_there():
 
 
 def test_object_info_of_our_nodes_has_the_servers_shape(info):
-    core_keys = set(wt.core_object_info()["SaveAudio"])
+    core_keys = set(wt.core_object_info()["SaveAudioAdvanced"])
     ours = info["Qwen3TTSMorphGenerate"]
     assert {"input", "input_order", "output", "output_is_list", "output_name", "name", "display_name",
             "description", "category", "output_node"} <= set(ours) & core_keys
@@ -64,7 +65,7 @@ def test_api_form_passes_the_prompt_checks(path, info):
 def test_workflow_contents(info):
     vc = load("Voice clone")
     assert types_in(vc) == ["LoadAudio", "Qwen3TTSMorphLoadModel", "Qwen3TTSMorphVoicePrompt",
-                            "Qwen3TTSMorphGenerate", "Qwen3TTSMorphSmooth", "SaveAudio"]
+                            "Qwen3TTSMorphGenerate", "Qwen3TTSMorphSmooth", "SaveAudioAdvanced"]
     api = wt.ui_to_api(vc, info)
     assert api["1"]["inputs"]["audio"] == "reference.wav"
     assert api["4"]["inputs"]["seq_groups"] == 5
@@ -160,11 +161,12 @@ def node_by_type(wf, type_):
     (lambda wf: node_by_type(wf, "LoadAudio")["pos"].__setitem__(0, 40), "under the sidebar"),
     (lambda wf: wf["extra"]["ds"].__setitem__("offset", [0, -60]), "under the top bars"),
     (lambda wf: wf["groups"].append({"title": "g", "bounding": [0, 0, 300, 300]}), "straddles"),
-    (lambda wf: node_by_type(wf, "SaveAudio")["pos"].__setitem__(0, 2000), "off the 1600x900 window"),
-    (lambda wf: node_by_type(wf, "SaveAudio")["pos"].__setitem__(1, 1100), "under the minimap"),
+    (lambda wf: node_by_type(wf, "SaveAudioAdvanced")["pos"].__setitem__(0, 2000), "off the 1600x900 window"),
+    (lambda wf: node_by_type(wf, "SaveAudioAdvanced")["pos"].__setitem__(1, 1100), "under the minimap"),
     (lambda wf: wf["groups"].append({"title": "g", "bounding": [1700, 900, 300, 300]}), "group 'g' reaches under"),
     (lambda wf: node_by_type(wf, "PreviewAudio")["pos"].__setitem__(0, 1900), "nodes draw without text"),
-    (lambda wf: node_by_type(wf, "SaveAudio")["pos"].__setitem__(1, 800), "under the minimap in the fitted view"),
+    (lambda wf: node_by_type(wf, "SaveAudioAdvanced")["pos"].__setitem__(1, 800),
+     "under the minimap in the fitted view"),
 ])
 def test_layout_check_catches_what_the_frontend_would_show(sizes, mutate, expected):
     wf = load("Character lines")
@@ -249,13 +251,30 @@ def node_of(wf, type_):
     (lambda wf: node_of(wf, "Qwen3TTSMorphSmooth")["widgets_values"].__setitem__(2, 2.5), "not an INT"),
     (lambda wf: node_of(wf, "Qwen3TTSMorphSmooth").__setitem__("type", "NoSuchNode"), "unknown node type"),
     (lambda wf: wf["links"][0].__setitem__(5, "AUDIO"), "typed AUDIO"),
-    (lambda wf: wf["nodes"].remove(node_of(wf, "SaveAudio")), "no output node"),
+    (lambda wf: wf["nodes"].remove(node_of(wf, "SaveAudioAdvanced")), "no output node"),
+    (lambda wf: node_of(wf, "SaveAudioAdvanced")["widgets_values"].__setitem__(1, "wav"), "not one of"),
     (lambda wf: wf["links"].pop(0), "does not exist"),
 ])
 def test_validator_catches_broken_workflows(info, mutate, expected):
     errors = wt.check_ui_workflow(broken(mutate), info)
     assert any(expected in e for e in errors), errors
 
+
+
+def test_a_deprecated_core_node_fails_the_check_though_it_would_run(info):
+    """ComfyUI 0.25 and later mark the per-format save nodes deprecated (the frontend's [DEPR] badge; Save Audio (FLAC)
+    was what five examples used): a workflow that uses one fails here."""
+    core = wt.core_object_info()
+    assert {name for name, spec in core.items() if name.startswith("SaveAudio") and spec["deprecated"]} == {
+        "SaveAudio", "SaveAudioMP3", "SaveAudioOpus"}
+    wf = load("Voice clone")
+    node = node_of(wf, "SaveAudioAdvanced")
+    node.update(type="SaveAudio", widgets_values=node["widgets_values"][:1],
+                inputs=[i for i in node["inputs"] if i["name"] != "format"])
+    assert wt.check_ui_workflow(wf, info) == [
+        f"node {node['id']} (SaveAudio): deprecated: the frontend shows it as 'Save Audio (FLAC) (DEPRECATED)' with a "
+        "[DEPR] badge; use the node that replaces it"]
+    assert wt.validate_prompt(wt.ui_to_api(wf, info), info) == []
 
 def test_prompt_checks_catch_what_the_server_rejects(info):
     good = wt.ui_to_api(load("Voice clone"), info)

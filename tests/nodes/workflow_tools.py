@@ -1,5 +1,7 @@
 """Check ComfyUI workflows without ComfyUI: object_info for V1 nodes, UI-format checks, UI -> API
-conversion, and the checks POST /prompt makes (ComfyUI 0.8.0, execution.validate_prompt).
+conversion, and the checks POST /prompt makes (ComfyUI 0.8.0, execution.validate_prompt). The core nodes' schemas are
+ComfyUI 0.33.0's GET /object_info (tests/fixtures/object_info_core_audio.json): from 0.25 on, Save Audio (Advanced) is
+the save node and the per-format ones are deprecated.
 
 One object_info dict (the shape of GET /object_info) describes every node type, ours and core,
 so a single validator serves both.
@@ -13,10 +15,13 @@ import math
 from pathlib import Path
 
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+# A V3 node's combo whose choice may bring inputs of its own (Save Audio (Advanced)'s format: mp3 brings a quality);
+# saved as its chosen key. The examples choose options that bring none.
+DYNAMIC_COMBO = "COMFY_DYNAMICCOMBO_V3"
 CONTROL_VALUES = {"fixed", "increment", "decrement", "randomize"}
 # Widgets the frontend adds on its own, and what it saves for them in widgets_values.
 UPLOAD_EXTRAS = {"audio_upload": [("audioUI", "AUDIO_UI", None), ("upload", "AUDIOUPLOAD", "")]}
-AUDIO_UI_NODES = {"SaveAudio", "PreviewAudio", "SaveAudioMP3", "SaveAudioOpus", "RecordAudio"}
+AUDIO_UI_NODES = {"SaveAudio", "PreviewAudio", "SaveAudioMP3", "SaveAudioOpus", "SaveAudioAdvanced", "RecordAudio"}
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # Nodes that live only in the frontend (not in /object_info): a text box, never sent to the server.
 FRONTEND_ONLY = {"Note", "MarkdownNote"}
@@ -72,7 +77,7 @@ def input_specs(info: dict) -> list[tuple[str, object, dict, str]]:
 
 
 def type_name(t) -> str:
-    return "COMBO" if isinstance(t, list) else t
+    return "COMBO" if isinstance(t, list) or t == DYNAMIC_COMBO else t
 
 
 def combo_options(t, opts: dict) -> list | None:
@@ -80,6 +85,8 @@ def combo_options(t, opts: dict) -> list | None:
         return t
     if t == "COMBO":
         return opts.get("options", [])
+    if t == DYNAMIC_COMBO:
+        return [option["key"] for option in opts.get("options", [])]
     return None
 
 
@@ -187,6 +194,9 @@ def check_ui_workflow(wf: dict, info: dict) -> list[str]:
         if spec is None:
             errors.append(f"{where}: unknown node type (the frontend reports it missing)")
             continue
+        if spec.get("deprecated"):
+            errors.append(f"{where}: deprecated: the frontend shows it as {spec['display_name']!r} with a [DEPR] "
+                          "badge; use the node that replaces it")
         layout = widget_layout(spec)
         values = node.get("widgets_values", [])
         if len(values) != len(layout):
@@ -446,7 +456,8 @@ def layout_problems(wf: dict, sizes: dict, boxes: dict | None = None, gap: float
     scale, (ox, oy) = ds.get("scale", 1), ds.get("offset", [0, 0])
     over = sizes["overlays"]
     left = over["sidebar"][2] + gap
-    top = max(over["tabs"][3], over["breadcrumb"][3], over["actionbar"][3]) + gap
+    # the bars below the tabs: frontend 1.58 has no breadcrumb row at the root graph
+    top = max(over[bar][3] for bar in ("tabs", "breadcrumb", "actionbar") if over[bar]) + gap
     view, minimap = sizes["viewport"], over.get("minimap")
     shown = [(titles[nid], box) for nid, box in boxes.items()]
     shown += [(f"group {g.get('title')!r}", g["bounding"]) for g in wf.get("groups", [])]

@@ -111,7 +111,7 @@ def one_variant(cmd: list[str], comfy: Path, log_path: Path, args, clone: dict, 
         alone = capped(with_defaults(copy.deepcopy(clone), info), args.run_frames)
         gen_id, gen = find(alone, "Qwen3TTSMorphGenerate")[0]
         gen["inputs"]["text"] = SENTENCES[1]
-        save_node = find(alone, "SaveAudio")[0][0] if find(alone, "SaveAudio") else None
+        save_node = find(alone, "SaveAudioAdvanced")[0][0] if find(alone, "SaveAudioAdvanced") else None
         other = prefixed(capped(with_defaults(copy.deepcopy(design), info), args.run_frames), "second_")
         steps, mark = [], 0
         for name, seed, graph in (("ours_alone", 777, alone), ("second_model_loads", 778, {**alone, **other}),
