@@ -3,13 +3,14 @@ the frontend's recorded node sizes (tests/fixtures/frontend_node_sizes.json) for
 
     python tests/nodes/real_frontend.py --comfyui /path/to/ComfyUI [--python /path/to/its/python]
         [--json boxes.json] [--screenshots DIR] [--fitted] [--thumbnails] [--record-fixture]
-        [--front-end-root DIR/static]
+        [--front-end-root DIR/static] [--run NAME [--clip IDS]]
 
 Starts ComfyUI (--cpu) with this repository as a custom node, opens its frontend in headless Chromium
 (playwright's Python client, Debian's chromium: $CHROMIUM, default /usr/bin/chromium) and loads each
-workflow in workflows/ with app.loadGraphData, as Browse Templates does. Needs playwright in the Python
-that runs this script; ComfyUI runs in --python (default: this one). test_real_comfy.py runs it when
-COMFYUI_PATH is set.
+workflow in workflows/ with app.loadGraphData, as Browse Templates does. With --run, tiny random checkpoints
+stand in under the model names that workflow loads and it runs as the Run button runs it; docs/images/ is taken
+so (bench/results/cpu-comfyui-screenshot-2026-11-29/NOTES.md). Needs playwright in the Python that runs this script; ComfyUI runs in
+--python (default: this one). test_real_comfy.py runs it when COMFYUI_PATH is set.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "frontend_node_sizes.json"
 PACK_FOLDER = "comfyui-qwen3-tts-morph"
 VIEWPORT = {"width": 1600, "height": 900}
+# --run's window, at device scale 2: the whole of the largest workflow at zoom 1, clear of the top bars.
+PICTURE_VIEWPORT = {"width": 2400, "height": 1300}
+PICTURE_AT = 140  # CSS px from the canvas's top left to the picture's: below the floating Graph button and toasts
+RUN_TIMEOUT = 1800  # seconds: on the CPU, even with tiny checkpoints, the dialogue's lines run for minutes
+HIDE_OVERLAYS_CSS = (".side-tool-bar-container, .workflow-tabs-container, .subgraph-breadcrumb, .actionbar-container, "
+                     ".p-toast, .litegraph-minimap, div:has(> .litegraph-minimap) {visibility: hidden !important}")
 
 # Overlays that float over the canvas, from the page (ComfyUI frontend 1.35): the left sidebar, the
 # workflow tabs, and the row below them (workflow name on the left, the Run bar on the right).
@@ -68,6 +75,18 @@ FIT_JS = """() => {
   c.ds.scale = s;
   c.ds.offset = [(W / s - (b[2] - b[0])) / 2 - b[0], (H / s - (b[3] - b[1])) / 2 - b[1]];
   c.setDirty(true, true);
+}"""
+# The picture's view: zoom 1, the chosen nodes' bounds (all when ids is empty; badges above titles included by the
+# margin) at PICTURE_AT of the canvas; returns the page clip that holds them.
+PICTURE_JS = """([ids, at, margin]) => {
+  const c = window.app.canvas, b = [Infinity, Infinity, -Infinity, -Infinity];
+  for (const n of window.app.graph.nodes) { if (ids.length && !ids.includes(String(n.id))) continue; const r = n.boundingRect;
+    b[0] = Math.min(b[0], r[0]); b[1] = Math.min(b[1], r[1]); b[2] = Math.max(b[2], r[0] + r[2]); b[3] = Math.max(b[3], r[1] + r[3]); }
+  c.ds.scale = 1;
+  c.ds.offset = [at + margin - b[0], at + margin - b[1]];
+  c.setDirty(true, true);
+  const r = c.canvas.getBoundingClientRect();
+  return {x: r.left + at, y: r.top + at, width: Math.ceil(b[2] - b[0] + 2 * margin), height: Math.ceil(b[3] - b[1] + 2 * margin)};
 }"""
 SIZES_JS = """(types) => {
   const out = {};
@@ -119,8 +138,8 @@ def start_server(comfyui: Path, python: str, port: int, work: Path, front_end_ro
             time.sleep(0.5)
 
 
-def open_page(browser, port: int):
-    page = browser.new_page(viewport=VIEWPORT)
+def open_page(browser, port: int, viewport: dict = VIEWPORT, device_scale: float = 1):
+    page = browser.new_page(viewport=viewport, device_scale_factor=device_scale)
     page.goto(f"http://127.0.0.1:{port}", wait_until="networkidle", timeout=180000)
     page.wait_for_function("window.app && window.app.graph && window.LiteGraph", timeout=180000)
     close_dialogs(page)
@@ -148,13 +167,14 @@ def load(page, wf: dict, name: str) -> dict:
             "problems": page.evaluate(PROBLEMS_JS)}
 
 
-def save_png(page, path: Path) -> None:
-    """A screenshot as a 256-colour PNG: the UI is flat colours and text, so it stays legible and small."""
+def save_png(page, path: Path, clip: dict | None = None) -> None:
+    """A screenshot (of `clip` only, if given) as a 256-colour PNG: the UI is flat colours and text, so it stays
+    legible and small."""
     import io
 
     from PIL import Image
 
-    image = Image.open(io.BytesIO(page.screenshot())).convert("RGB")
+    image = Image.open(io.BytesIO(page.screenshot(clip=clip))).convert("RGB")
     image.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
 
 
@@ -165,9 +185,7 @@ def thumbnail(page, wf: dict, name: str, path: Path) -> None:
     from PIL import Image
 
     page.evaluate("async ([wf, name]) => { await window.app.loadGraphData(wf, true, false, name); }", [wf, name])
-    page.add_style_tag(content=".side-tool-bar-container, .workflow-tabs-container, .subgraph-breadcrumb, "
-                               ".actionbar-container, .p-toast, .litegraph-minimap, div:has(> .litegraph-minimap) "
-                               "{visibility: hidden !important}")
+    page.add_style_tag(content=HIDE_OVERLAYS_CSS)
     page.evaluate(FIT_JS)
     time.sleep(1.0)
     image = Image.open(io.BytesIO(page.screenshot())).convert("RGB")
@@ -176,6 +194,61 @@ def thumbnail(page, wf: dict, name: str, path: Path) -> None:
     page.reload(wait_until="networkidle")
     page.wait_for_function("window.app && window.app.graph", timeout=180000)
     time.sleep(1.0)
+
+
+def wait_idle(port: int, seconds: float = 180) -> None:
+    """Until ComfyUI's queue is empty (the job ran or failed)."""
+    time.sleep(1.0)
+    end = time.time() + seconds
+    while time.time() < end:
+        queue = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/queue").read())
+        if not queue["queue_running"] and not queue["queue_pending"]:
+            return
+        time.sleep(0.5)
+    raise TimeoutError("the job did not end")
+
+
+def build_checkpoints(wf: dict, models: Path) -> None:
+    """A tiny random checkpoint under each model name the workflow loads, of the variant the name says."""
+    sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
+    from comfy_gpu.install import VARIANT_OF, loaded_names
+
+    from bench.random_model import build_random_model
+
+    for name in sorted(loaded_names({"wf": wf})[0]):
+        folder = name.split("/")[-1]
+        build_random_model(models / folder, "tiny", next((v for k, v in VARIANT_OF.items() if k in folder), "base"))
+
+
+def run_picture(browser, port: int, wf: dict, name: str, clips: list[str], shots: Path) -> dict:
+    """Run the workflow as the Run button does, in a window at device scale 2; once the job has succeeded, save
+    '<name> (after the run).png' of all its nodes at zoom 1, overlays hidden, and one more for each of `clips`
+    (comma-separated node ids)."""
+    page = open_page(browser, port, PICTURE_VIEWPORT, 2)
+    page.evaluate("async ([wf, name]) => { await window.app.loadGraphData(wf, true, true, name); }", [wf, name])
+    time.sleep(2.5)
+    t0 = time.time()
+    page.evaluate("async () => { await window.app.queuePrompt(0, 1); }")
+    wait_idle(port, RUN_TIMEOUT)
+    [job] = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/history?max_items=1").read()).values()
+    if job["status"]["status_str"] != "success":
+        raise RuntimeError(f"--run {name!r}: the job did not succeed: {json.dumps(job['status'])[-2000:]}")
+    result = {"job_s": round(time.time() - t0, 1), "pictures": {}}
+    time.sleep(3.0)  # the frontend's end-of-job clean-up
+    page.add_style_tag(content=HIDE_OVERLAYS_CSS)
+    for ids in ["", *clips]:
+        clip = page.evaluate(PICTURE_JS, [[i for i in ids.split(",") if i], PICTURE_AT, 24])
+        if clip["x"] + clip["width"] > PICTURE_VIEWPORT["width"] or clip["y"] + clip["height"] > PICTURE_VIEWPORT["height"]:
+            raise RuntimeError(f"--run {name!r}: nodes {ids or 'all'} span {clip['width']}x{clip['height']} px at zoom 1, "
+                               f"more than the {PICTURE_VIEWPORT} window holds; name fewer with --clip")
+        time.sleep(1.5)  # the DOM widgets (text boxes, audio players) follow the view on the next frames
+        path = shots / (f"{name} (after the run, nodes {ids}).png" if ids else f"{name} (after the run).png")
+        save_png(page, path, clip)
+        result["pictures"][path.name] = clip
+    result["messages"] = page.evaluate("""() => window.app.graph.nodes.flatMap(n => (n.widgets || [])
+      .filter(w => w.name === 'morph_messages').map(w => ({node: n.id, text: w.element.textContent})))""")
+    page.close()
+    return result
 
 
 def main() -> int:
@@ -192,12 +265,26 @@ def main() -> int:
     ap.add_argument("--thumbnails", action="store_true", help="write workflows/<name>.jpg (the template card images)")
     ap.add_argument("--record-fixture", action="store_true", help=f"write {FIXTURE.relative_to(ROOT)}")
     ap.add_argument("--api", help="folder for each workflow's API form from app.graphToPrompt()")
+    ap.add_argument("--run", metavar="NAME", help="with --screenshots: then run this workflow with tiny random "
+                    "checkpoints and save it after the run at zoom 1, device scale 2")
+    ap.add_argument("--clip", action="append", default=[], metavar="IDS",
+                    help="with --run: also save only these nodes (comma-separated ids); repeatable")
     args = ap.parse_args()
+    if args.run and not args.screenshots:
+        ap.error("--run saves its pictures into --screenshots DIR: give --screenshots")
+    if args.clip and not args.run:
+        ap.error("--clip picks nodes of --run's picture: give --run NAME")
+    workflows = sorted((ROOT / "workflows").glob("*.json"))
+    if args.run and not (ROOT / "workflows" / f"{args.run}.json").is_file():
+        ap.error(f"--run {args.run!r}: no workflows/{args.run}.json; give one of {[w.stem for w in workflows]}")
     from playwright.sync_api import sync_playwright
 
-    workflows = sorted((ROOT / "workflows").glob("*.json"))
     work = Path(tempfile.mkdtemp(prefix="real-frontend-"))
-    server = start_server(Path(args.comfyui), args.python, args.port, work, args.front_end_root)
+    if args.run:
+        run_wf = json.loads((ROOT / "workflows" / f"{args.run}.json").read_text())
+        build_checkpoints(run_wf, work / "models")
+    server = start_server(Path(args.comfyui), args.python, args.port, work, args.front_end_root,
+                          models=work / "models" if args.run else None)
     result = {}
     try:
         with sync_playwright() as p:
@@ -245,6 +332,8 @@ def main() -> int:
                     result["from_templates"] = {"name": args.open_template, "ds": page.evaluate(DS_JS),
                                                 "problems": page.evaluate(PROBLEMS_JS)}
                     save_png(page, shots / f"{args.open_template} (from templates).png")
+            if args.run:
+                result["run"] = run_picture(browser, args.port, run_wf, args.run, args.clip, shots)
             browser.close()
     finally:
         os.killpg(server.pid, 15)

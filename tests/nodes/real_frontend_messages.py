@@ -20,11 +20,10 @@ import os
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from real_frontend import ROOT, open_page, save_png, start_server  # noqa: E402
+from real_frontend import ROOT, open_page, save_png, start_server, wait_idle  # noqa: E402
 
 TRANSCRIPT = "A short sentence that the reference clip says."
 MESSAGES_JS = """() => window.app.graph.nodes.flatMap(n => (n.widgets || []).filter(w => w.name === 'morph_messages')
@@ -33,18 +32,6 @@ MESSAGES_JS = """() => window.app.graph.nodes.flatMap(n => (n.widgets || []).fil
                       whole: e.scrollHeight <= e.clientHeight + 1}; }))"""
 SET_JS = """([node, name, value]) => { const n = window.app.graph.getNodeById(node);
   const w = n.widgets.find(w => w.name === name); w.value = value; w.callback?.(value); }"""
-
-
-def wait_idle(port: int, seconds: float = 180) -> None:
-    """Until ComfyUI's queue is empty (the job ran or failed)."""
-    time.sleep(1.0)
-    end = time.time() + seconds
-    while time.time() < end:
-        queue = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/queue").read())
-        if not queue["queue_running"] and not queue["queue_pending"]:
-            return
-        time.sleep(0.5)
-    raise TimeoutError("the job did not end")
 
 
 def run(page, port: int, text: str) -> list[dict]:
