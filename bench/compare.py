@@ -61,8 +61,9 @@ def lines_row(part: str, report: dict, row: dict) -> dict:
                                 ("end_to_end", row["end_to_end_runs_s"], row["end_to_end_audio_s"])):
         out[f"{key}_wall_s"] = spread(walls)
         out[f"{key}_x_real_time"] = spread([audio_s / w for w in walls], 1)
-    # the untimed first end-to-end render (bench.batch --warm-up) or first batch (the peer's, its capture)
-    out["first_render_s"] = row.get("first_render_s", row.get("warmup_s"))
+    # the untimed first end-to-end render: bench.batch --warm-up's, or the peer's first batch (its capture;
+    # bench.batch's own warmup_s is its decode-only warm-up, no render)
+    out["first_render_s"] = row.get("first_render_s", row.get("warmup_s") if "stack" in row else None)
     out["timed_runs_warm"] = "first_render_s" in row or report.get("warm_frames") == report.get("frames_per_line")
     return out
 
@@ -75,6 +76,8 @@ def log_sections(log: str) -> dict[str, list[str]]:
         if header:
             current = header.group(1)
             sections[current] = []
+        elif line.startswith("exit "):
+            current = None
         elif current is not None:
             sections[current].append(line)
     return sections

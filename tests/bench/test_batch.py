@@ -149,3 +149,28 @@ def test_paged_batching_reports_its_pool_and_the_continuous_codes(tiny_dir, tmp_
     assert (dense["batching"], paged["batching"]) == ("continuous", "paged") and "error" not in paged
     assert paged["page"] == 32 and 0 < paged["peak_pages"] <= paged["pages"]
     assert paged["frames_per_line"] == dense["frames_per_line"] and paged["audio_s"] == dense["audio_s"]
+
+
+def test_warm_up_renders_once_before_the_timed_renders(tiny_dir, tmp_path, monkeypatch, batch_report):
+    """--warm-up: one end-to-end render before the timed ones, timed apart (first_render_s), so every timed render is
+    warm, as bench/batch_faster.py times its peer after a first batch."""
+    from bench import batch
+    from morph.render import BatchTTS
+    from tests.bench.conftest import _written, fake_clock
+
+    renders = []
+    original = BatchTTS.render
+
+    def render(self, *args, **kwargs):
+        renders.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(BatchTTS, "render", render)
+    with fake_clock():
+        report = _written(batch.main, ["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--lines", "2",
+                                       "--frames", "4", "--warm-frames", "2", "--batch-sizes", "2", "--seq-groups", "5",
+                                       "--repeats", "2", "--warm-up", "--no-script-job"], tmp_path / "warm.json")
+    row = report["results"][0]
+    assert len(renders) == 3 and row["end_to_end_runs_s"] == [TICK_S + CODEC_DELAY_S] * 2
+    assert row["first_render_s"] == TICK_S + CODEC_DELAY_S
+    assert "first_render_s" not in batch_report["results"][0]  # without --warm-up: none

@@ -110,3 +110,36 @@ def test_first_call_runs_cold_then_warm_in_fresh_processes(first_call_report):
         for key in ("since_spawn_s", "load_s", "voice_s", "first_generation_s", "process_s"):
             assert isinstance(row[key], float) and row[key] >= 0, key
     assert cold["cache_files_at_start"] == 0
+
+
+def test_warm_up_makes_a_morph_stacks_first_call_apart(tiny_dir, tmp_path, monkeypatch):
+    """--warm-up: a morph stack's first call before its timed runs (W E D E D), so every timed run is warm, as the
+    peers' benches time theirs; upstream, with nothing to capture, is not warmed (E D E D)."""
+    from bench import stacks
+    from tests.bench.conftest import fake_clock
+
+    calls = []
+
+    def recorded(name, method):
+        def run(self, *args, **kwargs):
+            calls.append(name)
+            return method(self, *args, **kwargs)
+        return run
+
+    for name in ("speak", "generate"):
+        monkeypatch.setattr(stacks.Runner, name, recorded(name, getattr(stacks.Runner, name)))
+    with fake_clock():
+        report = speed.main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--frames", "3",
+                             "--repeats", "2", "--prompts", "xvector", "--stacks", "auto:5,upstream", "--warm-up",
+                             "--agreement", "", "--json", str(tmp_path / "s.json")])
+    assert calls == ["speak"] + ["speak", "generate"] * 2 + ["speak", "generate"] * 2
+    auto, upstream = report["results"]
+    assert auto["warmed_up"] is True and upstream["warmed_up"] is False
+    assert "first call apart" in report["order"]
+    for row in (auto, upstream):
+        assert len(row["runs_s"]) == len(row["end_to_end_runs_s"]) == 2
+    # the warm-up's own reading on the fake clock: its codec's delay in it, and in no timed run's count
+    assert auto["first_call_s"] == pytest.approx(TICK_S + CODEC_DELAY_S)
+    assert auto["end_to_end_warm_ms_per_frame"] == auto["end_to_end_ms_per_frame"]
+    assert upstream["first_call_s"] == upstream["end_to_end_runs_s"][0]
+    assert auto["end_to_end_ran_as"] == "eager" and "capture_or_compile_s" in auto
