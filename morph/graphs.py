@@ -177,7 +177,7 @@ def frame_loop_stream(device: torch.device):
         caller.wait_stream(stream)
 
 
-# Held by every capture, and by the pack's GPU work on other threads (morph/continuous.py), so that the two never
+# Held by every capture, and by the pack's GPU work on other threads (morph/engine/runner.py), so that the two never
 # overlap: while a stream captures, CUDA forbids other threads' syncs and allocations (torch's default capture mode)
 CAPTURE_LOCK = threading.Lock()
 

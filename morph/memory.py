@@ -15,7 +15,7 @@ The continuous batch (every mode but eager) holds:
     frames of up to LIVE_ROW_FRAMES row-frames, or a row's restart of a window past upstream's first if that is
     larger, and every live row's codec state; in the fast modes the calls' CUDA graphs, which keep their activations
     for the whole render, with a restart or an ICL voice's priming op by op beside them;
-  - prompts: the joining group's prompt and, when more rows wait, the next one's (morph/continuous.py GroupAhead);
+  - prompts: the joining group's prompt and, when more rows wait, the next one's (morph/engine/runner.py GroupAhead);
   - WORKSPACE (cuBLAS's workspaces, the sampler's and the code predictor's scratch), and STREAM_WORKSPACE for each of
     the batch's own streams the process has not used yet.
 The pool, the state, the prompts and WORKSPACE for the whole render, and a prefill and the codec on top: the
@@ -63,7 +63,7 @@ UPSTREAM_CODEC_WORKSPACE = 80 * 2**20
 # Every run's, above the start of a fresh process's batch-1 render (bench/results/h100-2026-11-24c/NOTES.md)
 WORKSPACE = 64 * 2**20
 # cuBLAS's workspace for each of the continuous batch's own streams, its frame loop's (morph/graphs.py
-# frame_loop_stream) and its next group's prompt's (morph/continuous.py): taken by the first render of a process that
+# frame_loop_stream) and its next group's prompt's (morph/engine/runner.py): taken by the first render of a process that
 # uses the stream and kept (graphs.side_stream), so counted until then (bench/results/h200-2026-11-26f/NOTES.md)
 STREAM_WORKSPACE = 32 * 2**20
 # The lean codec: bytes a row-frame of its largest chunk call, cuDNN's workspaces included (a call of one row takes
@@ -216,7 +216,7 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
         codec = max(_lean_codec_call(LIVE_CHUNK, per_call), restart)
     codec += (width + 2 * per_call) * _codec_row_state(tts)
     codec += AUDIO_COPIES * 4 * tts.codec.upsample * LIVE_CHUNK * per_call
-    ahead = len(rows) > width  # a next group's prompt is built while one joins (morph/continuous.py), on its stream
+    ahead = len(rows) > width  # a next group's prompt is built while one joins (morph/engine/runner.py), on its stream
     prompts = (1 + ahead) * width * max(p for p, _, _ in rows) * shape.hidden_bytes
     roles = (FRAME_LOOP, PROMPTS) if ahead else (FRAME_LOOP,)
     streams = STREAM_WORKSPACE * sum(not side_stream_made(device, role) for role in roles)

@@ -88,7 +88,7 @@ class BatchTTS:
         propagates. Messages name line i as `labels[i]`, as "line i+1" when there are several lines and no labels,
         and a single line not at all, and word their fixes as `words` does (morph/lines/words.py).
         `on_chunk(i, audio)` hands line i's audio in order as it is made (on the engine in chunks as
-        morph/continuous.py LiveChunks sizes them; in eager mode the whole line once); a line's chunks joined are the
+        morph/engine/runner.py LiveChunks sizes them; in eager mode the whole line once); a line's chunks joined are the
         audio on_line gets. `kv_cache_bytes` (not in eager mode): the batch's keys and values in a pool of that size,
         not one sized to the rows (morph/decode/kv_store.py).
         """

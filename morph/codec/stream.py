@@ -1,6 +1,6 @@
 """The lean codec's one streamer: rows decoded a chunk at a time, each with a codec state of its own, any rows with as
 many new frames together in a call, on the codec's CUDA stream beside the frame loop. The continuous batch feeds it
-each row's frames while the row is made (which frames go when: morph/continuous.py `LiveChunks`); rows already made
+each row's frames while the row is made (which frames go when: morph/engine/runner.py `LiveChunks`); rows already made
 are a stream fed all their frames (`decode_whole`, BatchTTS.decode's in every mode but eager).
 
 A row's chunks joined are upstream's decode of the row to rounding, whatever the chunks, made upstream's way:

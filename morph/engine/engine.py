@@ -11,7 +11,7 @@ need: a row with other settings, or needing more, waits until the rows before it
 again for it. A render's batch (`need` None) takes its need and its paged pool from the rows waiting when it is built
 and runs throughput first; a live one (`need` given: a server's) holds rows of up to `need` cache slots each, dense
 or in a pool of kv_cache_bytes, and puts a new request's first audio first (morph/engine/scheduler.py Pace,
-morph/continuous.py LiveChunks).
+morph/engine/runner.py LiveChunks).
 
 Failures: out of memory, the batch narrows to half its width and the rows that handed out no audio run again at the
 front of the queue (a request whose unfinished rows had streamed audio fails, and one row alone that does not fit
@@ -51,7 +51,7 @@ def fatal(error: BaseException) -> bool:
 
 class Engine:
     """Requests through one continuous batch (module docstring). `ahead`: a group's prompts are built on a worker
-    thread while the group before joins (morph/continuous.py; for rows nobody cancels one by one: a render's, a Ray
+    thread while the group before joins (morph/engine/runner.py; for rows nobody cancels one by one: a render's, a Ray
     worker's); `overcommit`: the paged pool may preempt a row whose audio has not gone out, which runs again (for
     requests that do not stream); `stop(row)`: the frame at which a row ends at the latest (its limit; a benchmark's
     random weights end where speech would); `audio` False: on_row gets each row's codes, and no codec runs."""
