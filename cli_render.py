@@ -271,7 +271,7 @@ def script_lines(engine, variant, cast, clips, transcripts, instructs, parsed, l
 
 
 def write(engine, parsed, lines, store, language, settings, args) -> int:
-    from morph.engine.runner import runs_lean
+    from morph.settings import runs_lean
     from morph.qwen.quiet import quiet_third_party
     from morph.render import retired_batching
     from morph.script_job import ScriptJob

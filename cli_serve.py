@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
 def load_served(args: argparse.Namespace):
     """The model, in the engine's process (morph/engine/process.py)."""
-    from morph.engine.runner import runs_lean
+    from morph.settings import runs_lean
 
     tts = load_model(args, args.mode)
     if not runs_lean(tts):  # auto on a CPU: the lean layers in torch

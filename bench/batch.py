@@ -53,14 +53,13 @@ from bench.common import (HELD_FRAMES, add_model_args, emit, load_bench_model, m
                           save)
 from bench.lines import add_line_args, bench_lines
 from bench.workload import StepClock, eos_held, graph_bytes, peak_bytes, sync, taken_bytes
-from morph.engine.runner import runs_lean
 from morph.decode.runner import MODES, check_mode
 from morph.lines.script import parse_script
 from morph.lines.store import LineStore
 from morph.memory import working_memory
 from morph.render import BatchTTS, Line, plan_batches
 from morph.script_job import ScriptJob, job_context
-from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings
+from morph.settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings, runs_lean
 from postprocess import smooth
 
 PAUSE_S = 0.4  # between the dialogue's lines: the default of cli.py render and Render Lines

@@ -18,8 +18,8 @@ import torch
 
 from bench.random_model import build_random_model
 from morph.api import MorphTTS
-from morph.engine.runner import runs_lean
 from morph.lines.text_split import MAX_SEGMENT_CHARS
+from morph.settings import runs_lean
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _WORDS = "we should leave before the rain comes back and the road floods again tonight "

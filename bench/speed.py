@@ -53,12 +53,11 @@ from bench.random_model import build_random_model
 from bench.stacks import Runner, stack
 from bench.sentences import reference_wave
 from bench.workload import REF_TEXT, TEXT, eos_held, peak_bytes, sync
-from morph.engine.runner import runs_lean
 from morph.decode.runner import check_mode
 from morph.api import MorphTTS
 from morph.qwen.loading import resolve_device
 from morph.render import BatchTTS
-from morph.settings import DEFAULT_SEQ_GROUPS, FRAMES_PER_SECOND, MODES, SAMPLE_RATE, GenerationSettings
+from morph.settings import DEFAULT_SEQ_GROUPS, FRAMES_PER_SECOND, MODES, SAMPLE_RATE, GenerationSettings, runs_lean
 
 # Every mode the engine has, at the exact setting and the default one.
 DEFAULT_STACKS = ",".join(["upstream"] + [f"{mode}:{k}" for mode in MODES for k in (15, DEFAULT_SEQ_GROUPS)])

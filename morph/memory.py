@@ -45,14 +45,13 @@ import torch
 
 from .codec.calls import LIVE_CHUNK, LIVE_ROW_FRAMES, call_width
 from .codec.pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows, row_frames
-from .engine.runner import runs_lean
 from .graphs import FRAME_LOOP, PROMPTS, side_stream_made
 from .lines.line import Row
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .masked_attention import SCORES_BYTES
 from .prompts import prefill_tokens, prompt_tokens, token_count
-from .settings import KV_PAGE, GenerationSettings, capacity_for, prefill_bucket, prefill_rows, requeue_pool_pages
+from .settings import KV_PAGE, GenerationSettings, capacity_for, prefill_bucket, prefill_rows, requeue_pool_pages, runs_lean
 
 # The terms below are fits to the peaks of tests/gpu/test_memory.py (0.6B dims, bf16, fused, 5 s lines, x-vector and
 # ICL voices, 1 to 64 rows); each names the NOTES.md that holds its fit.

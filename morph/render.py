@@ -42,7 +42,6 @@ import torch
 
 from .codec.pieces import decode_rows
 from .codec.stream import decode_whole
-from .engine.runner import runs_lean
 from .engine.engine import Engine, too_large
 from .engine.request import rows_request
 from .engine.scheduler import back_off
@@ -52,7 +51,7 @@ from .lines.voice import Voice
 from .lines.words import FOR_PYTHON, Words
 from .progress import SlotProgress
 from .prompts import make_rows, prompt_inputs, token_count
-from .settings import DEFAULT_BATCH_SIZE, RETIRED_BATCHING, GenerationSettings
+from .settings import DEFAULT_BATCH_SIZE, RETIRED_BATCHING, GenerationSettings, runs_lean
 
 log = logging.getLogger(__name__)
 

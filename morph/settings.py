@@ -90,6 +90,12 @@ def requeue_pool_pages(rows: Sequence[tuple[int, int]], width: int) -> int:
     return max(pool_pages(expected, width), pool_pages([max(p + f + 1 for p, f in rows)], 1))
 
 
+def runs_lean(tts, device=None) -> bool:
+    """Whether `tts` renders on the engine's continuous batch (every mode but eager), as its mode resolves on `device`
+    (its own when None; a host that offloaded the model names the device it comes back to)."""
+    return tts.patch.resolved_mode(device or tts.device) != "eager"
+
+
 def check_seq_groups(seq_groups, num_groups: int = MAX_SEQ_GROUPS, who: str = "morph") -> int:
     """Return seq_groups as an int, or raise a ValueError that says the valid range."""
     if isinstance(seq_groups, bool) or not isinstance(seq_groups, int) or not 1 <= seq_groups <= num_groups:

@@ -31,6 +31,9 @@ FORBIDDEN = (
     ("morph", "comfy"), ("morph", "comfy_execution"), ("morph", "server"), ("morph", "folder_paths"),
     # the frame step knows nothing of upstream's classes: reference/patch.py is the one seam to them
     ("morph.decode", "morph.qwen"),
+    # the engine sits under the front ends that submit to it, and what sizes it (memory.py) under the engine
+    ("morph.engine", "morph.render"), ("morph.engine", "morph.api"), ("morph.engine", "morph.script_job"),
+    ("morph.engine", "morph.distributed"), ("morph.engine", "morph.serve"), ("morph.memory", "morph.engine"),
 )
 
 

@@ -14,7 +14,6 @@ import numpy as np
 from ..api import MorphTTS
 from ..engine.engine import Engine
 from ..engine.request import rows_request
-from ..engine.runner import runs_lean
 from ..engine.thread import EngineThread
 from ..line_audio import LineAudio
 from ..lines.store import LineFiles, Written
@@ -22,7 +21,7 @@ from ..lines.voice import Voice
 from ..prompts import make_rows, token_count
 from ..render import BatchTTS, Line
 from ..script_job import job_context
-from ..settings import GenerationSettings
+from ..settings import GenerationSettings, runs_lean
 
 
 class LineWorker:

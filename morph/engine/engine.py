@@ -30,11 +30,11 @@ from typing import Callable, Iterator
 
 import torch
 
-from .runner import RowRunner, budget_pages, runs_lean
+from .runner import RowRunner, budget_pages
 from ..errors import reason
 from ..lines.line import Row
 from ..memory import batch_need, free_bytes
-from ..settings import GenerationSettings, pool_pages, requeue_pool_pages
+from ..settings import GenerationSettings, pool_pages, requeue_pool_pages, runs_lean
 from .request import CANCELLED, DONE, FAILED, RUNNING, WAITING, Request
 from .scheduler import Pace, back_off, fitting_width
 

@@ -38,13 +38,6 @@ WARM_SHORT = ("Ready.", "Are you ready to go?", "The lanterns are lit, and the r
 WARM_FRAMES = 40
 
 
-def runs_lean(tts, device: torch.device | None = None) -> bool:
-    """Whether a render runs the lean path (the continuous batch, the lean codec): in every mode but eager, as the
-    mode runs on `device` (the model's own when None; a host's memory manager that has offloaded the model names the
-    device it loads it back to)."""
-    return tts.patch.resolved_mode(device or tts.device) != "eager"
-
-
 class RowRunner:
     """One continuous batch (morph/engine/batch.py) and its audio, kept by morph/engine/engine.py between its runs
     while the settings hold: rows join while it runs, each row's audio handed to on_row whole as it ends and, with

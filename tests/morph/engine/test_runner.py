@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from morph.engine import runner as continuous
-from morph.engine.runner import GroupAhead, LiveChunks, runs_lean
+from morph.engine.runner import GroupAhead, LiveChunks
+from morph.settings import runs_lean
 from morph.engine.scheduler import Live
 from morph.render import BatchTTS, Line
 from morph.settings import GenerationSettings, Sampling
