@@ -1,13 +1,17 @@
 """`cli.py serve`: its flags are checked before the model loads, the server it starts answers the pack's load test
 (bench/serve.py, which starts it as a user would, saves a voice and streams speech from it) on the tiny model, and the
-process ends as a supervisor needs: 1 when its engine fails, 0 after a bounded drain on SIGTERM."""
+process ends as a supervisor needs: 1 when it cannot start (a port in use, found before the model loads; a model that
+does not load) or its engine keeps failing (the requests that arrive meanwhile answered 503), 0 after a bounded drain
+on SIGTERM."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -64,6 +68,36 @@ def test_the_server_it_starts_streams_speech_to_the_load_test_and_comes_back_fro
     assert kill["restart_s"] is not None and [r["ok"] for r in kill["after_restart"]] == [True] * 3
 
 
+def serve(*flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "cli.py", "serve", "--device", "cpu", *flags], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_port_in_use_exits_1_before_the_model_loads(tiny_dir, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = serve("--model", str(tiny_dir), "--voices", str(tmp_path / "voices"), "--port", str(port))
+    assert run.returncode == 1, run.stderr
+    assert (f"CRITICAL: serve: cannot listen on 127.0.0.1:{port} (Address already in use); stop what listens there, "
+            "or choose another --host or --port; exiting with status 1") in run.stderr
+    assert "loading" not in run.stderr and "engine's process" not in run.stderr  # no model was loaded
+
+
+def test_a_model_that_does_not_load_exits_1(tiny_dir, tmp_path):
+    """A checkpoint whose weights file is cut short: the engine's process cannot load it, and the server's start
+    fails with 1 (uvicorn's own exit for a failed startup is 3), saying why."""
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(tiny_dir, corrupt)
+    weights = corrupt / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    run = serve("--model", str(corrupt), "--voices", str(tmp_path / "voices"), "--port", str(free_port()))
+    assert run.returncode == 1, run.stderr
+    assert re.search(r"CRITICAL: serve: the speech engine's process could not start: .*corrupt.*; exiting with status 1",
+                     run.stderr), run.stderr
+
+
 @contextlib.contextmanager
 def faulty_server(tiny_dir, tmp_path, mode, *flags):
     """`cli.py serve` in a process of its own, its engine given a fault (tests/serve_faults.py); its URL and process
@@ -89,16 +123,25 @@ def faulty_server(tiny_dir, tmp_path, mode, *flags):
 
 def test_an_engine_that_keeps_failing_ends_the_process_with_an_error(tiny_dir, tmp_path):
     """A device-side assert in the batch: the request gets 503 naming it and the engine's process is started again;
-    once that has happened RESTARTS times, the process exits 1 within seconds, for its supervisor to restart it."""
+    once that has happened RESTARTS times, the process exits 1 within seconds, for its supervisor to restart it. The
+    requests sent as it gives up get its 503 (server_failed), not a dropped connection."""
     from morph.serve.lifecycle import RESTARTS
 
     with faulty_server(tiny_dir, tmp_path, "fail") as (url, process):
-        for _ in range(RESTARTS):
+        for attempt in range(RESTARTS):
             wait_healthy(url, 300, alive=lambda: process.poll() is None)
             reply = httpx.post(f"{url}/v1/audio/speech", timeout=60, json={"input": "FAIL now.", "voice": "alice",
                                                                            "response_format": "wav", "stream": False})
             failed = time.monotonic()
             assert reply.status_code == 503 and "device-side assert" in reply.json()["error"]["message"]
+            if attempt == RESTARTS - 1:  # the last: the server gives up now; what is sent meanwhile is answered
+                codes = []
+                while time.monotonic() - failed < 0.5:
+                    late = httpx.post(f"{url}/v1/audio/speech", timeout=10, json={"input": "Hi.", "voice": "alice"})
+                    assert late.status_code == 503, late.text
+                    codes.append(late.json()["error"]["code"])
+                    assert late.headers.get("connection") == "close" or codes[-1] == "engine_failed", late.headers
+                assert "server_failed" in codes and set(codes) <= {"server_failed", "engine_failed"}, codes
             try:  # until the server has seen the engine's process end
                 while process.poll() is None and httpx.get(f"{url}/health").status_code == 200:
                     time.sleep(0.02)

@@ -27,7 +27,7 @@ from ..engine.process import EngineProcess, ModelInfo, make_voice
 from ..errors import Busy, EngineFailed
 from ..lines.line import Line
 from ..settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSettings
-from .lifecycle import GRACE_S, Gate, Lifecycle
+from .lifecycle import GRACE_S, Gate, Lifecycle, quiet_uvicorn
 from .live_text import live_text
 from .metrics import Metrics
 from .protocol import ApiError, SpeechRequest, api_error
@@ -48,6 +48,7 @@ def create_app(load, voices_dir: Path, api_key: str | None = None, model_id: str
     (morph/engine/process.py); that process starts with the app, again when it ends, on the same listener
     (lifecycle.py says how often), and stops with it."""
     voices, metrics, lifecycle = VoiceFolder(voices_dir), Metrics(), Lifecycle()
+    quiet_uvicorn()
     defaults = (defaults or GenerationSettings()).validate("cli.py serve")
     created = int(time.time())
 
@@ -114,12 +115,15 @@ def create_app(load, voices_dir: Path, api_key: str | None = None, model_id: str
             name = check_name(name)
         except ValueError as e:
             raise ApiError(400, str(e), "name", "invalid_value") from None
-        if voices.path_of(name).exists():
-            raise ApiError(409, f"name: a voice named {name!r} exists; DELETE /v1/audio/voices/{name} first, or "
-                                "choose another name", "name", "voice_exists")
-        voice = await request.app.state.speech.make_voice(await audio_sample.read(), "audio_sample", ref_text,
-                                                          x_vector_only_mode)
-        return _voice_object(await asyncio.to_thread(voices.save, name, voice))
+        try:  # the name is held while the voice is made: a second upload of it is refused now, not saved over it
+            with voices.reserve(name):
+                voice = await request.app.state.speech.make_voice(await audio_sample.read(), "audio_sample", ref_text,
+                                                                  x_vector_only_mode)
+                record = await asyncio.to_thread(voices.save, name, voice)
+        except FileExistsError:
+            raise ApiError(409, f"name: a voice named {name!r} exists, or is being made from another upload; DELETE "
+                                f"/v1/audio/voices/{name} first, or choose another name", "name", "voice_exists") from None
+        return _voice_object(record)
 
     @app.get("/v1/audio/voices")
     async def list_voices(request: Request):

@@ -7,6 +7,8 @@ within RESTART_WINDOW_S (the process exits 1, for its supervisor to restart it).
 `Gate` is the door every HTTP request and WebSocket session passes, in this order: the API key (401; /health needs
 none), the state (503 unless loading or serving), the body's size (413, before any of it is parsed); it counts the
 requests and sessions inside, which a drain waits for. /health and /metrics pass in every state: they report it.
+
+`run_server` binds its port before the model loads, and exits 1 on every failure to start or go on.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import socket
 import sys
 import threading
 import time
 from urllib.parse import parse_qs
 
-from .protocol import ApiError
+from .protocol import ApiError, CutOff
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +33,8 @@ MAX_UPLOAD_BYTES = 25 << 20  # a voice upload (multipart): OpenAI's limit for an
 UPLOAD_ROUTE = "/v1/audio/voices"
 OPEN_ROUTES = ("/health", "/metrics")
 GRACE_S = 5  # after the state says exit: for the answers already decided to go out, and the engine to stop
+# once failed: requests that arrive as the server gives up (sent before they could know) still get its 503
+FAILED_ANSWER_S = 2
 
 
 class Lifecycle:
@@ -92,9 +97,9 @@ class Lifecycle:
         if state == RESTARTING:
             return ApiError(503, f"the server's speech engine is being restarted ({reason}); send the request again "
                                  "in a few seconds", None, "server_restarting", "server_error", {"Retry-After": "5"})
-        if state == FAILED:
+        if state == FAILED:  # the connection closes with the answer: the process is about to exit
             return ApiError(503, f"this server has failed and is exiting to be restarted: {reason}; send the request "
-                                 "again once it is back", None, "server_failed", "server_error")
+                                 "again once it is back", None, "server_failed", "server_error", {"Connection": "close"})
         return None
 
 
@@ -138,7 +143,8 @@ class Gate:
                                                               self.api_key.encode()):
             return None
         return ApiError(401, "the API key is missing or wrong; send Authorization: Bearer <key>"
-                        + (" or ?api_key=<key>" if websocket else ""), None, "invalid_api_key")
+                        + (" or ?api_key=<key>" if websocket else ""), None, "invalid_api_key",
+                        headers={"WWW-Authenticate": "Bearer"})
 
 
 async def _read_body(scope, receive, cap: int) -> tuple[bytes | None, ApiError | None]:
@@ -171,14 +177,43 @@ def _replay(body: bytes, receive):
     return replay
 
 
+class _Deliberate(logging.Filter):
+    """uvicorn's error log, less two records of what the server does on purpose: a stream it cut off (CutOff; the
+    stream logged one warning, and uvicorn would log an ASGI exception and its traceback), and a WebSocket handshake
+    the Gate refused with an HTTP answer (uvicorn's websockets-sansio protocol logs that as an ERROR, "returned without
+    completing handshake", as it does no other: its pull request 3138). This app's WebSocket route accepts before it
+    does anything else, so that record is never a failure of its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "ASGI callable returned without completing handshake.":
+            return False
+        error = record.exc_info[1] if record.exc_info else None
+        while error is not None:
+            if isinstance(error, CutOff):
+                return False
+            error = error.__cause__ or error.__context__
+        return True
+
+
+_DELIBERATE = _Deliberate()
+
+
+def quiet_uvicorn() -> None:
+    """Put _Deliberate on uvicorn's error log (once, however many apps are made)."""
+    logger = logging.getLogger("uvicorn.error")
+    if _DELIBERATE not in logger.filters:
+        logger.addFilter(_DELIBERATE)
+
+
 def run_server(app, host: str, port: int, shutdown_timeout: float) -> int:
-    """Serve `app` (create_app's) until a signal has drained it (0) or it fails (the process exits 1 at once)."""
+    """Serve `app` (create_app's) until a signal has drained it (0), or it fails to start or go on (the process exits
+    1 at once). The port is bound first, so a port in use is found before the model loads."""
     import uvicorn
 
     lifecycle: Lifecycle = app.state.lifecycle
 
     class Server(uvicorn.Server):
-        deadline = cut = None
+        deadline = cut = failed = None
 
         def handle_exit(self, sig, frame) -> None:
             """SIGTERM, SIGINT: drain; a second one cuts the rest off now (uvicorn would stop at once instead)."""
@@ -191,11 +226,14 @@ def run_server(app, host: str, port: int, shutdown_timeout: float) -> int:
                 self.deadline = now
 
         async def on_tick(self, counter: int) -> bool:
-            if await super().on_tick(counter) or lifecycle.state == FAILED:
+            if await super().on_tick(counter):
                 return True
+            now = time.monotonic()
+            if lifecycle.state == FAILED:  # answering 503 a moment longer: then the listener closes
+                self.failed = self.failed or now
+                return now >= self.failed + FAILED_ANSWER_S
             if lifecycle.state != DRAINING:
                 return False
-            now = time.monotonic()
             if lifecycle.active and now >= self.deadline and self.cut is None:
                 self.cut = now
                 log.warning("serve: cutting off %d requests still in flight after %g s", lifecycle.active,
@@ -206,7 +244,14 @@ def run_server(app, host: str, port: int, shutdown_timeout: float) -> int:
             return not lifecycle.active or (self.cut is not None and now >= self.cut + GRACE_S)
 
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_S)
-    Server(config).run()
+    try:
+        with _bind(host, port) as listener:
+            Server(config).run(sockets=[listener])
+    except OSError as e:  # from the bind; or from the listen, when another server bound the port while the model loaded
+        lifecycle.fail(f"cannot listen on {host}:{port} ({e.strerror or e}); stop what listens there, or choose "
+                       "another --host or --port")
+    except SystemExit:  # uvicorn's own exit when the app's startup (the model's load) failed: 3 in its newer versions
+        lifecycle.fail("the server did not start")  # the load's failure, when that said why first, is kept
     if lifecycle.state != FAILED:
         return 0
     # Every request is answered. The exit is immediate: the supervisor acts on the status alone, and the interpreter's
@@ -214,3 +259,16 @@ def run_server(app, host: str, port: int, shutdown_timeout: float) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(1)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A socket bound to the address and not yet listening: uvicorn listens on it once the model has loaded, so a
+    client meanwhile is refused at once rather than left waiting in the queue."""
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart finds the port free at once
+        listener.bind((host, port))
+    except OSError:
+        listener.close()
+        raise
+    return listener

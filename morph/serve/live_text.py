@@ -10,8 +10,9 @@ the protocol vLLM-Omni's Qwen3-TTS clients speak (in full: docs/serving.md, Text
       binary frames: the sentence's audio, each sentence a stream of its own as POST streams it
       {"type": "audio.done", "sentence_index": N, "total_bytes": B}
     then {"type": "session.done", "total_sentences": N} and the close (1000). An error is {"type": "error", "message",
-    "code", "param"} and the close: 1008 for what the client got wrong, 1013 for what it may try again later (a busy
-    or draining server), 1011 for the server's own failure.
+    "code", "param"} and the close: 1007 for text that is no text (POST's 400 `invalid_text`), 1008 for anything else
+    the client got wrong, 1013 for what it may try again later (a busy or draining server), 1011 for the server's own
+    failure.
 
 A sentence ends where morph/lines/text_split.py ends one, once the white space after its mark has come (so neither
 "3.14" nor a sentence still being typed is cut), or at MAX_SENTENCE_CHARS. Each sentence is a request of its own in
@@ -35,7 +36,8 @@ from pydantic import ValidationError
 from ..lines.text_split import BOUNDARY, CLAUSE
 from ..settings import SAMPLE_RATE
 from .audio_io import STREAMABLE
-from .protocol import MAX_INPUT_CHARS, ApiError, SpeechRequest, api_error, validation_error
+from .protocol import MAX_INPUT_CHARS, ApiError, CutOff, NotText, SpeechRequest, api_error, check_text, \
+    validation_error
 from .speech import Speech
 
 log = logging.getLogger(__name__)
@@ -100,12 +102,12 @@ async def live_text(ws: WebSocket, speech: Speech) -> None:
     except WebSocketDisconnect:
         pass  # the client went away: its sentences are cancelled below
     except Exception as e:  # every failure is answered, in the protocol's shape
-        error = api_error(e)
-        if error.status >= 500 and not isinstance(e, ApiError):
+        error = api_error(e.error if isinstance(e, CutOff) else e)  # a cut sentence's stream has logged why
+        if error.status == 500 and not isinstance(e, (ApiError, CutOff)):  # a bug: its traceback is wanted
             log.error("%s: %s", WHO, error.message, exc_info=e)
         with contextlib.suppress(WebSocketDisconnect, RuntimeError):  # a client that is gone hears nothing
             await ws.send_json({"type": "error", "message": error.message, "code": error.code, "param": error.param})
-            await ws.close(1008 if error.status < 500 else 1013 if error.status == 503 else 1011)
+            await ws.close(_close_code(error))
     finally:
         session.cancel()
 
@@ -158,6 +160,10 @@ class _Session:
                 if len(text) > MAX_INPUT_CHARS:
                     raise ApiError(400, f"text: {len(text)} characters in one input.text, over the {MAX_INPUT_CHARS} "
                                         "a message takes; send it in several", "text", "invalid_value")
+                try:  # as POST checks its input: the engine's tokenizer cannot take a lone surrogate
+                    check_text(text)
+                except NotText as e:
+                    raise ApiError(400, f"text: {e}", "text", "invalid_text") from None
                 await self._add(sentences.feed(text))
             elif kind == "input.done":
                 await self._add(sentences.finish())
@@ -198,7 +204,7 @@ class _Session:
             self.queued.popleft()  # from here its stream owns it
             self.streaming, total = True, 0
             chunks = self.speech.stream(sentence.request, sentence.items, self.fmt, False, self.speed,
-                                        sentence.started, sentence.text)
+                                        sentence.started, sentence.text, WHO)
             async with contextlib.aclosing(chunks):  # its end cancels the request and counts it, however it ends
                 async for data in chunks:
                     await ws.send_bytes(data)
@@ -217,6 +223,13 @@ class _Session:
             self.speech.engine.cancel(sentence.request)
             self.speech.metrics.finished("cancelled", 0.0, now - sentence.started)
         self.queued.clear()
+
+
+def _close_code(error: ApiError) -> int:
+    """The close that goes with an error (module docstring)."""
+    if error.code == "invalid_text":
+        return 1007
+    return 1008 if error.status < 500 else 1013 if error.status == 503 else 1011
 
 
 async def _receive(ws: WebSocket) -> dict:

@@ -5,7 +5,7 @@
 A stream's status and headers go out before its audio, so a failure after that cannot change the status: the stream
 is cut off (its chunked body never ends) rather than ended as if whole. A client that goes away cancels its request
 in every format: a stream's at its next chunk, when Starlette stops the stream; a whole file's at once, `_whole`
-listening for the disconnect all the while.
+listening for the disconnect all the while. A stream that stops before its end, either way, is one warning in the log.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import collections
 import dataclasses
 import hashlib
 import json
+import logging
 import time
 
 import numpy as np
@@ -23,19 +24,22 @@ from fastapi import Request as HttpRequest
 from fastapi.responses import Response, StreamingResponse
 
 from ..engine.process import EngineProcess, ModelInfo, make_voice
-from ..errors import Busy
+from ..errors import Busy, reason
 from ..lines.line import Line
 from ..qwen.checkpoints import VARIANT_NAMES
 from ..settings import FRAMES_PER_SECOND, SAMPLE_RATE, GenerationSettings, Sampling
 from .audio_io import FORMATS, STREAMABLE, StreamEncoder, decode_base64_audio, encode, media_type, read_audio
 from .metrics import Metrics
-from .protocol import TASKS, ApiError, SpeechRequest, api_error
+from .protocol import TASKS, ApiError, CutOff, SpeechRequest, api_error
 from .tempo import Stretch, stretched
 from .voices import VoiceFolder
+
+log = logging.getLogger(__name__)
 
 WHO = "POST /v1/audio/speech"
 DEFAULT_FORMAT = "mp3" if "mp3" in FORMATS else "wav"
 REF_CACHE = 32  # voices made from a request's ref_audio, kept for the next request that sends the same clip
+LISTED = 10  # saved voices an unknown voice's error names; the rest are counted
 
 
 class _End:
@@ -73,7 +77,7 @@ class Speech:
         request, items = await self.submit(await self.line_of(body), settings, WHO)
         sse = body.stream_format == "sse"
         if sse or (fmt in STREAMABLE and body.stream is not False):
-            return StreamingResponse(self.stream(request, items, fmt, sse, body.speed, started, body.input),
+            return StreamingResponse(self.stream(request, items, fmt, sse, body.speed, started, body.input, WHO),
                                      media_type="text/event-stream" if sse else media_type(fmt))
         return await self._whole(request, items, fmt, body.speed, http, started)
 
@@ -151,8 +155,11 @@ class Speech:
         try:
             return self.voices.load(name)
         except KeyError:
-            raise ApiError(400, f"voice: no saved voice named {name!r}; register one with POST /v1/audio/voices "
-                                "or send the clip as ref_audio", "voice", "voice_not_found") from None
+            names = self.voices.names()
+            saved = ", ".join(names[:LISTED]) + (f" and {len(names) - LISTED} more" if len(names) > LISTED else "")
+            raise ApiError(400, f"voice: no saved voice named {name!r} (saved: {saved or 'none'}); use one of those, "
+                                "register one with POST /v1/audio/voices, or send the clip as ref_audio", "voice",
+                           "voice_not_found") from None
         except ValueError as e:  # a name that cannot be a file, or a file that is not a voice
             raise ApiError(400, f"voice: {e}", "voice", "invalid_value") from None
 
@@ -186,8 +193,9 @@ class Speech:
 
     # -- the reply -------------------------------------------------------------------------------
     async def stream(self, request, items: asyncio.Queue, fmt: str, sse: bool, speed: float, started: float,
-                     text: str):
-        """A streamed reply's pieces (bytes) as the request's audio comes; `started`: when it arrived, for /metrics."""
+                     text: str, who: str):
+        """A streamed reply's pieces (bytes) as the request's audio comes; `started`: when it arrived, for /metrics;
+        `who`: the route, for the log."""
         samples, status = 0, "cancelled"  # samples: the model's, before the stretch
 
         def send(data: bytes) -> bytes:
@@ -204,7 +212,9 @@ class Speech:
                     yield send(data)  # an encoder still filling its first frame has nothing yet
             if item.error is not None:
                 status = "error"
-                raise item.error  # cuts the stream off: the client sees it unfinished, not whole
+                log.warning("%s: a stream was cut off after %.2f s of audio: %s", who, samples / SAMPLE_RATE,
+                            reason(item.error))
+                raise CutOff(item.error)  # the client sees it unfinished, not whole
             if data := await asyncio.to_thread(lambda: encoder.feed(stretch.finish()) + encoder.finish()):
                 yield send(data)
             if sse:  # the usage: the text's tokens in, the codec frames spoken out
@@ -214,6 +224,9 @@ class Speech:
                                                            total_tokens=tokens + frames))
             status = "ok"
         finally:
+            if status == "cancelled":  # its client went away (a WebSocket's: or its session ended)
+                log.warning("%s: a stream stopped after %.2f s of audio, before its end: cancelled", who,
+                            samples / SAMPLE_RATE)
             self.engine.cancel(request)  # nothing once it has ended; a client that went away frees its rows
             self.metrics.finished(status, samples / SAMPLE_RATE, time.perf_counter() - started)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import threading
 
 import pytest
@@ -43,3 +44,33 @@ def serving(tts, voices_dir, fault: dict | None = None, **options):
 def server(lean, tmp_path):
     with serving(lean, tmp_path / "voices") as (url, app):
         yield url, app
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def server_log():
+    """The records a server in this process logs meanwhile, at WARNING and above: uvicorn's error log (which does not
+    reach the root logger, so caplog misses it) and the pack's."""
+    handler = _Records()
+    loggers = [logging.getLogger("uvicorn.error"), logging.getLogger("morph")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield handler.records
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+def no_errors(records: list[logging.LogRecord]) -> None:
+    """Nothing an operator's alert would fire on: no record at ERROR or above, and no traceback."""
+    bad = [f"{r.levelname}: {r.getMessage()}" for r in records if r.levelno >= logging.ERROR or r.exc_info]
+    assert bad == [], bad

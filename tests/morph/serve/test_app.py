@@ -1,8 +1,9 @@
 """The speech server over real HTTP (morph/serve/; tiny model, CPU): the official `openai` client's streamed speech,
 curl, whole files and server-sent events give the audio the Python API gives with the same seed; every format, whole
 and streamed, decodes to the audio's length, and `speed` stretches it; saved voices are made, listed, used, deleted
-and kept across a restart; every bad input gets a 4xx naming its field; a client that goes away frees its row; the
-API key guards every route but /health; the model is listed and retrieved."""
+and kept across a restart, and of two uploads of one name one is saved and the other refused; every bad input gets a
+4xx naming its field; a client that goes away frees its row; the API key guards every route but /health; the model
+is listed and retrieved."""
 
 from __future__ import annotations
 
@@ -211,10 +212,42 @@ def test_saved_voices_are_listed_deleted_and_kept_across_a_restart(lean, tmp_pat
         assert httpx.get(f"{url}/v1/audio/voices", headers=AUTH).json()["data"] == []
 
 
+def test_two_uploads_of_one_new_name_save_one_and_refuse_the_other(server, tmp_path, ref_audio):
+    """Sent at once while the engine is held, so that neither voice can be made yet: one upload is refused with 409
+    at once, the other gets 200 once its voice is made, and the voice saved is that one's (its transcript), never
+    replaced by the other's."""
+    url, app = server
+    engine, gate = app.state.speech.engine, tmp_path / "go"
+    held = engine.call(hold, str(gate))
+    clip = wav_bytes(ref_audio[0])
+
+    def upload(text: str) -> httpx.Response:
+        return httpx.post(f"{url}/v1/audio/voices", headers=AUTH, data={"name": "dana", "ref_text": text},
+                          files={"audio_sample": ("d.wav", clip, "audio/wav")}, timeout=60)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        uploads = [pool.submit(upload, text) for text in ("The first take.", "The second take.")]
+        try:
+            first, _ = concurrent.futures.wait(uploads, 30, concurrent.futures.FIRST_COMPLETED)
+            assert first, "neither upload was answered while the engine was held"
+            refused = first.pop().result()
+        finally:
+            gate.touch()
+        held.result(60)
+        made = next(u.result(60) for u in uploads if u.result(60) is not refused)
+    assert refused.status_code == 409, refused.text
+    assert (refused.json()["error"]["param"], refused.json()["error"]["code"]) == ("name", "voice_exists")
+    assert made.status_code == 200, made.text
+    listed = httpx.get(f"{url}/v1/audio/voices", headers=AUTH).json()["data"]
+    assert [(v["id"], v["ref_text"]) for v in listed] == [("dana", made.json()["ref_text"])]
+    assert upload("A third take.").status_code == 409  # the name is its file's now
+    assert httpx.get(f"{url}/v1/audio/voices", headers=AUTH).json()["data"] == listed
+
+
 BAD = [  # (body changes, multipart or not, status, param, words in the message)
     ({"input": "   "}, 400, "input", "empty"),
     ({"input": "x" * 4097}, 400, "input", "4096"),
-    ({"voice": "nobody"}, 400, "voice", "no saved voice named 'nobody'"),
+    ({"voice": "nobody"}, 400, "voice", "no saved voice named 'nobody' (saved: alice); use one of those"),
     ({"voice": "../../etc/passwd"}, 400, "voice", "not a voice name"),
     ({"voice": None}, 400, "voice", "ref_audio"),
     ({"ref_audio": "https://example.com/a.wav"}, 400, "ref_audio", "ref_audio"),
@@ -222,6 +255,9 @@ BAD = [  # (body changes, multipart or not, status, param, words in the message)
     ({"response_format": "vorbis"}, 400, "response_format", "cannot be encoded"),
     ({"speed": 4.5}, 400, "speed", "less than or equal to 4"),
     ({"speed": 0.2}, 400, "speed", "greater than or equal to 0.25"),
+    ({"speed": True}, 400, "speed", "Input should be a valid number, not true"),
+    ({"max_new_tokens": "4"}, 400, "max_new_tokens", 'Input should be a valid integer, not "4"'),
+    ({"stream": "false"}, 400, "stream", 'Input should be a valid boolean, not "false"'),
     ({"task_type": "VoiceDesign"}, 400, "task_type", "cannot do VoiceDesign"),
     ({"task_type": "Singing"}, 400, "task_type", "not a task"),
     ({"language": "Klingon"}, 400, "language", "Klingon"),
@@ -280,6 +316,7 @@ def test_the_api_key_guards_every_route_but_health(shared):
         for headers in ({}, {"Authorization": "Bearer wrong"}):
             reply = httpx.request(method, f"{url}{path}", headers=headers)
             assert reply.status_code == 401 and reply.json()["error"]["code"] == "invalid_api_key", (path, headers)
+            assert reply.headers["www-authenticate"] == "Bearer"  # the scheme a 401 must name (RFC 9110)
     assert httpx.get(f"{url}/health").json() == {"status": "ok"}
     assert httpx.get(f"{url}/v1/models", headers=AUTH).json()["data"][0]["task_type"] == "base"
     assert "morph_requests_total" in httpx.get(f"{url}/metrics", headers=AUTH).text

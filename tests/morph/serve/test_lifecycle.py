@@ -1,16 +1,23 @@
 """The server's state and its door (morph/serve/lifecycle.py) on a bare ASGI app, without a model: which state lets
-which request in, the key in any case of its scheme, the size caps (by Content-Length before reading, and by the bytes
-read), the count of requests inside that a drain waits for. The same over real HTTP with the model: test_faults.py, and
-the process's end: tests/test_cli_serve.py."""
+which request in, the key in any case of its scheme (a 401 names it), the size caps (by Content-Length before reading,
+and by the bytes read), the count of requests inside that a drain waits for; a port in use found before the model
+loads; what the server leaves out of uvicorn's log. The same over real HTTP with the model: test_faults.py, and the
+process's end: tests/test_cli_serve.py."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import socket
+import sys
+import time
 
 import httpx
 import pytest
 
-from morph.serve.lifecycle import MAX_JSON_BYTES, MAX_UPLOAD_BYTES, Gate, Lifecycle
+from morph.serve.lifecycle import MAX_JSON_BYTES, MAX_UPLOAD_BYTES, Gate, Lifecycle, quiet_uvicorn, run_server
+from morph.serve.protocol import CutOff
 
 KEY = "k"
 
@@ -87,6 +94,7 @@ def test_the_key_in_any_case_of_its_scheme(gate):
     for given in ("Bearer kk", "Basic k", "k", "Bearer", ""):
         reply = request(gate, "GET", "/v1/models", headers={"Authorization": given})
         assert reply.status_code == 401 and reply.json()["error"]["code"] == "invalid_api_key", given
+        assert reply.headers["www-authenticate"] == "Bearer"
     assert request(gate, "GET", "/health").status_code == 200  # no key
     assert request(gate, "GET", "/metrics").status_code == 401
     assert request(make_gate(None), "GET", "/v1/models").status_code == 200  # a server without a key
@@ -124,3 +132,61 @@ def test_bodies_are_capped_by_their_length_and_by_what_is_read(gate):
     huge = request(gate, "POST", "/v1/audio/voices", headers=AUTH, content=b"x" * (MAX_UPLOAD_BYTES + 1))
     assert huge.status_code == 413 and "25 MiB" in huge.json()["error"]["message"]
     assert gate.lifecycle.active == 0
+
+
+def test_a_failed_server_answers_503_and_closes_the_connection(gate):
+    gate.lifecycle.fail("the speech engine ended 3 times")
+    refused = request(gate, "POST", "/v1/audio/speech", headers=AUTH, content=b"{}")
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_failed"
+    assert refused.headers["connection"] == "close"  # the process exits in a moment: no keep-alive to it
+
+
+def never_loads():
+    raise AssertionError("the model was loaded")
+
+
+def test_a_port_in_use_fails_the_start_at_once_before_the_model_loads(tmp_path, monkeypatch):
+    """The port is bound before the app starts (the model's load, in the engine's process): in use, the server has
+    failed in well under a second, and the process exits 1 (os._exit, caught here)."""
+    from morph.serve.app import create_app
+
+    monkeypatch.setattr(os, "_exit", sys.exit)
+    app = create_app(never_loads, tmp_path, width=1, max_frames=8, max_prompt=8)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(SystemExit) as e:
+            run_server(app, "127.0.0.1", port, 1)
+    assert e.value.code == 1 and time.monotonic() - started < 1
+    assert app.state.lifecycle.health() == (503, {"status": "failed", "error": (
+        f"cannot listen on 127.0.0.1:{port} (Address already in use); stop what listens there, or choose another "
+        "--host or --port")})
+
+
+def test_uvicorns_log_leaves_out_what_the_server_did_on_purpose():
+    """A stream the server cut off (its own warning said so) and a handshake the gate refused are no errors; every
+    other record, a bug's traceback included, stays."""
+    quiet_uvicorn()
+    quiet_uvicorn()  # once, however many apps are made
+    logger = logging.getLogger("uvicorn.error")
+    assert len([f for f in logger.filters if type(f).__name__ == "_Deliberate"]) == 1
+
+    def record(msg, error=None):
+        return logging.LogRecord("uvicorn.error", logging.ERROR, __file__, 1, msg, None,
+                                 (type(error), error, None) if error else None)
+
+    def raised(cause):  # as Starlette re-raises a failure after the response started
+        try:
+            try:
+                raise cause
+            except Exception as e:
+                raise RuntimeError("Caught handled exception, but response already started.") from e
+        except RuntimeError as e:
+            return e
+
+    assert not logger.filter(record("ASGI callable returned without completing handshake."))
+    assert not logger.filter(record("Exception in ASGI application\n", raised(CutOff(ValueError("a bug")))))
+    assert logger.filter(record("Exception in ASGI application\n", raised(ValueError("a bug"))))
+    assert logger.filter(record("ASGI callable returned without completing response."))
