@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 80's speed comparison in one GPU device call (about 400 s on one H200): the pack beside upstream qwen-tts and
-# the faster-qwen3-tts peers, on the same random 0.6B weights (bench/random_model.py), bf16, sdpa, x-vector voice:
+# Issue 80's speed comparison in one GPU device call of at most DEADLINE_S (default 420 s): the pack beside upstream
+# qwen-tts and the faster-qwen3-tts peers, on the same random 0.6B weights (bench/random_model.py), bf16, sdpa,
+# x-vector voice:
 #
 #   bash tools/compare_gpu.sh          # here, with network: fill .whl/compare with the pack's wheels (sections pack,
 #                                      # tools of tools/device_wheels/common.txt) and .whl/compare/peers with the
@@ -9,16 +10,19 @@
 #
 # On the GPU machine every part runs under the native allocator (faster-qwen3-tts-batch crashed under cudaMallocAsync,
 # bench/results/h100-2026-11-22c and -22d; the pack's one-line figures moved under 1% between the two, -22d), each
-# step bounded by what is left of DEADLINE_S (default 420 s from the start), in this order:
-#   build  bench/random_model.py: the checkpoint every part loads
+# step bounded by what is left of DEADLINE_S from the start, in this order:
+#   build  bench/random_model.py: the checkpoint every part loads (32-37 s on an H100 machine)
 #   line   bench/speed.py: one 250-frame line, batch 1: the pack (mode auto, seq_groups 15 and 5, its first call
 #          apart: --warm-up), then upstream qwen-tts 0.1.1 (its first run is its first call: it captures nothing);
-#          end to end and decode only in turn, 2 runs each; about 225 s, upstream's four runs of about 50 s most of it
+#          end to end and decode only in turn, 2 runs each; upstream's runs took about 50 s each on an H100
+#          (bench/results/h100-2026-11-25), so about 230 s
 #   batch  bench/batch.py: 32 lines of 62 frames (about 5 s), batch 32, mode auto, seq_groups 15 and 5: decode only,
-#          then end to end after a first render apart (--warm-up), 2 runs each; about 30 s
+#          then end to end after a first render apart (--warm-up), 2 runs each (four such configurations took 31 s,
+#          h100-2026-11-22d)
 #   peers  bench/batch_faster.py --line-json, one process, one load: faster-qwen3-tts 0.5.4 on the line (its first
 #          call apart, 2 runs each way), then faster-qwen3-tts-batch 0.2.0 on the 32 lines (a first batch of the same
-#          62 frames apart, 2 runs each way); about 100 s on an H100 (what is left: about 125 s)
+#          62 frames apart, 2 runs each way); what is left, about 120 s (in two processes, the line with kernel
+#          counts and the batch with one run each way, they took 74 s and 55 s on an H100, h100-2026-11-22d)
 # and then bench/compare.py. OUT gets line.json, batch.json, faster.json and faster_batch.json (each bench's report),
 # compare.json (every figure's min, median and max over its runs, how each step ended, and for a part that did not
 # finish the phase it was in and its stack at the time limit) and compare.log: six files of the eight a call returns.
