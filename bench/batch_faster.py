@@ -135,8 +135,8 @@ def main(argv=None) -> dict:
     report = dict(peer_head(args.model, load_s, shims + base_shims, "faster-qwen3-tts-batch", "faster-qwen3-tts",
                             "qwen-tts-hf"),
                   lines=args.lines, frames_per_line=args.frames,
-                  seconds_per_line=round(args.frames / FRAMES_PER_SECOND, 2), prompts="xvector", repeats=args.repeats, warm_frames=args.warm_frames,
-                  base_warmed_by_line=bool(args.line_json), results=[])
+                  seconds_per_line=round(args.frames / FRAMES_PER_SECOND, 2), prompts="xvector", repeats=args.repeats,
+                  warm_frames=args.warm_frames, base_warmed_by_line=bool(args.line_json), results=[])
     phase = Phases(report, args.json, torch.device("cuda"))
     model = phase("wrap", lambda: BatchedFasterQwen3TTS(base, max_batch_size=args.batch_size))
     options = dict(xvec_only=True, non_streaming_mode=False, append_silence=False)  # as upstream's voice clone
