@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     voice = load_voice(voice_path, who, FOR_CLI) if saved else None  # render reads a saved voice the same way
     segments = len(split_text(text)) if len(text) > MAX_SEGMENT_CHARS else 1
     tts = load_base_model(args)
+    tts.ready(1, who="cli.py")  # compiles and captures now, said as such, not inside the line's own time
     if voice is None:
         voice = tts.voice_from_clip(clip, transcript, who="--voice")
     print(f"speaking {len(text)} characters in {segments} segment{'s' if segments != 1 else ''} on {tts.device}"

@@ -205,6 +205,7 @@ class Engine:
         """The model or the pool (each worker with the model loaded), started on the first call."""
         if self.tts is None and not self.distributed:
             self.tts = load_model(self.args)
+            self.tts.ready(self.args.batch_size, who="cli.py render")
         elif self.tts is None:
             from morph.distributed.job import WorkerPool
             import postprocess  # the workers smooth their lines

@@ -385,3 +385,16 @@ def test_a_speak_logs_the_attention_kernel_once(tiny_dir, tmp_path, caplog):
     caplog.set_level(logging.INFO)
     assert cli.main(["--text", "Hi.", "--out", str(tmp_path / "o.wav"), *quick(model=tiny_dir)]) == 0
     assert [r.getMessage() for r in caplog.records].count("Qwen3-TTS attention: sdpa") == 1
+
+
+def test_the_one_liner_gets_the_engine_ready_for_one_row_before_the_line(tiny_dir, tmp_path, monkeypatch):
+    """The load's compiling and capturing (MorphTTS.ready) is its own step, said in the log, not inside the line's
+    timed render: once, for one row, before the line is spoken."""
+    from morph.api import MorphTTS
+
+    events = []
+    monkeypatch.setattr(MorphTTS, "ready", lambda self, width=64, who="": events.append(("ready", width, who)))
+    real = MorphTTS.clone
+    monkeypatch.setattr(MorphTTS, "clone", lambda self, *a, **k: events.append("line") or real(self, *a, **k))
+    assert cli.main(["--text", "Hi.", "--out", str(tmp_path / "hi.wav"), *quick(model=tiny_dir)]) == 0
+    assert events == [("ready", 1, "cli.py"), "line"]

@@ -403,3 +403,18 @@ def test_clips_are_refused_before_torch_loads(tmp_path):
         run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert run.stdout.split() == ["2", "False"], (name, run.stdout, run.stderr)
         assert "the clip is silent" in run.stderr or "the clip is 0.30 s long" in run.stderr
+
+
+def test_the_engine_is_made_ready_for_the_batch_size_before_the_first_line(tiny_dir, tmp_path, cast, capsys,
+                                                                           monkeypatch):
+    """render loads the model and gets its engine ready for --batch-size rows (MorphTTS.ready: compiled and captured
+    before the first line, said in the log), once, before any line is rendered."""
+    from morph.api import MorphTTS
+
+    calls, rendered = [], []
+    monkeypatch.setattr(MorphTTS, "ready", lambda self, width=64, who="": calls.append((width, who, len(rendered))))
+    real = MorphTTS.voice_from_clip
+    monkeypatch.setattr(MorphTTS, "voice_from_clip", lambda self, *a, **k: rendered.append("voice") or real(self, *a, **k))
+    out = tmp_path / "renders"
+    assert cli.main(["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast, "--batch-size", "3")]) == 0
+    assert calls == [(3, "cli.py render", 0)]

@@ -31,6 +31,7 @@ class LineWorker:
         # this process is the job's own: transformers' per-load bars would only repeat through Ray's log
         transformers.utils.logging.disable_progress_bar()
         self.tts = MorphTTS.load(**load)
+        self.tts.ready(who="Ray worker")  # batches of up to the default size capture nothing after it
         self.count_tokens = token_count(self.tts, private=True)  # on Ray's threads, beside the engine's
         self._engine: EngineThread | None = None  # built for the first continuous batch, kept for the next
         self._width = 0  # the width it was built for (it narrows after running out of memory)
