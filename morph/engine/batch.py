@@ -1,32 +1,11 @@
 """Continuous batching: a row that ends gives its slot to the next line at once, so no row waits for the longest.
 
-One static state (morph/decode/talker_state.py) of `width` rows, and the one frame step of morph/decode/talker_loop.py
-(one CUDA graph for every step in the fast modes). All rows share the cache position P, which the step advances; a
-row joins at the current P: the lean layers prefill its prompt (L tokens, left-padded with the rows that join with
-it; lean_prefill) into cache slots P-L..P-1 of its row; its lower bound (`pads`) hides the slots before them from
-attention, its rotary positions count from its own prompt, its first frame is decoded at P and its frame limit is
-the slot `stop`. So the step is the static batch's step, rows only start at other slots, and the attention kernels
-skip the blocks below a row's bound.
-
-- A group of up to `width` rows has its prompt built at once and is prefilled a slice of up to PREFILL_TOKENS
-  tokens at a time (groups.py; in the fast modes a CUDA graph per bucket, prefill_graphs.py) as the slice's first row
-  joins; a join is then a few copies and the first token's draw.
-- P grows by one a frame. When a joining group would run past the capacity, the pipeline is drained and every
-  live row's slots move down by the same amount (to the oldest live row's first slot): positions within a row,
-  and so its rotary positions and its attention, stay as they were. The capacity is twice the largest row's need,
-  so a move happens at most once per longest line.
-- The host reads each row's "unfinished" flag a few frames behind the GPU (as the static loop reads its "rows
-  left" flag), so the queue never drains; an ended row's codes are copied out on the device and handed to
-  `finished` at once, while the batch goes on.
-- The step runs over the live rows only, one step per width bucket (build_steps), on the frame loop's stream
-  (docs/architecture.md, Threads and CUDA streams).
-- The keys and values are dense (each row the whole capacity) or paged (morph/decode/kv_store.py): moving rows down
-  or narrowing the step then moves table entries, not keys and values.
-
-Which row takes which slot, when rows join, which the pool admits, who is preempted and how wide the step runs are
-morph/engine/scheduler.py's decisions (its pages morph/engine/block_manager.py's); this module turns them into
-tensors and runs the frames.
-"""
+The rows of one static state share the cache position P, which the frame step advances. A row joins at P: its prompt
+is prefilled into slots P-L..P-1, its bound `pads` hides the slots below from attention, its rotary positions count
+from its own prompt and its frame limit is the slot `stop`. When a joining group would pass the capacity (twice the
+largest row's need), every live row's slots move down alike. The host reads the rows' "unfinished" flags `lag` frames
+behind the GPU, so its queue never drains. Slots, admission, preemption and the step's width are decided by
+morph/engine/scheduler.py; this module turns them into tensors and runs the frames."""
 
 from __future__ import annotations
 
@@ -50,11 +29,8 @@ class ContinuousBatch:
 
     def __init__(self, loop, width: int, need: int, options: dict, seq_groups: int, mode: str, device, dtype,
                  pages: int | None = None, overcommit: bool = False, pace: Pace | None = None):
-        """need: the most slots one row takes (prompt, frames and the EOS slot); options: the talker's sampling
-        keywords, as upstream passes them (morph/prompts.py talker_inputs); pages: the K/V in a pool of at least that
-        many pages (a kept state's up to twice as many; morph/decode/kv_store.py PagedKV), else dense; overcommit:
-        rows of the paged pool may be preempted (steps' `preempted`); pace: a live batch's figures
-        (morph/engine/scheduler.py Pace), told each frame's time."""
+        """need: the most slots one row takes (prompt, frames, EOS); options: the talker's sampling keywords; pages:
+        a paged K/V pool of at least that many pages, else dense; overcommit: the pool's rows may be preempted."""
         self.loop, self.width, self.seq_groups, self.device = loop, width, seq_groups, device
         self.lag = loop.sync_lag if device.type == "cuda" else 0  # frames behind the GPU the host learns a row ended
         self.mode = runner.resolve(mode, device, loop.lean_check)
@@ -94,19 +70,12 @@ class ContinuousBatch:
     def steps(self, next_group: Callable[[int], Group | None], finished: Callable[[object, torch.Tensor], None],
               on_step: Callable[[int], None] | None = None,
               preempted: Callable[[object, int], None] | None = None) -> Iterator[None]:
-        """Decode until every row has ended and next_group(n) (the next up to n rows, None when none waits now) has
-        none, yielding after every frame; finished(name, codes [frames, 16], a copy on the device) as each row ends;
-        on_step(live rows) before every frame (an exception there stops the batch and propagates); preempted(name,
-        stream key) as a row of an overcommitted pool is preempted (its source gives it to next_group again). Rows may
-        come to next_group while the batch runs (LiveEngine's requests), so it is asked again whenever slots
-        are free; steps may be run again once it has ended. Closed between two frames (GeneratorExit), it stops
-        there, its rows left as they stand: the batch is not run again (the engine drops it).
-
-        Each frame runs in inference mode on the frame loop's stream, both left before the yield: the code that runs
-        between two frames is the caller's own (a block held across a yield would run it on the frame loop's stream,
-        and two generators' blocks would not nest)."""
-        # each step's "unfinished" flags copied to the host (a ring of pinned rows), and the steps whose flags the host
-        # has not read yet (their event, flag row, P after the step)
+        """Decode until every row has ended and next_group(n) (up to n rows, None when none waits now) has none,
+        yielding after every frame. finished(name, codes [frames, 16] on the device) as a row ends; on_step(live rows)
+        before every frame (what it raises stops the batch); preempted(name, stream key) as a row gives way (its source
+        offers it again). Closed between frames, it stops there for good. Each frame's inference mode and stream are
+        left before the yield, so the caller's code between frames runs in its own."""
+        # the steps' "unfinished" flags in a ring of pinned rows, and the steps the host has not read yet
         self._flags = torch.ones(self.lag + 2, self.st.batch, dtype=torch.bool, pin_memory=self.device.type == "cuda")
         self._queue: collections.deque = collections.deque()
         self._paced = None
@@ -161,16 +130,15 @@ class ContinuousBatch:
         self._queue.append((event, slot, self.position))
         while len(self._queue) > self.lag:
             self._settle(self._queue.popleft(), finished)
-        # the pace of frames at this width: the host waits for the GPU `lag` frames behind, so from one frame to the
-        # next is the slower of the two, with the work between frames (the codec's calls, the caller's)
+        # frame to frame is the slower of the host and the GPU, with the work between frames
         now, pace = time.perf_counter(), self.sched.pace
         if pace is not None and self._paced is not None:
             pace.record(self.sched.bucket, 1000 * (now - self._paced))
         self._paced = now
 
     def cancel(self, names) -> None:
-        """End these rows early (between frames, on the thread that runs the batch): a live one is finished at the
-        next frame, its codes so far handed to `finished` as any row's; one waiting for a slot is dropped."""
+        """End these rows early (between frames, on the batch's thread): a live one at the next frame, its codes so far
+        handed to `finished`; one waiting for a slot is dropped."""
         self._ahead = [a for a in self._ahead if a.name not in names]
         for s, row in self.live.items():
             if row.name in names:
@@ -189,9 +157,8 @@ class ContinuousBatch:
             self.kv.free(s)
 
     def _grow(self, finished, preempted: Callable[[object, int], None]) -> None:
-        """Pages for the slot every live row writes next; when an overcommitted pool is short, the queue is drained
-        (rows that ended are handed over, never preempted), then the rows that joined last are preempted, each handed to
-        preempted(name, stream key), until the rest have theirs."""
+        """Pages for the slot every live row writes next; a short pool drains the queue (ended rows are handed over,
+        never preempted), then preempts the rows that joined last until the rest have theirs."""
         granted, short = self.sched.grow(self.position)
         self.kv.grow(granted, self.position)
         if not short:
@@ -214,8 +181,7 @@ class ContinuousBatch:
 
     # -- the step's width -----------------------------------------------------------------------
     def _compact(self) -> None:
-        """Move the live rows down into the smallest bucket that holds them all, after a drain (every row in
-        `live` is live at P): their state and the K/V slots they still read."""
+        """Move the live rows down into the smallest bucket that holds them all (after a drain)."""
         movers, holes = self.sched.compact()
         if movers:
             lo = min(self.live[s].lo for s in holes)
@@ -224,8 +190,7 @@ class ContinuousBatch:
 
     # -- joining ------------------------------------------------------------------------------
     def _fill(self, next_group, finished) -> bool:
-        """Rows into the free slots, a slice at a time (morph/decode/groups.py), until the slots or the waiting rows
-        run out; False when a row cannot fit yet."""
+        """Rows into the free slots, a slice at a time, until either runs out; False when a row cannot fit yet."""
         while self.sched.free:
             if not self._ahead:
                 group = next_group(self.width)
@@ -237,12 +202,10 @@ class ContinuousBatch:
         return True
 
     def _join(self, finished) -> bool:
-        """Rows of the oldest slice waiting into free slots at P, the slice prefilled if it was not; False when they
-        cannot fit behind P or before the capacity yet."""
+        """The oldest waiting slice's rows into free slots at P; False when they cannot fit yet."""
         st, shared = self.st, self._ahead[0].shared
         rows_in = [a for a in self._ahead if a.shared is shared][:len(self.sched.free)]
-        # the rows' frames and EOS slot, and the frames the host steps before it learns that they ended: every row
-        # still writes the shared position then
+        # frames, the EOS slot, and the `lag` frames stepped before the host learns a row ended
         length, needed = shared.length, max(a.stop for a in rows_in) + 1 + self.lag
         if self.position < length or self.position + needed > st.capacity:
             self._drain(finished)  # a move needs every pending snapshot read first
@@ -282,8 +245,8 @@ class ContinuousBatch:
         return True
 
     def _move_down(self, length: int, needed: int) -> bool:
-        """Move every live row's slots down, as far as the oldest live row's first slot allows, so that a prompt of
-        `length` fits behind P and `needed` slots after it; False when that is not yet possible."""
+        """Move every live row's slots down (to the oldest one's first slot at most) so a prompt of `length` fits
+        behind P and `needed` slots after it; False when not yet."""
         st = self.st
         if not self.live:  # nothing to keep: start again at the prompt's length
             shift = self.sched.align(self.position - length)
@@ -305,9 +268,8 @@ class ContinuousBatch:
 
 
 def build_steps(batch, dtype, sizes: list[int]) -> dict[int, Callable[[], object]]:
-    """One frame step per width in `sizes` of a ContinuousBatch, each over the state's first `width` rows. The state
-    is left as a batch starts: no row unfinished, the batch's frame hold set. The graphs are all captured before the
-    first row joins, since a capture's warm-up runs the step for real and would write over live rows."""
+    """One frame step per width in `sizes`, over the state's first rows, all captured before any row joins: a
+    capture's warm-up runs the step and would write over live rows."""
     # the steps hold the batch's parts, never the batch: a batch that its own steps refer to is freed only by the
     # garbage collector, which may run in the middle of a later capture and free graphs of the same pool there
     loop, st, mode, device, width = batch.loop, batch.st, batch.mode, batch.device, batch.st.batch
@@ -317,8 +279,7 @@ def build_steps(batch, dtype, sizes: list[int]) -> dict[int, Callable[[], object
         owner = loop.owner(device, dtype)
         loop.graphs.bind(owner)
         loop.prefills.bind(owner)  # the prefills of the rows that join (morph/decode/prefill_graphs.py)
-        # a render replays every bucket's graph in turn: an LRU smaller than that would capture them all again on
-        # every render. They share one memory pool, so each one more costs little memory.
+        # a render replays every bucket's graph: a smaller LRU would capture them all again each render
         loop.graphs.max_graphs = max(loop.graphs.max_graphs, len(sizes))
     st.unfinished.zero_()
     st.min_new.fill_(batch.hold)

@@ -1,17 +1,11 @@
 """The pages of a paged key/value cache, in host integers: which are free, which row holds which, and which of its
-page columns a row may still take.
+page columns a row may still take. All rows share the cache position, so every row reaches a page's first slot at the
+same step.
 
-The continuous batch's talker keys and values live in a pool of pages of `page` slots (morph/decode/talker_state.py,
-paged); a row's page table maps its slots to pages (morph/decode/kv_store.py writes and reads
-it). All rows share the cache position, so every row reaches a page's first slot at the same step.
-
-A row joins once its pages can be set aside (`admit`): all it could need at most (its prompt and its frame limit), so
-it never runs out half way, or, in an overcommitted pool (a render whose rows may start again), its prompt's and a
-share of its frames', while that leaves a page free for every row that holds pages. It takes its prompt's pages as it
-joins (`take_through`), then one page each time the position reaches a page of its own (`grow`): from its
-reservation while that lasts, then from pages no reservation holds, and never past the page of its frame limit. It
-gives everything back when it ends, is cancelled or preempted (`release`). Page 0 is never handed out: a table's
-unused entries point at it (it is read only where attention masks it).
+A row is admitted once its pages can be set aside: all it could need, so it never runs out half way, or, in an
+overcommitted pool (rows that may start again), its prompt's and a share of its frames' while a page stays free for
+every row holding pages. It takes a page each time the position reaches one of its own, never past its frame limit's,
+and gives all back as it ends. Page 0 is never handed out: unused table entries point at it, read only under a mask.
 """
 
 from __future__ import annotations
@@ -33,8 +27,7 @@ class PoolTooSmall(RuntimeError):
 
 
 class BlockManager:
-    """Pages 1..pages-1 of a pool (page 0 is the null page); each row's reservation, its pages, and the span of page
-    columns (page-sized spans of cache slots) it takes them for."""
+    """Pages 1..pages-1 of a pool; each row's reservation, its pages, and the page columns it takes them for."""
 
     def __init__(self, pages: int, page: int, overcommit: bool = False):
         if pages < 2:
@@ -66,9 +59,8 @@ class BlockManager:
 
     # -- a row's life ----------------------------------------------------------------------------
     def admit(self, row, lo: int, at: int, end: int, share: float) -> bool:
-        """Set aside the pages of slots lo .. end-1 for a row that joins at slot `at` (overcommitted: of its prompt and
-        `share` of its frames at .. end-1, while a page stays free for every row that holds pages); False when they are
-        not free now."""
+        """Set aside the pages of slots lo .. end-1 for a row joining at `at` (overcommitted: its prompt's and `share`
+        of its frames'); False when they are not free now."""
         if row in self._held:
             raise ValueError(f"{row!r} already holds pages")
         if self.overcommit:
@@ -84,18 +76,16 @@ class BlockManager:
         return True
 
     def take_through(self, row, position: int) -> tuple[int, list[int]]:
-        """The row's pages up to the one holding slot `position` (its prompt's, and the page its first step writes):
-        (the first column they are for, the pages in column order)."""
+        """The row's pages through slot `position`: (the first column they are for, the pages in column order)."""
         first, last = self._next[row], position // self.page
         pages = [self._take(row) for _ in range(first, last + 1)]
         self._next[row] = last + 1
         return first, pages
 
     def grow(self, rows: Iterable, position: int) -> tuple[list[tuple[object, int]], list]:
-        """A page for slot `position` to each of `rows` that reaches a page of its own there: ([(row, page)], the rows
-        that found none, only in an overcommitted pool). A row past its frame limit's page (ended, not yet handed
-        over) writes into the null page instead; asked again, grow serves the rows it found none for and no other
-        twice."""
+        """A page for slot `position` to each row that reaches a page of its own there: ([(row, page)], the rows that
+        found none). A row past its frame limit's page writes the null page; asked again, only the short rows are
+        served."""
         if position % self.page:
             return [], []
         col, granted, short = position // self.page, [], []
@@ -110,8 +100,7 @@ class BlockManager:
         return granted, short
 
     def release(self, row) -> list[int]:
-        """`row` has ended, was cancelled or preempted: its pages and what is left of its reservation are free again;
-        returns the pages it held."""
+        """Free the row's pages and what is left of its reservation; returns the pages it held."""
         self._reserved.pop(row)
         del self._next[row], self._last[row]
         held = self._held.pop(row)
@@ -119,7 +108,7 @@ class BlockManager:
         return held
 
     def shift(self, columns: int) -> None:
-        """Every row's slots moved down by `columns` whole pages: its columns with them."""
+        """Every row's slots moved down by `columns` whole pages."""
         for row in self._next:
             self._next[row] -= columns
             self._last[row] -= columns
@@ -129,7 +118,6 @@ class BlockManager:
         return self._reserved[row] > 0 or self.available > 0
 
     def _take(self, row) -> int:
-        """One page for `row`, now its own (module docstring)."""
         if self._reserved[row]:
             self._reserved[row] -= 1
         elif self.available <= 0:

@@ -1,23 +1,12 @@
 """The engine: requests in (`submit`), their audio out through each request's own sink, one continuous batch run by
-one loop (`run_until_idle`, or `steps` a frame at a time) on whichever thread owns the model. Every front end that
-runs the continuous batch submits here (docs/architecture.md, Data flow).
+one loop (`run_until_idle`, or `steps` a frame at a time) on whichever thread owns the model (docs/architecture.md,
+Data flow). Rows run in submission order; a row with other settings, or a larger cache need, waits for the rows
+before it and the batch is built again for it. A render's batch (`need` None) is sized to the rows waiting and runs
+throughput first; a live one (a server's) holds rows of up to `need` slots and puts first audio first.
 
-    engine = Engine(tts, width=32, who="Render lines", ahead=True)
-    engine.submit(Request(rows, keys, prompts, settings, on_row=deliver, on_end=ended))
-    engine.run_until_idle()     # until no row waits; the sinks are called as rows' audio comes
-
-Rows run in the order they were submitted. A batch samples with one set of settings and holds rows up to one cache
-need: a row with other settings, or needing more, waits until the rows before it are done, and the batch is built
-again for it. A render's batch (`need` None) takes its need and its paged pool from the rows waiting when it is built
-and runs throughput first; a live one (`need` given: a server's) holds rows of up to `need` cache slots each, dense
-or in a pool of kv_cache_bytes, and puts a new request's first audio first (morph/engine/scheduler.py Pace,
-morph/engine/runner.py LiveChunks).
-
-Failures: out of memory, the batch narrows to half its width and the rows that handed out no audio run again at the
-front of the queue (a request whose unfinished rows had streamed audio fails, and one row alone that does not fit
-fails naming it); an error that leaves the CUDA context unusable (`fatal`) propagates, for the owner to end the
-process; any other error fails the requests in the batch and the engine goes on. An exception raised by the caller's
-`between` stops the run and propagates as itself (a render's cancel), the rows that ended before it handed over.
+Failures: out of memory, the batch narrows by half and the rows that handed out no audio run again first (one that had
+streamed audio fails, as does one row alone that does not fit); an error that loses the CUDA context (`fatal`)
+propagates; any other fails the batch's requests and the engine goes on. What `between` raises propagates as itself.
 """
 
 from __future__ import annotations
@@ -50,11 +39,9 @@ def fatal(error: BaseException) -> bool:
 
 
 class Engine:
-    """Requests through one continuous batch (module docstring). `ahead`: a group's prompts are built on a worker
-    thread while the group before joins (morph/engine/runner.py; for rows nobody cancels one by one: a render's, a Ray
-    worker's); `overcommit`: the paged pool may preempt a row whose audio has not gone out, which runs again (for
-    requests that do not stream); `stop(row)`: the frame at which a row ends at the latest (its limit; a benchmark's
-    random weights end where speech would); `audio` False: on_row gets each row's codes, and no codec runs."""
+    """Requests through one continuous batch. `ahead`: prompts built on a worker thread (for rows nobody cancels one
+    by one); `overcommit`: the pool may preempt a row that streams nothing, to run it again; `stop(row)`: a row's last
+    frame at the latest; `audio` False: on_row gets each row's codes and no codec runs."""
 
     def __init__(self, tts, width: int, who: str, need: int | None = None, kv_cache_bytes: int | None = None,
                  overcommit: bool = False, ahead: bool = False, stop: Callable[[Row], int] | None = None,
@@ -89,8 +76,7 @@ class Engine:
         return request
 
     def cancel(self, request: Request) -> None:
-        """Stop a request: its waiting rows go, its rows in the batch end at the next frame, nothing more is handed,
-        and its on_end is not called."""
+        """Stop a request: its rows end by the next frame, nothing more is handed and its on_end is not called."""
         with self.cv:
             if request.status not in (WAITING, RUNNING):
                 return
@@ -98,8 +84,7 @@ class Engine:
             self._drop(request)
 
     def abort(self, error: BaseException, held: bool = True) -> None:
-        """End every request now with `error`: those with rows waiting, and with `held` those in the batch too
-        (their rows leave it at its next frame)."""
+        """End every request with rows waiting now with `error`, and with `held` those in the batch too."""
         with self.cv:
             ended = dict.fromkeys([w[2] for w in self._waiting] + (list(self._rows.values()) if held else []))
             for request in ended:
@@ -112,7 +97,6 @@ class Engine:
             return len(self._waiting)
 
     def stats(self) -> dict:
-        """What the engine holds now."""
         with self.cv:  # the frame's figures hold while rows are in the batch: once it is empty they are stale
             held = bool(self._rows)
             return dict(rows_live=self.live_rows if held else 0, rows_waiting=len(self._waiting),
@@ -125,9 +109,8 @@ class Engine:
             pass
 
     def steps(self, between: Callable[[int], None] | None = None) -> Iterator[None]:
-        """run_until_idle a frame at a time: it yields after every frame, so whoever drives it (MorphTTS.stream's
-        reader) runs its own code between two frames. Closed there (GeneratorExit), the batch stops before its next
-        frame and is dropped, as after a caller's exception: the next run builds a new one."""
+        """run_until_idle a frame at a time, yielding after every frame. Closed there, the batch is dropped and the
+        next run builds a new one."""
         self._stopped = None
         while True:
             with self.cv:
@@ -159,13 +142,11 @@ class Engine:
                     torch.cuda.empty_cache()
 
     def release(self) -> None:
-        """Drop the batch (its state, pool and graphs) now: the runner's callbacks refer back to this engine, so an
-        engine let go would hold it until the garbage collector ran. The next run builds one."""
+        """Drop the batch now: the runner's callbacks refer back to this engine, so only the collector would free it."""
         self._runner = None
 
     def _build(self, key: GenerationSettings) -> None:
-        """A batch for the rows of `key` waiting now: `need` slots a row, or as many as the largest of them needs,
-        its pool sized to them."""
+        """A batch for the rows of `key` waiting now, its need and pool sized to them unless `need` is fixed."""
         with self.cv:
             rows = [(r, q) for r, _, q in self._waiting if q.batch_key == key]
         needs = [q.needs[r] for r, q in rows]
@@ -185,13 +166,11 @@ class Engine:
         self._built = (key, need)
 
     def _fit(self, rows: list[tuple[Row, Request]]) -> None:
-        """Narrow a render's batch, before it is built, to the width the GPU's free memory holds for these rows
-        (memory.batch_need, what a host's memory manager is told), rather than first run out of memory at it."""
+        """Narrow a render's batch, before it is built, to the width the free memory holds (memory.batch_need)."""
         free = free_bytes(self.tts.device)
         if free is None:
             return
-        # what the engine kept since it was made ready (its state, pool and graphs) this batch reuses or replaces: the
-        # budget is the one it had at load, whatever earlier renders left (MorphTTS.ready)
+        # what the engine kept since ready() this batch reuses or replaces: the budget stays the one it had at load
         free += self.tts.held
         prompts = [q.needs[r] - r.limit - 1 for r, q in rows]
         width = fitting_width(self.width, lambda w: batch_need(self.tts, [r for r, _ in rows], prompts, w), free)
@@ -201,7 +180,7 @@ class Engine:
             self.width = width
 
     def _take(self, key: GenerationSettings, n: int) -> list[tuple[Row, int]]:
-        """Up to n waiting rows, in order, while they fit the batch (module docstring)."""
+        """Up to n waiting rows, in order, while they fit the batch."""
         taken = []
         with self.cv:
             while self._waiting and len(taken) < n:
@@ -274,13 +253,13 @@ class Engine:
             return False
 
     def _drop(self, request: Request) -> None:
-        """(under cv) The request's waiting rows go; its rows in the batch end at the next frame."""
+        """(under cv) The request's waiting rows go; those in the batch end at the next frame."""
         self._waiting = collections.deque(w for w in self._waiting if w[2] is not request)
         if any(self._rows.get(r) is request for r in request.rows):
             self._cancels.add(request)
 
     def _failed(self, error: Exception) -> None:
-        """A batch failed and the CUDA context survived (module docstring, Failures)."""
+        """A batch failed and the CUDA context survived (module docstring)."""
         oom = isinstance(error, torch.cuda.OutOfMemoryError)
         narrower = back_off(self.width) if oom else None
         with self.cv:
@@ -327,8 +306,7 @@ class Engine:
 
 
 def _out_of_memory(request: Request, error: BaseException, alone: bool) -> RuntimeError:
-    """What a request that ran out of memory ends with: in a batch of one row, which row does not fit (too_large);
-    else, that its audio had begun and a retry would hand it again."""
+    """Alone: which row does not fit; else, that its audio had begun and a retry would hand it again."""
     if alone:
         return RuntimeError(too_large((request.todo or request.rows)[0], error))
     return RuntimeError(f"{request.rows[0].where}: the GPU ran out of memory ({reason(error)}) after this request's "

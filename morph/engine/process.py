@@ -1,19 +1,9 @@
-"""The server's engine (morph/engine/thread.py) in a process of its own, as vLLM's and SGLang's engine cores run: the
-child loads the model and runs the engine's loop, and the HTTP process (parsing, encoding, streaming) never holds the
-GIL its frame loop needs. `EngineProcess` is the parent's proxy, with LiveEngine's interface.
-
-    engine = EngineProcess(functools.partial(load, args), dict(width=16), on_exit=restart)
-    info = engine.start()                    # the child loads the model: its source, variant, speakers, languages
-    rid = engine.submit(line, settings, on_chunk, on_end).result()   # Busy or ValueError as LiveEngine.submit's
-    engine.cancel(rid)
-
-The child is started by "spawn" (a fork after torch ran would copy its threads' locks and CUDA state), and `load`
-(picklable: a module's function, or a partial of one) makes the model there. One pipe carries the records
-(docs/architecture.md, Threads and CUDA streams): a line's voice as its file's bytes (the parent imports no torch), a
-request's chunks as float32 arrays. Callbacks run on the parent's reader thread and must not block.
-
-When the child ends (killed, or its CUDA context failed, after which it exits `FATAL_EXIT`), every request and ask it
-held ends at once with EngineFailed naming the cause, and on_exit(error) tells the owner, which may start() again.
+"""The server's engine in a process of its own, so the HTTP process never holds the GIL its frame loop needs.
+`EngineProcess` is the parent's proxy, with LiveEngine's interface. The child is spawned (a fork after torch ran would
+copy its locks and CUDA state) and made by `load` (picklable); one pipe carries the records (docs/architecture.md,
+Threads and CUDA streams), a voice as its file's bytes (the parent imports no torch). Callbacks run on the parent's
+reader thread and must not block. When the child ends, every request and ask it held ends with EngineFailed, and
+on_exit(error) tells the owner, which may start() again.
 """
 
 from __future__ import annotations
@@ -58,7 +48,7 @@ def make_voice(tts, *args, **kwargs) -> bytes:
 
 
 class EngineProcess:
-    """The proxy of an engine in a child process (module docstring). options: LiveEngine's keywords."""
+    """The proxy of an engine in a child process. options: LiveEngine's keywords."""
 
     def __init__(self, load: Callable[[], object], options: dict,
                  on_exit: Callable[[EngineFailed], None] | None = None):
@@ -74,7 +64,6 @@ class EngineProcess:
 
     @property
     def pid(self) -> int | None:
-        """The child's process id while it runs."""
         process = self._process
         return process.pid if process is not None and process.is_alive() else None
 
@@ -99,9 +88,8 @@ class EngineProcess:
 
     def submit(self, line, settings, on_chunk: Callable, on_end: Callable, who: str | None = None
                ) -> concurrent.futures.Future:
-        """Queue a request in the child (line's voice: its file's bytes, as make_voice gives them); its future is the
-        request's id once the child took it (else Busy, ValueError, EngineFailed). on_chunk(audio) and on_end(error or
-        None) as LiveEngine's."""
+        """Queue a request in the child (a voice as its file's bytes); the future is its id once taken (else Busy,
+        ValueError, EngineFailed). on_chunk and on_end as LiveEngine's."""
         rid = next(self._ids)
         with self._lock:
             self._held[rid] = (on_chunk, on_end)
@@ -138,8 +126,7 @@ class EngineProcess:
             on_end(error)
 
     def close(self, timeout: float) -> None:
-        """Drain the child's batch (at most `timeout` seconds) and stop it: terminated after STOP_S more, then
-        killed."""
+        """Drain the child's batch for at most `timeout` s and stop it: terminated after STOP_S more, then killed."""
         with self._lock:
             self._closed = True
             process, reader = self._process, self._reader
@@ -234,17 +221,15 @@ class EngineProcess:
 
 # -- the child ---------------------------------------------------------------------------------
 def _leave(code: int) -> None:
-    """End the child now, its work handed back: the interpreter's teardown would wait on the CUDA context (which hangs
-    once it failed) and on every thread the model's libraries left running; a closing server would wait the whole
-    STOP_S for it and then terminate the child."""
+    """End the child now: the interpreter's teardown would wait on a failed CUDA context and on the threads the
+    model's libraries left running."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
 
 
 def _serve(load: Callable[[], object], options: dict, conn) -> None:
-    """The child's main thread: load the model, run LiveEngine, and answer the parent's records until it closes the
-    engine or goes away."""
+    """The child's main thread: load the model, run LiveEngine, answer the parent's records until it closes or goes."""
     from .thread import LiveEngine
 
     # The engine's thread gives up the GIL at every CUDA wait (a frame's flags, a graph's replay); the thread reading

@@ -1,6 +1,5 @@
-"""A request in the engine (morph/engine/engine.py): its rows, their random streams and cache needs, its settings,
-where its audio goes, and how far it has got. Everything a run of it needs travels with it; the engine keeps nothing
-else per request."""
+"""A request in the engine: its rows, their random streams and cache needs, its settings, where its audio goes, and
+how far it has got; the engine keeps nothing else per request."""
 
 from __future__ import annotations
 
@@ -19,12 +18,9 @@ WAITING, RUNNING, DONE, FAILED, CANCELLED = "waiting", "running", "done", "faile
 
 @dataclasses.dataclass(eq=False)
 class Request:
-    """rows: the lines' rows, in the order they run (a script's longest first); keys: each row's random stream
-    (morph/prompts.py stream_keys); prompts: each row's prompt tokens, which with its frame limit and the EOS slot
-    size its cache (`needs`). The sink: on_row(row, its whole audio, or its codes when the engine decodes no audio)
-    as each row ends; on_chunk(row, audio), when given, as each row's audio is made; on_end(None) once every row is
-    in, or on_end(error) once when the request stops short (not after a cancel); restart(rows): whether these rows may
-    run again from their start (none of their audio has gone out). All are called on the engine's thread."""
+    """Rows in the order they run, each with its stream key and prompt tokens. The sink, called on the engine's
+    thread: on_row(row, audio or codes) as each row ends; on_chunk(row, audio) as it is made; on_end(None) once all are
+    in, or on_end(error) once if it stops short (not after a cancel); restart(rows): whether they may run again."""
 
     rows: list[Row]
     keys: list[int]
@@ -41,18 +37,16 @@ class Request:
 
     @functools.cached_property
     def batch_key(self) -> GenerationSettings:
-        """What the batch that runs it must sample with: its settings but the per-row ones (read at every frame the
-        batch has a free slot, so made once)."""
+        """The settings its batch must sample with: its own but the per-row ones."""
         return dataclasses.replace(self.settings, seed=None, max_new_tokens=None)
 
     @functools.cached_property
     def needs(self) -> dict[Row, int]:
-        """Each row's cache slots: its prompt, its frames and the EOS slot."""
+        """Each row's cache slots: prompt, frames, EOS."""
         return {r: p + r.limit + 1 for r, p in zip(self.rows, self.prompts, strict=True)}
 
     @property
     def todo(self) -> list[Row]:
-        """Its rows whose audio is not in."""
         return [r for r in self.rows if r not in self.done]
 
 
@@ -61,10 +55,8 @@ def rows_request(rows: Sequence[Row], settings: GenerationSettings, count: Calla
                  on_chunk: Callable[[Row, np.ndarray], None] | None = None,
                  restart: Callable[[Sequence[Row]], bool] = lambda rows: True, in_order: bool = False,
                  id: int = 0) -> Request:
-    """Rows as one request to the engine, the sink and id as Request takes them: a render's longest first (a row that
-    runs longest starts first, so the batch never waits on one that joined late), or `in_order` (a server's line,
-    whose segments stream in turn); each row's random stream as the rows were given (morph/prompts.py stream_keys);
-    count(text): its tokens, for each row's prompt."""
+    """Rows as one request: longest first, so the batch never waits on one that joined late, or `in_order` (a server's
+    line, whose segments stream in turn); stream keys from the given order; count(text): its tokens."""
     keys = dict(zip(rows, stream_keys(rows, settings.seed), strict=True))
     order = list(rows) if in_order else sorted(rows, key=lambda r: (-r.limit, -len(r.text)))
     return Request(order, [keys[r] for r in order],

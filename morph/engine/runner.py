@@ -1,8 +1,5 @@
-"""The engine's runner (morph/engine/engine.py): rows through one running batch (morph/engine/batch.py), each row's
-audio decoded a chunk at a time while it is made (`LiveChunks`, through morph/codec/stream.py) and handed out as chunks
-(on_chunk) and whole when the row ends, the next group's prompt built ahead on a worker thread (`GroupAhead`). Not
-in eager mode.
-"""
+"""The engine's runner: rows through one continuous batch, each row's audio decoded while it is made (`LiveChunks`)
+and handed out as chunks and whole, the next group's prompt built ahead on a worker thread (`GroupAhead`)."""
 
 from __future__ import annotations
 
@@ -27,10 +24,8 @@ if TYPE_CHECKING:
 
 _PROMPT = ("inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_embed")
 
-# The engine's short run before the first request (MorphTTS.ready, LiveEngine.ready), each row stopped after
-# WARM_FRAMES frames, past the codec's first calls. Most rows take WARM_LONG, a line of about 40 s at most: the state's
-# slots and the paged pool are sized by the rows' frame limits, so that a script's lines of up to about that length
-# fit them; the others' prompts meet a script's shorter prefill shapes.
+# The engine's short run before the first request (MorphTTS.ready), each row stopped after WARM_FRAMES frames. Most
+# take WARM_LONG, whose frame limit sizes the state and the pool for a script's lines; the rest meet shorter prefills.
 WARM_LONG = ("We leave at dawn, before the fog lifts from the river, and we do not stop until we reach the old stone "
              "bridge. If the guards ask, we are traders from the coast, carrying salt and dried fish for the winter "
              "market, and we have papers to prove it. Keep your hood up and let me do the talking.")
@@ -39,19 +34,15 @@ WARM_FRAMES = 40
 
 
 class RowRunner:
-    """One continuous batch (morph/engine/batch.py) and its audio, kept by morph/engine/engine.py between its runs
-    while the settings hold: rows join while it runs, each row's audio handed to on_row whole as it ends and, with
-    on_chunk, a chunk at a time as it comes. `need`: the most cache slots one row may take (prompt, frames and the EOS
-    slot); every row it is given must fit."""
+    """One continuous batch and its audio, kept between runs while the settings hold: each row's audio to on_row whole
+    as it ends and to on_chunk as it comes. `need`: the most cache slots a row may take; every row must fit."""
 
     def __init__(self, tts, settings: GenerationSettings, width: int, need: int, stop: Callable[[Row], int],
                  on_row: Callable[[Row, object], None], audio: bool = True,
                  on_chunk: Callable[[Row, np.ndarray], None] | None = None, pages: int | None = None,
                  overcommit: bool = False, pace: Pace | None = None):
-        """pages: the talker's keys and values in a paged pool of that many pages (ContinuousBatch), else dense;
-        overcommit: the pool may preempt rows, which go back to steps' put_back to start again; pace: a live batch's
-        (a server's) figures: its rows join at the next frame while the pace admits them, and their chunks ramp up
-        (LiveChunks)."""
+        """pages, overcommit: as ContinuousBatch's; pace: a live batch's, whose rows join at any frame and whose chunks
+        ramp up (LiveChunks)."""
         self.tts, self.settings, self.width, self.need, self.stop = tts, settings, width, need, stop
         self.on_row, self.audio, self.on_chunk, self.pages, self.overcommit = on_row, audio, on_chunk, pages, overcommit
         self.pace = pace
@@ -60,10 +51,9 @@ class RowRunner:
 
     def steps(self, take: Callable[[int], list[tuple[Row, int]]], on_frames: Callable[[int], None] | None = None,
               put_back: Callable[[tuple[Row, int]], None] | None = None, ahead: bool = False) -> Iterator[None]:
-        """Run the batch, yielding after every frame, until every row has ended and take(n) (up to n waiting rows with
-        their stream keys, [] when none waits) has none; put_back((row, stream key)): a preempted row, for take to
-        give again (overcommit); ahead: take's rows are a render's, known ahead, so each group's prompt is built while
-        the one before joins (GroupAhead). Closed between two frames, the rows that had ended are still handed over."""
+        """Run the batch, yielding after every frame, until every row has ended and take(n) (up to n (row, stream key),
+        [] when none waits) has none; put_back: a preempted row, for take to give again; ahead: build each group's
+        prompt while the one before joins. Closed between frames, the rows that had ended are still handed over."""
         queued = []
         if self.batch is None:
             chunk = take(self.width)
@@ -104,13 +94,12 @@ class RowRunner:
                 self._hand(flush=True)
 
     def cancel(self, rows) -> None:
-        """End these rows at the next frame (on the thread that runs the batch; ContinuousBatch.cancel)."""
+        """End these rows at the next frame (on the batch's thread)."""
         if self.batch is not None:
             self.batch.cancel(rows)
 
     def _group(self, chunk: list[tuple[Row, int]]) -> tuple[dict, "Group"]:
-        """Rows to join together, their prompt built as upstream's generate builds it (morph/prompts.py
-        talker_inputs), with the talker's sampling options."""
+        """Rows to join together, their prompt as upstream's generate builds it, and the talker's sampling options."""
         from ..decode.groups import Group  # the decode path loads with a model, not with the nodes
 
         model = self.tts.tts
@@ -132,17 +121,16 @@ class RowRunner:
             return
         from ..decode.runner import FAST_MODES
 
-        # every row is decoded while it is made (LiveChunks), streamed or not: its calls replay CUDA graphs, where
-        # decoding each row whole at its end would launch every call's kernels from this thread, beside the frame loop
-        # (bench/results/h100-2026-11-25e/NOTES.md)
+        # every row is decoded while it is made, streamed or not: its calls replay graphs, where a whole row at its
+        # end would launch every kernel from this thread (bench/results/h100-2026-11-25e/NOTES.md)
         live = self._live = LiveChunks(self.batch, CodecStream(tts.codec, tts.device,
                                                                captured=self.batch.mode in FAST_MODES),
                                        ramp=self.pace is not None)
         if tts.device.type == "cuda":  # cuDNN plans each call shape on its first use
             live.codec.warm(self.width, live.sizes)
         self._ended = live.end
-        # the hand-over holds what it calls, not the runner: a runner its own attribute refers to would keep the
-        # batch's state (its key/value pool) alive after release_device_state, until the garbage collector ran
+        # the hand-over holds what it calls, not the runner: a runner that referred to itself would keep the batch's
+        # state alive after release_device_state, until the garbage collector ran
         on_row, on_chunk = self.on_row, self.on_chunk
 
         def hand(flush: bool = False) -> None:
@@ -159,12 +147,9 @@ class RowRunner:
 
 
 class GroupAhead:
-    """Groups of up to `width` rows from take(n) (a render's rows, with their stream keys), each built by
-    build(chunk), the next one on a worker thread while the caller runs the one before; the first starts now.
-
-    A group's prompt is built on the host a row at a time (morph/prompts.py); on the frame loop's thread it would hold
-    the loop at every group while the GPU runs out of queued frames (bench/results/h100-2026-11-26f/NOTES.md). A
-    server's requests are not taken ahead: a request taken early could be cancelled where nothing looks for it."""
+    """Groups of up to `width` rows from take(n), each built by build(chunk), the next on a worker thread while the
+    caller runs the one before: on the frame loop's thread, a prompt would stall the loop at every group
+    (bench/results/h100-2026-11-26f/NOTES.md). Not for a server's requests, which may be cancelled while taken."""
 
     def __init__(self, build: Callable[[list], "Group"], take: Callable[[int], list], width: int,
                  device: torch.device):
@@ -174,7 +159,7 @@ class GroupAhead:
         self.start()
 
     def start(self) -> None:
-        """Take the next rows and start building their group (none when no row waits)."""
+        """Take the next rows and start building their group."""
         chunk = self.take(self.width)
         if not chunk:
             self._next = None
@@ -186,8 +171,7 @@ class GroupAhead:
         self._next = self._worker.submit(self._build, chunk, after)
 
     def next(self) -> "Group | None":
-        """The group built ahead, ready for the caller's stream, and the one after it started; None when no row
-        is left (rows put back since the last start are taken now, and built while the caller waits)."""
+        """The group built ahead, ready for the caller's stream, the next one started; None when no row is left."""
         if self._next is None:
             self.start()
             if self._next is None:
@@ -202,7 +186,7 @@ class GroupAhead:
         return group
 
     def close(self) -> None:
-        """Wait for a group being built and stop the worker: the caller is done, and its rows are dropped."""
+        """Wait for a group being built and stop the worker; its rows are dropped."""
         self._worker.shutdown(wait=True)
         self._next = None
 
@@ -220,8 +204,8 @@ class GroupAhead:
 
 
 def warm_lines(tts, n: int) -> list[Line]:
-    """n lines for the engine's short run that the loaded model speaks: WARM_LONG for three in four, x-vector and ICL
-    voices of blank references in turn (Base), its first speaker (CustomVoice) or an instruct (VoiceDesign)."""
+    """n lines the loaded model speaks for the engine's short run: blank x-vector and ICL voices in turn (Base), its
+    first speaker (CustomVoice) or an instruct (VoiceDesign)."""
     texts = [WARM_SHORT[i // 4 % len(WARM_SHORT)] if i % 4 == 3 else WARM_LONG for i in range(n)]
     if tts.variant == "base":
         blank = torch.zeros(tts.hidden_size)
@@ -233,7 +217,7 @@ def warm_lines(tts, n: int) -> list[Line]:
 
 
 def budget_pages(tts, kv_cache_bytes: int | None) -> int | None:
-    """The pages a paged pool of `kv_cache_bytes` holds on this model (None: the dense cache)."""
+    """The pages a pool of `kv_cache_bytes` holds on this model (None: the dense cache)."""
     if kv_cache_bytes is None:
         return None
     from ..decode.kv_store import pages_for_bytes  # the decode path loads with a model, not with the nodes
@@ -242,22 +226,11 @@ def budget_pages(tts, kv_cache_bytes: int | None) -> int | None:
 
 
 class LiveChunks:
-    """Which frames of a continuous batch's rows go to the codec (morph/codec/stream.py CodecStream) before each frame,
-    so that a row's audio comes while it is made, in as few codec calls as that takes (codec/calls.py's FIRST_GRID and
-    LIVE_CHUNK say why these sizes).
-
-    A row's frames are copied out of the batch before each frame, on the frame loop's stream, so the batch may move
-    or reuse them after. The host learns that a row has ended `batch.lag` frames behind the GPU, so only frames that
-    far back are known to be the row's own (a chunk handed out cannot be taken back). A row's first chunk goes to the
-    codec FIRST_GRID frames after its first frame (may_join), plus that lag on a GPU, and its call waits behind the
-    frames queued before it (up to that lag again). An ended row's last frames go at the next FIRST_GRID mark, padded
-    to the size of a call made there.
-
-    `ramp` (a live batch's: each row a stream a client waits on): rows join at any frame, and each row's chunks ramp
-    up on its own from FIRST_CHUNK frames to LIVE_CHUNK, each ending on a mark of its size (calls.py ramp_size), so
-    that rows that have reached LIVE_CHUNK share its calls; each is due as soon as its frames are known (the first
-    FIRST_CHUNK with no lag: min_new_tokens holds EOS back that long by default), an ended row's last frames at the
-    next frame; the smallest calls go first, so a new row's first chunk waits behind no other row's longer one."""
+    """Which frames of the batch's rows go to the codec before each frame, so a row's audio comes while it is made in
+    as few calls as that takes (codec/calls.py says why these sizes). Only frames `batch.lag` behind are known to be a
+    row's own, as a chunk handed out cannot be taken back. Rows join on FIRST_GRID marks, so first chunks share calls.
+    With `ramp` (a live batch's) rows join at any frame, each row's chunks grow from FIRST_CHUNK to LIVE_CHUNK on marks
+    of their size (calls.py ramp_size), and the smallest calls go first, so a first chunk waits behind no longer one."""
 
     def __init__(self, batch, codec: CodecStream, ramp: bool = False):
         self.batch, self.codec, self.ramp = batch, codec, ramp
@@ -268,9 +241,8 @@ class LiveChunks:
         self.ended: list[tuple[Row, torch.Tensor]] = []  # rows that ended since the last mark, with their codes
 
     def may_join(self) -> bool:
-        """Whether rows may join before this frame: with `ramp` at every frame, else at FIRST_GRID marks only (the grid
-        starting again when the batch is empty), so every row's first chunk is FIRST_GRID frames, in one codec call
-        with the others' (joining at any frame would give chunks of 1 to 4 frames, each a shape for cuDNN to plan)."""
+        """Whether rows may join before this frame: with `ramp` always, else at FIRST_GRID marks only, so first chunks
+        share one call shape (any frame would give chunks of 1 to 4 frames, each a shape for cuDNN to plan)."""
         if self.ramp:
             return True
         if not self.joined:
@@ -283,13 +255,13 @@ class LiveChunks:
         self.ended.append((row, codes))
 
     def drop(self, row: Row) -> None:
-        """The batch preempted the row: it starts again, its frames so far dropped (none has gone out)."""
+        """The batch preempted the row: its frames so far are dropped (none has gone out)."""
         if row in self.joined:  # else preempted before the frame it joined at: nothing of it was opened
             del self.joined[row]
             self.codec.drop(row)
 
     def step(self) -> None:
-        """Before each frame: rows that joined start, and the chunks now due go to the codec."""
+        """Before each frame: joined rows open, and the chunks now due go to the codec."""
         for live in self.batch.live.values():
             if live.name not in self.joined:
                 self.joined[live.name] = self.frame
@@ -326,9 +298,8 @@ class LiveChunks:
         self._feed(self._rests())
 
     def _rests(self) -> collections.defaultdict:
-        """Each ended row's frames not yet decoded (at most LIVE_CHUNK of them unless the batch drained its queue), in
-        a call of the chunks' sizes, or call_frames' size for more: the row's state ends there, so the padding's audio
-        is cut off and changes nothing before it."""
+        """Each ended row's frames not yet decoded, in a call of the chunks' sizes or call_frames' (the row's state
+        ends there, so the padding changes nothing before it)."""
         due = collections.defaultdict(list)  # call frames -> [(row, its frames, ended)]
         for row, codes in self.ended:
             rest = codes[self.codec.done(row):]
@@ -342,8 +313,8 @@ class LiveChunks:
         return due
 
     def _feed(self, due: dict) -> None:
-        """One CodecStream.feed for each call size, the smallest first (a row's first chunks): it copies the rows'
-        frames out together, on the frame loop's stream."""
+        """One CodecStream.feed for each call size, the smallest first, copying the frames out on the frame loop's
+        stream so the batch may move or reuse them after."""
         for size, items in sorted(due.items()):
             rows, frames, ended = zip(*items, strict=True)
             self.codec.feed(rows, frames, size, ended)

@@ -1,23 +1,15 @@
-"""Who runs in the continuous batch's slots, decided in host integers; the batch (morph/engine/batch.py) turns these
-decisions into tensors, and nothing here touches the device.
+"""Who runs in the continuous batch's slots, decided in host integers; the batch turns these decisions into tensors.
 
-- Slots: a joining row takes the lowest free slots, so rows gather at the bottom, where the narrow steps run.
-- Joining: rows are asked for once at least `width / REFILL_DIVISOR` slots are free, or no row runs (a render's batch:
-  throughput first); a live batch (a server's, run with a `Pace`) asks at every frame a slot is free, so a new request
-  joins at the next frame. Rows that did not fit are asked for again only after a row has ended (each try costs the
-  runner a drain of its queue).
-- Admission: in order, while the block manager can set the rows' pages aside (morph/engine/block_manager.py); a dense
-  cache admits every row that has a slot. A live batch admits a row only while its `Pace` keeps a frame at the width
-  the step would run at under `PACE_PERCENT` of `FRAME_MS`, so every stream stays ahead of its playback; where the
-  step's own width is over that already, every row that fits is admitted (`_paced`).
-- Preemption (vLLM's preemption by recompute): when an overcommitted pool cannot give every live row its next page,
-  the row that joined last gives way, its slot and pages freed, to start again from its first frame; the oldest row
+- Slots: a joining row takes the lowest free slots, so rows gather where the narrow steps run.
+- Joining: a render's batch asks for rows once `width / REFILL_DIVISOR` slots are free or none runs; a live batch (with
+  a `Pace`) at every frame. Rows that did not fit are asked for again only after a row ends (a try costs a drain).
+- Admission: in order, while the rows' pages can be set aside; a live batch's only while its `Pace` keeps a frame at
+  the width it would run under `PACE_PERCENT` of `FRAME_MS`, so every stream stays ahead of its playback.
+- Preemption (by recompute): when an overcommitted pool is short, the row that joined last starts again; the oldest
   never does, and no row joins until one ends.
-- Width: the step runs over the first `bucket` slots, the smallest bucket (a power of two, or the batch's width) that
-  holds the highest live slot (one step, one CUDA graph, per bucket: batch.py build_steps). Once the live rows fit
-  half the bucket, the rows above the bucket they fit move to the lowest free slots (`moves`), so a row left alone in
-  a wide batch steps at the cost of a single line. Halving is what it takes to narrow again, so a join and a row's
-  end cannot make the width flip every frame.
+- Width: the step runs over the smallest bucket (a power of two, or the width) holding the highest live slot. Once the
+  rows fit half of it they move down, so a row left alone steps at a single line's cost; needing half keeps the width
+  from flipping every frame.
 """
 
 from __future__ import annotations
@@ -31,8 +23,7 @@ from .block_manager import BlockManager, PoolTooSmall
 
 REFILL_DIVISOR = 16  # a render's rows join when width / REFILL_DIVISOR slots are free (or none runs)
 FRAME_MS = 80  # a frame's audio plays for 80 ms (12.5 frames a second)
-# the share of FRAME_MS a live batch's frame may take: the rest is the margin for the frames a join's prefill, a
-# codec call or the host's own work slows down
+# the share of FRAME_MS a live batch's frame may take: the rest is the margin for joins, codec calls, the host
 PACE_PERCENT = 75
 PACE_FRAMES = 8  # a width's figure: the mean of its first frames, then an average over about this many
 PACE_FORGET = 750  # frames (a minute's audio) after which a width not run since is measured again
@@ -50,8 +41,8 @@ class Live:
 
 
 def buckets(width: int, rows: int | None = None) -> list[int]:
-    """The widths a step runs at: the powers of two below `width`, then `width`. Over a state of `rows` > width rows
-    (a kept wider one), that state's own widths, up to the first that holds `width` slots: their graphs exist."""
+    """The widths a step runs at: the powers of two below `width`, then `width`; over a kept wider state of `rows`,
+    its own widths up to the first that holds `width` (their graphs exist)."""
     top = rows or width
     out = [1]
     while out[-1] * 2 < top:
@@ -66,8 +57,7 @@ def bucket_for(sizes: list[int], rows: int) -> int:
 
 
 def moves(sizes: list[int], live: Iterable[int], free: list[int]) -> tuple[list[int], list[int]]:
-    """(from slots, to slots): the live slots above the smallest bucket that holds them all, each to one of the
-    lowest free slots (`free` ascending), which all lie below that bucket."""
+    """(from slots, to slots): the live slots above the smallest bucket that holds them all, to the lowest free ones."""
     live = sorted(live)
     fits = bucket_for(sizes, len(live))
     movers = [s for s in live if s >= fits]
@@ -80,18 +70,15 @@ def back_off(width: int) -> int | None:
 
 
 def fitting_width(width: int, need: Callable[[int], int], free: int) -> int:
-    """The width a batch is built at: `width`, or as many back-offs from it as it takes for its need in bytes
-    (need(width)) to fit the `free` bytes of the device; one row when none does (it runs, and running out of memory
-    names it)."""
+    """`width`, backed off until need(width) bytes fit in `free`; one row when none does (its failure names it)."""
     while width > 1 and need(width) > free:
         width = back_off(width)
     return width
 
 
 class Pace:
-    """A live batch's milliseconds a frame by the width its step ran at, measured as it runs, and whether a width keeps
-    every stream ahead of its playback; the engine keeps one for all its batches. A width not run for PACE_FORGET
-    frames is forgotten, so that a slow spell does not keep the batch narrow for good."""
+    """A live batch's ms a frame by step width, measured as it runs, and whether a width keeps every stream ahead of
+    its playback. A width not run for PACE_FORGET frames is forgotten, so a slow spell does not narrow it for good."""
 
     def __init__(self, budget_ms: float = FRAME_MS * PACE_PERCENT / 100):
         self.budget = budget_ms
@@ -101,7 +88,7 @@ class Pace:
         self.frames = 0  # frames measured
 
     def record(self, width: int, ms: float) -> None:
-        """A frame at `width` took `ms` (from the frame before it, with no join or drain between)."""
+        """A frame at `width` took `ms` (no join or drain between)."""
         self.frames += 1
         n = self._count[width] = min(self._count.get(width, 0) + 1, PACE_FRAMES)
         old = self.ms.get(width, ms)
@@ -110,17 +97,15 @@ class Pace:
             del self.ms[w], self._count[w], self._last[w]
 
     def fits(self, width: int) -> bool:
-        """Whether a frame at `width` stays under the budget: its own figure, or, not measured, the widest narrower
-        width's (a frame's time grows slowly with its width: the step is bound by its launches, and the width's own
-        figure takes over once it has run); with none measured, yes."""
+        """Whether a frame at `width` stays under the budget, by its figure or else the widest narrower one's (launch
+        bound, a frame grows slowly with width); yes with none measured."""
         known = [w for w in self.ms if w <= width]
         return not known or self.ms[max(known)] < self.budget
 
 
 class Scheduler:
-    """The slots of one continuous batch of `width` rows (over a state of `rows`, when wider) and the rows in them;
-    `blocks`: the paged pool's pages (None: a dense cache, every row the whole capacity); `pace`: a live batch's (a
-    server's) figures, which admit rows while the frames keep ahead of playback (None: a render's batch)."""
+    """The slots of one batch of `width` rows and the rows in them; `blocks`: the paged pool (None: dense); `pace`: a
+    live batch's (None: a render's)."""
 
     def __init__(self, width: int, blocks: BlockManager | None = None, pace: Pace | None = None,
                  rows: int | None = None):
@@ -144,14 +129,12 @@ class Scheduler:
         return bool(self.free) and (not self.live or len(self.free) >= self.refill)
 
     def filled(self, all_joined: bool) -> None:
-        """The runner's answer to may_fill: every row waiting joined (or none waits), or one found no room yet."""
+        """The runner's answer to may_fill: all waiting rows joined, or one found no room yet."""
         self._tried = None if all_joined else self.ended
 
     def admit(self, rows: list[tuple[object, int, int]], at: int) -> int:
-        """How many of `rows` (name, first prompt slot, frame limit), in order and at most one a free slot, join at
-        slot `at`: those whose pages (up to the slot after their EOS slot) can be set aside and, in a live batch, that
-        keep its frames under the pace's budget. PoolTooSmall when the first cannot with no row running: it never
-        could."""
+        """How many of `rows` (name, first prompt slot, frame limit), in order, join at slot `at`: those with a free
+        slot whose pages can be set aside, within the pace. PoolTooSmall when the first cannot with no row running."""
         n = 0
         for name, lo, stop in rows[:self._paced(min(len(rows), len(self.free)))]:
             if self.blocks is not None and not self.blocks.admit(name, lo, at, at + stop + 2, self.spoken):
@@ -162,10 +145,9 @@ class Scheduler:
         return n
 
     def _paced(self, n: int) -> int:
-        """How many of n joining rows the pace admits: while the step, widened to the slots they take, keeps under
-        its budget. Every row, with no pace, or where the step's own width is over the budget already: no stream is
-        ahead of its playback to keep there, and a row held back would wait for every running row to end. At least
-        one with no row running, or none would ever run."""
+        """How many of n joining rows the pace admits: while the widened step keeps under budget. All where the step's
+        own width is over already (no stream is ahead to keep there, and a held row would wait for all to end); at
+        least one with no row running."""
         if self.pace is None:
             return n
         top, least = max(self.live, default=0), 0 if self.live else 1
@@ -182,23 +164,21 @@ class Scheduler:
         return slots
 
     def take_prompt_pages(self, slots: list[int], at: int) -> list[tuple[int, list[int]]] | None:
-        """The pages of the rows that just joined into `slots` up to slot `at` (their prompt's, and the page their first
-        step writes): per slot (the first page column they are for, the pages); None for a dense cache."""
+        """Per joined slot, its pages through slot `at`: (the first page column, the pages); None for a dense cache."""
         if self.blocks is None:
             return None
         return [self.blocks.take_through(self.live[s].name, at) for s in slots]
 
     # -- leaving -------------------------------------------------------------------------------------
     def end(self, slot: int, position: int) -> Live:
-        """The row in `slot` ended before slot `position` (the runner hands its codes over): its slot and pages back."""
+        """The row in `slot` ended before slot `position`: its slot and pages back."""
         row = self.live[slot]
         self.spoken = max(self.spoken, min(1.0, (position - row.start) / max(row.stop, 1)))
         self.ended += 1
         return self._leave(slot)
 
     def preempt(self) -> tuple[int, Live]:
-        """The row that joined last gives way (the pool is short): (its slot, the row), its slot and pages back, and no
-        row joins until one ends. PoolTooSmall when it is the only row: it can never have its pages."""
+        """The row that joined last gives way: (its slot, the row). PoolTooSmall when it is the only row."""
         if len(self.live) <= 1:
             raise PoolTooSmall()
         slot = max(self.live, key=lambda s: (self.live[s].start, s))
@@ -215,8 +195,7 @@ class Scheduler:
 
     # -- pages as the rows grow ------------------------------------------------------------------------
     def grow(self, position: int) -> tuple[list[tuple[int, int]], list[int]]:
-        """Pages for slot `position` to the live rows that reach a page of their own there: ([(slot, page)], the slots
-        that found none). Dense: nothing to do."""
+        """Pages for slot `position` to the live rows that need one: ([(slot, page)], the slots that found none)."""
         if self.blocks is None:
             return [], []
         slot_of = {row.name: slot for slot, row in self.live.items()}
@@ -245,8 +224,7 @@ class Scheduler:
         return len(self.live) <= self.bucket // 2
 
     def compact(self) -> tuple[list[int], list[int]]:
-        """(from slots, to slots): the live rows above the smallest bucket that holds them all move to the lowest free
-        slots, and the step narrows to that bucket. The runner moves their state."""
+        """(from slots, to slots): `moves`, and the step narrows; the runner moves their state."""
         movers, holes = moves(self.buckets, self.live, self.free)
         self.live.update({hole: self.live.pop(s) for s, hole in zip(movers, holes)})
         self.free = sorted(self.free[len(movers):] + movers)

@@ -1,10 +1,7 @@
-"""The engine (morph/engine/engine.py) on a thread of its own, which owns the model: it runs the engine's loop while
-rows wait, keeps the batch built between bursts (its CUDA graphs are captured once), and runs other model work handed
-to it (`call`) between frames (docs/architecture.md, Threads and CUDA streams).
-
-An error that leaves the CUDA context unusable (morph/engine/engine.py `fatal`), or the thread ending any other way,
-fails it: every request it holds ends at once with `EngineFailed`, so do those sent after, and `on_fatal` tells the
-owner, who must end the process. `LiveEngine` is the speech server's: a request's checks and its bounds."""
+"""The engine on a thread of its own, which owns the model: it runs the loop while rows wait, keeps the batch between
+bursts, and runs other model work (`call`) between frames (docs/architecture.md, Threads and CUDA streams). A fatal
+error fails it: every request, held or sent after, ends with `EngineFailed`, and `on_fatal` tells the owner, who must
+end the process. `LiveEngine` is the speech server's: a request's checks and its bounds."""
 
 from __future__ import annotations
 
@@ -37,8 +34,7 @@ RETRY_AFTER_MAX_S = 60  # the longest Retry-After OpenAI's client honours
 
 
 class EngineThread:
-    """`engine` run on a thread of its own (module docstring); on_fatal(error): once, on that thread, when it has
-    failed."""
+    """`engine` run on a thread of its own; on_fatal(error): once, on that thread, when it has failed."""
 
     def __init__(self, engine: Engine, on_fatal: Callable[[EngineFailed], None] | None = None):
         self.engine, self.tts, self.who = engine, engine.tts, engine.who
@@ -61,13 +57,11 @@ class EngineThread:
             return self.engine.submit(request)
 
     def cancel(self, request: Request) -> None:
-        """Stop a request: its waiting rows go, its rows in the batch end at the next frame, nothing more is handed."""
         self.engine.cancel(request)
 
     def call(self, fn: Callable[[], object]) -> concurrent.futures.Future:
-        """Run fn() on the engine's thread, between two frames or while it idles, and return its future: other model
-        work (making a voice) never runs beside the batch's, whose CUDA graph captures another thread's work could
-        break."""
+        """Run fn() on the engine's thread between frames and return its future: other threads' GPU work could break
+        the batch's graph captures."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._cv:
             self._check_open(self.who)
@@ -76,12 +70,10 @@ class EngineThread:
         return future
 
     def stats(self) -> dict:
-        """What the engine holds now."""
         return self.engine.stats()
 
     def abort(self, error: BaseException) -> None:
-        """End every request now, waiting or in the batch, with `error` (their rows leave the batch at its next
-        frame), and the calls not yet run."""
+        """End every request, waiting or in the batch, and every call not yet run with `error`."""
         with self._cv:
             calls, self._calls = list(self._calls), collections.deque()
         for _, future in calls:
@@ -90,9 +82,8 @@ class EngineThread:
         self.engine.abort(error)
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop the thread once its batch has drained, waiting at most `timeout` seconds for it (a thread still
-        running then is left behind: it does not keep the process alive); requests still waiting end with an
-        error."""
+        """Stop the thread once its batch has drained, waiting at most `timeout` s (a daemon left behind after);
+        requests still waiting end with an error."""
         with self._cv:
             self._closed = True
             calls, self._calls = list(self._calls), collections.deque()
@@ -127,7 +118,6 @@ class EngineThread:
             self._fail(e)
 
     def _fail(self, error: BaseException) -> None:
-        """The engine cannot go on: every request it holds, and every one after, ends with EngineFailed."""
         log.critical("%s: the engine failed and cannot go on", self.who, exc_info=error)
         failure = EngineFailed(f"the speech engine failed ({reason(error)}) and cannot go "
                                "on; the process must be restarted")
@@ -138,7 +128,6 @@ class EngineThread:
             self.on_fatal(failure)
 
     def _run_calls(self) -> None:
-        """The calls waiting for this thread."""
         with self._cv:
             calls, self._calls = list(self._calls), collections.deque()
         for fn, future in calls:
@@ -152,20 +141,14 @@ class EngineThread:
 
 
 class LiveEngine(EngineThread):
-    """The speech server's engine (morph/serve/): requests that come at any time, each one's audio handed out as it is
-    made (usage: docs/python-api.md, Requests that come at any time). A long text's segments run in turn and join with
-    a pause (morph/line_audio.py).
-
-    Every row must fit the batch's cache (`need` slots: prompt, frames, EOS slot): a row's frames are capped at
-    `max_frames`, its prompt at `max_prompt` tokens (submit refuses a request over either, naming the field). Too many
-    rows waiting (`max_waiting`) is `Busy`, with a wait to try again after, rather than an unbounded queue."""
+    """The speech server's engine: requests that come at any time, each one's audio handed out as it is made
+    (docs/python-api.md, Requests that come at any time). Every row must fit the batch's cache: submit refuses frames
+    over `max_frames` or a prompt over `max_prompt` tokens; more than `max_waiting` rows waiting is `Busy`."""
 
     def __init__(self, tts, width: int = LIVE_WIDTH, max_frames: int = LIVE_MAX_FRAMES,
                  max_prompt: int = LIVE_MAX_PROMPT, max_waiting: int | None = None, who: str = "Serve",
                  kv_cache_bytes: int | None = None, on_fatal: Callable[[EngineFailed], None] | None = None):
-        """kv_cache_bytes: the talker's keys and values in a paged pool of that size (rows join while their pages
-        can be set aside), else each of the `width` rows holds its whole capacity. on_fatal(error): once, on the
-        engine's thread, when the engine has failed."""
+        """kv_cache_bytes: a paged pool of that size, else each row holds its whole capacity."""
         self.max_frames, self.max_prompt = max_frames, max_prompt
         self.max_waiting = 4 * width if max_waiting is None else max_waiting
         self.count_tokens = token_count(tts, private=True)  # a text's tokens, on any thread
@@ -174,9 +157,8 @@ class LiveEngine(EngineThread):
                          on_fatal)
 
     def ready(self) -> float | None:
-        """Get the live batch ready before the first request, as MorphTTS.ready does a render's: a full batch of short
-        requests runs through it, which builds its state, captures its step at every width and its codec's shapes, and
-        compiles the kernels. Seconds taken; None where nothing is captured (eager, or off CUDA)."""
+        """Run a full batch of short requests before the first one, which builds the state, captures every width's
+        step and the codec's shapes, and compiles the kernels. Seconds taken; None where nothing is captured."""
         from ..decode.runner import FAST_MODES
 
         tts = self.tts
@@ -198,8 +180,8 @@ class LiveEngine(EngineThread):
 
     def submit(self, line: Line, settings: GenerationSettings, on_chunk: Callable[[np.ndarray], None],
                on_end: Callable[[BaseException | None], None], who: str | None = None) -> Request:
-        """Check the line (ValueError naming what to change) and queue it; on_chunk(audio) as its audio is made,
-        on_end(None) once it is whole (or on_end(error)); both on the engine's thread, and they must not block."""
+        """Check the line (ValueError naming what to change) and queue it; on_chunk(audio) as it is made, on_end(None
+        or error) once; both on the engine's thread, and they must not block."""
         who = who or self.who
         settings = settings.validate(who)
         if settings.max_new_tokens is not None and settings.max_new_tokens > self.max_frames:
