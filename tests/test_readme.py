@@ -85,10 +85,10 @@ FIRST_SCREEN = 40  # lines
 
 
 def test_the_first_screen_shows_a_picture_an_install_and_a_command_that_makes_sound():
-    """What a newcomer sees first: an image (until the screenshot is in, the marked spot for it), the install by the
-    registry id and the Manager's name that pyproject.toml gives, and the CLI's one-liner."""
+    """What a newcomer sees first: an image, the install by the registry id and the Manager's name that
+    pyproject.toml gives, and the CLI's one-liner."""
     head = "\n".join(README.read_text(encoding="utf-8").splitlines()[:FIRST_SCREEN])
-    assert re.search(r"!\[[^\]]+\]\([^)\s]+\.(png|jpg|jpeg|gif|webp)\)|<img [^>]*src=|<!-- picture -->", head), \
+    assert re.search(r"!\[[^\]]+\]\([^)\s]+\.(png|jpg|jpeg|gif|webp)\)|<img [^>]*src=", head), \
         f"the README's first {FIRST_SCREEN} lines show no image"
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert f"comfy node install {project['project']['name']}" in shell_commands(head)
