@@ -1,14 +1,9 @@
-"""The Python API: a loaded Qwen3-TTS model with the morph predictor attached.
+"""The Python API (docs/python-api.md): a loaded Qwen3-TTS model with the morph predictor attached.
 
     tts = MorphTTS.load("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
-    voice = tts.make_voice(waveform, sample_rate, transcript="...")
-    audio = tts.clone("Hello there.", voice, settings=GenerationSettings(seq_groups=5, seed=1))
-    for chunk in tts.stream("Hello there.", voice, "English", settings):  # the line's audio as it is made
-        play(chunk)
+    audio = tts.clone("Hello there.", tts.make_voice(waveform, sample_rate, transcript="..."))
 
-Host services (progress, cancel) come in through `on_step(step, total)`, called once per
-frame before it is decoded; an exception raised there stops generation and propagates.
-Generation itself is morph/render.py's: one line is a batch of one.
+`on_step(step, total)` is called before every frame; what it raises stops generation and propagates.
 """
 
 from __future__ import annotations
@@ -52,11 +47,8 @@ class MorphTTS:
     def load(cls, source: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
              attention: str = "auto", search_dirs: list[Path] = (), download_dir: Path | None = None,
              mode: str = "auto", progress_bars: bool = False, place_on: str | None = None) -> "MorphTTS":
-        """`mode` picks the decode path: auto (fused on CUDA, eager elsewhere),
-        fused, graphs, lean or eager (docs/architecture.md, Decode modes; the retired compile runs fused).
-        transformers' loading bars show with `progress_bars` only; a download's bars show as huggingface_hub has them.
-        `place_on`: the device the weights are loaded onto, when not `device`, where they run (a host's memory manager
-        moves them there before each run): the dtype and attention kernel are `device`'s."""
+        """`mode`: auto (fused on CUDA, eager elsewhere), fused, graphs, lean or eager (docs/architecture.md, Decode
+        modes). `place_on`: where the weights load when not `device`, where they run (a memory manager moves them)."""
         folder = locate_checkpoint(source, list(search_dirs), download_dir)
         config = ModelConfig.resolve(source, folder, device, dtype, attention, mode)
         on = config.device if place_on is None else torch.device(place_on)
@@ -96,19 +88,16 @@ class MorphTTS:
         return self
 
     def release_device_state(self) -> None:
-        """Drop what the engine keeps on the device besides the weights (KV buffers, CUDA graphs,
-        fused weight storage, the codec's tables and decoded voice references); it is rebuilt on the next call.
-        For memory managers that offload."""
+        """Drop what the engine keeps on the device besides the weights (for memory managers that offload); it is
+        rebuilt on the next call."""
         self.codec.release()
         self.patch.loop.release()  # last: it gives the memory of dropped CUDA graphs back
         self.held = 0
 
     def ready(self, width: int = DEFAULT_BATCH_SIZE, who: str = "Load model") -> float | None:
-        """Get the engine ready before the first request: a short render of `width` rows compiles the kernels (once a
-        machine: Triton's cache is on disk), builds the continuous batch's state and captures its step at every width
-        up to `width`, with the prefill and codec shapes a script meets. Later renders of up to `width` rows and as
-        long lines reuse them. What it keeps is the engine's own memory (`held`), counted back when a batch is sized
-        for the free memory. Seconds taken; None where nothing is captured (eager, or off CUDA)."""
+        """Get the engine ready before the first request: a short render of `width` rows compiles the kernels, builds
+        the batch's state and captures every shape later renders of up to `width` rows reuse. What it keeps (`held`) is
+        counted as free when a batch is sized. Seconds taken; None where nothing is captured (eager, or off CUDA)."""
         from .decode.runner import FAST_MODES
 
         if self.device.type != "cuda" or self.patch.resolved_mode(self.device) not in FAST_MODES:
@@ -145,11 +134,9 @@ class MorphTTS:
     # -- voices ----------------------------------------------------------------------
     def make_voice(self, waveform, sample_rate: int, transcript: str | None = None, x_vector_only: bool = False,
                    who: str = "make_voice", words: Words = FOR_PYTHON) -> Voice:
-        """Build a voice from reference audio ([T], [C, T], [T, C] or [1, C, T]; integer PCM or float, any
-        rate); without a transcript it is x-vector only. With a transcript, a clip over 30 s is refused
-        (trimming it would leave words in the transcript that the model never hears); without one, it is
-        trimmed with a warning. Messages start with `who` and word their fixes as `words` does
-        (morph/lines/words.py)."""
+        """A voice from reference audio ([T], [C, T], [T, C] or [1, C, T]; PCM or float, any rate), x-vector only
+        without a transcript. With one, a clip over 30 s is refused (trimming would leave words the model never
+        hears); without, it is trimmed with a warning."""
         self.require_variant("base", who)
         icl = bool((transcript or "").strip()) and not x_vector_only
         clip = prepare_reference(waveform, sample_rate, f"{who}: reference audio", icl=icl, words=words)
@@ -157,8 +144,8 @@ class MorphTTS:
 
     def voice_from_clip(self, clip: np.ndarray, transcript: str | None = None, x_vector_only: bool = False,
                         who: str = "make_voice") -> Voice:
-        """make_voice for a clip that morph.lines.reference_audio.prepare_reference already prepared (mono float32
-        at 24 kHz, with icl=True when a transcript is given): the CLI checks its clip before the model loads."""
+        """make_voice for a clip prepare_reference already made (mono float32 at 24 kHz): the CLI checks it before
+        the model loads."""
         self.require_variant("base", who)
         transcript = (transcript or "").strip() or None
         if transcript is None and not x_vector_only:
@@ -197,17 +184,14 @@ class MorphTTS:
 
     def _speak(self, line: Line, settings: GenerationSettings | None, on_step: OnStep | None, who: str,
                split_long_text: bool, words: Words = FOR_PYTHON) -> np.ndarray:
-        """One line as a render of its own, a long text's segments its rows."""
         return BatchTTS(self).render([line], settings, batch_size=None, on_step=on_step, who=who,
                                      split_long_text=split_long_text, words=words)[0]
 
     def stream(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,
                who: str = "Stream") -> Iterator[np.ndarray]:
-        """clone's line, its float32 24 kHz audio handed out in order as it is made: the chunks joined are the line's
-        audio, the same take as clone's. The line is checked here; the render runs on the reader's thread: each next()
-        runs the engine's frames until a chunk is ready (none runs while the reader holds one), an error in the render
-        is raised there, and closing the iterator (or dropping it) stops the render before its next frame, its state
-        freed by the time close() returns. Chunk sizes, and eager's one chunk at the end: docs/python-api.md."""
+        """clone's take as float32 24 kHz chunks, in order as they are made. The render runs on the reader's thread:
+        each next() runs frames until a chunk is ready and raises the render's errors; closing the iterator stops the
+        render before its next frame, its state freed by then (docs/python-api.md)."""
         ready: list[np.ndarray] = []  # the line's chunks the last frame handed out, in order
         _, frames = BatchTTS(self).frames([_cloned(text, voice, language, who)], settings, batch_size=None, who=who,
                                           on_chunk=lambda i, wav: ready.append(wav))
@@ -225,14 +209,13 @@ class MorphTTS:
 
 
 def _cloned(text: str, voice: Voice, language: str, who: str) -> Line:
-    """The line clone and stream speak in `voice`."""
     if voice is None:  # a Line without a voice is a VoiceDesign line
         raise ValueError(f"{who}: no voice given; make one with make_voice or load_voice")
     return Line(text, voice, language)
 
 
 def _chunks(frames: Iterator[None], ready: list[np.ndarray]) -> Iterator[np.ndarray]:
-    """The chunks in `ready` as each of a render's frames hands them out (MorphTTS.stream)."""
+    """The chunks in `ready` as each of a render's frames hands them out."""
     failure = None
     try:
         for _ in frames:

@@ -1,16 +1,11 @@
-"""CUDA graphs for the decode step: capture once per key, replay many times.
+"""CUDA graphs: capture once per key, replay many times. What a replay reads or writes between frames lives in
+buffers allocated outside the capture, so a graph takes only scratch from its cache's one pool; a change of device,
+dtype or weight storage drops them all.
 
-A step is captured the first time its key (seq_groups, batch, capacity, dtype, sampling, ...) is asked for. What a
-replay reads or writes between frames lives in buffers allocated outside the capture, so a graph takes only scratch
-from its pool; all graphs of one model share one pool, and a bounded LRU keeps their number down when seq_groups or the
-batch size changes. A change of device, dtype or weight storage drops them all.
-
-Both CUDA allocators are supported, as ComfyUI picks one for the whole process (cudaMallocAsync by default, the native
-one with --disable-cuda-malloc). Under cudaMallocAsync, memory allocated during a capture is a node of the graph with
-no physical backing until the graph runs, so (here and in morph/kernels/kth.py):
-- kernel launchers that check their pointer arguments (Triton's) refuse it: our own kernels take addresses;
-- freeing it after a failed capture aborts the process inside the allocator, so a failed capture's graph and all its
-  frames hold are kept for the life of the process (`_keep_forever`): address space only, no memory.
+Both CUDA allocators are supported, as ComfyUI picks one for the process. Under cudaMallocAsync, memory allocated in a
+capture has no backing until the graph runs: launchers that check pointers (Triton's) refuse it, so our kernels take
+addresses, and freeing it after a failed capture aborts the process, so a failed capture is kept forever
+(`_keep_forever`: address space only).
 """
 
 from __future__ import annotations
@@ -57,8 +52,7 @@ CAPTURE, CODEC, CODEC_CAPTURE, FRAME_LOOP, PROMPTS = "capture", "codec", "codec 
 
 
 class GraphCache:
-    """An LRU of captured steps sharing one memory pool, captured on the side stream of `role` (capture says why a
-    cache whose graphs replay beside another's needs a role of its own) after `warmup` runs."""
+    """An LRU of captured steps sharing one memory pool, captured on the side stream of `role` after `warmup` runs."""
 
     def __init__(self, max_graphs: int = 4, role: str = CAPTURE, warmup: int = 2):
         self.max_graphs, self.role, self.warmup = max_graphs, role, warmup
@@ -74,8 +68,7 @@ class GraphCache:
         return key in self._graphs
 
     def bind(self, owner) -> None:
-        """At a run's start: drop every graph if the device, dtype or weight storage changed since capture, or if a
-        capture failed since the last bind (get_or_none), so that this run tries again."""
+        """At a run's start: drop every graph if the device, dtype or weights changed, or a capture failed since."""
         if owner != self._owner:
             self.clear()
             self._owner = owner
@@ -94,10 +87,8 @@ class GraphCache:
         return entry
 
     def get_or_none(self, key, step: Callable[[], object], failure: str) -> CapturedStep | None:
-        """get(key, step), or None when a capture fails for any reason other than memory (every run's captures share
-        this policy): logged as `failure` % its reason, and every key gives None until the next run binds the cache
-        again. A CUDA out-of-memory error clears the cache and is raised as it is, for the caller's out-of-memory
-        handling."""
+        """get(key, step), or None when a capture fails other than for memory: logged as `failure` % its reason, and
+        every key None until the next bind. Out of memory clears the cache and is raised."""
         if self.failed:
             return None
         try:
@@ -124,8 +115,7 @@ class GraphCache:
 
 @contextlib.contextmanager
 def _rng_preserved(device: torch.device):
-    """Warm-up and capture run the step, which draws random numbers: put the generator
-    back so the user's seeded stream is the same whether a capture happened or not."""
+    """Put the generator back after warm-up and capture, so a seeded stream is the same whether a capture happened."""
     state = torch.cuda.get_rng_state(device)
     try:
         yield
@@ -137,9 +127,8 @@ _STREAMS: dict = {}
 
 
 def side_stream(device, role: str) -> torch.cuda.Stream:
-    """The pack's one stream per device for `role` (one of the roles above), for the life of the process: cuBLAS keeps
-    a workspace (32 MiB on Hopper) per stream it has seen and no API frees it, so a new stream per capture, per render
-    or per loaded model leaks one each, which Unload Models in ComfyUI cannot give back."""
+    """The pack's one stream per device and `role`, for the life of the process: cuBLAS keeps a workspace per stream
+    it has seen and no API frees it, so a new stream each time would leak one."""
     key = _stream_key(device, role)
     if key not in _STREAMS:
         priority = torch.cuda.Stream.priority_range()[1] if role == FRAME_LOOP else 0
@@ -148,7 +137,7 @@ def side_stream(device, role: str) -> torch.cuda.Stream:
 
 
 def side_stream_made(device, role: str) -> bool:
-    """Whether this process has made the stream of `role` on `device`: its cuBLAS workspace is then taken already."""
+    """Whether the stream of `role` on `device` exists: its cuBLAS workspace is then taken already."""
     return torch.device(device).type == "cuda" and _stream_key(device, role) in _STREAMS
 
 
@@ -161,10 +150,8 @@ def _stream_key(device, role: str) -> tuple:
 
 @contextlib.contextmanager
 def frame_loop_stream(device: torch.device):
-    """Run the continuous batch's frame loop on the pack's "frame loop" stream, of the device's highest priority, after
-    the caller's stream's work and before its next: the codec's calls fill the GPU with large kernels, behind whose
-    blocks the frame step's small ones would queue at equal priority (bench/results/h100-2026-11-26h/NOTES.md). Off
-    CUDA it runs where it is."""
+    """Run the frame loop on the device's highest-priority stream, ordered with the caller's: at equal priority its
+    small kernels would queue behind the codec's large ones (bench/results/h100-2026-11-26h/NOTES.md)."""
     if device.type != "cuda":
         yield
         return
@@ -187,19 +174,15 @@ ctypes.pythonapi.Py_IncRef(ctypes.py_object(_FAILED_CAPTURES))
 
 
 def _keep_forever(*objects) -> None:
-    """See the module docstring: under cudaMallocAsync, what a failed capture allocated
-    must never be freed."""
+    """Under cudaMallocAsync, what a failed capture allocated must never be freed."""
     if torch.cuda.get_allocator_backend() == "cudaMallocAsync":
         _FAILED_CAPTURES.append(objects)
 
 
 @contextlib.contextmanager
 def _collector_paused():
-    """No automatic garbage collection inside: garbage that holds a graph of the pool being captured into (a batch
-    left in a reference cycle by an exception, say) freed in the middle of the capture aborts the process, and torch
-    does not collect on entry. Collecting before each capture instead would take a fraction of a second each with a
-    model loaded, and a continuous render captures tens of graphs as it starts. The switch is the process's: it is put
-    back as it was found."""
+    """No automatic garbage collection inside: garbage holding a graph of the pool being captured into, freed mid
+    capture, aborts the process; collecting before each capture would cost a fraction of a second each."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -210,16 +193,10 @@ def _collector_paused():
 
 
 def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = CAPTURE) -> CapturedStep:
-    """Warm `step` up on the side stream of `role` (Triton's kernel builds, cuBLAS handles), then capture it there.
-
-    A graph keeps the cuBLAS workspace of the stream it was captured on, so graphs that replay at the same time on two
-    streams must be captured on two: the codec's, sharing the frame step's workspace, would now and then change a
-    row's codes (tests/gpu/test_streaming.py).
-
-    The warm-up runs the exact call the capture records, so what can fail outside a capture (a kernel that does not
-    build, an unsupported layer) fails before any capture has allocated memory. The step runs for real `warmup` times
-    and once more replayed: a caller captures before its buffers hold anything it keeps.
-    """
+    """Warm `step` up on the side stream of `role`, so what can fail outside a capture fails before it allocates, then
+    capture it there. Graphs that replay at once on two streams must be captured on two, or they share one cuBLAS
+    workspace (tests/gpu/test_streaming.py). The step runs `warmup` times and once replayed: capture before the buffers
+    hold anything kept."""
     device = torch.device("cuda", torch.cuda.current_device())
     side = side_stream(device, role)
     with _rng_preserved(device):
@@ -235,22 +212,15 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = 
         except BaseException as e:
             _keep_forever(graph, e, e.__traceback__)
             raise
-        # Run once now, as the warm-up ran: under cudaMallocAsync what a capture allocates is backed only once the
-        # graph has run, and freeing a never-run graph's memory aborts the process. A continuous batch captures a
-        # step per width up front (morph/engine/batch.py) and a render may never run some of them.
+        # Run once now: under cudaMallocAsync freeing a never-run graph's memory aborts the process
         graph.replay()
         torch.cuda.synchronize()
     return CapturedStep(graph, outputs)
 
 
 def trim_graph_memory() -> None:
-    """Give the memory of destroyed graphs back to the device.
-
-    Under cudaMallocAsync, what a capture allocates lives in CUDA's graph memory pool, kept after the graph is destroyed
-    until the pool is trimmed (torch.cuda.empty_cache trims only the allocator's own pool). The trim releases only
-    memory no live graph uses, so other packs' graphs keep theirs. Under the native allocator graph memory is in
-    torch's pools, which empty_cache releases.
-    """
+    """Give destroyed graphs' memory back: under cudaMallocAsync it stays in CUDA's graph pool, which empty_cache does
+    not trim; the trim keeps what live graphs (other packs' too) use."""
     if not torch.cuda.is_initialized() or torch.cuda.get_allocator_backend() != "cudaMallocAsync":
         return
     try:

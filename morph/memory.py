@@ -1,40 +1,11 @@
 """What a run needs on the device beyond the weights, for a host's memory manager to make room (ComfyUI's
-`memory_required`). Counted from the loaded model's shape, as the run allocates it.
+`memory_required`) and for the engine's admission, counted from the loaded model's shape as the run allocates it.
 
-The continuous batch (every mode but eager) holds:
-  - pool: the talker's keys and values, in pages, as a render that does not stream sizes it (morph/settings.py
-    requeue_pool_pages);
-  - state: the decode's other buffers (morph/decode/talker_state.py), per row: the frames and tokens a slot of its
-    capacity (twice the largest row's need, rounded up to a power of two), the text's hidden states a slot of half
-    that (a row reads them by its own frame); the step's hidden states are the static loop's alone;
-  - prefill: a slice of joining rows through the lean layers (morph/decode/groups.py), up to PREFILL_TOKENS tokens of
-    prompts (morph/prompts.py prefill_tokens) padded to the longest, and in the fast modes to its bucket: their keys
-    and values, kept until the rows joined, one layer's activations per token and the attention scores
-    (morph/masked_attention.py bounds them);
-  - codec: each row decoded while it is made, on the codec's stream (morph/codec/stream.py), in calls of LIVE_CHUNK
-    frames of up to LIVE_ROW_FRAMES row-frames, or a row's restart of a window past upstream's first if that is
-    larger, and every live row's codec state; in the fast modes the calls' CUDA graphs, which keep their activations
-    for the whole render, with a restart or an ICL voice's priming op by op beside them;
-  - prompts: the joining group's prompt and, when more rows wait, the next one's (morph/engine/runner.py GroupAhead);
-  - WORKSPACE (cuBLAS's workspaces, the sampler's and the code predictor's scratch), and STREAM_WORKSPACE for each of
-    the batch's own streams the process has not used yet.
-The pool, the state, the prompts and WORKSPACE for the whole render, and a prefill and the codec on top: the
-codec's calls come all along the render, on their own stream, so a group's prefill meets one. On a GPU all but the
-workspaces go through the allocator's reserve (through_reserve). That is measured above what the process held before
-its first render (the weights, the voices and the cuBLAS workspaces of the caller's stream: a host finds them taken),
-as what the process took of the device (tests/gpu/test_memory.py).
-
-A static batch (eager mode, the exact reference) holds:
-  - state: per row, upstream's KV cache (morph/reference/loop.py) to the longest row's prompt and frames, and the
-    loop's hidden states per slot of its capacity;
-  - prefill: while the prompt runs, upstream's own KV cache for it, one MLP's activations per token and the attention
-    scores, every row padded to the longest prompt;
-  - codec: after the batch, upstream's decoder, whose largest call morph/codec/pieces.py bounds;
-  - WORKSPACE.
-So it needs state + the larger of prefill and codec call (times EAGER_RESERVE_SHARE on a GPU) + WORKSPACE.
-
-Prompts are counted with the model's tokenizer (morph/prompts.py token_count), as the run sizes its cache;
-bench/batch.py reports this declaration beside the measured peak.
+The continuous batch holds its key/value pool, its state, the prompts and WORKSPACE for the whole render, with a
+prefill slice and the codec's calls on top (the codec runs all along, on its own stream, so a prefill meets one); in
+the fast modes the codec's graphs keep their activations all along. On a GPU all but the workspaces go through the
+allocator's reserve (through_reserve). A static batch (eager) needs its state plus the larger of its prefill and its
+codec call. Measured as what the process took of the device above its start (tests/gpu/test_memory.py).
 """
 
 from __future__ import annotations
@@ -61,39 +32,29 @@ CODEC_VALUES_PER_ROW_FRAME = 1_250_000
 UPSTREAM_CODEC_WORKSPACE = 80 * 2**20
 # Every run's, above the start of a fresh process's batch-1 render (bench/results/h100-2026-11-24c/NOTES.md)
 WORKSPACE = 64 * 2**20
-# cuBLAS's workspace for each of the continuous batch's own streams, its frame loop's (morph/graphs.py
-# frame_loop_stream) and its next group's prompt's (morph/engine/runner.py): taken by the first render of a process that
-# uses the stream and kept (graphs.side_stream), so counted until then (bench/results/h200-2026-11-26f/NOTES.md)
+# cuBLAS's workspace for each of the batch's own streams, taken by the process's first render that uses the stream
+# and kept, so counted until then (bench/results/h200-2026-11-26f/NOTES.md)
 STREAM_WORKSPACE = 32 * 2**20
-# The lean codec: bytes a row-frame of its largest chunk call, cuDNN's workspaces included (a call of one row takes
-# more a frame); 16 MiB more for a call of few rows; and each row's audio held about six times on the device (a
-# chunk's, the row's, the batch's) in float32 (bench/results/h100-2026-11-26g/NOTES.md)
+# The lean codec: bytes a row-frame of a chunk call, cuDNN's workspaces included, and each row's float32 audio held
+# about six times on the device (bench/results/h100-2026-11-26g/NOTES.md)
 LEAN_CODEC_BYTES = (int(1.45 * 2**20), int(1.85 * 2**20))  # a row-frame of a call of many rows; of one row
 # the same calls replayed from CUDA graphs (below), as the live rows run them in the fast modes
 CAPTURED_CODEC_BYTES = (int(1.85 * 2**20), int(2.5 * 2**20))
 LEAN_CODEC_WORKSPACE = 16 * 2**20
 AUDIO_COPIES = 6
-# In the fast modes the live rows' calls replay CUDA graphs (morph/codec/layers.py), and the graphs hold their
-# calls' activations for as long as they are kept: in CUDA's graph memory pool under cudaMallocAsync, where torch's
-# allocated counter does not see them, and in torch's private pools under the native allocator, which the larger
-# activations fragment. Against the widest call's op-by-op bytes (the widest captured first, as CodecStream.warm
-# does): times ASYNC_CAPTURED_SHARE under cudaMallocAsync, and under native from about 1x for a call of one row to 3x
-# for one of 32 (NATIVE_CAPTURED_SHARE; bench/results/h100-2026-11-26f/NOTES.md).
+# The live codec's graphs hold their calls' activations while kept: in CUDA's graph pool under cudaMallocAsync, unseen
+# by torch's counter, and in private pools the native allocator fragments; a share of the widest call's op-by-op bytes
+# (bench/results/h100-2026-11-26f/NOTES.md).
 ASYNC_CAPTURED_SHARE = 1.15
 NATIVE_CAPTURED_SHARE = (1.0, 10, 3.0)  # 1 + rows / 10, at most 3
 # the frame step's graphs, one per width bucket, and the smaller codec shapes' leftovers
 CAPTURED_GRAPHS = 64 * 2**20
-# What the device gives up beyond the allocations the terms above count: the allocator's reserve (blocks freed on one
-# stream that another cannot take yet, split blocks kept whole; under the native allocator the graphs' private pools'
-# free blocks) and CUDA's graph pool past CAPTURED_GRAPHS. A card loses it as surely as the allocations, so the
-# declaration and the engine's admission count it (through_reserve; CHURN_SHARE when rows join as others end; eager's
-# own share, its cache growing a step at a time). Fit to what the process took of an H200 (bench/workload.py
-# taken_bytes) in tests/gpu/test_memory.py and the 256-line script at 64, 0.6B and 1.7B dims
-# (bench/results/h200-2026-11-28c/NOTES.md).
+# What the device gives up beyond the counted allocations: the allocator's reserve (blocks one stream freed and
+# another cannot take yet, split blocks, private pools' free blocks) and CUDA's graph pool past CAPTURED_GRAPHS; a card
+# loses it as surely, so the declaration and admission count it (bench/results/h200-2026-11-28c/NOTES.md).
 RESERVE_SHARE, CHURN_SHARE, EAGER_RESERVE_SHARE = 1.15, 1.4, 1.25
-# Under the native allocator upstream's decoder takes this much more than its activations' count (its large
-# convolutions' blocks are cached whole): a minute-long line alone, one call of a window of 325 frames, took 1.73-1.76
-# GiB above its start against 1.22 declared without it (bench/results/h200-2026-11-28g/NOTES.md)
+# Under the native allocator upstream's decoder takes this much more than its activations' count, its large
+# convolutions' blocks cached whole (bench/results/h200-2026-11-28g/NOTES.md)
 NATIVE_UPSTREAM_CODEC_SHARE = 1.6
 RESERVE_FIXED = {"cudaMallocAsync": int(0.4 * 2**30), "native": int(0.25 * 2**30)}
 
@@ -112,9 +73,8 @@ def _rows(lines, settings: GenerationSettings, instruct: str, count) -> list[tup
 
 def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: GenerationSettings | None = None,
                    batch_size: int | None = None, instruct: str = "", device: torch.device | None = None) -> int:
-    """Bytes that rendering `lines` ((text, voice) pairs), `batch_size` rows at a time (None: all at once),
-    needs beyond the weights, as the mode runs on `device` (the model's own when None): in the continuous batch, or
-    in eager's static batches, for the batch that needs the most."""
+    """Bytes rendering `lines` ((text, voice) pairs) `batch_size` rows at a time (None: all) needs beyond the
+    weights, as the mode runs on `device` (the model's when None)."""
     count = token_count(tts)
     rows = _rows(lines, settings or GenerationSettings(), instruct, count)
     if not rows:
@@ -142,9 +102,8 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
 
 
 def batch_need(tts, rows: Sequence[Row], prompts: Sequence[int], width: int) -> int:
-    """Bytes the engine's continuous batch of `width` slots takes on the model's device for these rows (waiting, with
-    their prompt tokens: morph/engine/request.py), by working_memory's count: what the engine admits against the
-    device's free memory (free_bytes)."""
+    """Bytes a continuous batch of `width` slots takes for these waiting rows, by working_memory's count: what the
+    engine admits against free_bytes."""
     sized = [(p, r.limit, _reference_frames(r.line.voice) + r.limit) for r, p in zip(rows, prompts, strict=True)]
     prefill = max(p if r.line.voice is None else prefill_tokens(r.text, r.line.voice)
                   for r, p in zip(rows, prompts, strict=True))
@@ -153,9 +112,7 @@ def batch_need(tts, rows: Sequence[Row], prompts: Sequence[int], width: int) -> 
 
 def free_bytes(device: torch.device) -> int | None:
     """What this process may still take on a CUDA device: the driver's free memory and what torch's allocator holds
-    unused, and under the native allocator no more than its share of the device leaves
-    (torch.cuda.set_per_process_memory_fraction, as bench.cards sets it to stand for a smaller card; cudaMallocAsync
-    is only read for its pool's figures). None on another device: nothing to admit against."""
+    unused, within the native allocator's per-process fraction (bench.cards' smaller card). None off CUDA."""
     if device.type != "cuda":
         return None
     # a model loaded on "cuda" has no index, which torch's per-process fraction refuses
@@ -169,13 +126,12 @@ def free_bytes(device: torch.device) -> int | None:
 
 
 def _reference_frames(voice: Voice | None) -> int:
-    """The frames of an ICL voice's reference, which the codec decodes ahead of the row's own (none for others)."""
+    """The frames of an ICL voice's reference, which the codec decodes ahead of the row's own."""
     return int(voice.ref_code.shape[0]) if voice is not None and voice.icl else 0
 
 
 def _replays_graphs(tts, device: torch.device | None) -> bool:
-    """Whether a render replays CUDA graphs (the frame step's, the live codec's calls): in the fast modes, as the mode
-    runs on `device` (the model's own when None)."""
+    """Whether a render on `device` (the model's when None) replays CUDA graphs: in the fast modes."""
     from .decode.runner import FAST_MODES  # the decode path loads with a model, not with the nodes
 
     return tts.patch.resolved_mode(device or tts.device) in FAST_MODES
@@ -183,8 +139,7 @@ def _replays_graphs(tts, device: torch.device | None) -> bool:
 
 def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: int, width: int,
                 captured: bool, device: torch.device) -> int:
-    """The continuous batch's need on `device` (module docstring); prompt: the longest a row's prefill takes
-    (prefill_tokens); captured: its codec calls and prefills replay CUDA graphs."""
+    """The continuous batch's need on `device`; prompt: the longest row's prefill tokens; captured: graphs replay."""
     needs = [p + f + 1 for p, f, _ in rows]  # prompt, frames and the EOS slot (morph/engine/request.py)
     pool = requeue_pool_pages([(p, f) for p, f, _ in rows], width) * KV_PAGE * shape.kv_per_token
     state = width * (capacity_for(max(needs)) * shape.hidden_bytes
@@ -196,15 +151,13 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
     tokens = rows_in * prompt
     prefill = (tokens * (shape.kv_per_token + shape.layer_bytes_per_token)
                + min(SCORES_BYTES, tokens * shape.heads * prompt * 4))
-    # every live row is decoded LIVE_CHUNK frames at a time, its rows padded to a power of two (an ended row's rest
-    # in a call of no more row-frames); each live row keeps its codec state, and a call holds a copy of its rows'
-    # states, as does its captured graph (morph/codec/layers.py CapturedDecode)
+    # calls of LIVE_CHUNK frames, rows padded to a power of two; every live row's codec state, and a copy of its rows'
+    # states in a call and in its graph
     per_call = min(call_width(width), call_rows(LIVE_CHUNK, LIVE_ROW_FRAMES))
     codec_frames = [c for _, _, c in rows]
     restart = _lean_codec_call(_live_row_call(codec_frames), 1)
     if captured:
-        # the graphs hold their calls' activations all along; op by op beside them, a window's restart and an ICL
-        # voice's priming (LeanCodec.primed: its reference a chunk at a time, once a voice)
+        # op by op beside the graphs: a window's restart, an ICL voice's priming
         beside = 0
         if max(codec_frames) > UPSTREAM_CHUNK:
             beside = restart
@@ -226,9 +179,8 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
 
 
 def through_reserve(counted: float, churn: bool, backend: str) -> float:
-    """What a continuous render whose allocations come to `counted` bytes takes of a CUDA device under the allocator
-    `backend` (torch.cuda.get_allocator_backend()): with the allocator's reserve and CUDA's graph pool; churn: more
-    rows than its width join as others end."""
+    """What a continuous render allocating `counted` bytes takes of a CUDA device under the allocator `backend`,
+    reserve and graph pool included; churn: more rows than its width join as others end."""
     return (CHURN_SHARE if churn else RESERVE_SHARE) * counted + RESERVE_FIXED[backend]
 
 
@@ -252,8 +204,8 @@ def _lean_codec_call(frames: int, rows: int) -> int:
 
 
 def _captured_codec_calls(frames: int, rows: int) -> int:
-    """The live codec's captured graphs, the widest a call of `rows` rows of `frames` frames, and the frame step's
-    (CAPTURED_GRAPHS), under the process's CUDA allocator (ASYNC_CAPTURED_SHARE, NATIVE_CAPTURED_SHARE)."""
+    """The live codec's graphs, the widest a call of `rows` rows of `frames` frames, and the frame step's, under the
+    process's allocator."""
     if torch.cuda.get_allocator_backend() == "cudaMallocAsync":
         share = ASYNC_CAPTURED_SHARE
     else:
@@ -268,15 +220,14 @@ def _codec_row_state(tts) -> int:
 
 
 def _largest_codec_call(codec_frames: list[int], width: int) -> int:
-    """Row-frames of the heaviest codec call morph/codec/pieces.py can make of batches of `width` of these rows: at most
-    its budget, unless one row alone is heavier, and never more than a whole batch holds."""
+    """Row-frames of the heaviest call morph/codec/pieces.py makes of batches of `width` of these rows."""
     heaviest = row_frames(max(codec_frames))
     return min(width * heaviest, max(DECODE_ROW_FRAMES, heaviest))
 
 
 def _live_row_call(codec_frames: list[int]) -> int:
-    """Frames of the largest one-row call a live row's decode makes (morph/codec/stream.py): a chunk, or, for a row
-    past upstream's first window, the restart of a window behind its context (`_fresh`, after the chunk's call)."""
+    """Frames of the largest one-row call a live row's decode makes: a chunk, or past upstream's first window, a
+    window's restart behind its context."""
     return LIVE_CHUNK + (UPSTREAM_CONTEXT if max(codec_frames) > UPSTREAM_CHUNK else 0)
 
 

@@ -1,34 +1,9 @@
-"""The batch front end every caller feeds: every line, alone or in a script, is a row of a batch.
-
-    batch = BatchTTS(tts)                                   # tts: a loaded MorphTTS
-    lines = [Line("Hello there.", alice, "English"), Line("Hi!", bob, "English"), ...]
-    audio = batch.render(lines, GenerationSettings(seq_groups=5, seed=1), batch_size=64,
-                         on_step=progress, on_line=save_one)  # float32 24 kHz arrays, in order
-
-`MorphTTS.clone`, `custom_voice` and `voice_design` render one line: validation, splitting a long text into rows
-(joined again by morph/line_audio.py), seeding, progress, out-of-memory handling and decoding are here only.
-
-Two ways to run the rows, as the speed mode runs:
-- the engine (every mode but eager): the render is one request to the engine (morph/engine/engine.py; how it runs:
-  docs/architecture.md). Each row draws from its own random stream, so a seeded line's take is the same alone, in
-  any batch, at any position, streamed or not, and after a resume, up to the rounding a batch's shape brings (below).
-- static batches (eager mode, the exact reference): upstream's batched `Qwen3TTSForConditionalGeneration.generate`
-  per batch of rows of like length (longest first), each row ending at its own EOS or limit, upstream's codec after
-  it, each call's inputs going with it (MorphPatch.call). Seeds as upstream: `torch.manual_seed(settings.seed)`
-  right before every batched generate (retries included), so a batch of one single-segment line is upstream's
-  generate_* seeded the same way, bit for bit (tests/morph/test_exactness.py); all rows draw from that one stream, so
-  a row's take depends on its companions. `seed=None` reseeds none.
-
-Batch invariance (greedy, fp32, CPU; tests/morph/test_render.py): a row never sees its companions' data (for a
-fixed batch shape and row position its logits are bit-identical whatever they hold), but the shape changes the low
-bits (GEMM reduction order depends on M; left padding shifts keys across SIMD lanes; CPU sdpa depends on the row
-index). Bit-identical rows across shapes would need per-row GEMVs and attention, that is, no batching; the
-differences are about 1e-7 on logits of order 1, so greedy codes agree unless two tokens are that close. The codec
-decodes rows in pieces of bounded size (morph/codec/): a row differs from its decode alone by rounding.
-
-Out of memory (generation, a CUDA graph capture or the codec): the rows not yet rendered are retried with half the
-batch (logged; the engine's policy, the same here in static batches), down to one row; a row
-that does not fit alone is a RuntimeError that names the node and what to change. Rows already rendered are kept.
+"""The batch front end every caller feeds: every line, alone or in a script, is a row of a batch; validation, long
+texts split into rows, seeding, progress, out-of-memory handling and decoding are here only. Rows run as one request
+to the engine (every mode but eager; each row draws from its own random stream, so a seeded take does not depend on
+its batch but for the rounding its shape brings), or in eager mode in upstream's static batched generate, seeded with
+`torch.manual_seed` before each batch as upstream is (tests/morph/test_exactness.py), so a row's take depends on its
+companions. Out of memory, the rows not yet rendered are retried at half the batch, down to one row.
 """
 
 from __future__ import annotations
@@ -65,8 +40,7 @@ def _allotment(rows: Sequence[Row]) -> int:
 
 
 class BatchTTS:
-    """Renders lines on a loaded MorphTTS, any number at once: the one caller of its model's generate
-    (docs/architecture.md, Layers)."""
+    """Renders lines on a loaded MorphTTS: the one caller of its model's generate (docs/architecture.md, Layers)."""
 
     def __init__(self, tts):
         self.tts = tts
@@ -77,19 +51,10 @@ class BatchTTS:
                on_line: OnLine | None = None, who: str = "Render lines", split_long_text: bool = True,
                sort: bool = True, labels: Sequence[str] | None = None, words: Words = FOR_PYTHON,
                on_chunk: OnChunk | None = None, kv_cache_bytes: int | None = None) -> list[np.ndarray]:
-        """Speak every line; returns float32 24 kHz audio per line, in the order given.
-
-        Rows (lines and segments) are rendered `batch_size` at a time, all at once when None (eager's static
-        batches: longest first when `sort`). `on_line(i, audio)` is called as soon as line i is complete, so a caller
-        keeps finished lines when a later row fails or the render is cancelled. `on_step(done, total)` is called
-        before every decode step with frame slots across the whole render (morph/progress.py's `SlotProgress`), and
-        once more with `total, total` when it is done; an exception raised there (a cancel) stops the render and
-        propagates. Messages name line i as `labels[i]`, as "line i+1" when there are several lines and no labels,
-        and a single line not at all, and word their fixes as `words` does (morph/lines/words.py).
-        `on_chunk(i, audio)` hands line i's audio in order as it is made (on the engine in chunks as
-        morph/engine/runner.py LiveChunks sizes them; in eager mode the whole line once); a line's chunks joined are the
-        audio on_line gets. `kv_cache_bytes` (not in eager mode): the batch's keys and values in a pool of that size,
-        not one sized to the rows (morph/decode/kv_store.py).
+        """Speak every line, `batch_size` rows at a time (all when None); float32 24 kHz audio per line, in order.
+        on_line(i, audio) as line i is whole, so a caller keeps it if a later row fails; on_step(done, total) in frame
+        slots before every step, and once at the end (what it raises stops the render and propagates); on_chunk(i,
+        audio): line i's audio as it is made (eager: whole, once); kv_cache_bytes: a K/V pool of that size (not eager).
         """
         results, frames = self.frames(lines, settings, batch_size, on_step, on_line, who, split_long_text, sort, labels,
                                       words, on_chunk, kv_cache_bytes)
@@ -103,10 +68,8 @@ class BatchTTS:
                sort: bool = True, labels: Sequence[str] | None = None, words: Words = FOR_PYTHON,
                on_chunk: OnChunk | None = None,
                kv_cache_bytes: int | None = None) -> tuple[list[np.ndarray], Iterator[None]]:
-        """render, its lines checked now and rendered as the frames it returns are run: a list each line's audio goes
-        into as it is whole, and the frames, yielding after each of the engine's (static batches: none before the
-        end). Closed between two frames (MorphTTS.stream's reader), the render stops before the next and the
-        engine's state is released by the time close() returns."""
+        """render with the lines checked now: (the list each line's audio goes into, the frames to run). Closed between
+        frames, the render stops and the engine's state is released by the time close() returns."""
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):  # True is no size
             raise ValueError(f"{who}: batch_size must be an integer >= 1, got {batch_size!r}; 64 suits most GPUs")
         settings = (settings or GenerationSettings()).validate(who)
@@ -136,10 +99,8 @@ class BatchTTS:
     def codes(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
               on_step: OnStep | None = None, who: str = "Render lines", batch_size: int | None = None,
               kv_cache_bytes: int | None = None) -> list[torch.Tensor]:
-        """The codec codes [frames, 16] of each line, in the order given, without the codec: the decode alone, on
-        the engine or in static batches as render runs them. Every line must fit one pass (at most
-        MAX_SEGMENT_CHARS characters); all lines in one batch when batch_size is None (static: ONE batched generate,
-        rows in the order given)."""
+        """The codes [frames, 16] of each line, in order, without the codec. Every line must fit one pass (at most
+        MAX_SEGMENT_CHARS characters); in eager mode with batch_size None, one batched generate."""
         settings = (settings or GenerationSettings()).validate(who)
         rows = make_rows(self.tts, lines, settings, who, split_long_text=False)
         if not rows:
@@ -159,10 +120,8 @@ class BatchTTS:
         return out
 
     def decode(self, codes: Sequence[torch.Tensor], voices: Sequence[Voice | None]) -> list[np.ndarray]:
-        """Audio of each row's codes (voices[i]: row i's Voice, None without one), as upstream's generate_* decode a
-        batch (an ICL voice's reference codes in front of its row, their audio cut off again), in codec calls of
-        bounded size: the lean codec (morph/codec/stream.py decode_whole) in every mode but eager, upstream's own
-        (morph/codec/pieces.py) in eager. A row without frames is silent."""
+        """Audio of each row's codes (voices[i]: its Voice or None), as upstream's generate_* decode them, in codec
+        calls of bounded size: the lean codec, or upstream's in eager mode. A row without frames is silent."""
         refs = [None if v is None else v.ref_code for v in voices]
         if not runs_lean(self.tts):
             return decode_rows(self.tts.tts.model.speech_tokenizer, codes, refs)
@@ -170,12 +129,11 @@ class BatchTTS:
 
     def check(self, lines: Sequence[Line], settings: GenerationSettings, who: str,
               labels: Sequence[str] | None = None) -> None:
-        """Refuse a line this model cannot speak (as render would, before any work), naming it as labels do."""
+        """Refuse a line this model cannot speak, as render would before any work."""
         make_rows(self.tts, lines, settings.validate(who), who, True, labels)
 
     def stop(self, row: Row) -> int:
-        """The frame at which a row ends at the latest: its limit. (A benchmark on random weights, which never
-        end on their own, ends rows where speech would instead.)"""
+        """The frame a row ends at the latest (a benchmark on random weights ends rows where speech would)."""
         return row.limit
 
     # -- the two ways to run rows ------------------------------------------------------
@@ -183,11 +141,8 @@ class BatchTTS:
                 on_row: Callable[[Row, object], None], on_chunk: Callable[[Row, np.ndarray], None] | None = None,
                 restart: Callable[[Sequence[Row]], bool] = lambda rows: True, kv_cache_bytes: int | None = None,
                 audio: bool = True) -> Generator[None, None, int]:
-        """The rows as one request to an engine of `width` slots, longest first, its pool sized to them, a frame at a
-        time; a row none of whose audio has gone out may be preempted and run again (the render does not stream).
-        Returns the width it finished at after running out of memory (the width asked for if it never did: a batch
-        the engine built narrower for the free memory says so itself); the request's error, if it failed, is
-        raised."""
+        """The rows as one request to an engine of `width` slots, a frame at a time; raises the request's error.
+        Returns the width it finished at after running out of memory (else `width`)."""
         engine = Engine(self.tts, min(width, len(rows)), who, kv_cache_bytes=kv_cache_bytes,
                         overcommit=on_chunk is None, ahead=True, stop=self.stop, audio=audio)
         request = engine.submit(rows_request(rows, settings, token_count(self.tts), on_row, lambda error: None,
@@ -204,8 +159,8 @@ class BatchTTS:
 
     def _static_backing_off(self, rows: list[Row], settings: GenerationSettings, cap: int, on_step: OnStep | None,
                             out: LineAudio, sort: bool, who: str) -> int:
-        """Static batches of at most `cap` rows, narrowed as the engine narrows after running out of memory (its
-        scheduler's back_off); returns the width it finished at."""
+        """Static batches of at most `cap` rows, narrowed as the engine's after running out of memory; returns the
+        width it finished at."""
         pending = rows
         while True:
             pending = out.todo(pending)
@@ -258,8 +213,7 @@ class BatchTTS:
 
 
 def retired_batching(batching: str, who: str) -> None:
-    """Render Lines' and cli.py render's retired `batching`, for the one release that still takes it: still checked,
-    and "static" logged."""
+    """The retired `batching` of Render Lines and cli.py render, still checked for one release."""
     if batching not in RETIRED_BATCHING:
         raise ValueError(f"{who}: batching must be one of {', '.join(RETIRED_BATCHING)}, got {batching!r}")
     if batching == "static":
@@ -269,8 +223,8 @@ def retired_batching(batching: str, who: str) -> None:
 
 
 def plan_batches(shapes: Sequence[tuple[int, str]], size: int, longest_first: bool = True) -> list[list[int]]:
-    """Batches of at most `size` rows, as indices into `shapes` (each row's frame limit and text), longest first
-    unless told otherwise: a batch runs to its longest row, so rows of like length go together."""
+    """Batches of at most `size` indices into `shapes` ((frame limit, text) a row), longest first unless told
+    otherwise: a batch runs to its longest row."""
     order = sorted(range(len(shapes)), key=lambda i: (-shapes[i][0], -len(shapes[i][1]))) if longest_first else \
         list(range(len(shapes)))
     return [order[s:s + size] for s in range(0, len(order), size)]
