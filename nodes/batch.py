@@ -167,7 +167,8 @@ class RenderLines:
                     result = job.run(prepare, settings, int(batch_size), float(pause_seconds),
                                      finish_line=(lambda wav: smooth(wav, SAMPLE_RATE)) if smoothing else None,
                                      on_step=progress.step, on_line=progress.line, who=who, words=FOR_NODES)
-                except Exception:  # a Cancel, an interrupt or a failure: the lines on disk, not the last report
+                except BaseException:  # Cancel or an interrupt (a BaseException in ComfyUI 0.33), or a failure
+                    # the lines on disk replace the last progress report, which can lag the line writer
                     progress.stopped(len(store.lines), len(lines))
                     raise
                 progress.finish()

@@ -71,7 +71,7 @@ def install(models_dir: str) -> Recorder:
 
     mm = types.ModuleType("comfy.model_management")
 
-    class InterruptProcessingException(Exception):
+    class InterruptProcessingException(BaseException):  # as in ComfyUI 0.33 (0.8.0's is an Exception)
         pass
 
     def throw_exception_if_processing_interrupted():
