@@ -7,9 +7,10 @@ replaced by "No warnings in this run." when the next run of the node is clean.
 Starts ComfyUI (--cpu) as real_frontend.py does, with a tiny random Base model under the name the "Voice clone"
 workflow asks for, opens that workflow in headless Chromium and runs it twice through the frontend
 (app.queuePrompt): first with the text to speak the same as the voice's transcript (the pack warns on Generate),
-then with another text. After each job ends (and a moment for the frontend's own end-of-job clean-up), it reads
-the text of every node's message widget, whether it is on screen, and whether it shows every line; and the
-browser console's errors. Needs playwright in the Python that runs this script.
+then with another text. Then it runs "Character lines" and stops it through the API (POST /interrupt, what Cancel
+sends) once Render Lines has written a line. After each job ends (and a moment for the frontend's own end-of-job
+clean-up), it reads the text of every node's message widget, whether it is on screen, and whether it shows every
+line; and the browser console's errors. Needs playwright in the Python that runs this script.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,6 +42,24 @@ def run(page, port: int, text: str) -> list[dict]:
     wait_idle(port)
     time.sleep(3.0)  # the frontend's end-of-job clean-up (1.58 clears progress text then)
     return page.evaluate(MESSAGES_JS)
+
+
+def stop_render_lines(page, port: int, output: Path) -> dict:
+    """Character lines, interrupted once Render Lines (node 8) has written a line: its message and the line files."""
+    wf = json.loads((ROOT / "workflows" / "Character lines.json").read_text())
+    page.evaluate("async (wf) => { await window.app.loadGraphData(wf, true, true, 'Character lines'); }", wf)
+    time.sleep(2.0)
+    page.evaluate(SET_JS, [8, "batch_size", 2])  # lines end a few at a time, so the stop falls between them
+    page.evaluate(SET_JS, [8, "max_new_tokens", 200])
+    page.evaluate("async () => { await window.app.queuePrompt(0, 1); }")
+    end = time.time() + 180
+    while not list(output.glob("qwen3-tts/character_lines_*.wav")) and time.time() < end:
+        time.sleep(0.05)
+    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/interrupt", data=b"", method="POST"))
+    wait_idle(port)
+    time.sleep(3.0)
+    return {"messages": page.evaluate(MESSAGES_JS),
+            "files": sorted(p.name for p in output.glob("qwen3-tts/character_lines_*.wav"))}
 
 
 def main() -> int:
@@ -85,6 +105,9 @@ def main() -> int:
                 save_png(page, shots / "2 clean run, after the job.png")
             report["saved_widgets_values"] = page.evaluate(
                 "() => window.app.graph.serialize().nodes.find(n => n.id === 4).widgets_values.length")
+            report["stopped"] = stop_render_lines(page, args.port, work / "output")
+            if shots:
+                save_png(page, shots / "3 Render Lines stopped, after the job.png")
             browser.close()
     finally:
         os.killpg(server.pid, 15)

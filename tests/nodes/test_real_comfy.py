@@ -4,7 +4,7 @@ interrupt): runs only when COMFYUI_PATH points at a ComfyUI checkout (CI has non
     COMFYUI_PATH=/path/to/ComfyUI [COMFYUI_PYTHON=/path/to/its/python] pytest tests/nodes/test_real_comfy.py
 
 COMFYUI_FRONT_END_ROOT=<unpacked comfyui-frontend-package>/static serves another frontend build (the
-recorded sizes are frontend 1.35.9's, ComfyUI 0.8.0's pin)."""
+recorded sizes are frontend 1.58.1's: ComfyUI 0.33.0 pins 1.49.6)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,9 @@ def test_workflows_open_cleanly_in_the_real_frontend(tmp_path):
     for path in sorted((ROOT / "workflows").glob("*.json")):
         wf = json.loads(path.read_text())
         th = sizes["title_height"]
-        boxes = {n["id"]: (n["pos"][0], n["pos"][1] - th, n["size"][0], n["size"][1] + th) for n in real[path.stem]["nodes"]}
+        # node ids as the workflow has them: frontend 1.58 reports them as strings
+        boxes = {int(n["id"]): (n["pos"][0], n["pos"][1] - th, n["size"][0], n["size"][1] + th)
+                 for n in real[path.stem]["nodes"]}
         assert wt.layout_problems(wf, sizes, boxes) == [], path.stem
         # nothing flagged on open: no toast (e.g. "my_voice.safetensors is missing"), no node outlined red
         assert real[path.stem]["problems"] == {"toasts": [], "error_nodes": []}, path.stem
@@ -87,3 +89,9 @@ def test_messages_stay_on_their_node_after_the_job_in_the_real_frontend(tmp_path
         in swapped["text"] and swapped["on_screen"] and swapped["whole"]
     assert clean["text"] == "No warnings in this run." and clean["on_screen"] and clean["whole"]
     assert report["saved_widgets_values"] == 16 and report["console_errors"] == []
+    # Render Lines stopped by an interrupt: its progress line gives way to the lines its folder holds
+    stopped, files = report["stopped"]["messages"], report["stopped"]["files"]
+    [render] = [m for m in stopped if m["type"] == "Qwen3TTSMorphRenderLines"]
+    assert 0 < len(files) < 10 and render["on_screen"] and render["whole"]
+    assert render["text"].split("\n")[-1] == (f"Qwen3-TTS Render Lines: stopped: {len(files)} of 10 lines kept; queue "
+                                              "it again with resume on to render the rest")
