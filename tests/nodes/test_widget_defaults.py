@@ -85,10 +85,10 @@ def test_the_examples_cover_every_knob_and_set_only_the_listed_ones_on_purpose(i
 # must match; a reworded README fails here until its pattern follows.
 README_CLAIMS = [
     (r"`seq_groups` \(1-15, default (\d+)\)", "Qwen3TTSMorphGenerate", "seq_groups", int),
-    (r"its default `seq_groups` (\d+) trades", "Qwen3TTSMorphGenerate", "seq_groups", int),
+    (r"default\s+`seq_groups` (\d+) trades", "Qwen3TTSMorphGenerate", "seq_groups", int),
     (r"`batch_size` lines at once \(default (\d+);", "Qwen3TTSMorphRenderLines", "batch_size", int),
     (r"\| 8 GB \| (\d+) \(the default\)", "Qwen3TTSMorphRenderLines", "batch_size", int),
-    (r"under `filename_prefix`\s+\(default `([^`]+)`\)", "Qwen3TTSMorphRenderLines", "filename_prefix", str),
+    (r"under\s+`filename_prefix`\s+\(default `([^`]+)`\)", "Qwen3TTSMorphRenderLines", "filename_prefix", str),
     (r"With `resume` (on) \(the default\)", "Qwen3TTSMorphRenderLines", "resume", lambda s: s == "on"),
     (r"A (\d)\w\w-order Butterworth low-pass", "Qwen3TTSMorphSmooth", "order", int),
     (r"Butterworth low-pass \((\d+) kHz\)", "Qwen3TTSMorphSmooth", "cutoff_hz", lambda s: float(s) * 1000),
