@@ -1,17 +1,9 @@
 """The 12 Hz codec's decoder, lean and streaming: codes [rows, frames, 16] to 24 kHz audio a chunk at a time.
 
-Every layer of upstream's decoder (Qwen3TTSTokenizerV2Decoder, qwen-tts 0.1.1) is causal: convolutions pad on the
-left only, each transposed convolution's output block depends on its input and the one before, and the
-pre-transformer attends to the last `sliding_window` frames. So a row can be decoded chunk by chunk if it carries
-its left context from one chunk to the next (`CodecState`): per causal convolution its last (kernel - 1) x
-dilation inputs, per overlapping transposed convolution its last input, per transformer layer the keys and values
-of its last sliding_window - 1 frames, and the frames it has seen (its rotary position). Decoded that way, a row's
-audio is its one-call decode to rounding, whatever the chunks.
-
-The layers run channels last ([rows, time, channels]): cuDNN's tensor-core convolutions take that layout as it is,
-where upstream's [rows, channels, time] makes it transpose every activation in and out of each convolution
-(bench/results/h100-2026-11-24b). The weights are upstream's modules' own; nothing is copied but per-channel tables
-(`tables`), rebuilt when the weights move.
+Every layer of upstream's decoder is causal, so a row decodes chunk by chunk if it carries its left context
+(`CodecState`: each convolution's last inputs, each transformer layer's last keys and values, the frames seen), to
+its one-call decode's rounding. The layers run channels last, the layout cuDNN's tensor-core convolutions take
+without a transpose (bench/results/h100-2026-11-24b); the weights are upstream's own, only per-channel tables copied.
 """
 
 from __future__ import annotations
@@ -45,8 +37,8 @@ def _conv_output(y: torch.Tensor) -> torch.Tensor:
 
 
 class CodecState:
-    """Each row's left context: one flat row of values a row (`flat`, every slot's [time, channels] in turn), and
-    the frames each row has seen (`pos`). Flat, so that rows of several voices' states join in one copy."""
+    """Each row's left context, every slot's [time, channels] in one flat row (so states join in one copy), and the
+    frames each row has seen (`pos`)."""
 
     def __init__(self, flat: torch.Tensor, pos: torch.Tensor, shapes: list[tuple[int, int]]):
         self.flat, self.pos, self.shapes = flat, pos, shapes
@@ -113,13 +105,13 @@ class LeanCodec:
         return self._tables[1]
 
     def release(self) -> None:
-        """Drop what is kept on the device besides the weights; rebuilt on the next decode."""
+        """Drop what is kept on the device besides the weights."""
         self._tables = None
         self._primed.clear()
         self._captured.clear()
 
     def captured(self, device) -> "CapturedDecode":
-        """This codec's decode replayed from CUDA graphs on `device` (CapturedDecode), kept for the next render."""
+        """This codec's decode replayed from CUDA graphs on `device`, kept for the next render."""
         device = torch.device(device)
         if device not in self._captured:
             self._captured[device] = CapturedDecode(self, device)
@@ -127,8 +119,7 @@ class LeanCodec:
 
     @staticmethod
     def side_stream(device) -> "torch.cuda.Stream | None":
-        """The CUDA stream rows decode on beside the frame loop (None off CUDA: they decode in line): one per device
-        for every model and render (morph/graphs.py side_stream says why)."""
+        """The CUDA stream rows decode on beside the frame loop (None off CUDA)."""
         return side_stream(device, CODEC) if torch.device(device).type == "cuda" else None
 
     # -- the state -------------------------------------------------------------------------------
@@ -157,8 +148,7 @@ class LeanCodec:
                           torch.zeros(rows, dtype=torch.long, device=device), shapes)
 
     def primed(self, ref: torch.Tensor | None, device) -> CodecState:
-        """One row's state after an ICL voice's reference codes [frames, 16] (zeros for none), as upstream decodes
-        the reference in front of the row: decoded once per voice (the PRIMED_VOICES most recent are kept)."""
+        """One row's state after an ICL voice's reference codes [frames, 16] (zeros for none), decoded once a voice."""
         dtype = next(self.decoder.parameters()).dtype
         if ref is None:
             return self.zero_state(1, device, dtype)
@@ -176,8 +166,8 @@ class LeanCodec:
 
     # -- the decode ------------------------------------------------------------------------------
     def decode(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
-        """codes [B, T, 16] (int, each in the codebook's range) that follow what `state`'s rows have seen ->
-        float32 audio [B, T * upsample]; `state` advanced past them."""
+        """codes [B, T, 16] (in the codebook's range) after what `state` has seen -> float32 audio [B, T * upsample];
+        `state` advanced past them."""
         d, tabs, cur = self.decoder, self.tables(), Cursor(state)
         with torch.inference_mode():
             x = self._quantized(codes, tabs["codebooks"])
@@ -215,15 +205,12 @@ class LeanCodec:
             x = torch.cat((cur.take(), x), dim=1)
             cur.swap(x[:, x.shape[1] - context:])
         if conv.groups > 1 or conv.out_channels == 1:
-            # The depthwise convolutions (ConvNeXt's) and the last one (to one channel of audio) have no
-            # channels-last tensor-core kernel: cuDNN's fallback for the last would take most of the codec's GPU time
-            # and round worse. Upstream's layout there, as upstream runs them.
+            # no channels-last tensor-core kernel for depthwise or one-channel convolutions: upstream's layout
             return F.conv1d(x.transpose(1, 2), conv.weight, conv.bias, groups=conv.groups).transpose(1, 2)
         dilation = conv.dilation[0]
         if dilation == 1:
             return _conv_output(F.conv2d(_conv_input(x), conv.weight.unsqueeze(2), conv.bias))
-        # A dilated convolution is `dilation` plain ones over interleaved samples. cuDNN's pick for the dilated shapes
-        # is erratic: some take hundreds of times as long as their plain twins, and round worse
+        # `dilation` plain convolutions over interleaved samples: cuDNN's dilated kernels are erratically slow
         # (bench/results/h100-2026-11-24b). Pad to whole phases, split, merge.
         b, t, c = x.shape
         out = t - context
@@ -235,8 +222,8 @@ class LeanCodec:
 
     @staticmethod
     def _transposed(x: torch.Tensor, conv: torch.nn.ConvTranspose1d, cur: Cursor | None) -> torch.Tensor:
-        """Upstream's causal transposed convolution (right-trimmed to T x stride samples). Where the kernel is
-        twice the stride, each input's block overlaps the next: the last input of the chunk before comes first."""
+        """Upstream's causal transposed convolution (T x stride samples); with `cur`, the chunk before's last input
+        first, as overlapping blocks need."""
         stride = conv.stride[0]
         if cur is not None:
             x = torch.cat((cur.take(), x), dim=1)
@@ -251,9 +238,8 @@ class LeanCodec:
         return x + block.gamma * y
 
     def _unit(self, x: torch.Tensor, unit, tabs: dict, cur: Cursor) -> torch.Tensor:
-        """A residual unit's activation, dilated convolution and activation. On CUDA the first activation writes where
-        the convolution reads (after the state's context, interleaved as _conv interleaves) and the second reads
-        where it wrote and adds its bias: _conv's ops less its copies, a large share of a wide call's GPU time."""
+        """A residual unit's activation, dilated convolution and activation. On CUDA the activations' kernels write and
+        read in _conv's interleaved layout, saving its copies."""
         conv = unit.conv1.conv
         kernels, (b, t, c) = self._fused(x.device), x.shape
         dilation, lead = conv.dilation[0], conv.kernel_size[0] - 1  # lead: phases of context in front of each row
@@ -280,7 +266,7 @@ class LeanCodec:
         return x + inv * torch.pow(torch.sin(x * alpha), 2)  # upstream's ops, in its order
 
     def _fused(self, device: torch.device):
-        """morph/kernels/snake.py (the activation's kernels) on CUDA where Triton runs, else None (torch's ops)."""
+        """morph/kernels/snake.py on CUDA where Triton runs, else None."""
         if device.type != "cuda" or self._kernels is False:
             return None
         if self._kernels is None:
@@ -294,8 +280,7 @@ class LeanCodec:
         return self._kernels
 
     def _transformer(self, x: torch.Tensor, pos: torch.Tensor, cur: Cursor) -> torch.Tensor:
-        """Upstream's pre-transformer over a chunk: each frame attends to itself and the `window` frames before it,
-        those of earlier chunks from the state."""
+        """Upstream's pre-transformer over a chunk, each frame attending to the `window` frames before it."""
         t = self.decoder.pre_transformer
         b, n, _ = x.shape
         positions = pos[:, None] + torch.arange(n, device=x.device)  # [B, n]
@@ -322,27 +307,20 @@ class LeanCodec:
 
 
 class CapturedDecode:
-    """LeanCodec.decode for one device, a captured graph per (rows, frames) replayed: what the continuous batch's rows
-    decode with in the fast modes (stream.py CodecStream). The live rows make many small calls, each about 1,400 kernel
-    launches from the frame loop's host thread (morph/codec/calls.py): under a speech server's load those launches
-    would be most of that thread's time (py-spy, bench/results/h100-2026-11-25c). Their shapes are few, so each is
-    captured once and replayed."""
+    """LeanCodec.decode for one device, a graph per (rows, frames) replayed: the live rows' many small calls would
+    spend the frame loop's host thread on launches (bench/results/h100-2026-11-25c), and their shapes are few."""
 
     def __init__(self, codec, device: torch.device):
         self.codec, self.device = codec, device
-        # captured on a stream of their own: they replay beside the frame step's graphs (graphs.capture says why),
-        # after one warm-up run, which plans cuDNN's convolutions and builds the activation's kernel: a 64-row call
-        # runs for tens of ms, and a continuous render's first call captures about 20 shapes
+        # on a stream of their own, as they replay beside the frame step's graphs; one warm-up plans cuDNN
         self.graphs = GraphCache(max_graphs=MAX_SHAPES, role=CODEC_CAPTURE, warmup=1)
-        # rows -> the state the graphs of that many rows read and write: every call copies its rows' state in and
-        # back out, and the graphs replay one after another on one stream, so the chunk sizes share it (a state per
-        # shape would cost memory for nothing: bench/results/h200-2026-11-26d/NOTES.md)
+        # rows -> the state the graphs of that many rows read and write, shared by the chunk sizes: calls copy it in
+        # and out one after another on one stream (bench/results/h200-2026-11-26d/NOTES.md)
         self._states: dict[int, CodecState] = {}
 
     def bind(self) -> torch.dtype:
-        """Drop the graphs, and the states they read, if the codec's weights moved since their capture, or if a
-        capture failed since the last bind (GraphCache.bind): a CodecStream binds as its batch starts, so that batch
-        tries again. Returns the weights' dtype."""
+        """Drop the graphs and their states if the weights moved or a capture failed since (GraphCache.bind); returns
+        the weights' dtype."""
         weights = next(self.codec.decoder.parameters())
         self.graphs.bind((self.device, weights.dtype, weights.data_ptr()))
         if not len(self.graphs):
@@ -350,8 +328,7 @@ class CapturedDecode:
         return weights.dtype
 
     def decode(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
-        """What LeanCodec.decode(codes, state) gives, `state` advanced in place the same way; the audio is a copy,
-        so a later replay of the same graph leaves it as it is."""
+        """LeanCodec.decode(codes, state), the audio a copy that a later replay leaves as it is."""
         entry = self.prepare(*codes.shape[:2])
         if entry is None:
             return self.codec.decode(codes, state)
@@ -365,8 +342,7 @@ class CapturedDecode:
         return wav.clone()
 
     def prepare(self, rows: int, frames: int):
-        """The graph of this call shape, captured on its first call (graphs.capture: warmed up, captured, replayed);
-        None for the rest of the batch once a capture has failed (GraphCache.get_or_none)."""
+        """The graph of this call shape, captured on its first call; None for the rest of the batch once one failed."""
         if self.graphs.failed:
             return None
         dtype = self.bind()  # the weights may have moved since the last call (a cast, an offload)
@@ -378,9 +354,7 @@ class CapturedDecode:
         if rows not in self._states:
             self._states[rows] = self.codec.zero_state(rows, self.device, dtype)
         state = self._states[rows]
-        # the audio lands in a tensor made outside the capture: a tensor the capture allocated and kept would make
-        # cudaMallocAsync warn once for each graph dropped ("uncaptured free of a captured allocation", in a ComfyUI
-        # server's log at each unload)
+        # the audio lands in a tensor made outside the capture, or cudaMallocAsync warns at each graph dropped
         audio = torch.empty(rows, frames * self.codec.upsample, dtype=torch.float32, device=self.device)
         entry = self.graphs.get_or_none(key, lambda: audio.copy_(self.codec.decode(codes, state)),
                                         "morph: could not capture the live codec's calls (%s); they run op by op "

@@ -1,17 +1,9 @@
-"""The lean codec's one streamer: rows decoded a chunk at a time, each with a codec state of its own, any rows with as
-many new frames together in a call, on the codec's CUDA stream beside the frame loop. The continuous batch feeds it
-each row's frames while the row is made (which frames go when: morph/engine/runner.py `LiveChunks`); rows already made
-are a stream fed all their frames (`decode_whole`, BatchTTS.decode's in every mode but eager).
-
-A row's chunks joined are upstream's decode of the row to rounding, whatever the chunks, made upstream's way:
-- an ICL voice's reference codes go first and their audio is cut off: decoded once per voice (LeanCodec.primed),
-  into the state every row in that voice starts from;
-- upstream decodes a row's first UPSTREAM_CHUNK (300) frames in one call, and every later 300 behind only 25 frames
-  of context (its chunked_decode): from each window's start on, the row starts again from a state that has seen
-  only that context.
-
-Nothing here waits for the GPU (off CUDA the work runs in line): the audio is copied to pinned memory and read once
-its event has passed.
+"""The lean codec's one streamer: rows decoded a chunk at a time, each with a codec state of its own, rows with as
+many new frames together in a call, on the codec's CUDA stream beside the frame loop; rows already made are fed whole
+(`decode_whole`). A row's chunks joined are upstream's decode to rounding: an ICL voice's reference is decoded first
+(once a voice, LeanCodec.primed) and cut off, and each UPSTREAM_CHUNK window after the first starts again from a state
+that has seen only its context, as upstream's chunked_decode. Nothing here waits for the GPU: the audio is copied to
+pinned memory and read once its event has passed.
 """
 
 from __future__ import annotations
@@ -41,11 +33,10 @@ class _Row:
 
 
 class CodecStream:
-    """Rows decoded a chunk at a time (module docstring), in calls of at most `budget` row-frames; each row is a name,
-    opened, fed its frames in order, and read back with pump()."""
+    """Rows decoded a chunk at a time in calls of at most `budget` row-frames: each opened by name, fed its frames in
+    order, read back with pump(). captured: the calls replay CUDA graphs."""
 
     def __init__(self, codec: LeanCodec, device: torch.device, budget: int = LIVE_ROW_FRAMES, captured: bool = False):
-        """captured: the calls replay CUDA graphs (LeanCodec.captured), in the fast modes."""
         self.codec, self.device, self.budget = codec, device, budget
         self.stream = codec.side_stream(device)  # None off CUDA: the work runs in line
         self._captured = codec.captured(device) if captured else None
@@ -53,12 +44,10 @@ class CodecStream:
             self._captured.bind()
         self._decode = self._captured.decode if captured else codec.decode
         self.rows: dict = {}  # name -> _Row
-        # each feed's audio on its way to the host: (event or None, host tensor, [(name, its _Row, samples, ended)],
-        # the device tensor it is copied from)
+        # each feed's audio on its way: (event, host tensor, [(name, _Row, samples, ended)], its device tensor)
         self.flight: collections.deque = collections.deque()
 
     def _side(self):
-        """A context that runs its work on the codec's stream."""
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     def open(self, name, ref: torch.Tensor | None) -> None:
@@ -73,14 +62,9 @@ class CodecStream:
         self.rows[name] = _Row(state, ref)
 
     def warm(self, rows: int, sizes: Sequence[int]) -> None:
-        """Make ready each call shape a batch of up to `rows` rows makes with chunks of `sizes` frames before the
-        first row's audio waits for it: captured, its graph (made once a process: replaying them all at every render
-        would add GPU time to a lone short request, bench/results/h200-2026-11-26c); else blank rows decoded, so that
-        cuDNN plans it.
-
-        The heaviest shape first: under the native allocator a capture reuses what the graphs' shared pool has
-        free only for calls no larger, so the widest first leaves less in the pool than the narrowest first
-        (bench/results/h100-2026-11-26d)."""
+        """Make ready every call shape of up to `rows` rows with chunks of `sizes` frames before audio waits for it:
+        captured, or else decoded blank so cuDNN plans it. Heaviest first: under the native allocator a capture reuses
+        only free blocks no smaller (bench/results/h100-2026-11-26d)."""
         shapes = [(1 << k, t) for t in sizes  # every power of two up to the widest call
                   for k in range(min(call_width(rows), call_width(call_rows(t, self.budget))).bit_length())]
         with self._side(), torch.inference_mode():
@@ -93,13 +77,11 @@ class CodecStream:
                                  self._blank(width))
 
     def done(self, name) -> int:
-        """The row's own frames decoded so far."""
         return self.rows[name].done
 
     def feed(self, names: Sequence, frames: Sequence[torch.Tensor], size: int, ended: Sequence[bool]) -> None:
-        """frames[i]: the named row's next frames [n_i <= size, 16], made on the caller's stream; they are copied out
-        there, padded to `size` (a call's frames: the padding's audio is cut off), so the caller may reuse them
-        after. ended[i]: the row has no more."""
+        """frames[i]: the named row's next frames [n_i <= size, 16], copied out on the caller's stream and padded to
+        `size`, so the caller may reuse them after; ended[i]: the row has no more."""
         rows, real = [self.rows[name] for name in names], [int(f.shape[0]) for f in frames]
         codes = torch.stack([F.pad(f, (0, 0, 0, size - f.shape[0])) for f in frames]).to(self.device)
         if self.stream is not None:  # read on the codec's stream: it waits for them, and the allocator keeps them
@@ -128,19 +110,18 @@ class CodecStream:
         self.flight.append((event, host, sizes, flat))
 
     def end(self, name) -> None:
-        """The row has ended with every frame fed: its whole audio comes after its last chunk."""
+        """The row has ended with every frame fed: its whole audio comes with its last chunk."""
         row = self.rows[name]
         row.state = None
         self.flight.append((None, torch.zeros(0), [(name, row, 0, True)], None))
 
     def drop(self, name) -> None:
-        """The row will start again (a preempted one): what it was fed is dropped, its chunks still in flight
-        included, and it may be opened again."""
+        """The row will start again: what it was fed is dropped, chunks in flight included."""
         del self.rows[name]
 
     def pump(self, flush: bool = False) -> list[tuple[object, np.ndarray, np.ndarray | None]]:
-        """(name, float32 24 kHz chunk, the row's whole audio after its last chunk, else None) for every chunk read
-        back, each row's in order; flush: wait for all of them."""
+        """(name, float32 24 kHz chunk, the row's whole audio with its last chunk, else None) for every chunk read
+        back, in order; flush: wait for all."""
         out = []
         while self.flight and (flush or self.flight[0][0] is None or self.flight[0][0].query()):
             event, host, sizes, _ = self.flight.popleft()
@@ -156,9 +137,8 @@ class CodecStream:
         return out
 
     def _advance(self, row: _Row, own: torch.Tensor, wav: torch.Tensor, ended: bool) -> torch.Tensor:
-        """The audio of `own` (row's next frames, already decoded as `wav` from its state), and the row moved past
-        them. A chunk that reaches upstream's next window: its frames from there, and the row's state, are the window's
-        own decode behind its context."""
+        """The audio of `own` (decoded as `wav`), the row moved past them; past a window's start, the window's own
+        decode behind its context."""
         up, n = self.codec.upsample, int(own.shape[0])
         start, stop = row.ref + row.done, row.ref + row.done + n  # in the codes with the reference in front
         row.done += n
@@ -188,12 +168,9 @@ class CodecStream:
 
 def decode_whole(codec: LeanCodec, codes: Sequence[torch.Tensor], refs: Sequence[torch.Tensor | None],
                  device: torch.device, budget: int = DECODE_ROW_FRAMES) -> list[np.ndarray]:
-    """Rows already made (codes[i]: row i's frames [n_i, 16]; refs[i]: its ICL voice's reference codes, or None),
-    each a stream fed all its frames: rows of like length together (pieces.py pieces), each call the longest row's
-    frames as call_frames rounds them (calls of LIVE_CHUNK frames would launch so many kernels that a continuous
-    render would take several times as long), one group's audio read back before the next, so that at most `budget`
-    row-frames of activations are held.
-    A row without frames is silent."""
+    """Rows already made (codes[i] [n_i, 16]; refs[i]: its ICL reference or None), rows of like length together in
+    calls as long as call_frames allows (LIVE_CHUNK calls would launch far more kernels), at most `budget` row-frames
+    held. A row without frames is silent."""
     audio = [np.zeros(0, np.float32) for _ in codes]
     for group in pieces([c.shape[0] for c in codes], budget):
         longest = max(codes[i].shape[0] for i in group)

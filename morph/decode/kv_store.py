@@ -1,11 +1,7 @@
-"""Where the continuous batch's talker keys and values live (morph/engine/batch.py): dense, each row the whole capacity
-of the state (`DenseKV`), or paged, each row the pages it has grown into (`PagedKV`; morph/engine/block_manager.py
-decides which). Both take a joining row's prompt keys and values (`write_prompt`), the pages its rows took for the
-slot they write next (`grow`), a row leaving (`free`) and every row's slots moved down together (`shift`).
-
-A paged cache is, per layer, a pool [pages, kv_heads, page, D]; a row's logical slot s lives at
-pool[table[row, s // page], :, s % page]. Page 0 is the null page that unused entries point at: what is written there
-is never read unmasked. The lean layers go through the table with `place`, `put` and `gather`, the fused kernel itself.
+"""Where the continuous batch's talker keys and values live: dense, each row the whole capacity (`DenseKV`), or paged,
+each row the pages it has grown into (`PagedKV`). A paged cache is, per layer, a pool [pages, kv_heads, page, D]; a
+row's slot s lives at pool[table[row, s // page], :, s % page]. Page 0 is the null page unused entries point at, never
+read unmasked.
 """
 
 from __future__ import annotations
@@ -16,8 +12,7 @@ from ..settings import KV_PAGE as PAGE
 
 
 def to_device(values, device, dtype: torch.dtype = torch.long) -> torch.Tensor:
-    """`values` (a list of numbers) as a tensor on `device`, copied without waiting for the device's queue: from
-    pinned memory the copy is queued behind the frames like a kernel (bench/results/h100-2026-11-25e/NOTES.md)."""
+    """`values` as a tensor on `device`, copied from pinned memory without waiting for the device's queue."""
     cuda = torch.device(device).type == "cuda"
     return torch.tensor(values, dtype=dtype, pin_memory=cuda).to(device, non_blocking=cuda)
 
@@ -30,8 +25,7 @@ def pages_for_bytes(loop, dtype: torch.dtype, nbytes: int) -> int:
 
 
 def place(table: torch.Tensor, slots: torch.Tensor, page: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(pages, offsets) [B, T]: where logical slots `slots` [T] of every row of `table` live in a pool of `page`-slot
-    pages; the same for every layer's pool."""
+    """(pages, offsets) [B, T]: where slots `slots` [T] of every row of `table` live, in every layer's pool."""
     pages = table[:, slots // page]
     return pages, (slots % page).expand_as(pages)
 
@@ -42,15 +36,14 @@ def put(pool: torch.Tensor, pages: torch.Tensor, offsets: torch.Tensor, x: torch
 
 
 def gather(pool: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """The rows' logical caches [B, kv_heads, L, D] (L = the table's pages a row x page) from the pool."""
+    """The rows' logical caches [B, kv_heads, L, D] from the pool."""
     b, n = table.shape
     _, heads, page, d = pool.shape
     return pool[table].permute(0, 2, 1, 3, 4).reshape(b, heads, n * page, d)
 
 
 def prompt_rows(index: list[int], device) -> slice | torch.Tensor:
-    """What selects rows `index` of a slice's prefill (the rows that join): a slice, no copy, where they are adjacent
-    and in order, as they are unless a row was cancelled; else their indices on the device."""
+    """What selects rows `index` of a slice's prefill: a slice where they are adjacent and in order, else indices."""
     lo = index[0]
     return slice(lo, lo + len(index)) if index == list(range(lo, lo + len(index))) else to_device(index, device)
 
@@ -62,8 +55,7 @@ class DenseKV:
         self.st = st
 
     def write_prompt(self, slots: list[int], kv: list, index: list[int], at: int, length: int, pages: None) -> None:
-        """The joining rows' (slots) prompt keys and values, kv[layer] = (k, v) [m, kv_heads, L, D] rows `index`,
-        into slots at - length .. at - 1."""
+        """Rows `index` of kv[layer] = (k, v) [m, kv_heads, L, D] into the joining slots at at - length .. at - 1."""
         rows, sel = to_device(slots, self.st.device), prompt_rows(index, self.st.device)
         for (k, v), kc, vc in zip(kv, self.st.k, self.st.v, strict=True):
             kc[rows, :, at - length:at] = k[sel]
@@ -83,23 +75,20 @@ class DenseKV:
 
 
 class PagedKV:
-    """state.k / state.v pools of pages of `page` slots, state.table [width, capacity / page]: each row's slots mapped
-    to the pages it holds."""
+    """state.k / state.v pools of pages, state.table [width, capacity / page] mapping each row's slots to them."""
 
     def __init__(self, st):
         self.st, self.page = st, st.paging[1]
 
     def write_prompt(self, slots: list[int], kv: list, index: list[int], at: int, length: int,
                      pages: list[tuple[int, list[int]]]) -> None:
-        """DenseKV's, with each joining row's pages up to slot `at` (pages[i]: slot i's first page column and its
-        pages) into its table row first."""
+        """DenseKV's, with each joining row's pages (pages[i]: its first column, its pages) into its table first."""
         for slot, (first, held) in zip(slots, pages, strict=True):
             if held:
                 self.st.table[slot, first:first + len(held)] = to_device(held, self.st.device)
         rows, where = to_device(slots, self.st.device), torch.arange(at - length, at, device=self.st.device)
-        # the prompt's slots below a row's first page point at the null page: never read. Placed once for every
-        # layer: the places and the rows' gather per layer would take a warm one-frame clone several times as long
-        # (bench/results/h100-2026-11-27b/NOTES.md)
+        # slots below a row's first page go to the null page; placed once for every layer, as per layer it would cost
+        # a one-frame clone several times over (bench/results/h100-2026-11-27b/NOTES.md)
         places, offsets = place(self.st.table[rows], where, self.page)
         sel = prompt_rows(index, self.st.device)
         for (k, v), kc, vc in zip(kv, self.st.k, self.st.v, strict=True):
@@ -107,18 +96,17 @@ class PagedKV:
             put(vc, places, offsets, v[sel])
 
     def grow(self, granted: list[tuple[int, int]], position: int) -> None:
-        """The pages the rows in these slots took for slot `position` ([(slot, page)]), in one table write."""
+        """The pages these slots took for slot `position` ([(slot, page)]), in one table write."""
         if granted:
             slots, pages = zip(*granted, strict=True)
             self.st.table[to_device(list(slots), self.st.device), position // self.page] = to_device(list(pages),
                                                                                                     self.st.device)
 
     def free(self, slot: int) -> None:
-        """The row in `slot` left: its table row points at the null page again."""
         self.st.table[slot] = 0
 
     def shift(self, shift: int, position: int) -> None:
-        """Every row's slots down by `shift` (whole pages): its table entries move, not its keys and values."""
+        """Every row's slots down by `shift` (whole pages): table entries move, not keys and values."""
         n, table = shift // self.page, self.st.table
         table[:, :table.shape[1] - n] = table[:, n:].clone()
         table[:, table.shape[1] - n:] = 0

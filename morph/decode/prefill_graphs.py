@@ -1,19 +1,8 @@
-"""A slice's prefill (lean_prefill) replayed from the CUDA graph of its bucket: how the continuous batch prefills its
-joining rows in the fast modes (groups.py Slice).
-
-Op by op, a prefill launches about 500 kernels whatever its size, and their host time is about half of a warm
-one-frame clone's (cProfile, bench/results/h200-2026-11-27b/NOTES.md). So a slice is padded to its bucket
-(settings.prefill_bucket), and each bucket's graph is captured on its first slice and replayed after that:
-- the prompts are left-padded further and the added rows are padding alone: lean_prefill hides every pad token from
-  the real ones, so a real token's keys, values and outputs are the slice's alone, up to the rounding of a larger
-  matrix product;
-- every bucket's graph reads and writes one arena, as large as the largest bucket so far: a slice's outputs are read
-  only until the next slice is prefilled (morph/engine/batch.py joins the oldest slice's rows first, and prefills a
-  slice as its first row joins). A larger bucket replaces the arena and drops the graphs that wrote the old one;
-- the graphs share one memory pool for their scratch and are captured on the frame step's capture stream: they
-  replay on the frame loop's stream between its steps, never beside them.
-A prompt past the longest bucket runs op by op; so does every slice of a batch after a capture fails (said, and
-tried again at the next batch: GraphCache.get_or_none).
+"""A slice's prefill replayed from the CUDA graph of its bucket, in the fast modes: op by op, a prefill's launches take
+about half of a warm one-frame clone's host time (bench/results/h200-2026-11-27b/NOTES.md). A slice is padded to its
+bucket (settings.prefill_bucket), which lean_prefill hides from the real tokens. Every bucket's graph reads and writes
+one arena, as large as the largest bucket so far, since a slice's outputs are read only until the next slice is
+prefilled. A prompt past the longest bucket runs op by op, as does every slice of a batch after a capture fails.
 """
 
 from __future__ import annotations
@@ -26,7 +15,7 @@ from .lean import Prefilled, lean_prefill, rope_tables
 
 
 def _lean(loop, embeds, mask, cos, sin, into=None) -> Prefilled:
-    """lean_prefill over the loop's talker: op by op, or the step a bucket's graph captures."""
+    """lean_prefill over the loop's talker."""
     t = loop.talker
     return lean_prefill(embeds, mask, loop.stack.weights(), t.model.norm.weight, t.codec_head.weight, cos, sin,
                         loop.stack.dims, into=into)
@@ -35,8 +24,7 @@ MAX_SHAPES = 16  # graphs kept: a script's groups meet a few prompt lengths, eac
 
 
 class Arena:
-    """What every bucket's graph reads and writes, flat, for `tokens` tokens of prompt (Bucket views it), and the
-    rotary tables of the longest bucket."""
+    """What every bucket's graph reads and writes, flat, for `tokens` tokens of prompt, and the rotary tables."""
 
     def __init__(self, loop, tokens: int, embeds: torch.Tensor, mask: torch.Tensor):
         t, d = loop.talker, loop.stack.dims
@@ -70,8 +58,7 @@ class Bucket:
         self.cos, self.sin = arena.cos, arena.sin
 
     def load(self, embeds: torch.Tensor, mask: torch.Tensor) -> None:
-        """A slice's prompts (lean_prefill's inputs) into the bucket's first rows, each at its end: what comes before
-        them, and the rows after, is padding."""
+        """A slice's prompts into the bucket's first rows, right-aligned: the rest is padding."""
         rows, length = mask.shape
         self.mask.zero_()
         self.mask[:rows, self.length - length:].copy_(mask)
@@ -84,15 +71,14 @@ class Bucket:
         self.hidden.copy_(out.past_hidden)
 
     def out(self, rows: int, length: int) -> Prefilled:
-        """The loaded slice's part of the outputs, shaped as lean_prefill over the slice alone gives them."""
+        """The loaded slice's outputs, shaped as lean_prefill over the slice alone gives them."""
         lo = self.length - length
         return Prefilled([(k[:rows, :, lo:], v[:rows, :, lo:]) for k, v in self.kv], self.logits[:rows],
                          self.hidden[:rows])
 
 
 class PrefillGraphs:
-    """A TalkerLoop's prefills of joining rows: replayed per bucket in the fast modes, op by op otherwise (module
-    docstring)."""
+    """A TalkerLoop's prefills of joining rows: replayed per bucket in the fast modes, op by op otherwise."""
 
     def __init__(self):
         self.graphs = GraphCache(max_graphs=MAX_SHAPES, role=CAPTURE, warmup=1)
@@ -100,8 +86,7 @@ class PrefillGraphs:
         self._buckets: dict[tuple[int, int], Bucket] = {}
 
     def bind(self, owner) -> None:
-        """At a batch's start (build_steps): drop the graphs and their arena if the device, dtype or weight
-        storage changed since their capture (TalkerLoop.owner), or if a capture failed since (GraphCache.bind)."""
+        """At a batch's start: drop the graphs and their arena as GraphCache.bind drops its graphs."""
         self.graphs.bind(owner)
         if not len(self.graphs):
             self._drop()
@@ -112,8 +97,7 @@ class PrefillGraphs:
 
     def prefill(self, loop, embeds: torch.Tensor, mask: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor],
                 captured: bool) -> Prefilled:
-        """lean_prefill over a slice (its inputs_embeds, attention_mask and the state's rotary tables): replayed
-        from its bucket's graph when `captured` (a fast mode on CUDA) and the slice has a bucket."""
+        """lean_prefill over a slice, replayed from its bucket's graph when `captured` and the slice has a bucket."""
         rows, length = mask.shape
         shape = prefill_bucket(rows, length) if captured and not self.graphs.failed else None
         bucket = None if shape is None else self._bucket(loop, shape, embeds, mask)
@@ -134,7 +118,7 @@ class PrefillGraphs:
         return bucket.out(rows, length)
 
     def _bucket(self, loop, shape: tuple[int, int], embeds: torch.Tensor, mask: torch.Tensor) -> Bucket:
-        """The bucket of `shape` over an arena that holds it: a larger arena drops every graph of the old one."""
+        """The bucket of `shape`; a larger arena drops every graph of the old one."""
         rows, length = shape
         arena = self._arena
         if arena is None or arena.tokens < rows * length or arena.embeds.dtype != embeds.dtype:

@@ -1,14 +1,6 @@
 """How a decode step runs, and what happens when the fast way fails: the one place that decides the modes
-(docs/architecture.md, Decode modes; `resolve` says what each means on a device).
-
-When a capture fails for any reason other than memory, the run goes on op by op with the lean layers, the log says
-so in one line, and the next run tries the fast path again. A CUDA out-of-memory error is re-raised as it is, so
-callers handle it as any other (the batch front end halves the batch). That policy is every capture's
-(graphs.GraphCache.get_or_none).
-
-Preparing a decoder the user has to wait for (PREPARE_TIME) is announced before it starts and when it is ready, as
-INFO records with `extra={"status": True}`: what a host shows while its progress bar stands still (the nodes show
-them on the running node).
+(docs/architecture.md, Decode modes). A wait the user sees (PREPARE_TIME) is announced as INFO records with
+`extra={"status": True}`, which hosts show while the progress bar stands still.
 """
 
 from __future__ import annotations
@@ -27,8 +19,7 @@ log = logging.getLogger(__name__)
 
 FAST_MODES = ("graphs", "fused")
 
-# What the wait is (bench/results/h100-2026-11-22d). A plain CUDA graph captures in well under
-# a second and is not announced.
+# What the wait is (bench/results/h100-2026-11-22d); a plain CUDA graph's is not announced
 PREPARE_TIME = {
     "fused": "about 10 s the first time on this machine, while Triton compiles its kernels, and about 1 s "
              "after that (they are cached on disk)",
@@ -57,8 +48,7 @@ def _log_once(msg: str) -> None:
 
 
 def device_note(mode: str, device: torch.device) -> str | None:
-    """Why `mode` will not run as picked on `device`, in one line; None when it will. For the place where the
-    mode is chosen (Load Model says it at load); `resolve` logs the same once per process."""
+    """Why `mode` will not run as picked on `device`, in one line; None when it will."""
     mode = RETIRED_MODES.get(mode, mode)
     if mode in FAST_MODES and device.type != "cuda":
         return f"{mode} mode needs a CUDA GPU; on {device.type} it runs eager (op by op, several times slower)"
@@ -69,8 +59,7 @@ def device_note(mode: str, device: torch.device) -> str | None:
 
 
 def resolve(mode: str, device: torch.device, lean_check: Callable[[], None]) -> str:
-    """What `mode` runs as on `device`. `lean_check` raises LeanUnsupported for a
-    checkpoint whose layers the lean path does not implement."""
+    """What `mode` runs as on `device`; `lean_check` raises LeanUnsupported for layers the lean path lacks."""
     mode = check_mode(mode)
     note = device_note(mode, device)
     if note:
@@ -92,8 +81,7 @@ def resolve(mode: str, device: torch.device, lean_check: Callable[[], None]) -> 
 
 def fast_step(cache: graphs.GraphCache, key, step: Callable[[], object], fallback: Callable[[], object], mode: str,
               keep=None) -> Callable[[], object]:
-    """The callable that runs one frame in a fast mode: the captured graph's replay, or
-    `fallback` (the lean step, op by op) for this run when the capture fails."""
+    """One frame in a fast mode: the captured graph's replay, or `fallback` for this run when the capture fails."""
     # after a failed capture the cache gives None until the next run binds it: nothing is prepared, nothing announced
     captured, start = key not in cache and not cache.failed, time.perf_counter()
     announce = captured and mode in PREPARE_TIME and mode not in _prepared

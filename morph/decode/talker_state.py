@@ -1,7 +1,5 @@
-"""The static state of the talker loop: every buffer a frame step reads or writes, allocated once per (batch, capacity,
-layers) and written in place, so a CUDA graph captured against it replays at every position (the capacity:
-settings.capacity_for).
-"""
+"""The talker loop's static state: every buffer a frame step reads or writes, allocated once and written in place, so
+a CUDA graph captured against it replays at every position."""
 
 from __future__ import annotations
 
@@ -13,25 +11,21 @@ from ..settings import capacity_for
 from . import lean
 
 
-# The tensors with a row as their leading dim, besides the K/V caches; every other tensor is shared by all rows.
-# A row's later steps read the first ones again (`frames` holds its codes); `tokens` and `hidden` a step only
-# writes, for the static loop to read once it has ended (`hidden` only in the static loop's state).
+# The per-row tensors besides the K/V caches: a row's later steps read the CARRIED ones again; `tokens` and `hidden`
+# are only written, for the static loop to read at its end.
 CARRIED = ("code0", "past_hidden", "rope_pos", "pads", "start", "stop", "keys", "seen", "unfinished", "text", "frames")
 ROW_TENSORS = CARRIED + ("tokens", "hidden")
 
 
 class TalkerState:
-    """Every tensor a frame step reads or writes, allocated once per (batch, capacity, lean)."""
+    """Every tensor a frame step reads or writes, allocated once per (batch, capacity, lean_kv)."""
 
     def __init__(self, loop, batch: int, capacity: int, device: torch.device, dtype: torch.dtype,
                  lean_kv: bool, paging: tuple[int, int] | None = None, text_slots: int | None = None):
-        """lean_kv: the continuous batch's state, its keys and values here for the lean layers; else the static
-        loop's, whose HF layers hold their own cache and which keeps the step's hidden state at every slot to hand back
-        as upstream's generate does (the continuous batch reads none: 0.5 GiB at batch 64,
-        bench/results/h200-2026-11-26d/NOTES.md); paging (pages, page size): the K/V caches are pools of that many
-        pages, and `table` [batch, capacity / page] maps each row's slots to them (kv_store.py); text_slots: the text's
-        hidden states a row may read, by its own frame index (more than any row's frames), the capacity unless given
-        (the continuous batch's rows start anywhere in a capacity twice their need)."""
+        """lean_kv: the continuous batch's state, with the keys and values for the lean layers; else the static loop's,
+        which keeps every slot's hidden state as upstream's generate hands it back; paging (pages, page size): the K/V
+        caches are pools and `table` maps each row's slots to pages; text_slots: the text a row may read by its own
+        frame index (the capacity unless given)."""
         cfg = loop.config
         hidden, vocab, groups = cfg.hidden_size, cfg.vocab_size, cfg.num_code_groups
         self.batch, self.capacity, self.device, self.dtype, self.lean_kv = batch, capacity, device, dtype, lean_kv
@@ -72,24 +66,21 @@ class TalkerState:
             self.hidden = None if lean_kv else torch.zeros(batch, capacity, hidden, dtype=dtype, **z)
 
     def rewind(self) -> None:
-        """Point every index at slot 0: a capture's warm-up runs the step for real, and stale
-        indices near the end of the buffers would write out of bounds."""
+        """Every index to slot 0: a capture's warm-up runs the step, and stale indices could write past the end."""
         for t in (self.step, self.cache_pos, self.rope_pos, self.pads):
             t.zero_()
 
     def advance(self) -> None:
-        """Every row one slot on, after a frame step. A slot no row holds (free, or its row ended or was preempted)
-        still steps for as long as its width runs: its rotary position is kept inside the tables, which a live row's
-        never leaves (it stays below the capacity)."""
+        """Every row one slot on, after a frame step; a slot no row holds still steps, its rotary position kept inside
+        the tables."""
         for t in (self.step, self.cache_pos, self.rope_pos):
             t.add_(1)
         if self.lean_kv:
             self.rope_pos.clamp_(max=self.cos.shape[0] - 1)
 
     def rows(self, n: int) -> "TalkerState":
-        """The first n rows as a state of batch n: views of this state's row tensors (a leading-dim slice of a
-        contiguous tensor is contiguous, so the lean layers and kernels take it as they are) and the very same
-        shared tensors (step, cache_pos, ...), so a step over the view moves the whole state on; no memory added."""
+        """The first n rows as a state of batch n: contiguous views of the row tensors and the same shared ones, so a
+        step over the view moves the whole state on."""
         if n == self.batch:
             return self
         view = copy.copy(self)
@@ -104,27 +95,23 @@ class TalkerState:
         return view
 
     def text_at(self, own: torch.Tensor) -> torch.Tensor:
-        """Each row's text hidden state [batch, 1, H] at its own frame index own [batch] (a slot no row holds reads
-        one in bounds)."""
+        """Each row's text hidden state [batch, 1, H] at its own frame index own [batch], clamped in bounds."""
         at = own.clamp(0, self.text.shape[1] - 1).view(-1, 1, 1).expand(-1, 1, self.text.shape[2])
         return self.text.gather(1, at)
 
     def put_text(self, rows, text: torch.Tensor, pad: torch.Tensor) -> None:
-        """`rows` (an index, or slice(None): all) read text [n, T, H] from their frame 0 on, then pad [1, 1, H]
-        (upstream's trailing text, then tts_pad); text past the slots is past every row's frames."""
+        """`rows` read text [n, T, H] from their frame 0 on, then pad [1, 1, H] (upstream's trailing text, tts_pad)."""
         n = min(text.shape[1], self.text.shape[1])
         self.text[rows] = pad.reshape(1, 1, -1)
         self.text[rows, :n] = text[:, :n]
 
     def copy_rows(self, src: torch.Tensor, dst: torch.Tensor, kv_slots: slice) -> None:
-        """Rows src into rows dst (index tensors, the two sets apart), as far as their later steps read them (and a
-        continuous batch, which reads no `tokens` or `hidden`): the CARRIED tensors whole, the K/V caches over
-        kv_slots only (the slots the rows have written and still read; the rest is masked or written first)."""
+        """Rows src into rows dst (disjoint index tensors) as far as later steps read them: the CARRIED tensors, and
+        the K/V caches over kv_slots (the rest is masked or written first)."""
         for name in CARRIED:
             t = getattr(self, name)
             t[dst] = t[src]
-        # the rows left are free slots: a wider step later steps them until a row joins there, as finished rows
-        # (padded with EOS), not as the live rows they were
+        # the rows left are free: a wider step steps them as finished rows until a row joins there
         self.unfinished[src] = False
         if self.table is not None:  # their pages go with them; the rows they leave point at the null page again
             self.table[dst] = self.table[src]
@@ -134,9 +121,8 @@ class TalkerState:
             cache[dst, :, kv_slots] = cache[src, :, kv_slots]
 
     def matches(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging=None, text_slots=None) -> bool:
-        """Whether this state serves a call of these shapes. The continuous batch's (lean_kv) serves any it holds: its
-        rows, slots, pages and text at least those asked for, so that the shapes made ready at load stay the only
-        ones (a batch runs its first `batch` rows). The static loop's serves its own batch and about its capacity."""
+        """Whether this state serves a call of these shapes: the continuous batch's any it holds, so the shapes made
+        ready at load stay the only ones; the static loop's its own batch and about its capacity."""
         if (self.device, self.dtype, self.lean_kv) != (device, dtype, lean_kv) or not _pool_fits(self.paging, paging):
             return False
         if lean_kv:
@@ -146,7 +132,7 @@ class TalkerState:
 
 
 def _pool_fits(have: tuple[int, int] | None, want: tuple[int, int] | None) -> bool:
-    """A kept paged pool serves a batch that wants no more pages, of the same size; a dense cache, a dense one."""
+    """A kept pool serves a batch that wants no more pages of its size; a dense cache, a dense one."""
     if have is None or want is None:
         return have == want
     return have[1] == want[1] and want[0] <= have[0]

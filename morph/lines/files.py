@@ -1,9 +1,5 @@
-"""How the line store puts a file on disk: whole or not at all (`write_atomic`), and a failure that names the file,
-its cause and the fix.
-
-The WAV bytes are made here rather than by libsndfile writing to disk, whose failures read "System error." with no
-file and no cause (a full disk included); Python's own writes raise OSError with both.
-"""
+"""How the line store puts a file on disk: whole or not at all (`write_atomic`), a failure naming the file, its cause
+and the fix. The WAV bytes are made here, as libsndfile's write failures name neither file nor cause."""
 
 from __future__ import annotations
 
@@ -34,9 +30,8 @@ class LineWriteError(OSError):
 
 
 def wav_header(samples: int) -> bytes:
-    """A mono float32 WAV header at SAMPLE_RATE for `samples` samples (format 3, IEEE float, with its fact chunk);
-    past what RIFF's 32-bit sizes hold, an RF64 header (EBU Tech 3306: the sizes in a ds64 chunk, 0xFFFFFFFF in
-    their 32-bit places), which soundfile reads (docs/scripts.md, Long scripts)."""
+    """A mono float32 WAV header at SAMPLE_RATE for `samples` samples; past RIFF's 32-bit sizes an RF64 header (EBU
+    Tech 3306), which soundfile reads (docs/scripts.md, Long scripts)."""
     data = samples * 4
     riff = 4 + 8 + len(_FMT) + 12 + 8 + data  # the file's size less RIFF's own 8 bytes
     if riff <= RIFF_LIMIT:
@@ -64,11 +59,9 @@ def digest(data: bytes) -> str:
 
 def write_atomic(path: Path, write: Callable[[BinaryIO], None], who: str,
                  still_ours: Callable[[], None] | None = None) -> None:
-    """`write(f)` into a temporary file beside `path`, then renamed over it: a reader sees the old file or the new one,
-    never part of one. The temporary name is this writer's own (its process and a random part), so two writers never
-    write into one file. `still_ours()`, right before the rename, raises if the file must no longer be put in place
-    (its job has lost the folder). Whatever stops the write, the temporary file is removed. No fsync: a line file
-    that a power cut leaves torn no longer matches the SHA-256 its manifest entry records, and is rendered again."""
+    """`write(f)` into a temporary file of this writer's own beside `path`, then renamed over it, so a reader never
+    sees part of one; `still_ours()`, right before the rename, raises if the job lost the folder. No fsync: a file a
+    power cut tears no longer matches its manifest's SHA-256 and is rendered again."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.part")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

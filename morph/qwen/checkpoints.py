@@ -1,7 +1,5 @@
-"""Where a Qwen3-TTS checkpoint comes from: a local folder, the Hugging Face cache, or a download.
-
-Torch-free on purpose: the CLI checks its --model before it imports torch.
-"""
+"""Where a Qwen3-TTS checkpoint comes from: a local folder, the Hugging Face cache, or a download. Torch-free, so the
+CLI checks its --model before it imports torch."""
 
 from __future__ import annotations
 
@@ -23,8 +21,7 @@ VARIANT_NAMES = {"base": "Base (voice clone)", "custom_voice": "CustomVoice", "v
 # The languages of the released 12 Hz models (the engine checks a choice against the loaded model too).
 LANGUAGES = ("Auto", "Chinese", "English", "French", "German", "Italian", "Japanese", "Korean", "Portuguese",
              "Russian", "Spanish")
-# What qwen-tts 0.1.1 reads when it loads and runs a 12 Hz checkpoint (each checked by removing it
-# from a checkpoint folder). The text tokenizer may also come as one tokenizer.json.
+# What qwen-tts 0.1.1 reads of a 12 Hz checkpoint; the text tokenizer may also come as one tokenizer.json
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json", "vocab.json",
          "merges.txt", "speech_tokenizer/config.json", "speech_tokenizer/model.safetensors",
          "speech_tokenizer/preprocessor_config.json")
@@ -43,7 +40,7 @@ def missing_files(folder: Path) -> list[str]:
 
 
 def is_hub_id(source: str) -> bool:
-    """`owner/name`, unless `owner` is a local folder (then it is a path that does not exist)."""
+    """`owner/name`, unless `owner` is a local folder."""
     return (source.count("/") == 1 and not source.startswith((".", "/", "~"))
             and not Path(source.split("/")[0]).is_dir())
 
@@ -87,9 +84,8 @@ def _did_you_mean_hub(source: str) -> str:
 
 
 def check_source(source: str, search_dirs: list[Path] = ()) -> Path | None:
-    """The checked local folder `source` names (a path, or a folder in one of `search_dirs`), or None for a hub id
-    (looked up in the cache, or downloaded, by locate_checkpoint). Anything else is refused, with the name it comes
-    close to. Needs no network."""
+    """The checked local folder `source` names (a path, or in one of `search_dirs`), or None for a hub id; anything
+    else is refused with the name it comes close to. Needs no network."""
     source = str(source).strip()
     name = source.rstrip("/").split("/")[-1]
     candidates = [Path(source).expanduser()]
@@ -108,13 +104,8 @@ def check_source(source: str, search_dirs: list[Path] = ()) -> Path | None:
 
 
 def locate_checkpoint(source: str, search_dirs: list[Path] = (), download_dir: Path | None = None) -> Path:
-    """A complete local checkpoint folder for `source`, tried in this order:
-
-    1. `source` as a path;
-    2. a folder `source` or (for a hub id) the repo's name inside one of `search_dirs`;
-    3. for a hub id, the Hugging Face cache, when it already holds the whole model;
-    4. for a hub id, a download: into `download_dir/<name>` when given, else into the Hugging Face cache.
-    """
+    """A complete local checkpoint folder for `source`: check_source's, else for a hub id the Hugging Face cache's
+    whole copy, else a download into `download_dir/<name>` (or the cache)."""
     source = str(source).strip()
     local = check_source(source, search_dirs)
     if local is not None:

@@ -59,16 +59,15 @@ def resolve_attention(attention: str, device: torch.device, dtype: torch.dtype) 
 
 
 def resolve_load(device: str, dtype: str, attention: str) -> tuple[torch.device, torch.dtype, str]:
-    """The device, dtype and attention kernel a load with these options gets here ("auto" resolved): what
-    MorphTTS.load loads with, and what a job fingerprints its lines with before, or instead of, a load."""
+    """The device, dtype and attention kernel a load with these options gets here: what MorphTTS.load loads with,
+    and a job fingerprints its lines with without a load."""
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     return dev, dt, resolve_attention(attention, dev, dt)
 
 
 def checkpoint_config(folder: Path) -> dict:
-    """A checkpoint folder's config.json (tts_model_type, tts_model_size, ...): what the model is, known without
-    loading its weights, so a job can check and fingerprint before, or instead of, a load."""
+    """A checkpoint folder's config.json: what the model is, known without loading its weights."""
     import json
 
     try:
@@ -79,8 +78,7 @@ def checkpoint_config(folder: Path) -> dict:
 
 
 def load_qwen_tts(folder: Path, device: torch.device, dtype: torch.dtype, attention: str, progress_bars: bool = False):
-    """Load a checkpoint folder with qwen-tts, turning its failures into clear messages; transformers' loading bars
-    only with `progress_bars`."""
+    """Load a checkpoint folder with qwen-tts, its failures as clear messages."""
     from .compat import import_qwen_tts
 
     qwen_tts = import_qwen_tts()
@@ -99,14 +97,8 @@ def load_qwen_tts(folder: Path, device: torch.device, dtype: torch.dtype, attent
 
 
 def place(tts, device: torch.device) -> None:
-    """Move a loaded model to a device. The speech tokenizer is a plain attribute, not a
-    submodule, so `model.to()` alone would leave it (and the wrappers' device fields) behind.
-
-    `.to()` does not move plain tensor attributes either, and upstream keeps two: the talker's
-    last `rope_deltas` (every prefill sets it again) and each codebook's embeddings in the
-    codec's encoder (transformers' Mimi caches them at its first encode: 32 MiB that would stay
-    on the GPU after "Unload models"). Both are dropped here and rebuilt where the weights are.
-    """
+    """Move a loaded model to a device: the speech tokenizer is a plain attribute, which `model.to()` would leave,
+    and so are the talker's `rope_deltas` and Mimi's cached codebook embeddings, dropped here to be rebuilt."""
     from transformers.models.mimi.modeling_mimi import MimiEuclideanCodebook
 
     tts.model.to(device)
