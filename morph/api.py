@@ -2,8 +2,6 @@
 
     tts = MorphTTS.load("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
     audio = tts.clone("Hello there.", tts.make_voice(waveform, sample_rate, transcript="..."))
-
-`on_step(step, total)` is called before every frame; what it raises stops generation and propagates.
 """
 
 from __future__ import annotations
@@ -88,8 +86,7 @@ class MorphTTS:
         return self
 
     def release_device_state(self) -> None:
-        """Drop what the engine keeps on the device besides the weights (for memory managers that offload); it is
-        rebuilt on the next call."""
+        """Drop what the engine keeps on the device besides the weights (for offloading); rebuilt on the next call."""
         self.codec.release()
         self.patch.loop.release()  # last: it gives the memory of dropped CUDA graphs back
         self.held = 0
@@ -144,8 +141,7 @@ class MorphTTS:
 
     def voice_from_clip(self, clip: np.ndarray, transcript: str | None = None, x_vector_only: bool = False,
                         who: str = "make_voice") -> Voice:
-        """make_voice for a clip prepare_reference already made (mono float32 at 24 kHz): the CLI checks it before
-        the model loads."""
+        """make_voice for a clip prepare_reference made (mono float32, 24 kHz): the CLI checks it before loading."""
         self.require_variant("base", who)
         transcript = (transcript or "").strip() or None
         if transcript is None and not x_vector_only:

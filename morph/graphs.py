@@ -1,12 +1,9 @@
 """CUDA graphs: capture once per key, replay many times. What a replay reads or writes between frames lives in
 buffers allocated outside the capture, so a graph takes only scratch from its cache's one pool; a change of device,
-dtype or weight storage drops them all.
-
-Both CUDA allocators are supported, as ComfyUI picks one for the process. Under cudaMallocAsync, memory allocated in a
-capture has no backing until the graph runs: launchers that check pointers (Triton's) refuse it, so our kernels take
-addresses, and freeing it after a failed capture aborts the process, so a failed capture is kept forever
-(`_keep_forever`: address space only).
-"""
+dtype or weight storage drops them all. Both allocators are supported, as ComfyUI picks one for the process. Under
+cudaMallocAsync, memory allocated in a capture has no backing until the graph runs: pointer-checking launchers
+(Triton's) refuse it, so our kernels take addresses, and freeing it after a failed capture aborts the process, so a
+failed capture is kept forever (`_keep_forever`: address space only)."""
 
 from __future__ import annotations
 
@@ -193,10 +190,9 @@ def _collector_paused():
 
 
 def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = CAPTURE) -> CapturedStep:
-    """Warm `step` up on the side stream of `role`, so what can fail outside a capture fails before it allocates, then
-    capture it there. Graphs that replay at once on two streams must be captured on two, or they share one cuBLAS
-    workspace (tests/gpu/test_streaming.py). The step runs `warmup` times and once replayed: capture before the buffers
-    hold anything kept."""
+    """Warm `step` up on the side stream of `role`, so what can fail fails before a capture allocates, then capture it
+    there; graphs that replay at once must be captured on two streams, or share one cuBLAS workspace
+    (tests/gpu/test_streaming.py). The step runs `warmup` times and once replayed: capture before the buffers matter."""
     device = torch.device("cuda", torch.cuda.current_device())
     side = side_stream(device, role)
     with _rng_preserved(device):
@@ -219,8 +215,7 @@ def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = 
 
 
 def trim_graph_memory() -> None:
-    """Give destroyed graphs' memory back: under cudaMallocAsync it stays in CUDA's graph pool, which empty_cache does
-    not trim; the trim keeps what live graphs (other packs' too) use."""
+    """Give destroyed graphs' memory back: under cudaMallocAsync CUDA's graph pool keeps it past empty_cache."""
     if not torch.cuda.is_initialized() or torch.cuda.get_allocator_backend() != "cudaMallocAsync":
         return
     try:

@@ -1,12 +1,8 @@
-"""What a run needs on the device beyond the weights, for a host's memory manager to make room (ComfyUI's
-`memory_required`) and for the engine's admission, counted from the loaded model's shape as the run allocates it.
-
-The continuous batch holds its key/value pool, its state, the prompts and WORKSPACE for the whole render, with a
-prefill slice and the codec's calls on top (the codec runs all along, on its own stream, so a prefill meets one); in
-the fast modes the codec's graphs keep their activations all along. On a GPU all but the workspaces go through the
-allocator's reserve (through_reserve). A static batch (eager) needs its state plus the larger of its prefill and its
-codec call. Measured as what the process took of the device above its start (tests/gpu/test_memory.py).
-"""
+"""What a run needs on the device beyond the weights, for a host's memory manager (ComfyUI's `memory_required`) and
+the engine's admission, counted from the loaded model's shape as the run allocates it. The continuous batch holds its
+pool, state, prompts and WORKSPACE all along, a prefill slice and the codec's calls on top (the codec runs beside it,
+so a prefill meets one), all but the workspaces through the allocator's reserve on a GPU; a static batch (eager) its
+state plus the larger of its prefill and codec call. Checked by what the process took (tests/gpu/test_memory.py)."""
 
 from __future__ import annotations
 
@@ -102,8 +98,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
 
 
 def batch_need(tts, rows: Sequence[Row], prompts: Sequence[int], width: int) -> int:
-    """Bytes a continuous batch of `width` slots takes for these waiting rows, by working_memory's count: what the
-    engine admits against free_bytes."""
+    """Bytes a batch of `width` slots takes for these waiting rows: what the engine admits against free_bytes."""
     sized = [(p, r.limit, _reference_frames(r.line.voice) + r.limit) for r, p in zip(rows, prompts, strict=True)]
     prefill = max(p if r.line.voice is None else prefill_tokens(r.text, r.line.voice)
                   for r, p in zip(rows, prompts, strict=True))
@@ -204,8 +199,7 @@ def _lean_codec_call(frames: int, rows: int) -> int:
 
 
 def _captured_codec_calls(frames: int, rows: int) -> int:
-    """The live codec's graphs, the widest a call of `rows` rows of `frames` frames, and the frame step's, under the
-    process's allocator."""
+    """The live codec's graphs, the widest a call of `rows` x `frames`, and the frame step's, under this allocator."""
     if torch.cuda.get_allocator_backend() == "cudaMallocAsync":
         share = ASYNC_CAPTURED_SHARE
     else:
@@ -226,8 +220,7 @@ def _largest_codec_call(codec_frames: list[int], width: int) -> int:
 
 
 def _live_row_call(codec_frames: list[int]) -> int:
-    """Frames of the largest one-row call a live row's decode makes: a chunk, or past upstream's first window, a
-    window's restart behind its context."""
+    """Frames of a live row's largest one-row call: a chunk, plus the context of a window's restart."""
     return LIVE_CHUNK + (UPSTREAM_CONTEXT if max(codec_frames) > UPSTREAM_CHUNK else 0)
 
 

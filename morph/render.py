@@ -1,10 +1,8 @@
-"""The batch front end every caller feeds: every line, alone or in a script, is a row of a batch; validation, long
-texts split into rows, seeding, progress, out-of-memory handling and decoding are here only. Rows run as one request
-to the engine (every mode but eager; each row draws from its own random stream, so a seeded take does not depend on
-its batch but for the rounding its shape brings), or in eager mode in upstream's static batched generate, seeded with
-`torch.manual_seed` before each batch as upstream is (tests/morph/test_exactness.py), so a row's take depends on its
-companions. Out of memory, the rows not yet rendered are retried at half the batch, down to one row.
-"""
+"""The batch front end every caller feeds: every line, alone or in a script, is a row of a batch. Rows run as one
+request to the engine, each drawing from its own random stream, so a seeded take does not depend on its batch but for
+rounding; in eager mode in upstream's static batched generate, seeded before each batch as upstream does
+(tests/morph/test_exactness.py), so a row's take depends on its companions. Out of memory, the rows not yet rendered
+are retried at half the batch, down to one row."""
 
 from __future__ import annotations
 
@@ -53,9 +51,8 @@ class BatchTTS:
                on_chunk: OnChunk | None = None, kv_cache_bytes: int | None = None) -> list[np.ndarray]:
         """Speak every line, `batch_size` rows at a time (all when None); float32 24 kHz audio per line, in order.
         on_line(i, audio) as line i is whole, so a caller keeps it if a later row fails; on_step(done, total) in frame
-        slots before every step, and once at the end (what it raises stops the render and propagates); on_chunk(i,
-        audio): line i's audio as it is made (eager: whole, once); kv_cache_bytes: a K/V pool of that size (not eager).
-        """
+        slots before every step and at the end (what it raises stops the render and propagates); on_chunk(i, audio):
+        line i's audio as it is made (eager: whole, once); kv_cache_bytes: a K/V pool of that size (not eager)."""
         results, frames = self.frames(lines, settings, batch_size, on_step, on_line, who, split_long_text, sort, labels,
                                       words, on_chunk, kv_cache_bytes)
         for _ in frames:
@@ -141,8 +138,7 @@ class BatchTTS:
                 on_row: Callable[[Row, object], None], on_chunk: Callable[[Row, np.ndarray], None] | None = None,
                 restart: Callable[[Sequence[Row]], bool] = lambda rows: True, kv_cache_bytes: int | None = None,
                 audio: bool = True) -> Generator[None, None, int]:
-        """The rows as one request to an engine of `width` slots, a frame at a time; raises the request's error.
-        Returns the width it finished at after running out of memory (else `width`)."""
+        """The rows as one request to an engine of `width` slots; raises its error, returns the width it ended at."""
         engine = Engine(self.tts, min(width, len(rows)), who, kv_cache_bytes=kv_cache_bytes,
                         overcommit=on_chunk is None, ahead=True, stop=self.stop, audio=audio)
         request = engine.submit(rows_request(rows, settings, token_count(self.tts), on_row, lambda error: None,
@@ -159,8 +155,7 @@ class BatchTTS:
 
     def _static_backing_off(self, rows: list[Row], settings: GenerationSettings, cap: int, on_step: OnStep | None,
                             out: LineAudio, sort: bool, who: str) -> int:
-        """Static batches of at most `cap` rows, narrowed as the engine's after running out of memory; returns the
-        width it finished at."""
+        """Static batches of at most `cap` rows, halved after running out of memory; returns the final width."""
         pending = rows
         while True:
             pending = out.todo(pending)
@@ -223,8 +218,7 @@ def retired_batching(batching: str, who: str) -> None:
 
 
 def plan_batches(shapes: Sequence[tuple[int, str]], size: int, longest_first: bool = True) -> list[list[int]]:
-    """Batches of at most `size` indices into `shapes` ((frame limit, text) a row), longest first unless told
-    otherwise: a batch runs to its longest row."""
+    """Batches of at most `size` indices into `shapes` ((limit, text) a row), longest first unless told otherwise."""
     order = sorted(range(len(shapes)), key=lambda i: (-shapes[i][0], -len(shapes[i][1]))) if longest_first else \
         list(range(len(shapes)))
     return [order[s:s + size] for s in range(0, len(order), size)]

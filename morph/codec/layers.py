@@ -1,10 +1,7 @@
-"""The 12 Hz codec's decoder, lean and streaming: codes [rows, frames, 16] to 24 kHz audio a chunk at a time.
-
-Every layer of upstream's decoder is causal, so a row decodes chunk by chunk if it carries its left context
-(`CodecState`: each convolution's last inputs, each transformer layer's last keys and values, the frames seen), to
-its one-call decode's rounding. The layers run channels last, the layout cuDNN's tensor-core convolutions take
-without a transpose (bench/results/h100-2026-11-24b); the weights are upstream's own, only per-channel tables copied.
-"""
+"""The 12 Hz codec's decoder, lean and streaming: codes [rows, frames, 16] to 24 kHz audio a chunk at a time. Every
+layer of upstream's decoder is causal, so a row decodes chunk by chunk, to its one-call decode's rounding, if it
+carries its left context (`CodecState`). The layers run channels last, the layout cuDNN's tensor-core convolutions
+take without a transpose (bench/results/h100-2026-11-24b); the weights are upstream's own."""
 
 from __future__ import annotations
 
@@ -37,8 +34,7 @@ def _conv_output(y: torch.Tensor) -> torch.Tensor:
 
 
 class CodecState:
-    """Each row's left context, every slot's [time, channels] in one flat row (so states join in one copy), and the
-    frames each row has seen (`pos`)."""
+    """Each row's left context, all slots' [time, channels] in one flat row (states join in one copy), and `pos`."""
 
     def __init__(self, flat: torch.Tensor, pos: torch.Tensor, shapes: list[tuple[int, int]]):
         self.flat, self.pos, self.shapes = flat, pos, shapes
@@ -166,8 +162,7 @@ class LeanCodec:
 
     # -- the decode ------------------------------------------------------------------------------
     def decode(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:
-        """codes [B, T, 16] (in the codebook's range) after what `state` has seen -> float32 audio [B, T * upsample];
-        `state` advanced past them."""
+        """codes [B, T, 16] (in range) after what `state` has seen -> float32 audio [B, T * upsample], `state` moved."""
         d, tabs, cur = self.decoder, self.tables(), Cursor(state)
         with torch.inference_mode():
             x = self._quantized(codes, tabs["codebooks"])
@@ -222,8 +217,7 @@ class LeanCodec:
 
     @staticmethod
     def _transposed(x: torch.Tensor, conv: torch.nn.ConvTranspose1d, cur: Cursor | None) -> torch.Tensor:
-        """Upstream's causal transposed convolution (T x stride samples); with `cur`, the chunk before's last input
-        first, as overlapping blocks need."""
+        """Upstream's causal transposed convolution; with `cur`, the last input before goes first (blocks overlap)."""
         stride = conv.stride[0]
         if cur is not None:
             x = torch.cat((cur.take(), x), dim=1)
@@ -238,8 +232,7 @@ class LeanCodec:
         return x + block.gamma * y
 
     def _unit(self, x: torch.Tensor, unit, tabs: dict, cur: Cursor) -> torch.Tensor:
-        """A residual unit's activation, dilated convolution and activation. On CUDA the activations' kernels write and
-        read in _conv's interleaved layout, saving its copies."""
+        """A residual unit: activation, dilated convolution, activation; on CUDA the kernels skip _conv's copies."""
         conv = unit.conv1.conv
         kernels, (b, t, c) = self._fused(x.device), x.shape
         dilation, lead = conv.dilation[0], conv.kernel_size[0] - 1  # lead: phases of context in front of each row
@@ -319,8 +312,7 @@ class CapturedDecode:
         self._states: dict[int, CodecState] = {}
 
     def bind(self) -> torch.dtype:
-        """Drop the graphs and their states if the weights moved or a capture failed since (GraphCache.bind); returns
-        the weights' dtype."""
+        """Drop the graphs and their states as GraphCache.bind drops graphs; returns the weights' dtype."""
         weights = next(self.codec.decoder.parameters())
         self.graphs.bind((self.device, weights.dtype, weights.data_ptr()))
         if not len(self.graphs):

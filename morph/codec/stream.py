@@ -3,8 +3,7 @@ many new frames together in a call, on the codec's CUDA stream beside the frame 
 (`decode_whole`). A row's chunks joined are upstream's decode to rounding: an ICL voice's reference is decoded first
 (once a voice, LeanCodec.primed) and cut off, and each UPSTREAM_CHUNK window after the first starts again from a state
 that has seen only its context, as upstream's chunked_decode. Nothing here waits for the GPU: the audio is copied to
-pinned memory and read once its event has passed.
-"""
+pinned memory and read once its event has passed."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ class _Row:
 
 
 class CodecStream:
-    """Rows decoded a chunk at a time in calls of at most `budget` row-frames: each opened by name, fed its frames in
-    order, read back with pump(). captured: the calls replay CUDA graphs."""
+    """Rows decoded a chunk at a time, each opened by name, fed its frames in order and read back with pump()."""
 
     def __init__(self, codec: LeanCodec, device: torch.device, budget: int = LIVE_ROW_FRAMES, captured: bool = False):
         self.codec, self.device, self.budget = codec, device, budget
@@ -120,8 +118,7 @@ class CodecStream:
         del self.rows[name]
 
     def pump(self, flush: bool = False) -> list[tuple[object, np.ndarray, np.ndarray | None]]:
-        """(name, float32 24 kHz chunk, the row's whole audio with its last chunk, else None) for every chunk read
-        back, in order; flush: wait for all."""
+        """(name, float32 24 kHz chunk, whole audio with the last chunk or None) per chunk read back; flush: wait."""
         out = []
         while self.flight and (flush or self.flight[0][0] is None or self.flight[0][0].query()):
             event, host, sizes, _ = self.flight.popleft()
@@ -137,8 +134,7 @@ class CodecStream:
         return out
 
     def _advance(self, row: _Row, own: torch.Tensor, wav: torch.Tensor, ended: bool) -> torch.Tensor:
-        """The audio of `own` (decoded as `wav`), the row moved past them; past a window's start, the window's own
-        decode behind its context."""
+        """The audio of `own` (decoded as `wav`), the row moved past it; from a window's start, that window's decode."""
         up, n = self.codec.upsample, int(own.shape[0])
         start, stop = row.ref + row.done, row.ref + row.done + n  # in the codes with the reference in front
         row.done += n

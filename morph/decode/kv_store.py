@@ -1,8 +1,6 @@
-"""Where the continuous batch's talker keys and values live: dense, each row the whole capacity (`DenseKV`), or paged,
-each row the pages it has grown into (`PagedKV`). A paged cache is, per layer, a pool [pages, kv_heads, page, D]; a
-row's slot s lives at pool[table[row, s // page], :, s % page]. Page 0 is the null page unused entries point at, never
-read unmasked.
-"""
+"""Where the continuous batch's talker keys and values live: dense, each row the whole capacity (`DenseKV`), or paged
+(`PagedKV`), per layer a pool [pages, kv_heads, page, D] where a row's slot s lives at pool[table[row, s // page], :,
+s % page]. Page 0 is the null page unused entries point at, never read unmasked."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 about half of a warm one-frame clone's host time (bench/results/h200-2026-11-27b/NOTES.md). A slice is padded to its
 bucket (settings.prefill_bucket), which lean_prefill hides from the real tokens. Every bucket's graph reads and writes
 one arena, as large as the largest bucket so far, since a slice's outputs are read only until the next slice is
-prefilled. A prompt past the longest bucket runs op by op, as does every slice of a batch after a capture fails.
-"""
+prefilled. A prompt past the longest bucket runs op by op, as does every slice of a batch after a capture fails."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """How a decode step runs, and what happens when the fast way fails: the one place that decides the modes
-(docs/architecture.md, Decode modes). A wait the user sees (PREPARE_TIME) is announced as INFO records with
-`extra={"status": True}`, which hosts show while the progress bar stands still.
-"""
+(docs/architecture.md, Decode modes). A wait the user sees is announced with `extra={"status": True}` for hosts."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The talker loop's static state: every buffer a frame step reads or writes, allocated once and written in place, so
-a CUDA graph captured against it replays at every position."""
+"""The talker loop's static state, written in place, so a CUDA graph captured against it replays at every position."""
 
 from __future__ import annotations
 
@@ -22,10 +21,9 @@ class TalkerState:
 
     def __init__(self, loop, batch: int, capacity: int, device: torch.device, dtype: torch.dtype,
                  lean_kv: bool, paging: tuple[int, int] | None = None, text_slots: int | None = None):
-        """lean_kv: the continuous batch's state, with the keys and values for the lean layers; else the static loop's,
-        which keeps every slot's hidden state as upstream's generate hands it back; paging (pages, page size): the K/V
-        caches are pools and `table` maps each row's slots to pages; text_slots: the text a row may read by its own
-        frame index (the capacity unless given)."""
+        """lean_kv: the continuous batch's state, with the lean layers' K/V; else the static loop's, which keeps every
+        slot's hidden state for upstream's generate; paging (pages, page size): the K/V caches are pools mapped by
+        `table`; text_slots: the text a row may read by its own frame index (the capacity unless given)."""
         cfg = loop.config
         hidden, vocab, groups = cfg.hidden_size, cfg.vocab_size, cfg.num_code_groups
         self.batch, self.capacity, self.device, self.dtype, self.lean_kv = batch, capacity, device, dtype, lean_kv
@@ -71,16 +69,14 @@ class TalkerState:
             t.zero_()
 
     def advance(self) -> None:
-        """Every row one slot on, after a frame step; a slot no row holds still steps, its rotary position kept inside
-        the tables."""
+        """Every row one slot on, after a frame step; a free slot's rotary position stays inside the tables."""
         for t in (self.step, self.cache_pos, self.rope_pos):
             t.add_(1)
         if self.lean_kv:
             self.rope_pos.clamp_(max=self.cos.shape[0] - 1)
 
     def rows(self, n: int) -> "TalkerState":
-        """The first n rows as a state of batch n: contiguous views of the row tensors and the same shared ones, so a
-        step over the view moves the whole state on."""
+        """The first n rows as a state of batch n: views of the row tensors, the very same shared ones."""
         if n == self.batch:
             return self
         view = copy.copy(self)

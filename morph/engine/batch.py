@@ -1,11 +1,9 @@
-"""Continuous batching: a row that ends gives its slot to the next line at once, so no row waits for the longest.
-
-The rows of one static state share the cache position P, which the frame step advances. A row joins at P: its prompt
-is prefilled into slots P-L..P-1, its bound `pads` hides the slots below from attention, its rotary positions count
-from its own prompt and its frame limit is the slot `stop`. When a joining group would pass the capacity (twice the
-largest row's need), every live row's slots move down alike. The host reads the rows' "unfinished" flags `lag` frames
-behind the GPU, so its queue never drains. Slots, admission, preemption and the step's width are decided by
-morph/engine/scheduler.py; this module turns them into tensors and runs the frames."""
+"""Continuous batching: a row that ends gives its slot to the next line at once, so no row waits for the longest. The
+rows share the cache position P, which the frame step advances. A row joins at P: its prompt is prefilled into slots
+P-L..P-1, its bound `pads` hides the slots below from attention, its rotary positions count from its own prompt and
+its frame limit is the slot `stop`. When a joining group would pass the capacity (twice the largest row's need), every
+live row's slots move down alike. The host reads the rows' "unfinished" flags `lag` frames behind the GPU. The
+scheduler decides slots, admission, preemption and width; this module turns them into tensors and runs the frames."""
 
 from __future__ import annotations
 
@@ -70,11 +68,10 @@ class ContinuousBatch:
     def steps(self, next_group: Callable[[int], Group | None], finished: Callable[[object, torch.Tensor], None],
               on_step: Callable[[int], None] | None = None,
               preempted: Callable[[object, int], None] | None = None) -> Iterator[None]:
-        """Decode until every row has ended and next_group(n) (up to n rows, None when none waits now) has none,
-        yielding after every frame. finished(name, codes [frames, 16] on the device) as a row ends; on_step(live rows)
-        before every frame (what it raises stops the batch); preempted(name, stream key) as a row gives way (its source
-        offers it again). Closed between frames, it stops there for good. Each frame's inference mode and stream are
-        left before the yield, so the caller's code between frames runs in its own."""
+        """Decode until every row has ended and next_group(n) (up to n rows, None when none waits) has none, yielding
+        after every frame (closed there, it stops for good). finished(name, codes [frames, 16] on the device) as a row
+        ends; on_step(live rows) before every frame; preempted(name, stream key) as a row gives way. The frame's
+        inference mode and stream are left before the yield: the caller's code between frames runs in its own."""
         # the steps' "unfinished" flags in a ring of pinned rows, and the steps the host has not read yet
         self._flags = torch.ones(self.lag + 2, self.st.batch, dtype=torch.bool, pin_memory=self.device.type == "cuda")
         self._queue: collections.deque = collections.deque()

@@ -1,12 +1,8 @@
-"""The pages of a paged key/value cache, in host integers: which are free, which row holds which, and which of its
-page columns a row may still take. All rows share the cache position, so every row reaches a page's first slot at the
-same step.
-
-A row is admitted once its pages can be set aside: all it could need, so it never runs out half way, or, in an
-overcommitted pool (rows that may start again), its prompt's and a share of its frames' while a page stays free for
-every row holding pages. It takes a page each time the position reaches one of its own, never past its frame limit's,
-and gives all back as it ends. Page 0 is never handed out: unused table entries point at it, read only under a mask.
-"""
+"""The pages of a paged key/value cache, in host integers: which are free, which row holds which, and which page
+columns a row may still take. A row is admitted once its pages can be set aside: all it could need, or in an
+overcommitted pool (rows that may start again) its prompt's and a share of its frames' while a page stays free for
+every row holding pages. It takes a page as the shared position reaches one of its own, never past its frame limit's,
+and gives all back as it ends. Page 0 is never handed out: unused entries point at it, read only under a mask."""
 
 from __future__ import annotations
 
@@ -83,9 +79,8 @@ class BlockManager:
         return first, pages
 
     def grow(self, rows: Iterable, position: int) -> tuple[list[tuple[object, int]], list]:
-        """A page for slot `position` to each row that reaches a page of its own there: ([(row, page)], the rows that
-        found none). A row past its frame limit's page writes the null page; asked again, only the short rows are
-        served."""
+        """A page for slot `position` to each row reaching a page of its own: ([(row, page)], rows that found none).
+        A row past its limit's page writes the null page; asked again, only the short rows are served."""
         if position % self.page:
             return [], []
         col, granted, short = position // self.page, [], []

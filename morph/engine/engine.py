@@ -1,13 +1,9 @@
-"""The engine: requests in (`submit`), their audio out through each request's own sink, one continuous batch run by
-one loop (`run_until_idle`, or `steps` a frame at a time) on whichever thread owns the model (docs/architecture.md,
-Data flow). Rows run in submission order; a row with other settings, or a larger cache need, waits for the rows
-before it and the batch is built again for it. A render's batch (`need` None) is sized to the rows waiting and runs
-throughput first; a live one (a server's) holds rows of up to `need` slots and puts first audio first.
-
-Failures: out of memory, the batch narrows by half and the rows that handed out no audio run again first (one that had
-streamed audio fails, as does one row alone that does not fit); an error that loses the CUDA context (`fatal`)
-propagates; any other fails the batch's requests and the engine goes on. What `between` raises propagates as itself.
-"""
+"""The engine: requests in (`submit`), their audio out through each request's sink, one continuous batch run by one
+loop (`run_until_idle`, or `steps` a frame at a time) on the thread that owns the model (docs/architecture.md, Data
+flow). Rows run in order; one with other settings or a larger cache need waits, and the batch is built again for it.
+A render's batch is sized to the rows waiting; a live one (`need` given) holds rows of up to `need` slots.
+Failures: out of memory, the batch narrows by half and the rows that handed out no audio run again (others fail); an
+error that loses the CUDA context (`fatal`) propagates; any other fails the batch's requests and the engine goes on."""
 
 from __future__ import annotations
 
@@ -104,13 +100,12 @@ class Engine:
 
     # -- the loop (the thread that owns the model) -------------------------------------------
     def run_until_idle(self, between: Callable[[int], None] | None = None) -> None:
-        """Run the batch until no row waits or runs; between(live rows) before every frame."""
+        """Run until no row waits or runs; between(live rows) before every frame (what it raises propagates)."""
         for _ in self.steps(between):
             pass
 
     def steps(self, between: Callable[[int], None] | None = None) -> Iterator[None]:
-        """run_until_idle a frame at a time, yielding after every frame. Closed there, the batch is dropped and the
-        next run builds a new one."""
+        """run_until_idle a frame at a time, yielding after each; closed there, the batch is dropped."""
         self._stopped = None
         while True:
             with self.cv:

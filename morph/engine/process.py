@@ -3,8 +3,7 @@
 copy its locks and CUDA state) and made by `load` (picklable); one pipe carries the records (docs/architecture.md,
 Threads and CUDA streams), a voice as its file's bytes (the parent imports no torch). Callbacks run on the parent's
 reader thread and must not block. When the child ends, every request and ask it held ends with EngineFailed, and
-on_exit(error) tells the owner, which may start() again.
-"""
+on_exit(error) tells the owner, which may start() again."""
 
 from __future__ import annotations
 
@@ -221,8 +220,7 @@ class EngineProcess:
 
 # -- the child ---------------------------------------------------------------------------------
 def _leave(code: int) -> None:
-    """End the child now: the interpreter's teardown would wait on a failed CUDA context and on the threads the
-    model's libraries left running."""
+    """End the child now: teardown would wait on a failed CUDA context and on the libraries' threads."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

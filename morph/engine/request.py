@@ -1,5 +1,4 @@
-"""A request in the engine: its rows, their random streams and cache needs, its settings, where its audio goes, and
-how far it has got; the engine keeps nothing else per request."""
+"""A request in the engine: rows, their streams and cache needs, settings, sink, progress; nothing else is kept."""
 
 from __future__ import annotations
 

@@ -41,8 +41,7 @@ class RowRunner:
                  on_row: Callable[[Row, object], None], audio: bool = True,
                  on_chunk: Callable[[Row, np.ndarray], None] | None = None, pages: int | None = None,
                  overcommit: bool = False, pace: Pace | None = None):
-        """pages, overcommit: as ContinuousBatch's; pace: a live batch's, whose rows join at any frame and whose chunks
-        ramp up (LiveChunks)."""
+        """pages, overcommit: as ContinuousBatch's; pace: a live batch's (rows join at any frame, chunks ramp up)."""
         self.tts, self.settings, self.width, self.need, self.stop = tts, settings, width, need, stop
         self.on_row, self.audio, self.on_chunk, self.pages, self.overcommit = on_row, audio, on_chunk, pages, overcommit
         self.pace = pace
@@ -147,9 +146,8 @@ class RowRunner:
 
 
 class GroupAhead:
-    """Groups of up to `width` rows from take(n), each built by build(chunk), the next on a worker thread while the
-    caller runs the one before: on the frame loop's thread, a prompt would stall the loop at every group
-    (bench/results/h100-2026-11-26f/NOTES.md). Not for a server's requests, which may be cancelled while taken."""
+    """Groups of up to `width` rows from take(n), each built by build(chunk) on a worker thread while the caller runs
+    the one before, as prompts would stall the frame loop (bench/results/h100-2026-11-26f/NOTES.md)."""
 
     def __init__(self, build: Callable[[list], "Group"], take: Callable[[int], list], width: int,
                  device: torch.device):
@@ -204,8 +202,7 @@ class GroupAhead:
 
 
 def warm_lines(tts, n: int) -> list[Line]:
-    """n lines the loaded model speaks for the engine's short run: blank x-vector and ICL voices in turn (Base), its
-    first speaker (CustomVoice) or an instruct (VoiceDesign)."""
+    """n lines for the engine's short run: blank x-vector and ICL voices (Base), a speaker, or an instruct."""
     texts = [WARM_SHORT[i // 4 % len(WARM_SHORT)] if i % 4 == 3 else WARM_LONG for i in range(n)]
     if tts.variant == "base":
         blank = torch.zeros(tts.hidden_size)
@@ -227,10 +224,9 @@ def budget_pages(tts, kv_cache_bytes: int | None) -> int | None:
 
 class LiveChunks:
     """Which frames of the batch's rows go to the codec before each frame, so a row's audio comes while it is made in
-    as few calls as that takes (codec/calls.py says why these sizes). Only frames `batch.lag` behind are known to be a
-    row's own, as a chunk handed out cannot be taken back. Rows join on FIRST_GRID marks, so first chunks share calls.
-    With `ramp` (a live batch's) rows join at any frame, each row's chunks grow from FIRST_CHUNK to LIVE_CHUNK on marks
-    of their size (calls.py ramp_size), and the smallest calls go first, so a first chunk waits behind no longer one."""
+    as few calls as that takes (codec/calls.py says why these sizes); only frames `batch.lag` behind are known to be a
+    row's own. With `ramp` (a live batch's), each row's chunks grow from FIRST_CHUNK to LIVE_CHUNK on marks of their
+    size, and the smallest calls go first, so a first chunk waits behind no longer one."""
 
     def __init__(self, batch, codec: CodecStream, ramp: bool = False):
         self.batch, self.codec, self.ramp = batch, codec, ramp
@@ -298,8 +294,7 @@ class LiveChunks:
         self._feed(self._rests())
 
     def _rests(self) -> collections.defaultdict:
-        """Each ended row's frames not yet decoded, in a call of the chunks' sizes or call_frames' (the row's state
-        ends there, so the padding changes nothing before it)."""
+        """Each ended row's frames not yet decoded, in a call of the chunks' sizes or call_frames'."""
         due = collections.defaultdict(list)  # call frames -> [(row, its frames, ended)]
         for row, codes in self.ended:
             rest = codes[self.codec.done(row):]
@@ -313,8 +308,7 @@ class LiveChunks:
         return due
 
     def _feed(self, due: dict) -> None:
-        """One CodecStream.feed for each call size, the smallest first, copying the frames out on the frame loop's
-        stream so the batch may move or reuse them after."""
+        """One CodecStream.feed per call size, smallest first; it copies the frames out on the frame loop's stream."""
         for size, items in sorted(due.items()):
             rows, frames, ended = zip(*items, strict=True)
             self.codec.feed(rows, frames, size, ended)

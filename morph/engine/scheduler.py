@@ -1,16 +1,12 @@
 """Who runs in the continuous batch's slots, decided in host integers; the batch turns these decisions into tensors.
-
 - Slots: a joining row takes the lowest free slots, so rows gather where the narrow steps run.
-- Joining: a render's batch asks for rows once `width / REFILL_DIVISOR` slots are free or none runs; a live batch (with
-  a `Pace`) at every frame. Rows that did not fit are asked for again only after a row ends (a try costs a drain).
-- Admission: in order, while the rows' pages can be set aside; a live batch's only while its `Pace` keeps a frame at
+- Joining: a render's batch asks for rows once `width / REFILL_DIVISOR` slots are free or none runs, a live one (with
+  a `Pace`) at every frame; rows that did not fit are asked for again only after a row ends (a try costs a drain).
+- Admission: in order, while the rows' pages can be set aside and, in a live batch, while its `Pace` keeps a frame at
   the width it would run under `PACE_PERCENT` of `FRAME_MS`, so every stream stays ahead of its playback.
-- Preemption (by recompute): when an overcommitted pool is short, the row that joined last starts again; the oldest
-  never does, and no row joins until one ends.
-- Width: the step runs over the smallest bucket (a power of two, or the width) holding the highest live slot. Once the
-  rows fit half of it they move down, so a row left alone steps at a single line's cost; needing half keeps the width
-  from flipping every frame.
-"""
+- Preemption: when an overcommitted pool is short, the row that joined last starts again; none joins until one ends.
+- Width: the smallest bucket holding the highest live slot; once the rows fit half of it they move down, so a row left
+  alone steps at one line's cost and the width cannot flip every frame."""
 
 from __future__ import annotations
 
@@ -104,8 +100,7 @@ class Pace:
 
 
 class Scheduler:
-    """The slots of one batch of `width` rows and the rows in them; `blocks`: the paged pool (None: dense); `pace`: a
-    live batch's (None: a render's)."""
+    """The slots of one batch of `width` rows; `blocks`: the paged pool (None: dense); `pace`: a live batch's."""
 
     def __init__(self, width: int, blocks: BlockManager | None = None, pace: Pace | None = None,
                  rows: int | None = None):
@@ -145,9 +140,8 @@ class Scheduler:
         return n
 
     def _paced(self, n: int) -> int:
-        """How many of n joining rows the pace admits: while the widened step keeps under budget. All where the step's
-        own width is over already (no stream is ahead to keep there, and a held row would wait for all to end); at
-        least one with no row running."""
+        """How many of n joining rows the pace admits: while the widened step keeps under budget; all where its own
+        width is over already (no stream is ahead to keep there); at least one with no row running."""
         if self.pace is None:
             return n
         top, least = max(self.live, default=0), 0 if self.live else 1

@@ -1,7 +1,6 @@
-"""The engine on a thread of its own, which owns the model: it runs the loop while rows wait, keeps the batch between
-bursts, and runs other model work (`call`) between frames (docs/architecture.md, Threads and CUDA streams). A fatal
-error fails it: every request, held or sent after, ends with `EngineFailed`, and `on_fatal` tells the owner, who must
-end the process. `LiveEngine` is the speech server's: a request's checks and its bounds."""
+"""The engine on a thread of its own, which owns the model and runs other model work (`call`) between frames
+(docs/architecture.md, Threads and CUDA streams). A fatal error fails it: every request, held or sent after, ends with
+`EngineFailed`, and `on_fatal` tells the owner, who must end the process. `LiveEngine` is the speech server's."""
 
 from __future__ import annotations
 
@@ -60,8 +59,7 @@ class EngineThread:
         self.engine.cancel(request)
 
     def call(self, fn: Callable[[], object]) -> concurrent.futures.Future:
-        """Run fn() on the engine's thread between frames and return its future: other threads' GPU work could break
-        the batch's graph captures."""
+        """Run fn() on the engine's thread between frames: other threads' GPU work could break its captures."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._cv:
             self._check_open(self.who)
@@ -82,8 +80,7 @@ class EngineThread:
         self.engine.abort(error)
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop the thread once its batch has drained, waiting at most `timeout` s (a daemon left behind after);
-        requests still waiting end with an error."""
+        """Stop the thread once its batch drained, waiting at most `timeout` s; waiting requests end with an error."""
         with self._cv:
             self._closed = True
             calls, self._calls = list(self._calls), collections.deque()

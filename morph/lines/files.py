@@ -30,8 +30,7 @@ class LineWriteError(OSError):
 
 
 def wav_header(samples: int) -> bytes:
-    """A mono float32 WAV header at SAMPLE_RATE for `samples` samples; past RIFF's 32-bit sizes an RF64 header (EBU
-    Tech 3306), which soundfile reads (docs/scripts.md, Long scripts)."""
+    """A mono float32 WAV header of `samples` samples, RF64 past RIFF's sizes (docs/scripts.md, Long scripts)."""
     data = samples * 4
     riff = 4 + 8 + len(_FMT) + 12 + 8 + data  # the file's size less RIFF's own 8 bytes
     if riff <= RIFF_LIMIT:

@@ -1,5 +1,4 @@
-"""Where a Qwen3-TTS checkpoint comes from: a local folder, the Hugging Face cache, or a download. Torch-free, so the
-CLI checks its --model before it imports torch."""
+"""Where a Qwen3-TTS checkpoint comes from: a local folder, the HF cache, or a download (torch-free, for the CLI)."""
 
 from __future__ import annotations
 

@@ -59,8 +59,7 @@ def resolve_attention(attention: str, device: torch.device, dtype: torch.dtype) 
 
 
 def resolve_load(device: str, dtype: str, attention: str) -> tuple[torch.device, torch.dtype, str]:
-    """The device, dtype and attention kernel a load with these options gets here: what MorphTTS.load loads with,
-    and a job fingerprints its lines with without a load."""
+    """The device, dtype and attention a load gets here: what MorphTTS.load and a job's fingerprints use."""
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     return dev, dt, resolve_attention(attention, dev, dt)
