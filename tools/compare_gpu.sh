@@ -10,7 +10,8 @@
 #
 # On the GPU machine every part runs under the native allocator (faster-qwen3-tts-batch crashed under cudaMallocAsync,
 # bench/results/h100-2026-11-22c and -22d; the pack's one-line figures moved under 1% between the two, -22d), each
-# step bounded by what is left of DEADLINE_S from the start, in this order:
+# step bounded by what is left of DEADLINE_S from the start; they run build, peers, batch, line (upstream's slow line
+# last, so a short call still compares the peers):
 #   build  bench/random_model.py: the checkpoint every part loads (32-37 s on an H100 machine)
 #   line   bench/speed.py: one 250-frame line, batch 1: the pack (mode auto, seq_groups 15 and 5, its first call
 #          apart: --warm-up), then upstream qwen-tts 0.1.1 (its first run is its first call: it captures nothing);
@@ -60,15 +61,16 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 # a folder of its own per call: a warm machine keeps the last call's /tmp, and the builder refuses a full folder
 model=$(mktemp -d)/model-0.6b
 step build 120 60 env PYTHONPATH="$MAIN" python3 -m bench.random_model --size 0.6b --dtype bfloat16 --out "$model"
-step line 300 60 env PYTHONPATH="$MAIN" python3 -m bench.speed --model "$model" --device cuda --dtype bf16 \
-  --prompts xvector --frames 250 --stacks auto:15,auto:5,upstream --repeats 2 --warm-up --agreement "" \
-  --json "$out/line.json"
-step batch 80 30 env PYTHONPATH="$MAIN" python3 -m bench.batch --model "$model" --device cuda --dtype bf16 \
-  --lines 32 --frames 62 --prompts xvector --batch-sizes 32 --seq-groups 15,5 --modes auto --repeats 2 --warm-up \
-  --no-script-job --json "$out/batch.json"
+# the peers first, then the pack's lines, upstream's slow line last: a short call still compares the peers
 step peers 300 60 env PYTHONPATH="$PEERS" python3 -m bench.batch_faster --model "$model" --lines 32 --frames 62 \
   --batch-size 32 --warm-frames 62 --repeats 2 --json "$out/faster_batch.json" --line-json "$out/faster.json" \
   --line-frames 250
+step batch 80 30 env PYTHONPATH="$MAIN" python3 -m bench.batch --model "$model" --device cuda --dtype bf16 \
+  --lines 32 --frames 62 --prompts xvector --batch-sizes 32 --seq-groups 15,5 --modes auto --repeats 2 --warm-up \
+  --no-script-job --json "$out/batch.json"
+step line 300 60 env PYTHONPATH="$MAIN" python3 -m bench.speed --model "$model" --device cuda --dtype bf16 \
+  --prompts xvector --frames 250 --stacks auto:15,auto:5,upstream --repeats 2 --warm-up --agreement "" \
+  --json "$out/line.json"
 env PYTHONPATH="$MAIN" python3 -m bench.compare "$out" "$status_dir"
 status=$?
 rm -rf "$status_dir" "$(dirname "$model")"

@@ -38,9 +38,9 @@ def test_the_script_parses():
     assert done.returncode == 0, done.stderr
 
 
-def test_it_runs_the_comparisons_benches():
-    assert [module for module, _ in device_commands()] == ["bench.random_model", "bench.speed", "bench.batch",
-                                                          "bench.batch_faster", "bench.compare"]
+def test_it_runs_the_comparisons_benches_the_peers_before_upstreams_slow_line():
+    assert [module for module, _ in device_commands()] == ["bench.random_model", "bench.batch_faster", "bench.batch",
+                                                          "bench.speed", "bench.compare"]
 
 
 @pytest.mark.parametrize("module, args", device_commands(), ids=lambda x: x if isinstance(x, str) else "")
