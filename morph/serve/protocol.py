@@ -25,9 +25,10 @@ from .tempo import MAX_SPEED, MIN_SPEED
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit for one request
 TASKS = {"Base": "base", "CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
-# what each route's body is sent as (FastAPI reads a body of another type as no body at all)
-BODY_TYPES = {"/v1/audio/speech": ("application/json", "JSON, with the header Content-Type: application/json"),
-              "/v1/audio/voices": ("multipart/form-data", "a multipart form (curl -F name=... -F audio_sample=@clip.wav)")}
+# the types each route reads its body as, and how to send it (FastAPI reads a body of another type as no body at all)
+BODY_TYPES = {"/v1/audio/speech": (("application/json",), "JSON, with the header Content-Type: application/json"),
+              "/v1/audio/voices": (("multipart/form-data", "application/x-www-form-urlencoded"),
+                                   "a multipart form (curl -F name=... -F audio_sample=@clip.wav)")}
 
 
 class ApiError(Exception):
@@ -74,9 +75,10 @@ def api_error(error: BaseException, method: str = "", path: str = "", content_ty
     if isinstance(error, ApiError):
         return error
     if isinstance(error, RequestValidationError):
-        takes, how = BODY_TYPES.get(path, (None, None))
+        takes, how = BODY_TYPES.get(path, ((), None))
         sent = (content_type or "").partition(";")[0].strip().lower()
-        if takes and sent and sent != takes and not (takes == "application/json" and sent.endswith("+json")):
+        json_too = "application/json" in takes and sent.startswith("application/") and sent.endswith("+json")
+        if takes and sent and sent not in takes and not json_too:
             return ApiError(415, f"{method} {path}: the body's Content-Type is {sent}, which this route does not read; "
                                  f"send it as {how}", None, "unsupported_media_type")
         return validation_error(error.errors())

@@ -164,7 +164,8 @@ def test_every_failure_maps_to_one_openai_shaped_answer():
                                         "route does not read; send it as ") and send in wrong.message
     for path, sent in (("/v1/audio/speech", "application/json"), ("/v1/audio/speech", "Application/JSON"),
                        ("/v1/audio/speech", "application/merge-patch+json"), ("/v1/audio/speech", None),
-                       ("/v1/audio/voices", "multipart/form-data; boundary=x"), ("/v1/models", "text/plain")):
+                       ("/v1/audio/voices", "multipart/form-data; boundary=x"),
+                       ("/v1/audio/voices", "application/x-www-form-urlencoded"), ("/v1/models", "text/plain")):
         assert api_error(refused, "POST", path, sent).status == 400, (path, sent)  # the body's own fault
     invalid = api_error(RequestValidationError([{"type": "json_invalid", "loc": ("body", 3), "msg": "JSON"}]))
     assert (invalid.status, invalid.code, invalid.param) == (400, "invalid_json", None)
