@@ -163,8 +163,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from e
     transcripts = {key: text for key, (_, text) in pairs(args.transcript, "--transcript").items()}
     clips = read_voices(cast, transcripts) if variant == "base" else {}  # every clip checked before the load
-    with store, Engine(args) as engine:  # this command alone writes --prefix in --out until it ends
-        kind = engine.checkpoint.get("tts_model_type")
+    with store, Renderer(args) as renderer:  # this command alone writes --prefix in --out until it ends
+        kind = renderer.checkpoint.get("tts_model_type")
         if kind != variant:
             from morph.qwen.checkpoints import VARIANT_NAMES
 
@@ -172,11 +172,11 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"--model: {args.model} is a {VARIANT_NAMES.get(kind, kind)} model; {flag} needs a "
                            f"{VARIANT_NAMES.get(variant, variant)} model")
         instructs = {key: text for key, (_, text) in pairs(args.instruct, "--instruct").items()}
-        lines = script_lines(engine, variant, cast, clips, transcripts, instructs, parsed, language)
-        return write(engine, parsed, lines, store, language, settings, args)
+        lines = script_lines(renderer, variant, cast, clips, transcripts, instructs, parsed, language)
+        return write(renderer, parsed, lines, store, language, settings, args)
 
 
-class Engine:
+class Renderer:
     """The model in this process, or a WorkerPool (--gpus, --address), started the first time a voice or a line needs
     it: a rerun with every line in --out starts no cluster and loads no model. The fingerprints' context is worked
     out from the checkpoint's config and the load options, as MorphTTS.load resolves them on this machine; workers on
@@ -194,7 +194,7 @@ class Engine:
         self.folder = locate_checkpoint(args.model, [args.models_dir], args.models_dir)
         self.checkpoint = checkpoint_config(self.folder)  # its config.json: what the model is, before a load
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> "Renderer":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -252,7 +252,7 @@ def read_voices(cast: dict, transcripts: dict) -> dict:
     return voices
 
 
-def script_lines(engine, variant, cast, clips, transcripts, instructs, parsed, language) -> list:
+def script_lines(renderer, variant, cast, clips, transcripts, instructs, parsed, language) -> list:
     """One scheduler Line per script line, each character's voice made once (a clip's by the model: its voice, which
     the fingerprint holds, is known only once made)."""
     from morph.lines.script import name_key
@@ -262,7 +262,7 @@ def script_lines(engine, variant, cast, clips, transcripts, instructs, parsed, l
     for key, (name, value) in cast.items():
         if variant == "base":
             saved = clips[key]
-            made[key] = dict(voice=saved if not isinstance(saved, tuple) else engine().voice_from_clip(
+            made[key] = dict(voice=saved if not isinstance(saved, tuple) else renderer().voice_from_clip(
                 saved[0], transcripts.get(key), who=f"--voice {name}={saved[1]}"))
         elif variant == "custom_voice":
             made[key] = dict(speaker=value, instruct=instructs.get(key, ""))
@@ -271,16 +271,16 @@ def script_lines(engine, variant, cast, clips, transcripts, instructs, parsed, l
     return [Line(p.text, language=language, **made[name_key(p.name)]) for p in parsed]
 
 
-def write(engine, parsed, lines, store, language, settings, args) -> int:
+def write(renderer, parsed, lines, store, language, settings, args) -> int:
     from morph.settings import runs_lean
     from morph.qwen.quiet import quiet_third_party
     from morph.render import retired_batching
     from morph.script_job import ScriptJob
     from postprocess import smooth
 
-    pool = engine.distributed  # a WorkerPool: its workers write the files
+    pool = renderer.distributed  # a WorkerPool: its workers write the files
     smoothing = not args.no_smooth
-    job = ScriptJob(parsed, lines, store, engine.context(language, settings, smoothing),
+    job = ScriptJob(parsed, lines, store, renderer.context(language, settings, smoothing),
                     rerun="run the same command again")
     kept = job.reuse(keep_audio=not pool) if not args.no_resume else 0
     progress = ScriptProgress(len(lines) - kept)
@@ -290,24 +290,24 @@ def write(engine, parsed, lines, store, language, settings, args) -> int:
     if args.batching is not None:
         retired_batching(args.batching, "--batching")
     if todo:  # the model loads only if a line is left to render
-        where = f"{len(engine().actors)} workers" if pool else str(engine().device)
+        where = f"{len(renderer().actors)} workers" if pool else str(renderer().device)
         if pool:  # each worker runs its batches as its own speed mode does
             how = "each worker's continuous batch (static batches in eager mode)"
         else:
-            how = "a continuous batch" if runs_lean(engine()) else "static batches"
+            how = "a continuous batch" if runs_lean(renderer()) else "static batches"
         # the lines already in --out are said once, by job.reuse
         print(f"rendering {len(lines) - kept} of {len(lines)} lines on {where}, {args.batch_size} at a time in {how}",
               file=sys.stderr)
     try:
         with quiet_third_party():  # transformers' note on the repetition penalty, at the first generate
             if pool and todo:
-                engine().render(job, settings, args.batch_size, args.pause, finish_line, on_step=progress.step,
+                renderer().render(job, settings, args.batch_size, args.pause, finish_line, on_step=progress.step,
                                 on_lines=progress.lines_done, words=FOR_CLI)
             elif pool:
                 job.write_dialogue(args.pause)
                 job.finish(args.pause)
             else:
-                job.run(engine, settings, args.batch_size, args.pause, finish_line=finish_line, on_step=progress.step,
+                job.run(renderer, settings, args.batch_size, args.pause, finish_line=finish_line, on_step=progress.step,
                         on_line=progress.line, who="cli.py render", words=FOR_CLI, dialogue=True)
     except KeyboardInterrupt:
         progress.finish()

@@ -263,10 +263,10 @@ def test_the_context_known_before_a_load_is_the_loaded_models(tiny_dir, tmp_path
     (tmp_path / "s.txt").write_text(SCRIPT, encoding="utf-8")
     args = cli_render.build_parser().parse_args([str(tmp_path / "s.txt"), *options(tiny_dir, tmp_path / "r")])
     settings = GenerationSettings(top_k=7)
-    with cli_render.Engine(args) as engine:
-        before = engine.context("English", settings, True)
-        assert engine.tts is None  # nothing loaded for it
-        assert before == job_context(engine().config, "English", settings, True)
+    with cli_render.Renderer(args) as renderer:
+        before = renderer.context("English", settings, True)
+        assert renderer.tts is None  # nothing loaded for it
+        assert before == job_context(renderer().config, "English", settings, True)
 
 
 # -- issue 37: progress a log can read, help, the command typed, ranges, folders -------------------------------
