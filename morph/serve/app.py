@@ -1,10 +1,5 @@
-"""The server's routes: speech (speech.py; live_text.py as text is typed, over a WebSocket), saved voices
-(voices.py), models, health and metrics.
-
-    app = create_app(load, Path("voices"), api_key=None)   # cli.py serve runs it with uvicorn
-
-Every route passes lifecycle.Gate (the key, the server's state, the body's size); errors are protocol.api_error's.
-"""
+"""The server's routes (cli.py serve runs them with uvicorn): speech (speech.py, live_text.py over a WebSocket),
+saved voices (voices.py), models, health and metrics. Every route passes lifecycle.Gate; errors are api_error's."""
 
 from __future__ import annotations
 
@@ -44,9 +39,8 @@ def create_app(load, voices_dir: Path, api_key: str | None = None, model_id: str
                defaults: GenerationSettings | None = None, width: int = LIVE_WIDTH,
                max_frames: int = LIVE_MAX_FRAMES, max_prompt: int = LIVE_MAX_PROMPT,
                max_waiting: int | None = None, kv_cache_bytes: int | None = None) -> FastAPI:
-    """The app over the model `load()` (picklable: cli_serve.py's) makes in the engine's process
-    (morph/engine/process.py); that process starts with the app, again when it ends, on the same listener
-    (lifecycle.py says how often), and stops with it."""
+    """The app over the model `load()` (picklable) makes in the engine's process, which starts with the app, again
+    when it ends (lifecycle.py says how often), and stops with it."""
     voices, metrics, lifecycle = VoiceFolder(voices_dir), Metrics(), Lifecycle()
     quiet_uvicorn()
     defaults = (defaults or GenerationSettings()).validate("cli.py serve")
@@ -186,8 +180,7 @@ def _warmed(warm: asyncio.Future | concurrent.futures.Future, lifecycle: Lifecyc
 
 
 def _warm_up(info: ModelInfo, engine: EngineProcess, defaults: GenerationSettings) -> None:
-    """One short request through the engine (on a worker thread), so the first client's does not pay for building
-    the batch and capturing its graphs; on a Base model in an x-vector voice of a second of noise."""
+    """One short request (on a worker thread), so the first client's does not pay for building the batch."""
     if info.variant == "base":
         noise = np.random.default_rng(0).normal(0, 0.1, 24000).astype(np.float32)
         voice = engine.call(make_voice, noise, 24000, x_vector_only=True, who="warm-up").result()
