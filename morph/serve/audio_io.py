@@ -1,7 +1,5 @@
-"""The audio a request sends (an uploaded or base64 clip) and a reply takes (a whole file, or a stream of chunks), in
-the formats of OpenAI's speech API (docs/serving.md, Replies). Uploads are decoded in memory only: a request never
-makes the server read its own disk or fetch a URL.
-"""
+"""The audio a request sends and a reply takes, in OpenAI's speech API's formats (docs/serving.md, Replies). Uploads
+are decoded in memory: a request never makes the server read its disk or fetch a URL."""
 
 from __future__ import annotations
 
@@ -27,8 +25,7 @@ STREAMABLE = ("pcm", "wav", *_PYAV)  # flac and mp3 are written whole
 
 _MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac", "mp3": "audio/mpeg", "opus": "audio/opus",
                 "aac": "audio/aac"}
-# The Ogg muxer sends a page once it holds this much audio (its default is a second): one 20 ms Opus packet a page,
-# so a stream's audio leaves as it is encoded, for 27 bytes of page header each (about 11 kbit/s)
+# one 20 ms Opus packet an Ogg page (the muxer's default is a second's), so a stream's audio leaves as it is encoded
 _OGG_PAGE_US = 20_000
 _UNKNOWN_LENGTH = 0xFFFFFFFF  # what OpenAI's streamed wav puts in its RIFF and data sizes
 _SEND_AUDIO = "send a WAV, FLAC, OGG or MP3 file"
@@ -37,29 +34,25 @@ _SEND_BASE64 = "send the clip's bytes as base64 (data:audio/wav;base64,...)"
 # A data URL: media type, parameters (`;codecs=...`, `;base64`), then the payload after the first comma.
 _DATA_URL = re.compile(r"data:(?P<type>[^;,]*)(?P<params>(?:;[^;,]*)*),(?P<payload>.*)", re.IGNORECASE | re.DOTALL)
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-# An absolute path is all base64 characters ("/etc/passwd" decodes to 8 bytes), so it is refused by its shape: no
-# audio file's base64 starts with "/" and a letter or digit (raw MPEG frames start "//" or "/+", the others with
-# their magic: RIFF "Ukl", fLaC "Zkx", OggS "T2d", ID3 "SUQ"). The other shapes hold characters base64 has not.
+# An absolute path is valid base64, so it is refused by its shape: no audio file's base64 starts with "/" and a
+# letter or digit (raw MPEG starts "//" or "/+", the others with their magic). The others hold characters base64 lacks.
 _PATH = re.compile(r"/[^/+]|~|\.{1,2}[/\\]|[A-Za-z]:[/\\]|\\\\")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 _URLSAFE_BASE64 = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 
 
 def media_type(fmt: str) -> str:
-    """The Content-Type of a reply in `fmt` (one of FORMATS)."""
     return _MEDIA_TYPES[fmt]
 
 
 def pcm16(audio: np.ndarray) -> bytes:
-    """Float samples in [-1, 1] as signed 16-bit little-endian PCM, rounded; clipped first, since a sample past full
-    scale would wrap around to the opposite sign (a loud click)."""
+    """Float samples as 16-bit little-endian PCM, clipped first: past full scale a sample would wrap (a click)."""
     clipped = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0)
     return np.round(clipped * 32767).astype("<i2").tobytes()
 
 
 def wav_stream_header(sample_rate: int = SAMPLE_RATE) -> bytes:
-    """A 44-byte WAV header for 16-bit mono PCM of unknown length, to send before the first pcm16 chunk: its sizes
-    are 0xFFFFFFFF, so a player reads samples until the stream ends instead of stopping at a guessed length."""
+    """A WAV header for 16-bit mono PCM whose sizes say unknown, so a player reads until the stream ends."""
     channels, bits = 1, 16
     block_align = channels * bits // 8
     return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", _UNKNOWN_LENGTH, b"WAVE", b"fmt ", 16, 1, channels,
@@ -67,9 +60,8 @@ def wav_stream_header(sample_rate: int = SAMPLE_RATE) -> bytes:
 
 
 class StreamEncoder:
-    """One streamed reply's audio in `fmt` (one of STREAMABLE): `feed` takes a chunk of float mono samples at
-    SAMPLE_RATE and gives the bytes ready to send (none yet, while an encoder fills a frame), `finish` the rest;
-    opus and aac keep one encoder and muxer from the first chunk to the last."""
+    """One streamed reply's audio in `fmt` (one of STREAMABLE): `feed` a chunk of float samples for the bytes ready
+    to send (none while an encoder fills a frame), `finish` for the rest."""
 
     def __init__(self, fmt: str):
         if fmt not in STREAMABLE:
@@ -160,8 +152,8 @@ def read_audio(data: bytes, field: str) -> tuple[np.ndarray, int]:
 
 
 def decode_base64_audio(value: str, field: str) -> bytes:
-    """The bytes of a clip sent as a data URL (audio/* or application/octet-stream) or as bare base64 (standard or
-    urlsafe, padding optional). URLs and file paths are refused, never fetched or read."""
+    """A clip's bytes from a data URL or bare base64 (standard or urlsafe); ValueError for anything else, URLs and
+    file paths included, which are never fetched or read."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{field}: no audio given; {_SEND_BASE64}")
     value = value.strip()
