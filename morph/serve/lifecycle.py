@@ -1,15 +1,8 @@
-"""The server's state, owned here alone (what a client sees in each: docs/serving.md, When something fails):
-`loading` until the warm-up request has run, then `serving`; `draining` once SIGTERM or SIGINT came (those in flight
-get the shutdown timeout, then are cut off, and the process exits 0); `restarting` while the engine's process
-(morph/engine/process.py), which ended, is started again and warmed up; `failed` once it has ended RESTARTS times
-within RESTART_WINDOW_S (the process exits 1, for its supervisor to restart it).
-
-`Gate` is the door every HTTP request and WebSocket session passes, in this order: the API key (401; /health needs
-none), the state (503 unless loading or serving), the body's size (413, before any of it is parsed); it counts the
-requests and sessions inside, which a drain waits for. /health and /metrics pass in every state: they report it.
-
-`run_server` binds its port before the model loads, and exits 1 on every failure to start or go on.
-"""
+"""The server's state, owned here alone (what a client sees: docs/serving.md, When something fails): `loading` until
+the warm-up has run, `serving`, `draining` after SIGTERM or SIGINT (then exit 0), `restarting` while the engine's
+process starts again, `failed` after RESTARTS ends within RESTART_WINDOW_S (exit 1, for a supervisor). `Gate` checks
+every request and WebSocket session in turn: the key (401; not /health), the state (503; not /health or /metrics),
+the body's size (413, before it is parsed); it counts those inside, which a drain waits for."""
 
 from __future__ import annotations
 
@@ -38,7 +31,7 @@ FAILED_ANSWER_S = 2
 
 
 class Lifecycle:
-    """The server's state (module docstring); any thread may change it, the first failure's reason is kept."""
+    """Any thread may change the state; the first failure's reason is kept."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -52,8 +45,8 @@ class Lifecycle:
                 self.state, self.reason = SERVING, None
 
     def engine_ended(self, reason: str) -> bool:
-        """The engine's process ended: True when it is to be started again (the state is `restarting`), False when
-        the server gives up (`failed`, after RESTARTS ends within RESTART_WINDOW_S) or is shutting down."""
+        """True when the ended engine process is to start again (`restarting`), False when the server gives up or
+        shuts down."""
         now = time.monotonic()
         with self._lock:
             self._ended = [t for t in self._ended if now - t < RESTART_WINDOW_S] + [now]
@@ -178,11 +171,9 @@ def _replay(body: bytes, receive):
 
 
 class _Deliberate(logging.Filter):
-    """uvicorn's error log, less two records of what the server does on purpose: a stream it cut off (CutOff; the
-    stream logged one warning, and uvicorn would log an ASGI exception and its traceback), and a WebSocket handshake
-    the Gate refused with an HTTP answer (uvicorn's websockets-sansio protocol logs that as an ERROR, "returned without
-    completing handshake", as it does no other: its pull request 3138). This app's WebSocket route accepts before it
-    does anything else, so that record is never a failure of its own."""
+    """uvicorn's error log less what the server does on purpose: a stream it cut off (CutOff, logged already as a
+    warning), and a WebSocket handshake the Gate refused (an ERROR in uvicorn's sansio protocol; this app's route
+    accepts first, so that record is never its own failure)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.msg == "ASGI callable returned without completing handshake.":
@@ -254,8 +245,8 @@ def run_server(app, host: str, port: int, shutdown_timeout: float) -> int:
         lifecycle.fail("the server did not start")  # the load's failure, when that said why first, is kept
     if lifecycle.state != FAILED:
         return 0
-    # Every request is answered. The exit is immediate: the supervisor acts on the status alone, and the interpreter's
-    # teardown (multiprocessing's handler stopping the engine's process, threads still reading its pipe) could delay it.
+    # every request is answered; the interpreter's teardown (stopping the engine's process, its pipe's readers) could
+    # only delay the status the supervisor acts on
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(1)
