@@ -1,24 +1,8 @@
-"""WS /v1/audio/speech/stream: text as it is typed (an LLM's tokens) in, each sentence's audio out as it is made, in
-the protocol vLLM-Omni's Qwen3-TTS clients speak (in full: docs/serving.md, Text as it is typed).
-
-    client -> server, JSON text frames
-      {"type": "session.config", ...}         first: the speech body's fields but its text, checked as POST checks them
-      {"type": "input.text", "text": "..."}   any number: the text's next characters (up to MAX_INPUT_CHARS a message)
-      {"type": "input.done"}                  the text is whole: speak what is left of it, then finish
-    server -> client, sentence by sentence in order
-      {"type": "audio.start", "sentence_index": N, "sentence_text": "...", "format": "pcm", "sample_rate": 24000}
-      binary frames: the sentence's audio, each sentence a stream of its own as POST streams it
-      {"type": "audio.done", "sentence_index": N, "total_bytes": B}
-    then {"type": "session.done", "total_sentences": N} and the close (1000). An error is {"type": "error", "message",
-    "code", "param"} and the close: 1007 for text that is no text (POST's 400 `invalid_text`), 1008 for anything else
-    the client got wrong, 1013 for what it may try again later (a busy or draining server), 1011 for the server's own
-    failure.
-
-A sentence ends where morph/lines/text_split.py ends one, once the white space after its mark has come (so neither
-"3.14" nor a sentence still being typed is cut), or at MAX_SENTENCE_CHARS. Each sentence is a request of its own in
-the engine, submitted at most AHEAD sentences after the one streaming. lifecycle.Gate checks the key and the server's
-state at the handshake.
-"""
+"""WS /v1/audio/speech/stream: text as it is typed in, each sentence's audio out as it is made, in vLLM-Omni's
+Qwen3-TTS protocol (its messages: docs/serving.md, Text as it is typed). An error message is followed by the close:
+1007 for text that is no text, 1008 for the client's other mistakes, 1013 for what it may try again later, 1011 for
+the server's failure. A sentence ends where morph/lines/text_split.py ends one once the white space after its mark
+has come (not inside "3.14"), or at MAX_SENTENCE_CHARS; each is a request, sent at most AHEAD past the one playing."""
 
 from __future__ import annotations
 
@@ -43,7 +27,7 @@ from .speech import Speech
 log = logging.getLogger(__name__)
 
 WHO = "WS /v1/audio/speech/stream"
-# About 12 s of speech: a text that runs on is cut where a clause or word ends, so it is heard while it is typed
+# a text that runs on is cut where a clause or word ends, so it is heard while it is typed
 MAX_SENTENCE_CHARS = 200
 # Sentences in the engine beyond the one streaming: the next is made while this one plays, and a text that comes
 # faster than it is spoken does not take the batch's slots from the server's other clients
@@ -52,8 +36,7 @@ _NO_TEXT = "."  # the config's text, never spoken: each sentence replaces it
 
 
 class Sentences:
-    """Text as it is typed, cut into sentences (module docstring): `feed` the next characters and get the sentences
-    they complete, `finish` for the rest."""
+    """`feed` the next characters and get the sentences they complete, `finish` for the rest."""
 
     def __init__(self, cap: int = MAX_SENTENCE_CHARS):
         self.cap, self._open = cap, ""
@@ -72,8 +55,7 @@ class Sentences:
 
 
 def _run_on(text: str, cap: int) -> tuple[list[str], str]:
-    """`text` cut into pieces of at most `cap` characters while it is longer (after its last clause mark that fits,
-    else its last space, else at the cap), and what is left."""
+    """Pieces of at most `cap` characters cut off `text` (after a clause mark, else a space), and what is left."""
     pieces = []
     while len(text) > cap:
         clause = max((m.end() for m in CLAUSE.finditer(text, 0, cap)), default=0)
@@ -94,7 +76,7 @@ class _Sentence:
 
 
 async def live_text(ws: WebSocket, speech: Speech) -> None:
-    """One session, from the accept to the close (module docstring)."""
+    """One session, from the accept to the close."""
     await ws.accept()
     session = _Session(ws, speech)
     try:
@@ -216,8 +198,7 @@ class _Session:
         await ws.close(1000)
 
     def cancel(self) -> None:
-        """The sentences not yet streamed leave the engine, counted as cancelled (a streaming one's stream does
-        both)."""
+        """The sentences not yet streaming leave the engine, counted as cancelled (a streaming one's stream does)."""
         now = time.perf_counter()
         for sentence in self.queued:
             self.speech.engine.cancel(sentence.request)
@@ -226,7 +207,6 @@ class _Session:
 
 
 def _close_code(error: ApiError) -> int:
-    """The close that goes with an error (module docstring)."""
     if error.code == "invalid_text":
         return 1007
     return 1008 if error.status < 500 else 1013 if error.status == 503 else 1011
