@@ -1,13 +1,6 @@
-"""What a speech request may say, and the errors the server answers with, in OpenAI's shapes.
-
-The body of POST /v1/audio/speech is OpenAI's plus the fields vLLM-Omni's Qwen3-TTS users send and the pack's
-sampling fields (docs/serving.md, Requests). Unknown fields are ignored, as OpenAI-compatible servers do; a known
-field out of range, or of another JSON type (`true` or `"4"` for a number, `1` for a boolean: no coercion), is a 400
-that names it (`param`). Text must be encodable (no lone surrogates), numbers finite.
-
-Every answer other than audio is OpenAI's error shape, {"error": {"message", "type", "param", "code"}}, and
-`api_error` alone decides which, from what went wrong.
-"""
+"""What a speech request may say (docs/serving.md, Requests) and the errors the server answers with. Unknown fields
+are ignored; a known one out of range or of another JSON type (no coercion) is a 400 naming it. Every answer other
+than audio is OpenAI's error shape, {"error": {"message", "type", "param", "code"}}, which `api_error` alone picks."""
 
 from __future__ import annotations
 
@@ -46,8 +39,8 @@ class ApiError(Exception):
 
 
 class CutOff(Exception):
-    """Raised out of a reply whose status has gone out, to cut it off (the client sees its body unfinished, not whole);
-    `error` is why. Whoever cuts has logged it: the server's own log leaves it out (lifecycle.quiet_uvicorn)."""
+    """Raised out of a reply whose status has gone out, so the client sees it unfinished; `error` is why. Whoever
+    raises it has logged it (lifecycle.quiet_uvicorn keeps it out of uvicorn's log)."""
 
     def __init__(self, error: BaseException):
         super().__init__(str(error))
@@ -69,9 +62,8 @@ def check_text(value: str) -> str:
 
 
 def api_error(error: BaseException, method: str = "", path: str = "", content_type: str | None = None) -> ApiError:
-    """What a client is answered when `error` stopped its request (`method`, `path` and `content_type`: the
-    request's): a 4xx for what the request got wrong, 503 for what it may send again (a full queue, an engine that
-    failed, a server shutting down), else 500."""
+    """The answer to a request that `error` stopped: a 4xx for what the request got wrong, 503 for what it may send
+    again (a full queue, an engine that failed, a server shutting down), else 500."""
     if isinstance(error, ApiError):
         return error
     if isinstance(error, RequestValidationError):
@@ -119,7 +111,7 @@ def validation_error(errors: list[dict]) -> ApiError:
 
 
 class SpeechRequest(BaseModel):
-    """POST /v1/audio/speech (module docstring)."""
+    """POST /v1/audio/speech's body."""
 
     # strict: a number is a JSON number and a boolean a JSON boolean; pydantic's lax mode would take "4" for 4 and
     # true for 1.0, and a request would run with values its sender never meant
