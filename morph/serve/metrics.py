@@ -1,5 +1,4 @@
-"""GET /metrics: what the server has done, in Prometheus's text format (no client library: a few counters, two
-histograms and the engine's gauges)."""
+"""GET /metrics: what the server has done, in Prometheus's text format (a few counters: no client library)."""
 
 from __future__ import annotations
 
