@@ -1,12 +1,7 @@
-"""POST /v1/audio/speech: a request's line, voice and settings, its run in the engine's process
-(morph/engine/process.py), and its audio as the reply asks for it: at its `speed` (tempo.py), streamed as it is made
-(PCM, WAV, Opus, AAC, or OpenAI's server-sent events), or one whole file.
-
-A stream's status and headers go out before its audio, so a failure after that cannot change the status: the stream
-is cut off (its chunked body never ends) rather than ended as if whole. A client that goes away cancels its request
-in every format: a stream's at its next chunk, when Starlette stops the stream; a whole file's at once, `_whole`
-listening for the disconnect all the while. A stream that stops before its end, either way, is one warning in the log.
-"""
+"""POST /v1/audio/speech: a request's line, voice and settings, its run in the engine's process, and its audio at its
+`speed`, streamed as it is made or as one file (docs/serving.md, Replies). A stream's status goes out before its audio,
+so a later failure cuts it off (its chunked body never ends) rather than ending it as if whole. A client that goes
+away cancels its request: a stream's at its next chunk, a whole file's at once; a stream stopped early is one warning."""
 
 from __future__ import annotations
 
@@ -82,8 +77,7 @@ class Speech:
         return await self._whole(request, items, fmt, body.speed, http, started)
 
     async def submit(self, line: Line, settings: GenerationSettings, who: str) -> tuple[int, asyncio.Queue]:
-        """Queue a line in the engine (in its own process): its request's id, and the queue its audio chunks arrive on
-        (then an _End)."""
+        """Queue a line in the engine: its request's id, and the queue its audio chunks arrive on (then an _End)."""
         loop, items = asyncio.get_running_loop(), asyncio.Queue()
 
         def put(item) -> None:  # on the thread that reads the engine process's records
@@ -135,8 +129,8 @@ class Speech:
         return Line(body.input, voice, language)
 
     def settings_of(self, body: SpeechRequest) -> GenerationSettings:
-        """The server's settings with the request's own: temperature, top_k and top_p for the talker and the code
-        predictor alike, as the CLI's flags set them; a max_new_tokens over the server's frames is refused naming it."""
+        """The server's settings with the request's own (sampling for the talker and code predictor alike, as the
+        CLI's flags); a max_new_tokens over the server's frames is refused naming it."""
         if body.max_new_tokens is not None and body.max_new_tokens > self.engine.max_frames:
             raise ApiError(400, f"max_new_tokens: {body.max_new_tokens} frames is over this server's limit; send at "
                                 f"most {self.engine.max_frames} (cli.py serve --max-frames sets it)",
@@ -179,9 +173,8 @@ class Speech:
         return voice
 
     async def make_voice(self, data: bytes, field: str, ref_text: str | None, x_vector_only: bool) -> bytes:
-        """A voice (its file's bytes) from a clip's bytes: decoded on a worker thread, made on the engine's, in its
-        process (EngineProcess.call: the model runs there alone); a clip the pack refuses (unreadable, silent, too long
-        for its transcript) names `field`."""
+        """A voice (its file's bytes) from a clip's, made on the engine's thread, where the model runs alone; a clip
+        the pack refuses is a 400 naming `field`."""
         try:
             wave, rate = await asyncio.to_thread(read_audio, data, field)
             return await asyncio.wrap_future(self.engine.call(make_voice, wave, rate, transcript=ref_text,
@@ -194,8 +187,7 @@ class Speech:
     # -- the reply -------------------------------------------------------------------------------
     async def stream(self, request, items: asyncio.Queue, fmt: str, sse: bool, speed: float, started: float,
                      text: str, who: str):
-        """A streamed reply's pieces (bytes) as the request's audio comes; `started`: when it arrived, for /metrics;
-        `who`: the route, for the log."""
+        """A streamed reply's bytes as the request's audio comes; `started`: when it arrived, for /metrics."""
         samples, status = 0, "cancelled"  # samples: the model's, before the stretch
 
         def send(data: bytes) -> bytes:
@@ -207,7 +199,7 @@ class Speech:
                 if samples == 0:
                     self.metrics.first_audio(time.perf_counter() - started)
                 samples += item.size
-                # on a worker thread (ms a second of audio: docs/serving.md), so the event loop serves the others
+                # on a worker thread, so the event loop serves the others
                 if data := await asyncio.to_thread(lambda: encoder.feed(stretch.feed(item))):
                     yield send(data)  # an encoder still filling its first frame has nothing yet
             if item.error is not None:
