@@ -1,8 +1,6 @@
-"""A reply's `speed`: its audio played faster or slower at the same pitch, by FFmpeg's `atempo` filter (WSOLA) through
-PyAV (docs/serving.md, Requests). One atempo blends its windows between 0.5 and 2.0 and skips samples past that, so
-0.25-0.5 and 2.0-4.0 run two in a row, each at the square root of the speed. A Stretch keeps its filter's state
-between a stream's chunks, so a stream and a whole file of the same audio are stretched alike.
-"""
+"""A reply's `speed`: its audio faster or slower at the same pitch, by FFmpeg's `atempo` (WSOLA) through PyAV
+(docs/serving.md, Requests). One atempo skips samples past 0.5-2.0, so speeds beyond run two, each at the square root.
+A Stretch keeps its state between a stream's chunks, so a stream and a whole file are stretched alike."""
 
 from __future__ import annotations
 
@@ -17,15 +15,13 @@ from ..settings import SAMPLE_RATE
 
 MIN_SPEED, MAX_SPEED = 0.25, 4.0  # OpenAI's range
 _BLENDED = (0.5, 2.0)  # the speeds one atempo reaches by blending windows, not skipping samples
-# atempo sends its output in frames the size of the input's and holds a partly filled one back until the next, so a
-# chunk goes in as pieces this long (40 ms): what is ready leaves a window behind its input, not a whole chunk
+# atempo holds back a partly filled output frame of the input's size, so a chunk goes in as short pieces: what is
+# ready leaves a window behind its input, not a whole chunk
 _FRAME = 960
 
 
 class Stretch:
-    """One reply's audio at `speed` (MIN_SPEED..MAX_SPEED; 1.0 passes it through untouched): `feed` a chunk of float
-    mono samples at SAMPLE_RATE and get what is ready of its stretched audio (a window's worth lags behind), then
-    `finish` for the rest."""
+    """One reply's audio at `speed`: `feed` a chunk for what is ready of it stretched, `finish` for the rest."""
 
     def __init__(self, speed: float):
         if not MIN_SPEED <= speed <= MAX_SPEED:
