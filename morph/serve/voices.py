@@ -1,11 +1,6 @@
-"""The server's saved voices: one `<name>.safetensors` per voice in a folder, so they survive a restart.
-
-The files are the pack's own voice files (morph/lines/voice.py), as Save Voice and `cli.py voice save` write them. A
-voice is handed out as its file's bytes, checked without torch (`check_voice`), for the engine's process to read. A
-name once saved is never replaced: a new voice is reserved (`reserve`) while it is made and then linked into place
-(`save`), so of two uploads of one name, one gets it and the other is refused. A VoiceFolder may be called from
-several threads at once.
-"""
+"""The server's saved voices: the pack's voice files (morph/lines/voice.py), one `<name>.safetensors` each in a
+folder, handed out as their bytes, checked without torch. A saved name is never replaced: a new voice is reserved while
+it is made, then linked into place, so of two uploads of one name one is refused. Safe from several threads at once."""
 
 from __future__ import annotations
 
@@ -29,8 +24,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def check_name(name) -> str:
-    """A voice name is also a file name, so only characters that are safe in one on every system, with no way out
-    of the folder: 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit, without '..'."""
+    """A voice name is a file name too: characters safe on every system, no way out of the folder; else ValueError."""
     if not _is_name(name):
         raise ValueError(f"name: {name!r} is not a voice name; use 1-64 letters, digits, '_', '-' or '.', "
                          "starting with a letter or digit")
@@ -61,9 +55,8 @@ class VoiceFolder:
 
     @contextlib.contextmanager
     def reserve(self, name: str):
-        """Hold `name` for one new voice while it is made (seconds, in the engine), so that a second upload of the
-        name is refused at once instead of being made too; FileExistsError if a voice or another upload has it. The
-        name is free again on the way out, whether the voice was saved or not."""
+        """Hold `name` while its voice is made, so a second upload of it is refused at once; FileExistsError if a
+        voice or another upload has it. Free again on the way out, saved or not."""
         path = self.path_of(name)
         with self._lock:
             if name in self._reserved or path.exists():
@@ -76,9 +69,8 @@ class VoiceFolder:
                 self._reserved.discard(name)
 
     def save(self, name: str, voice: bytes) -> dict:
-        """Write a new voice (its file's bytes) as `name` and return its record; FileExistsError if the name has a
-        voice, which is left as it was. Written to a temporary file first and hard-linked into place: a link, unlike a
-        rename, never replaces a file, and a crash or a concurrent load never sees half of one."""
+        """Write a new voice as `name` and return its record; FileExistsError if the name has one. Hard-linked into
+        place from a temporary file: a link, unlike a rename, never replaces a file, and no reader sees half of one."""
         path = self.path_of(name)
         tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.part")
         try:
@@ -124,8 +116,7 @@ class VoiceFolder:
         return voice
 
     def names(self) -> list[str]:
-        """The names the saved voices' files give, sorted, without reading the files (an error's list of what
-        exists)."""
+        """The saved voices' names, sorted, from their file names alone."""
         return sorted(name for name, _ in self._files() if _is_name(name))
 
     def records(self) -> list[dict]:
@@ -142,7 +133,6 @@ class VoiceFolder:
         return sorted(records, key=lambda record: record["name"])  # not by file name: "a-b.s..." sorts before "a.s..."
 
     def delete(self, name: str) -> bool:
-        """Remove the voice `name`; False if there was none."""
         path = self.path_of(name)
         with self._lock:
             self._cache.pop(name, None)
