@@ -73,17 +73,22 @@ def test_each_note_is_said_once_the_attention_kernel_and_the_lines_reused(tiny_d
     assert "rendering 1 of 3 lines on cpu" in captured.err
 
 
-@pytest.mark.parametrize("mode, said", [("lean", "in a continuous batch"), ("auto", "in static batches")])
-def test_a_render_runs_as_its_speed_mode_does(mode, said, tiny_dir, tmp_path, cast, capsys, monkeypatch):
-    """Every mode but eager (the CPU's default) renders in the continuous batch; eager in static batches."""
+def load_in_mode(mode: str, monkeypatch) -> None:
+    """cli.py render's model loaded in `mode`."""
     load = cli_render.load_model
 
-    def load_in_mode(args):
+    def loaded(args):
         tts = load(args)
         tts.patch.mode = mode
         return tts
 
-    monkeypatch.setattr(cli_render, "load_model", load_in_mode)
+    monkeypatch.setattr(cli_render, "load_model", loaded)
+
+
+@pytest.mark.parametrize("mode, said", [("lean", "in a continuous batch"), ("auto", "in static batches")])
+def test_a_render_runs_as_its_speed_mode_does(mode, said, tiny_dir, tmp_path, cast, capsys, monkeypatch):
+    """Every mode but eager (the CPU's default) renders in the continuous batch; eager in static batches."""
+    load_in_mode(mode, monkeypatch)
     out = tmp_path / "renders"
     assert cli.main(["render", str(tmp_path / "scene.txt"), *options(tiny_dir, out, *cast)]) == 0
     assert f"rendering 3 of 3 lines on cpu, 64 at a time {said}" in capsys.readouterr().err
@@ -96,14 +101,7 @@ def test_a_seeded_lines_take_and_the_batch_size_are_as_the_seed_help_says(mode, 
     """The same seed and --batch-size give the same take; another --batch-size changes a take in eager mode (auto on
     the CPU: one random stream a batch) and none in a continuous mode in fp32 (the CPU's dtype: each line its own
     stream), up to the codec's rounding."""
-    load = cli_render.load_model
-
-    def load_in_mode(args):
-        tts = load(args)
-        tts.patch.mode = mode
-        return tts
-
-    monkeypatch.setattr(cli_render, "load_model", load_in_mode)
+    load_in_mode(mode, monkeypatch)
 
     def takes(batch_size: int, out: str) -> list[np.ndarray]:
         argv = ["render", str(tmp_path / "scene.txt"), *cast, "--model", str(tiny_dir), "--device", "cpu", "--seed",

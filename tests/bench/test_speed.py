@@ -59,10 +59,8 @@ def test_median_spread_and_first_call_of_each_column(speed_report):
         assert row["end_to_end_warm_ms_per_frame"] == row["end_to_end_ms_per_frame"]  # the fake clock: all alike
 
 
-def test_end_to_end_and_decode_only_are_taken_in_turn(tiny_dir, tmp_path, monkeypatch):
-    """Same warm state for both columns: E D E D E D, the stack's first call end to end."""
-    from bench import stacks
-
+def record_runner_calls(stacks, monkeypatch) -> list[str]:
+    """The names of the stack runner's calls (speak: end to end, generate: decode only), in order, as they come."""
     calls = []
 
     def recorded(name, method):
@@ -73,6 +71,14 @@ def test_end_to_end_and_decode_only_are_taken_in_turn(tiny_dir, tmp_path, monkey
 
     for name in ("speak", "generate"):
         monkeypatch.setattr(stacks.Runner, name, recorded(name, getattr(stacks.Runner, name)))
+    return calls
+
+
+def test_end_to_end_and_decode_only_are_taken_in_turn(tiny_dir, tmp_path, monkeypatch):
+    """Same warm state for both columns: E D E D E D, the stack's first call end to end."""
+    from bench import stacks
+
+    calls = record_runner_calls(stacks, monkeypatch)
     speed.main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--frames", "3", "--repeats", "3",
                 "--prompts", "xvector", "--stacks", "auto:5", "--agreement", "", "--json", str(tmp_path / "s.json")])
     assert calls == ["speak", "generate"] * 3
@@ -118,16 +124,7 @@ def test_warm_up_makes_a_morph_stacks_first_call_apart(tiny_dir, tmp_path, monke
     from bench import stacks
     from tests.bench.conftest import fake_clock
 
-    calls = []
-
-    def recorded(name, method):
-        def run(self, *args, **kwargs):
-            calls.append(name)
-            return method(self, *args, **kwargs)
-        return run
-
-    for name in ("speak", "generate"):
-        monkeypatch.setattr(stacks.Runner, name, recorded(name, getattr(stacks.Runner, name)))
+    calls = record_runner_calls(stacks, monkeypatch)
     with fake_clock():
         report = speed.main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--frames", "3",
                              "--repeats", "2", "--prompts", "xvector", "--stacks", "auto:5,upstream", "--warm-up",
