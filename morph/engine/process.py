@@ -39,6 +39,7 @@ class ModelInfo:
     speakers: list[str]
     languages: list[str]
     model_size: str
+    ready_s: float | None = None  # how long LiveEngine.ready took (None: nothing to capture)
 
 
 def make_voice(tts, *args, **kwargs) -> bytes:
@@ -82,7 +83,9 @@ class EngineProcess:
         child.close()  # the child's end lives in the child alone: its exit is this end's EOF
         self._reader.start()
         self.info = loaded.result()
-        log.info("serve: the engine's process %d is up", process.pid)
+        ready = "" if self.info.ready_s is None else (f", its kernels compiled and its batch captured in "
+                                                      f"{self.info.ready_s:.1f} s before the first request")
+        log.info("serve: the engine's process %d is up%s", process.pid, ready)
         return self.info
 
     def submit(self, line, settings, on_chunk: Callable, on_end: Callable, who: str | None = None
@@ -261,14 +264,14 @@ def _serve(load: Callable[[], object], options: dict, conn) -> None:
     try:
         tts = load()
         engine = LiveEngine(tts, **options, who="serve", on_fatal=failed)
-        engine.ready()  # before the parent hears the model is loaded: /health says ok only once it is
+        ready_s = engine.ready()  # before the parent hears the model is loaded: /health says ok only once it is
     except BaseException as e:  # the parent's start() raises it
         send("result", 0, False, EngineFailed(f"the speech engine's process could not start: {reason(e)}"))
         outbox.put(None)
         sender.join(STOP_S)
         raise
     send("result", 0, True, ModelInfo(str(tts.source), tts.variant, list(tts.speakers), list(tts.languages),
-                                      tts.model_size))
+                                      tts.model_size, ready_s))
     while True:
         try:
             kind, key, *args = conn.recv()
