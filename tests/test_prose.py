@@ -48,7 +48,6 @@ def test_docstring_lines_are_counted_over_their_whole_span():
     assert docstring_lines(source) == 2 + 1 + 3
 
 
-@pytest.mark.xfail(strict=True, reason="issue 79 item 6: the docstrings of morph/ are being cut to at most 10%")
 def test_docstrings_are_at_most_a_tenth_of_morph():
     counts = prose()
     lines, docs = (sum(column) for column in zip(*counts.values()))
