@@ -523,7 +523,7 @@ def test_a_failed_batch_on_a_gpu_hands_its_cached_memory_back(script, monkeypatc
     script.fail[0] = ValueError("a bug")
     cpu.run_until_idle()
     assert emptied == []  # no CUDA call on the CPU
-    gpu = Engine(types.SimpleNamespace(patch=TTS.patch, device=types.SimpleNamespace(type="cuda")), 1, "Test")
+    gpu = Engine(types.SimpleNamespace(patch=TTS.patch, device=types.SimpleNamespace(type="cuda"), held=0), 1, "Test")
     gpu.submit(Sink().request("b"))
     script.fail[1] = ValueError("a bug")
     gpu.run_until_idle()
@@ -616,7 +616,7 @@ def test_a_render_batch_on_a_gpu_is_built_as_wide_as_its_free_memory_holds_and_a
     monkeypatch.setattr(morph.engine.engine, "batch_need", need)
     monkeypatch.setattr(morph.engine.engine, "free_bytes",
                         lambda device: 3 * 2**30 if device.type == "cuda" else None)
-    gpu = types.SimpleNamespace(patch=TTS.patch, device=types.SimpleNamespace(type="cuda"))
+    gpu = types.SimpleNamespace(patch=TTS.patch, device=types.SimpleNamespace(type="cuda"), held=0)
     engine = Engine(gpu, 64, "Test")
     sink = Sink()
     engine.submit(sink.request("abc", prompt=7))
@@ -637,6 +637,11 @@ def test_a_render_batch_on_a_gpu_is_built_as_wide_as_its_free_memory_holds_and_a
     live.run_until_idle()
     assert [width for _, width, *_ in script.builds] == [4, 6, 64, 64] and len(asked) == 6
     assert len(caplog.records) == 1
+    # what the engine kept since it was made ready (MorphTTS.ready) counts as its own: 3 GiB free and 2 held hold 8
+    kept = Engine(types.SimpleNamespace(patch=TTS.patch, device=gpu.device, held=2 * 2**30), 64, "Test")
+    kept.submit(Sink().request("g"))
+    kept.run_until_idle()
+    assert script.builds[-1][1] == 8 and kept.width == 8
 
 
 def test_each_out_of_memory_back_off_is_counted(script):
