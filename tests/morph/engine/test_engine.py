@@ -652,3 +652,24 @@ def test_each_out_of_memory_back_off_is_counted(script):
     script.fail[1] = OOM
     engine.run_until_idle()
     assert engine.width == 1 and engine.backoffs == 2 and sink.ends == [None]
+
+
+def test_a_batch_out_of_memory_on_a_gpu_drops_the_kept_state_before_it_is_built_narrower(script, monkeypatch):
+    """The narrower batch must not be built over the wider kept state it failed in (TalkerState.matches serves any
+    narrower batch from it), and what ready() kept is no longer the engine's."""
+    dropped = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(morph.engine.engine, "free_bytes", lambda device: None)
+    loop = types.SimpleNamespace(drop_state=lambda: dropped.append(True))
+    tts = types.SimpleNamespace(patch=types.SimpleNamespace(resolved_mode=TTS.patch.resolved_mode, loop=loop),
+                                device=types.SimpleNamespace(type="cuda"), held=2**30)
+    engine = Engine(tts, 2, "Test")
+    sink = Sink()
+    engine.submit(sink.request("ab", frames=1))
+    script.fail[0] = OOM
+    engine.run_until_idle()
+    assert dropped == [True] and tts.held == 0 and engine.width == 1 and sink.ends == [None]
+    script.fail[1] = ValueError("a bug")  # another failure keeps the state
+    engine.submit(Sink().request("c", frames=1))
+    engine.run_until_idle()
+    assert dropped == [True]
