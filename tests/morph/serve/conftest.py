@@ -48,7 +48,7 @@ def server(lean, tmp_path):
 
 class _Records(logging.Handler):
     def __init__(self):
-        super().__init__()
+        super().__init__(logging.WARNING)  # the pack's INFO records pass too once a CLI test set its logger to INFO
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
