@@ -22,6 +22,7 @@ from .reference.patch import MorphPatch
 from .lines.reference_audio import prepare_reference
 from .lines.words import FOR_PYTHON, Words
 from .lines.voice import Voice
+from .memory import replays_graphs
 from .qwen.checkpoints import DEFAULT_MODEL, VARIANT_NAMES, locate_checkpoint
 from .qwen.loading import load_qwen_tts, place
 from .render import BatchTTS, Line, OnStep
@@ -95,9 +96,7 @@ class MorphTTS:
         """Get the engine ready before the first request: a short render of `width` rows compiles the kernels, builds
         the batch's state and captures every shape later renders of up to `width` rows reuse. What it keeps (`held`) is
         counted as free when a batch is sized. Seconds taken; None where nothing is captured (eager, or off CUDA)."""
-        from .decode.runner import FAST_MODES
-
-        if self.device.type != "cuda" or self.patch.resolved_mode(self.device) not in FAST_MODES:
+        if not replays_graphs(self):
             return None
         log.info("%s: getting the engine ready for batches of up to %d rows (the first time on this machine "
                  "Triton compiles the kernels, about a minute)", who, width, extra={"status": True})

@@ -80,7 +80,7 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     shape = _Shape(model)
     if runs_lean(tts, device):
         prefill = max(prefill_tokens(text, voice, instruct, count) for text, voice in lines)
-        return _continuous(tts, shape, rows, prefill, width, _replays_graphs(tts, device), device or tts.device)
+        return _continuous(tts, shape, rows, prefill, width, replays_graphs(tts, device), device or tts.device)
     rows.sort(key=lambda r: -(r[0] + r[1]))
     batch = rows[:width]  # the largest rows, batched together
     prompt = max(p for p, _, _ in batch)
@@ -102,7 +102,7 @@ def batch_need(tts, rows: Sequence[Row], prompts: Sequence[int], width: int) -> 
     sized = [(p, r.limit, _reference_frames(r.line.voice) + r.limit) for r, p in zip(rows, prompts, strict=True)]
     prefill = max(p if r.line.voice is None else prefill_tokens(r.text, r.line.voice)
                   for r, p in zip(rows, prompts, strict=True))
-    return _continuous(tts, _Shape(tts.tts.model), sized, prefill, width, _replays_graphs(tts, None), tts.device)
+    return _continuous(tts, _Shape(tts.tts.model), sized, prefill, width, replays_graphs(tts, None), tts.device)
 
 
 def free_bytes(device: torch.device) -> int | None:
@@ -125,7 +125,7 @@ def _reference_frames(voice: Voice | None) -> int:
     return int(voice.ref_code.shape[0]) if voice is not None and voice.icl else 0
 
 
-def _replays_graphs(tts, device: torch.device | None) -> bool:
+def replays_graphs(tts, device: torch.device | None = None) -> bool:
     """Whether a render on `device` (the model's when None) replays CUDA graphs: in the fast modes."""
     from .decode.runner import FAST_MODES  # the decode path loads with a model, not with the nodes
 

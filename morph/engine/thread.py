@@ -20,6 +20,7 @@ import torch
 
 from ..errors import Busy, EngineFailed, reason
 from ..line_audio import LineAudio
+from ..memory import replays_graphs
 from ..lines.line import Line
 from ..lines.text_split import MAX_SEGMENT_CHARS
 from ..prompts import make_rows, token_count
@@ -156,10 +157,8 @@ class LiveEngine(EngineThread):
     def ready(self) -> float | None:
         """Run a full batch of short requests before the first one, which builds the state, captures every width's
         step and the codec's shapes, and compiles the kernels. Seconds taken; None where nothing is captured."""
-        from ..decode.runner import FAST_MODES
-
         tts = self.tts
-        if tts.device.type != "cuda" or tts.patch.resolved_mode(tts.device) not in FAST_MODES:
+        if not replays_graphs(tts):
             return None
         log.info("%s: getting the engine ready for %d streams at once (the first time on this machine Triton "
                  "compiles the kernels, about a minute)", self.who, self.width)
