@@ -57,7 +57,7 @@ def digest(data: bytes) -> str:
 
 
 def write_atomic(path: Path, write: Callable[[BinaryIO], None], who: str,
-                 still_ours: Callable[[], None] | None = None) -> None:
+                 still_ours: Callable[[], None] | None = None, exclusive: bool = False) -> None:
     """`write(f)` into a temporary file of this writer's own beside `path`, then renamed over it, so a reader never
     sees part of one; `still_ours()`, right before the rename, raises if the job lost the folder. No fsync: a file a
     power cut tears no longer matches its manifest's SHA-256 and is rendered again."""
@@ -68,13 +68,17 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], who: str,
             write(f)
         if still_ours is not None:
             still_ours()
-        os.replace(tmp, path)
+        if exclusive:  # a link, unlike a rename, never replaces a file: FileExistsError if `path` has one
+            os.link(tmp, path)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        if isinstance(e, OSError):
+        if isinstance(e, OSError) and not isinstance(e, FileExistsError):
             fix = _FIXES.get(e.errno, "check the folder's permissions and free space, or choose another folder")
             raise LineWriteError(f"{who}: could not write {path}: {e.strerror or e}; {fix}") from e
         raise

@@ -9,11 +9,11 @@ import json
 import logging
 import os
 import re
-import secrets
 import threading
 from collections import OrderedDict
 from pathlib import Path
 
+from ..lines.files import LineWriteError, write_atomic
 from ..lines.voice import FORMAT, VERSION, check_voice
 
 log = logging.getLogger(__name__)
@@ -69,25 +69,17 @@ class VoiceFolder:
                 self._reserved.discard(name)
 
     def save(self, name: str, voice: bytes) -> dict:
-        """Write a new voice as `name` and return its record; FileExistsError if the name has one. Hard-linked into
-        place from a temporary file: a link, unlike a rename, never replaces a file, and no reader sees half of one."""
+        """Write a new voice as `name` and return its record; FileExistsError if the name has one. Linked into place
+        whole (lines/files.py write_atomic, exclusive), so no reader sees half a file and no voice is replaced."""
         path = self.path_of(name)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.part")
         try:
-            with open(tmp, "xb") as f:
-                # flushed and synced: on disk before the link, so a power cut cannot leave an empty voice
-                f.write(voice)
-                f.flush()
-                os.fsync(f.fileno())
-            os.link(tmp, path)
-        except FileExistsError:
-            raise
-        except OSError as e:
-            raise RuntimeError(f"voice {name!r}: could not write {path}: {e.strerror or e}; check the voice "
-                               "folder's permissions and free space (cli.py serve --voices)") from e
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+            # flushed and synced: on disk before the link, so a power cut cannot leave an empty voice
+            write_atomic(path, lambda f: (f.write(voice), f.flush(), os.fsync(f.fileno())), f"voice {name!r}",
+                         exclusive=True)
+        except LineWriteError as e:
+            cause = e.__cause__
+            raise RuntimeError(f"voice {name!r}: could not write {path}: {cause.strerror or cause}; check the voice "
+                               "folder's permissions and free space (cli.py serve --voices)") from cause
         return _record(name, path)
 
     def load(self, name: str) -> bytes:

@@ -75,6 +75,18 @@ def test_ctrl_c_during_a_write_leaves_the_old_file_and_no_temporary_one(tmp_path
     assert list(tmp_path.iterdir()) == [path] and path.read_bytes() == b"old"
 
 
+def test_an_exclusive_write_never_replaces_a_file_and_leaves_no_temporary_one(tmp_path):
+    """exclusive (a saved voice's): a file already at the path stays, FileExistsError as it is, not a write error."""
+    path = tmp_path / "v.safetensors"
+    write_atomic(path, lambda f: f.write(b"first"), "test", exclusive=True)
+    with pytest.raises(FileExistsError) as e:
+        write_atomic(path, lambda f: f.write(b"second"), "test", exclusive=True)
+    assert not isinstance(e.value, LineWriteError)
+    assert list(tmp_path.iterdir()) == [path] and path.read_bytes() == b"first"
+    write_atomic(path, lambda f: f.write(b"third"), "test")  # not exclusive: replaced, as before
+    assert list(tmp_path.iterdir()) == [path] and path.read_bytes() == b"third"
+
+
 def test_a_write_no_longer_wanted_at_its_rename_is_not_put_in_place(tmp_path):
     path = tmp_path / "x.wav"
 
