@@ -145,7 +145,9 @@ class BatchTTS:
                                              on_chunk, restart))
         progress = SlotProgress(on_step, sum(r.limit for r in rows))
         try:
-            yield from engine.steps(lambda live: progress.report(progress.done + live))
+            while engine.step():
+                progress.report(progress.done + engine.live_rows)
+                yield
         finally:
             engine.release()
         if request.error is not None:

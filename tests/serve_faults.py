@@ -29,24 +29,30 @@ def fault_runner(error: BaseException | type[BaseException] | None = None, times
     left = [times]
 
     class FaultyRunner(RowRunner):
-        def steps(self, take, on_frames=None, *args, **kwargs):
-            failing, slow = set(), set()
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.failing, self.slow = set(), set()  # the rows taken whose text asks for a fault
 
+        def step(self, take, before_frame=None, *args, **kwargs):
             def taking(n):
                 rows = take(n)
-                failing.update(r for r, _ in rows if "FAIL" in r.text)
-                slow.update(r for r, _ in rows if "SLOW" in r.text)
+                self.failing.update(r for r, _ in rows if "FAIL" in r.text)
+                self.slow.update(r for r, _ in rows if "SLOW" in r.text)
                 return rows
 
             def frame(n):
-                on_frames(n)
-                if slow & {row.name for row in self.batch.live.values()}:
+                before_frame(n)
+                if self.slow & {row.name for row in self.batch.live.values()}:
                     time.sleep(delay)
-                if failing and error is not None and left[0] != 0:
+                if self.failing and error is not None and left[0] != 0:
                     left[0] = None if left[0] is None else left[0] - 1
                     raise error
 
-            return super().steps(taking, frame, *args, **kwargs)
+            stepped = super().step(taking, frame, *args, **kwargs)
+            if not stepped:  # the run is over: the next one's rows are its own
+                self.failing.clear()
+                self.slow.clear()
+            return stepped
 
     return FaultyRunner
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
@@ -47,6 +47,10 @@ class ContinuousBatch:
         self.position = 0  # P, the host's copy of st.step
         self._paced: float | None = None  # when the last frame was stepped, unless a join or a drain came after it
         self._ahead: list[Ahead] = []  # rows waiting for a slot, in order
+        # the steps' "unfinished" flags in a ring of pinned rows, and the steps the host has not read yet
+        self._flags = torch.ones(self.lag + 2, self.st.batch, dtype=torch.bool, pin_memory=device.type == "cuda")
+        self._queue: collections.deque = collections.deque()
+        self._frames = 0  # frames this run
         self.widths: collections.Counter = collections.Counter()  # frames run at each width
         start = time.perf_counter()
         # in inference mode, as run() replays them, whatever the caller's mode: a capture under autograd fails on the
@@ -65,32 +69,27 @@ class ContinuousBatch:
         return self.sched.ended
 
     # -- the host loop ---------------------------------------------------------------------
-    def steps(self, next_group: Callable[[int], Group | None], finished: Callable[[object, torch.Tensor], None],
-              on_step: Callable[[int], None] | None = None,
-              preempted: Callable[[object, int], None] | None = None) -> Iterator[None]:
-        """Decode until every row has ended and next_group(n) (up to n rows, None when none waits) has none, yielding
-        after every frame (closed there, it stops for good). finished(name, codes [frames, 16] on the device) as a row
-        ends; on_step(live rows) before every frame; preempted(name, stream key) as a row gives way. The frame's
-        inference mode and stream are left before the yield: the caller's code between frames runs in its own."""
-        # the steps' "unfinished" flags in a ring of pinned rows, and the steps the host has not read yet
-        self._flags = torch.ones(self.lag + 2, self.st.batch, dtype=torch.bool, pin_memory=self.device.type == "cuda")
-        self._queue: collections.deque = collections.deque()
-        self._paced = None
-        frames = 0
-        while True:
-            with torch.inference_mode(), frame_loop_stream(self.device):
-                stepped = self._frame(next_group, finished, on_step, preempted)
-            if not stepped:
-                self.loop.last_run = dict(mode=self.mode, seq_groups=self.seq_groups, frames_run=frames,
-                                          rows=self.ended, capacity=self.st.capacity, width=self.width,
-                                          widths=dict(sorted(self.widths.items())),
-                                          capture_s=round(self.capture_s, 3), **self.sched.stats())
-                return
-            frames += 1
-            yield
+    def step(self, next_group: Callable[[int], Group | None], finished: Callable[[object, torch.Tensor], None],
+             before_frame: Callable[[int], None] | None = None,
+             preempted: Callable[[object, int], None] | None = None) -> bool:
+        """One frame: rows join, leave and move, then the step. False once every row has ended and next_group(n) (up
+        to n rows, None when none waits) has none; the run's figures are then in loop.last_run. finished(name, codes
+        [frames, 16] on the device) as a row ends; before_frame(live rows); preempted(name, stream key) as a row gives
+        way. The frame's inference mode and stream are left on return: the caller's code runs in its own."""
+        with torch.inference_mode(), frame_loop_stream(self.device):
+            stepped = self._frame(next_group, finished, before_frame, preempted)
+        if stepped:
+            self._frames += 1
+            return True
+        self.loop.last_run = dict(mode=self.mode, seq_groups=self.seq_groups, frames_run=self._frames, rows=self.ended,
+                                  capacity=self.st.capacity, width=self.width, widths=dict(sorted(self.widths.items())),
+                                  capture_s=round(self.capture_s, 3), **self.sched.stats())
+        self._frames, self._paced = 0, None
+        self._queue.clear()  # snapshots of rows all handed over: their positions mean nothing to the next run
+        return False
 
-    def _frame(self, next_group, finished, on_step, preempted) -> bool:
-        """One frame (steps' arguments); False when no row runs and none waits."""
+    def _frame(self, next_group, finished, before_frame, preempted) -> bool:
+        """One frame (step's arguments); False when no row runs and none waits."""
         sched = self.sched
         while True:  # until a frame is stepped
             if sched.may_fill():
@@ -108,8 +107,8 @@ class ContinuousBatch:
                 if not self.live:
                     continue
                 self._compact()
-            if on_step is not None:
-                on_step(len(self.live))
+            if before_frame is not None:
+                before_frame(len(self.live))
             self._grow(finished, preempted)
             if self.live:  # else every row had ended (handed over as the pool ran short)
                 self._step(finished)

@@ -1,6 +1,5 @@
-"""The engine: requests in (`submit`), their audio out through each request's sink, one continuous batch run by one
-loop (`run_until_idle`, or `steps` a frame at a time) on the thread that owns the model (docs/architecture.md, Data
-flow). Rows run in order; one with other settings or a larger cache need waits, and the batch is built again for it.
+"""The engine: requests in (`submit`), their audio out through each request's sink, one continuous batch run a frame
+per `step()` on the thread that owns the model (docs/architecture.md, Data flow). Rows run in order; one with other settings or a larger cache need waits, and the batch is built again for it.
 A render's batch is sized to the rows waiting; a live one (`need` given) holds rows of up to `need` slots.
 Failures: out of memory, the batch narrows by half and the rows that handed out no audio run again (others fail); an
 error that loses the CUDA context (`fatal`) propagates; any other fails the batch's requests and the engine goes on."""
@@ -11,7 +10,7 @@ import collections
 import logging
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
@@ -54,7 +53,7 @@ class Engine:
         self._cancels: set[Request] = set()  # requests cancelled while their rows are in the batch
         self._runner: RowRunner | None = None
         self._built: tuple[GenerationSettings, int] | None = None  # the runner's settings and cache need
-        self._stopped: BaseException | None = None  # what the caller's `between` raised
+        self._running = False  # the runner is in a run: rows are in its batch or joining
         self._joined: dict[Row, float] = {}
         self.row_seconds = 5.0  # a row's time in the batch, averaged as rows end (a server's Retry-After)
         self.backoffs = 0  # times the batch narrowed after running out of memory (not before it was built: _fit)
@@ -99,31 +98,28 @@ class Engine:
                         rows_in_batch=len(self._rows), width=self.width, cache_slots=self.cache_slots if held else 0)
 
     # -- the loop (the thread that owns the model) -------------------------------------------
-    def run_until_idle(self, between: Callable[[int], None] | None = None) -> None:
-        """Run until no row waits or runs; between(live rows) before every frame (what it raises propagates)."""
-        for _ in self.steps(between):
-            pass
-
-    def steps(self, between: Callable[[int], None] | None = None) -> Iterator[None]:
-        """run_until_idle a frame at a time, yielding after each; closed there, the batch is dropped."""
-        self._stopped = None
+    def step(self) -> bool:
+        """One frame of the batch, built first for the rows at the queue's head when it holds other settings or less
+        cache; False once no row waits or runs. A caller that stops stepping mid-run calls release()."""
         while True:
-            with self.cv:
-                if not self._waiting:
-                    return
-                row, _, request = self._waiting[0]
-                key, need = request.batch_key, request.needs[row]
-            if self._runner is not None and (self._built[0] != key or need > self._built[1]):
-                self._runner = None  # the old batch's state and graphs go before the new one's are made
+            if not self._running:
+                with self.cv:
+                    if not self._waiting:
+                        return False
+                    row, _, request = self._waiting[0]
+                    key, need = request.batch_key, request.needs[row]
+                if self._runner is not None and (self._built[0] != key or need > self._built[1]):
+                    self._runner = None  # the old batch's state and graphs go before the new one's are made
             failure = None
             try:
                 if self._runner is None:
                     self._build(key)
-                yield from self._runner.steps(lambda n: self._take(key, n), lambda live: self._between(live, between),
-                                              self._put_back, self.ahead)
+                self._running = self._runner.step(self._take, self._before_frame, self._put_back, self.ahead)
+                if self._running:
+                    return True
             except BaseException as e:  # the batch's state is unknown: the next run builds a new one
-                self._runner = None
-                if e is self._stopped or fatal(e) or not isinstance(e, Exception):
+                self._runner, self._running = None, False
+                if fatal(e) or not isinstance(e, Exception):
                     raise
                 failure = e
             if failure is not None:  # here, not in the except block, whose traceback holds the failed run's tensors
@@ -137,8 +133,11 @@ class Engine:
                     torch.cuda.empty_cache()
 
     def release(self) -> None:
-        """Drop the batch now: the runner's callbacks refer back to this engine, so only the collector would free it."""
-        self._runner = None
+        """Drop the batch now, its rows that ended handed over first: the runner's callbacks refer back to this engine,
+        so only the collector would free it."""
+        if self._running:
+            self._runner.close()
+        self._runner, self._running = None, False
 
     def _build(self, key: GenerationSettings) -> None:
         """A batch for the rows of `key` waiting now, its need and pool sized to them unless `need` is fixed."""
@@ -174,13 +173,13 @@ class Engine:
                         "at a time", self.who, free / 2**30, width, self.width, width)
             self.width = width
 
-    def _take(self, key: GenerationSettings, n: int) -> list[tuple[Row, int]]:
+    def _take(self, n: int) -> list[tuple[Row, int]]:
         """Up to n waiting rows, in order, while they fit the batch."""
-        taken = []
+        taken, (key, need) = [], self._built
         with self.cv:
             while self._waiting and len(taken) < n:
                 row, stream, request = self._waiting[0]
-                if request.batch_key != key or request.needs[row] > self._built[1]:
+                if request.batch_key != key or request.needs[row] > need:
                     break
                 self._waiting.popleft()
                 request.status = RUNNING
@@ -198,7 +197,7 @@ class Engine:
             if request.status == RUNNING:
                 self._waiting.appendleft((row, stream, request))
 
-    def _between(self, live: int, between: Callable[[int], None] | None) -> None:
+    def _before_frame(self, live: int) -> None:
         """Before each frame: the batch's figures, and the rows of requests cancelled since the last frame."""
         batch = self._runner.batch
         self.live_rows, self.cache_slots = live, sum(batch.position - row.lo for row in batch.live.values())
@@ -212,12 +211,6 @@ class Engine:
                 for row in rows - running:
                     self._rows.pop(row, None)
                     self._joined.pop(row, None)
-        if between is not None:
-            try:
-                between(live)
-            except BaseException as e:
-                self._stopped = e
-                raise
 
     def _chunk(self, row: Row, wav) -> None:
         request = self._rows.get(row)

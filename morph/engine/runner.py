@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
@@ -47,30 +47,31 @@ class RowRunner:
         self.pace = pace
         self.batch = None  # built for the first group: its options come with that group's prompt
         self._ended = self._hand = self._live = None
+        self._queued: list[Group] = []  # the group the batch was built for, before it joins
+        self._ahead: GroupAhead | None = None  # the run's groups built ahead
 
-    def steps(self, take: Callable[[int], list[tuple[Row, int]]], on_frames: Callable[[int], None] | None = None,
-              put_back: Callable[[tuple[Row, int]], None] | None = None, ahead: bool = False) -> Iterator[None]:
-        """Run the batch, yielding after every frame, until every row has ended and take(n) (up to n (row, stream key),
-        [] when none waits) has none; put_back: a preempted row, for take to give again; ahead: build each group's
-        prompt while the one before joins. Closed between frames, the rows that had ended are still handed over."""
-        queued = []
+    def step(self, take: Callable[[int], list[tuple[Row, int]]], before_frame: Callable[[int], None] | None = None,
+             put_back: Callable[[tuple[Row, int]], None] | None = None, ahead: bool = False) -> bool:
+        """One frame of the batch; False once every row has ended and take(n) (up to n (row, stream key), [] when none
+        waits) has none, the run's rows handed over. put_back: a preempted row, for take to give again; ahead: build
+        each group's prompt while the one before joins. A caller that stops mid-run calls close()."""
         if self.batch is None:
             chunk = take(self.width)
             if not chunk:
-                return
+                return False
             options, first = self._group(chunk)
             self._build(options)
-            queued.append(first)
-        # once the batch is built: its captures need not wait for the worker's first group
-        source = GroupAhead(lambda chunk: self._group(chunk)[1], take, self.width, self.tts.device) if ahead else None
+            self._queued.append(first)
+        if ahead and self._ahead is None:  # once the batch is built: its captures need not wait for the worker
+            self._ahead = GroupAhead(lambda chunk: self._group(chunk)[1], take, self.width, self.tts.device)
 
         def next_group(n: int) -> "Group | None":
-            if queued:
-                return queued.pop()
+            if self._queued:
+                return self._queued.pop()
             if self._live is not None and not self._live.may_join():
                 return None
-            if source is not None:
-                return source.next()
+            if self._ahead is not None:
+                return self._ahead.next()
             return self._group(chunk)[1] if (chunk := take(n)) else None
 
         def preempted(row: Row, key: int) -> None:
@@ -80,17 +81,27 @@ class RowRunner:
 
         def frame(n: int) -> None:
             self._hand()
-            if on_frames is not None:
-                on_frames(n)
+            if before_frame is not None:
+                before_frame(n)
 
         try:
-            yield from self.batch.steps(next_group, self._ended if self.audio else self.on_row,
-                                        frame if self.audio else on_frames, preempted)
-        finally:
-            if source is not None:
-                source.close()
-            if self.audio:  # rows that ended before a failure, a cancel or a close are still decoded and handed over
-                self._hand(flush=True)
+            stepped = self.batch.step(next_group, self._ended if self.audio else self.on_row,
+                                      frame if self.audio else before_frame, preempted)
+        except BaseException:
+            self.close()
+            raise
+        if not stepped:
+            self.close()
+        return stepped
+
+    def close(self) -> None:
+        """End the run: a group being built ahead is dropped, and rows that ended before a failure, a cancel or the
+        caller's stop are still decoded and handed over."""
+        if self._ahead is not None:
+            self._ahead.close()
+            self._ahead = None
+        if self._hand is not None:
+            self._hand(flush=True)
 
     def cancel(self, rows) -> None:
         """End these rows at the next frame (on the batch's thread)."""

@@ -111,7 +111,8 @@ class EngineThread:
                     self._run_calls()
                     if self._closed and not self.engine.waiting_rows():
                         return
-                    self.engine.run_until_idle(lambda live: self._run_calls())
+                    while self.engine.step():
+                        self._run_calls()
         except BaseException as e:  # the thread ends: nothing will run the requests any more
             self._fail(e)
 

@@ -31,11 +31,11 @@ def test_a_retry_at_half_the_batch_is_seen(tiny_tts, monkeypatch):
     failed = []
 
     class OutOfMemoryOnce(RowRunner):  # the first batch wider than one row runs out of memory
-        def steps(self, *args, **kwargs):
+        def step(self, *args, **kwargs):
             if self.width > 1 and not failed:
                 failed.append(self.width)
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory (a test's)")
-            return super().steps(*args, **kwargs)
+            return super().step(*args, **kwargs)
 
     monkeypatch.setattr(morph.engine.engine, "RowRunner", OutOfMemoryOnce)
     monkeypatch.setattr(tiny_tts.patch, "mode", "lean")  # the engine, as every mode but eager renders

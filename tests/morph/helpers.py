@@ -40,7 +40,7 @@ def storage_bytes(module) -> int:
 def ran_runner(tts, settings, lines, width: int, stop, pages=None, overcommit: bool = False,
                ahead: bool = False) -> tuple[RowRunner, dict]:
     """One RowRunner with no codec after it has run `lines`' rows, each ending at stop(row) at the latest, and every
-    row's codes (line index -> [frames, 16]); pages, overcommit and ahead as RowRunner and its steps take them."""
+    row's codes (line index -> [frames, 16]); pages, overcommit and ahead as RowRunner and its step take them."""
     rows = make_rows(tts, lines, settings, "test", True)
     count = token_count(tts)
     need = max(prompt_tokens(r.text, r.line.voice, "", count) + stop(r) + 1 for r in rows)
@@ -48,8 +48,8 @@ def ran_runner(tts, settings, lines, width: int, stop, pages=None, overcommit: b
     codes = {}
     runner = RowRunner(tts, settings, width, need, stop, lambda r, c: codes.__setitem__(r.index, c), audio=False,
                        pages=pages, overcommit=overcommit)
-    for _ in runner.steps(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))],
-                          put_back=pending.appendleft, ahead=ahead):
+    while runner.step(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))],
+                      put_back=pending.appendleft, ahead=ahead):
         pass
     return runner, codes
 

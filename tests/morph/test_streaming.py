@@ -86,14 +86,14 @@ def test_out_of_memory_retries_a_streamed_render_only_while_no_chunk_is_out(lean
         frames = []
 
         class OutOfMemoryOnce(RowRunner):  # out of memory once, before the `fail_at`th frame of the render
-            def steps(self, take, on_frames=None, *args, **kwargs):
+            def step(self, take, before_frame=None, *args, **kwargs):
                 def frame(n):
                     frames.append(n)
                     if len(frames) == fail_at:
                         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-                    on_frames(n)
+                    before_frame(n)
 
-                return super().steps(take, frame, *args, **kwargs)
+                return super().step(take, frame, *args, **kwargs)
 
         monkeypatch.setattr(morph.engine.engine, "RowRunner", OutOfMemoryOnce)
         return batch.render(lines, settings(12), batch_size=2,

@@ -261,6 +261,7 @@ def test_rows_that_run_to_their_limit_leave_room_for_the_hosts_lag(tiny_tts, lea
     def with_a_gpus_lag(self, *args, **kwargs):
         build(self, *args, **kwargs)
         self.lag = 4
+        self._flags = torch.ones(self.lag + 2, self.st.batch, dtype=torch.bool)  # the ring the host reads them in
 
     monkeypatch.setattr(ContinuousBatch, "__init__", with_a_gpus_lag)
     lines = script[:5]
