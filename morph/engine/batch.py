@@ -19,7 +19,7 @@ from ..decode.kv_store import to_device
 from ..graphs import frame_loop_stream
 from ..settings import capacity_for
 from .block_manager import BlockManager
-from .scheduler import Live, Pace, Scheduler
+from .scheduler import Live, Pace, Scheduler, has_room
 
 
 class ContinuousBatch:
@@ -203,7 +203,7 @@ class ContinuousBatch:
         rows_in = [a for a in self._ahead if a.shared is shared][:len(self.sched.free)]
         # frames, the EOS slot, and the `lag` frames stepped before the host learns a row ended
         length, needed = shared.length, max(a.stop for a in rows_in) + 1 + self.lag
-        if self.position < length or self.position + needed > st.capacity:
+        if not has_room(self.position, length, needed, st.capacity):
             self._drain(finished)  # a move needs every pending snapshot read first
             if not self._move_down(length, needed):
                 return False
@@ -249,7 +249,7 @@ class ContinuousBatch:
         else:
             shift = self.sched.align(min(min(row.lo for row in self.live.values()), self.position - length))
             if shift <= 0:
-                return self.position >= length and self.position + needed <= st.capacity
+                return has_room(self.position, length, needed, st.capacity)
             self.kv.shift(shift, self.position)
             self.sched.shift(shift)
             for buffer in (st.frames, st.tokens):  # the text goes by each row's own frame: it stays
@@ -260,7 +260,7 @@ class ContinuousBatch:
         self.position -= shift
         st.step.fill_(self.position)
         st.cache_pos.fill_(self.position)
-        return self.position + needed <= st.capacity
+        return has_room(self.position, length, needed, st.capacity)
 
 
 def build_steps(batch, dtype, sizes: list[int]) -> dict[int, Callable[[], object]]:

@@ -20,7 +20,7 @@ from ..lines.line import Row
 from ..memory import batch_need, free_bytes
 from ..settings import GenerationSettings, pool_pages, requeue_pool_pages, runs_lean
 from .request import CANCELLED, DONE, FAILED, RUNNING, WAITING, Request
-from .scheduler import Pace, back_off, fitting_width
+from .scheduler import Pace, back_off, fits_batch, fitting_width
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class Engine:
                         return False
                     row, _, request = self._waiting[0]
                     key, need = request.batch_key, request.needs[row]
-                if self._runner is not None and (self._built[0] != key or need > self._built[1]):
+                if self._runner is not None and not fits_batch(key, need, self._built):
                     self._runner = None  # the old batch's state and graphs go before the new one's are made
             failure = None
             try:
@@ -175,11 +175,11 @@ class Engine:
 
     def _take(self, n: int) -> list[tuple[Row, int]]:
         """Up to n waiting rows, in order, while they fit the batch."""
-        taken, (key, need) = [], self._built
+        taken = []
         with self.cv:
             while self._waiting and len(taken) < n:
                 row, stream, request = self._waiting[0]
-                if request.batch_key != key or request.needs[row] > need:
+                if not fits_batch(request.batch_key, request.needs[row], self._built):
                     break
                 self._waiting.popleft()
                 request.status = RUNNING

@@ -3,7 +3,8 @@ enough slots are free and, after one found no room, only once a row has ended; a
 set pages aside; the row that joined last gives way when the pool is short, never the only one; the step runs at the
 smallest bucket that holds the live rows and narrows once they fit half of it; out of memory halves the width down to
 one row; a live batch asks for rows at every free slot and admits them while its pace (milliseconds a frame by width)
-stays under the budget. (The moves themselves, and the codes they keep, are tests/morph/test_continuous.py's.)"""
+stays under the budget; a row joins a batch built for its settings and cache need, where its prompt and frames fit
+around the position. (The moves themselves, and the codes they keep, are tests/morph/test_continuous.py's.)"""
 
 from __future__ import annotations
 
@@ -11,13 +12,26 @@ import pytest
 
 from morph.engine.block_manager import BlockManager, PoolTooSmall
 from morph.engine.scheduler import (FRAME_MS, PACE_FORGET, PACE_PERCENT, REFILL_DIVISOR, Live, Pace, Scheduler, back_off,
-                                    bucket_for, buckets, fitting_width, moves)
+                                    bucket_for, buckets, fits_batch, fitting_width, has_room, moves)
 
 
 def joined(sched: Scheduler, names, at: int, stop: int = 10) -> list[int]:
     rows = [(name, at - 2, stop) for name in names]
     n = sched.admit(rows, at)
     return sched.join([Live(name, 0, at, lo, stop) for name, lo, stop in rows[:n]])
+
+
+def test_a_row_joins_a_batch_built_for_its_settings_and_at_least_its_cache_need():
+    built = ("calm", 512)
+    assert fits_batch("calm", 512, built) and fits_batch("calm", 1, built)
+    assert not fits_batch("calm", 513, built)  # a slot more than a row may take
+    assert not fits_batch("bright", 100, built)
+
+
+def test_a_prompt_joins_at_the_position_only_with_its_slots_behind_it_and_its_frames_ahead():
+    assert has_room(position=30, length=30, needed=70, capacity=100)  # both to the slot
+    assert not has_room(position=29, length=30, needed=70, capacity=100)  # a prompt slot short behind
+    assert not has_room(position=31, length=30, needed=70, capacity=100)  # a frame slot short ahead
 
 
 def test_rows_take_the_lowest_free_slots_and_give_them_back_as_they_end():
