@@ -4,11 +4,13 @@ prompt inputs, the talker's prompt and options (the continuous batch's), and eac
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import hashlib
 import logging
 import threading
-from typing import Sequence
+import types
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -66,34 +68,56 @@ def check_line(tts, line: Line, who: str, where: str, words: Words = FOR_PYTHON)
         raise ValueError(f"{where}: unknown speaker {line.speaker!r}; this model has {', '.join(tts.speakers)}")
 
 
-def prompt_inputs(tts, rows: list[Row]) -> dict:
+@dataclasses.dataclass
+class RowPrompt:
+    """One row's part of talker_inputs: its prompt [1, L, H] and trailing text [1, T, H] embeddings, tts_pad's [1, 1,
+    H]; `done`: the event of the side stream that built it off the engine's thread (None: built on its stream)."""
+
+    embeds: torch.Tensor
+    trailing: torch.Tensor
+    pad: torch.Tensor
+    done: torch.cuda.Event | None = None
+
+
+def prompt_inputs(tts, rows: list[Row], tokenize: Callable[[list[str]], list[torch.Tensor]] | None = None) -> dict:
     """What upstream's generate_voice_clone, generate_custom_voice or generate_voice_design passes to model.generate
-    besides the languages and sampling settings, built the way they build it."""
+    besides the languages and sampling settings, built the way they build it; tokenize: private_tokenizer's, on a
+    thread beside the engine's."""
     model, variant = tts.tts, rows[0].line.variant
-    inputs = dict(input_ids=model._tokenize_texts([model._build_assistant_text(r.text) for r in rows]))
+    tokenize = tokenize or model._tokenize_texts
+    inputs = dict(input_ids=tokenize([model._build_assistant_text(r.text) for r in rows]))
     if variant == "base":
         items = [tts._prompt_item(r.line.voice) for r in rows]
         return dict(inputs, voice_clone_prompt=model._prompt_items_to_voice_clone_prompt(items),
-                    ref_ids=[model._tokenize_texts([model._build_ref_text(it.ref_text)])[0] if it.ref_text
-                             else None for it in items],
+                    ref_ids=[tokenize([model._build_ref_text(it.ref_text)])[0] if it.ref_text else None
+                             for it in items],
                     non_streaming_mode=False)
     # upstream drops the instruct for 0.6B CustomVoice models, which were trained without one
     drop = variant == "custom_voice" and tts.model_size == "0b6"
     instructs = ["" if drop else r.line.instruct.strip() for r in rows]
-    inputs.update(instruct_ids=[model._tokenize_texts([model._build_instruct_text(t)])[0] if t else None
-                                for t in instructs], non_streaming_mode=True)
+    inputs.update(instruct_ids=[tokenize([model._build_instruct_text(t)])[0] if t else None for t in instructs],
+                  non_streaming_mode=True)
     if variant == "custom_voice":
         inputs["speakers"] = [r.line.speaker for r in rows]
     return inputs
 
 
-def talker_inputs(model, languages: list[str], input_ids: list[torch.Tensor], voice_clone_prompt: dict | None = None,
-                  ref_ids: list | None = None, instruct_ids: list | None = None, speakers: list[str] | None = None,
-                  non_streaming_mode: bool = False, *, min_new_tokens: int, **options) -> dict:
+def talker_inputs(model, languages: list[str], *, min_new_tokens: int, input_ids: list[torch.Tensor],
+                  voice_clone_prompt: dict | None = None, ref_ids: list | None = None, instruct_ids: list | None = None,
+                  speakers: list[str] | None = None, non_streaming_mode: bool = False, **options) -> dict:
     """What upstream's `Qwen3TTSForConditionalGeneration.generate` (qwen-tts 0.1.1) passes talker.generate for these
     keywords (prompt_inputs' and the sampling `options`): the left-padded prompt batch, each row's trailing text, and
     the talker's options, with the call's min_new_tokens. Built with upstream's calls on the same shapes, so the
     tensors are upstream's bit for bit (tests/morph/test_prompts.py)."""
+    prompts = row_prompts(model, languages, input_ids, voice_clone_prompt, ref_ids, instruct_ids, speakers,
+                          non_streaming_mode)
+    return batch_inputs(model, prompts, min_new_tokens=min_new_tokens, **options)
+
+
+def row_prompts(model, languages: list[str], input_ids: list[torch.Tensor], voice_clone_prompt: dict | None = None,
+                ref_ids: list | None = None, instruct_ids: list | None = None, speakers: list[str] | None = None,
+                non_streaming_mode: bool = False) -> list[RowPrompt]:
+    """talker_inputs' rows, each built alone as upstream's loop builds it."""
     cfg, talker = model.config.talker_config, model.talker
     device, dtype = talker.device, input_ids[0].dtype
 
@@ -107,7 +131,7 @@ def talker_inputs(model, languages: list[str], input_ids: list[torch.Tensor], vo
         bos, eos, pad = text(torch.tensor([[model.config.tts_bos_token_id, model.config.tts_eos_token_id,
                                             model.config.tts_pad_token_id]], device=device, dtype=dtype)).chunk(3, 1)
         voices = None if voice_clone_prompt is None else model.generate_speaker_prompt(voice_clone_prompt)
-        embeds, trailing = [], []
+        prompts = []
         for i, (ids, language) in enumerate(zip(input_ids, languages, strict=True)):
             speaker = speakers[i] if speakers else None
             icl = voices is not None and voice_clone_prompt["icl_mode"][i]
@@ -138,15 +162,21 @@ def talker_inputs(model, languages: list[str], input_ids: list[torch.Tensor], vo
             else:  # the text's first token beside codec bos, the rest read a token a frame
                 more, rest = text(ids[:, 3:4]) + codes[:, -1:], torch.cat((text(ids[:, 4:-5]), eos), dim=1)
             instruct = instruct_ids[i] if instruct_ids is not None else None
-            embeds.append(torch.cat(([] if instruct is None else [text(instruct)]) + [row, more], dim=1))
-            trailing.append(rest)
-    width, longest = max(e.shape[1] for e in embeds), max(t.shape[1] for t in trailing)
-    lengths = [e.shape[1] for e in embeds]
+            prompts.append(RowPrompt(torch.cat(([] if instruct is None else [text(instruct)]) + [row, more], dim=1),
+                                     rest, pad))
+    return prompts
+
+
+def batch_inputs(model, prompts: list[RowPrompt], *, min_new_tokens: int, **options) -> dict:
+    """talker_inputs from its rows' prompts: left-padded into one batch, with the talker's options."""
+    cfg, pad = model.config.talker_config, prompts[0].pad
+    width, longest = max(p.embeds.shape[1] for p in prompts), max(p.trailing.shape[1] for p in prompts)
     return dict(
-        inputs_embeds=torch.cat([F.pad(e, (0, 0, width - e.shape[1], 0)) for e in embeds]),
-        attention_mask=torch.tensor([[0] * (width - n) + [1] * n for n in lengths], device=device),
-        trailing_text_hidden=torch.cat([torch.cat((t, pad.expand(-1, longest - t.shape[1], -1)), dim=1)
-                                        for t in trailing]),
+        inputs_embeds=torch.cat([F.pad(p.embeds, (0, 0, width - p.embeds.shape[1], 0)) for p in prompts]),
+        attention_mask=torch.tensor([[0] * (width - p.embeds.shape[1]) + [1] * p.embeds.shape[1] for p in prompts],
+                                    device=pad.device),
+        trailing_text_hidden=torch.cat([torch.cat((p.trailing, pad.expand(-1, longest - p.trailing.shape[1], -1)),
+                                                  dim=1) for p in prompts]),
         tts_pad_embed=pad, **options, min_new_tokens=min_new_tokens, eos_token_id=cfg.codec_eos_token_id,
         suppress_tokens=[i for i in range(cfg.vocab_size - 1024, cfg.vocab_size) if i != cfg.codec_eos_token_id])
 
@@ -185,6 +215,19 @@ def prefill_tokens(text: str, voice: Voice | None = None, instruct: str = "", co
     if voice is None:
         return prompt_tokens(text, voice, instruct, count)
     return VOICE_PREFILL_TOKENS + (int(voice.ref_code.shape[0]) if voice.icl else 0)
+
+
+def private_tokenizer(tts) -> Callable[[list[str]], list[torch.Tensor]]:
+    """Upstream's _tokenize_texts over a copy of the model's processor, one caller at a time, for a thread beside the
+    engine's (a fast tokenizer refuses a second thread: "Already borrowed")."""
+    model = tts.tts
+    own = types.SimpleNamespace(processor=copy.deepcopy(model.processor), device=model.device)
+    lock = threading.Lock()
+
+    def tokenize(texts: list[str]) -> list[torch.Tensor]:
+        with lock:
+            return type(model)._tokenize_texts(own, texts)
+    return tokenize
 
 
 def token_count(tts, private: bool = False):

@@ -1,11 +1,13 @@
 """The engine's runner: rows through one continuous batch, each row's audio decoded while it is made (`LiveChunks`)
-and handed out as chunks and whole, the next group's prompt built ahead on a worker thread (`GroupAhead`)."""
+and handed out as chunks and whole, the next group's prompt built ahead on a worker thread (`GroupAhead`), and a
+live request's built as it is submitted (`prompts_aside`)."""
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import numpy as np
 import torch
@@ -15,13 +17,14 @@ from ..codec.stream import CodecStream
 from ..graphs import CAPTURE_LOCK, PROMPTS, side_stream
 from ..lines.line import Line, Row
 from ..lines.voice import Voice
-from ..prompts import prompt_inputs, talker_inputs
+from ..prompts import RowPrompt, batch_inputs, prompt_inputs, row_prompts, talker_inputs
 from ..settings import GenerationSettings
 
 if TYPE_CHECKING:
     from ..decode.groups import Group
     from .scheduler import Pace
 
+T = TypeVar("T")
 _PROMPT = ("inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_embed")
 
 # The engine's short run before the first request (MorphTTS.ready), each row stopped after WARM_FRAMES frames. Most
@@ -115,9 +118,13 @@ class RowRunner:
         model = self.tts.tts
         rows = [r for r, _ in chunk]
         longest = max(rows, key=lambda r: r.limit)
-        got = talker_inputs(model.model, [r.line.language for r in rows], **prompt_inputs(self.tts, rows),
-                            min_new_tokens=self.settings.min_new_tokens,
-                            **model._merge_generate_kwargs(**self.settings.upstream_kwargs(longest.text)))
+        options = dict(min_new_tokens=self.settings.min_new_tokens,
+                       **model._merge_generate_kwargs(**self.settings.upstream_kwargs(longest.text)))
+        if all(r.prompt is not None for r in rows):  # built when they were submitted (built_aside)
+            got = batch_inputs(model.model, [_on_this_stream(r.prompt) for r in rows], **options)
+        else:
+            got = talker_inputs(model.model, [r.line.language for r in rows], **prompt_inputs(self.tts, rows),
+                                **options)
         return got, Group(rows, {k: got[k] for k in _PROMPT}, [self.stop(r) for r in rows], [k for _, k in chunk])
 
     def _build(self, options: dict) -> None:
@@ -200,16 +207,43 @@ class GroupAhead:
         self._next = None
 
     def _build(self, chunk: list, after: "torch.cuda.Event | None") -> tuple["Group", "torch.cuda.Event | None"]:
-        with torch.inference_mode():
-            if after is None:
-                return self.build(chunk), None
-            stream = side_stream(self.device, PROMPTS)
-            with CAPTURE_LOCK, torch.cuda.device(self.device), torch.cuda.stream(stream):
+        return built_aside(self.device, lambda: self.build(chunk), after)
+
+
+def built_aside(device: torch.device, build: Callable[[], T], after: "torch.cuda.Event | None" = None
+                ) -> tuple[T, "torch.cuda.Event | None"]:
+    """build() on a thread beside the engine's, in inference mode, on the prompts' side stream once `after` (the
+    engine's work so far) is done: what it built, and the event the engine's stream waits for (None on the CPU)."""
+    with torch.inference_mode():
+        if device.type != "cuda":
+            return build(), None
+        stream = side_stream(device, PROMPTS)
+        with CAPTURE_LOCK, torch.cuda.device(device), torch.cuda.stream(stream):
+            if after is not None:
                 stream.wait_event(after)
-                group = self.build(chunk)
-                done = torch.cuda.Event()
-                done.record(stream)
-            return group, done
+            out = build()
+            done = torch.cuda.Event()
+            done.record(stream)
+        return out, done
+
+
+def prompts_aside(tts, rows: list[Row], tokenize: Callable[[list[str]], list[torch.Tensor]]) -> list[Row]:
+    """The rows, each with its talker prompt built now, on this thread (beside the engine's: tokenize is
+    prompts.private_tokenizer's), so that their join costs the engine's loop only the batching."""
+    languages = [r.line.language for r in rows]
+    prompts, done = built_aside(tts.device, lambda: row_prompts(tts.tts.model, languages,
+                                                                **prompt_inputs(tts, rows, tokenize)))
+    return [dataclasses.replace(r, prompt=dataclasses.replace(p, done=done)) for r, p in zip(rows, prompts, strict=True)]
+
+
+def _on_this_stream(prompt: RowPrompt) -> RowPrompt:
+    """A prompt built on the side stream, waited for by this thread's stream, which its memory is now used on."""
+    if prompt.done is not None:
+        stream = torch.cuda.current_stream(prompt.embeds.device)
+        stream.wait_event(prompt.done)
+        for t in (prompt.embeds, prompt.trailing, prompt.pad):
+            t.record_stream(stream)
+    return prompt
 
 
 def warm_lines(tts, n: int) -> list[Line]:

@@ -23,11 +23,11 @@ from ..line_audio import LineAudio
 from ..memory import replays_graphs
 from ..lines.line import Line
 from ..lines.text_split import MAX_SEGMENT_CHARS
-from ..prompts import make_rows, token_count
+from ..prompts import make_rows, private_tokenizer, token_count
 from ..settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSettings
 from .engine import Engine, fatal
 from .request import Request, rows_request
-from .runner import WARM_FRAMES, warm_lines
+from .runner import WARM_FRAMES, prompts_aside, warm_lines
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_MAX_S = 60  # the longest Retry-After OpenAI's client honours
@@ -151,6 +151,7 @@ class LiveEngine(EngineThread):
         self.max_frames, self.max_prompt = max_frames, max_prompt
         self.max_waiting = 4 * width if max_waiting is None else max_waiting
         self.count_tokens = token_count(tts, private=True)  # a text's tokens, on any thread
+        self.tokenize = private_tokenizer(tts)  # the prompts' tokens, on the callers' threads
         self._ids = itertools.count(1)
         super().__init__(Engine(tts, width, who, need=max_prompt + max_frames + 1, kv_cache_bytes=kv_cache_bytes),
                          on_fatal)
@@ -204,4 +205,7 @@ class LiveEngine(EngineThread):
                 wait = min(RETRY_AFTER_MAX_S, max(1, math.ceil(excess * self.engine.row_seconds / self.width)))
                 raise Busy(f"{who}: {waiting} rows are waiting, the most this server queues is "
                            f"{self.max_waiting}; try again in {wait} s", wait)
-            return super().submit(request, who)
+        # the prompts now, on the caller's thread, so their join costs the engine's loop only the batching (a row
+        # with its prompt is equal to one without: the line's audio finds it)
+        return super().submit(dataclasses.replace(request, rows=prompts_aside(self.tts, request.rows, self.tokenize)),
+                              who)

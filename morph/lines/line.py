@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -48,3 +48,5 @@ class Row:
     line: Line
     where: str  # the node, and which line, for messages
     limit: int  # the most frames of this row (max_new_tokens)
+    # its talker prompt (prompts.RowPrompt), when built ahead of its join off the engine's thread (LiveEngine.submit)
+    prompt: object = field(default=None, compare=False, repr=False)

@@ -1,7 +1,8 @@
 """morph/prompts.py: a prompt's tokens are counted as the loaded model's tokenizer splits them, and the count bounds
 the prompt upstream builds (the cache is sized from it); what the talker prefills for a voice's row is bounded by
 prefill_tokens, whatever the length of its text (the declared memory of a prefill is counted from it); talker_inputs,
-as the continuous batch builds a group's prompt (morph/continuous.py RowRunner._group), gives, bit for bit, the
+as the continuous batch builds a group's prompt (morph/engine/runner.py RowRunner._group), from the rows together or
+from each row's prompt built alone beforehand with a private tokenizer (a server's), gives, bit for bit, the
 prompt and options upstream's generate_voice_clone, generate_custom_voice and generate_voice_design hand the talker
 for the same lines, in every variant: x-vector and ICL voices, built-in speakers (a dialect speaker in Chinese and
 Auto among them), instructs and none; rows of several lengths, so the left padding and the trailing text's tts_pad
@@ -12,9 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from morph.engine.runner import RowRunner
-from morph.prompts import (PROMPT_OVERHEAD_TOKENS, make_rows, prefill_tokens, prompt_inputs, prompt_tokens,
-                           talker_inputs, token_count)
+from morph.engine.runner import RowRunner, prompts_aside
+from morph.prompts import (PROMPT_OVERHEAD_TOKENS, make_rows, prefill_tokens, private_tokenizer, prompt_inputs,
+                           prompt_tokens, talker_inputs, token_count)
 from morph.render import Line
 from morph.settings import GenerationSettings, Sampling
 
@@ -77,8 +78,13 @@ def upstream(tts, monkeypatch, generate_name: str, **inputs) -> dict:
     return seen
 
 
-def ours(tts, lines: list[Line]) -> dict:
+def ours(tts, lines: list[Line], aside: bool) -> dict:
+    """aside: each row's prompt built alone, with a private tokenizer, before the group (as LiveEngine.submit does)."""
     rows = make_rows(tts, lines, SETTINGS, "test", False)
+    if aside:
+        tokenize = private_tokenizer(tts)
+        rows = [built for r in rows for built in prompts_aside(tts, [r], tokenize)]
+        assert all(r.prompt is not None for r in rows)
     got, group = RowRunner(tts, SETTINGS, len(rows), 0, lambda r: r.limit, lambda row, audio: None)._group(
         [(r, 0) for r in rows])
     assert all(group.prompt[k] is got[k] for k in group.prompt)
@@ -96,18 +102,20 @@ def assert_same(got: dict, want: dict) -> None:
     assert len(set(want["attention_mask"].sum(-1).tolist())) > 1  # rows of several lengths: some left-padded
 
 
-def test_voices_prompt_is_upstreams(tiny_tts, voices, monkeypatch):
+@pytest.mark.parametrize("aside", [False, True], ids=["group", "rows-aside"])
+def test_voices_prompt_is_upstreams(tiny_tts, voices, monkeypatch, aside):
     """x-vector and ICL voices mixed in one batch (generate_voice_clone, streaming)."""
     picked = [voices["icl"], voices["xvec"], voices["icl"], voices["xvec"]]
     want = upstream(tiny_tts, monkeypatch, "generate_voice_clone",
                     voice_clone_prompt=[tiny_tts._prompt_item(v) for v in picked])
     assert want["trailing_text_hidden"].shape[1] > 1
-    assert_same(ours(tiny_tts, [Line(t, v, lang) for t, v, lang in zip(TEXTS, picked, LANGUAGES, strict=True)]),
-                want)
+    assert_same(ours(tiny_tts, [Line(t, v, lang) for t, v, lang in zip(TEXTS, picked, LANGUAGES, strict=True)],
+                     aside), want)
 
 
+@pytest.mark.parametrize("aside", [False, True], ids=["group", "rows-aside"])
 @pytest.mark.parametrize("variant", ["custom_voice", "voice_design"])
-def test_speakers_and_instructs_prompt_is_upstreams(model_dirs, monkeypatch, variant):
+def test_speakers_and_instructs_prompt_is_upstreams(model_dirs, monkeypatch, variant, aside):
     """Built-in speakers (eric speaks a dialect in Chinese and Auto) and instructs (one empty): the whole text in the
     prompt (non-streaming), the trailing text tts_pad alone."""
     from morph.api import MorphTTS
@@ -122,4 +130,4 @@ def test_speakers_and_instructs_prompt_is_upstreams(model_dirs, monkeypatch, var
         want = upstream(tts, monkeypatch, "generate_voice_design", instruct=instructs)
         lines = [Line(t, language=lang, instruct=i) for t, lang, i in zip(TEXTS, LANGUAGES, instructs, strict=True)]
     assert want["trailing_text_hidden"].shape[1] == 1
-    assert_same(ours(tts, lines), want)
+    assert_same(ours(tts, lines, aside), want)

@@ -1,6 +1,7 @@
 """Requests through one running continuous batch (morph/engine/thread.py LiveEngine; tiny model, CPU, fp32, mode
 "lean"): requests join while others run, each one's audio comes in order as it is made and joins to the take it has
-alone, a cancel frees its rows, settings that differ get a batch of their own, and the queue is bounded."""
+alone, a request's prompt is built on the thread that submits it, a cancel frees its rows, settings that differ get
+a batch of their own, and the queue is bounded."""
 
 from __future__ import annotations
 
@@ -86,6 +87,30 @@ def test_requests_join_a_running_batch_and_each_gets_its_own_take(engine, lean, 
     assert got[0].size <= 40 * FRAME and len(first.chunks) >= 3
     assert engine.engine._runner is runners[0] and engine.stats()["rows_in_batch"] == 0
     assert (engine.engine.kv_cache_bytes is None) == ("peak_pages" not in engine.engine._runner.batch.sched.stats())
+
+
+def test_a_requests_prompt_is_tokenized_and_built_in_submit_and_the_engines_thread_only_batches_it(engine, lean,
+                                                                                                   voices, monkeypatch):
+    """Joining costs the loop nothing but the batching: the caller's thread tokenizes (with a tokenizer of its own)
+    and embeds the prompt; the engine's thread tokenizes nothing and builds no prompt."""
+    import morph.engine.runner as runner
+
+    calls = []
+
+    def watched(owner, name):
+        real = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, **k: (calls.append((name, threading.current_thread().name)),
+                                                          real(*a, **k))[1])
+
+    for name in ("row_prompts", "talker_inputs", "batch_inputs"):
+        watched(runner, name)
+    watched(type(lean.tts), "_tokenize_texts")
+    sink = Sink()
+    submit(engine, "a line of its own.", voices["icl"], 12, sink)
+    sink.audio()
+    here = threading.current_thread().name
+    assert {call for call in calls if call[1] != "morph-engine"} == {("_tokenize_texts", here), ("row_prompts", here)}
+    assert {call for call in calls if call[1] == "morph-engine"} == {("batch_inputs", "morph-engine")}
 
 
 def test_a_cancelled_request_stops_at_once_and_frees_its_rows(engine, voices):
