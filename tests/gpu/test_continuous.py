@@ -145,17 +145,26 @@ def test_a_joins_index_copies_do_not_wait_for_the_frames_queued_ahead():
     assert waited  # what the joins did before
 
 
-def test_the_frame_loop_runs_on_the_highest_priority_stream_and_hands_the_callers_back(cuda_tts, voices):
-    """morph/graphs.py frame_loop_stream: each frame is run on the pack's stream of the device's highest priority,
-    above the codec's, and the caller's stream is current again after, ordered behind the loop's work."""
-    caller, seen = torch.cuda.current_stream(), []
+def test_the_frame_loop_runs_on_the_highest_priority_stream_and_hands_the_callers_back(cuda_tts, voices, monkeypatch):
+    """morph/graphs.py frame_loop_stream: each frame's step runs on the pack's stream of the device's highest priority,
+    above the codec's, and the caller's stream is current again between frames (its on_step runs there) and after,
+    ordered behind the loop's work."""
+    from morph.engine.batch import ContinuousBatch
+
+    caller, stepped, reported = torch.cuda.current_stream(), [], []
+    step = ContinuousBatch._step
+
+    def watched(self, finished):
+        stepped.append(torch.cuda.current_stream())
+        return step(self, finished)
+
+    monkeypatch.setattr(ContinuousBatch, "_step", watched)
     out = BatchTTS(cuda_tts).render([Line(t, voices["xvector"], "English") for t in TEXTS[:3]],
                                     settings(5, frames=12), batch_size=2,
-                                    on_step=lambda done, total: seen.append(torch.cuda.current_stream()))
+                                    on_step=lambda done, total: reported.append(torch.cuda.current_stream()))
     highest = torch.cuda.Stream.priority_range()[1]
-    loop = [s for s in seen if s != caller]
-    assert loop and len(loop) >= len(seen) - 1  # all but SlotProgress.finish's report, made after the loop
-    assert all(s.priority == highest for s in loop)
+    assert stepped and all(s != caller and s.priority == highest for s in stepped)
+    assert reported and all(s == caller for s in reported)
     assert cuda_tts.codec.side_stream(cuda_tts.device).priority > highest
     assert torch.cuda.current_stream() == caller
     assert all(a.size for a in out)
