@@ -20,6 +20,16 @@ def _lean(loop, embeds, mask, cos, sin, into=None) -> Prefilled:
                         loop.stack.dims, into=into)
 
 MAX_SHAPES = 16  # graphs kept: a script's groups meet a few prompt lengths, each at one or two row counts
+# A server's rows join one or two at a time, with prompts of a few tokens to a 500-character segment's or an ICL
+# voice's: the buckets its engine captures before the first request (warm), kept beside MAX_SHAPES others.
+LIVE_ROWS = (1, 2)
+LIVE_LONGEST = 256
+
+
+def live_shapes() -> list[tuple[int, int]]:
+    """The buckets a server's joins meet, the largest first (the arena is sized once)."""
+    lengths = [n for n in PREFILL_LENGTHS if n <= LIVE_LONGEST]
+    return sorted(((rows, n) for rows in LIVE_ROWS for n in lengths), key=lambda s: (-s[0] * s[1], -s[0]))
 
 
 class Arena:
@@ -99,9 +109,24 @@ class PrefillGraphs:
         """lean_prefill over a slice, replayed from its bucket's graph when `captured` and the slice has a bucket."""
         rows, length = mask.shape
         shape = prefill_bucket(rows, length) if captured and not self.graphs.failed else None
-        bucket = None if shape is None else self._bucket(loop, shape, embeds, mask)
-        if bucket is None:
-            return _lean(loop, embeds, mask, *tables)
+        out = None if shape is None else self._replayed(loop, shape, embeds, mask)
+        return _lean(loop, embeds, mask, *tables) if out is None else out
+
+    def warm(self, loop, shapes: list[tuple[int, int]], dtype: torch.dtype) -> None:
+        """Capture the buckets of `shapes` (rows, tokens) now, in the order given, and keep them beside MAX_SHAPES
+        others: a server's engine does, before its first request, so no join of one captures in its path."""
+        self.graphs.max_graphs = max(self.graphs.max_graphs, len(shapes) + MAX_SHAPES)
+        device, hidden = loop.talker.codec_head.weight.device, loop.config.hidden_size
+        for rows, length in shapes:
+            embeds = torch.zeros(rows, length, hidden, dtype=dtype, device=device)
+            if self._replayed(loop, (rows, length), embeds, torch.ones(rows, length, dtype=torch.long,
+                                                                       device=device)) is None:
+                return
+
+    def _replayed(self, loop, shape: tuple[int, int], embeds: torch.Tensor, mask: torch.Tensor) -> Prefilled | None:
+        """The slice's prefill from the graph of its bucket `shape`, captured first if new; None where a capture
+        failed (logged: the batch's prefills run op by op)."""
+        bucket = self._bucket(loop, shape, embeds, mask)
         bucket.load(embeds, mask)
         try:
             entry = self.graphs.get_or_none(shape, bucket.step, "morph: could not capture the prefill of joining "
@@ -112,9 +137,9 @@ class PrefillGraphs:
             raise
         if entry is None:
             self._drop()
-            return _lean(loop, embeds, mask, *tables)
+            return None
         entry.replay()
-        return bucket.out(rows, length)
+        return bucket.out(*mask.shape)
 
     def _bucket(self, loop, shape: tuple[int, int], embeds: torch.Tensor, mask: torch.Tensor) -> Bucket:
         """The bucket of `shape`; a larger arena drops every graph of the old one."""

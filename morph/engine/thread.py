@@ -20,6 +20,7 @@ import torch
 
 from ..errors import Busy, EngineFailed, reason
 from ..line_audio import LineAudio
+from ..graphs import frame_loop_stream
 from ..memory import replays_graphs
 from ..lines.line import Line
 from ..lines.text_split import MAX_SEGMENT_CHARS
@@ -158,7 +159,8 @@ class LiveEngine(EngineThread):
 
     def ready(self) -> float | None:
         """Run a full batch of short requests before the first one, which builds the state, captures every width's
-        step and the codec's shapes, and compiles the kernels. Seconds taken; None where nothing is captured."""
+        step and the codec's shapes, and compiles the kernels; then capture the prefills of rows joining one or two
+        at a time. Seconds taken; None where nothing is captured."""
         tts = self.tts
         if not replays_graphs(tts):
             return None
@@ -172,6 +174,7 @@ class LiveEngine(EngineThread):
             left.acquire()
         if errors:
             raise errors[0]
+        self.call(lambda: _warm_prefills(tts)).result()
         seconds = time.perf_counter() - start
         log.info("%s: the engine is ready (%.1f s)", self.who, seconds)
         return seconds
@@ -209,3 +212,12 @@ class LiveEngine(EngineThread):
         # with its prompt is equal to one without: the line's audio finds it)
         return super().submit(dataclasses.replace(request, rows=prompts_aside(self.tts, request.rows, self.tokenize)),
                               who)
+
+
+def _warm_prefills(tts) -> None:
+    """(on the engine's thread) The prefill buckets a server's joins meet, captured as a join would be."""
+    from ..decode.prefill_graphs import live_shapes  # the decode path loads with a model, not with the nodes
+
+    loop = tts.patch.loop
+    with torch.inference_mode(), frame_loop_stream(tts.device):
+        loop.prefills.warm(loop, live_shapes(), tts.tts.model.dtype)

@@ -1,12 +1,13 @@
 """The lean prefill on a GPU (morph/decode/lean.py lean_prefill; the tiny model): fp32 gives upstream's talker
 forward to rounding, as on the CPU (tests/morph/decode/test_prefill.py); replayed from its bucket's CUDA graph
-(morph/decode/prefill_graphs.py), a slice gives what it gives op by op."""
+(morph/decode/prefill_graphs.py), a slice gives what it gives op by op; a server's buckets, captured before its
+first request, serve a row joining alone with no capture."""
 
 from __future__ import annotations
 
 import torch
 
-from morph.decode.prefill_graphs import PrefillGraphs
+from morph.decode.prefill_graphs import MAX_SHAPES, PrefillGraphs, live_shapes
 from morph.settings import prefill_bucket
 from tests.morph.decode.prefill_case import alone, assert_same, both, slice_of, worst
 
@@ -32,3 +33,25 @@ def test_each_bucket_is_captured_once_and_replays_the_slices_prefill(cuda_tts):
             assert len(graphs.graphs) == captured
             assert prefill_bucket(*part[1].shape) in graphs.graphs
     assert not graphs.graphs.failed
+
+
+def test_a_servers_buckets_captured_before_its_first_request_serve_a_join_of_one_with_no_capture(cuda_tts,
+                                                                                                 monkeypatch):
+    """PrefillGraphs.warm (LiveEngine.ready): every bucket of live_shapes is captured, kept beside MAX_SHAPES others,
+    and a row joining alone after it replays its bucket's graph, giving its prefill op by op."""
+    import morph.graphs
+
+    loop, embeds, mask, tables = slice_of(cuda_tts)
+    graphs = PrefillGraphs()
+    graphs.bind(loop.owner(cuda_tts.device, embeds.dtype))
+    with torch.inference_mode():
+        graphs.warm(loop, live_shapes(), embeds.dtype)
+        assert len(graphs.graphs) == len(live_shapes()) and all(s in graphs.graphs for s in live_shapes())
+        assert graphs.graphs.max_graphs == len(live_shapes()) + MAX_SHAPES
+        captures = []
+        capture = morph.graphs.capture
+        monkeypatch.setattr(morph.graphs, "capture", lambda *a, **k: (captures.append(a), capture(*a, **k))[1])
+        short = int(mask[0].sum())
+        one = (embeds[:1, -short:], mask[:1, -short:])
+        assert_same(graphs.prefill(loop, *one, tables, captured=True), alone(loop, *one, tables), tol=1e-4)
+        assert captures == []

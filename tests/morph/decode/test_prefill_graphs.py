@@ -1,13 +1,15 @@
 """morph/decode/prefill_graphs.py on the CPU (tiny model, fp32): a slice loaded into a larger bucket (more rows, a
 longer prompt) and run op by op, as its CUDA graph replays it, gives lean_prefill's outputs over the slice alone,
 whatever an earlier slice left in the arena; outside the fast modes a slice runs lean_prefill itself and nothing is
-captured. The captures themselves: tests/gpu/test_prefill.py."""
+captured; a server's buckets, captured before its first request, are one and two rows at every length up to
+LIVE_LONGEST. The captures themselves: tests/gpu/test_prefill.py."""
 
 from __future__ import annotations
 
 import torch
 
-from morph.decode.prefill_graphs import Arena, Bucket, PrefillGraphs
+from morph.decode.prefill_graphs import LIVE_LONGEST, Arena, Bucket, PrefillGraphs, live_shapes
+from morph.settings import prefill_bucket
 
 from .prefill_case import alone, assert_same, slice_of
 
@@ -44,3 +46,11 @@ def test_outside_the_fast_modes_a_slice_runs_the_lean_prefill(tiny_tts):
     for (k, v), (k2, v2) in zip(got.kv, want.kv, strict=True):
         assert torch.equal(k, k2) and torch.equal(v, v2)
     assert torch.equal(got.logits, want.logits) and len(graphs.graphs) == 0
+
+
+def test_a_servers_buckets_are_one_and_two_rows_at_every_length_up_to_its_longest_the_largest_first():
+    shapes = live_shapes()
+    assert sorted(shapes) == sorted((rows, n) for rows in (1, 2) for n in (16, 24, 32, 48, 64, 96, 128, 192, 256))
+    assert LIVE_LONGEST == 256 and all(prefill_bucket(*s) == s for s in shapes)  # each a bucket of its own
+    tokens = [rows * n for rows, n in shapes]
+    assert tokens == sorted(tokens, reverse=True) and shapes[0] == (2, 256)  # the arena is sized by the first

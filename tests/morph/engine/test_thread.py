@@ -255,6 +255,9 @@ def test_a_fatal_error_ends_every_request_and_refuses_the_next(lean, voices, mon
         held.result(TIMEOUT)
         for sink in (failing, waiting):
             assert sink.done.wait(TIMEOUT) and isinstance(sink.error, EngineFailed)
+        until = time.monotonic() + TIMEOUT
+        while not told and time.monotonic() < until:  # the owner is told once the requests have their answers
+            time.sleep(0.01)
         assert str(waiting.error) == (f"the speech engine failed ({reason(error)}) and cannot go on; the process "
                                       "must be restarted") and told == [waiting.error]
         [record] = [r for r in caplog.records if r.levelname == "CRITICAL"]
