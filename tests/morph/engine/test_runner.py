@@ -129,6 +129,27 @@ def test_a_cancel_keeps_the_lines_already_rendered(lean, script):
     assert 2 <= len(got) < len(script) and all(wav.size for wav in got.values())
 
 
+def test_a_batch_that_fails_mid_run_hands_over_the_lines_that_had_ended_and_leaves_no_worker(lean, script,
+                                                                                              monkeypatch):
+    """An error in a frame's step (not out of memory): the render raises it, after the lines that had ended were
+    decoded and handed over, and the worker building prompts ahead is stopped."""
+    from morph.engine.batch import ContinuousBatch
+
+    got, steps, step = {}, [], ContinuousBatch._step
+
+    def failing(self, finished):
+        steps.append(self.position)
+        if len(steps) == 20:
+            raise ValueError("a bug")
+        return step(self, finished)
+
+    monkeypatch.setattr(ContinuousBatch, "_step", failing)
+    with pytest.raises(ValueError, match="a bug"):
+        lean.render(script, settings(frames=6), batch_size=2, on_line=lambda i, wav: got.__setitem__(i, wav))
+    assert 2 <= len(got) < len(script) and all(wav.size for wav in got.values())
+    assert not workers()
+
+
 def test_a_codec_failure_is_raised_in_the_caller(tiny_tts, lean, script, monkeypatch):
     def broken(codes, state):
         raise ValueError("codec broke")
