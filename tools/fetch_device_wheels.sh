@@ -8,7 +8,8 @@
 # oldest supported (the sections pack and tools are the same for every version). Only the named
 # sections; by default all but the optional [ray], [peers] and [serve], each fetched into a folder of its own
 # (qwen-tts-hf installs the import name qwen_tts, as qwen-tts does). comfy-kitchen's wheel is rewritten without its ROCm
-# library (tools/comfy_gpu/wheels.py strip), which a CUDA device never loads.
+# library (tools/comfy_gpu/wheels.py strip), which a CUDA device never loads, and a wheel over 8 MiB with its members
+# LZMA-compressed (wheels.py shrink), which pip installs as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=${1:-.whl/comfy}
@@ -45,6 +46,7 @@ for f in "$dest"/*.whl; do
   [ "$ok" = 1 ] || { echo "removing $f (not in the manifest)"; rm -f "$f"; }
 done
 "$python" tools/comfy_gpu/wheels.py strip "$dest"/*.whl
+"$python" tools/comfy_gpu/wheels.py shrink "$dest"/*.whl
 count=$(ls "$dest"/*.whl | wc -l)
 [ "$count" -eq "${#keep[@]}" ] || { echo "expected ${#keep[@]} wheels in $dest, found $count" >&2; exit 1; }
 echo "$count wheels for ComfyUI $comfy_version in $dest, $(du -sh "$dest" | cut -f1)"

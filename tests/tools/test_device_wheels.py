@@ -1,10 +1,11 @@
-"""tools/comfy_gpu/wheels.py: comfy-kitchen's wheel rewritten without its ROCm library still installs with pip,
-and the wheels split into parts that each fit one device call, which the device side finds complete or not."""
+"""tools/comfy_gpu/wheels.py: comfy-kitchen's wheel rewritten without its ROCm library still installs with pip, as
+does a large wheel rewritten with LZMA, and the wheels split into parts that each fit one device call, which the device side finds complete or not."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import random
 import subprocess
 import sys
 import zipfile
@@ -83,6 +84,49 @@ def test_other_wheels_are_left_as_they_are(tmp_path):
         z.writestr(HIP, b"not comfy-kitchen's")
     before = other.read_bytes()
     assert wheels.strip(other) == 0 and other.read_bytes() == before
+
+
+def test_a_large_wheel_is_rewritten_with_lzma_and_still_installs_and_a_small_one_is_left(tmp_path, monkeypatch):
+    dist = "big-1.0.dist-info"
+    # a block repeated farther apart than deflate's 32 KiB window, as in a large library: LZMA finds the repeats
+    files = {"big/__init__.py": b"", "big/lib.so": b"\x7fELF " + random.Random(0).randbytes(40_000) * 4,
+             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: py3-none-any\n",
+             f"{dist}/METADATA": b"Metadata-Version: 2.1\nName: big\nVersion: 1.0\n"}
+    wheel = tmp_path / "big-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+        z.writestr(f"{dist}/RECORD", "".join(f"{n},{digest(d)},{len(d)}\n" for n, d in files.items()) +
+                   f"{dist}/RECORD,,\n")
+    before = wheel.read_bytes()
+    monkeypatch.setattr(wheels, "SHRINK_OVER", len(before))
+    assert wheels.shrink(wheel) == 0 and wheel.read_bytes() == before, "a wheel no larger than the line: left"
+    monkeypatch.setattr(wheels, "SHRINK_OVER", len(before) - 1)
+    assert wheels.shrink(wheel) > 0
+    with zipfile.ZipFile(wheel) as z:
+        assert all(i.compress_type == zipfile.ZIP_LZMA for i in z.infolist())
+        assert {n: z.read(n) for n in files} == files
+    after = wheel.read_bytes()
+    monkeypatch.setattr(wheels, "SHRINK_OVER", 0)  # over the line still: it is seen to be LZMA already
+    monkeypatch.setattr(zipfile.ZipFile, "writestr", lambda *a, **k: pytest.fail("a rerun compresses again"))
+    assert wheels.shrink(wheel) == 0 and wheel.read_bytes() == after, "a rerun rewrites nothing"
+    monkeypatch.undo()
+    target = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile",
+                           "--disable-pip-version-check", "--target", str(target), str(wheel)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (target / "big" / "lib.so").read_bytes() == files["big/lib.so"]
+
+
+def test_a_large_wheel_lzma_would_not_shrink_is_left_as_it_is(tmp_path, monkeypatch):
+    wheel = tmp_path / "flat-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("flat/data.bin", random.Random(0).randbytes(100_000))  # nothing to find: LZMA's framing costs more
+    before = wheel.read_bytes()
+    monkeypatch.setattr(wheels, "SHRINK_OVER", 0)
+    assert wheels.shrink(wheel) == 0 and wheel.read_bytes() == before
+    assert list(tmp_path.iterdir()) == [wheel]
 
 
 def test_the_parts_fit_the_cap_and_the_checkout_goes_in_the_last():

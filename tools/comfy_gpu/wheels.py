@@ -5,6 +5,7 @@ Standard library only, so that the staging scripts run it with any python3:
     python3 tools/comfy_gpu/wheels.py version CHECKOUT          # the checkout's ComfyUI version
     python3 tools/comfy_gpu/wheels.py specs VERSION [SECTION...] # name==version lines (default: all but the optional)
     python3 tools/comfy_gpu/wheels.py strip WHEEL...            # drop the files a CUDA device never loads
+    python3 tools/comfy_gpu/wheels.py shrink WHEEL...           # a large wheel's members LZMA-compressed
     python3 tools/comfy_gpu/wheels.py split POOL DEST CAP_BYTES CHECKOUT_BYTES STAMP_FILE
     python3 tools/comfy_gpu/wheels.py parts DEST                # which parts have arrived (on the device)
 """
@@ -26,6 +27,9 @@ MANIFESTS = Path(__file__).resolve().parents[1] / "device_wheels"
 NOT_LOADED = {"comfy_kitchen": ("comfy_kitchen/backends/hip/_C.abi3.so",),
               "ray": ("ray/jars/", "ray/dashboard/client/", "ray/rllib/", "ray/tune/", "ray/train/", "ray/serve/",
                       "ray/llm/")}
+# A wheel over this is rewritten with its members LZMA-compressed: pip reads such a wheel as any other, and av's 34 MiB
+# become 26, so the pack's and the server's wheels fit one device call beside the checkout.
+SHRINK_OVER = 8 * 2**20
 PART_FILE = "part.txt"
 OPTIONAL = ("peers", "ray", "serve")  # manifest sections fetched only when named
 
@@ -92,6 +96,28 @@ def strip(wheel: Path) -> int:
                     data = "".join(line for line in data.decode().splitlines(keepends=True)
                                    if not dropped(line.split(",", 1)[0])).encode()
                 out.writestr(info, data, compress_type=info.compress_type)
+    os.replace(tmp, wheel)
+    return before - wheel.stat().st_size
+
+
+def shrink(wheel: Path) -> int:
+    """Rewrite a wheel over SHRINK_OVER bytes under the same name with every member LZMA-compressed (RECORD's hashes
+    are of the members' contents, which stay as they were), where that makes it smaller; the bytes saved (0 for a
+    smaller wheel, one rewritten already, or one LZMA does not shrink: a rerun leaves it as it is)."""
+    wheel = Path(wheel)
+    before = wheel.stat().st_size
+    if before <= SHRINK_OVER:
+        return 0
+    with zipfile.ZipFile(wheel) as src:
+        if all(info.compress_type == zipfile.ZIP_LZMA for info in src.infolist()):
+            return 0
+        tmp = wheel.with_suffix(".tmp")
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_LZMA) as out:
+            for info in src.infolist():
+                out.writestr(info, src.read(info), compress_type=zipfile.ZIP_LZMA)
+    if tmp.stat().st_size >= before:  # nothing gained: the wheel stays as it was
+        tmp.unlink()
+        return 0
     os.replace(tmp, wheel)
     return before - wheel.stat().st_size
 
@@ -172,6 +198,11 @@ def main(argv: list[str]) -> int:
             saved = strip(Path(wheel))
             if Path(wheel).name.split("-")[0].lower() in NOT_LOADED:
                 print(f"{Path(wheel).name}: {saved / 2**20:.1f} MiB dropped, {Path(wheel).stat().st_size / 2**20:.1f} MiB")
+    elif cmd == "shrink":
+        for wheel in rest:
+            saved = shrink(Path(wheel))
+            if saved:
+                print(f"{Path(wheel).name}: LZMA, {saved / 2**20:.1f} MiB saved, {Path(wheel).stat().st_size / 2**20:.1f} MiB")
     elif cmd == "split":
         plan_, stamp = split(Path(rest[0]), Path(rest[1]), int(rest[2]), int(rest[3]))
         for i, names in enumerate(plan_, 1):
