@@ -120,7 +120,7 @@ class RowRunner:
         longest = max(rows, key=lambda r: r.limit)
         options = dict(min_new_tokens=self.settings.min_new_tokens,
                        **model._merge_generate_kwargs(**self.settings.upstream_kwargs(longest.text)))
-        if all(r.prompt is not None for r in rows):  # built when they were submitted (built_aside)
+        if all(r.prompt is not None for r in rows):  # built when they were submitted (prompts_aside)
             got = batch_inputs(model.model, [_on_this_stream(r.prompt) for r in rows], **options)
         else:
             got = talker_inputs(model.model, [r.line.language for r in rows], **prompt_inputs(self.tts, rows),
