@@ -1,6 +1,7 @@
 """Which commit the GPU checks (tests/gpu, `bash tools/gpu_check.sh` on an NVIDIA GPU) last ran at, with what result,
-and how many commits to the engine (morph/, nodes/) came after it: CI has no GPU, so its own summary only lists those
-tests as skipped, and this line says how old the evidence for them is.
+and how many commits to the engine (morph/, nodes/) came after it, and where the tests/gpu files that check did not run
+last ran: CI has no GPU, so its own summary only lists those tests as skipped, and this line says how old the evidence
+for them is.
 
     python tools/gpu_check_age.py      # prints one line; never fails (a CI without git history still runs)
 """
@@ -59,6 +60,23 @@ def summary(report: dict) -> str:
     return "; ".join(parts) or "no result recorded"
 
 
+def last_ran(files: set[str], known: list[dict]) -> str:
+    """Where each of `files` last ran at older code: the newest check that ran it, by commit, with the commits to the
+    engine since; ' never' for a file no check ran."""
+    at: dict[str, list[str]] = {}
+    for name in sorted(files):
+        runs = [c for c in known if (named := ran(c)) is None or name in named]
+        at.setdefault(min(runs, key=lambda c: c["behind"])["commit"] if runs else "", []).append(name)
+    parts = []
+    for commit_id, names in sorted(at.items(), key=lambda item: item[0] == ""):
+        if not commit_id:
+            parts.append(f"{', '.join(names)} never")
+            continue
+        after = git("rev-list", "--count", f"{commit_id}..HEAD", "--", *ENGINE)
+        parts.append(f"{', '.join(names)} at {commit_id[:10]} ({after} commits to {' and '.join(ENGINE)} since)")
+    return "; ".join(parts)
+
+
 def code(commit: str) -> tuple[str | None, ...]:
     """What the GPU checks test at a commit: its trees of the engine and of tests/gpu."""
     return tuple(git("rev-parse", f"{commit}:{path}") for path in (*ENGINE, "tests/gpu"))
@@ -95,9 +113,12 @@ def main() -> int:
     also = f" (with {', '.join(older)}: the same {', '.join(ENGINE)} and tests/gpu)" if older else ""
     after = git("rev-list", "--count", f"{newest['commit']}..HEAD", "--", *ENGINE)
     paths = ", ".join(str(c["path"].relative_to(ROOT)) for c in at)
+    every = {p.name for p in (ROOT / "tests" / "gpu").glob("test_*.py")}
+    missed = set().union(*(every - r["ran"] for r in backends.values() if r["ran"] is not None))
+    earlier = f". Not run there, last run: {last_ran(missed, known)}" if missed else ""
     print(f"GPU checks last ran at {newest['commit'][:10]}{also} on {newest.get('device', 'an unnamed GPU')} "
           f"({paths}): {summary(dict(newest, backends=backends))}; "
-          f"{after if after is not None else 'an unknown number of'} commits to {' and '.join(ENGINE)} since")
+          f"{after if after is not None else 'an unknown number of'} commits to {' and '.join(ENGINE)} since{earlier}")
     return 0
 
 

@@ -1,5 +1,5 @@
-"""tools/gpu_check_age.py on a repository of its own: the newest committed GPU check, its result, and the engine
-commits after it."""
+"""tools/gpu_check_age.py on a repository of its own: the newest committed GPU check, its result, the engine commits
+after it, and where the tests/gpu files it did not run last ran."""
 
 import json
 import subprocess
@@ -125,3 +125,21 @@ def test_parts_run_at_commits_of_the_same_code_are_one_check(tmp_path, monkeypat
         f"GPU checks last ran at {last[:10]} (with {first[:10]}: the same morph, nodes and tests/gpu) on GPU X "
         "(bench/results/d2/A/gpu_check.json, bench/results/d1/B/gpu_check.json): "
         "cudaMallocAsync 6 passed, 0 failed; 0 commits to morph and nodes since")
+
+
+def test_the_files_the_newest_check_did_not_run_say_where_they_last_ran(tmp_path, monkeypatch, capsys):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    for name in ("test_a.py", "test_b.py", "test_c.py"):
+        commit(tmp_path, f"tests/gpu/{name}", "")
+    old = commit(tmp_path, "morph/a.py", "1")
+    commit(tmp_path, "bench/results/d0/all/gpu_check.json", check(old, backends=["native"], tests="tests/gpu/test_b.py"))
+    older_b = commit(tmp_path, "morph/a.py", "2")
+    commit(tmp_path, "bench/results/d1/b/gpu_check.json", check(older_b, backends=["native"],
+                                                                tests="tests/gpu/test_b.py"))
+    head = commit(tmp_path, "morph/a.py", "3")
+    commit(tmp_path, "bench/results/d2/a/gpu_check.json", check(head, backends=["native"], tests="tests/gpu/test_a.py"))
+    monkeypatch.setattr(gpu_check_age, "ROOT", tmp_path)
+    assert gpu_check_age.main() == 0
+    assert capsys.readouterr().out.strip().endswith(
+        "(test_b.py, test_c.py not run); 0 commits to morph and nodes since. Not run there, last run: "
+        f"test_b.py at {older_b[:10]} (1 commits to morph and nodes since); test_c.py never")
