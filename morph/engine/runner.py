@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, TypeVar
 
 import numpy as np
 import torch
@@ -17,7 +17,7 @@ from ..codec.stream import CodecStream
 from ..graphs import CAPTURE_LOCK, PROMPTS, side_stream
 from ..lines.line import Line, Row
 from ..lines.voice import Voice
-from ..prompts import RowPrompt, batch_inputs, prompt_inputs, row_prompts, talker_inputs
+from ..prompts import batch_inputs, prompt_inputs, row_prompts, talker_inputs
 from ..settings import GenerationSettings
 
 if TYPE_CHECKING:
@@ -121,7 +121,9 @@ class RowRunner:
         options = dict(min_new_tokens=self.settings.min_new_tokens,
                        **model._merge_generate_kwargs(**self.settings.upstream_kwargs(longest.text)))
         if all(r.prompt is not None for r in rows):  # built when they were submitted (prompts_aside)
-            got = batch_inputs(model.model, [_on_this_stream(r.prompt) for r in rows], **options)
+            for p in (r.prompt for r in rows if r.prompt.done is not None):
+                waited_for(p.done, (p.embeds, p.trailing, p.pad), p.embeds.device)
+            got = batch_inputs(model.model, [r.prompt for r in rows], **options)
         else:
             got = talker_inputs(model.model, [r.line.language for r in rows], **prompt_inputs(self.tts, rows),
                                 **options)
@@ -194,10 +196,7 @@ class GroupAhead:
                 return None
         group, done = self._next.result()
         if done is not None:
-            stream = torch.cuda.current_stream(self.device)
-            stream.wait_event(done)
-            for t in group.prompt.values():
-                t.record_stream(stream)
+            waited_for(done, group.prompt.values(), self.device)
         self.start()
         return group
 
@@ -233,17 +232,17 @@ def prompts_aside(tts, rows: list[Row], tokenize: Callable[[list[str]], list[tor
     languages = [r.line.language for r in rows]
     prompts, done = built_aside(tts.device, lambda: row_prompts(tts.tts.model, languages,
                                                                 **prompt_inputs(tts, rows, tokenize)))
-    return [dataclasses.replace(r, prompt=dataclasses.replace(p, done=done)) for r, p in zip(rows, prompts, strict=True)]
+    return [dataclasses.replace(r, prompt=dataclasses.replace(p, done=done))
+            for r, p in zip(rows, prompts, strict=True)]
 
 
-def _on_this_stream(prompt: RowPrompt) -> RowPrompt:
-    """A prompt built on the side stream, waited for by this thread's stream, which its memory is now used on."""
-    if prompt.done is not None:
-        stream = torch.cuda.current_stream(prompt.embeds.device)
-        stream.wait_event(prompt.done)
-        for t in (prompt.embeds, prompt.trailing, prompt.pad):
-            t.record_stream(stream)
-    return prompt
+def waited_for(done: "torch.cuda.Event", tensors: Iterable[torch.Tensor], device: torch.device) -> None:
+    """What built_aside made on its side stream, for this thread: its stream waits for `done`, and the tensors' memory
+    is marked as used on it."""
+    stream = torch.cuda.current_stream(device)
+    stream.wait_event(done)
+    for t in tensors:
+        t.record_stream(stream)
 
 
 def warm_lines(tts, n: int) -> list[Line]:
