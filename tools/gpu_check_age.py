@@ -48,9 +48,14 @@ def ran(report: dict) -> set[str] | None:
     return None if "tests/gpu" in paths else {Path(t).name for t in paths}
 
 
+def gpu_files() -> set[str]:
+    """The tests/gpu files as HEAD has them."""
+    return {p.name for p in (ROOT / "tests" / "gpu").glob("test_*.py")}
+
+
 def summary(report: dict) -> str:
     """Each allocator's counts, and the tests/gpu files (as HEAD has them) none of its parts ran."""
-    every = {p.name for p in (ROOT / "tests" / "gpu").glob("test_*.py")}
+    every = gpu_files()
     parts = []
     for backend, result in report.get("backends", {}).items():
         failed = len(result.get("failed", []))
@@ -113,8 +118,7 @@ def main() -> int:
     also = f" (with {', '.join(older)}: the same {', '.join(ENGINE)} and tests/gpu)" if older else ""
     after = git("rev-list", "--count", f"{newest['commit']}..HEAD", "--", *ENGINE)
     paths = ", ".join(str(c["path"].relative_to(ROOT)) for c in at)
-    every = {p.name for p in (ROOT / "tests" / "gpu").glob("test_*.py")}
-    missed = set().union(*(every - r["ran"] for r in backends.values() if r["ran"] is not None))
+    missed = set().union(*(gpu_files() - r["ran"] for r in backends.values() if r["ran"] is not None))
     earlier = f". Not run there, last run: {last_ran(missed, known)}" if missed else ""
     print(f"GPU checks last ran at {newest['commit'][:10]}{also} on {newest.get('device', 'an unnamed GPU')} "
           f"({paths}): {summary(dict(newest, backends=backends))}; "

@@ -1,6 +1,7 @@
 """The engine: requests in (`submit`), their audio out through each request's sink, one continuous batch run a frame
-per `step()` on the thread that owns the model (docs/architecture.md, Data flow). Rows run in order; one with other settings or a larger cache need waits, and the batch is built again for it.
-A render's batch is sized to the rows waiting; a live one (`need` given) holds rows of up to `need` slots.
+per `step()` on the thread that owns the model (docs/architecture.md, Data flow). Rows run in order; one with other
+settings or a larger cache need waits, and the batch is built again for it. A render's batch is sized to the rows
+waiting; a live one (`need` given) holds rows of up to `need` slots.
 Failures: out of memory, the batch narrows by half and the rows that handed out no audio run again (others fail); an
 error that loses the CUDA context (`fatal`) propagates; any other fails the batch's requests and the engine goes on."""
 

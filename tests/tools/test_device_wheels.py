@@ -1,5 +1,6 @@
 """tools/comfy_gpu/wheels.py: comfy-kitchen's wheel rewritten without its ROCm library still installs with pip, as
-does a large wheel rewritten with LZMA, and the wheels split into parts that each fit one device call, which the device side finds complete or not."""
+does a large wheel rewritten with LZMA, and the wheels split into parts that each fit one device call, which the
+device side finds complete or not."""
 
 from __future__ import annotations
 

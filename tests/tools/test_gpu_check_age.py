@@ -132,7 +132,8 @@ def test_the_files_the_newest_check_did_not_run_say_where_they_last_ran(tmp_path
     for name in ("test_a.py", "test_b.py", "test_c.py"):
         commit(tmp_path, f"tests/gpu/{name}", "")
     old = commit(tmp_path, "morph/a.py", "1")
-    commit(tmp_path, "bench/results/d0/all/gpu_check.json", check(old, backends=["native"], tests="tests/gpu/test_b.py"))
+    commit(tmp_path, "bench/results/d0/all/gpu_check.json",
+           check(old, backends=["native"], tests="tests/gpu/test_b.py"))
     older_b = commit(tmp_path, "morph/a.py", "2")
     commit(tmp_path, "bench/results/d1/b/gpu_check.json", check(older_b, backends=["native"],
                                                                 tests="tests/gpu/test_b.py"))

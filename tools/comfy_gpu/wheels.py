@@ -202,7 +202,8 @@ def main(argv: list[str]) -> int:
         for wheel in rest:
             saved = shrink(Path(wheel))
             if saved:
-                print(f"{Path(wheel).name}: LZMA, {saved / 2**20:.1f} MiB saved, {Path(wheel).stat().st_size / 2**20:.1f} MiB")
+                size = Path(wheel).stat().st_size / 2**20
+                print(f"{Path(wheel).name}: LZMA, {saved / 2**20:.1f} MiB saved, {size:.1f} MiB")
     elif cmd == "split":
         plan_, stamp = split(Path(rest[0]), Path(rest[1]), int(rest[2]), int(rest[3]))
         for i, names in enumerate(plan_, 1):
