@@ -8,7 +8,8 @@ frame) through BatchTTS.render, the Python API's and the nodes' path, at each ba
 engine's continuous batch (what every mode but eager renders on; the cards run the GPU's default mode). A render
 that ran out of memory and retried at half the batch (render's warning), or failed, is recorded as such, and one the
 engine built narrower because the free memory would not hold the batch asked for (`narrowed`) too:
-the advised batch size of a card is the largest that rendered with no retry. The weights count against the cap, as
+the advised batch size of a card is the largest that rendered with no retry. `--renders N` renders N times in a row
+at each size, the engine's state kept between them, as a user's session does. The weights count against the cap, as
 they do on the card.
 
     python -m bench.cards --model /tmp/model-0.6b --cards 8,12,16,24 --batch-sizes 64,32,16 --json out.json
@@ -63,6 +64,29 @@ def cap_memory(card_gib: float) -> float:
     raise RuntimeError(f"bench.cards: the allocator did not hold this process to {cap / 2**30:.1f} GiB")
 
 
+def timed_render(tts, batch, lines, settings, size: int, render: int, weights: int, retries: _Retries) -> dict:
+    """One render of the script at batch `size` (the `render`th in a row at that size): its time, its peak above the
+    weights, and any retry or narrowing it logged; an error in place of those where it failed outright."""
+    retries.seen.clear()
+    retries.narrowed.clear()
+    torch.cuda.reset_peak_memory_stats()
+    row = dict(batch_size=size, render=render)
+    try:
+        sync(tts.device)
+        start = time.perf_counter()
+        audio = batch.render(lines, settings, batch_size=size)
+        sync(tts.device)
+        wall = time.perf_counter() - start
+        seconds = sum(a.size for a in audio) / SAMPLE_RATE
+        row.update(wall_s=round(wall, 3), x_real_time=round(seconds / wall, 1),
+                   peak_above_weights_gib=round((torch.cuda.max_memory_allocated() - weights) / 2**30, 3),
+                   reserved_gib=round(torch.cuda.memory_reserved() / 2**30, 3),
+                   retried=list(retries.seen), narrowed=list(retries.narrowed), ran_as=tts.patch.last_run.get("mode"))
+    except Exception as e:  # a render that fails outright: recorded, the next size still runs
+        row.update(error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", retried=list(retries.seen))
+    return row
+
+
 def one_card(args, card_gib: float) -> dict:
     """This process as a card of card_gib: every batch size, largest first."""
     cap = cap_memory(card_gib)
@@ -75,31 +99,17 @@ def one_card(args, card_gib: float) -> dict:
     retries = _Retries()
     logging.getLogger("morph").addHandler(retries)
     weights = torch.cuda.memory_allocated()
+    settings = eos_held(GenerationSettings(seq_groups=5, seed=0), HELD_FRAMES)
     rows = []
     for size in args.batch_sizes:
         tts.release_device_state()
-        retries.seen.clear()
-        retries.narrowed.clear()
-        torch.cuda.reset_peak_memory_stats()
-        row = dict(batch_size=size)
-        try:
-            sync(tts.device)
-            start = time.perf_counter()
-            audio = batch.render(lines, eos_held(GenerationSettings(seq_groups=5, seed=0), HELD_FRAMES),
-                                 batch_size=size)
-            sync(tts.device)
-            wall = time.perf_counter() - start
-            seconds = sum(a.size for a in audio) / SAMPLE_RATE
-            row.update(wall_s=round(wall, 3), x_real_time=round(seconds / wall, 1),
-                       peak_above_weights_gib=round((torch.cuda.max_memory_allocated() - weights) / 2**30, 3),
-                       retried=list(retries.seen), narrowed=list(retries.narrowed),
-                       ran_as=tts.patch.last_run.get("mode"))
-        except Exception as e:  # a render that fails outright: recorded, the next size still runs
-            row.update(error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                       retried=list(retries.seen))
-        rows.append(row)
-        print(json.dumps(row), file=sys.stderr, flush=True)
-    clean = [r["batch_size"] for r in rows if "wall_s" in r and not r["retried"]]
+        for render in range(1, args.renders + 1):  # in a row, the engine's state kept: what a user's session does
+            rows.append(timed_render(tts, batch, lines, settings, size, render, weights, retries))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            if "error" in rows[-1]:
+                break
+    clean = [size for size in args.batch_sizes
+             if all("wall_s" in r and not r["retried"] for r in rows if r["batch_size"] == size)]
     return dict(card_gib=card_gib, cap_gib=round(cap, 2), weights_gib=round(weights / 2**30, 3),
                 speech_frames=sum(ends.values()), speech_s=round(sum(ends.values()) / FRAMES_PER_SECOND, 1),
                 advised_batch_size=max(clean) if clean else None, runs=rows)
@@ -111,6 +121,7 @@ def main(argv=None) -> dict:
     p.add_argument("--cards", default="8,12,16,24", help="comma list of card sizes, GiB")
     p.add_argument("--batch-sizes", default="64,32,16,8", type=lambda s: [int(x) for x in s.split(",")])
     p.add_argument("--lines", type=int, default=256)
+    p.add_argument("--renders", type=int, default=1, help="renders in a row at each batch size, in one process")
     p.add_argument("--one", type=float, help=argparse.SUPPRESS)  # one card, in this process (a child of main)
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)

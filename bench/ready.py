@@ -12,7 +12,10 @@ new machine's first load). Lines as bench.batch makes them (bench/lines.py: scri
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
 import os
+import pstats
 import time
 from unittest import mock
 
@@ -25,25 +28,38 @@ from morph import graphs
 from morph.settings import GenerationSettings
 
 
-def timed_render(batch, lines, settings, width: int) -> dict:
-    """One render: wall seconds, audio seconds, graphs captured during it, what the process took at its peak."""
+def timed_render(batch, lines, settings, width: int, profile: cProfile.Profile | None = None) -> dict:
+    """One render: wall seconds, audio seconds, graphs captured during it, what the process took at its peak (and
+    the allocator's new segments); under `profile` too, when given."""
     captured = []
     real = graphs.capture
     device = batch.tts.device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+        segments = torch.cuda.memory_stats(device).get("segment.all.allocated", 0)
     with mock.patch.object(graphs, "capture", lambda *a, **k: captured.append(1) or real(*a, **k)):
         sync(device)
         start = time.perf_counter()
-        audio = batch.render(lines, settings, batch_size=width)
-        sync(device)
+        with profile or contextlib.nullcontext():
+            audio = batch.render(lines, settings, batch_size=width)
+            sync(device)
         wall = time.perf_counter() - start
     seconds = sum(len(a) for a in audio) / 24000
     out = dict(wall_s=round(wall, 3), audio_s=round(seconds, 1), x_real_time=round(seconds / wall, 1),
                captures=len(captured))
     if device.type == "cuda":
         out["taken_peak_gib"] = round(taken_bytes(device, peak=True) / 2**30, 3)
+        out["new_segments"] = torch.cuda.memory_stats(device).get("segment.all.allocated", 0) - segments
     return out
+
+
+def slower_first(profiles: list[cProfile.Profile], top: int) -> list[dict]:
+    """The functions whose own time grew most from the second render to the first: where the first one's extra goes."""
+    first, second = (pstats.Stats(p).stats for p in profiles[:2])
+    grown = sorted(first, key=lambda f: first[f][2] - second.get(f, (0, 0, 0))[2], reverse=True)[:top]
+    return [dict(function=f"{f[0].rsplit('/', 2)[-1]}:{f[1]} {f[2]}", calls=[first[f][1], second.get(f, (0, 0))[1]],
+                 own_s=[round(first[f][2], 4), round(second.get(f, (0, 0, 0))[2], 4)],
+                 with_callees_s=[round(first[f][3], 4), round(second.get(f, (0, 0, 0, 0))[3], 4)]) for f in grown]
 
 
 def main(argv=None) -> dict:
@@ -55,6 +71,9 @@ def main(argv=None) -> dict:
     p.add_argument("--no-ready", dest="ready", action="store_false", help="load without MorphTTS.ready")
     p.add_argument("--renders", type=int, default=2)
     p.add_argument("--triton-cache", help="Triton's kernel cache folder for this process (TRITON_CACHE_DIR)")
+    p.add_argument("--profile", type=int, default=0, metavar="TOP",
+                   help="profile the renders (cProfile) and report the TOP functions whose own time grew most from "
+                        "the second render to the first")
     p.add_argument("--json")
     args = p.parse_args(argv)
     if args.triton_cache:
@@ -69,7 +88,10 @@ def main(argv=None) -> dict:
         report["held_gib"] = round(tts.held / 2**30, 3)
     batch, lines, _, frames = bench_lines(tts, args)
     settings = eos_held(GenerationSettings(seed=0, max_new_tokens=frames), frames or HELD_FRAMES)
-    report["renders"] = [timed_render(batch, lines, settings, args.width) for _ in range(args.renders)]
+    profiles = [cProfile.Profile() for _ in range(args.renders)] if args.profile else [None] * args.renders
+    report["renders"] = [timed_render(batch, lines, settings, args.width, profile) for profile in profiles]
+    if args.profile and args.renders > 1:
+        report["slower_first"] = slower_first(profiles, args.profile)
     report["first_over_second"] = round(report["renders"][0]["wall_s"] / report["renders"][1]["wall_s"], 3) \
         if args.renders > 1 else None
     report["from_load_to_first_audio_s"] = round(time.perf_counter() - start - sum(

@@ -10,7 +10,8 @@
 #   (on one H200, `A B` took 335 s and `M5 M60` 384 s: bench/results/h200-2026-11-29b/NOTES.md)
 #
 # PART is one of the names below (default: all of them). test_memory.py's two size lists are parts of their own:
-# the whole file under one allocator did not finish in 545 s (bench/results/h200-2026-11-29/NOTES.md). If a part
+# the whole file under one allocator did not finish in 545 s (bench/results/h200-2026-11-29/NOTES.md). C, the card
+# table's ten renders a row, starts its six processes side by side (tests/gpu/test_cards.py). If a part
 # hits LIMIT, its folder holds only its log's header: run fewer parts a call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,14 +19,15 @@ out=${1:?usage: bash tools/gpu_check_parts.sh OUTDIR [PART ...]}
 shift
 declare -A PARTS=(
   [A]="tests/gpu/test_continuous.py tests/gpu/test_streaming.py tests/gpu/test_codec.py tests/gpu/test_prefill.py
-       tests/gpu/test_kth.py tests/gpu/test_sampling_kernel.py tests/gpu/test_snake.py tests/gpu/test_cards.py"
+       tests/gpu/test_kth.py tests/gpu/test_sampling_kernel.py tests/gpu/test_snake.py"
   [B]="tests/gpu/test_paged_batch.py tests/gpu/test_live_churn.py tests/gpu/test_failures.py
        tests/gpu/test_graph_memory.py tests/gpu/test_unload.py tests/gpu/test_allocators.py"
+  [C]="tests/gpu/test_cards.py"
   [M5]="tests/gpu/test_memory.py -k 5s"
   [M60]="tests/gpu/test_memory.py -k 60s"
 )
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(A B M5 M60)
+[ ${#names[@]} -gt 0 ] || names=(A B C M5 M60)
 for name in "${names[@]}"; do
   [ -n "${PARTS[$name]:-}" ] || { echo "unknown part $name; choose from: ${!PARTS[*]}" >&2; exit 2; }
 done

@@ -23,3 +23,11 @@ def test_two_renders_are_reported_with_their_captures_and_ready_as_asked(tiny_di
     skipped = ready.main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--lines", "1",
                           "--frames", "2", "--width", "1", "--renders", "1", "--no-ready"])
     assert "ready_s" not in skipped and skipped["first_over_second"] is None and asked == [4]
+
+
+def test_a_profiled_pair_of_renders_names_the_functions_whose_own_time_grew_most(tiny_dir):
+    report = ready.main(["--model", str(tiny_dir), "--device", "cpu", "--dtype", "fp32", "--lines", "2",
+                         "--frames", "4", "--width", "2", "--no-ready", "--profile", "3"])
+    grown = [f["own_s"][0] - f["own_s"][1] for f in report["slower_first"]]
+    assert len(grown) == 3 and all(a >= b - 2e-4 for a, b in zip(grown, grown[1:])), report["slower_first"]  # rounded
+    assert all(len(f["calls"]) == 2 and ":" in f["function"] for f in report["slower_first"])
