@@ -81,7 +81,7 @@ class RowPrompt:
 
 def prompt_inputs(tts, rows: list[Row], tokenize: Callable[[list[str]], list[torch.Tensor]] | None = None) -> dict:
     """What upstream's generate_voice_clone, generate_custom_voice or generate_voice_design passes to model.generate
-    besides the languages and sampling settings, built the way they build it; tokenize: private_tokenizer's, on a
+    besides the languages and sampling settings, built the way they build it; tokenize: a PrivateTokenizer's, on a
     thread beside the engine's."""
     model, variant = tts.tts, rows[0].line.variant
     tokenize = tokenize or model._tokenize_texts
@@ -217,35 +217,36 @@ def prefill_tokens(text: str, voice: Voice | None = None, instruct: str = "", co
     return VOICE_PREFILL_TOKENS + (int(voice.ref_code.shape[0]) if voice.icl else 0)
 
 
-def private_tokenizer(tts) -> Callable[[list[str]], list[torch.Tensor]]:
-    """Upstream's _tokenize_texts over a copy of the model's processor, one caller at a time, for a thread beside the
-    engine's (a fast tokenizer refuses a second thread: "Already borrowed")."""
-    model = tts.tts
-    own = types.SimpleNamespace(processor=copy.deepcopy(model.processor), device=model.device)
-    lock = threading.Lock()
+class PrivateTokenizer:
+    """A copy of the model's processor for threads beside the engine's, one caller at a time (a fast tokenizer refuses
+    a second thread: "Already borrowed"): upstream's _tokenize_texts for prompts, and a text's count of tokens, the
+    last COUNTS_KEPT texts' kept (a server counts every request's text)."""
 
-    def tokenize(texts: list[str]) -> list[torch.Tensor]:
-        with lock:
-            return type(model)._tokenize_texts(own, texts)
-    return tokenize
+    COUNTS_KEPT = 4096
+
+    def __init__(self, tts):
+        self._model = tts.tts
+        self._own = types.SimpleNamespace(processor=copy.deepcopy(getattr(self._model, "processor", None)), device=self._model.device)
+        self._lock = threading.Lock()
+        tokenizer = getattr(self._own.processor, "tokenizer", None)
+        self._count = len if tokenizer is None else functools.lru_cache(maxsize=self.COUNTS_KEPT)(_counter(tokenizer))
+
+    def tokenize(self, texts: list[str]) -> list[torch.Tensor]:
+        with self._lock:
+            return type(self._model)._tokenize_texts(self._own, texts)
+
+    def count(self, text: str) -> int:
+        with self._lock:
+            return self._count(text)
 
 
-def token_count(tts, private: bool = False):
+def _counter(tokenizer) -> Callable[[str], int]:
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+
+
+def token_count(tts) -> Callable[[str], int]:
     """A text's tokens as the model's tokenizer splits it (one a character would size the cache several times too
-    large), cached per counter; one a character without a tokenizer. `private`: a copy of the tokenizer, one caller at
-    a time, for threads beside the render's (a fast tokenizer refuses a second thread: "Already borrowed")."""
+    large), cached for the counter's life (a render's); one a character without a tokenizer. On the render's thread:
+    threads beside it count with a PrivateTokenizer."""
     tokenizer = getattr(getattr(tts.tts, "processor", None), "tokenizer", None)
-    if tokenizer is None:
-        return len
-    if private:
-        tokenizer = copy.deepcopy(tokenizer)
-    count = functools.lru_cache(maxsize=None)(
-        lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0)
-    if not private:
-        return count
-    lock = threading.Lock()
-
-    def counted(text: str) -> int:
-        with lock:
-            return count(text)
-    return counted
+    return len if tokenizer is None else functools.lru_cache(maxsize=None)(_counter(tokenizer))

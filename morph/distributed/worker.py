@@ -18,7 +18,7 @@ from ..engine.thread import EngineThread
 from ..line_audio import LineAudio
 from ..lines.store import LineFiles, Written
 from ..lines.voice import Voice
-from ..prompts import make_rows, token_count
+from ..prompts import PrivateTokenizer, make_rows
 from ..render import BatchTTS, Line
 from ..script_job import job_context
 from ..settings import GenerationSettings, runs_lean
@@ -32,7 +32,7 @@ class LineWorker:
         transformers.utils.logging.disable_progress_bar()
         self.tts = MorphTTS.load(**load)
         self.tts.ready(who="Ray worker")  # batches of up to the default size capture nothing after it
-        self.count_tokens = token_count(self.tts, private=True)  # on Ray's threads, beside the engine's
+        self.count_tokens = PrivateTokenizer(self.tts).count  # on Ray's threads, beside the engine's
         self._engine: EngineThread | None = None  # built for the first continuous batch, kept for the next
         self._width = 0  # the width it was built for (it narrows after running out of memory)
         self._lock = threading.Lock()  # model work on Ray's threads (static batches, voices): one call at a time

@@ -304,7 +304,7 @@ def _serve(load: Callable[[], object], options: dict, conn) -> None:
                 fn, fn_args, fn_kwargs = args
                 done = engine.call(lambda fn=fn, a=fn_args, kw=fn_kwargs: fn(tts, *a, **kw))
             elif kind == "tokens":
-                done.set_result(engine.count_tokens(args[0]))
+                done.set_result(engine.tokenizer.count(args[0]))
             else:  # "stats"
                 done.set_result(engine.stats())
         except Exception as e:  # the request's or the ask's own error, for the parent to raise

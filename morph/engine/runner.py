@@ -228,7 +228,7 @@ def built_aside(device: torch.device, build: Callable[[], T], after: "torch.cuda
 
 def prompts_aside(tts, rows: list[Row], tokenize: Callable[[list[str]], list[torch.Tensor]]) -> list[Row]:
     """The rows, each with its talker prompt built now, on this thread (beside the engine's: tokenize is
-    prompts.private_tokenizer's), so that their join costs the engine's loop only the batching."""
+    a prompts.PrivateTokenizer's), so that their join costs the engine's loop only the batching."""
     languages = [r.line.language for r in rows]
     prompts, done = built_aside(tts.device, lambda: row_prompts(tts.tts.model, languages,
                                                                 **prompt_inputs(tts, rows, tokenize)))

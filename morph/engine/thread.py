@@ -24,7 +24,7 @@ from ..graphs import frame_loop_stream
 from ..memory import replays_graphs
 from ..lines.line import Line
 from ..lines.text_split import MAX_SEGMENT_CHARS
-from ..prompts import make_rows, private_tokenizer, token_count
+from ..prompts import PrivateTokenizer, make_rows
 from ..settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSettings
 from .engine import Engine, fatal
 from .request import Request, rows_request
@@ -151,8 +151,7 @@ class LiveEngine(EngineThread):
         """kv_cache_bytes: a paged pool of that size, else each row holds its whole capacity."""
         self.max_frames, self.max_prompt = max_frames, max_prompt
         self.max_waiting = 4 * width if max_waiting is None else max_waiting
-        self.count_tokens = token_count(tts, private=True)  # a text's tokens, on any thread
-        self.tokenize = private_tokenizer(tts)  # the prompts' tokens, on the callers' threads
+        self.tokenizer = PrivateTokenizer(tts)  # on the callers' threads: texts' counts and prompts' tokens
         self._ids = itertools.count(1)
         super().__init__(Engine(tts, width, who, need=max_prompt + max_frames + 1, kv_cache_bytes=kv_cache_bytes),
                          on_fatal)
@@ -193,7 +192,7 @@ class LiveEngine(EngineThread):
         rows = [dataclasses.replace(r, limit=min(r.limit, self.max_frames))
                 for r in make_rows(self.tts, [line], settings, who, True, [f"request {rid}"])]
         audio = LineAudio(rows, 1, on_line=None, on_chunk=lambda i, wav: on_chunk(wav), streamed=True)
-        request = rows_request(rows, settings, self.count_tokens, audio.deliver, on_end, audio.chunks.chunk,
+        request = rows_request(rows, settings, self.tokenizer.count, audio.deliver, on_end, audio.chunks.chunk,
                                audio.restart, in_order=True, id=rid)
         for tokens in request.prompts:
             if tokens > self.max_prompt:
@@ -210,8 +209,8 @@ class LiveEngine(EngineThread):
                            f"{self.max_waiting}; try again in {wait} s", wait)
         # the prompts now, on the caller's thread, so their join costs the engine's loop only the batching (a row
         # with its prompt is equal to one without: the line's audio finds it)
-        return super().submit(dataclasses.replace(request, rows=prompts_aside(self.tts, request.rows, self.tokenize)),
-                              who)
+        rows = prompts_aside(self.tts, request.rows, self.tokenizer.tokenize)
+        return super().submit(dataclasses.replace(request, rows=rows), who)
 
 
 def _warm_prefills(tts) -> None:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from morph.engine.runner import RowRunner, prompts_aside
-from morph.prompts import (PROMPT_OVERHEAD_TOKENS, make_rows, prefill_tokens, private_tokenizer, prompt_inputs,
+from morph.prompts import (PROMPT_OVERHEAD_TOKENS, PrivateTokenizer, make_rows, prefill_tokens, prompt_inputs,
                            prompt_tokens, talker_inputs, token_count)
 from morph.render import Line
 from morph.settings import GenerationSettings, Sampling
@@ -30,6 +30,17 @@ def test_a_prompt_is_counted_in_the_models_tokens_and_bounds_the_real_prompt(tin
     built = model._tokenize_texts([model._build_assistant_text(text)])[0].shape[-1]  # what upstream embeds
     assert built <= prompt_tokens(text, None, "", count)
     assert prompt_tokens(text) == len(text) + PROMPT_OVERHEAD_TOKENS  # without a tokenizer: one per character
+
+
+def test_a_private_tokenizer_counts_as_the_models_on_many_threads_and_keeps_a_bounded_cache(tiny_tts, monkeypatch):
+    import concurrent.futures
+
+    monkeypatch.setattr(PrivateTokenizer, "COUNTS_KEPT", 3)
+    private, count = PrivateTokenizer(tiny_tts), token_count(tiny_tts)
+    texts = [f"Line number {i} of a script, read by one of its characters." for i in range(40)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:  # a fast tokenizer alone says "Already borrowed"
+        assert list(pool.map(private.count, texts * 4)) == [count(t) for t in texts] * 4
+    assert private._count.cache_info().currsize == 3
 
 
 def test_a_voices_prefill_is_its_markup_and_reference_whatever_its_text(tiny_tts, voices):
@@ -82,7 +93,7 @@ def ours(tts, lines: list[Line], aside: bool) -> dict:
     """aside: each row's prompt built alone, with a private tokenizer, before the group (as LiveEngine.submit does)."""
     rows = make_rows(tts, lines, SETTINGS, "test", False)
     if aside:
-        tokenize = private_tokenizer(tts)
+        tokenize = PrivateTokenizer(tts).tokenize
         rows = [built for r in rows for built in prompts_aside(tts, [r], tokenize)]
         assert all(r.prompt is not None for r in rows)
     got, group = RowRunner(tts, SETTINGS, len(rows), 0, lambda r: r.limit, lambda row, audio: None)._group(
