@@ -38,7 +38,9 @@ VARIANT_EXAMPLES = {"base": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "custom_voice": "Qw
 class MorphTTS:
     def __init__(self, tts, config: ModelConfig):
         self.tts, self.config = tts, config
-        self.held = 0  # device bytes the engine keeps from ready() to release_device_state: its own, for admission
+        # device bytes the engine's kept state holds (morph/engine/engine.py measures each render's), which the next
+        # batch reuses or replaces: counted as free when it is sized
+        self.held = 0
         self.patch = MorphPatch(tts, mode=config.mode)
         self.codec = LeanCodec(tts.model.speech_tokenizer.model)  # the audio of every mode but eager
 
@@ -101,11 +103,9 @@ class MorphTTS:
         log.info("%s: getting the engine ready for batches of up to %d rows (the first time on this machine "
                  "Triton compiles the kernels, about a minute)", who, width, extra={"status": True})
         self.release_device_state()
-        start, before = time.perf_counter(), torch.cuda.memory_allocated(self.device)
+        start = time.perf_counter()
         _WarmUp(self).render(warm_lines(self, width), batch_size=width, who=who)
         torch.cuda.synchronize(self.device)
-        # this process's own allocations: the device's free memory also moves with other processes' work
-        self.held = max(0, torch.cuda.memory_allocated(self.device) - before)
         seconds = time.perf_counter() - start
         log.info("%s: the engine is ready (%.1f s; %.2f GiB kept for its batches)", who, seconds, self.held / 2**30,
                  extra={"status": True})

@@ -29,6 +29,11 @@ log = logging.getLogger(__name__)
 FATAL_WORDS = ("CUDA error", "device-side assert", "illegal memory access")
 
 
+def allocated(device: torch.device) -> int:
+    """torch's allocated bytes on a CUDA device: what an engine's runs leave kept is its rise."""
+    return torch.cuda.memory_allocated(device)
+
+
 def fatal(error: BaseException) -> bool:
     """Whether an error leaves the CUDA context unusable (out of memory does not)."""
     return not isinstance(error, torch.cuda.OutOfMemoryError) and any(w in str(error) for w in FATAL_WORDS)
@@ -55,6 +60,7 @@ class Engine:
         self._runner: RowRunner | None = None
         self._built: tuple[GenerationSettings, int] | None = None  # the runner's settings and cache need
         self._running = False  # the runner is in a run: rows are in its batch or joining
+        self._began: int | None = None  # on a GPU, its allocated bytes when this engine's first run began
         self._joined: dict[Row, float] = {}
         self.row_seconds = 5.0  # a row's time in the batch, averaged as rows end (a server's Retry-After)
         self.backoffs = 0  # times the batch narrowed after running out of memory (not before it was built: _fit)
@@ -112,6 +118,8 @@ class Engine:
                 if self._runner is not None and not fits_batch(key, need, self._built):
                     self._runner = None  # the old batch's state and graphs go before the new one's are made
             failure = None
+            if self._began is None and self.tts.device.type == "cuda":
+                self._began = allocated(self.tts.device)
             try:
                 if self._runner is None:
                     self._build(key)
@@ -131,6 +139,7 @@ class Engine:
                     if oom:  # the next batch is built narrower, in the memory the kept state held
                         self.tts.patch.loop.drop_state()
                         self.tts.held = 0
+                        self._began = allocated(self.tts.device)
                     torch.cuda.empty_cache()
 
     def release(self) -> None:
@@ -139,6 +148,9 @@ class Engine:
         if self._running:
             self._runner.close()
         self._runner, self._running = None, False
+        if self._began is not None:  # what its runs left allocated, the runner gone, is state the next batch reuses
+            self.tts.held = max(0, self.tts.held + allocated(self.tts.device) - self._began)
+            self._began = None
 
     def _build(self, key: GenerationSettings) -> None:
         """A batch for the rows of `key` waiting now, its need and pool sized to them unless `need` is fixed."""

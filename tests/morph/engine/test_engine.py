@@ -531,6 +531,7 @@ def test_a_failed_batch_on_a_gpu_hands_its_cached_memory_back(script, monkeypatc
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
     monkeypatch.setattr(morph.engine.engine, "free_bytes", lambda device: 2**40)
     monkeypatch.setattr(morph.engine.engine, "batch_need", lambda tts, rows, prompts, width: 0)
+    monkeypatch.setattr(morph.engine.engine, "allocated", lambda device: 0)
     cpu = Engine(TTS, 1, "Test")
     cpu.submit(Sink().request("a"))
     script.fail[0] = ValueError("a bug")
@@ -631,6 +632,7 @@ def test_a_render_batch_on_a_gpu_is_built_as_wide_as_its_free_memory_holds_and_a
     monkeypatch.setattr(morph.engine.engine, "batch_need", need)
     monkeypatch.setattr(morph.engine.engine, "free_bytes",
                         lambda device: 3 * 2**30 if device.type == "cuda" else None)
+    monkeypatch.setattr(morph.engine.engine, "allocated", lambda device: 0)  # nothing kept: held stays as given
     gpu = types.SimpleNamespace(patch=TTS.patch, device=types.SimpleNamespace(type="cuda"), held=0)
     engine = Engine(gpu, 64, "Test")
     sink = Sink()
@@ -652,11 +654,32 @@ def test_a_render_batch_on_a_gpu_is_built_as_wide_as_its_free_memory_holds_and_a
     run(live)
     assert [width for _, width, *_ in script.builds] == [4, 6, 64, 64] and len(asked) == 6
     assert len(caplog.records) == 1
-    # what the engine kept since it was made ready (MorphTTS.ready) counts as its own: 3 GiB free and 2 held hold 8
+    # what the engine keeps (MorphTTS.held) counts as its own: 3 GiB free and 2 held hold 8
     kept = Engine(types.SimpleNamespace(patch=TTS.patch, device=gpu.device, held=2 * 2**30), 64, "Test")
     kept.submit(Sink().request("g"))
     run(kept)
     assert script.builds[-1][1] == 8 and kept.width == 8
+
+
+def test_what_a_render_leaves_allocated_is_held_and_the_next_render_is_sized_as_the_first(script, monkeypatch):
+    """A render's batch state stays on the device for the next render to reuse (the kept state): measured when the
+    engine is released, it counts as free when the next batch is sized, so the second render is as wide as the
+    first; a render that keeps nothing more leaves it as it was."""
+    allocated = [5 * 2**30]  # the weights
+    monkeypatch.setattr(morph.engine.engine, "allocated", lambda device: allocated[0])
+    monkeypatch.setattr(morph.engine.engine, "batch_need", lambda tts, rows, prompts, width: width * 2**29)
+    monkeypatch.setattr(morph.engine.engine, "free_bytes", lambda device: 8 * 2**30 - allocated[0])  # an 8 GiB card
+    gpu = types.SimpleNamespace(patch=TTS.patch, device=types.SimpleNamespace(type="cuda"), held=0)
+    script.after_take = lambda: allocated.__setitem__(0, 7 * 2**30)  # its first frame builds 2 GiB of state
+    for render in range(3):
+        engine = Engine(gpu, 64, "Test")
+        engine.submit(Sink().request("abc"))
+        try:
+            run(engine)
+        finally:
+            engine.release()
+        assert gpu.held == 2 * 2**30, render
+    assert [width for _, width, *_ in script.builds] == [4, 4, 4]  # 3 GiB: 4 rows of half a GiB, every time
 
 
 def test_each_out_of_memory_back_off_is_counted(script):
@@ -672,19 +695,23 @@ def test_each_out_of_memory_back_off_is_counted(script):
 def test_a_batch_out_of_memory_on_a_gpu_drops_the_kept_state_before_it_is_built_narrower(script, monkeypatch):
     """The narrower batch must not be built over the wider kept state it failed in (TalkerState.matches serves any
     narrower batch from it), and what ready() kept is no longer the engine's."""
-    dropped = []
+    dropped, allocated = [], [3 * 2**30]  # the weights and the 2 GiB ready() kept
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(morph.engine.engine, "free_bytes", lambda device: None)
-    loop = types.SimpleNamespace(drop_state=lambda: dropped.append(True))
+    monkeypatch.setattr(morph.engine.engine, "allocated", lambda device: allocated[0])
+    loop = types.SimpleNamespace(drop_state=lambda: dropped.append(True) or allocated.__setitem__(0, 2**30))
     tts = types.SimpleNamespace(patch=types.SimpleNamespace(resolved_mode=TTS.patch.resolved_mode, loop=loop),
-                                device=types.SimpleNamespace(type="cuda"), held=2**30)
+                                device=types.SimpleNamespace(type="cuda"), held=2 * 2**30)
     engine = Engine(tts, 2, "Test")
     sink = Sink()
     engine.submit(sink.request("ab", frames=1))
     script.fail[0] = OOM
+    script.after_take = lambda: allocated.__setitem__(0, max(allocated[0], 2**30 + 2**29))  # the narrower state
     run(engine)
     assert dropped == [True] and tts.held == 0 and engine.width == 1 and sink.ends == [None]
     script.fail[1] = ValueError("a bug")  # another failure keeps the state
     engine.submit(Sink().request("c", frames=1))
     run(engine)
     assert dropped == [True]
+    engine.release()  # what it keeps now is the narrower batch's state, counted from the drop
+    assert tts.held == 2**29
