@@ -17,12 +17,14 @@ import torch
 
 from .codec.layers import LeanCodec
 from .config import ModelConfig
-from .engine.runner import WARM_FRAMES, warm_lines
+from .decode.prefill_graphs import voice_shapes
+from .engine.runner import WARM_FRAMES, warm_lines, warm_prefills
 from .reference.patch import MorphPatch
 from .lines.reference_audio import prepare_reference
 from .lines.words import FOR_PYTHON, Words
 from .lines.voice import Voice
 from .memory import replays_graphs
+from .prompts import VOICE_PREFILL_TOKENS, prefill_tokens
 from .qwen.checkpoints import DEFAULT_MODEL, VARIANT_NAMES, locate_checkpoint
 from .qwen.loading import load_qwen_tts, place
 from .render import BatchTTS, Line, OnStep
@@ -41,6 +43,7 @@ class MorphTTS:
         # device bytes the engine's kept state holds (morph/engine/engine.py measures each render's), which the next
         # batch reuses or replaces: counted as free when it is sized
         self.held = 0
+        self.ready_width: int | None = None  # the widest batch ready() made the engine ready for, until released
         self.patch = MorphPatch(tts, mode=config.mode)
         self.codec = LeanCodec(tts.model.speech_tokenizer.model)  # the audio of every mode but eager
 
@@ -92,12 +95,13 @@ class MorphTTS:
         """Drop what the engine keeps on the device besides the weights (for offloading); rebuilt on the next call."""
         self.codec.release()
         self.patch.loop.release()  # last: it gives the memory of dropped CUDA graphs back
-        self.held = 0
+        self.held, self.ready_width = 0, None
 
     def ready(self, width: int = DEFAULT_BATCH_SIZE, who: str = "Load model") -> float | None:
         """Get the engine ready before the first request: a short render of `width` rows compiles the kernels, builds
-        the batch's state and captures every shape later renders of up to `width` rows reuse. What it keeps (`held`) is
-        counted as free when a batch is sized. Seconds taken; None where nothing is captured (eager, or off CUDA)."""
+        the batch's state and captures every shape later renders of up to `width` rows reuse, then the prefills of
+        x-vector voices' rows (an ICL voice's are captured as it is made). What it keeps (`held`) is counted as free
+        when a batch is sized. Seconds taken; None where nothing is captured (eager, or off CUDA)."""
         if not replays_graphs(self):
             return None
         log.info("%s: getting the engine ready for batches of up to %d rows (the first time on this machine "
@@ -105,6 +109,9 @@ class MorphTTS:
         self.release_device_state()
         start = time.perf_counter()
         _WarmUp(self).render(warm_lines(self, width), batch_size=width, who=who)
+        self.ready_width = width
+        if self.variant == "base":  # an x-vector voice's rows prefill its markup alone, whatever their text
+            self._prefills_ready(VOICE_PREFILL_TOKENS)
         torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - start
         log.info("%s: the engine is ready (%.1f s; %.2f GiB kept for its batches)", who, seconds, self.held / 2**30,
@@ -153,11 +160,24 @@ class MorphTTS:
                         who, len(transcript), seconds)
         item = self.tts.create_voice_clone_prompt(ref_audio=(clip, SAMPLE_RATE), ref_text=transcript,
                                                   x_vector_only_mode=x_vector_only)[0]
-        return Voice(
+        voice = Voice(
             spk_embedding=item.ref_spk_embedding.detach().float().cpu(),
             ref_code=None if item.ref_code is None else item.ref_code.detach().long().cpu(),
             ref_text=transcript, model_size=self.model_size,
         )
+        if voice.icl and replays_graphs(self):  # made ready now, not in its first render: its reference decoded
+            with torch.cuda.stream(self.codec.side_stream(self.device)), torch.inference_mode():  # as rows open
+                self.codec.primed(voice.ref_code, self.device)
+            if self.ready_width is not None:  # and the prefills of its rows joining
+                self._prefills_ready(prefill_tokens("", voice))
+        return voice
+
+    def _prefills_ready(self, tokens: int) -> None:
+        """Capture the prefill buckets rows of `tokens` prompt tokens meet joining a batch of up to ready()'s width;
+        what they keep is the engine's (`held`)."""
+        before = torch.cuda.memory_allocated(self.device)
+        warm_prefills(self, voice_shapes(tokens, self.ready_width))
+        self.held += max(0, torch.cuda.memory_allocated(self.device) - before)
 
     # -- generation: one line through the batch front end (morph/render.py) -------------
     def clone(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,

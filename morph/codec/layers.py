@@ -6,6 +6,7 @@ take without a transpose (bench/results/h100-2026-11-24b); the weights are upstr
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
 
 import torch
@@ -80,7 +81,7 @@ class LeanCodec:
         self.codebook_size = int(cfg.codebook_size)
         self._tables: tuple | None = None
         self._kernels = None  # morph/kernels/snake.py where it runs (_fused), else False
-        self._primed: collections.OrderedDict = collections.OrderedDict()  # id(reference) -> (reference, state)
+        self._primed: collections.OrderedDict = collections.OrderedDict()  # a reference's codes, where -> state
         self._captured: dict = {}  # device -> CapturedDecode
 
     # -- what the weights give, once per placement -------------------------------------------
@@ -148,17 +149,20 @@ class LeanCodec:
         dtype = next(self.decoder.parameters()).dtype
         if ref is None:
             return self.zero_state(1, device, dtype)
-        key = (id(ref), torch.device(device), self._fingerprint())
-        hit = self._primed.get(key)
-        if hit is None or hit[0] is not ref:
+        # by the codes themselves: a server reads a saved voice's codes again for each request
+        codes = ref.detach().cpu().contiguous()
+        key = (tuple(codes.shape), hashlib.blake2b(codes.numpy().tobytes(), digest_size=16).digest(),
+               torch.device(device), self._fingerprint())
+        state = self._primed.get(key)
+        if state is None:
             state = self.zero_state(1, device, dtype)
             for piece in ref.to(device)[None].clamp(0, self.codebook_size - 1).split(CHUNK, dim=1):
                 self.decode(piece, state)
-            hit = self._primed[key] = (ref, state)
+            self._primed[key] = state
             while len(self._primed) > PRIMED_VOICES:
                 self._primed.popitem(last=False)
         self._primed.move_to_end(key)
-        return hit[1]
+        return state
 
     # -- the decode ------------------------------------------------------------------------------
     def decode(self, codes: torch.Tensor, state: CodecState) -> torch.Tensor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..graphs import CAPTURE, GraphCache
-from ..settings import PREFILL_LENGTHS, prefill_bucket
+from ..settings import PREFILL_LENGTHS, prefill_bucket, prefill_rows
 from .lean import Prefilled, lean_prefill, rope_tables
 
 
@@ -30,6 +30,15 @@ def live_shapes() -> list[tuple[int, int]]:
     """The buckets a server's joins meet, the largest first (the arena is sized once)."""
     lengths = [n for n in PREFILL_LENGTHS if n <= LIVE_LONGEST]
     return sorted(((rows, n) for rows in LIVE_ROWS for n in lengths), key=lambda s: (-s[0] * s[1], -s[0]))
+
+
+def voice_shapes(length: int, width: int) -> list[tuple[int, int]]:
+    """The buckets a render's rows of one voice meet, their prompts `length` tokens, joining a batch of up to `width`:
+    one row to as many as a slice holds, the largest first; none past the longest bucket."""
+    if prefill_bucket(1, length) is None:
+        return []
+    most = min(width, prefill_rows(length))
+    return [prefill_bucket(1 << k, length) for k in reversed(range((most - 1).bit_length() + 1))]
 
 
 class Arena:

@@ -14,7 +14,7 @@ import torch
 
 from ..codec.calls import FIRST_GRID, LIVE_CHUNK, RAMP_SIZES, call_frames, ramp_size
 from ..codec.stream import CodecStream
-from ..graphs import CAPTURE_LOCK, PROMPTS, side_stream
+from ..graphs import CAPTURE_LOCK, PROMPTS, frame_loop_stream, side_stream
 from ..lines.line import Line, Row
 from ..lines.voice import Voice
 from ..prompts import batch_inputs, prompt_inputs, row_prompts, talker_inputs
@@ -255,6 +255,13 @@ def warm_lines(tts, n: int) -> list[Line]:
         return [Line(t, voices[i % 2]) for i, t in enumerate(texts)]
     extra = dict(speaker=tts.speakers[0]) if tts.variant == "custom_voice" else dict(instruct="A calm, clear voice.")
     return [Line(t, **extra) for t in texts]
+
+
+def warm_prefills(tts, shapes: list[tuple[int, int]]) -> None:
+    """(on the thread that owns the model) Capture the prefill buckets `shapes` (rows, tokens), as a join would."""
+    loop = tts.patch.loop
+    with torch.inference_mode(), frame_loop_stream(tts.device):
+        loop.prefills.warm(loop, shapes, tts.tts.model.dtype)
 
 
 def budget_pages(tts, kv_cache_bytes: int | None) -> int | None:

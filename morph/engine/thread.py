@@ -20,7 +20,6 @@ import torch
 
 from ..errors import Busy, EngineFailed, reason
 from ..line_audio import LineAudio
-from ..graphs import frame_loop_stream
 from ..memory import replays_graphs
 from ..lines.line import Line
 from ..lines.text_split import MAX_SEGMENT_CHARS
@@ -28,7 +27,7 @@ from ..prompts import PrivateTokenizer, make_rows
 from ..settings import LIVE_MAX_FRAMES, LIVE_MAX_PROMPT, LIVE_WIDTH, GenerationSettings
 from .engine import Engine, fatal
 from .request import Request, rows_request
-from .runner import WARM_FRAMES, prompts_aside, warm_lines
+from .runner import WARM_FRAMES, prompts_aside, warm_lines, warm_prefills
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_MAX_S = 60  # the longest Retry-After OpenAI's client honours
@@ -173,7 +172,9 @@ class LiveEngine(EngineThread):
             left.acquire()
         if errors:
             raise errors[0]
-        self.call(lambda: _warm_prefills(tts)).result()
+        from ..decode.prefill_graphs import live_shapes  # the decode path loads with a model, not with the nodes
+
+        self.call(lambda: warm_prefills(tts, live_shapes())).result()
         seconds = time.perf_counter() - start
         log.info("%s: the engine is ready (%.1f s)", self.who, seconds)
         return seconds
@@ -211,12 +212,3 @@ class LiveEngine(EngineThread):
         # with its prompt is equal to one without: the line's audio finds it)
         rows = prompts_aside(self.tts, request.rows, self.tokenizer.tokenize)
         return super().submit(dataclasses.replace(request, rows=rows), who)
-
-
-def _warm_prefills(tts) -> None:
-    """(on the engine's thread) The prefill buckets a server's joins meet, captured as a join would be."""
-    from ..decode.prefill_graphs import live_shapes  # the decode path loads with a model, not with the nodes
-
-    loop = tts.patch.loop
-    with torch.inference_mode(), frame_loop_stream(tts.device):
-        loop.prefills.warm(loop, live_shapes(), tts.tts.model.dtype)

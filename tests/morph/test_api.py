@@ -131,6 +131,25 @@ def test_without_transcript_the_voice_is_xvector_only(tiny_tts, ref_audio, caplo
     assert icl.icl and icl.ref_code.shape[1] == 16 and icl.ref_code.dtype == torch.int64
 
 
+def test_an_icl_voice_made_where_graphs_replay_has_its_reference_decoded_before_its_first_render(
+        tiny_tts, ref_audio, monkeypatch):
+    """Where graphs replay (a GPU's fast modes) make_voice primes the codec with an ICL voice's reference, so its first
+    render does not; an x-vector voice has none, and off the fast modes nothing is primed."""
+    import morph.api
+
+    tiny_tts.codec.release()
+    tiny_tts.make_voice(*ref_audio, transcript="A short reference sentence.")
+    assert not tiny_tts.codec._primed  # the CPU: nothing captured, nothing made ahead
+    monkeypatch.setattr(morph.api, "replays_graphs", lambda tts: True)
+    tiny_tts.make_voice(*ref_audio)
+    assert not tiny_tts.codec._primed
+    voice = tiny_tts.make_voice(*ref_audio, transcript="A short reference sentence.")
+    assert len(tiny_tts.codec._primed) == 1
+    primed = tiny_tts.codec.primed(voice.ref_code, tiny_tts.device)
+    assert list(tiny_tts.codec._primed.values()) == [primed]
+    tiny_tts.codec.release()
+
+
 def test_long_text_is_split_into_the_rows_of_one_batch_and_joined(tiny_tts, ref_audio, monkeypatch):
     from morph.lines.text_split import MAX_SEGMENT_CHARS
 

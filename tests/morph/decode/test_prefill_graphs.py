@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from morph.decode.prefill_graphs import LIVE_LONGEST, Arena, Bucket, PrefillGraphs, live_shapes
+from morph.decode.prefill_graphs import LIVE_LONGEST, Arena, Bucket, PrefillGraphs, live_shapes, voice_shapes
 from morph.settings import prefill_bucket
 
 from .prefill_case import alone, assert_same, slice_of
@@ -46,6 +46,13 @@ def test_outside_the_fast_modes_a_slice_runs_the_lean_prefill(tiny_tts):
     for (k, v), (k2, v2) in zip(got.kv, want.kv, strict=True):
         assert torch.equal(k, k2) and torch.equal(v, v2)
     assert torch.equal(got.logits, want.logits) and len(graphs.graphs) == 0
+
+
+def test_a_voices_buckets_are_every_row_count_a_batch_or_a_slice_holds_the_largest_first():
+    assert voice_shapes(16, 64) == [(64, 16), (32, 16), (16, 16), (8, 16), (4, 16), (2, 16), (1, 16)]
+    assert voice_shapes(16, 48) == [(64, 16), (32, 16), (16, 16), (8, 16), (4, 16), (2, 16), (1, 16)]  # 48 pads to 64
+    assert voice_shapes(141, 64) == [(8, 192), (4, 192), (2, 192), (1, 192)]  # a slice holds 2048 // 192 rows
+    assert voice_shapes(16, 1) == [(1, 16)] and voice_shapes(2049, 64) == []  # past the longest: op by op
 
 
 def test_a_servers_buckets_are_one_and_two_rows_at_every_length_up_to_its_longest_the_largest_first():
