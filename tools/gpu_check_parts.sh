@@ -19,7 +19,7 @@ out=${1:?usage: bash tools/gpu_check_parts.sh OUTDIR [PART ...]}
 shift
 declare -A PARTS=(
   [A]="tests/gpu/test_continuous.py tests/gpu/test_streaming.py tests/gpu/test_codec.py tests/gpu/test_prefill.py
-       tests/gpu/test_kth.py tests/gpu/test_sampling_kernel.py tests/gpu/test_snake.py"
+       tests/gpu/test_kth.py tests/gpu/test_sampling_kernel.py tests/gpu/test_snake.py tests/gpu/test_ready.py"
   [B]="tests/gpu/test_paged_batch.py tests/gpu/test_live_churn.py tests/gpu/test_failures.py
        tests/gpu/test_graph_memory.py tests/gpu/test_unload.py tests/gpu/test_allocators.py"
   [C]="tests/gpu/test_cards.py"
