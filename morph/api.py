@@ -24,7 +24,7 @@ from .lines.reference_audio import prepare_reference
 from .lines.words import FOR_PYTHON, Words
 from .lines.voice import Voice
 from .memory import replays_graphs
-from .prompts import VOICE_PREFILL_TOKENS, prefill_tokens
+from .prompts import voice_prefill_lengths
 from .qwen.checkpoints import DEFAULT_MODEL, VARIANT_NAMES, locate_checkpoint
 from .qwen.loading import load_qwen_tts, place
 from .render import BatchTTS, Line, OnStep
@@ -111,7 +111,7 @@ class MorphTTS:
         _WarmUp(self).render(warm_lines(self, width), batch_size=width, who=who)
         self.ready_width = width
         if self.variant == "base":  # an x-vector voice's rows prefill its markup alone, whatever their text
-            self._prefills_ready(VOICE_PREFILL_TOKENS)
+            self._prefills_ready(warm_lines(self, 1)[0].voice)
         torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - start
         log.info("%s: the engine is ready (%.1f s; %.2f GiB kept for its batches)", who, seconds, self.held / 2**30,
@@ -169,14 +169,15 @@ class MorphTTS:
             with torch.cuda.stream(self.codec.side_stream(self.device)), torch.inference_mode():  # as rows open
                 self.codec.primed(voice.ref_code, self.device)
             if self.ready_width is not None:  # and the prefills of its rows joining
-                self._prefills_ready(prefill_tokens("", voice))
+                self._prefills_ready(voice)
         return voice
 
-    def _prefills_ready(self, tokens: int) -> None:
-        """Capture the prefill buckets rows of `tokens` prompt tokens meet joining a batch of up to ready()'s width;
+    def _prefills_ready(self, voice: Voice) -> None:
+        """Capture the prefill buckets `voice`'s rows meet joining a batch of up to ready()'s width, the largest first;
         what they keep is the engine's (`held`)."""
+        shapes = {s for n in voice_prefill_lengths(self, voice) for s in voice_shapes(n, self.ready_width)}
         before = torch.cuda.memory_allocated(self.device)
-        warm_prefills(self, voice_shapes(tokens, self.ready_width))
+        warm_prefills(self, sorted(shapes, key=lambda s: (-s[0] * s[1], -s[0])))
         self.held += max(0, torch.cuda.memory_allocated(self.device) - before)
 
     # -- generation: one line through the batch front end (morph/render.py) -------------

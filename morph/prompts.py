@@ -209,6 +209,16 @@ def prompt_tokens(text: str, voice: Voice | None = None, instruct: str = "", cou
     return tokens
 
 
+def voice_prefill_lengths(tts, voice: Voice) -> set[int]:
+    """The tokens a row in `voice` prefills, whatever its text: its language left to the model, and named (one more
+    tag). Measured on the prompts the engine builds; prefill_tokens is a bound above them."""
+    lines = [Line("Hi.", voice, language) for language in ("Auto", "English")]
+    rows = make_rows(tts, lines, GenerationSettings(), "voice", False)
+    with torch.inference_mode():
+        prompts = row_prompts(tts.tts.model, [line.language for line in lines], **prompt_inputs(tts, rows))
+    return {int(p.embeds.shape[1]) for p in prompts}
+
+
 def prefill_tokens(text: str, voice: Voice | None = None, instruct: str = "", count=len) -> int:
     """The tokens the talker prefills for a row, at most: a voice's markup and reference frames, or for a speaker or
     an instruct (the whole text in the prompt) prompt_tokens."""

@@ -23,7 +23,7 @@ RENDERS = 10
 # the CLI's and the Python API's default allocator's; None: the README says it does not fit (tried at one row)
 ADVISED = {"cudaMallocAsync": {("0.6b", 6): 16, ("0.6b", 8): 64, ("0.6b", 12): 64, ("1.7b", 6): 8, ("1.7b", 8): 32,
                                ("1.7b", 12): 64},
-           "native": {("0.6b", 6): 16, ("0.6b", 8): 32, ("0.6b", 12): 64, ("1.7b", 6): None, ("1.7b", 8): 8,
+           "native": {("0.6b", 6): 8, ("0.6b", 8): 32, ("0.6b", 12): 64, ("1.7b", 6): None, ("1.7b", 8): 8,
                       ("1.7b", 12): 64}}
 
 

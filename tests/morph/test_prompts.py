@@ -15,7 +15,7 @@ import torch
 
 from morph.engine.runner import RowRunner, prompts_aside
 from morph.prompts import (PROMPT_OVERHEAD_TOKENS, PrivateTokenizer, make_rows, prefill_tokens, prompt_inputs,
-                           prompt_tokens, talker_inputs, token_count)
+                           prompt_tokens, talker_inputs, token_count, voice_prefill_lengths)
 from morph.render import Line
 from morph.settings import GenerationSettings, Sampling
 
@@ -30,6 +30,28 @@ def test_a_prompt_is_counted_in_the_models_tokens_and_bounds_the_real_prompt(tin
     built = model._tokenize_texts([model._build_assistant_text(text)])[0].shape[-1]  # what upstream embeds
     assert built <= prompt_tokens(text, None, "", count)
     assert prompt_tokens(text) == len(text) + PROMPT_OVERHEAD_TOKENS  # without a tokenizer: one per character
+
+
+def test_a_voices_prefill_lengths_are_those_its_rows_prefill_in_any_language_within_the_bound(tiny_tts, voices,
+                                                                                             monkeypatch):
+    """voice_prefill_lengths, measured once a voice (MorphTTS readies its prefill buckets by them): each row of the
+    voice, joining alone, prefills one of them, whatever its text and language, and prefill_tokens bounds them."""
+    from morph.decode.prefill_graphs import PrefillGraphs
+    from morph.render import BatchTTS
+
+    met = []
+    real = PrefillGraphs.prefill
+    monkeypatch.setattr(PrefillGraphs, "prefill", lambda self, loop, embeds, mask, *a, **k: (
+        met.append(mask.shape), real(self, loop, embeds, mask, *a, **k))[1])
+    monkeypatch.setattr(tiny_tts.patch, "mode", "lean")  # the continuous batch, whose joins prefill a slice each
+    for voice in voices.values():
+        met.clear()
+        lines = [Line(text, voice, language) for text in ("Hi.", "A much longer line, " * 6)
+                 for language in ("Auto", "English", "Chinese")]
+        BatchTTS(tiny_tts).render(lines, GenerationSettings(max_new_tokens=2), batch_size=1)
+        lengths = voice_prefill_lengths(tiny_tts, voice)
+        assert {length for rows, length in met} == lengths and len(lengths) == 2 and {rows for rows, _ in met} == {1}
+        assert max(lengths) <= prefill_tokens("", voice) and max(lengths) - min(lengths) == 1
 
 
 def test_a_private_tokenizer_counts_as_the_models_on_many_threads_and_keeps_a_bounded_cache(tiny_tts, monkeypatch):
