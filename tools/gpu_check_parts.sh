@@ -11,7 +11,9 @@
 #
 # PART is one of the names below (default: all of them). test_memory.py's two size lists are parts of their own:
 # the whole file under one allocator did not finish in 545 s (bench/results/h200-2026-11-29/NOTES.md). C, the card
-# table's ten renders a row, starts its six processes side by side (tests/gpu/test_cards.py). If a part
+# table's ten renders a row, runs its rows three at a time (tests/gpu/test_cards.py): 350 s under cudaMallocAsync on
+# an H200 of its own, 416 s under native beside parts A and B; both allocators' C on one H200 did not end in 545 s, so
+# give each its own GPU (bench/results/h200x2-2026-11-29g/NOTES.md). If a part
 # hits LIMIT, its folder holds only its log's header: run fewer parts a call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
