@@ -65,6 +65,16 @@ def test_a_private_tokenizer_counts_as_the_models_on_many_threads_and_keeps_a_bo
     assert private._count.cache_info().currsize == 3
 
 
+def test_without_a_tokenizer_a_text_counts_a_token_a_character():
+    import types
+
+    no_processor = types.SimpleNamespace(tts=types.SimpleNamespace(device=torch.device("cpu")))
+    no_tokenizer = types.SimpleNamespace(tts=types.SimpleNamespace(device=torch.device("cpu"),
+                                                                   processor=types.SimpleNamespace()))
+    for tts in (no_processor, no_tokenizer):
+        assert token_count(tts)("Hello there.") == PrivateTokenizer(tts).count("Hello there.") == 12
+
+
 def test_a_voices_prefill_is_its_markup_and_reference_whatever_its_text(tiny_tts, voices):
     """Upstream reads a voice's text beside its codes: the prompt the talker prefills (its attention mask) stays
     within prefill_tokens for a short and a long text, x-vector and ICL alike, and an ICL voice's reference adds to

@@ -666,13 +666,14 @@ def test_what_a_render_leaves_allocated_is_held_and_the_next_render_is_sized_as_
     engine is released, it counts as free when the next batch is sized, so the second render is as wide as the
     first; a render that keeps nothing more leaves it as it was."""
     allocated = [5 * 2**30]  # the weights
-    monkeypatch.setattr(morph.engine.engine, "allocated", lambda device: allocated[0])
+    gpu = types.SimpleNamespace(patch=TTS.patch, device=types.SimpleNamespace(type="cuda"), held=0)
+    monkeypatch.setattr(morph.engine.engine, "allocated", lambda device: allocated[0] if device is gpu.device else None)
     monkeypatch.setattr(morph.engine.engine, "batch_need", lambda tts, rows, prompts, width: width * 2**29)
     monkeypatch.setattr(morph.engine.engine, "free_bytes", lambda device: 8 * 2**30 - allocated[0])  # an 8 GiB card
-    gpu = types.SimpleNamespace(patch=TTS.patch, device=types.SimpleNamespace(type="cuda"), held=0)
     script.after_take = lambda: allocated.__setitem__(0, 7 * 2**30)  # its first frame builds 2 GiB of state
+    engine = None
     for render in range(3):
-        engine = Engine(gpu, 64, "Test")
+        engine = engine if render == 2 else Engine(gpu, 64, "Test")  # the last on an engine released before
         engine.submit(Sink().request("abc"))
         try:
             run(engine)
@@ -698,10 +699,10 @@ def test_a_batch_out_of_memory_on_a_gpu_drops_the_kept_state_before_it_is_built_
     dropped, allocated = [], [3 * 2**30]  # the weights and the 2 GiB ready() kept
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(morph.engine.engine, "free_bytes", lambda device: None)
-    monkeypatch.setattr(morph.engine.engine, "allocated", lambda device: allocated[0])
     loop = types.SimpleNamespace(drop_state=lambda: dropped.append(True) or allocated.__setitem__(0, 2**30))
     tts = types.SimpleNamespace(patch=types.SimpleNamespace(resolved_mode=TTS.patch.resolved_mode, loop=loop),
                                 device=types.SimpleNamespace(type="cuda"), held=2 * 2**30)
+    monkeypatch.setattr(morph.engine.engine, "allocated", lambda device: allocated[0] if device is tts.device else None)
     engine = Engine(tts, 2, "Test")
     sink = Sink()
     engine.submit(sink.request("ab", frames=1))
