@@ -21,6 +21,13 @@ def commit(repo, path, text):
     return subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
 
 
+def repo_with_gpu_tests(repo, *names):
+    """A new repository whose tests/gpu holds these files."""
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for name in names:
+        commit(repo, f"tests/gpu/{name}", "")
+
+
 def check(commit_id, failed=(), backends=("cudaMallocAsync", "native"), tests=None):
     results = dict(cudaMallocAsync=dict(passed=3, failed=list(failed)), native=dict(passed=2, failed=[]))
     report = dict(commit=commit_id, device="GPU X", backends={b: results[b] for b in backends})
@@ -66,9 +73,7 @@ def test_a_machine_without_git_says_so(tmp_path, monkeypatch, capsys):
 
 
 def test_a_check_run_in_parts_names_the_files_no_part_ran(tmp_path, monkeypatch, capsys):
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    for name in ("test_a.py", "test_b.py", "test_c.py"):
-        commit(tmp_path, f"tests/gpu/{name}", "")
+    repo_with_gpu_tests(tmp_path, "test_a.py", "test_b.py", "test_c.py")
     head = commit(tmp_path, "morph/a.py", "1")
     # cudaMallocAsync ran a and b in one part and c (selected with -k) in another; native ran only a
     commit(tmp_path, "bench/results/d/A-async/gpu_check.json",
@@ -92,9 +97,8 @@ def test_a_check_run_in_parts_names_the_files_no_part_ran(tmp_path, monkeypatch,
     (["-k slow"], " (test_a.py, test_b.py not run)"),  # named no file of tests/gpu
 ])
 def test_what_a_run_named_decides_the_files_not_run(tmp_path, monkeypatch, capsys, parts, missed):
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    for name in ("__init__.py", "conftest.py", "test_a.py", "test_b.py"):  # only test_*.py files are tests
-        commit(tmp_path, f"tests/gpu/{name}", "")
+    # only test_*.py files are tests
+    repo_with_gpu_tests(tmp_path, "__init__.py", "conftest.py", "test_a.py", "test_b.py")
     head = commit(tmp_path, "morph/a.py", "1")
     for i, tests in enumerate(parts):
         commit(tmp_path, f"bench/results/d/part{i}/gpu_check.json", check(head, backends=["native"], tests=tests))
@@ -104,9 +108,7 @@ def test_what_a_run_named_decides_the_files_not_run(tmp_path, monkeypatch, capsy
 
 
 def test_parts_run_at_commits_of_the_same_code_are_one_check(tmp_path, monkeypatch, capsys):
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    for name in ("test_a.py", "test_b.py"):
-        commit(tmp_path, f"tests/gpu/{name}", "")
+    repo_with_gpu_tests(tmp_path, "test_a.py", "test_b.py")
     before = commit(tmp_path, "morph/a.py", "1")
     commit(tmp_path, "bench/results/d0/B/gpu_check.json",  # other code: not part of the check below
            check(before, failed=["t::old"], backends=["native"], tests="tests/gpu/test_b.py"))
@@ -128,9 +130,7 @@ def test_parts_run_at_commits_of_the_same_code_are_one_check(tmp_path, monkeypat
 
 
 def test_the_files_the_newest_check_did_not_run_say_where_they_last_ran(tmp_path, monkeypatch, capsys):
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    for name in ("test_a.py", "test_b.py", "test_c.py"):
-        commit(tmp_path, f"tests/gpu/{name}", "")
+    repo_with_gpu_tests(tmp_path, "test_a.py", "test_b.py", "test_c.py")
     old = commit(tmp_path, "morph/a.py", "1")
     commit(tmp_path, "bench/results/d0/all/gpu_check.json",
            check(old, backends=["native"], tests="tests/gpu/test_b.py"))
