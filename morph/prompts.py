@@ -236,7 +236,8 @@ class PrivateTokenizer:
 
     def __init__(self, tts):
         self._model = tts.tts
-        self._own = types.SimpleNamespace(processor=copy.deepcopy(getattr(self._model, "processor", None)), device=self._model.device)
+        processor = copy.deepcopy(getattr(self._model, "processor", None))
+        self._own = types.SimpleNamespace(processor=processor, device=self._model.device)
         self._lock = threading.Lock()
         tokenizer = getattr(self._own.processor, "tokenizer", None)
         self._count = len if tokenizer is None else functools.lru_cache(maxsize=self.COUNTS_KEPT)(_counter(tokenizer))
