@@ -17,7 +17,7 @@ import torch
 
 from .codec.layers import LeanCodec
 from .config import ModelConfig
-from .decode.prefill_graphs import voice_shapes
+from .decode.prefill_graphs import largest_first, voice_shapes
 from .engine.runner import WARM_FRAMES, warm_lines, warm_prefills
 from .reference.patch import MorphPatch
 from .lines.reference_audio import prepare_reference
@@ -177,7 +177,7 @@ class MorphTTS:
         what they keep is the engine's (`held`)."""
         shapes = {s for n in voice_prefill_lengths(self, voice) for s in voice_shapes(n, self.ready_width)}
         before = torch.cuda.memory_allocated(self.device)
-        warm_prefills(self, sorted(shapes, key=lambda s: (-s[0] * s[1], -s[0])))
+        warm_prefills(self, largest_first(shapes))
         self.held += max(0, torch.cuda.memory_allocated(self.device) - before)
 
     # -- generation: one line through the batch front end (morph/render.py) -------------

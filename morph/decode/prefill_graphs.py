@@ -26,10 +26,15 @@ LIVE_ROWS = (1, 2)
 LIVE_LONGEST = 256
 
 
+def largest_first(shapes) -> list[tuple[int, int]]:
+    """Buckets (rows, tokens) in the order PrefillGraphs.warm captures them: the arena is sized once, by the first."""
+    return sorted(shapes, key=lambda s: (-s[0] * s[1], -s[0]))
+
+
 def live_shapes() -> list[tuple[int, int]]:
-    """The buckets a server's joins meet, the largest first (the arena is sized once)."""
+    """The buckets a server's joins meet, the largest first."""
     lengths = [n for n in PREFILL_LENGTHS if n <= LIVE_LONGEST]
-    return sorted(((rows, n) for rows in LIVE_ROWS for n in lengths), key=lambda s: (-s[0] * s[1], -s[0]))
+    return largest_first((rows, n) for rows in LIVE_ROWS for n in lengths)
 
 
 def voice_shapes(length: int, width: int) -> list[tuple[int, int]]:
