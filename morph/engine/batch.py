@@ -26,9 +26,10 @@ class ContinuousBatch:
     """Rows of one render decoded `width` at a time in one running batch (module docstring)."""
 
     def __init__(self, loop, width: int, need: int, options: dict, seq_groups: int, mode: str, device, dtype,
-                 pages: int | None = None, overcommit: bool = False, pace: Pace | None = None):
+                 pages: int | None = None, overcommit: bool = False, pace: Pace | None = None, grid: int = 1):
         """need: the most slots one row takes (prompt, frames, EOS); options: the talker's sampling keywords; pages:
-        a paged K/V pool of at least that many pages, else dense; overcommit: the pool's rows may be preempted."""
+        a paged K/V pool of at least that many pages, else dense; overcommit: the pool's rows may be preempted; grid:
+        rows join at frames that are its multiples."""
         self.loop, self.width, self.seq_groups, self.device = loop, width, seq_groups, device
         self.lag = loop.sync_lag if device.type == "cuda" else 0  # frames behind the GPU the host learns a row ended
         self.mode = runner.resolve(mode, device, loop.lean_check)
@@ -42,7 +43,7 @@ class ContinuousBatch:
         # the state may be a kept wider one (the engine's, made ready at load): rows take the first `width` slots and
         # the step runs at the state's own buckets, whose graphs are captured already
         self.sched = Scheduler(width, None if pages is None else BlockManager(*self.st.paging, overcommit), pace,
-                               rows=self.st.batch)
+                               rows=self.st.batch, grid=grid)
         self.streams = loop.row_streams(device)
         self.position = 0  # P, the host's copy of st.step
         self._paced: float | None = None  # when the last frame was stepped, unless a join or a drain came after it
@@ -119,6 +120,7 @@ class ContinuousBatch:
         cuda = self.device.type == "cuda"
         self._steps[self.sched.bucket]()
         self.widths[self.sched.bucket] += 1
+        self.sched.stepped()
         self.position += 1
         slot = self.position % self._flags.shape[0]
         self._flags[slot].copy_(self.st.unfinished, non_blocking=cuda)

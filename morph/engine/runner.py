@@ -71,8 +71,6 @@ class RowRunner:
         def next_group(n: int) -> "Group | None":
             if self._queued:
                 return self._queued.pop()
-            if self._live is not None and not self._live.may_join():
-                return None
             if self._ahead is not None:
                 return self._ahead.next()
             return self._group(chunk)[1] if (chunk := take(n)) else None
@@ -133,9 +131,12 @@ class RowRunner:
         from .batch import ContinuousBatch
 
         tts = self.tts
+        # a render's rows join at FIRST_GRID marks, so first chunks share one codec call shape (a live batch's join at
+        # any frame and ramp up)
+        grid = FIRST_GRID if self.audio and self.pace is None else 1
         self.batch = ContinuousBatch(tts.patch.loop, self.width, self.need, options, self.settings.seq_groups,
                                      tts.patch.mode, tts.device, tts.tts.model.dtype, self.pages, self.overcommit,
-                                     self.pace)
+                                     self.pace, grid)
         if not self.audio:
             return
         from ..decode.runner import FAST_MODES
@@ -283,18 +284,8 @@ class LiveChunks:
         self.batch, self.codec, self.ramp = batch, codec, ramp
         self.sizes = RAMP_SIZES if ramp else (FIRST_GRID, LIVE_CHUNK)  # the chunks' call sizes
         self.lag = batch.lag
-        self.frame = 0  # frames the batch has run
         self.joined: dict[Row, int] = {}  # row -> the frame it joined before
         self.ended: list[tuple[Row, torch.Tensor]] = []  # rows that ended since the last mark, with their codes
-
-    def may_join(self) -> bool:
-        """Whether rows may join before this frame: with `ramp` always, else at FIRST_GRID marks only, so first chunks
-        share one call shape (any frame would give chunks of 1 to 4 frames, each a shape for cuDNN to plan)."""
-        if self.ramp:
-            return True
-        if not self.joined:
-            self.frame = -(-self.frame // FIRST_GRID) * FIRST_GRID
-        return self.frame % FIRST_GRID == 0
 
     def end(self, row: Row, codes: torch.Tensor) -> None:
         """The batch's `finished`: the row ended with `codes` [frames, 16]."""
@@ -309,11 +300,11 @@ class LiveChunks:
 
     def step(self) -> None:
         """Before each frame: joined rows open, and the chunks now due go to the codec."""
+        run = self.batch.sched.frame  # rows join on the scheduler's grid: a render's at FIRST_GRID marks
         for live in self.batch.live.values():
             if live.name not in self.joined:
-                self.joined[live.name] = self.frame
+                self.joined[live.name] = run
                 self.codec.open(live.name, None if live.name.line.voice is None else live.name.line.voice.ref_code)
-        run, self.frame = self.frame, self.frame + 1
         known = run - self.lag  # the batch's frames known to be the rows' own
         if self.ramp:
             due = self._rests()

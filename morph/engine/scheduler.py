@@ -4,6 +4,7 @@
   only where its prompt fits behind and its frames ahead (`has_room`), else the live rows move down.
 - Joining: a render's batch asks for rows once `width / REFILL_DIVISOR` slots are free or none runs, a live one (with
   a `Pace`) at every frame; rows that did not fit are asked for again only after a row ends (a try costs a drain).
+  Rows join only at frames on the batch's `grid` (a render's codec calls come in FIRST_GRID-frame chunks).
 - Admission: in order, while the rows' pages can be set aside and, in a live batch, while its `Pace` keeps a frame at
   the width it would run under `PACE_PERCENT` of `FRAME_MS`, so every stream stays ahead of its playback.
 - Preemption: when an overcommitted pool is short, the row that joined last starts again; none joins until one ends.
@@ -117,8 +118,9 @@ class Scheduler:
     """The slots of one batch of `width` rows; `blocks`: the paged pool (None: dense); `pace`: a live batch's."""
 
     def __init__(self, width: int, blocks: BlockManager | None = None, pace: Pace | None = None,
-                 rows: int | None = None):
-        self.width, self.blocks, self.pace = width, blocks, pace
+                 rows: int | None = None, grid: int = 1):
+        self.width, self.blocks, self.pace, self.grid = width, blocks, pace, grid
+        self.frame = 0  # frames run; with no row running it moves on to the grid's next mark
         self.live: dict[int, Live] = {}
         self.free = list(range(width))  # ascending: the lowest is handed out first
         self.refill = 1 if pace is not None else max(1, width // REFILL_DIVISOR)
@@ -133,7 +135,7 @@ class Scheduler:
     # -- joining -----------------------------------------------------------------------------------
     def may_fill(self) -> bool:
         """Whether to ask for rows before this frame."""
-        if self._tried is not None and self.ended <= self._tried:
+        if (self.live and self.frame % self.grid) or (self._tried is not None and self.ended <= self._tried):
             return False
         return bool(self.free) and (not self.live or len(self.free) >= self.refill)
 
@@ -199,7 +201,13 @@ class Scheduler:
         if self.blocks is not None:
             self.blocks.release(row.name)
         bisect.insort(self.free, slot)
+        if not self.live:  # nothing runs on the grid: the next rows join at once
+            self.frame = -(-self.frame // self.grid) * self.grid
         return row
+
+    def stepped(self) -> None:
+        """A frame was run."""
+        self.frame += 1
 
     # -- pages as the rows grow ------------------------------------------------------------------------
     def grow(self, position: int) -> tuple[list[tuple[int, int]], list[int]]:

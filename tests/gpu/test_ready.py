@@ -1,7 +1,7 @@
 """MorphTTS.ready (issue 79's closed shape set): after it, and after the voices are made, renders whose rows join at
-every count, in x-vector and ICL voices of two reference lengths, capture no frame step and no prefill: the step's
-widths and every prefill bucket their joins meet were captured before the first render. The codec still captures
-the call sizes of rows' first chunks that come off its grid (1 to 3 frames; ready() warms 4 and 16)."""
+every count, in x-vector and ICL voices of two reference lengths, capture nothing: the step's widths, every prefill
+bucket their joins meet and the codec's call shapes (rows join on its 4-frame grid) were captured before the first
+render."""
 
 from __future__ import annotations
 
@@ -39,11 +39,5 @@ def captured(tiny_dir, ref_wave):
     return roles
 
 
-def test_renders_after_ready_and_the_voices_capture_no_step_and_no_prefill(captured):
-    assert [role for role in captured if role != graphs.CODEC_CAPTURE] == []
-
-
-@pytest.mark.xfail(strict=True, reason="issue 79: a row's first chunk off the codec's grid is 1 to 3 frames, a call "
-                                       "size ready() does not warm (bench/results/h200x2-2026-11-29g/NOTES.md)")
-def test_renders_after_ready_and_the_voices_capture_no_codec_call_either(captured):
+def test_renders_after_ready_and_the_voices_capture_nothing(captured):
     assert captured == []

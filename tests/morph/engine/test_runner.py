@@ -352,7 +352,8 @@ def test_a_live_rows_chunks_ramp_up_each_as_soon_as_its_frames_are_known_the_sma
     after the row joins (no lag: EOS cannot have come), the next ones once their frames are 4 behind; at frame 12 b's
     first chunk goes before a's 4 frames, and from frame 52 their 16 frames share one call."""
     a, b = _Row("a"), _Row("b")
-    batch = types.SimpleNamespace(lag=4, hold=2, live={}, st=types.SimpleNamespace(frames=torch.zeros(2, 64, 16)))
+    batch = types.SimpleNamespace(lag=4, hold=2, live={}, st=types.SimpleNamespace(frames=torch.zeros(2, 64, 16)),
+                                  sched=types.SimpleNamespace(frame=0))
     codec = _Codec()
     chunks = LiveChunks(batch, codec, ramp=True)
     assert chunks.sizes == (1, 2, 4, 8, 16)
@@ -361,8 +362,7 @@ def test_a_live_rows_chunks_ramp_up_each_as_soon_as_its_frames_are_known_the_sma
             batch.live[0] = Live(a, 0, 0, 0, 50)
         if frame == 10:
             batch.live[1] = Live(b, 0, 10, 10, 50)
-        assert chunks.may_join()
-        codec.frame = frame
+        codec.frame = batch.sched.frame = frame
         chunks.step()
     got = {name: [(f, n) for f, _, fed in codec.feeds for r, n in fed if r.name == name] for name in "ab"}
     assert got["a"] == [(2, 2), (8, 2), (12, 4), (20, 8), (36, 16), (52, 16)]

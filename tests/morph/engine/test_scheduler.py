@@ -67,6 +67,21 @@ def test_a_batch_that_has_ended_no_row_asks_again_once_every_row_joined():
     assert not sched.may_fill()
 
 
+def test_rows_join_only_on_the_grid_and_with_no_row_running_the_clock_moves_to_its_next_mark():
+    sched = Scheduler(2, grid=4)
+    assert sched.may_fill()  # frame 0
+    joined(sched, "ab", at=8)
+    sched.end(0, 9)
+    asked = []
+    for _ in range(6):
+        sched.stepped()
+        asked.append((sched.frame, sched.may_fill()))
+    assert asked == [(1, False), (2, False), (3, False), (4, True), (5, False), (6, False)]
+    sched.end(1, 14)  # the last row leaves at frame 6
+    assert sched.frame == 8 and sched.may_fill()
+    assert Scheduler(2).grid == 1  # a live batch's rows join at any frame
+
+
 def test_the_refill_share_rounds_down():
     sched = Scheduler(40)  # 40 / REFILL_DIVISOR: 2 slots
     joined(sched, range(40), at=8)
