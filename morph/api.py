@@ -18,9 +18,9 @@ import torch
 from .codec.layers import LeanCodec
 from .config import ModelConfig
 from .decode.prefill_graphs import largest_first, voice_shapes
-from .engine.runner import WARM_FRAMES, warm_lines, warm_prefills
+from .engine.runner import WARM_FRAMES, longest_line, warm_lines, warm_prefills
 from .reference.patch import MorphPatch
-from .lines.reference_audio import prepare_reference
+from .lines.reference_audio import MAX_TRANSCRIPT_CHARS_PER_SECOND, prepare_reference
 from .lines.words import FOR_PYTHON, Words
 from .lines.voice import Voice
 from .memory import replays_graphs
@@ -32,7 +32,6 @@ from .settings import DEFAULT_BATCH_SIZE, SAMPLE_RATE, GenerationSettings
 
 log = logging.getLogger(__name__)
 
-MAX_TRANSCRIPT_CHARS_PER_SECOND = 25  # fast speech is ~15-20 characters a second
 VARIANT_EXAMPLES = {"base": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "custom_voice": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
                     "voice_design": "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign"}
 
@@ -99,7 +98,8 @@ class MorphTTS:
 
     def ready(self, width: int = DEFAULT_BATCH_SIZE, who: str = "Load model") -> float | None:
         """Get the engine ready before the first request: a short render of `width` rows compiles the kernels, builds
-        the batch's state and captures every shape later renders of up to `width` rows reuse, then the prefills of
+        the batch's state (for the longest row a script holds) and captures every shape later renders of up to
+        `width` rows reuse, then the prefills of
         x-vector voices' rows (an ICL voice's are captured as it is made). What it keeps (`held`) is counted as free
         when a batch is sized. Seconds taken; None where nothing is captured (eager, or off CUDA)."""
         if not replays_graphs(self):
@@ -108,7 +108,7 @@ class MorphTTS:
                  "Triton compiles the kernels, about a minute)", who, width, extra={"status": True})
         self.release_device_state()
         start = time.perf_counter()
-        _WarmUp(self).render(warm_lines(self, width), batch_size=width, who=who)
+        _WarmUp(self).render(warm_lines(self, width - 1) + [longest_line(self)], batch_size=width, who=who)
         self.ready_width = width
         if self.variant == "base":  # an x-vector voice's rows prefill its markup alone, whatever their text
             self._prefills_ready(warm_lines(self, 1)[0].voice)

@@ -25,11 +25,11 @@ from .scheduler import Live, Pace, Scheduler, has_room
 class ContinuousBatch:
     """Rows of one render decoded `width` at a time in one running batch (module docstring)."""
 
-    def __init__(self, loop, width: int, need: int, options: dict, seq_groups: int, mode: str, device, dtype,
-                 pages: int | None = None, overcommit: bool = False, pace: Pace | None = None, grid: int = 1):
-        """need: the most slots one row takes (prompt, frames, EOS); options: the talker's sampling keywords; pages:
-        a paged K/V pool of at least that many pages, else dense; overcommit: the pool's rows may be preempted; grid:
-        rows join at frames that are its multiples."""
+    def __init__(self, loop, width: int, need: int, prompt: int, options: dict, seq_groups: int, mode: str, device,
+                 dtype, pages: int | None = None, overcommit: bool = False, pace: Pace | None = None, grid: int = 1):
+        """need: the most slots one row takes (prompt, frames, EOS); prompt: its prompt tokens at most; options: the
+        talker's sampling keywords; pages: a paged K/V pool of at least that many pages, else dense; overcommit: the
+        pool's rows may be preempted; grid: rows join at frames that are its multiples."""
         self.loop, self.width, self.seq_groups, self.device = loop, width, seq_groups, device
         self.lag = loop.sync_lag if device.type == "cuda" else 0  # frames behind the GPU the host learns a row ended
         self.mode = runner.resolve(mode, device, loop.lean_check)
@@ -37,8 +37,9 @@ class ContinuousBatch:
         self.cp_sampling, self.rules = loop.rules(device, options)
         self.hold = int(options["min_new_tokens"])  # frames before EOS may be drawn, the prefill's draw among them
         paging = None if pages is None else (pages, kv_store.PAGE)
-        # a row reads its text by its own frame index, which stays below its need: a text table of half the capacity
-        self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging, text_slots=capacity_for(need))
+        # a row reads its trailing text by its own frame index, then the pad: the text is no longer than its prompt
+        self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging,
+                             text_slots=capacity_for(prompt + 1))
         self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st)
         # the state may be a kept wider one (the engine's, made ready at load): rows take the first `width` slots and
         # the step runs at the state's own buckets, whose graphs are captured already

@@ -1,7 +1,7 @@
 """The engine: requests in (`submit`), their audio out through each request's sink, one continuous batch run a frame
 per `step()` on the thread that owns the model (docs/architecture.md, Data flow). Rows run in order; one with other
 settings or a larger cache need waits, and the batch is built again for it. A render's batch is sized to the rows
-waiting; a live one (`need` given) holds rows of up to `need` slots.
+waiting; a live one (`need` given: slots, prompt tokens) holds rows of up to those.
 Failures: out of memory, the batch narrows by half and the rows that handed out no audio run again (others fail); an
 error that loses the CUDA context (`fatal`) propagates; any other fails the batch's requests and the engine goes on."""
 
@@ -44,9 +44,9 @@ class Engine:
     by one); `overcommit`: the pool may preempt a row that streams nothing, to run it again; `stop(row)`: a row's last
     frame at the latest; `audio` False: on_row gets each row's codes and no codec runs."""
 
-    def __init__(self, tts, width: int, who: str, need: int | None = None, kv_cache_bytes: int | None = None,
-                 overcommit: bool = False, ahead: bool = False, stop: Callable[[Row], int] | None = None,
-                 audio: bool = True):
+    def __init__(self, tts, width: int, who: str, need: tuple[int, int] | None = None,
+                 kv_cache_bytes: int | None = None, overcommit: bool = False, ahead: bool = False,
+                 stop: Callable[[Row], int] | None = None, audio: bool = True):
         if not runs_lean(tts):
             raise ValueError(f"{who}: the engine runs the continuous batch, which runs the lean layers; load the "
                              "model with mode fused, graphs or lean (eager runs upstream's static batches only)")
@@ -58,7 +58,7 @@ class Engine:
         self._rows: dict[Row, Request] = {}  # the rows in the batch (taken, prefilled or live)
         self._cancels: set[Request] = set()  # requests cancelled while their rows are in the batch
         self._runner: RowRunner | None = None
-        self._built: tuple[GenerationSettings, int] | None = None  # the runner's settings and cache need
+        self._built: tuple[GenerationSettings, int, int] | None = None  # the runner's settings, cache need, prompt
         self._running = False  # the runner is in a run: rows are in its batch or joining
         self._began: int | None = None  # on a GPU, its allocated bytes when this engine's first run began
         self._joined: dict[Row, float] = {}
@@ -114,8 +114,8 @@ class Engine:
                     if not self._waiting:
                         return False
                     row, _, request = self._waiting[0]
-                    key, need = request.batch_key, request.needs[row]
-                if self._runner is not None and not fits_batch(key, need, self._built):
+                    key, need, prompt = request.batch_key, request.needs[row], request.prompt_bounds[row]
+                if self._runner is not None and not fits_batch(key, need, prompt, self._built):
                     self._runner = None  # the old batch's state and graphs go before the new one's are made
             failure = None
             if self._began is None and self.tts.device.type == "cuda":
@@ -157,7 +157,7 @@ class Engine:
         with self.cv:
             rows = [(r, q) for r, _, q in self._waiting if q.batch_key == key]
         needs = [q.needs[r] for r, q in rows]
-        need = self.need or max(needs)
+        need, prompt = self.need or (max(needs), max(q.prompt_bounds[r] for r, q in rows))
         if self.need is None:
             self._fit(rows)
         if self.kv_cache_bytes is not None:
@@ -165,12 +165,12 @@ class Engine:
         elif self.need is not None:
             pages = None  # a live batch: every slot holds a whole row's cache
         elif self.overcommit:  # sized for the frames rows are likely to speak: one the pool cannot grow runs again
-            pages = requeue_pool_pages([(q.needs[r] - r.limit - 1, r.limit) for r, q in rows], self.width)
+            pages = requeue_pool_pages([(q.prompt_bounds[r], r.limit) for r, q in rows], self.width)
         else:
             pages = pool_pages(needs, self.width)
-        self._runner = RowRunner(self.tts, key, self.width, need, self.stop, self._row_done, self.audio,
+        self._runner = RowRunner(self.tts, key, self.width, need, prompt, self.stop, self._row_done, self.audio,
                                  self._chunk, pages, self.overcommit, self.pace)
-        self._built = (key, need)
+        self._built = (key, need, prompt)
 
     def _fit(self, rows: list[tuple[Row, Request]]) -> None:
         """Narrow a render's batch, before it is built, to the width the free memory holds (memory.batch_need)."""
@@ -179,7 +179,7 @@ class Engine:
             return
         # what the engine kept since ready() this batch reuses or replaces: the budget stays the one it had at load
         free += self.tts.held
-        prompts = [q.needs[r] - r.limit - 1 for r, q in rows]
+        prompts = [q.prompt_bounds[r] for r, q in rows]
         width = fitting_width(self.width, lambda w: batch_need(self.tts, [r for r, _ in rows], prompts, w), free)
         if width < self.width:
             log.warning("%s: %.2f GiB of GPU memory is free, enough for a batch of %d rows, not %d; rendering %d "
@@ -192,7 +192,7 @@ class Engine:
         with self.cv:
             while self._waiting and len(taken) < n:
                 row, stream, request = self._waiting[0]
-                if not fits_batch(request.batch_key, request.needs[row], self._built):
+                if not fits_batch(request.batch_key, request.needs[row], request.prompt_bounds[row], self._built):
                     break
                 self._waiting.popleft()
                 request.status = RUNNING

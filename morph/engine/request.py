@@ -44,6 +44,11 @@ class Request:
         """Each row's cache slots: prompt, frames, EOS."""
         return {r: p + r.limit + 1 for r, p in zip(self.rows, self.prompts, strict=True)}
 
+    @functools.cached_property
+    def prompt_bounds(self) -> dict[Row, int]:
+        """Each row's prompt tokens at most, which bound its trailing text too."""
+        return dict(zip(self.rows, self.prompts, strict=True))
+
     @property
     def todo(self) -> list[Row]:
         return [r for r in self.rows if r not in self.done]

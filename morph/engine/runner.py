@@ -16,9 +16,11 @@ from ..codec.calls import FIRST_GRID, LIVE_CHUNK, RAMP_SIZES, call_frames, ramp_
 from ..codec.stream import CodecStream
 from ..graphs import CAPTURE_LOCK, PROMPTS, frame_loop_stream, side_stream
 from ..lines.line import Line, Row
+from ..lines.reference_audio import MAX_SECONDS, MAX_TRANSCRIPT_CHARS_PER_SECOND
+from ..lines.text_split import MAX_SEGMENT_CHARS
 from ..lines.voice import Voice
 from ..prompts import batch_inputs, prompt_inputs, row_prompts, talker_inputs
-from ..settings import GenerationSettings
+from ..settings import FRAMES_PER_SECOND, GenerationSettings
 
 if TYPE_CHECKING:
     from ..decode.groups import Group
@@ -28,7 +30,8 @@ T = TypeVar("T")
 _PROMPT = ("inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_embed")
 
 # The engine's short run before the first request (MorphTTS.ready), each row stopped after WARM_FRAMES frames. Most
-# take WARM_LONG, whose frame limit sizes the state and the pool for a script's lines; the rest meet shorter prefills.
+# take WARM_LONG, whose frame limit sizes the pool for a script's lines; the rest meet shorter prefills. One row is
+# longest_line, which sizes the state.
 WARM_LONG = ("We leave at dawn, before the fog lifts from the river, and we do not stop until we reach the old stone "
              "bridge. If the guards ask, we are traders from the coast, carrying salt and dried fish for the winter "
              "market, and we have papers to prove it. Keep your hood up and let me do the talking.")
@@ -38,14 +41,16 @@ WARM_FRAMES = 40
 
 class RowRunner:
     """One continuous batch and its audio, kept between runs while the settings hold: each row's audio to on_row whole
-    as it ends and to on_chunk as it comes. `need`: the most cache slots a row may take; every row must fit."""
+    as it ends and to on_chunk as it comes. `need`, `prompt`: the most cache slots and prompt tokens a row may take;
+    every row must fit."""
 
-    def __init__(self, tts, settings: GenerationSettings, width: int, need: int, stop: Callable[[Row], int],
-                 on_row: Callable[[Row, object], None], audio: bool = True,
+    def __init__(self, tts, settings: GenerationSettings, width: int, need: int, prompt: int,
+                 stop: Callable[[Row], int], on_row: Callable[[Row, object], None], audio: bool = True,
                  on_chunk: Callable[[Row, np.ndarray], None] | None = None, pages: int | None = None,
                  overcommit: bool = False, pace: Pace | None = None):
         """pages, overcommit: as ContinuousBatch's; pace: a live batch's (rows join at any frame, chunks ramp up)."""
-        self.tts, self.settings, self.width, self.need, self.stop = tts, settings, width, need, stop
+        self.tts, self.settings, self.width, self.stop = tts, settings, width, stop
+        self.need, self.prompt = need, prompt
         self.on_row, self.audio, self.on_chunk, self.pages, self.overcommit = on_row, audio, on_chunk, pages, overcommit
         self.pace = pace
         self.batch = None  # built for the first group: its options come with that group's prompt
@@ -134,9 +139,9 @@ class RowRunner:
         # a render's rows join at FIRST_GRID marks, so first chunks share one codec call shape (a live batch's join at
         # any frame and ramp up)
         grid = FIRST_GRID if self.audio and self.pace is None else 1
-        self.batch = ContinuousBatch(tts.patch.loop, self.width, self.need, options, self.settings.seq_groups,
-                                     tts.patch.mode, tts.device, tts.tts.model.dtype, self.pages, self.overcommit,
-                                     self.pace, grid)
+        self.batch = ContinuousBatch(tts.patch.loop, self.width, self.need, self.prompt, options,
+                                     self.settings.seq_groups, tts.patch.mode, tts.device, tts.tts.model.dtype,
+                                     self.pages, self.overcommit, self.pace, grid)
         if not self.audio:
             return
         from ..decode.runner import FAST_MODES
@@ -256,6 +261,19 @@ def warm_lines(tts, n: int) -> list[Line]:
         return [Line(t, voices[i % 2]) for i, t in enumerate(texts)]
     extra = dict(speaker=tts.speakers[0]) if tts.variant == "custom_voice" else dict(instruct="A calm, clear voice.")
     return [Line(t, **extra) for t in texts]
+
+
+def longest_line(tts) -> Line:
+    """The row with the most cache slots and prompt tokens a script holds, for the engine's short run to size the
+    state it keeps: a segment of MAX_SEGMENT_CHARS digits (a token each, as many as any text's characters make), for
+    Base in an ICL voice of the longest reference and transcript make_voice takes without a warning."""
+    text = ("0123456789" * MAX_SEGMENT_CHARS)[:MAX_SEGMENT_CHARS]
+    if tts.variant != "base":  # a speaker's or an instruct's
+        return dataclasses.replace(warm_lines(tts, 1)[0], text=text)
+    frames = int(MAX_SECONDS * FRAMES_PER_SECOND)
+    transcript = ("0123456789" * frames)[:int(MAX_SECONDS * MAX_TRANSCRIPT_CHARS_PER_SECOND)]
+    voice = Voice(torch.zeros(tts.hidden_size), torch.zeros(frames, 16, dtype=torch.long), transcript, tts.model_size)
+    return Line(text, voice)
 
 
 def warm_prefills(tts, shapes: list[tuple[int, int]]) -> None:

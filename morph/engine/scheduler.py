@@ -1,6 +1,6 @@
 """Who runs in the continuous batch's slots, decided in host integers; the batch turns these decisions into tensors.
 - Slots: a joining row takes the lowest free slots, so rows gather where the narrow steps run.
-- Which batch: a row joins one built for its settings and at least its cache need (`fits_batch`); at the position
+- Which batch: a row joins one built for its settings, cache need and prompt (`fits_batch`); at the position
   only where its prompt fits behind and its frames ahead (`has_room`), else the live rows move down.
 - Joining: a render's batch asks for rows once `width / REFILL_DIVISOR` slots are free or none runs, a live one (with
   a `Pace`) at every frame; rows that did not fit are asked for again only after a row ends (a try costs a drain).
@@ -63,10 +63,11 @@ def moves(sizes: list[int], live: Iterable[int], free: list[int]) -> tuple[list[
     return movers, free[:len(movers)]
 
 
-def fits_batch(key: object, need: int, built: tuple[object, int]) -> bool:
-    """Whether a row of settings `key` needing `need` cache slots runs in a batch built for `built` (settings, the
-    most slots a row may take); else it waits for a batch built for it."""
-    return key == built[0] and need <= built[1]
+def fits_batch(key: object, need: int, prompt: int, built: tuple[object, int, int]) -> bool:
+    """Whether a row of settings `key` needing `need` cache slots, its prompt `prompt` tokens at most, runs in a batch
+    built for `built` (settings, the most slots and prompt tokens a row may take); else it waits for one built for
+    it."""
+    return key == built[0] and need <= built[1] and prompt <= built[2]
 
 
 def has_room(position: int, length: int, needed: int, capacity: int) -> bool:

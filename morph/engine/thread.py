@@ -152,7 +152,8 @@ class LiveEngine(EngineThread):
         self.max_waiting = 4 * width if max_waiting is None else max_waiting
         self.tokenizer = PrivateTokenizer(tts)  # on the callers' threads: texts' counts and prompts' tokens
         self._ids = itertools.count(1)
-        super().__init__(Engine(tts, width, who, need=max_prompt + max_frames + 1, kv_cache_bytes=kv_cache_bytes),
+        super().__init__(Engine(tts, width, who, need=(max_prompt + max_frames + 1, max_prompt),
+                                kv_cache_bytes=kv_cache_bytes),
                          on_fatal)
 
     def ready(self) -> float | None:

@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 
 MIN_SECONDS = 1.0
 MAX_SECONDS = 30.0
+MAX_TRANSCRIPT_CHARS_PER_SECOND = 25  # fast speech is ~15-20 characters a second
 SILENCE_RMS = 1e-4  # -80 dBFS: nothing a speaker encoder can use
 MAX_CHANNELS = 8  # the short axis of a 2-D clip is its channels
 

@@ -43,10 +43,11 @@ def ran_runner(tts, settings, lines, width: int, stop, pages=None, overcommit: b
     row's codes (line index -> [frames, 16]); pages, overcommit and ahead as RowRunner and its step take them."""
     rows = make_rows(tts, lines, settings, "test", True)
     count = token_count(tts)
-    need = max(prompt_tokens(r.text, r.line.voice, "", count) + stop(r) + 1 for r in rows)
+    prompt = max(prompt_tokens(r.text, r.line.voice, "", count) for r in rows)
+    need = prompt + max(stop(r) for r in rows) + 1
     pending = collections.deque(zip(rows, stream_keys(rows, settings.seed), strict=True))
     codes = {}
-    runner = RowRunner(tts, settings, width, need, stop, lambda r, c: codes.__setitem__(r.index, c), audio=False,
+    runner = RowRunner(tts, settings, width, need, prompt, stop, lambda r, c: codes.__setitem__(r.index, c), audio=False,
                        pages=pages, overcommit=overcommit)
     while runner.step(lambda n: [pending.popleft() for _ in range(min(n, len(pending)))],
                       put_back=pending.appendleft, ahead=ahead):

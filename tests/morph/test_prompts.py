@@ -128,7 +128,7 @@ def ours(tts, lines: list[Line], aside: bool) -> dict:
         tokenize = PrivateTokenizer(tts).tokenize
         rows = [built for r in rows for built in prompts_aside(tts, [r], tokenize)]
         assert all(r.prompt is not None for r in rows)
-    got, group = RowRunner(tts, SETTINGS, len(rows), 0, lambda r: r.limit, lambda row, audio: None)._group(
+    got, group = RowRunner(tts, SETTINGS, len(rows), 0, 0, lambda r: r.limit, lambda row, audio: None)._group(
         [(r, 0) for r in rows])
     assert all(group.prompt[k] is got[k] for k in group.prompt)
     return got

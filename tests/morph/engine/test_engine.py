@@ -37,9 +37,9 @@ class Script:
 
 def scripted(script: Script):
     class Runner:
-        def __init__(self, tts, settings, width, need, stop, on_row, audio, on_chunk, pages, overcommit, pace):
+        def __init__(self, tts, settings, width, need, prompt, stop, on_row, audio, on_chunk, pages, overcommit, pace):
             script.builds.append((settings.temperature, width, need, pages, overcommit))
-            script.runners.append(dict(tts=tts, width=width, need=need, audio=audio, on_chunk=on_chunk, pages=pages,
+            script.runners.append(dict(tts=tts, width=width, need=need, prompt=prompt, audio=audio, on_chunk=on_chunk, pages=pages,
                                        overcommit=overcommit, pace=pace))
             self.width, self.stop, self.on_row, self.on_chunk = width, stop, on_row, on_chunk
             self.live: dict[Row, int] = {}  # row -> frames left
@@ -187,10 +187,13 @@ def test_a_render_batch_is_sized_to_its_rows_and_built_again_for_a_larger_one(sc
     assert [pages for _, _, _, pages, _ in script.builds] == [requeue_pool_pages([(20, 4)] * 2, 2),
                                                               requeue_pool_pages([(30, 4)], 2)]
     assert script.frames[4:] == [["c"]] * 4 + [["d"]] * 4  # d joins only after c's batch drained
-    live = Engine(TTS, 2, "Test", need=64)  # a server's: every row up to need, dense
+    engine.submit(sink.request("f", frames=1, prompt=33))  # as many slots, a longer prompt (its text table)
+    run(engine)
+    assert [(r["need"], r["prompt"]) for r in script.runners] == [(25, 20), (35, 30), (35, 33)]
+    live = Engine(TTS, 2, "Test", need=(64, 32))  # a server's: every row up to need, dense
     live.submit(sink.request("e"))
     run(live)
-    assert script.builds[-1][2:4] == (64, None)
+    assert script.builds[-1][2:4] == (64, None) and script.runners[-1]["prompt"] == 32
 
 
 def test_a_cancel_drops_waiting_rows_ends_running_ones_and_tells_nobody(script):
@@ -313,7 +316,7 @@ def test_an_engine_refuses_a_model_loaded_for_eager_mode():
 def test_a_servers_batch_with_a_cache_budget_runs_in_the_pages_that_budget_holds(script, monkeypatch):
     monkeypatch.setattr(morph.engine.engine, "budget_pages",
                         lambda tts, nbytes: nbytes // 1000 if tts is TTS else None)  # 1000 bytes a page
-    engine = Engine(TTS, 2, "Test", need=64, kv_cache_bytes=8000)
+    engine = Engine(TTS, 2, "Test", need=(64, 32), kv_cache_bytes=8000)
     engine.submit(Sink().request("a"))
     run(engine)
     assert script.builds == [(0.9, 2, 64, 8, False)]
@@ -649,7 +652,7 @@ def test_a_render_batch_on_a_gpu_is_built_as_wide_as_its_free_memory_holds_and_a
     cpu = Engine(TTS, 64, "Test")  # no free-memory reading off a GPU
     cpu.submit(Sink().request("e"))
     run(cpu)
-    live = Engine(gpu, 64, "Test", need=64)  # a server's batch: sized by its cache options
+    live = Engine(gpu, 64, "Test", need=(64, 32))  # a server's batch: sized by its cache options
     live.submit(Sink().request("f"))
     run(live)
     assert [width for _, width, *_ in script.builds] == [4, 6, 64, 64] and len(asked) == 6

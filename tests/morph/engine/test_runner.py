@@ -20,8 +20,11 @@ from morph.engine import runner as continuous
 from morph.engine.runner import GroupAhead, LiveChunks
 from morph.settings import runs_lean
 from morph.engine.scheduler import Live
+from morph.lines.reference_audio import MAX_SECONDS, MAX_TRANSCRIPT_CHARS_PER_SECOND
+from morph.lines.text_split import MAX_SEGMENT_CHARS
+from morph.prompts import token_count
 from morph.render import BatchTTS, Line
-from morph.settings import GenerationSettings, Sampling
+from morph.settings import FRAMES_PER_SECOND, GenerationSettings, Sampling
 from tests.audio_compare import assert_audio_close
 from tests.morph.helpers import runner_codes
 
@@ -470,11 +473,17 @@ def test_a_render_stopped_midway_leaves_no_worker(lean, voices):
 
 def test_the_engines_short_run_before_the_first_request_speaks_lines_the_model_takes(tiny_tts, lean):
     """MorphTTS.ready's lines pass every front end's checks and render; three in four take the long text, whose frame
-    limit sizes the state and pool a script's lines of up to about 40 s fit; the Base model's alternate x-vector and
-    ICL voices. Off CUDA nothing is captured, so ready() does nothing and says so."""
+    limit sizes the pool a script's lines of up to about 40 s fit; the Base model's alternate x-vector and ICL voices.
+    The longest line, which sizes the state, is a whole segment a token a character, in the longest reference and
+    transcript. Off CUDA nothing is captured, so ready() does nothing and says so."""
     lines = continuous.warm_lines(tiny_tts, 8)
     assert [line.text == continuous.WARM_LONG for line in lines] == [True, True, True, False] * 2
     assert [line.voice.icl for line in lines] == [False, True] * 4
-    audio = BatchTTS(tiny_tts).render(lines, GenerationSettings(seed=0, max_new_tokens=continuous.WARM_FRAMES))
-    assert len(audio) == 8 and all(len(a) for a in audio)
+    longest, count = continuous.longest_line(tiny_tts), token_count(tiny_tts)
+    assert len(longest.text) == count(longest.text) == MAX_SEGMENT_CHARS
+    assert longest.voice.ref_code.shape == (MAX_SECONDS * FRAMES_PER_SECOND, 16)
+    assert len(longest.voice.ref_text) == MAX_SECONDS * MAX_TRANSCRIPT_CHARS_PER_SECOND
+    audio = BatchTTS(tiny_tts).render(lines + [longest],
+                                      GenerationSettings(seed=0, max_new_tokens=continuous.WARM_FRAMES))
+    assert len(audio) == 9 and all(len(a) for a in audio)
     assert tiny_tts.ready(8) is None and tiny_tts.held == 0

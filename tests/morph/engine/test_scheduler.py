@@ -21,11 +21,12 @@ def joined(sched: Scheduler, names, at: int, stop: int = 10) -> list[int]:
     return sched.join([Live(name, 0, at, lo, stop) for name, lo, stop in rows[:n]])
 
 
-def test_a_row_joins_a_batch_built_for_its_settings_and_at_least_its_cache_need():
-    built = ("calm", 512)
-    assert fits_batch("calm", 512, built) and fits_batch("calm", 1, built)
-    assert not fits_batch("calm", 513, built)  # a slot more than a row may take
-    assert not fits_batch("bright", 100, built)
+def test_a_row_joins_a_batch_built_for_its_settings_and_at_least_its_cache_need_and_prompt():
+    built = ("calm", 512, 64)
+    assert fits_batch("calm", 512, 64, built) and fits_batch("calm", 1, 1, built)
+    assert not fits_batch("calm", 513, 64, built)  # a slot more than a row may take
+    assert not fits_batch("calm", 512, 65, built)  # a prompt token more than its text table holds
+    assert not fits_batch("bright", 100, 10, built)
 
 
 def test_a_prompt_joins_at_the_position_only_with_its_slots_behind_it_and_its_frames_ahead():
