@@ -18,6 +18,9 @@ LIVE_CHUNK = CHUNK
 # chunks share the other rows' calls. Every size a power of two: few shapes, each a CUDA graph.
 FIRST_CHUNK = 2
 RAMP_SIZES = tuple(1 << k for k in range(LIVE_CHUNK.bit_length()))
+# A row's last chunk holds its frames since its last chunk and the `lag` frames the host learns of behind the GPU
+# (4): up to about LIVE_CHUNK + lag, in a call of this size.
+LAST_CHUNK = 2 * LIVE_CHUNK
 
 
 def ramp_size(start: int, done: int) -> int:

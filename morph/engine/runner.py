@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, TypeVar
 import numpy as np
 import torch
 
-from ..codec.calls import FIRST_GRID, LIVE_CHUNK, RAMP_SIZES, call_frames, ramp_size
+from ..codec.calls import FIRST_GRID, LAST_CHUNK, LIVE_CHUNK, RAMP_SIZES, call_frames, ramp_size
 from ..codec.stream import CodecStream
 from ..graphs import CAPTURE_LOCK, PROMPTS, frame_loop_stream, side_stream
 from ..lines.line import Line, Row
@@ -300,7 +300,8 @@ class LiveChunks:
 
     def __init__(self, batch, codec: CodecStream, ramp: bool = False):
         self.batch, self.codec, self.ramp = batch, codec, ramp
-        self.sizes = RAMP_SIZES if ramp else (FIRST_GRID, LIVE_CHUNK)  # the chunks' call sizes
+        # the chunks' call sizes, and an ended row's rest's
+        self.sizes = (RAMP_SIZES if ramp else (FIRST_GRID, LIVE_CHUNK)) + (LAST_CHUNK,)
         self.lag = batch.lag
         self.joined: dict[Row, int] = {}  # row -> the frame it joined before
         self.ended: list[tuple[Row, torch.Tensor]] = []  # rows that ended since the last mark, with their codes
