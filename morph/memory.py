@@ -10,8 +10,8 @@ from typing import Sequence
 
 import torch
 
-from .codec.calls import LIVE_CHUNK, LIVE_ROW_FRAMES, call_width
-from .codec.pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_rows, row_frames
+from .codec.calls import LIVE_CHUNK, live_row_frames
+from .codec.pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, row_frames
 from .graphs import FRAME_LOOP, PROMPTS, side_stream_made
 from .lines.line import Row
 from .lines.text_split import MAX_SEGMENT_CHARS, split_text
@@ -149,7 +149,7 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
                + min(SCORES_BYTES, tokens * shape.heads * prompt * 4))
     # calls of LIVE_CHUNK frames, rows padded to a power of two; every live row's codec state, and a copy of its rows'
     # states in a call and in its graph
-    per_call = min(call_width(width), call_rows(LIVE_CHUNK, LIVE_ROW_FRAMES))
+    per_call = live_row_frames(width) // LIVE_CHUNK
     codec_frames = [c for _, _, c in rows]
     restart = _lean_codec_call(_live_row_call(codec_frames), 1)
     if captured:

@@ -42,6 +42,12 @@ def call_width(n: int) -> int:
     return 1 << (max(1, int(n)) - 1).bit_length()
 
 
+def live_row_frames(width: int) -> int:
+    """The most row-frames of one call for a batch of `width` rows: its widest call of LIVE_CHUNK frames', within
+    LIVE_ROW_FRAMES, so that rests of LAST_CHUNK frames split over calls no heavier."""
+    return min(LIVE_ROW_FRAMES, call_width(width) * LIVE_CHUNK)
+
+
 def call_frames(frames: int) -> int:
     """Frames a row in a call covering `frames`: a power of two, at least CHUNK, so rows make few call shapes."""
     return max(CHUNK, call_width(frames))

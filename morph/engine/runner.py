@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, TypeVar
 import numpy as np
 import torch
 
-from ..codec.calls import FIRST_GRID, LAST_CHUNK, LIVE_CHUNK, RAMP_SIZES, call_frames, ramp_size
+from ..codec.calls import FIRST_GRID, LAST_CHUNK, LIVE_CHUNK, RAMP_SIZES, call_frames, live_row_frames, ramp_size
 from ..codec.stream import CodecStream
 from ..graphs import CAPTURE_LOCK, PROMPTS, frame_loop_stream, side_stream
 from ..lines.line import Line, Row
@@ -148,9 +148,8 @@ class RowRunner:
 
         # every row is decoded while it is made, streamed or not: its calls replay graphs, where a whole row at its
         # end would launch every kernel from this thread (bench/results/h100-2026-11-25e/NOTES.md)
-        live = self._live = LiveChunks(self.batch, CodecStream(tts.codec, tts.device,
-                                                               captured=self.batch.mode in FAST_MODES),
-                                       ramp=self.pace is not None)
+        codec = CodecStream(tts.codec, tts.device, live_row_frames(self.width), self.batch.mode in FAST_MODES)
+        live = self._live = LiveChunks(self.batch, codec, ramp=self.pace is not None)
         if tts.device.type == "cuda":  # cuDNN plans each call shape on its first use
             live.codec.warm(self.width, live.sizes)
         self._ended = live.end
