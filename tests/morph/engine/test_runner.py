@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from morph.codec.calls import FIRST_GRID, LAST_CHUNK, LIVE_CHUNK
+from morph.api import MorphTTS
 from morph.engine import runner as continuous
 from morph.engine.runner import GroupAhead, LiveChunks
 from morph.settings import runs_lean
@@ -396,6 +397,16 @@ def test_a_renders_row_goes_out_four_frames_a_chunk_then_sixteen_and_its_rest_in
         (8, 4, 4), (12, 4, 4), (16, 4, 4), (20, 4, 4), (36, 16, 16), (44, LAST_CHUNK, 19)]
 
 
+@pytest.mark.parametrize("variant", ["custom_voice", "voice_design"])
+def test_a_speakers_or_an_instructs_longest_line_is_a_whole_segment_as_its_short_runs_lines_are_spoken(model_dirs,
+                                                                                                     variant):
+    tts = MorphTTS.load(str(model_dirs("tiny", variant)), device="cpu", dtype="fp32")
+    longest, warm = continuous.longest_line(tts), continuous.warm_lines(tts, 1)[0]
+    assert longest.text == "0123456789" * (MAX_SEGMENT_CHARS // 10) and longest.voice is None
+    assert (longest.speaker, longest.instruct) == (warm.speaker, warm.instruct) and (warm.speaker or warm.instruct)
+    assert BatchTTS(tts).render([longest], GenerationSettings(seed=0, max_new_tokens=4))[0].size
+
+
 CPU = torch.device("cpu")
 WORKER = "morph-prompts"
 
@@ -504,7 +515,8 @@ def test_the_engines_short_run_before_the_first_request_speaks_lines_the_model_t
     longest, count = continuous.longest_line(tiny_tts), token_count(tiny_tts)
     assert len(longest.text) == count(longest.text) == MAX_SEGMENT_CHARS
     assert longest.voice.ref_code.shape == (MAX_SECONDS * FRAMES_PER_SECOND, 16)
-    assert len(longest.voice.ref_text) == MAX_SECONDS * MAX_TRANSCRIPT_CHARS_PER_SECOND
+    assert len(longest.voice.ref_text) == count(longest.voice.ref_text) == MAX_SECONDS * MAX_TRANSCRIPT_CHARS_PER_SECOND
+    assert longest.voice.model_size == tiny_tts.model_size and not longest.voice.spk_embedding.any()
     audio = BatchTTS(tiny_tts).render(lines + [longest],
                                       GenerationSettings(seed=0, max_new_tokens=continuous.WARM_FRAMES))
     assert len(audio) == 9 and all(len(a) for a in audio)
