@@ -377,24 +377,26 @@ def test_a_live_rows_chunks_ramp_up_each_as_soon_as_its_frames_are_known_the_sma
 
 
 def test_a_renders_row_goes_out_four_frames_a_chunk_then_sixteen_and_its_rest_in_a_size_made_ready():
-    """A render's batch on a GPU (the host learns of EOS 4 frames behind): a row that joined at frame 0 goes out 4
-    frames at a time until in step with LIVE_CHUNK, then 16 at a time. Handed over early by a drain, 19 frames after
-    its last chunk, its rest goes out in one call of LAST_CHUNK frames, a size made ready with the others."""
+    """A render's batch on a GPU (the host learns of EOS 4 frames behind): a row that joined at frame 4 goes out 4
+    frames at a time until in step with LIVE_CHUNK (its frame 12), then 16 at a time. Handed over early by a drain,
+    19 frames after its last chunk, its rest goes out in one call of LAST_CHUNK frames, a size made ready with the
+    others."""
     a = _Row("a")
-    batch = types.SimpleNamespace(lag=4, hold=2, live={0: Live(a, 0, 0, 0, 100)},
-                                  st=types.SimpleNamespace(frames=torch.zeros(1, 128, 16)),
+    batch = types.SimpleNamespace(lag=4, hold=2, live={}, st=types.SimpleNamespace(frames=torch.zeros(1, 128, 16)),
                                   sched=types.SimpleNamespace(frame=0))
     codec = _Codec()
     chunks = LiveChunks(batch, codec)
     assert chunks.sizes == (FIRST_GRID, LIVE_CHUNK, LAST_CHUNK)
     for frame in range(45):
+        if frame == 4:
+            batch.live[0] = Live(a, 0, 4, 4, 100)
         if frame == 41:
             del batch.live[0]
-            chunks.end(a, torch.zeros(51, 16))
+            chunks.end(a, torch.zeros(47, 16))
         codec.frame = batch.sched.frame = frame
         chunks.step()
     assert [(f, size, n) for f, size, fed in codec.feeds for _, n in fed] == [
-        (8, 4, 4), (12, 4, 4), (16, 4, 4), (20, 4, 4), (36, 16, 16), (44, LAST_CHUNK, 19)]
+        (12, 4, 4), (16, 4, 4), (20, 4, 4), (36, 16, 16), (44, LAST_CHUNK, 19)]
 
 
 @pytest.mark.parametrize("variant", ["custom_voice", "voice_design"])
