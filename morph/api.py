@@ -99,8 +99,7 @@ class MorphTTS:
     def ready(self, width: int = DEFAULT_BATCH_SIZE, who: str = "Load model") -> float | None:
         """Get the engine ready before the first request: a short render of `width` rows compiles the kernels, builds
         the batch's state (for the longest row a script holds) and captures every shape later renders of up to
-        `width` rows reuse, then the prefills of
-        x-vector voices' rows (an ICL voice's are captured as it is made). What it keeps (`held`) is counted as free
+        `width` rows reuse, then the prefills of x-vector voices' rows (an ICL voice's are captured as it is made). What it keeps (`held`) is counted as free
         when a batch is sized. Seconds taken; None where nothing is captured (eager, or off CUDA)."""
         if not replays_graphs(self):
             return None

@@ -18,7 +18,8 @@ from .lines.text_split import MAX_SEGMENT_CHARS, split_text
 from .lines.voice import Voice
 from .masked_attention import SCORES_BYTES
 from .prompts import prefill_tokens, prompt_tokens, token_count
-from .settings import KV_PAGE, GenerationSettings, capacity_for, prefill_bucket, prefill_rows, requeue_pool_pages, runs_lean
+from .settings import (KV_PAGE, GenerationSettings, capacity_for, prefill_bucket, prefill_rows, requeue_pool_pages,
+                       runs_lean, text_slots)
 
 # The terms below are fits to the peaks of tests/gpu/test_memory.py (0.6B dims, bf16, fused, 5 s lines, x-vector and
 # ICL voices, 1 to 64 rows); each names the NOTES.md that holds its fit.
@@ -137,8 +138,8 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
     """The continuous batch's need on `device`; prompt: the longest row's prefill tokens; captured: graphs replay."""
     needs = [p + f + 1 for p, f, _ in rows]  # prompt, frames and the EOS slot (morph/engine/request.py)
     pool = requeue_pool_pages([(p, f) for p, f, _ in rows], width) * KV_PAGE * shape.kv_per_token
-    # the text table (a row's trailing text, no longer than its prompt), and the frames and tokens at the capacity
-    state = width * (capacity_for(max(p for p, _, _ in rows) + 1) * shape.hidden_bytes
+    # the text table, and the frames and tokens at the capacity
+    state = width * (text_slots(max(p for p, _, _ in rows)) * shape.hidden_bytes
                      + capacity_for(2 * max(needs)) * (shape.groups + 1) * 8)
     # a slice of a group (morph/decode/groups.py), in the fast modes padded to its bucket, whose graph's arena holds
     # its inputs and keys and values and whose scratch a layer's activations (morph/decode/prefill_graphs.py)

@@ -43,6 +43,12 @@ def capacity_for(needed: int) -> int:
     return cap
 
 
+def text_slots(prompt: int) -> int:
+    """The continuous batch's text table slots a row: its trailing text, no longer than its prompt of `prompt` tokens
+    at most, and the pad it reads after."""
+    return capacity_for(prompt + 1)
+
+
 # The continuous batch's keys and values live in pages of KV_PAGE slots; a pool's size is rounded up to one of
 # POOL_STEPS sizes an octave, so a kept state (and its CUDA graphs) serves the next render of about the same size.
 KV_PAGE = 32  # to be measured on a GPU against the fused kernel's tiles (the torch path gathers whole rows)

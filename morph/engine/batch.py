@@ -17,7 +17,7 @@ from ..decode import kv_store, runner
 from ..decode.groups import Ahead, Group, slice_group
 from ..decode.kv_store import to_device
 from ..graphs import frame_loop_stream
-from ..settings import capacity_for
+from ..settings import text_slots
 from .block_manager import BlockManager
 from .scheduler import Live, Pace, Scheduler, has_room
 
@@ -37,9 +37,9 @@ class ContinuousBatch:
         self.cp_sampling, self.rules = loop.rules(device, options)
         self.hold = int(options["min_new_tokens"])  # frames before EOS may be drawn, the prefill's draw among them
         paging = None if pages is None else (pages, kv_store.PAGE)
-        # a row reads its trailing text by its own frame index, then the pad: the text is no longer than its prompt
+        # a row reads its trailing text by its own frame index, then the pad
         self.st = loop.state(width, 2 * need, device, dtype, lean_kv=True, paging=paging,
-                             text_slots=capacity_for(prompt + 1))
+                             text_slots=text_slots(prompt))
         self.kv = kv_store.DenseKV(self.st) if pages is None else kv_store.PagedKV(self.st)
         # the state may be a kept wider one (the engine's, made ready at load): rows take the first `width` slots and
         # the step runs at the state's own buckets, whose graphs are captured already

@@ -266,11 +266,14 @@ def longest_line(tts) -> Line:
     """The row with the most cache slots and prompt tokens a script holds, for the engine's short run to size the
     state it keeps: a segment of MAX_SEGMENT_CHARS digits (a token each, as many as any text's characters make), for
     Base in an ICL voice of the longest reference and transcript make_voice takes without a warning."""
-    text = ("0123456789" * MAX_SEGMENT_CHARS)[:MAX_SEGMENT_CHARS]
+    def digits(n: int) -> str:
+        return ("0123456789" * n)[:n]
+
+    text = digits(MAX_SEGMENT_CHARS)
     if tts.variant != "base":  # a speaker's or an instruct's
         return dataclasses.replace(warm_lines(tts, 1)[0], text=text)
     frames = int(MAX_SECONDS * FRAMES_PER_SECOND)
-    transcript = ("0123456789" * frames)[:int(MAX_SECONDS * MAX_TRANSCRIPT_CHARS_PER_SECOND)]
+    transcript = digits(int(MAX_SECONDS * MAX_TRANSCRIPT_CHARS_PER_SECOND))
     voice = Voice(torch.zeros(tts.hidden_size), torch.zeros(frames, 16, dtype=torch.long), transcript, tts.model_size)
     return Line(text, voice)
 

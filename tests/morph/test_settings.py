@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from morph.settings import PREFILL_LENGTHS, PREFILL_TOKENS, GenerationSettings, prefill_bucket, prefill_rows
+from morph.settings import (MIN_CAPACITY, PREFILL_LENGTHS, PREFILL_TOKENS, GenerationSettings, prefill_bucket,
+                            prefill_rows, text_slots)
 
 
 @pytest.mark.parametrize("length", [1, 15, 16, 17, 24, 25, 60, 100, 700, 1500, 2048])
@@ -44,3 +45,8 @@ def test_min_new_tokens_is_a_whole_number_of_frames_from_one(bad):
         GenerationSettings(min_new_tokens=bad).validate("Generate")
     assert GenerationSettings().min_new_tokens == 2
     assert GenerationSettings(min_new_tokens=1).validate("Generate").min_new_tokens == 1
+
+
+def test_a_rows_text_table_holds_its_longest_trailing_text_and_the_pad_after_it():
+    assert text_slots(255) == 256 and text_slots(256) == 512  # the prompt's tokens and one pad slot
+    assert text_slots(0) == MIN_CAPACITY
