@@ -50,14 +50,14 @@ class Ahead:
     pad: int  # left padding of its prompt
 
 
-def slice_group(loop, st, group: Group, mode: str) -> list[Ahead]:
-    """A group's rows, to join in order, in slices of settings.prefill_rows rows, each prefilled as its first row
-    joins: a whole group's prefill, kept while its rows join, would set the render's peak
-    (bench/results/h100-2026-11-26f)."""
+def slice_group(loop, st, group: Group, mode: str, most: int | None = None) -> list[Ahead]:
+    """A group's rows, to join in order, in slices of settings.prefill_rows rows and at most `most` (a live batch's:
+    the row counts its engine captured), each prefilled as its first row joins: a whole group's prefill, kept while
+    its rows join, would set the render's peak (bench/results/h100-2026-11-26f)."""
     p = group.prompt
     length = p["inputs_embeds"].shape[1]
     pads = (length - p["attention_mask"].sum(-1)).tolist()  # one host sync a group
-    per = prefill_rows(length)
+    per = prefill_rows(length) if most is None else min(prefill_rows(length), most)
     rows = list(zip(group.names, group.stops, group.keys, pads, strict=True))
     aheads = []
     for lo in range(0, len(rows), per):

@@ -16,6 +16,7 @@ import torch
 from ..decode import kv_store, runner
 from ..decode.groups import Ahead, Group, slice_group
 from ..decode.kv_store import to_device
+from ..decode.prefill_graphs import LIVE_ROWS
 from ..graphs import frame_loop_stream
 from ..settings import text_slots
 from .block_manager import BlockManager
@@ -195,7 +196,9 @@ class ContinuousBatch:
                 group = next_group(self.width)
                 if group is None:
                     return True
-                self._ahead = slice_group(self.loop, self.st, group, self.mode)
+                # a live batch's requests that came together join in the slices its engine captured (LIVE_ROWS)
+                most = LIVE_ROWS[-1] if self.sched.pace is not None else None
+                self._ahead = slice_group(self.loop, self.st, group, self.mode, most)
             if not self._join(finished):
                 return False
         return True

@@ -350,6 +350,31 @@ def test_a_live_row_joins_at_the_next_frame_and_its_chunks_start_small(lean, voi
     assert set(pace) == {1, 2}  # the steps' widths: two rows, then B alone
 
 
+def test_requests_that_come_together_join_at_once_in_slices_of_the_rows_the_engine_captured(lean, voices,
+                                                                                          monkeypatch):
+    """Five requests queued together join at the same frame, prefilled in slices of at most LIVE_ROWS[-1] rows: the
+    buckets LiveEngine.ready captured (a slice of four would capture in the requests' path)."""
+    import morph.decode.prefill_graphs as prefill_graphs
+
+    slices, real = [], prefill_graphs.lean_prefill
+    monkeypatch.setattr(prefill_graphs, "lean_prefill",
+                        lambda embeds, *a, **k: (slices.append(embeds.shape[0]), real(embeds, *a, **k))[1])
+    engine = LiveEngine(lean, width=8, max_frames=32, max_prompt=400)
+    engine.engine.pace.budget = math.inf
+    firsts = []
+    sinks = [Sink(on_first=lambda: firsts.append(engine.engine._runner.batch.sched.frame)) for _ in range(5)]
+    try:
+        with engine.engine.cv:  # queued before the engine's thread takes the first
+            for i, sink in enumerate(sinks):
+                submit(engine, f"line {i} of five.", voices["xvec"], 8, sink)
+        for sink in sinks:
+            sink.audio()
+    finally:
+        engine.close()
+    assert slices == [2, 2, 1]
+    assert len(firsts) == 5 and len(set(firsts)) == 1
+
+
 def test_a_row_the_pace_does_not_admit_waits_for_a_row_to_end_and_then_runs(lean, voices):
     """The engine has measured a frame of two rows at 5 s, over the budget, and of one row under it: of two requests
     sent together A joins alone, and B, which would widen the step, waits for A's end, then runs whole."""
