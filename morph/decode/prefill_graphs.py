@@ -20,10 +20,9 @@ def _lean(loop, embeds, mask, cos, sin, into=None) -> Prefilled:
                         loop.stack.dims, into=into)
 
 MAX_SHAPES = 16  # graphs kept: a script's groups meet a few prompt lengths, each at one or two row counts
-# A server's rows join one or two at a time, with prompts of a few tokens to a 500-character segment's or an ICL
-# voice's: the buckets its engine captures before the first request (warm), kept beside MAX_SHAPES others.
+# A server's rows join one or two at a time, with prompts of a few tokens to the longest it takes (an ICL voice's of
+# a long reference): the buckets its engine captures before the first request (warm), kept beside MAX_SHAPES others.
 LIVE_ROWS = (1, 2)
-LIVE_LONGEST = 256
 
 
 def largest_first(shapes) -> list[tuple[int, int]]:
@@ -31,9 +30,10 @@ def largest_first(shapes) -> list[tuple[int, int]]:
     return sorted(shapes, key=lambda s: (-s[0] * s[1], -s[0]))
 
 
-def live_shapes() -> list[tuple[int, int]]:
-    """The buckets a server's joins meet, the largest first."""
-    lengths = [n for n in PREFILL_LENGTHS if n <= LIVE_LONGEST]
+def live_shapes(longest: int) -> list[tuple[int, int]]:
+    """The buckets a server's joins meet, its prompts `longest` tokens at most, the largest first."""
+    bucket = prefill_bucket(1, longest)  # None: past the longest, which runs op by op
+    lengths = [n for n in PREFILL_LENGTHS if bucket is None or n <= bucket[1]]
     return largest_first((rows, n) for rows in LIVE_ROWS for n in lengths)
 
 

@@ -159,7 +159,7 @@ class LiveEngine(EngineThread):
     def ready(self) -> float | None:
         """Run a full batch of short requests before the first one, which builds the state, captures every width's
         step and the codec's shapes, and compiles the kernels; then capture the prefills of rows joining one or two
-        at a time. Seconds taken; None where nothing is captured."""
+        at a time, every prompt length it takes. Seconds taken; None where nothing is captured."""
         tts = self.tts
         if not replays_graphs(tts):
             return None
@@ -175,7 +175,7 @@ class LiveEngine(EngineThread):
             raise errors[0]
         from ..decode.prefill_graphs import live_shapes  # the decode path loads with a model, not with the nodes
 
-        self.call(lambda: warm_prefills(tts, live_shapes())).result()
+        self.call(lambda: warm_prefills(tts, live_shapes(self.max_prompt))).result()
         seconds = time.perf_counter() - start
         log.info("%s: the engine is ready (%.1f s)", self.who, seconds)
         return seconds

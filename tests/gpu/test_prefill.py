@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from morph.decode.prefill_graphs import MAX_SHAPES, PrefillGraphs, live_shapes
-from morph.settings import prefill_bucket
+from morph.settings import LIVE_MAX_PROMPT, prefill_bucket
 from tests.morph.decode.prefill_case import alone, assert_same, both, slice_of, worst
 
 
@@ -45,9 +45,10 @@ def test_a_servers_buckets_captured_before_its_first_request_serve_a_join_of_one
     graphs = PrefillGraphs()
     graphs.bind(loop.owner(cuda_tts.device, embeds.dtype))
     with torch.inference_mode():
-        graphs.warm(loop, live_shapes(), embeds.dtype)
-        assert len(graphs.graphs) == len(live_shapes()) and all(s in graphs.graphs for s in live_shapes())
-        assert graphs.graphs.max_graphs == len(live_shapes()) + MAX_SHAPES
+        shapes = live_shapes(LIVE_MAX_PROMPT)
+        graphs.warm(loop, shapes, embeds.dtype)
+        assert len(graphs.graphs) == len(shapes) and all(s in graphs.graphs for s in shapes)
+        assert graphs.graphs.max_graphs == len(shapes) + MAX_SHAPES
         captures = []
         capture = morph.graphs.capture
         monkeypatch.setattr(morph.graphs, "capture", lambda *a, **k: (captures.append(a), capture(*a, **k))[1])

@@ -1,12 +1,14 @@
 """MorphTTS.ready and LiveEngine.ready (issue 79's closed shape set): after it, and after the voices are made,
 renders whose rows join at every count, in x-vector and ICL voices of two reference lengths, capture nothing: the
 step's widths, every prefill bucket their joins meet and the codec's call shapes (rows join on its 4-frame grid) were
-captured before the first render. Nor do a server's requests coming alone and in bursts of up to five at once."""
+captured before the first render. Nor do a server's requests coming alone and in bursts of up to five at once, in
+an x-vector voice and an ICL voice of a long reference."""
 
 from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -48,10 +50,12 @@ def test_renders_after_ready_and_the_voices_capture_nothing(captured):
 
 def test_a_servers_requests_alone_and_in_bursts_capture_nothing_after_ready(tiny_dir, ref_wave, monkeypatch):
     tts = MorphTTS.load(str(tiny_dir), device="cuda", dtype="fp32", mode="fused")
-    engine = LiveEngine(tts, width=WIDTH, max_frames=64, max_prompt=400)
+    engine = LiveEngine(tts, width=WIDTH, max_frames=64, max_prompt=600)
     try:
         assert engine.ready() is not None
-        voice = tts.make_voice(ref_wave, 24000)
+        # an x-vector voice, and an ICL one of a 24 s reference: its prompts are over 300 tokens
+        voices = [tts.make_voice(ref_wave, 24000),
+                  tts.make_voice(np.tile(ref_wave, 12), 24000, "A long reference, spoken twelve times over.")]
         roles, errors, real = [], [], graphs.capture
         monkeypatch.setattr(graphs, "capture", lambda *a, **k: roles.append(k.get("role", a[3:])) or real(*a, **k))
         bursts = (1, 2, 3, 4, 5, 1)
@@ -59,7 +63,7 @@ def test_a_servers_requests_alone_and_in_bursts_capture_nothing_after_ready(tiny
             ended = [threading.Event() for _ in range(burst)]
             with engine.engine.cv:  # queued together: they join at the same frame
                 for i, done in enumerate(ended):
-                    engine.submit(Line(f"Request {i} of a burst of {burst}." * (1 + i), voice, "English"),
+                    engine.submit(Line(f"Request {i} of a burst of {burst}." * (1 + i), voices[i % 2], "English"),
                                   GenerationSettings(seed=i, max_new_tokens=8 + 5 * i), lambda wav: None,
                                   lambda error, done=done: (errors.append(error), done.set()))
             assert all(done.wait(120) for done in ended)

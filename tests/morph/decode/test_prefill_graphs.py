@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from morph.decode.prefill_graphs import LIVE_LONGEST, Arena, Bucket, PrefillGraphs, live_shapes, voice_shapes
+from morph.decode.prefill_graphs import Arena, Bucket, PrefillGraphs, live_shapes, voice_shapes
 from morph.settings import prefill_bucket
 
 from .prefill_case import alone, assert_same, slice_of
@@ -56,8 +56,11 @@ def test_a_voices_buckets_are_every_row_count_a_batch_or_a_slice_holds_the_large
 
 
 def test_a_servers_buckets_are_one_and_two_rows_at_every_length_up_to_its_longest_the_largest_first():
-    shapes = live_shapes()
-    assert sorted(shapes) == sorted((rows, n) for rows in (1, 2) for n in (16, 24, 32, 48, 64, 96, 128, 192, 256))
-    assert LIVE_LONGEST == 256 and all(prefill_bucket(*s) == s for s in shapes)  # each a bucket of its own
+    shapes = live_shapes(1023)  # the server's LIVE_MAX_PROMPT
+    lengths = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+    assert sorted(shapes) == sorted((rows, n) for rows in (1, 2) for n in lengths)
+    assert all(prefill_bucket(*s) == s for s in shapes)  # each a bucket of its own
     tokens = [rows * n for rows, n in shapes]
-    assert tokens == sorted(tokens, reverse=True) and shapes[0] == (2, 256)  # the arena is sized by the first
+    assert tokens == sorted(tokens, reverse=True) and shapes[0] == (2, 1024)  # the arena is sized by the first
+    assert max(n for _, n in live_shapes(256)) == 256 and max(n for _, n in live_shapes(257)) == 384
+    assert len(live_shapes(16)) == 2 and len(live_shapes(9999)) == 2 * 15  # past the longest bucket: every one
