@@ -71,9 +71,8 @@ class StreamEncoder:
         self._muxer = None
         if fmt in _PYAV:
             container, codec = _PYAV[fmt]
-            self._written: list[bytes] = []
-            # a file object without seek: the muxer writes straight through, never back
-            self._muxer = av.open(_Sink(self._written), "w", format=container,
+            self._written = _Sink()  # a file object without seek: the muxer writes straight through, never back
+            self._muxer = av.open(self._written, "w", format=container,
                                   options={"page_duration": str(_OGG_PAGE_US)} if container == "ogg" else {})
             self._stream = self._muxer.add_stream(codec, rate=SAMPLE_RATE, layout="mono")
             self._muxer.start_encoding()  # the headers, sent with the first chunk: a stream with no audio is a file
@@ -106,14 +105,11 @@ class StreamEncoder:
         return out
 
 
-class _Sink:
+class _Sink(list):
     """Where a muxer writes: a list of what it wrote, emptied by whoever sends it."""
 
-    def __init__(self, written: list[bytes]):
-        self.written = written
-
     def write(self, data) -> int:
-        self.written.append(bytes(data))
+        self.append(bytes(data))
         return len(data)
 
 
