@@ -37,18 +37,14 @@ REF_CACHE = 32  # voices made from a request's ref_audio, kept for the next requ
 LISTED = 10  # saved voices an unknown voice's error names; the rest are counted
 
 
+@dataclasses.dataclass
 class _End:
-    """The last item of a request's queue: None when whole, else the error that stopped it."""
+    """The last item of a request's queue: `error` None when whole, else the error that stopped it."""
 
-    def __init__(self, error: BaseException | None):
-        self.error = error
+    error: BaseException | None
 
 
-class _Gone(_End):
-    """The last item of a whole-file request's queue when its client went away."""
-
-    def __init__(self):
-        super().__init__(None)
+_GONE = _End(None)  # the last item of a whole-file request's queue when its client went away
 
 
 class Speech:
@@ -231,7 +227,7 @@ class Speech:
                 if not chunks:
                     self.metrics.first_audio(time.perf_counter() - started)
                 chunks.append(item)
-            if isinstance(item, _Gone):
+            if item is _GONE:
                 return Response(status_code=499)  # nobody reads it
             if item.error is not None:
                 status = "error"
@@ -252,7 +248,7 @@ async def _until_gone(http: HttpRequest, items: asyncio.Queue) -> None:
     the request's queue."""
     while (await http.receive())["type"] != "http.disconnect":
         pass
-    items.put_nowait(_Gone())
+    items.put_nowait(_GONE)
 
 
 def _refuse_unused(body: SpeechRequest, task: str, model_size: str) -> None:
