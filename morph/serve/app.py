@@ -4,7 +4,6 @@ saved voices (voices.py), models, health and metrics. Every route passes lifecyc
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import logging
 import threading
@@ -53,14 +52,11 @@ def create_app(load, voices_dir: Path, api_key: str | None = None, model_id: str
             except Exception as e:  # it ended again while loading
                 error = e
                 continue
-            warm = concurrent.futures.Future()
-            warm.set_running_or_notify_cancel()
             try:
-                warm.set_result(_warm_up(info, engine, defaults))
+                _warm_up(info, engine, defaults)
             except Exception as e:
-                warm.set_exception(e)
-            _warmed(warm, lifecycle)
-            return
+                return _warmed(lifecycle, e)
+            return _warmed(lifecycle, None)
 
     engine = EngineProcess(load, dict(width=width, max_frames=max_frames, max_prompt=max_prompt,
                                       max_waiting=max_waiting, kv_cache_bytes=kv_cache_bytes), on_exit=ended)
@@ -76,7 +72,7 @@ def create_app(load, voices_dir: Path, api_key: str | None = None, model_id: str
                            "owned_by": "qwen3-tts-morph", "task_type": info.variant}  # OpenAI's model object
         app.state.speech = Speech(info, engine, voices, defaults, metrics)
         warm = asyncio.get_running_loop().run_in_executor(None, _warm_up, info, engine, defaults)
-        warm.add_done_callback(lambda f: _warmed(f, lifecycle))
+        warm.add_done_callback(lambda f: f.cancelled() or _warmed(lifecycle, f.exception()))  # cancelled: stopped first
         try:
             yield
         finally:  # what a drain left (the warm-up, a request whose client is still being answered) ends now
@@ -159,8 +155,7 @@ def create_app(load, voices_dir: Path, api_key: str | None = None, model_id: str
             stats = await asyncio.to_thread(engine.stats)
         except EngineFailed:  # no engine process runs (restarting): its gauges read 0, the counters are the server's
             stats = dict(rows_live=0, rows_waiting=0, width=width, cache_slots=0)
-        return PlainTextResponse(metrics.text(stats),
-                                 media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(metrics.text(stats), media_type="text/plain; version=0.0.4")
 
     return app
 
@@ -169,10 +164,8 @@ def _voice_object(record: dict) -> dict:
     return {"object": "voice", "id": record["name"], **record}
 
 
-def _warmed(warm: asyncio.Future | concurrent.futures.Future, lifecycle: Lifecycle) -> None:
-    if warm.cancelled():  # the server stopped first
-        return
-    error = warm.exception()
+def _warmed(lifecycle: Lifecycle, error: BaseException | None) -> None:
+    """The warm-up's end, `error` None when it ran: the server serves, or has failed."""
     if error is None:
         lifecycle.ready()
     elif not isinstance(error, EngineFailed):  # else the engine's process ended, and is started again (create_app)
