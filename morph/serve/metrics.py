@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import itertools
 import threading
 
 # seconds to first audio, and real-time factor (seconds of audio per second of request), bucket upper bounds
@@ -23,12 +24,9 @@ class _Histogram:
         self.total += 1
 
     def lines(self, name: str) -> list[str]:
-        out, running = [], 0
-        for bound, count in zip(self.bounds, self.counts, strict=True):
-            running += count
-            out.append(f'{name}_bucket{{le="{bound:g}"}} {running}')
-        return out + [f'{name}_bucket{{le="+Inf"}} {self.total}', f"{name}_sum {self.sum:.6f}",
-                      f"{name}_count {self.total}"]
+        below = itertools.accumulate(self.counts)  # Prometheus's buckets count every value up to their bound
+        return [f'{name}_bucket{{le="{bound:g}"}} {n}' for bound, n in zip(self.bounds, below, strict=True)] + [
+            f'{name}_bucket{{le="+Inf"}} {self.total}', f"{name}_sum {self.sum:.6f}", f"{name}_count {self.total}"]
 
 
 class Metrics:
