@@ -1,7 +1,7 @@
 """POST /v1/audio/speech: a request's line, voice and settings, its run in the engine's process, and its audio at its
 `speed`, streamed as it is made or as one file (docs/serving.md, Replies). A stream's status goes out before its audio,
-so a later failure cuts it off (its chunked body never ends) rather than ending it as if whole. A client that goes
-away cancels its request: a stream's at its next chunk, a whole file's at once; a stream stopped early is one warning."""
+so a later failure cuts it off (its chunked body never ends) rather than ending it as if whole. A client that goes away
+cancels its request: a stream's at its next chunk, a whole file's at once; a stream stopped early is one warning."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import asyncio
 import base64
 import collections
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -57,16 +58,16 @@ class Speech:
 
     async def reply(self, body: SpeechRequest, http: HttpRequest) -> Response:
         started = time.perf_counter()
-        fmt = body.response_format or ("pcm" if body.stream_format == "sse" else DEFAULT_FORMAT)
+        sse = body.stream_format == "sse"
+        fmt = body.response_format or ("pcm" if sse else DEFAULT_FORMAT)
         if fmt not in FORMATS:
             raise ApiError(400, f"response_format: {fmt!r} cannot be encoded here; use one of {', '.join(FORMATS)}",
                            "response_format", "unsupported_format")
-        if body.stream_format == "sse" and fmt != "pcm":
+        if sse and fmt != "pcm":
             raise ApiError(400, "response_format: stream_format 'sse' sends base64 PCM; send response_format 'pcm'",
                            "response_format", "unsupported_format")
         settings = self.settings_of(body)
         request, items = await self.submit(await self.line_of(body), settings, WHO)
-        sse = body.stream_format == "sse"
         if sse or (fmt in STREAMABLE and body.stream is not False):
             return StreamingResponse(self.stream(request, items, fmt, sse, body.speed, started, body.input, WHO),
                                      media_type="text/event-stream" if sse else media_type(fmt))
@@ -74,11 +75,9 @@ class Speech:
 
     async def submit(self, line: Line, settings: GenerationSettings, who: str) -> tuple[int, asyncio.Queue]:
         """Queue a line in the engine: its request's id, and the queue its audio chunks arrive on (then an _End)."""
-        loop, items = asyncio.get_running_loop(), asyncio.Queue()
-
-        def put(item) -> None:  # on the thread that reads the engine process's records
-            loop.call_soon_threadsafe(items.put_nowait, item)
-
+        items = asyncio.Queue()
+        # called on the thread that reads the engine process's records
+        put = functools.partial(asyncio.get_running_loop().call_soon_threadsafe, items.put_nowait)
         try:
             request = await asyncio.wrap_future(self.engine.submit(line, settings, put, lambda error: put(_End(error)),
                                                                    who=who))
