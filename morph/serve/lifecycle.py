@@ -26,8 +26,7 @@ MAX_UPLOAD_BYTES = 25 << 20  # a voice upload (multipart): OpenAI's limit for an
 UPLOAD_ROUTE = "/v1/audio/voices"
 OPEN_ROUTES = ("/health", "/metrics")
 GRACE_S = 5  # after the state says exit: for the answers already decided to go out, and the engine to stop
-# once failed: requests that arrive as the server gives up (sent before they could know) still get its 503
-FAILED_ANSWER_S = 2
+FAILED_ANSWER_S = 2  # once failed: requests that arrive as it gives up (sent before they knew) still get its 503
 
 
 class Lifecycle:
@@ -45,8 +44,7 @@ class Lifecycle:
                 self.state, self.reason = SERVING, None
 
     def engine_ended(self, reason: str) -> bool:
-        """True when the ended engine process is to start again (`restarting`), False when the server gives up or
-        shuts down."""
+        """True when the ended engine process is to start again (`restarting`); False: the server gives up or stops."""
         now = time.monotonic()
         with self._lock:
             self._ended = [t for t in self._ended if now - t < RESTART_WINDOW_S] + [now]
@@ -92,7 +90,8 @@ class Lifecycle:
                                  "in a few seconds", None, "server_restarting", "server_error", {"Retry-After": "5"})
         if state == FAILED:  # the connection closes with the answer: the process is about to exit
             return ApiError(503, f"this server has failed and is exiting to be restarted: {reason}; send the request "
-                                 "again once it is back", None, "server_failed", "server_error", {"Connection": "close"})
+                                 "again once it is back", None, "server_failed", "server_error",
+                            {"Connection": "close"})
         return None
 
 
@@ -171,9 +170,8 @@ def _replay(body: bytes, receive):
 
 
 class _Deliberate(logging.Filter):
-    """uvicorn's error log less what the server does on purpose: a stream it cut off (CutOff, logged already as a
-    warning), and a WebSocket handshake the Gate refused (an ERROR in uvicorn's sansio protocol; this app's route
-    accepts first, so that record is never its own failure)."""
+    """uvicorn's error log less what the server does on purpose: a stream it cut off (CutOff, logged already), and a
+    WebSocket handshake the Gate refused (this app's route accepts first, so that record is never its own failure)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.msg == "ASGI callable returned without completing handshake.":
