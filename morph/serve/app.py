@@ -112,7 +112,8 @@ def create_app(load, voices_dir: Path, api_key: str | None = None, model_id: str
                 record = await asyncio.to_thread(voices.save, name, voice)
         except FileExistsError:
             raise ApiError(409, f"name: a voice named {name!r} exists, or is being made from another upload; DELETE "
-                                f"/v1/audio/voices/{name} first, or choose another name", "name", "voice_exists") from None
+                                f"/v1/audio/voices/{name} first, or choose another name", "name",
+                           "voice_exists") from None
         return _voice_object(record)
 
     @app.get("/v1/audio/voices")
