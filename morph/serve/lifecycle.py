@@ -188,10 +188,8 @@ _DELIBERATE = _Deliberate()
 
 
 def quiet_uvicorn() -> None:
-    """Put _Deliberate on uvicorn's error log (once, however many apps are made)."""
-    logger = logging.getLogger("uvicorn.error")
-    if _DELIBERATE not in logger.filters:
-        logger.addFilter(_DELIBERATE)
+    """Put _Deliberate on uvicorn's error log (once, however many apps are made: addFilter skips one it holds)."""
+    logging.getLogger("uvicorn.error").addFilter(_DELIBERATE)
 
 
 def run_server(app, host: str, port: int, shutdown_timeout: float) -> int:

@@ -27,8 +27,7 @@ from .speech import Speech
 log = logging.getLogger(__name__)
 
 WHO = "WS /v1/audio/speech/stream"
-# a text that runs on is cut where a clause or word ends, so it is heard while it is typed
-MAX_SENTENCE_CHARS = 200
+MAX_SENTENCE_CHARS = 200  # a text that runs on is cut where a clause or word ends, so it is heard while typed
 # Sentences in the engine beyond the one streaming: the next is made while this one plays, and a text that comes
 # faster than it is spoken does not take the batch's slots from the server's other clients
 AHEAD = 1
