@@ -152,7 +152,7 @@ class VoiceFolder:
 
 
 def _file_key(path: Path) -> tuple[int, int, int]:
-    """What changes when a voice file is replaced: the inode too, as a rename within the clock's tick can keep mtime and size."""
+    """What changes when a voice file is replaced: the inode too (a rename in the clock's tick can keep mtime, size)."""
     stat = path.stat()
     return stat.st_ino, stat.st_mtime_ns, stat.st_size
 
