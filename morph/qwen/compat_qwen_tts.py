@@ -30,6 +30,8 @@ _CONFIGS = "qwen_tts.core.models.configuration_qwen3_tts"
 _TOKENIZER_12HZ = "qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2"
 _TOKENIZER_12HZ_CONFIG = "qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2"
 _TOKENIZER_25HZ = "qwen_tts.core.tokenizer_25hz.modeling_qwen3_tts_tokenizer_v1"
+_TALKER_CONFIGS = ("Qwen3TTSTalkerConfig", "Qwen3TTSTalkerCodePredictorConfig")
+_GENERATORS = ("Qwen3TTSTalkerForConditionalGeneration", "Qwen3TTSTalkerCodePredictorModelForConditionalGeneration")
 
 
 def _classes(module: str, *names: str) -> list[type]:
@@ -105,9 +107,8 @@ def _shim_mimi_keys() -> bool:
         return False
     register = getattr(cm, "register_checkpoint_conversion_mapping", None)
     mimi = cm.get_checkpoint_conversion_mapping("MimiModel")
-    if register is None or mimi is None:
-        return False
-    if cm.get_checkpoint_conversion_mapping("Qwen3TTSTokenizerV2Encoder") is not None:
+    if register is None or mimi is None \
+            or cm.get_checkpoint_conversion_mapping("Qwen3TTSTokenizerV2Encoder") is not None:
         return False
     register("Qwen3TTSTokenizerV2Encoder", mimi)
     return True
@@ -122,7 +123,7 @@ def _shim_pad_token_id() -> bool:
     if hasattr(PretrainedConfig(), "pad_token_id"):
         return False
     done = False
-    for cls in _classes(_CONFIGS, "Qwen3TTSTalkerConfig", "Qwen3TTSTalkerCodePredictorConfig"):
+    for cls in _classes(_CONFIGS, *_TALKER_CONFIGS):
         if "pad_token_id" not in cls.__dict__:
             cls.pad_token_id = None  # 4.57's default; a value in config.json still wins (instance attribute)
             done = True
@@ -152,7 +153,7 @@ def _shim_rope_parameters() -> bool:
 
     if not isinstance(inspect.getattr_static(PretrainedConfig, "rope_scaling", None), property):  # 4.x
         return False
-    targets = (_classes(_CONFIGS, "Qwen3TTSTalkerConfig", "Qwen3TTSTalkerCodePredictorConfig")
+    targets = (_classes(_CONFIGS, *_TALKER_CONFIGS)
                + _classes(_TOKENIZER_12HZ_CONFIG, "Qwen3TTSTokenizerV2DecoderConfig"))
     return _wrap_methods(targets, "__init__", accept_saved_rope_parameters)
 
@@ -169,8 +170,7 @@ def compute_default_rope_parameters(config, device=None, seq_len=None, **_):
 
 def _shim_rope_default() -> bool:
     done = False
-    for name in (_MODELS, _TOKENIZER_12HZ):
-        module = sys.modules.get(name)
+    for module in map(sys.modules.get, (_MODELS, _TOKENIZER_12HZ)):
         table = getattr(module, "ROPE_INIT_FUNCTIONS", None)
         if table is None or "default" in table:
             continue
@@ -186,8 +186,7 @@ def _shim_tied_weights_keys() -> bool:
     if not hasattr(PreTrainedModel, "get_expanded_tied_weights_keys"):  # 4.x: lists are the format
         return False
     done = False
-    for name in (_MODELS, _TOKENIZER_12HZ, _TOKENIZER_25HZ):
-        module = sys.modules.get(name)
+    for module in map(sys.modules.get, (_MODELS, _TOKENIZER_12HZ, _TOKENIZER_25HZ)):
         for cls in vars(module).values() if module else ():
             if isinstance(cls, type) and isinstance(cls.__dict__.get("_tied_weights_keys"), list):
                 cls._tied_weights_keys = None
@@ -279,9 +278,7 @@ def _shim_cache_position() -> bool:
 
     if "cache_position" in inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters:
         return False
-    targets = _classes(_MODELS, "Qwen3TTSTalkerForConditionalGeneration",
-                       "Qwen3TTSTalkerCodePredictorModelForConditionalGeneration")
-    return _wrap_methods(targets, "prepare_inputs_for_generation", pass_cache_position)
+    return _wrap_methods(_classes(_MODELS, *_GENERATORS), "prepare_inputs_for_generation", pass_cache_position)
 
 
 def _shim_mimi_properties() -> bool:
@@ -374,9 +371,7 @@ def _shim_forward_cache() -> bool:
 
     if "cache" not in inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters:
         return False
-    targets = _classes(_MODELS, "Qwen3TTSTalkerForConditionalGeneration",
-                       "Qwen3TTSTalkerCodePredictorModelForConditionalGeneration")
-    return _wrap_methods(targets, "forward", accept_cache_kwarg)
+    return _wrap_methods(_classes(_MODELS, *_GENERATORS), "forward", accept_cache_kwarg)
 
 
 SHIMS = {
