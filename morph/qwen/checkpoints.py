@@ -77,11 +77,6 @@ def _close_name(source: str, search_dirs: list[Path]) -> str | None:
     return close[0] if close else None
 
 
-def _did_you_mean_hub(source: str) -> str:
-    close = None if source in HUB_MODELS else _close_name(source, [])
-    return f"; did you mean {close}?" if close else ""
-
-
 def check_source(source: str, search_dirs: list[Path] = ()) -> Path | None:
     """The checked local folder `source` names (a path, or in one of `search_dirs`), or None for a hub id; anything
     else is refused with the name it comes close to. Needs no network."""
@@ -121,12 +116,14 @@ def locate_checkpoint(source: str, search_dirs: list[Path] = (), download_dir: P
         log.info("Downloading %s into %s", source, target or "the Hugging Face cache")
         folder = Path(snapshot_download(repo_id=source, local_dir=None if target is None else str(target)))
     except Exception as e:
+        close = None if source in HUB_MODELS else _close_name(source, [])
+        hint = f"; did you mean {close}?" if close else ""
         place = (f"put the checkpoint's files into {target}" if target is not None
                  else "put the checkpoint's files into a folder and give that folder's path as the model")
         fetch = fetch_command(source, target if target is not None else name)
         # a typo's fix first: the offline steps after it run to hundreds of characters
         raise FileNotFoundError(
-            f"could not download {source}{_did_you_mean_hub(source)} ({type(e).__name__}: {e}). Offline, {place}: "
+            f"could not download {source}{hint} ({type(e).__name__}: {e}). Offline, {place}: "
             f"{FILE_LIST}. To get them, run on a machine with network access: {fetch} (the hf command comes with "
             "huggingface_hub), then copy that folder here") from e
     return _checked(folder, source)
