@@ -77,8 +77,7 @@ def _without_torchaudio():
         raise ImportError(f"torchaudio is unavailable ({reason}), so qwen-tts's 25 Hz tokenizer cannot run; this "
                           "pack runs 12 Hz models only")
 
-    parts = _KALDI.split(".")
-    names = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    names = ("torchaudio", "torchaudio.compliance", _KALDI)
     # a torchaudio that imported but whose kaldi module fails keeps its own modules; the import finds ours
     # in sys.modules below them
     stand_ins = {name: types.ModuleType(name) for name in names if name not in sys.modules}
