@@ -65,11 +65,8 @@ def cues(lengths: list[int], pause_seconds: float) -> list[tuple[float, float]]:
 def join_clips(clips: list[np.ndarray], pause_seconds: float) -> tuple[np.ndarray, list[tuple[float, float]]]:
     """The clips joined with pauses, and each clip's (start, end) in seconds in the joined clip."""
     pause = np.zeros(int(round(pause_seconds * SAMPLE_RATE)), np.float32)
-    pieces = []
-    for i, clip in enumerate(clips):
-        if i:
-            pieces.append(pause)
-        pieces.append(clip.astype(np.float32, copy=False))
+    # a pause before every clip, less the first one
+    pieces = [piece for clip in clips for piece in (pause, clip.astype(np.float32, copy=False))][1:]
     joined = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
     return joined, cues([clip.size for clip in clips], pause_seconds)
 
@@ -84,9 +81,8 @@ def _timestamp(seconds: float) -> str:
 
 def srt(cues: list[tuple[float, float, str, str]]) -> str:
     """SRT subtitles: one cue per (start, end, name, text), as 'Name: text'."""
-    blocks = [f"{n}\n{_timestamp(start)} --> {_timestamp(end)}\n{name}: {text}\n"
-              for n, (start, end, name, text) in enumerate(cues, start=1)]
-    return "\n".join(blocks)
+    return "\n".join(f"{n}\n{_timestamp(start)} --> {_timestamp(end)}\n{name}: {text}\n"
+                     for n, (start, end, name, text) in enumerate(cues, start=1))
 
 
 # -- the files ---------------------------------------------------------------------------------------------
