@@ -3,6 +3,7 @@ and the fix. The WAV bytes are made here, as libsndfile's write failures name ne
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -74,10 +75,8 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], who: str,
         else:
             os.replace(tmp, path)
     except BaseException as e:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         if isinstance(e, OSError) and not isinstance(e, FileExistsError):
             fix = _FIXES.get(e.errno, "check the folder's permissions and free space, or choose another folder")
             raise LineWriteError(f"{who}: could not write {path}: {e.strerror or e}; {fix}") from e
