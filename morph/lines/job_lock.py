@@ -5,6 +5,7 @@ token, new at each acquire, that a worker checks before each rename (`check_hold
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -84,10 +85,8 @@ class JobLock:
             return
         f, self._file, self.token = self._file, None, None
         # Removed while still held, so no newcomer ever locks a file that is about to disappear.
-        try:
+        with contextlib.suppress(OSError):  # Windows keeps an open file; the next holder overwrites it
             os.unlink(self.path)
-        except OSError:  # Windows keeps an open file; the next holder overwrites it
-            pass
         f.close()  # closing lets go of the lock
 
     @property
