@@ -107,8 +107,7 @@ class LineFiles:
             raise ValueError(f"{words.prefix} {prefix!r} must be a relative name inside the output folder, "
                              "e.g. qwen3-tts/scene1")
         self.root, self.prefix = Path(root), prefix
-        self.folder = Path(root).joinpath(*parts[:-1])
-        self.stem = parts[-1]
+        self.folder, self.stem = self.root.joinpath(*parts[:-1]), parts[-1]
         self.who, self.token = who, token
         self.lock_path = self.folder / f".{self.stem}.lock"
 
