@@ -45,11 +45,9 @@ def voice_bytes(voice: Voice) -> bytes:
     tensors = {"spk_embedding": voice.spk_embedding.detach().float().cpu().contiguous()}
     if voice.ref_code is not None:
         tensors["ref_code"] = voice.ref_code.detach().long().cpu().contiguous()
-    metadata = {
-        "format": FORMAT, "version": VERSION, "mode": "icl" if voice.icl else "xvector",
-        "ref_text": json.dumps(voice.ref_text), "hidden_size": str(voice.hidden_size),
-        "model_size": voice.model_size,
-    }
+    metadata = {"format": FORMAT, "version": VERSION, "mode": "icl" if voice.icl else "xvector",
+                "ref_text": json.dumps(voice.ref_text), "hidden_size": str(voice.hidden_size),
+                "model_size": voice.model_size}
     return save(tensors, metadata=metadata)
 
 
