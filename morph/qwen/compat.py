@@ -28,15 +28,13 @@ QWEN_TTS_VERSION = "0.1.1"  # the release the pack is tested on (its exact mode 
 _INSTALL = f"-m pip install --no-deps qwen-tts=={QWEN_TTS_VERSION}"
 
 _applied: list[str] = []
+_logged = False
 
 
 def _apply(shims: dict) -> list[str]:
     new = [name for name, shim in shims.items() if shim()]
     _applied.extend(n for n in new if n not in _applied)
     return new
-
-
-_logged = False
 
 
 def _log(new: list[str]) -> None:
