@@ -247,8 +247,7 @@ def _shim_mask_kwargs() -> bool:
             fn = getattr(module, attr, None)
             if fn is None or marked(fn):
                 continue
-            params = inspect.signature(fn).parameters
-            if {"input_embeds", "cache_position", "past_key_values"} <= params.keys():
+            if {"input_embeds", "cache_position", "past_key_values"} <= inspect.signature(fn).parameters.keys():
                 continue
             note_foreign_wrapper(fn, f"{name}.{attr}")
             setattr(module, attr, accept_legacy_mask_kwargs(fn))
