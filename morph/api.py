@@ -39,9 +39,7 @@ VARIANT_EXAMPLES = {"base": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "custom_voice": "Qw
 class MorphTTS:
     def __init__(self, tts, config: ModelConfig):
         self.tts, self.config = tts, config
-        # device bytes the engine's kept state holds (morph/engine/engine.py measures each render's), which the next
-        # batch reuses or replaces: counted as free when it is sized
-        self.held = 0
+        self.held = 0  # device bytes the engine keeps between renders: counted as free when a batch is sized
         self.ready_width: int | None = None  # the widest batch ready() made the engine ready for, until released
         self.patch = MorphPatch(tts, mode=config.mode)
         self.codec = LeanCodec(tts.model.speech_tokenizer.model)  # the audio of every mode but eager
@@ -98,9 +96,8 @@ class MorphTTS:
 
     def ready(self, width: int = DEFAULT_BATCH_SIZE, who: str = "Load model") -> float | None:
         """Get the engine ready before the first request: a short render of `width` rows compiles the kernels, builds
-        the batch's state (for the longest row a script holds) and captures every shape later renders of up to
-        `width` rows reuse, then the prefills of x-vector voices' rows (an ICL voice's are captured as it is made). What it keeps (`held`) is counted as free
-        when a batch is sized. Seconds taken; None where nothing is captured (eager, or off CUDA)."""
+        the state and captures every shape later renders of up to `width` rows reuse, then x-vector voices' prefills
+        (an ICL voice's as it is made). Seconds taken; None where nothing is captured (eager, or off CUDA)."""
         if not replays_graphs(self):
             return None
         log.info("%s: getting the engine ready for batches of up to %d rows (the first time on this machine "
@@ -159,11 +156,9 @@ class MorphTTS:
                         who, len(transcript), seconds)
         item = self.tts.create_voice_clone_prompt(ref_audio=(clip, SAMPLE_RATE), ref_text=transcript,
                                                   x_vector_only_mode=x_vector_only)[0]
-        voice = Voice(
-            spk_embedding=item.ref_spk_embedding.detach().float().cpu(),
-            ref_code=None if item.ref_code is None else item.ref_code.detach().long().cpu(),
-            ref_text=transcript, model_size=self.model_size,
-        )
+        voice = Voice(spk_embedding=item.ref_spk_embedding.detach().float().cpu(),
+                      ref_code=None if item.ref_code is None else item.ref_code.detach().long().cpu(),
+                      ref_text=transcript, model_size=self.model_size)
         if voice.icl and replays_graphs(self):  # made ready now, not in its first render: its reference decoded
             with torch.cuda.stream(self.codec.side_stream(self.device)), torch.inference_mode():  # as rows open
                 self.codec.primed(voice.ref_code, self.device)
@@ -172,8 +167,7 @@ class MorphTTS:
         return voice
 
     def _prefills_ready(self, voice: Voice) -> None:
-        """Capture the prefill buckets `voice`'s rows meet joining a batch of up to ready()'s width, the largest first;
-        what they keep is the engine's (`held`)."""
+        """Capture the prefill buckets `voice`'s rows meet joining a batch of up to ready()'s width, into `held`."""
         shapes = {s for n in voice_prefill_lengths(self, voice) for s in voice_shapes(n, self.ready_width)}
         before = torch.cuda.memory_allocated(self.device)
         warm_prefills(self, largest_first(shapes))
@@ -215,12 +209,9 @@ class MorphTTS:
     def _prompt_item(self, voice: Voice):
         from qwen_tts import VoiceClonePromptItem
 
-        device = self.device
-        return VoiceClonePromptItem(
-            ref_code=None if voice.ref_code is None else voice.ref_code.to(device),
-            ref_spk_embedding=voice.spk_embedding.to(device),
-            x_vector_only_mode=not voice.icl, icl_mode=voice.icl, ref_text=voice.ref_text,
-        )
+        return VoiceClonePromptItem(ref_code=None if voice.ref_code is None else voice.ref_code.to(self.device),
+                                    ref_spk_embedding=voice.spk_embedding.to(self.device),
+                                    x_vector_only_mode=not voice.icl, icl_mode=voice.icl, ref_text=voice.ref_text)
 
 
 def _cloned(text: str, voice: Voice, language: str, who: str) -> Line:
