@@ -1,8 +1,7 @@
-"""The batch front end every caller feeds: every line, alone or in a script, is a row of a batch. Rows run as one
-request to the engine, each drawing from its own random stream, so a seeded take does not depend on its batch but for
-rounding; in eager mode in upstream's static batched generate, seeded before each batch as upstream does
-(tests/morph/test_exactness.py), so a row's take depends on its companions. Out of memory, the rows not yet rendered
-are retried at half the batch, down to one row."""
+"""The batch front end every caller feeds: every line is a row of a batch. Rows run as one request to the engine, each
+drawing from its own random stream, so a seeded take does not depend on its batch; in eager mode in upstream's static
+batched generate, seeded before each batch as upstream does. Out of memory, the rows not yet rendered are retried at
+half the batch, down to one row."""
 
 from __future__ import annotations
 
@@ -65,8 +64,8 @@ class BatchTTS:
                sort: bool = True, labels: Sequence[str] | None = None, words: Words = FOR_PYTHON,
                on_chunk: OnChunk | None = None,
                kv_cache_bytes: int | None = None) -> tuple[list[np.ndarray], Iterator[None]]:
-        """render with the lines checked now: (the list each line's audio goes into, the frames to run). Closed between
-        frames, the render stops and the engine's state is released by the time close() returns."""
+        """render with the lines checked now: (the list each line's audio goes into, the frames to run); closing the
+        frames between two stops the render and releases the engine's state."""
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):  # True is no size
             raise ValueError(f"{who}: batch_size must be an integer >= 1, got {batch_size!r}; 64 suits most GPUs")
         settings = (settings or GenerationSettings()).validate(who)
@@ -109,11 +108,9 @@ class BatchTTS:
                                   kv_cache_bytes=kv_cache_bytes, audio=False):
                 pass
             return out
-        for batch in plan_batches([(r.limit, r.text) for r in rows], width, longest_first=False):
-            chunk = [rows[i] for i in batch]
-            codes = self._generate(chunk, settings, SlotProgress(on_step, _allotment(chunk)))
-            for row, c in zip(chunk, codes, strict=True):
-                out[row.index] = c
+        for start in range(0, len(rows), width):
+            chunk = rows[start:start + width]
+            out[start:start + width] = self._generate(chunk, settings, SlotProgress(on_step, _allotment(chunk)))
         return out
 
     def decode(self, codes: Sequence[torch.Tensor], voices: Sequence[Voice | None]) -> list[np.ndarray]:
@@ -171,10 +168,9 @@ class BatchTTS:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
             width = min(cap, len(pending))
-            narrower = back_off(width)
-            if narrower is None:
+            cap = back_off(width)
+            if cap is None:
                 raise RuntimeError(too_large(pending[0], error))
-            cap = narrower
             log.warning("%s: out of GPU memory with a batch of %d rows; retrying in batches of %d", who, width, cap)
 
     def _static(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None,
