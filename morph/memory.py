@@ -21,39 +21,32 @@ from .prompts import prefill_tokens, prompt_tokens, token_count
 from .settings import (KV_PAGE, GenerationSettings, capacity_for, prefill_bucket, prefill_rows, requeue_pool_pages,
                        runs_lean, text_slots)
 
-# The terms below are fits to the peaks of tests/gpu/test_memory.py (0.6B dims, bf16, fused, 5 s lines, x-vector and
-# ICL voices, 1 to 64 rows); each names the NOTES.md that holds its fit.
-# Upstream's decoder (eager's): its live activations a row-frame, in its dtype's values, and its workspace beyond
-# WORKSPACE (bench/results/h100-2026-11-23/memory/)
+# Fits to the peaks of tests/gpu/test_memory.py (0.6B dims, bf16, fused, 5 s lines, x-vector and ICL voices, 1 to 64
+# rows); each names the folder of bench/results whose NOTES.md holds the fit.
+# Upstream's decoder (eager's): live values a row-frame in its dtype, workspace beyond WORKSPACE (h100-2026-11-23)
 CODEC_VALUES_PER_ROW_FRAME = 1_250_000
 UPSTREAM_CODEC_WORKSPACE = 80 * 2**20
-# Every run's, above the start of a fresh process's batch-1 render (bench/results/h100-2026-11-24c/NOTES.md)
-WORKSPACE = 64 * 2**20
-# cuBLAS's workspace for each of the batch's own streams, taken by the process's first render that uses the stream
-# and kept, so counted until then (bench/results/h200-2026-11-26f/NOTES.md)
+WORKSPACE = 64 * 2**20  # every run's, above the start of a fresh process's batch-1 render (h100-2026-11-24c)
+# cuBLAS's workspace for each of the batch's own streams, taken by the first render that uses it (h200-2026-11-26f)
 STREAM_WORKSPACE = 32 * 2**20
-# The lean codec: bytes a row-frame of a chunk call, cuDNN's workspaces included, and each row's float32 audio held
-# about six times on the device (bench/results/h100-2026-11-26g/NOTES.md)
-LEAN_CODEC_BYTES = (int(1.45 * 2**20), int(1.85 * 2**20))  # a row-frame of a call of many rows; of one row
-# the same calls replayed from CUDA graphs (below), as the live rows run them in the fast modes
+# The lean codec: bytes a row-frame of a chunk call of many rows and of one, cuDNN's workspaces included, op by op and
+# replayed from CUDA graphs; each row's float32 audio is held AUDIO_COPIES times on the device (h100-2026-11-26g)
+LEAN_CODEC_BYTES = (int(1.45 * 2**20), int(1.85 * 2**20))
 CAPTURED_CODEC_BYTES = (int(1.85 * 2**20), int(2.5 * 2**20))
 LEAN_CODEC_WORKSPACE = 16 * 2**20
 AUDIO_COPIES = 6
-# The live codec's graphs hold their calls' activations while kept: in CUDA's graph pool under cudaMallocAsync, unseen
-# by torch's counter, and in private pools the native allocator fragments; a share of the widest call's op-by-op bytes
-# (bench/results/h100-2026-11-26f/NOTES.md).
+# The live codec's kept graphs hold their calls' activations (in CUDA's graph pool under cudaMallocAsync, in private
+# pools the native allocator fragments): a share of the widest call's op-by-op bytes (h100-2026-11-26f)
 ASYNC_CAPTURED_SHARE = 1.15
 NATIVE_CAPTURED_SHARE = (1.0, 10, 3.0)  # 1 + rows / 10, at most 3
-# the frame step's graphs, one per width bucket, and the smaller codec shapes' leftovers
-CAPTURED_GRAPHS = 64 * 2**20
-# What the device gives up beyond the counted allocations: the allocator's reserve (blocks one stream freed and
-# another cannot take yet, split blocks, private pools' free blocks) and CUDA's graph pool past CAPTURED_GRAPHS; a card
-# loses it as surely, so the declaration and admission count it (bench/results/h200-2026-11-28c/NOTES.md).
+CAPTURED_GRAPHS = 64 * 2**20  # the frame step's graphs, one per width bucket, and the smaller codec shapes' leftovers
+# What the device loses beyond the counted allocations, which the declaration and admission count: the allocator's
+# reserve (freed blocks another stream cannot take yet, split blocks, private pools' free blocks) and CUDA's graph
+# pool past CAPTURED_GRAPHS (h200-2026-11-28c)
 RESERVE_SHARE, CHURN_SHARE, EAGER_RESERVE_SHARE = 1.15, 1.4, 1.25
-# Under the native allocator upstream's decoder takes this much more than its activations' count, its large
-# convolutions' blocks cached whole (bench/results/h200-2026-11-28g/NOTES.md)
-NATIVE_UPSTREAM_CODEC_SHARE = 1.6
 RESERVE_FIXED = {"cudaMallocAsync": int(0.4 * 2**30), "native": int(0.25 * 2**30)}
+# Upstream's decoder under the native allocator, its large convolutions' blocks cached whole (h200-2026-11-28g)
+NATIVE_UPSTREAM_CODEC_SHARE = 1.6
 
 
 def _rows(lines, settings: GenerationSettings, instruct: str, count) -> list[tuple[int, int, int]]:
@@ -89,7 +82,8 @@ def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: Gen
     # upstream's DynamicCache holds the tokens the batch has reached; the loop's hidden states take every slot
     state = width * (tokens * shape.kv_per_token + capacity_for(tokens) * 2 * shape.hidden_bytes)
     prefill = width * prompt * (shape.kv_per_token + shape.layer_bytes_per_token + shape.heads * prompt * 4)
-    codec = _upstream_codec_call(model, _largest_codec_call([c for _, _, c in rows], width))
+    heaviest = row_frames(max(c for _, _, c in rows))  # the heaviest call morph/codec/pieces.py makes of the rows
+    codec = _upstream_codec_call(model, min(width * heaviest, max(DECODE_ROW_FRAMES, heaviest)))
     share = 1.0
     if (device or tts.device).type == "cuda":
         share = EAGER_RESERVE_SHARE
@@ -163,7 +157,8 @@ def _continuous(tts, shape: "_Shape", rows: list[tuple[int, int, int]], prompt: 
         codec = _captured_codec_calls(LIVE_CHUNK, per_call) + beside
     else:
         codec = max(_lean_codec_call(LIVE_CHUNK, per_call), restart)
-    codec += (width + 2 * per_call) * _codec_row_state(tts)
+    row_state = sum(t * c for t, c in tts.codec.slot_shapes()) * _codec_itemsize(tts.tts.model)  # a row's left context
+    codec += (width + 2 * per_call) * row_state
     codec += AUDIO_COPIES * 4 * tts.codec.upsample * LIVE_CHUNK * per_call
     ahead = len(rows) > width  # a next group's prompt is built while one joins (morph/engine/runner.py), on its stream
     prompts = (1 + ahead) * width * max(p for p, _, _ in rows) * shape.hidden_bytes
@@ -208,17 +203,6 @@ def _captured_codec_calls(frames: int, rows: int) -> int:
         base, rows_per_step, most = NATIVE_CAPTURED_SHARE
         share = min(most, base + rows / rows_per_step)
     return int(share * CAPTURED_CODEC_BYTES[rows == 1] * rows * frames) + CAPTURED_GRAPHS
-
-
-def _codec_row_state(tts) -> int:
-    """One row's lean codec state: its layers' left context."""
-    return sum(t * c for t, c in tts.codec.slot_shapes()) * _codec_itemsize(tts.tts.model)
-
-
-def _largest_codec_call(codec_frames: list[int], width: int) -> int:
-    """Row-frames of the heaviest call morph/codec/pieces.py makes of batches of `width` of these rows."""
-    heaviest = row_frames(max(codec_frames))
-    return min(width * heaviest, max(DECODE_ROW_FRAMES, heaviest))
 
 
 def _live_row_call(codec_frames: list[int]) -> int:
