@@ -11,16 +11,13 @@ FRAMES_PER_SECOND = 12.5  # one codec frame per 80 ms
 SAMPLE_RATE = 24000
 DEFAULT_SEQ_GROUPS = 5
 MAX_SEQ_GROUPS = 15
-# The decode modes MorphTTS.load and Load Model take (docs/architecture.md, Decode modes), and the
-# retired ones that still load, each running the mode it names.
+# The decode modes MorphTTS.load and Load Model take (docs/architecture.md), and retired ones, run as the mode named.
 MODES = ("auto", "eager", "lean", "graphs", "fused")
 RETIRED_MODES = {"compile": "fused"}
 
-# A missed EOS must not run for minutes: slow speech runs about 3 characters a second, plus lead-in and trailing
-# silence.
+# A missed EOS must not run for minutes: slow speech runs about 3 characters a second, plus lead-in and silence.
 SECONDS_PER_CHAR = 0.35
 EXTRA_SECONDS = 5.0
-
 
 # Render Lines' and `cli.py render`'s retired `batching`, still taken for one release; the rows a render runs at once.
 RETIRED_BATCHING = ("continuous", "static")
@@ -35,17 +32,12 @@ MIN_CAPACITY = 256  # the fewest cache slots the decode's static state reserves 
 
 
 def capacity_for(needed: int) -> int:
-    """Static cache slots per row for a call that needs `needed`: the next power of two (at least MIN_CAPACITY), so
-    few CUDA graphs are captured (the capacity is part of a graph's key)."""
-    cap = MIN_CAPACITY
-    while cap < needed:
-        cap *= 2
-    return cap
+    """Cache slots a row for `needed`: the next power of two (at least MIN_CAPACITY), so few graphs are captured."""
+    return max(MIN_CAPACITY, 1 << (int(needed) - 1).bit_length())
 
 
 def text_slots(prompt: int) -> int:
-    """The continuous batch's text table slots a row: its trailing text, no longer than its prompt of `prompt` tokens
-    at most, and the pad it reads after."""
+    """The continuous batch's text table slots a row: its trailing text (at most `prompt` tokens), then a pad."""
     return capacity_for(prompt + 1)
 
 
@@ -105,10 +97,8 @@ def runs_lean(tts, device=None) -> bool:
 def check_seq_groups(seq_groups, num_groups: int = MAX_SEQ_GROUPS, who: str = "morph") -> int:
     """Return seq_groups as an int, or raise a ValueError that says the valid range."""
     if isinstance(seq_groups, bool) or not isinstance(seq_groups, int) or not 1 <= seq_groups <= num_groups:
-        raise ValueError(
-            f"{who}: seq_groups must be an integer from 1 to {num_groups}, got {seq_groups!r}; "
-            f"use {num_groups} for upstream-exact output, or 5 (the default) for speed"
-        )
+        raise ValueError(f"{who}: seq_groups must be an integer from 1 to {num_groups}, got {seq_groups!r}; "
+                         f"use {num_groups} for upstream-exact output, or 5 (the default) for speed")
     return seq_groups
 
 
@@ -172,11 +162,9 @@ class GenerationSettings:
 
     def upstream_kwargs(self, text: str) -> dict:
         """The keyword arguments of qwen-tts's generate_* methods."""
-        return dict(
-            do_sample=self.do_sample, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-            repetition_penalty=self.repetition_penalty,
-            subtalker_dosample=self.subtalker.do_sample, subtalker_temperature=self.subtalker.temperature,
-            subtalker_top_k=self.subtalker.top_k, subtalker_top_p=self.subtalker.top_p,
-            # upstream's max_new_tokens counts code-0 tokens, and the last one sampled never becomes a frame
-            max_new_tokens=self.frame_limit(text) + 1,
-        )
+        return dict(do_sample=self.do_sample, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                    repetition_penalty=self.repetition_penalty, subtalker_dosample=self.subtalker.do_sample,
+                    subtalker_temperature=self.subtalker.temperature, subtalker_top_k=self.subtalker.top_k,
+                    subtalker_top_p=self.subtalker.top_p,
+                    # upstream's max_new_tokens counts code-0 tokens, and the last one sampled never becomes a frame
+                    max_new_tokens=self.frame_limit(text) + 1)
