@@ -80,9 +80,8 @@ class RowPrompt:
 
 
 def prompt_inputs(tts, rows: list[Row], tokenize: Callable[[list[str]], list[torch.Tensor]] | None = None) -> dict:
-    """What upstream's generate_voice_clone, generate_custom_voice or generate_voice_design passes to model.generate
-    besides the languages and sampling settings, built the way they build it; tokenize: a PrivateTokenizer's, on a
-    thread beside the engine's."""
+    """What upstream's generate_voice_clone, _custom_voice or _voice_design pass model.generate besides the languages
+    and sampling settings, built their way; tokenize: a PrivateTokenizer's, on a thread beside the engine's."""
     model, variant = tts.tts, rows[0].line.variant
     tokenize = tokenize or model._tokenize_texts
     inputs = dict(input_ids=tokenize([model._build_assistant_text(r.text) for r in rows]))
@@ -105,10 +104,9 @@ def prompt_inputs(tts, rows: list[Row], tokenize: Callable[[list[str]], list[tor
 def talker_inputs(model, languages: list[str], *, min_new_tokens: int, input_ids: list[torch.Tensor],
                   voice_clone_prompt: dict | None = None, ref_ids: list | None = None, instruct_ids: list | None = None,
                   speakers: list[str] | None = None, non_streaming_mode: bool = False, **options) -> dict:
-    """What upstream's `Qwen3TTSForConditionalGeneration.generate` (qwen-tts 0.1.1) passes talker.generate for these
-    keywords (prompt_inputs' and the sampling `options`): the left-padded prompt batch, each row's trailing text, and
-    the talker's options, with the call's min_new_tokens. Built with upstream's calls on the same shapes, so the
-    tensors are upstream's bit for bit (tests/morph/test_prompts.py)."""
+    """What upstream's `Qwen3TTSForConditionalGeneration.generate` passes talker.generate for prompt_inputs' keywords
+    and the sampling `options`: the left-padded prompt batch, each row's trailing text and the talker's options, built
+    with upstream's calls on the same shapes, so bit for bit upstream's."""
     prompts = row_prompts(model, languages, input_ids, voice_clone_prompt, ref_ids, instruct_ids, speakers,
                           non_streaming_mode)
     return batch_inputs(model, prompts, min_new_tokens=min_new_tokens, **options)
@@ -155,10 +153,9 @@ def row_prompts(model, languages: list[str], input_ids: list[torch.Tensor], voic
                     text_id=ids[:, 3:-5], ref_id=ref_ids[i][:, 3:-2], ref_code=voice_clone_prompt["ref_code"][i].to(
                         device), tts_pad_embed=pad, tts_eos_embed=eos, non_streaming_mode=non_streaming_mode)
             elif non_streaming_mode:  # the whole text in the prompt, then codec bos
-                more = torch.cat((torch.cat((text(ids[:, 3:-5]), eos), dim=1)
-                                  + codec([cfg.codec_pad_id] * (ids[:, 3:-5].shape[1] + 1)), pad + codec([cfg.codec_bos_id])),
-                                 dim=1)
-                rest = pad
+                body = ids[:, 3:-5]
+                said = torch.cat((text(body), eos), dim=1) + codec([cfg.codec_pad_id] * (body.shape[1] + 1))
+                more, rest = torch.cat((said, pad + codec([cfg.codec_bos_id])), dim=1), pad
             else:  # the text's first token beside codec bos, the rest read a token a frame
                 more, rest = text(ids[:, 3:4]) + codes[:, -1:], torch.cat((text(ids[:, 4:-5]), eos), dim=1)
             instruct = instruct_ids[i] if instruct_ids is not None else None
@@ -181,14 +178,8 @@ def batch_inputs(model, prompts: list[RowPrompt], *, min_new_tokens: int, **opti
         suppress_tokens=[i for i in range(cfg.vocab_size - 1024, cfg.vocab_size) if i != cfg.codec_eos_token_id])
 
 
-def line_key(seed: int, *parts) -> int:
-    """A row's 32-bit key from the seed and what identifies the line (its text, segment, voice, language)."""
-    digest = hashlib.blake2b(repr((int(seed), *parts)).encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "little")
-
-
 def stream_keys(rows: Sequence[Row], seed: int | None) -> list[int]:
-    """Each row's random stream key: from the seed and its text, voice and language, or torch's generator if no seed."""
+    """Each row's random stream key: a 32-bit hash of the seed, its text, segment, voice, language; no seed: torch's."""
     if seed is None:
         return torch.randint(0, 2**32, (len(rows),)).tolist()
     identities: dict[tuple, tuple] = {}  # one hash per voice and setting, however many lines use it
@@ -197,7 +188,8 @@ def stream_keys(rows: Sequence[Row], seed: int | None) -> list[int]:
         known = (id(r.line.voice), r.line.language, r.line.speaker, r.line.instruct)
         if known not in identities:
             identities[known] = r.line.identity()
-        keys.append(line_key(seed, r.text, r.segment, identities[known]))
+        digest = hashlib.blake2b(repr((int(seed), r.text, r.segment, identities[known])).encode(), digest_size=4)
+        keys.append(int.from_bytes(digest.digest(), "little"))
     return keys
 
 
@@ -220,8 +212,7 @@ def voice_prefill_lengths(tts, voice: Voice) -> set[int]:
 
 
 def prefill_tokens(text: str, voice: Voice | None = None, instruct: str = "", count=len) -> int:
-    """The tokens the talker prefills for a row, at most: a voice's markup and reference frames, or for a speaker or
-    an instruct (the whole text in the prompt) prompt_tokens."""
+    """The most tokens the talker prefills for a row: a voice's markup and reference frames, else prompt_tokens."""
     if voice is None:
         return prompt_tokens(text, voice, instruct, count)
     return VOICE_PREFILL_TOKENS + (int(voice.ref_code.shape[0]) if voice.icl else 0)
@@ -256,8 +247,7 @@ def _counter(tokenizer) -> Callable[[str], int]:
 
 
 def token_count(tts) -> Callable[[str], int]:
-    """A text's tokens as the model's tokenizer splits it (one a character would size the cache several times too
-    large), cached for the counter's life (a render's); one a character without a tokenizer. On the render's thread:
-    threads beside it count with a PrivateTokenizer."""
+    """A text's tokens as the model's tokenizer splits it (one a character would oversize the cache), cached for the
+    counter's life; one a character without a tokenizer. Threads beside the render's count with a PrivateTokenizer."""
     tokenizer = getattr(getattr(tts.tts, "processor", None), "tokenizer", None)
     return len if tokenizer is None else functools.lru_cache(maxsize=None)(_counter(tokenizer))
