@@ -1,9 +1,8 @@
-"""CUDA graphs: capture once per key, replay many times. What a replay reads or writes between frames lives in
-buffers allocated outside the capture, so a graph takes only scratch from its cache's one pool; a change of device,
-dtype or weight storage drops them all. Both allocators are supported, as ComfyUI picks one for the process. Under
-cudaMallocAsync, memory allocated in a capture has no backing until the graph runs: pointer-checking launchers
-(Triton's) refuse it, so our kernels take addresses, and freeing it after a failed capture aborts the process, so a
-failed capture is kept forever (`_keep_forever`: address space only)."""
+"""CUDA graphs: capture once per key, replay many times. What a replay reads or writes between frames lives in buffers
+allocated outside the capture, so a graph takes only scratch from its cache's one pool; a change of device, dtype or
+weight storage drops them all. Both allocators work (ComfyUI picks one). Under cudaMallocAsync a capture's memory has
+no backing until the graph runs, which Triton's pointer checks refuse (so our kernels take addresses), and freeing it
+after a failed capture aborts the process (so `_keep_forever` keeps it: address space only)."""
 
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ class CapturedStep:
     """One captured graph and the outputs its capture returned (static tensors)."""
 
     def __init__(self, graph, outputs):
-        self.graph = graph
-        self.outputs = outputs
+        self.graph, self.outputs = graph, outputs
         self.keep = None  # the buffers the graph reads and writes, kept alive as long as the graph
 
     def replay(self):
@@ -124,8 +122,7 @@ _STREAMS: dict = {}
 
 
 def side_stream(device, role: str) -> torch.cuda.Stream:
-    """The pack's one stream per device and `role`, for the life of the process: cuBLAS keeps a workspace per stream
-    it has seen and no API frees it, so a new stream each time would leak one."""
+    """The pack's one stream per device and `role`, kept for good: cuBLAS keeps a workspace per stream, never freed."""
     key = _stream_key(device, role)
     if key not in _STREAMS:
         priority = torch.cuda.Stream.priority_range()[1] if role == FRAME_LOOP else 0
@@ -147,8 +144,7 @@ def _stream_key(device, role: str) -> tuple:
 
 @contextlib.contextmanager
 def frame_loop_stream(device: torch.device):
-    """Run the frame loop on the device's highest-priority stream, ordered with the caller's: at equal priority its
-    small kernels would queue behind the codec's large ones (bench/results/h100-2026-11-26h/NOTES.md)."""
+    """Run the frame loop on the device's highest-priority stream, ordered with the caller's, ahead of the codec's."""
     if device.type != "cuda":
         yield
         return
@@ -191,8 +187,8 @@ def _collector_paused():
 
 def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = CAPTURE) -> CapturedStep:
     """Warm `step` up on the side stream of `role`, so what can fail fails before a capture allocates, then capture it
-    there; graphs that replay at once must be captured on two streams, or share one cuBLAS workspace
-    (tests/gpu/test_streaming.py). The step runs `warmup` times and once replayed: capture before the buffers matter."""
+    there (graphs that replay at once need two streams, or share one cuBLAS workspace). The step runs `warmup` times
+    and once replayed: capture before the buffers matter."""
     device = torch.device("cuda", torch.cuda.current_device())
     side = side_stream(device, role)
     with _rng_preserved(device):
