@@ -1,7 +1,7 @@
 """The 12 Hz codec's decoder, lean and streaming: codes [rows, frames, 16] to 24 kHz audio a chunk at a time. Every
 layer of upstream's decoder is causal, so a row decodes chunk by chunk, to its one-call decode's rounding, if it
 carries its left context (`CodecState`). The layers run channels last, the layout cuDNN's tensor-core convolutions
-take without a transpose (bench/results/h100-2026-11-24b); the weights are upstream's own."""
+take without a transpose; the weights are upstream's own."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .calls import CHUNK
 
 log = logging.getLogger(__name__)
 
-PRIMED_VOICES = 32  # ICL voices whose decoded reference is kept (about 2.6 MiB each at the real dims)
+PRIMED_VOICES = 32  # ICL voices whose decoded reference is kept
 MAX_SHAPES = 32  # graphs kept: two chunk sizes at up to 8 widths each, and the rest's sizes of ended rows
 
 
@@ -39,10 +39,8 @@ class CodecState:
 
     def __init__(self, flat: torch.Tensor, pos: torch.Tensor, shapes: list[tuple[int, int]]):
         self.flat, self.pos, self.shapes = flat, pos, shapes
-        self.slots, start = [], 0
-        for t, c in shapes:
-            self.slots.append(flat[:, start:start + t * c].view(-1, t, c))
-            start += t * c
+        parts = flat.split([t * c for t, c in shapes], dim=1)
+        self.slots = [part.view(-1, t, c) for part, (t, c) in zip(parts, shapes, strict=True)]
 
     def rows(self, start: int, stop: int) -> "CodecState":
         """Rows start..stop as views: decoding them advances these rows of this state."""
@@ -209,8 +207,8 @@ class LeanCodec:
         dilation = conv.dilation[0]
         if dilation == 1:
             return _conv_output(F.conv2d(_conv_input(x), conv.weight.unsqueeze(2), conv.bias))
-        # `dilation` plain convolutions over interleaved samples: cuDNN's dilated kernels are erratically slow
-        # (bench/results/h100-2026-11-24b). Pad to whole phases, split, merge.
+        # `dilation` plain convolutions over interleaved samples (cuDNN's dilated kernels are erratically slow): pad to
+        # whole phases, split, merge.
         b, t, c = x.shape
         out = t - context
         phases = -(-out // dilation)
@@ -289,9 +287,7 @@ class LeanCodec:
         for layer in t.layers:
             a = layer.self_attn
             y = layer.input_layernorm(h)
-            q = a.q_proj(y).view(b, n, -1, self.head_dim).transpose(1, 2)
-            k = a.k_proj(y).view(b, n, -1, self.head_dim).transpose(1, 2)
-            v = a.v_proj(y).view(b, n, -1, self.head_dim).transpose(1, 2)
+            q, k, v = (p(y).view(b, n, -1, self.head_dim).transpose(1, 2) for p in (a.q_proj, a.k_proj, a.v_proj))
             q, k = rotate(q, cos[:, None], sin[:, None]), rotate(k, cos[:, None], sin[:, None])
             keys = torch.cat((cur.take().view(b, self.kv_heads, self.window, -1), k), dim=2)
             cur.swap(keys[:, :, n:].reshape(b, -1, self.head_dim))
@@ -305,14 +301,14 @@ class LeanCodec:
 
 class CapturedDecode:
     """LeanCodec.decode for one device, a graph per (rows, frames) replayed: the live rows' many small calls would
-    spend the frame loop's host thread on launches (bench/results/h100-2026-11-25c), and their shapes are few."""
+    spend the frame loop's host thread on launches, and their shapes are few."""
 
     def __init__(self, codec, device: torch.device):
         self.codec, self.device = codec, device
         # on a stream of their own, as they replay beside the frame step's graphs; one warm-up plans cuDNN
         self.graphs = GraphCache(max_graphs=MAX_SHAPES, role=CODEC_CAPTURE, warmup=1)
         # rows -> the state the graphs of that many rows read and write, shared by the chunk sizes: calls copy it in
-        # and out one after another on one stream (bench/results/h200-2026-11-26d/NOTES.md)
+        # and out one after another on one stream
         self._states: dict[int, CodecState] = {}
 
     def bind(self) -> torch.dtype:
