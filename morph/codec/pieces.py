@@ -12,7 +12,8 @@ import torch
 
 from ..settings import SAMPLE_RATE
 
-CODEC_WINDOW = 325  # frames the decoder runs at once: upstream's chunk of 300 plus 25 of left context
+UPSTREAM_CHUNK, UPSTREAM_CONTEXT = 300, 25  # upstream's chunked_decode: 300 frames at a time, 25 before each
+CODEC_WINDOW = UPSTREAM_CHUNK + UPSTREAM_CONTEXT  # frames the decoder runs at once
 DECODE_ROW_FRAMES = 512  # the most row-frames of one codec call
 
 
@@ -53,6 +54,3 @@ def decode_rows(tokenizer, codes: Sequence[torch.Tensor], refs: Sequence[torch.T
             cut = 0 if refs[i] is None else int(refs[i].shape[0] / full[i].shape[0] * wav.shape[0])
             audio[i] = np.asarray(wav[cut:], dtype=np.float32)
     return audio
-
-
-UPSTREAM_CHUNK, UPSTREAM_CONTEXT = 300, 25  # upstream's chunked_decode: 300 frames at a time, 25 before each
