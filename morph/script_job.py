@@ -27,9 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A line's length before it is rendered, for the disk check: speech at 15 characters a second, brisk for most
-# languages (CJK speaks fewer), so the estimate errs low and a job is refused only when its files would not fit.
-ESTIMATE_CHARS_PER_SECOND = 15.0
+ESTIMATE_CHARS_PER_SECOND = 15.0  # a line's speech for the disk check before it is rendered: brisk, so it errs low
 RECORD_EVERY_S = 1.0  # how often the manifest takes the lines written since (_LineWriter)
 
 
@@ -46,8 +44,7 @@ class ScriptResult:
 
 
 def job_context(config: ModelConfig, language: str, settings: GenerationSettings, smoothing: bool) -> dict:
-    """What, besides the line itself, decides a line's audio: the model `config` and every generation setting but the
-    seed (so a randomized seed still resumes)."""
+    """What decides a line's audio besides the line: the model `config`, every setting but the seed (so it resumes)."""
     fields = {k: v for k, v in dataclasses.asdict(settings).items() if k != "seed"}
     if fields["min_new_tokens"] == GenerationSettings.min_new_tokens:
         # left out at upstream's value, so that lines rendered before it was a setting keep their fingerprints
@@ -103,8 +100,7 @@ class ScriptJob:
                 f"{self.rerun} to render the rest")
 
     def check_space(self, pause_seconds: float, dialogue: bool, words: Words = FOR_PYTHON) -> None:
-        """Before the first line: refuse a job whose files (lines to render, at ESTIMATE_CHARS_PER_SECOND, and the
-        dialogue if written) would not fit on the store's disk."""
+        """Before the first line: refuse a job whose files (lines to render, and the dialogue if written) won't fit."""
         todo = self.todo()
         guess = {i: round(len(self.lines[i].text.strip()) / ESTIMATE_CHARS_PER_SECOND * SAMPLE_RATE) for i in todo}
         need = sum(len(wav_header(n)) + 4 * n for n in guess.values())
@@ -132,7 +128,6 @@ class ScriptJob:
         """Render every line not reused, in this process, and write everything (`dialogue`: `{prefix}.wav` too).
         `prepare(lines to render)` returns the engine (not called when all were reused); `on_line(i, audio)` follows
         each rendered line's file, i indexing the script."""
-        audio = self.audio
         todo = self.todo()
         self.check_space(pause_seconds, dialogue, words)
 
@@ -140,7 +135,7 @@ class ScriptJob:
             i = todo[k]
             wav = finish_line(wav) if finish_line is not None else wav
             written.append((i, self.store.write_line(i + 1, self.parsed[i].name, wav)))  # kept if on_line raises
-            audio[i] = wav
+            self.audio[i] = wav
             if on_line is not None:
                 on_line(i, wav)
 
@@ -151,7 +146,7 @@ class ScriptJob:
                     BatchTTS(prepare(rendering)).render(rendering, settings, batch_size=batch_size, on_step=on_step,
                                                         on_line=hand_over, who=who, labels=self.labels(todo),
                                                         words=words)
-            clips = [audio[i] for i in range(len(self.lines))]
+            clips = [self.audio[i] for i in range(len(self.lines))]
             if dialogue:
                 self.write_dialogue(pause_seconds)
             return ScriptResult(clips, self.finish(pause_seconds), float(pause_seconds))
