@@ -63,8 +63,7 @@ def _rows(lines, settings: GenerationSettings, instruct: str, count) -> list[tup
 
 def working_memory(tts, lines: Sequence[tuple[str, Voice | None]], settings: GenerationSettings | None = None,
                    batch_size: int | None = None, instruct: str = "", device: torch.device | None = None) -> int:
-    """Bytes rendering `lines` ((text, voice) pairs) `batch_size` rows at a time (None: all) needs beyond the
-    weights, as the mode runs on `device` (the model's when None)."""
+    """Bytes beyond the weights to render (text, voice) `lines` `batch_size` rows at a time (None: all) on `device`."""
     count = token_count(tts)
     rows = _rows(lines, settings or GenerationSettings(), instruct, count)
     if not rows:
