@@ -1,6 +1,5 @@
 """Progress: the engine's frame slots across one render (`SlotProgress`, what on_step reports), and a script job's
-as every front end reports it. A log cannot follow every frame as a bar can, so a plain report is due every
-REPORT_EVERY seconds and when a batch of lines is done (at most every MIN_GAP)."""
+as every front end reports it; a log cannot follow every frame as a bar can, so plain reports come at `Cadence`."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ MIN_GAP = 1.0  # seconds at least between two reports, however fast lines finish
 
 
 class SlotProgress:
-    """Frame slots across all batches of one render (a step of B rows is B slots, finished rows included, so slots
-    measure the work done); on_step(done, total) at each report."""
+    """Frame slots across a render's batches (a step of B rows is B slots, ended rows too): on_step(done, total)."""
 
     def __init__(self, on_step: Callable[[int, int], None] | None, total: int):
         self.on_step, self.total, self.done = on_step, max(int(total), 1), 0
