@@ -1,6 +1,6 @@
 """The pack's one attention in torch, under an explicit mask: the lean step's and prefill's over the KV cache, and the
 codec's window over a chunk; the fused Triton kernel is tested against it. Spelled out rather than sdpa, whose host
-cost for a new shape at almost every call held the live engine's thread (bench/results/h100-2026-11-25c)."""
+cost for a new shape at almost every call held the live engine's thread."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ SCORES_BYTES = 256 * 2**20
 
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
                      scale: float) -> torch.Tensor:
-    """q [B, H, n, D] over k, v [B, KV, S, D] where `allowed` [B or 1, 1, n, S] is True -> [B, n, H * D]. A KV head's
-    query heads are folded into its rows (keys never repeated); scores and softmax are float32, as upstream's sdpa
-    keeps them. A masked score is float32's lowest, not -inf: a query allowed no key (a free slot) gives no NaN for a
-    later row in that slot to read."""
+    """q [B, H, n, D] over k, v [B, KV, S, D] where `allowed` [B or 1, 1, n, S] is True -> [B, n, H * D], a KV head's
+    query heads folded into its rows (keys never repeated), scores and softmax in float32 as upstream's sdpa. A masked
+    score is float32's lowest, not -inf: a query allowed no key (a free slot) leaves no NaN for the slot's next row."""
     b, h, n, d = q.shape
     kv, s = k.shape[1], k.shape[2]
     per = max(1, SCORES_BYTES // (h * n * s * 4))
