@@ -3,8 +3,7 @@ torch-free, so the HTTP process imports and unpickles them without the engine.""
 
 
 class EngineFailed(RuntimeError):
-    """The engine cannot go on (its CUDA context failed, or its thread ended): every request it held, and after, ends
-    with it."""
+    """The engine cannot go on (its CUDA context failed or its thread ended): its requests and any after end with it."""
 
 
 class Busy(RuntimeError):
