@@ -220,8 +220,7 @@ def prefill_tokens(text: str, voice: Voice | None = None, instruct: str = "", co
 
 class PrivateTokenizer:
     """A copy of the model's processor for threads beside the engine's, one caller at a time (a fast tokenizer refuses
-    a second thread: "Already borrowed"): upstream's _tokenize_texts for prompts, and a text's count of tokens, the
-    last COUNTS_KEPT texts' kept (a server counts every request's text)."""
+    a second thread: "Already borrowed"): upstream's _tokenize_texts, and token counts, the last COUNTS_KEPT kept."""
 
     COUNTS_KEPT = 4096
 
