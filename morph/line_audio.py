@@ -1,6 +1,5 @@
-"""Each line's audio from its rows' (a long text is one row a segment, joined again with short pauses): to on_line
-once whole, and to on_chunk in order, as its rows make it when the render streams, else whole; either way its chunks
-joined are what on_line gets."""
+"""Each line's audio from its rows' (a long text's segments, joined with short pauses): to on_line once whole, and to
+on_chunk in order as its rows make it when the render streams, else whole; its chunks joined are on_line's audio."""
 
 from __future__ import annotations
 
