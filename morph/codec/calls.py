@@ -14,9 +14,9 @@ CHUNK = 16
 FIRST_GRID = 4
 LIVE_CHUNK = CHUNK
 # A live batch's (a server's) rows are streams a client waits on: a row joins at the next frame and its chunks ramp up
-# from FIRST_CHUNK frames to LIVE_CHUNK (ramp_size), so its first audio goes to the codec after its first frame; then
-# its chunks share the other rows' calls. Every size a power of two: few shapes, each a CUDA graph.
-FIRST_CHUNK = 1
+# from FIRST_CHUNK frames to LIVE_CHUNK (ramp_size), so its first audio comes a frame or two after it joins; then its
+# chunks share the other rows' calls. Every size a power of two: few shapes, each a CUDA graph.
+FIRST_CHUNK = 2
 RAMP_SIZES = tuple(1 << k for k in range(LIVE_CHUNK.bit_length()))
 # A row's last chunk holds its frames since its last chunk and the `lag` frames the host learns of behind the GPU
 # (4): up to about LIVE_CHUNK + lag, in a call of this size.

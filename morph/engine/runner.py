@@ -333,7 +333,7 @@ class LiveChunks:
                 row, done, at = live.name, self.codec.done(live.name), self.joined[live.name]
                 size = ramp_size(at + done, done)
                 # a row's first frames are its own as soon as they are made: EOS is held back for batch.hold frames
-                # (min_new_tokens, upstream's 2), and none comes after its frame limit
+                # (min_new_tokens; upstream's 2 is FIRST_CHUNK), and none comes after its frame limit
                 if max(known - at, min(run - at, self.batch.hold, live.stop)) >= done + size:
                     first = live.start + done
                     due[size].append((row, self.batch.st.frames[slot, first:first + size], False))

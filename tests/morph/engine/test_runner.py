@@ -353,9 +353,9 @@ class _Codec:
 
 def test_a_live_rows_chunks_ramp_up_each_as_soon_as_its_frames_are_known_the_smallest_call_first():
     """A live batch on a GPU (the host learns of EOS 4 frames behind, EOS held back for 2): row a joins at frame 0 and b
-    at frame 10; each one's chunks grow from 1 frame to 16, each ending on a mark of its size, the first two a frame
-    after each is made (no lag: EOS cannot have come), the next ones once their frames are 4 behind; at frame 12 b's
-    second chunk goes before a's 4 frames, and from frame 52 their 16 frames share one call."""
+    at frame 10; each one's chunks grow from 2 frames to 16, each ending on a mark of its size, the first 2 frames
+    after the row joins (no lag: EOS cannot have come), the next ones once their frames are 4 behind; at frame 12 b's
+    first chunk goes before a's 4 frames, and from frame 52 their 16 frames share one call."""
     a, b = _Row("a"), _Row("b")
     batch = types.SimpleNamespace(lag=4, hold=2, live={}, st=types.SimpleNamespace(frames=torch.zeros(2, 64, 16)),
                                   sched=types.SimpleNamespace(frame=0))
@@ -370,9 +370,9 @@ def test_a_live_rows_chunks_ramp_up_each_as_soon_as_its_frames_are_known_the_sma
         codec.frame = batch.sched.frame = frame
         chunks.step()
     got = {name: [(f, n) for f, _, fed in codec.feeds for r, n in fed if r.name == name] for name in "ab"}
-    assert got["a"] == [(1, 1), (2, 1), (8, 2), (12, 4), (20, 8), (36, 16), (52, 16)]
-    assert got["b"] == [(11, 1), (12, 1), (18, 2), (20, 2), (24, 4), (28, 4), (36, 8), (52, 16)]
-    assert [size for f, size, _ in codec.feeds if f == 12] == [1, 4]
+    assert got["a"] == [(2, 2), (8, 2), (12, 4), (20, 8), (36, 16), (52, 16)]
+    assert got["b"] == [(12, 2), (18, 2), (20, 2), (24, 4), (28, 4), (36, 8), (52, 16)]
+    assert [size for f, size, _ in codec.feeds if f == 12] == [2, 4]
     assert [(size, len(fed)) for f, size, fed in codec.feeds if f == 52] == [(16, 2)]
 
 

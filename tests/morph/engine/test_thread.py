@@ -318,8 +318,8 @@ def test_abort_ends_the_calls_not_yet_run_with_its_error(lean):
 
 def test_a_live_row_joins_at_the_next_frame_and_its_chunks_start_small(lean, voices):
     """A server's batch of two slots, three requests: C waits for A's slot and joins at the frame after A ends (not at
-    a FIRST_GRID mark); each request's chunks grow from FIRST_CHUNK frames (one: its first audio after its first frame)
-    to LIVE_CHUNK, each ending on a mark of its size and handed out as soon as its frames are made (the host's lag is
+    a FIRST_GRID mark); each request's chunks grow from FIRST_CHUNK frames (1 for C, which joined at an odd frame) to
+    LIVE_CHUNK, each ending on a mark of its size and handed out as soon as its frames are made (the host's lag is
     none on the CPU); its last chunk is its rest. Each request's chunks joined are the take it renders alone, to
     rounding, and the engine measured its pace."""
     texts, ends = ["alpha.", "beta beta.", "gamma gamma gamma."], [5, 30, 12]
@@ -338,10 +338,10 @@ def test_a_live_row_joins_at_the_next_frame_and_its_chunks_start_small(lean, voi
     finally:
         engine.close()
     frames = [[c.size // FRAME for c in s.chunks] for s in sinks]
-    assert frames == [[1, 1, 2, 1], [1, 1, 2, 4, 8, 14], [1, 1, 1, 2, 2, 4, 1]]
+    assert frames == [[2, 2, 1], [2, 2, 4, 8, 14], [1, 2, 2, 2, 4, 1]]
     # frames run before each chunk was handed out: a chunk as soon as its frames are made, A's rest after its end
-    assert at[0] == [1, 2, 4, 5] and at[1][:4] == [1, 2, 4, 8]
-    assert at[2] == [ends[0] + n for n in (1, 2, 3, 5, 7, 11, 12)]  # C's first frame is the one after A's last
+    assert at[0] == [2, 4, 5] and at[1][:4] == [2, 4, 8, 16]
+    assert at[2] == [ends[0] + n for n in (1, 3, 5, 7, 11, 12)]  # C's first frame is the one after A's last
     alone = BatchTTS(lean)
     alone.stop = engine.engine.stop
     for g, text in zip(got, texts, strict=True):
