@@ -23,7 +23,9 @@ class Line:
 
     @property
     def variant(self) -> str:
-        return "base" if self.voice is not None else "voice_design" if self.speaker is None else "custom_voice"
+        if self.voice is not None:
+            return "base"
+        return "voice_design" if self.speaker is None else "custom_voice"
 
     def identity(self) -> tuple:
         """Who speaks this line, how and in which language, for its random stream (a row adds its text)."""

@@ -65,8 +65,11 @@ def cues(lengths: list[int], pause_seconds: float) -> list[tuple[float, float]]:
 def join_clips(clips: list[np.ndarray], pause_seconds: float) -> tuple[np.ndarray, list[tuple[float, float]]]:
     """The clips joined with pauses, and each clip's (start, end) in seconds in the joined clip."""
     pause = np.zeros(int(round(pause_seconds * SAMPLE_RATE)), np.float32)
-    # a pause before every clip, less the first one
-    pieces = [piece for clip in clips for piece in (pause, clip.astype(np.float32, copy=False))][1:]
+    pieces = []
+    for i, clip in enumerate(clips):
+        if i:
+            pieces.append(pause)
+        pieces.append(clip.astype(np.float32, copy=False))
     joined = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
     return joined, cues([clip.size for clip in clips], pause_seconds)
 

@@ -107,8 +107,9 @@ def _shim_mimi_keys() -> bool:
         return False
     register = getattr(cm, "register_checkpoint_conversion_mapping", None)
     mimi = cm.get_checkpoint_conversion_mapping("MimiModel")
-    if register is None or mimi is None \
-            or cm.get_checkpoint_conversion_mapping("Qwen3TTSTokenizerV2Encoder") is not None:
+    if register is None or mimi is None:
+        return False
+    if cm.get_checkpoint_conversion_mapping("Qwen3TTSTokenizerV2Encoder") is not None:
         return False
     register("Qwen3TTSTokenizerV2Encoder", mimi)
     return True
