@@ -44,23 +44,24 @@ def _snake_kernel(x_addr, a_addr, inv_addr, o_addr, C, INNER, N, DTYPE: tl.const
 
 
 @triton.jit
-def _at(row, sample, channel, ROW, SHIFT, EVERY: tl.constexpr, C: tl.constexpr):
+def _at(row, sample, channel, ROW, SHIFT, EVERY: tl.constexpr, C):
     """Where sample `sample` of row `row` lies, as Samples lays it out."""
     s = sample + SHIFT
     return (row * EVERY + s % EVERY) * ROW + (s // EVERY) * C + channel
 
 
-@triton.jit
-def _snake_samples_kernel(x_addr, a_addr, inv_addr, b_addr, o_addr, T, N, X_ROW, X_SHIFT, O_ROW, O_SHIFT,
-                          C: tl.constexpr, X_EVERY: tl.constexpr, O_EVERY: tl.constexpr, BIAS: tl.constexpr,
-                          DTYPE: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
-    """Element i of [rows, T, C] (channels last), read and written where the Samples put it; C and the interleaving
-    are compile-time, so only the division by T is a real one."""
+# The shapes are run-time and unspecialized, so one compile serves every layer's call shape and only the layout and
+# bias are compiled apart: a new machine's first load waits for each compile.
+@triton.jit(do_not_specialize=["T", "N", "X_SHIFT", "O_SHIFT"])
+def _snake_samples_kernel(x_addr, a_addr, inv_addr, b_addr, o_addr, T, N, C, X_ROW, X_SHIFT, O_ROW, O_SHIFT,
+                          X_EVERY: tl.constexpr, O_EVERY: tl.constexpr, BIAS: tl.constexpr, DTYPE: tl.constexpr,
+                          BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    """Element i of [rows, T, C] (channels last), read and written where the Samples put it."""
     pid = tl.program_id(0).to(tl.int64) if WIDE else tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     ok = offs < N
-    channel = offs % C
     frame = offs // C
+    channel = offs - frame * C
     row = frame // T
     sample = frame - row * T
     a = tl.load(as_ptr(a_addr, DTYPE) + channel, mask=ok, other=0.0).to(tl.float32)
@@ -116,7 +117,7 @@ def snake_samples(x: Samples, out: Samples, rows: int, samples: int, alpha: torc
     span = max(n, rows * x.every * x_row, rows * out.every * o_row)
     _snake_samples_kernel[(triton.cdiv(n, BLOCK),)](
         x.tensor.data_ptr(), alpha.data_ptr(), inv.data_ptr(), (bias if bias is not None else alpha).data_ptr(),
-        out.tensor.data_ptr(), samples, n, x_row, x.shift, o_row, out.shift, C=c, X_EVERY=x.every,
+        out.tensor.data_ptr(), samples, n, c, x_row, x.shift, o_row, out.shift, X_EVERY=x.every,
         O_EVERY=out.every, BIAS=bias is not None, DTYPE=TL_DTYPES[x.tensor.dtype], BLOCK=BLOCK,
         WIDE=span >= 2**31 - BLOCK, num_warps=4)
     return out.tensor
