@@ -70,7 +70,7 @@ def check_line(tts, line: Line, who: str, where: str, words: Words = FOR_PYTHON)
 
 @dataclasses.dataclass
 class RowPrompt:
-    """One row's part of talker_inputs: its prompt [1, L, H] and trailing text [1, T, H] embeddings, tts_pad's [1, 1,
+    """One row's part of batch_inputs: its prompt [1, L, H] and trailing text [1, T, H] embeddings, tts_pad's [1, 1,
     H]; `done`: the event of the side stream that built it off the engine's thread (None: built on its stream)."""
 
     embeds: torch.Tensor
@@ -101,21 +101,11 @@ def prompt_inputs(tts, rows: list[Row], tokenize: Callable[[list[str]], list[tor
     return inputs
 
 
-def talker_inputs(model, languages: list[str], *, min_new_tokens: int, input_ids: list[torch.Tensor],
-                  voice_clone_prompt: dict | None = None, ref_ids: list | None = None, instruct_ids: list | None = None,
-                  speakers: list[str] | None = None, non_streaming_mode: bool = False, **options) -> dict:
-    """What upstream's `Qwen3TTSForConditionalGeneration.generate` passes talker.generate for prompt_inputs' keywords
-    and the sampling `options`: the left-padded prompt batch, each row's trailing text and the talker's options, built
-    with upstream's calls on the same shapes, so bit for bit upstream's."""
-    prompts = row_prompts(model, languages, input_ids, voice_clone_prompt, ref_ids, instruct_ids, speakers,
-                          non_streaming_mode)
-    return batch_inputs(model, prompts, min_new_tokens=min_new_tokens, **options)
-
-
 def row_prompts(model, languages: list[str], input_ids: list[torch.Tensor], voice_clone_prompt: dict | None = None,
                 ref_ids: list | None = None, instruct_ids: list | None = None, speakers: list[str] | None = None,
                 non_streaming_mode: bool = False) -> list[RowPrompt]:
-    """talker_inputs' rows, each built alone as upstream's loop builds it."""
+    """Each row's talker prompt for prompt_inputs' keywords, built alone with upstream's calls on the same shapes, as
+    upstream's loop builds it, so bit for bit upstream's (batch_inputs batches them)."""
     cfg, talker = model.config.talker_config, model.talker
     device, dtype = talker.device, input_ids[0].dtype
 
@@ -164,14 +154,24 @@ def row_prompts(model, languages: list[str], input_ids: list[torch.Tensor], voic
     return prompts
 
 
+def left_pads(prompts: list[RowPrompt]) -> list[int]:
+    """Each row's left padding in batch_inputs' batch."""
+    width = max(p.embeds.shape[1] for p in prompts)
+    return [width - p.embeds.shape[1] for p in prompts]
+
+
 def batch_inputs(model, prompts: list[RowPrompt], *, min_new_tokens: int, **options) -> dict:
-    """talker_inputs from its rows' prompts: left-padded into one batch, with the talker's options."""
+    """What upstream's generate passes talker.generate, from its rows' prompts: left-padded into one batch, with the
+    talker's options."""
     cfg, pad = model.config.talker_config, prompts[0].pad
-    width, longest = max(p.embeds.shape[1] for p in prompts), max(p.trailing.shape[1] for p in prompts)
+    pads, longest = left_pads(prompts), max(p.trailing.shape[1] for p in prompts)
+    # made on the device: a copy from the host would wait for the engine's queue
+    mask = torch.ones(len(prompts), prompts[0].embeds.shape[1] + pads[0], dtype=torch.long, device=pad.device)
+    for i, n in enumerate(pads):
+        mask[i, :n] = 0
     return dict(
-        inputs_embeds=torch.cat([F.pad(p.embeds, (0, 0, width - p.embeds.shape[1], 0)) for p in prompts]),
-        attention_mask=torch.tensor([[0] * (width - p.embeds.shape[1]) + [1] * p.embeds.shape[1] for p in prompts],
-                                    device=pad.device),
+        inputs_embeds=torch.cat([F.pad(p.embeds, (0, 0, n, 0)) for p, n in zip(prompts, pads, strict=True)]),
+        attention_mask=mask,
         trailing_text_hidden=torch.cat([torch.cat((p.trailing, pad.expand(-1, longest - p.trailing.shape[1], -1)),
                                                   dim=1) for p in prompts]),
         tts_pad_embed=pad, **options, min_new_tokens=min_new_tokens, eos_token_id=cfg.codec_eos_token_id,

@@ -52,12 +52,15 @@ class CodecStream:
         """A row starts; ref: its ICL voice's reference codes [frames, 16], or None."""
         frames = 0 if ref is None else int(ref.shape[0])
         with self._side(), torch.inference_mode():
+            # from pinned memory: a copy from pageable memory would wait for the device's queue
+            here = ref if ref is None or ref.is_cuda or self.stream is None else ref.pin_memory().to(self.device,
+                                                                                                   non_blocking=True)
             if frames < UPSTREAM_CHUNK:
                 state = CodecState.cat([self.codec.primed(ref, self.device)])  # a copy: the voice's is kept
             else:  # the row starts past upstream's first window: behind that window's context alone
                 edge = frames // UPSTREAM_CHUNK * UPSTREAM_CHUNK
-                state = self._fresh(ref[edge - UPSTREAM_CONTEXT:].to(self.device))[0]
-        self.rows[name] = _Row(state, ref)
+                state = self._fresh(here[edge - UPSTREAM_CONTEXT:].to(self.device))[0]
+        self.rows[name] = _Row(state, here)
 
     def warm(self, rows: int, sizes: Sequence[int]) -> None:
         """Make ready every call shape of up to `rows` rows with chunks of `sizes` frames before audio waits for it:

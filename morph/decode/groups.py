@@ -12,12 +12,14 @@ from .runner import FAST_MODES
 
 @dataclass
 class Group:
-    """Rows to join together: their prompt (prompts.talker_inputs), each row's frame limit and stream key."""
+    """Rows to join together: their prompt (prompts.batch_inputs), each row's frame limit, stream key and left
+    padding (known on the host: read from the mask it would wait for the engine's queue)."""
 
     names: list
     prompt: dict
     stops: list[int]
     keys: list[int]
+    pads: list[int]
 
 
 class Slice:
@@ -56,9 +58,8 @@ def slice_group(loop, st, group: Group, mode: str, most: int | None = None) -> l
     its rows join, would set the render's peak (bench/results/h100-2026-11-26f)."""
     p = group.prompt
     length = p["inputs_embeds"].shape[1]
-    pads = (length - p["attention_mask"].sum(-1)).tolist()  # one host sync a group
     per = prefill_rows(length) if most is None else min(prefill_rows(length), most)
-    rows = list(zip(group.names, group.stops, group.keys, pads, strict=True))
+    rows = list(zip(group.names, group.stops, group.keys, group.pads, strict=True))
     aheads = []
     for lo in range(0, len(rows), per):
         part = Slice(loop, st, p, slice(lo, lo + per), length, mode)

@@ -108,10 +108,10 @@ class TalkerState:
             t = getattr(self, name)
             t[dst] = t[src]
         # the rows left are free: a wider step steps them as finished rows until a row joins there
-        self.unfinished[src] = False
+        self.unfinished.index_fill_(0, src, False)  # not `[src] = False`, a host sync (batch.py _join)
         if self.table is not None:  # their pages go with them; the rows they leave point at the null page again
             self.table[dst] = self.table[src]
-            self.table[src] = 0
+            self.table.index_fill_(0, src, 0)
             return
         for cache in self.k + self.v:
             cache[dst, :, kv_slots] = cache[src, :, kv_slots]

@@ -232,7 +232,7 @@ class ContinuousBatch:
         seen.scatter_(1, token.unsqueeze(1), True)
         st.pads[rows] = at - length + pads
         st.rope_pos[rows] = length - pads
-        st.start[rows] = at
+        st.start.index_fill_(0, rows, at)  # a number set through an index tensor is first copied over: a host sync
         st.stop[rows] = at + to_device([a.stop for a in rows_in], dev)
         st.keys[rows] = keys
         st.seen[rows] = seen

@@ -19,7 +19,7 @@ from ..lines.line import Line, Row
 from ..lines.reference_audio import MAX_SECONDS, MAX_TRANSCRIPT_CHARS_PER_SECOND
 from ..lines.text_split import MAX_SEGMENT_CHARS
 from ..lines.voice import Voice
-from ..prompts import batch_inputs, prompt_inputs, row_prompts, talker_inputs
+from ..prompts import batch_inputs, left_pads, prompt_inputs, row_prompts
 from ..settings import FRAMES_PER_SECOND, GenerationSettings
 
 if TYPE_CHECKING:
@@ -124,13 +124,14 @@ class RowRunner:
         options = dict(min_new_tokens=self.settings.min_new_tokens,
                        **model._merge_generate_kwargs(**self.settings.upstream_kwargs(longest.text)))
         if all(r.prompt is not None for r in rows):  # built when they were submitted (prompts_aside)
-            for p in (r.prompt for r in rows if r.prompt.done is not None):
+            prompts = [r.prompt for r in rows]
+            for p in (p for p in prompts if p.done is not None):
                 waited_for(p.done, (p.embeds, p.trailing, p.pad), p.embeds.device)
-            got = batch_inputs(model.model, [r.prompt for r in rows], **options)
         else:
-            got = talker_inputs(model.model, [r.line.language for r in rows], **prompt_inputs(self.tts, rows),
-                                **options)
-        return got, Group(rows, {k: got[k] for k in _PROMPT}, [self.stop(r) for r in rows], [k for _, k in chunk])
+            prompts = row_prompts(model.model, [r.line.language for r in rows], **prompt_inputs(self.tts, rows))
+        got = batch_inputs(model.model, prompts, **options)
+        return got, Group(rows, {k: got[k] for k in _PROMPT}, [self.stop(r) for r in rows], [k for _, k in chunk],
+                          left_pads(prompts))
 
     def _build(self, options: dict) -> None:
         from .batch import ContinuousBatch

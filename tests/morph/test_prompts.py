@@ -1,7 +1,7 @@
 """morph/prompts.py: a prompt's tokens are counted as the loaded model's tokenizer splits them, and the count bounds
 the prompt upstream builds (the cache is sized from it); what the talker prefills for a voice's row is bounded by
-prefill_tokens, whatever the length of its text (the declared memory of a prefill is counted from it); talker_inputs,
-as the continuous batch builds a group's prompt (morph/engine/runner.py RowRunner._group), from the rows together or
+prefill_tokens, whatever the length of its text (the declared memory of a prefill is counted from it); a group's prompt
+as the continuous batch builds it (morph/engine/runner.py RowRunner._group), from the rows together or
 from each row's prompt built alone beforehand with a private tokenizer (a server's), gives, bit for bit, the
 prompt and options upstream's generate_voice_clone, generate_custom_voice and generate_voice_design hand the talker
 for the same lines, in every variant: x-vector and ICL voices, built-in speakers (a dialect speaker in Chinese and
@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from morph.engine.runner import RowRunner, prompts_aside
-from morph.prompts import (PROMPT_OVERHEAD_TOKENS, PrivateTokenizer, make_rows, prefill_tokens, prompt_inputs,
-                           prompt_tokens, talker_inputs, token_count, voice_prefill_lengths)
+from morph.prompts import (PROMPT_OVERHEAD_TOKENS, PrivateTokenizer, batch_inputs, make_rows, prefill_tokens, prompt_inputs,
+                           prompt_tokens, row_prompts, token_count, voice_prefill_lengths)
 from morph.render import Line
 from morph.settings import GenerationSettings, Sampling
 
@@ -85,8 +85,8 @@ def test_a_voices_prefill_is_its_markup_and_reference_whatever_its_text(tiny_tts
         lines = [Line(t, voice, "English") for t in texts]
         rows = make_rows(tiny_tts, lines, settings, "test", True)
         kwargs = model._merge_generate_kwargs(**settings.upstream_kwargs(rows[1].text))
-        got = talker_inputs(model.model, ["English"] * 2, **prompt_inputs(tiny_tts, rows),
-                            min_new_tokens=settings.min_new_tokens, **kwargs)
+        got = batch_inputs(model.model, row_prompts(model.model, ["English"] * 2, **prompt_inputs(tiny_tts, rows)),
+                           min_new_tokens=settings.min_new_tokens, **kwargs)
         prefilled = got["attention_mask"].sum(-1).tolist()
         assert prefilled[0] == prefilled[1] <= prefill_tokens(texts[1], voice)
         assert prefill_tokens(texts[0], voice) == prefill_tokens(texts[1], voice) < prompt_tokens(texts[1], voice)

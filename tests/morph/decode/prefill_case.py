@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from morph.decode import lean
-from morph.prompts import make_rows, prompt_inputs, talker_inputs
+from morph.prompts import batch_inputs, make_rows, prompt_inputs, row_prompts
 from morph.reference.loop import prefill
 from morph.render import Line
 from morph.settings import GenerationSettings
@@ -35,8 +35,8 @@ def prompt(tts) -> dict:
     rows = make_rows(tts, lines, settings, "test", True)
     model = tts.tts
     kwargs = model._merge_generate_kwargs(**settings.upstream_kwargs(rows[1].text))
-    return talker_inputs(model.model, ["English"] * 2, **prompt_inputs(tts, rows),
-                         min_new_tokens=settings.min_new_tokens, **kwargs)
+    return batch_inputs(model.model, row_prompts(model.model, ["English"] * 2, **prompt_inputs(tts, rows)),
+                        min_new_tokens=settings.min_new_tokens, **kwargs)
 
 
 def both(tts):

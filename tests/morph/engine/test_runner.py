@@ -480,9 +480,9 @@ def test_groups_built_ahead_give_the_rows_their_codes(lean, voices, monkeypatch)
     """Seven rows two at a time: the first group's prompt is built on the calling thread, every later one on the
     worker, and every row's codes are those of the render that built them all on the calling thread."""
     inline = codes_of(lean.tts, voices["icl"], ahead=False)
-    threads, talker_inputs = [], continuous.talker_inputs
-    monkeypatch.setattr(continuous, "talker_inputs", lambda *args, **kwargs: (
-        threads.append(threading.current_thread().name), talker_inputs(*args, **kwargs))[1])
+    threads, row_prompts = [], continuous.row_prompts
+    monkeypatch.setattr(continuous, "row_prompts", lambda *args, **kwargs: (
+        threads.append(threading.current_thread().name), row_prompts(*args, **kwargs))[1])
     ahead = codes_of(lean.tts, voices["icl"], ahead=True)
     assert threads[0] == threading.current_thread().name and len(threads) == 4
     assert all(name.startswith(WORKER) for name in threads[1:])

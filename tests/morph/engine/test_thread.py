@@ -102,7 +102,7 @@ def test_a_requests_prompt_is_tokenized_and_built_in_submit_and_the_engines_thre
         monkeypatch.setattr(owner, name, lambda *a, **k: (calls.append((name, threading.current_thread().name)),
                                                           real(*a, **k))[1])
 
-    for name in ("row_prompts", "talker_inputs", "batch_inputs"):
+    for name in ("row_prompts", "batch_inputs"):
         watched(runner, name)
     watched(type(lean.tts), "_tokenize_texts")
     sink = Sink()
