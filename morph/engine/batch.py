@@ -22,6 +22,10 @@ from ..settings import text_slots
 from .block_manager import BlockManager
 from .scheduler import Live, Pace, Scheduler, has_room
 
+# A live batch's host runs one frame ahead of the GPU, not the loop's sync_lag: a joining row's prefill queues behind
+# the frames already launched, and one frame ahead still keeps the GPU busy (bench/results/h200x2-2026-11-30b).
+LIVE_LAG = 1
+
 
 class ContinuousBatch:
     """Rows of one render decoded `width` at a time in one running batch (module docstring)."""
@@ -32,7 +36,8 @@ class ContinuousBatch:
         talker's sampling keywords; pages: a paged K/V pool of at least that many pages, else dense; overcommit: the
         pool's rows may be preempted; grid: rows join at frames that are its multiples."""
         self.loop, self.width, self.seq_groups, self.device = loop, width, seq_groups, device
-        self.lag = loop.sync_lag if device.type == "cuda" else 0  # frames behind the GPU the host learns a row ended
+        # frames behind the GPU the host learns a row ended
+        self.lag = 0 if device.type != "cuda" else LIVE_LAG if pace is not None else loop.sync_lag
         self.mode = runner.resolve(mode, device, loop.lean_check)
         assert self.mode != "eager", "the continuous batch runs the lean layers; eager runs upstream's generate"
         self.cp_sampling, self.rules = loop.rules(device, options)
