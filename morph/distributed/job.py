@@ -64,8 +64,7 @@ class WorkerPool:
             raise RuntimeError(f"{who}: Ray is already initialized in this process; one pool at a time")
         import morph
 
-        # The pack's code travels with the job (Ray copies it to every node); the model and its libraries must be
-        # installed on each node.
+        # Ray copies the pack's code to every node; the model and its libraries must be installed on each one.
         modules = [str(Path(m.__file__).parent) for m in (morph, *packages)]
         try:
             # "local": a cluster of its own even beside a `ray start` one on this machine, which address=None joins
@@ -133,7 +132,6 @@ class WorkerPool:
         except self.ray.exceptions.RayTaskError as e:
             raise e.cause from None  # the engine's own error (a bad clip, say), with its message
 
-    # -- the job ------------------------------------------------------------------------------------------
     def render(self, job: ScriptJob, settings: GenerationSettings, batch_size: int, pause_seconds: float,
                finish_line: Callable[[np.ndarray], np.ndarray] | None = None, on_step: OnStep | None = None,
                on_lines: Callable[[list[tuple[int, int]]], None] | None = None,

@@ -1,9 +1,7 @@
-"""Continuous batching: a row that ends gives its slot to the next line at once, so no row waits for the longest. The
-rows share the cache position P, which the frame step advances. A row joins at P: its prompt is prefilled into slots
-P-L..P-1, its bound `pads` hides the slots below from attention, its rotary positions count from its own prompt and
-its frame limit is the slot `stop`. When a joining group would pass the capacity (twice the largest row's need), every
-live row's slots move down alike. The host reads the rows' "unfinished" flags `lag` frames behind the GPU. The
-scheduler decides slots, admission, preemption and width; this module turns them into tensors and runs the frames."""
+"""Continuous batching: a row that ends gives its slot to the next line at once, so no row waits for the longest. Rows
+share the cache position P, which the frame step advances. A row joins at P: its prompt is prefilled into slots
+P-L..P-1, its bound `pads` hides the slots below from attention, its rotary positions count from its own prompt and its
+frame limit is the slot `stop`. A joining group that would pass the capacity first moves every live row's slots down."""
 
 from __future__ import annotations
 
@@ -32,9 +30,9 @@ class ContinuousBatch:
 
     def __init__(self, loop, width: int, need: int, prompt: int, options: dict, seq_groups: int, mode: str, device,
                  dtype, pages: int | None = None, overcommit: bool = False, pace: Pace | None = None, grid: int = 1):
-        """need: the most slots one row takes (prompt, frames, EOS); prompt: its prompt tokens at most; options: the
+        """need, prompt: the most cache slots (prompt, frames, EOS) and prompt tokens one row takes; options: the
         talker's sampling keywords; pages: a paged K/V pool of at least that many pages, else dense; overcommit: the
-        pool's rows may be preempted; grid: rows join at frames that are its multiples."""
+        pool's rows may be preempted; pace, grid: the Scheduler's."""
         self.loop, self.width, self.seq_groups, self.device = loop, width, seq_groups, device
         # frames behind the GPU the host learns a row ended
         self.lag = 0 if device.type != "cuda" else LIVE_LAG if pace is not None else loop.sync_lag
@@ -76,7 +74,6 @@ class ContinuousBatch:
     def ended(self) -> int:
         return self.sched.ended
 
-    # -- the host loop ---------------------------------------------------------------------
     def step(self, next_group: Callable[[int], Group | None], finished: Callable[[object, torch.Tensor], None],
              before_frame: Callable[[int], None] | None = None,
              preempted: Callable[[object, int], None] | None = None) -> bool:
@@ -164,27 +161,26 @@ class ContinuousBatch:
     def _grow(self, finished, preempted: Callable[[object, int], None]) -> None:
         """Pages for the slot every live row writes next; a short pool drains the queue (ended rows are handed over,
         never preempted), then preempts the rows that joined last until the rest have theirs."""
-        granted, short = self.sched.grow(self.position)
-        self.kv.grow(granted, self.position)
-        if not short:
+        if not self._take_pages():
             return
         self._drain(finished)
-        granted, short = self.sched.grow(self.position)
-        self.kv.grow(granted, self.position)
-        while short:
+        while self._take_pages():
             slot, row = self.sched.preempt()
             self.st.unfinished[slot] = False  # the step pads it with EOS from here, as a cancelled row
             self.kv.free(slot)
             preempted(row.name, row.key)
-            granted, short = self.sched.grow(self.position)
-            self.kv.grow(granted, self.position)
+
+    def _take_pages(self) -> list[int]:
+        """Pages for slot P to the live rows that reach a new one; returns the slots that found none."""
+        granted, short = self.sched.grow(self.position)
+        self.kv.grow(granted, self.position)
+        return short
 
     def _drain(self, finished) -> None:
         self._paced = None  # the frame waits for the GPU's whole queue: no measure of the pace
         while self._queue:
             self._settle(self._queue.popleft(), finished)
 
-    # -- the step's width -----------------------------------------------------------------------
     def _compact(self) -> None:
         """Move the live rows down into the smallest bucket that holds them all (after a drain)."""
         movers, holes = self.sched.compact()
@@ -193,7 +189,6 @@ class ContinuousBatch:
             self.st.copy_rows(to_device(movers, self.device), to_device(holes, self.device),
                               slice(lo, self.position))
 
-    # -- joining ------------------------------------------------------------------------------
     def _fill(self, next_group, finished) -> bool:
         """Rows into the free slots, a slice at a time, until either runs out; False when a row cannot fit yet."""
         while self.sched.free:

@@ -36,7 +36,6 @@ class BlockManager:
         self._last: dict[object, int] = {}  # row -> the column of its frame limit's slot: it takes no page past it
         self.peak = 0  # the most pages held at once
 
-    # -- how many ------------------------------------------------------------------------------
     def pages_for(self, lo: int, hi: int) -> int:
         """Pages that slots lo .. hi-1 touch."""
         return 0 if hi <= lo else (hi - 1) // self.page - lo // self.page + 1
@@ -53,7 +52,6 @@ class BlockManager:
     def stats(self) -> dict:
         return dict(pages=self.pages - 1, page=self.page, peak_pages=self.peak)
 
-    # -- a row's life ----------------------------------------------------------------------------
     def admit(self, row, lo: int, at: int, end: int, share: float) -> bool:
         """Set aside the pages of slots lo .. end-1 for a row joining at `at` (overcommitted: its prompt's and `share`
         of its frames'); False when they are not free now."""
@@ -108,7 +106,6 @@ class BlockManager:
             self._next[row] -= columns
             self._last[row] -= columns
 
-    # -- one page --------------------------------------------------------------------------------
     def _can_take(self, row) -> bool:
         return self._reserved[row] > 0 or self.available > 0
 

@@ -1,9 +1,8 @@
-"""The engine: requests in (`submit`), their audio out through each request's sink, one continuous batch run a frame
-per `step()` on the thread that owns the model (docs/architecture.md, Data flow). Rows run in order; one with other
-settings or a larger cache need waits, and the batch is built again for it. A render's batch is sized to the rows
-waiting; a live one (`need` given: slots, prompt tokens) holds rows of up to those.
-Failures: out of memory, the batch narrows by half and the rows that handed out no audio run again (others fail); an
-error that loses the CUDA context (`fatal`) propagates; any other fails the batch's requests and the engine goes on."""
+"""The engine: requests in (`submit`), their audio out through each request's sink, one continuous batch run a frame per
+`step()` on the thread that owns the model (docs/architecture.md, Data flow). Rows run in order; one with other settings
+or a larger cache need waits for a batch built for it. Out of memory, the batch narrows by half and the rows that handed
+out no audio run again (others fail); an error that loses the CUDA context (`fatal`) propagates; any other fails the
+batch's requests and the engine goes on."""
 
 from __future__ import annotations
 
@@ -153,7 +152,7 @@ class Engine:
             self._began = None
 
     def _build(self, key: GenerationSettings) -> None:
-        """A batch for the rows of `key` waiting now, its need and pool sized to them unless `need` is fixed."""
+        """A batch for the rows of `key` waiting now, its need and pool sized to them unless `need` is fixed (live)."""
         with self.cv:
             rows = [(r, q) for r, _, q in self._waiting if q.batch_key == key]
         needs = [q.needs[r] for r, q in rows]

@@ -1,9 +1,7 @@
-"""The server's engine in a process of its own, so the HTTP process never holds the GIL its frame loop needs.
-`EngineProcess` is the parent's proxy, with LiveEngine's interface. The child is spawned (a fork after torch ran would
-copy its locks and CUDA state) and made by `load` (picklable); one pipe carries the records (docs/architecture.md,
-Threads and CUDA streams), a voice as its file's bytes (the parent imports no torch). Callbacks run on the parent's
-reader thread and must not block. When the child ends, every request and ask it held ends with EngineFailed, and
-on_exit(error) tells the owner, which may start() again."""
+"""The server's engine in a process of its own, so the HTTP process never holds the GIL its frame loop needs
+(docs/architecture.md, Threads and CUDA streams). The child is spawned (a fork after torch ran would copy its locks and
+CUDA state) and made by `load` (picklable). Callbacks run on the parent's reader thread and must not block. When the
+child ends, all it held ends with EngineFailed and on_exit(error) tells the owner, which may start() again."""
 
 from __future__ import annotations
 
@@ -48,7 +46,8 @@ def make_voice(tts, *args, **kwargs) -> bytes:
 
 
 class EngineProcess:
-    """The proxy of an engine in a child process. options: LiveEngine's keywords."""
+    """The proxy of an engine in a child process, with LiveEngine's interface (a voice goes as its file's bytes: the
+    parent imports no torch). options: LiveEngine's keywords."""
 
     def __init__(self, load: Callable[[], object], options: dict,
                  on_exit: Callable[[EngineFailed], None] | None = None):
@@ -221,7 +220,6 @@ class EngineProcess:
                 self.on_exit(error)
 
 
-# -- the child ---------------------------------------------------------------------------------
 def _leave(code: int) -> None:
     """End the child now: teardown would wait on a failed CUDA context and on the libraries' threads."""
     sys.stdout.flush()

@@ -29,9 +29,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 _PROMPT = ("inputs_embeds", "attention_mask", "trailing_text_hidden", "tts_pad_embed")
 
-# The engine's short run before the first request (MorphTTS.ready), each row stopped after WARM_FRAMES frames. Most
-# take WARM_LONG, whose frame limit sizes the pool for a script's lines; the rest meet shorter prefills. One row is
-# longest_line, which sizes the state.
+# The engine's short run before the first request (MorphTTS.ready), WARM_FRAMES frames a row: WARM_LONG's frame limit
+# sizes the pool for a script's lines, shorter texts meet shorter prefills, and longest_line sizes the state.
 WARM_LONG = ("We leave at dawn, before the fog lifts from the river, and we do not stop until we reach the old stone "
              "bridge. If the guards ask, we are traders from the coast, carrying salt and dried fish for the winter "
              "market, and we have papers to prove it. Keep your hood up and let me do the talking.")
@@ -40,19 +39,17 @@ WARM_FRAMES = 40
 
 
 class RowRunner:
-    """One continuous batch and its audio, kept between runs while the settings hold: each row's audio to on_row whole
-    as it ends and to on_chunk as it comes. `need`, `prompt`: the most cache slots and prompt tokens a row may take;
-    every row must fit."""
+    """One continuous batch, kept between runs while the settings hold: each row's audio to on_chunk as it comes and to
+    on_row whole as it ends. need, prompt: the most cache slots and prompt tokens a row may take (every row must fit);
+    pages, overcommit: as ContinuousBatch's; pace: a live batch's (rows join at any frame, chunks ramp up)."""
 
     def __init__(self, tts, settings: GenerationSettings, width: int, need: int, prompt: int,
                  stop: Callable[[Row], int], on_row: Callable[[Row, object], None], audio: bool = True,
                  on_chunk: Callable[[Row, np.ndarray], None] | None = None, pages: int | None = None,
                  overcommit: bool = False, pace: Pace | None = None):
-        """pages, overcommit: as ContinuousBatch's; pace: a live batch's (rows join at any frame, chunks ramp up)."""
         self.tts, self.settings, self.width, self.stop = tts, settings, width, stop
-        self.need, self.prompt = need, prompt
+        self.need, self.prompt, self.pace = need, prompt, pace
         self.on_row, self.audio, self.on_chunk, self.pages, self.overcommit = on_row, audio, on_chunk, pages, overcommit
-        self.pace = pace
         self.batch = None  # built for the first group: its options come with that group's prompt
         self._ended = self._hand = self._live = None
         self._queued: list[Group] = []  # the group the batch was built for, before it joins
@@ -183,15 +180,13 @@ class GroupAhead:
         self.start()
 
     def start(self) -> None:
-        """Take the next rows and start building their group."""
         chunk = self.take(self.width)
         if not chunk:
             self._next = None
             return
         after = None
         if self.device.type == "cuda":  # the caller's work so far, which the worker's stream waits for
-            after = torch.cuda.Event()
-            after.record(torch.cuda.current_stream(self.device))
+            after = torch.cuda.current_stream(self.device).record_event()
         self._next = self._worker.submit(self._build, chunk, after)
 
     def next(self) -> "Group | None":
@@ -227,8 +222,7 @@ def built_aside(device: torch.device, build: Callable[[], T], after: "torch.cuda
             if after is not None:
                 stream.wait_event(after)
             out = build()
-            done = torch.cuda.Event()
-            done.record(stream)
+            done = stream.record_event()
         return out, done
 
 
@@ -243,8 +237,7 @@ def prompts_aside(tts, rows: list[Row], tokenize: Callable[[list[str]], list[tor
 
 
 def waited_for(done: "torch.cuda.Event", tensors: Iterable[torch.Tensor], device: torch.device) -> None:
-    """What built_aside made on its side stream, for this thread: its stream waits for `done`, and the tensors' memory
-    is marked as used on it."""
+    """For this thread, what built_aside made: its stream waits for `done`, and the tensors are marked as used on it."""
     stream = torch.cuda.current_stream(device)
     stream.wait_event(done)
     for t in tensors:
@@ -328,28 +321,23 @@ class LiveChunks:
                 self.joined[live.name] = run
                 self.codec.open(live.name, None if live.name.line.voice is None else live.name.line.voice.ref_code)
         known = run - self.lag  # the batch's frames known to be the rows' own
-        if self.ramp:
-            due = self._rests()
-            for slot, live in self.batch.live.items():
-                row, done, at = live.name, self.codec.done(live.name), self.joined[live.name]
-                size = ramp_size(at + done, done)
-                # a row's first frames are its own as soon as they are made: EOS is held back for batch.hold frames
-                # (min_new_tokens; upstream's 2 is FIRST_CHUNK), and none comes after its frame limit
-                if max(known - at, min(run - at, self.batch.hold, live.stop)) >= done + size:
-                    first = live.start + done
-                    due[size].append((row, self.batch.st.frames[slot, first:first + size], False))
-            self._feed(due)
-            return
-        if known <= 0 or known % FIRST_GRID:
+        if not self.ramp and (known <= 0 or known % FIRST_GRID):
             return
         due = self._rests()
         for slot, live in self.batch.live.items():
-            row, at = live.name, self.joined[live.name]
-            done = self.codec.done(row)
-            # a row's first chunk, its next ones every FIRST_GRID frames until it is in step with LIVE_CHUNK, then
-            # every LIVE_CHUNK frames
-            if known > at and (not done or known % LIVE_CHUNK == 0 or (at + done) % LIVE_CHUNK):
-                n, first = known - at - done, live.start + done
+            row, done, at = live.name, self.codec.done(live.name), self.joined[live.name]
+            if self.ramp:
+                n = ramp_size(at + done, done)
+                # a row's first frames are its own as soon as they are made: EOS is held back for batch.hold frames
+                # (min_new_tokens; upstream's 2 is FIRST_CHUNK), and none comes after its frame limit
+                ready = max(known - at, min(run - at, self.batch.hold, live.stop)) >= done + n
+            else:
+                n = known - at - done
+                # a row's first chunk, its next ones every FIRST_GRID frames until it is in step with LIVE_CHUNK, then
+                # every LIVE_CHUNK frames
+                ready = known > at and (not done or known % LIVE_CHUNK == 0 or (at + done) % LIVE_CHUNK)
+            if ready:
+                first = live.start + done
                 due[n].append((row, self.batch.st.frames[slot, first:first + n], False))
         self._feed(due)
 

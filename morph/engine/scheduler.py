@@ -1,15 +1,8 @@
 """Who runs in the continuous batch's slots, decided in host integers; the batch turns these decisions into tensors.
-- Slots: a joining row takes the lowest free slots, so rows gather where the narrow steps run.
-- Which batch: a row joins one built for its settings, cache need and prompt (`fits_batch`); at the position
-  only where its prompt fits behind and its frames ahead (`has_room`), else the live rows move down.
-- Joining: a render's batch asks for rows once `width / REFILL_DIVISOR` slots are free or none runs, a live one (with
-  a `Pace`) at every frame; rows that did not fit are asked for again only after a row ends (a try costs a drain).
-  Rows join only at frames on the batch's `grid` (a render's codec calls come in FIRST_GRID-frame chunks).
-- Admission: in order, while the rows' pages can be set aside and, in a live batch, while its `Pace` keeps a frame at
-  the width it would run under `PACE_PERCENT` of `FRAME_MS`, so every stream stays ahead of its playback.
-- Preemption: when an overcommitted pool is short, the row that joined last starts again; none joins until one ends.
-- Width: the smallest bucket holding the highest live slot; once the rows fit half of it they move down, so a row left
-  alone steps at one line's cost and the width cannot flip every frame."""
+A joining row takes the lowest free slots, so rows gather where the narrow steps run. Rows that found no room are
+asked for again only after a row ends (a try costs a drain); when an overcommitted pool is short, the row that joined
+last starts again and none joins until one ends. The step runs at the smallest bucket holding every live slot; rows
+move down once they fit half of it, so a row left alone steps at one line's cost and the width cannot flip per frame."""
 
 from __future__ import annotations
 
@@ -51,7 +44,6 @@ def buckets(width: int, rows: int | None = None) -> list[int]:
 
 
 def bucket_for(sizes: list[int], rows: int) -> int:
-    """The smallest bucket of `sizes` that holds `rows` slots."""
     return next(b for b in sizes if b >= rows)
 
 
@@ -64,9 +56,8 @@ def moves(sizes: list[int], live: Iterable[int], free: list[int]) -> tuple[list[
 
 
 def fits_batch(key: object, need: int, prompt: int, built: tuple[object, int, int]) -> bool:
-    """Whether a row of settings `key` needing `need` cache slots, its prompt `prompt` tokens at most, runs in a batch
-    built for `built` (settings, the most slots and prompt tokens a row may take); else it waits for one built for
-    it."""
+    """Whether a row of settings `key`, `need` cache slots and `prompt` tokens at most runs in a batch built for
+    `built` (settings, the most slots and prompt tokens a row may take); else it waits for one built for it."""
     return key == built[0] and need <= built[1] and prompt <= built[2]
 
 
@@ -116,7 +107,8 @@ class Pace:
 
 
 class Scheduler:
-    """The slots of one batch of `width` rows; `blocks`: the paged pool (None: dense); `pace`: a live batch's."""
+    """The slots of one batch of `width` rows; `blocks`: the paged pool (None: dense); `pace`: a live batch's. Rows
+    join only at frames on multiples of `grid` (a render's codec calls come in FIRST_GRID-frame chunks)."""
 
     def __init__(self, width: int, blocks: BlockManager | None = None, pace: Pace | None = None,
                  rows: int | None = None, grid: int = 1):
@@ -133,7 +125,6 @@ class Scheduler:
         self.buckets = buckets(width, rows)
         self.bucket = self.buckets[-1]  # the step's width: every live slot is below it
 
-    # -- joining -----------------------------------------------------------------------------------
     def may_fill(self) -> bool:
         """Whether to ask for rows before this frame."""
         if (self.live and self.frame % self.grid) or (self._tried is not None and self.ended <= self._tried):
@@ -180,7 +171,6 @@ class Scheduler:
             return None
         return [self.blocks.take_through(self.live[s].name, at) for s in slots]
 
-    # -- leaving -------------------------------------------------------------------------------------
     def end(self, slot: int, position: int) -> Live:
         """The row in `slot` ended before slot `position`: its slot and pages back."""
         row = self.live[slot]
@@ -207,10 +197,8 @@ class Scheduler:
         return row
 
     def stepped(self) -> None:
-        """A frame was run."""
         self.frame += 1
 
-    # -- pages as the rows grow ------------------------------------------------------------------------
     def grow(self, position: int) -> tuple[list[tuple[int, int]], list[int]]:
         """Pages for slot `position` to the live rows that need one: ([(slot, page)], the slots that found none)."""
         if self.blocks is None:
@@ -231,13 +219,10 @@ class Scheduler:
         """The largest move down of at most `shift` slots the cache allows: whole pages in a paged pool."""
         return shift if self.blocks is None else shift - shift % self.blocks.page
 
-    # -- the step's width --------------------------------------------------------------------------------
     def fit(self) -> None:
-        """The smallest bucket that holds the highest live slot (no row moves)."""
         self.bucket = bucket_for(self.buckets, max(self.live) + 1)
 
     def narrows(self) -> bool:
-        """Whether the live rows fit half the step's width: moving them down would narrow it."""
         return len(self.live) <= self.bucket // 2
 
     def compact(self) -> tuple[list[int], list[int]]:
