@@ -1,6 +1,5 @@
-"""The reference loop, eager mode's stand-in for upstream's `talker.generate`: after upstream's own prefill, the frame
-step every mode runs (TalkerLoop.frame_step) on the checkpoint's own HF layers, returning what upstream's generate
-reads from it, so EOS trimming stays upstream's."""
+"""The reference loop, eager mode's `talker.generate`: after upstream's own prefill, the frame step every mode runs on
+the checkpoint's own HF layers, returning what upstream's generate reads, so EOS trimming stays upstream's."""
 
 from __future__ import annotations
 
@@ -51,7 +50,6 @@ def generate(loop: TalkerLoop, inputs_embeds: torch.Tensor, attention_mask: torc
         cache = _start(loop.talker, st, rules, inputs_embeds, attention_mask, trailing_text_hidden, tts_pad_embed,
                        min_new_tokens)
         talker_layers = HFTalker(loop.talker, cache, attention_mask, prompt_len)
-        del cache  # the HF layers hold it
 
         def step():
             loop.frame_step(st, seq_groups, cp_sampling, rules, talker_layers,

@@ -33,7 +33,7 @@ class CallInputs:
     """What one call's decode needs beyond the keywords upstream's generate passes the talker (MorphPatch.call)."""
 
     seq_groups: int
-    on_step: StepCallback | None = None  # before each frame: progress and cancel hook in here
+    on_step: StepCallback | None = None  # before each frame: progress and cancel hook in here; raising stops the call
     row_stops: list[int] | None = None  # the frame at which each row ends (loop.generate)
     min_new_tokens: int | None = None  # frames before EOS may be drawn; None: what upstream's generate passes (2)
 
@@ -47,8 +47,7 @@ class MorphPatch:
             raise RuntimeError("morph: this model is already patched; call remove() on the old patch first")
         # the instance attribute below bypasses another pack's patch of the class's generate: the log says so
         note_foreign_wrapper(type(talker).generate, "the talker's generate")
-        self.talker = talker
-        self.loop = TalkerLoop(self.talker)
+        self.talker, self.loop = talker, TalkerLoop(talker)
         self.seq_groups = check_seq_groups(seq_groups, self.loop.predictor.num_groups)
         self.mode = runner.check_mode(mode)
         self.snakes = [m for m in tts.model.speech_tokenizer.model.modules() if type(m).__name__ == "SnakeBeta"]
@@ -84,8 +83,7 @@ class MorphPatch:
     @contextlib.contextmanager
     def call(self, seq_groups: int | None = None, on_step: StepCallback | None = None,
              row_stops: list[int] | None = None, min_new_tokens: int | None = None):
-        """Inputs upstream's generate has no keyword for, for the calls in this block on this thread: seq_groups,
-        on_step() before each frame (raising stops the call), each row's last frame, frames before EOS may be drawn."""
+        """Inputs upstream's generate has no keyword for (CallInputs), for the calls in this block on this thread."""
         outer = getattr(self._local, "call", None)
         seq_groups = self.seq_groups if seq_groups is None else check_seq_groups(seq_groups,
                                                                                  self.loop.predictor.num_groups)

@@ -1,5 +1,4 @@
-"""The server's routes (cli.py serve runs them with uvicorn): speech (speech.py, live_text.py over a WebSocket),
-saved voices (voices.py), models, health and metrics. Every route passes lifecycle.Gate; errors are api_error's."""
+"""The server's routes, run by cli.py serve with uvicorn; each passes lifecycle.Gate, every error is api_error's."""
 
 from __future__ import annotations
 

@@ -31,7 +31,6 @@ _UNKNOWN_LENGTH = 0xFFFFFFFF  # what OpenAI's streamed wav puts in its RIFF and 
 _SEND_AUDIO = "send a WAV, FLAC, OGG or MP3 file"
 _SEND_BASE64 = "send the clip's bytes as base64 (data:audio/wav;base64,...)"
 
-# A data URL: media type, parameters (`;codecs=...`, `;base64`), then the payload after the first comma.
 _DATA_URL = re.compile(r"data:(?P<type>[^;,]*)(?P<params>(?:;[^;,]*)*),(?P<payload>.*)", re.IGNORECASE | re.DOTALL)
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 # An absolute path is valid base64, so it is refused by its shape: no audio file's base64 starts with "/" and a
@@ -60,8 +59,7 @@ def wav_stream_header(sample_rate: int = SAMPLE_RATE) -> bytes:
 
 
 class StreamEncoder:
-    """One streamed reply's audio in `fmt` (one of STREAMABLE): `feed` a chunk of float samples for the bytes ready
-    to send (none while an encoder fills a frame), `finish` for the rest."""
+    """A reply's stream in `fmt`: `feed` samples for the bytes ready (none while a frame fills), `finish` the rest."""
 
     def __init__(self, fmt: str):
         if fmt not in STREAMABLE:
@@ -148,8 +146,7 @@ def read_audio(data: bytes, field: str) -> tuple[np.ndarray, int]:
 
 
 def decode_base64_audio(value: str, field: str) -> bytes:
-    """A clip's bytes from a data URL or bare base64 (standard or urlsafe); ValueError for anything else, URLs and
-    file paths included, which are never fetched or read."""
+    """A clip's bytes from a data URL or bare base64 (standard or urlsafe); ValueError for anything else."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{field}: no audio given; {_SEND_BASE64}")
     value = value.strip()

@@ -1,8 +1,6 @@
-"""The server's state, owned here alone (what a client sees: docs/serving.md, When something fails): `loading` until
-the warm-up has run, `serving`, `draining` after SIGTERM or SIGINT (then exit 0), `restarting` while the engine's
-process starts again, `failed` after RESTARTS ends within RESTART_WINDOW_S (exit 1, for a supervisor). `Gate` checks
-every request and WebSocket session in turn: the key (401; not /health), the state (503; not /health or /metrics),
-the body's size (413, before it is parsed); it counts those inside, which a drain waits for."""
+"""The server's state, owned here alone (what a client sees: docs/serving.md, When something fails): `loading`,
+`serving`, `draining` after SIGTERM or SIGINT (then exit 0), `restarting` while the engine's process starts again,
+`failed` (exit 1). `Gate` checks each request and WebSocket session: its key, the state, its body's size."""
 
 from __future__ import annotations
 
@@ -73,7 +71,6 @@ class Lifecycle:
         log.critical("serve: %s; exiting with status 1 for a supervisor to restart the server", reason)
 
     def health(self) -> tuple[int, dict]:
-        """GET /health: 200 while serving, else 503 and the state (and a failure's reason)."""
         state, reason = self.state, self.reason
         if state == SERVING:
             return 200, {"status": "ok"}
@@ -140,8 +137,7 @@ class Gate:
 
 
 async def _read_body(scope, receive, cap: int) -> tuple[bytes | None, ApiError | None]:
-    """The whole body, or the 413 once it is known to pass `cap` bytes (by its Content-Length, before reading any),
-    or (None, None) when the client left."""
+    """The body; or the 413 once over `cap` (by its Content-Length before reading); or (None, None): the client left."""
     too_large = ApiError(413, f"the request body is over this server's {cap >> 20} MiB; send a shorter clip or text",
                          None, "request_too_large")
     length = dict(scope["headers"]).get(b"content-length", b"")
@@ -193,8 +189,7 @@ def quiet_uvicorn() -> None:
 
 
 def run_server(app, host: str, port: int, shutdown_timeout: float) -> int:
-    """Serve `app` (create_app's) until a signal has drained it (0), or it fails to start or go on (the process exits
-    1 at once). The port is bound first, so a port in use is found before the model loads."""
+    """Serve `app` (create_app's) until a signal has drained it (0), or it fails to start or go on (exits 1 at once)."""
     import uvicorn
 
     lifecycle: Lifecycle = app.state.lifecycle
@@ -249,8 +244,7 @@ def run_server(app, host: str, port: int, shutdown_timeout: float) -> int:
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    """A socket bound to the address and not yet listening: uvicorn listens on it once the model has loaded, so a
-    client meanwhile is refused at once rather than left waiting in the queue."""
+    """Bound before the model loads (a port in use is found then), listened on after (a client meanwhile is refused)."""
     listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart finds the port free at once

@@ -1,8 +1,6 @@
-"""WS /v1/audio/speech/stream: text as it is typed in, each sentence's audio out as it is made, in vLLM-Omni's
-Qwen3-TTS protocol (its messages: docs/serving.md, Text as it is typed). An error message is followed by the close:
-1007 for text that is no text, 1008 for the client's other mistakes, 1013 for what it may try again later, 1011 for
-the server's failure. A sentence ends where morph/lines/text_split.py ends one once the white space after its mark
-has come (not inside "3.14"), or at MAX_SENTENCE_CHARS; each is a request, sent at most AHEAD past the one playing."""
+"""WS /v1/audio/speech/stream: text as it is typed in, each sentence's audio out as it is made, in vLLM-Omni's Qwen3-TTS
+protocol (docs/serving.md, Text as it is typed). A sentence ends where lines/text_split.py ends one, once the white
+space after its mark has come (not in "3.14"), or at MAX_SENTENCE_CHARS; each is a request."""
 
 from __future__ import annotations
 
@@ -94,8 +92,7 @@ async def live_text(ws: WebSocket, speech: Speech) -> None:
 
 
 class _Session:
-    """A session's state, the event loop's alone: the sentences waiting for a place in the engine, those in it, and
-    the reader (the client's messages) and sender (the audio) that share them."""
+    """A session's state, the event loop's alone, shared by its reader (the client's messages) and sender (audio)."""
 
     def __init__(self, ws: WebSocket, speech: Speech):
         self.ws, self.speech = ws, speech

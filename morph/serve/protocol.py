@@ -1,6 +1,5 @@
-"""What a speech request may say (docs/serving.md, Requests) and the errors the server answers with. Unknown fields
-are ignored; a known one out of range or of another JSON type (no coercion) is a 400 naming it. Every answer other
-than audio is OpenAI's error shape, {"error": {"message", "type", "param", "code"}}, which `api_error` alone picks."""
+"""What a speech request may say (docs/serving.md, Requests) and the errors the server answers with: every answer
+other than audio is OpenAI's error shape, which `api_error` alone picks."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ class ApiError(Exception):
 
 
 class CutOff(Exception):
-    """Raised out of a reply whose status has gone out, so the client sees it unfinished; `error` is why. Whoever
-    raises it has logged it (lifecycle.quiet_uvicorn keeps it out of uvicorn's log)."""
+    """Raised out of a reply whose status has gone out, so the client sees it unfinished; `error` (logged) is why."""
 
     def __init__(self, error: BaseException):
         super().__init__(str(error))
@@ -62,8 +60,7 @@ def check_text(value: str) -> str:
 
 
 def api_error(error: BaseException, method: str = "", path: str = "", content_type: str | None = None) -> ApiError:
-    """The answer to a request that `error` stopped: a 4xx for what the request got wrong, 503 for what it may send
-    again (a full queue, an engine that failed, a server shutting down), else 500."""
+    """The answer to a request that `error` stopped: 4xx for its mistakes, 503 for what it may send again, else 500."""
     if isinstance(error, ApiError):
         return error
     if isinstance(error, RequestValidationError):
@@ -98,8 +95,7 @@ def validation_error(errors: list[dict]) -> ApiError:
     if not errors:
         return ApiError(400, "the request body is not valid JSON for this route")
     first = errors[0]
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
-    param = ".".join(loc) or None
+    param = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or None
     if first.get("type") == "json_invalid":
         return ApiError(400, "the request body is not valid JSON; send a JSON object", None, "invalid_json")
     message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")

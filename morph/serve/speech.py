@@ -1,7 +1,6 @@
 """POST /v1/audio/speech: a request's line, voice and settings, its run in the engine's process, and its audio at its
 `speed`, streamed as it is made or as one file (docs/serving.md, Replies). A stream's status goes out before its audio,
-so a later failure cuts it off (its chunked body never ends) rather than ending it as if whole. A client that goes away
-cancels its request: a stream's at its next chunk, a whole file's at once; a stream stopped early is one warning."""
+so a later failure cuts it off (its chunked body never ends) rather than ending it as if whole."""
 
 from __future__ import annotations
 
@@ -88,7 +87,6 @@ class Speech:
             raise ApiError(400, str(e), None, "invalid_value")
         return request, items
 
-    # -- what the request asks for ------------------------------------------------------------
     async def line_of(self, body: SpeechRequest) -> Line:
         tts = self.info
         task = TASKS.get(body.task_type) if body.task_type else tts.variant
@@ -124,8 +122,7 @@ class Speech:
         return Line(body.input, voice, language)
 
     def settings_of(self, body: SpeechRequest) -> GenerationSettings:
-        """The server's settings with the request's own (sampling for the talker and code predictor alike, as the
-        CLI's flags); a max_new_tokens over the server's frames is refused naming it."""
+        """The server's settings with the request's own (its sampling for talker and code predictor alike)."""
         if body.max_new_tokens is not None and body.max_new_tokens > self.engine.max_frames:
             raise ApiError(400, f"max_new_tokens: {body.max_new_tokens} frames is over this server's limit; send at "
                                 f"most {self.engine.max_frames} (cli.py serve --max-frames sets it)",
@@ -153,7 +150,6 @@ class Speech:
             raise ApiError(400, f"voice: {e}", "voice", "invalid_value") from None
 
     async def voice_from_ref(self, ref_audio: str, ref_text: str | None, x_vector_only: bool) -> bytes:
-        """A voice (its file's bytes) from a request's clip, kept for the next request that sends the same."""
         try:
             data = decode_base64_audio(ref_audio, "ref_audio")
         except ValueError as e:
@@ -168,8 +164,7 @@ class Speech:
         return voice
 
     async def make_voice(self, data: bytes, field: str, ref_text: str | None, x_vector_only: bool) -> bytes:
-        """A voice (its file's bytes) from a clip's, made on the engine's thread, where the model runs alone; a clip
-        the pack refuses is a 400 naming `field`."""
+        """A voice (its file's bytes) from a clip's, made on the engine's thread, where the model runs alone."""
         try:
             wave, rate = await asyncio.to_thread(read_audio, data, field)
             return await asyncio.wrap_future(self.engine.call(make_voice, wave, rate, transcript=ref_text,
@@ -179,7 +174,6 @@ class Speech:
             raise ApiError(400, message if message.startswith(field) else f"{field}: {message}", field,
                            "invalid_value") from None
 
-    # -- the reply -------------------------------------------------------------------------------
     async def stream(self, request, items: asyncio.Queue, fmt: str, sse: bool, speed: float, started: float,
                      text: str, who: str):
         """A streamed reply's bytes as the request's audio comes; `started`: when it arrived, for /metrics."""
@@ -243,16 +237,14 @@ class Speech:
 
 
 async def _until_gone(http: HttpRequest, items: asyncio.Queue) -> None:
-    """Wait for the client to hang up (its body is read, so the connection's next message is its disconnect), then end
-    the request's queue."""
+    """End the request's queue once the client hangs up (its body is read: its next message is the disconnect)."""
     while (await http.receive())["type"] != "http.disconnect":
         pass
     items.put_nowait(_GONE)
 
 
 def _refuse_unused(body: SpeechRequest, task: str, model_size: str) -> None:
-    """A field the loaded model would not use is refused, not dropped: a request must not seem to have done what it
-    asked when it did not."""
+    """A field the loaded model would not use is refused, not dropped: a request must not seem to have done it."""
     cloning = {"ref_audio": body.ref_audio, "ref_text": body.ref_text, "x_vector_only_mode": body.x_vector_only_mode}
     if task != "base":
         speaks = "its own speakers" if task == "custom_voice" else "the voice its instructions describe"

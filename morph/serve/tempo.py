@@ -1,6 +1,5 @@
-"""A reply's `speed`: its audio faster or slower at the same pitch, by FFmpeg's `atempo` (WSOLA) through PyAV
-(docs/serving.md, Requests). One atempo skips samples past 0.5-2.0, so speeds beyond run two, each at the square root.
-A Stretch keeps its state between a stream's chunks, so a stream and a whole file are stretched alike."""
+"""A reply's `speed`: its audio faster or slower at the same pitch, by FFmpeg's `atempo` through PyAV (docs/serving.md,
+Requests). A Stretch keeps its state between a stream's chunks, so a stream and a whole file stretch alike."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ import numpy as np
 from ..settings import SAMPLE_RATE
 
 MIN_SPEED, MAX_SPEED = 0.25, 4.0  # OpenAI's range
-_BLENDED = (0.5, 2.0)  # the speeds one atempo reaches by blending windows, not skipping samples
+_BLENDED = (0.5, 2.0)  # the speeds one atempo reaches by blending windows; beyond, it skips samples, so two run
 # atempo holds back a partly filled output frame of the input's size, so a chunk goes in as short pieces: what is
 # ready leaves a window behind its input, not a whole chunk
 _FRAME = 960

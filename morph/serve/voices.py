@@ -55,8 +55,7 @@ class VoiceFolder:
 
     @contextlib.contextmanager
     def reserve(self, name: str):
-        """Hold `name` while its voice is made, so a second upload of it is refused at once; FileExistsError if a
-        voice or another upload has it. Free again on the way out, saved or not."""
+        """Hold `name` while its voice is made (saved or not); FileExistsError if a voice or another upload has it."""
         path = self.path_of(name)
         with self._lock:
             if name in self._reserved or path.exists():
@@ -69,8 +68,7 @@ class VoiceFolder:
                 self._reserved.discard(name)
 
     def save(self, name: str, voice: bytes) -> dict:
-        """Write a new voice as `name` and return its record; FileExistsError if the name has one. Linked into place
-        whole (lines/files.py write_atomic, exclusive), so no reader sees half a file and no voice is replaced."""
+        """Save a new voice whole (write_atomic, exclusive) and return its record; FileExistsError if `name` has one."""
         path = self.path_of(name)
         try:
             # flushed and synced: on disk before the link, so a power cut cannot leave an empty voice
@@ -83,8 +81,7 @@ class VoiceFolder:
         return _record(name, path)
 
     def load(self, name: str) -> bytes:
-        """The voice saved as `name`, its file's bytes, checked (ValueError if it is not a voice); KeyError(name) if
-        there is none. Read once while its file is unchanged."""
+        """The voice saved as `name` (ValueError if not a voice), read again once its file changes; KeyError if none."""
         path = self.path_of(name)
         try:
             key = _file_key(path)
