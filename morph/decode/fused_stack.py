@@ -1,5 +1,4 @@
-"""A decoder stack's weights as the lean layers read them (morph/decode/lean.py's LayerW): q/k/v and gate/up fused into
-one tensor each, which the modules' own parameters view, so there is no second copy."""
+"""A decoder stack's weights as lean.py's LayerW: q/k/v and gate/up each fused into one tensor the parameters view."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ from .lean import LayerW, dims_of
 
 
 def _fuse(linears: list[torch.nn.Linear]) -> torch.Tensor:
-    """Concatenate the linears' weights into one tensor and make each weight a view of it."""
     with torch.inference_mode(False), torch.no_grad():
         fused = torch.cat([m.weight.detach() for m in linears])
         start = 0
@@ -39,6 +37,12 @@ def _unfuse(linears: list[torch.nn.Linear]) -> None:
             m.weight = torch.nn.Parameter(m.weight.detach().clone(), requires_grad=False)
 
 
+def _layer_w(layer, wqkv: torch.Tensor, wgu: torch.Tensor) -> LayerW:
+    a = layer.self_attn
+    return LayerW(layer.input_layernorm.weight, wqkv, a.q_norm.weight, a.k_norm.weight, a.o_proj.weight,
+                  layer.post_attention_layernorm.weight, wgu, layer.mlp.down_proj.weight)
+
+
 class FusedStack:
     """One decoder stack's layers, fused. `weights()` fuses again whenever the parameters stopped viewing the fused
     tensors (a memory manager moved or cast the model) and changes `version`, so graphs on the old storage go."""
@@ -66,20 +70,12 @@ class FusedStack:
                 stale = True
         if stale or self._weights is None:
             self.version += 1
-            self._weights = [
-                LayerW(layer.input_layernorm.weight, fq, layer.self_attn.q_norm.weight, layer.self_attn.k_norm.weight,
-                       layer.self_attn.o_proj.weight, layer.post_attention_layernorm.weight, fg,
-                       layer.mlp.down_proj.weight)
-                for layer, (fq, fg) in zip(self.layers, self._fused, strict=True)
-            ]
+            self._weights = [_layer_w(layer, fq, fg) for layer, (fq, fg) in zip(self.layers, self._fused, strict=True)]
         # norms and the other projections can be replaced by a move too: re-read them
         for i, (layer, w) in enumerate(zip(self.layers, self._weights)):
             if w.ln1 is not layer.input_layernorm.weight or w.wo is not layer.self_attn.o_proj.weight \
                     or w.wd is not layer.mlp.down_proj.weight or w.ln2 is not layer.post_attention_layernorm.weight:
-                self._weights[i] = w._replace(
-                    ln1=layer.input_layernorm.weight, q_norm=layer.self_attn.q_norm.weight,
-                    k_norm=layer.self_attn.k_norm.weight, wo=layer.self_attn.o_proj.weight,
-                    ln2=layer.post_attention_layernorm.weight, wd=layer.mlp.down_proj.weight)
+                self._weights[i] = _layer_w(layer, w.wqkv, w.wgu)
                 self.version += 1
         return self._weights
 

@@ -1,5 +1,4 @@
-"""Rows that join the continuous batch together (morph/engine/batch.py): a group as its prompt was built, its prefill
-on the lean layers a slice at a time, and each of its rows waiting for a slot."""
+"""Rows that join the continuous batch together (engine/batch.py): a group, its prefill a slice at a time, its rows."""
 
 from __future__ import annotations
 
@@ -12,8 +11,8 @@ from .runner import FAST_MODES
 
 @dataclass
 class Group:
-    """Rows to join together: their prompt (prompts.batch_inputs), each row's frame limit, stream key and left
-    padding (known on the host: read from the mask it would wait for the engine's queue)."""
+    """Rows to join together: their prompt (prompts.batch_inputs), each row's frame limit, stream key and left padding
+    (known on the host: read from the mask, it would wait for the engine's queue)."""
 
     names: list
     prompt: dict
@@ -33,7 +32,6 @@ class Slice:
         self._out: Prefilled | None = None
 
     def prefilled(self) -> Prefilled:
-        """The slice through the lean layers, once: from its bucket's CUDA graph in the fast modes, else op by op."""
         if self._out is None:
             self._out = self.loop.prefills.prefill(self.loop, self.embeds, self.mask, (self.st.cos, self.st.sin),
                                                    self.mode in FAST_MODES)
@@ -53,9 +51,8 @@ class Ahead:
 
 
 def slice_group(loop, st, group: Group, mode: str, most: int | None = None) -> list[Ahead]:
-    """A group's rows, to join in order, in slices of settings.prefill_rows rows and at most `most` (a live batch's:
-    the row counts its engine captured), each prefilled as its first row joins: a whole group's prefill, kept while
-    its rows join, would set the render's peak (bench/results/h100-2026-11-26f)."""
+    """A group's rows in join order, in slices of settings.prefill_rows (at most `most`, a live batch's captured rows),
+    each prefilled as its first row joins: a whole group's prefill, kept while its rows join, would set the peak."""
     p = group.prompt
     length = p["inputs_embeds"].shape[1]
     per = prefill_rows(length) if most is None else min(prefill_rows(length), most)

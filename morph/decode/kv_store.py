@@ -1,6 +1,5 @@
-"""Where the continuous batch's talker keys and values live: dense, each row the whole capacity (`DenseKV`), or paged
-(`PagedKV`), per layer a pool [pages, kv_heads, page, D] where a row's slot s lives at pool[table[row, s // page], :,
-s % page]. Page 0 is the null page unused entries point at, never read unmasked."""
+"""Where the continuous batch's talker keys and values live: dense (`DenseKV`) or paged (`PagedKV`), a row's slot s at
+pool[table[row, s // page], :, s % page]; page 0 is the null page unused entries point at, never read unmasked."""
 
 from __future__ import annotations
 
@@ -73,7 +72,7 @@ class DenseKV:
 
 
 class PagedKV:
-    """state.k / state.v pools of pages, state.table [width, capacity / page] mapping each row's slots to them."""
+    """state.k / state.v pools [pages, kv_heads, page, D] per layer, state.table [width, capacity / page] into them."""
 
     def __init__(self, st):
         self.st, self.page = st, st.paging[1]
@@ -86,7 +85,7 @@ class PagedKV:
                 self.st.table[slot, first:first + len(held)] = to_device(held, self.st.device)
         rows, where = to_device(slots, self.st.device), torch.arange(at - length, at, device=self.st.device)
         # slots below a row's first page go to the null page; placed once for every layer, as per layer it would cost
-        # a one-frame clone several times over (bench/results/h100-2026-11-27b/NOTES.md)
+        # a one-frame clone several times over
         places, offsets = place(self.st.table[rows], where, self.page)
         sel = prompt_rows(index, self.st.device)
         for (k, v), kc, vc in zip(kv, self.st.k, self.st.v, strict=True):

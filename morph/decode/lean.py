@@ -1,9 +1,7 @@
-"""Lean decoder layers for the talker's and code predictor's decode steps, and a prompt's prefill on them: one
-function runs a whole stack against static KV buffers, with q/k/v and gate/up each one GEMM (`FusedStack`) and every
-shape fixed, so a CUDA graph captured once replays at every position. `stack_step` is the one definition: run as it is
-("lean"), captured ("graphs"), or as five Triton kernels a layer ("fused", morph/kernels/layers.py). In fp32 the math
-is HF's op for op; in bf16 the residual stream and attention scores stay fp32, or these layers would drift from the
-fp32 reference as far as upstream's own bf16 run, and in some group past it (bench/results/h100-2026-11-22e)."""
+"""Lean decoder layers for the talker's and code predictor's decode steps, and a prompt's prefill on them. `stack_step`
+runs a whole stack over static KV buffers at fixed shapes, so one CUDA graph replays at every position: as it is
+("lean"), captured ("graphs") or as Triton kernels ("fused", morph/kernels/layers.py). In fp32 it is HF's math op for
+op; in bf16 the residual stream and attention scores stay fp32, or it would drift as far as upstream's bf16, or more."""
 
 from __future__ import annotations
 
@@ -67,7 +65,6 @@ def dims_of(config) -> Dims:
                 float(config.rms_norm_eps))
 
 
-# -- the math, op for op as in modeling_qwen3_tts ---------------------------------------
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """HF's RMSNorm, rounding the normed row to the weight's dtype rather than x's (x may be the fp32 residual)."""
     h = x.to(torch.float32)
@@ -77,9 +74,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def stack_step(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
-               v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
-               rope_pos: torch.Tensor, write_idx: torch.Tensor, lo: torch.Tensor, d: Dims,
-               table: torch.Tensor | None = None) -> torch.Tensor:
+               v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor, rope_pos: torch.Tensor,
+               write_idx: torch.Tensor, lo: torch.Tensor, d: Dims, table: torch.Tensor | None = None) -> torch.Tensor:
     """All layers plus the final norm over T new positions a row. rope_pos [B, T] indexes the [L, D] cos/sin tables;
     K/V go to slots write_idx [T]; row b's token t attends to slots lo[b] .. write_idx[t] (a token below lo[b] to its
     own slot alone, so it stays finite). With a page `table` the caches are paged pools (kv_store.py)."""
@@ -118,10 +114,9 @@ class Prefilled(NamedTuple):
 def lean_prefill(inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, weights: list[LayerW],
                  norm_w: torch.Tensor, head_w: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor,
                  d: Dims, into: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Prefilled:
-    """Upstream's talker forward over a left-padded prompt batch [rows, L, hidden] (attention_mask 0 on the padding),
-    as the frame step over every slot, so the prompt and its frames round alike and HF's per-call host work is
-    skipped. As upstream, token i of a row padded p sits at rotary position i - p. `into`: per layer (keys, values)
-    [rows, kv_heads, L, D] to write into (a CUDA graph's outputs, prefill_graphs.py), else new tensors."""
+    """Upstream's talker forward over a left-padded prompt batch [rows, L, hidden], run as the frame step over every
+    slot so the prompt and its frames round alike, without HF's per-call host work; token i of a row padded p sits at
+    rotary position i - p, as upstream. `into`: per layer (keys, values) to write into (prefill_graphs.py's)."""
     rows, length, _ = inputs_embeds.shape
     pads = length - attention_mask.sum(-1).to(torch.long)  # [rows]
     slots = torch.arange(length, device=inputs_embeds.device)
@@ -149,28 +144,24 @@ def predictor_pass(x: torch.Tensor, proj_w: torch.Tensor | None, proj_b: torch.T
     if proj_w is not None:
         x = F.linear(x, proj_w, proj_b)
     rope_pos = write_idx.unsqueeze(0).expand(x.shape[0], -1)
-    return _stack_step(fused)(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos, write_idx, lo,
-                              d)
+    return _stack_step(fused)(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos, write_idx, lo, d)
 
 
 def talker_pass(x: torch.Tensor, weights: list[LayerW], norm_w: torch.Tensor, k_caches: list[torch.Tensor],
                 v_caches: list[torch.Tensor], cos_table: torch.Tensor, sin_table: torch.Tensor,
                 cache_pos: torch.Tensor, rope_pos: torch.Tensor, pads: torch.Tensor, d: Dims,
                 fused: bool = False, table: torch.Tensor | None = None) -> torch.Tensor:
-    """A talker one-token step at cache slot `cache_pos` [1]; row b's rotary position is rope_pos[b], its first
-    `pads[b]` slots are left padding."""
+    """A talker one-token step at slot `cache_pos` [1]: row b at rotary position rope_pos[b], left-padded pads[b]."""
     return _stack_step(fused)(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos.unsqueeze(1),
                               cache_pos, pads, d, table=table)
 
 
 def rope_tables(rotary_emb: torch.nn.Module, length: int, device, dtype, multimodal: bool):
-    """cos/sin [length, D] from the model's own rotary module, so values are HF's exactly (the talker's multimodal
-    rotary with its three equal text position rows)."""
+    """cos/sin [length, D] from the model's own rotary module, so values are HF's exactly (multimodal: the talker's)."""
     positions = torch.arange(length, device=device).unsqueeze(0)
     if multimodal:
         positions = positions.unsqueeze(0).expand(3, 1, -1)
-    probe = torch.zeros(1, device=device, dtype=dtype)
-    cos, sin = rotary_emb(probe, positions)
+    cos, sin = rotary_emb(torch.zeros(1, device=device, dtype=dtype), positions)
     if multimodal:
         cos, sin = cos[0], sin[0]
     return cos[0].contiguous(), sin[0].contiguous()

@@ -1,7 +1,6 @@
-"""The code predictor's part of a frame: `seq_groups = k` groups decoded one after another as upstream does, the rest
-read off the last hidden state by the crossbar; k = 15 is upstream exactly (docs/architecture.md, How morph works).
-`codes` is the one definition of the step; `Layers` runs it on the modules' own forward (`hf_layers`, "eager") or on
-the lean layers over fixed buffers (`lean_layers`), so a whole frame can be captured in one CUDA graph."""
+"""The code predictor's part of a frame: `seq_groups = k` groups decoded one after another as upstream does (k = 15 is
+upstream exactly), the rest read off the last hidden state by the crossbar (docs/architecture.md, How morph works).
+`codes` is the step; `Layers` runs it on the modules' forward (`hf_layers`) or the lean layers, capturable whole."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from . import lean
-from .fused_stack import FusedStack
+from .fused_stack import FusedStack, _unfuse
 from ..settings import Sampling
 from .sampling import Noise, pick, torch_noise
 
@@ -74,8 +73,7 @@ class LeanState:
                                                              for g in range(1, pred.num_groups)]
 
     def rows(self, n: int) -> "LeanState":
-        """The first n rows as a state of batch n, viewing this one's buffers. Nothing in them outlives a frame, so
-        rows need no copying when they move."""
+        """The first n rows, viewing these buffers: nothing in them outlives a frame, so moved rows need no copy."""
         view = copy.copy(self)
         view.k, view.v, view.lo = [t[:n] for t in self.k], [t[:n] for t in self.v], self.lo[:n]
         return view
@@ -123,11 +121,9 @@ class Predictor:
         self._stack: FusedStack | None = None
         self._states: collections.OrderedDict = collections.OrderedDict()
 
-    # -- weights the step reads as one tensor -------------------------------------------
     @staticmethod
     def _stack_views(modules, current: torch.Tensor | None) -> torch.Tensor:
-        """The modules' weights stacked into one tensor that they view, stacked again whenever they stop viewing it (a
-        memory manager moved or cast the model)."""
+        """The modules' weights stacked into one tensor they view, again once they stop (the model moved, or cast)."""
         w0 = modules[0].weight
         if (current is None or current.device != w0.device or current.dtype != w0.dtype
                 or any(m.weight.data_ptr() != current[i].data_ptr() for i, m in enumerate(modules))):
@@ -138,7 +134,6 @@ class Predictor:
         return current
 
     def stacked_heads(self) -> torch.Tensor:
-        """The 15 lm_head weights as one [15, V, H] tensor that the heads themselves view."""
         self._stacked = self._stack_views(self.cp.lm_head, self._stacked)
         return self._stacked
 
@@ -162,16 +157,13 @@ class Predictor:
     def release(self) -> None:
         """Give every lm_head, embedding and projection its own storage again; drop all state."""
         self._states.clear()
-        with torch.inference_mode(False), torch.no_grad():
-            for stacked, modules in ((self._stacked, self.cp.lm_head), (self._stacked_emb, self.cp.model.codec_embedding)):
-                if stacked is not None:
-                    for m in modules:
-                        m.weight = torch.nn.Parameter(m.weight.detach().clone(), requires_grad=False)
+        for stacked, modules in ((self._stacked, self.cp.lm_head), (self._stacked_emb, self.cp.model.codec_embedding)):
+            if stacked is not None:
+                _unfuse(modules)
         if self._stack is not None:
             self._stack.release()
         self._stacked, self._stacked_emb, self._stack = None, None, None
 
-    # -- the layers ---------------------------------------------------------------------
     def _state(self, kind: type, batch: int, device: torch.device, dtype: torch.dtype):
         key = (kind, batch, device, dtype)
         state = self._states.get(key)
@@ -190,9 +182,8 @@ class Predictor:
         weights, norm_w, d = self.stack.weights(), self.cp.model.norm.weight, self.stack.dims
         proj = self.cp.small_to_mtp_projection
         proj_w, proj_b = (proj.weight, proj.bias) if isinstance(proj, torch.nn.Linear) else (None, None)
-        fused = kind == "fused"
         return Layers(lambda x, g: lean.predictor_pass(x, proj_w, proj_b, weights, norm_w, st.k, st.v, st.cos, st.sin,
-                                                       st.idx[g], st.lo, d, fused),
+                                                       st.idx[g], st.lo, d, kind == "fused"),
                       StackedHeads(self.stacked_heads()))
 
     def hf_layers(self, batch: int, device: torch.device, dtype: torch.dtype) -> Layers:
@@ -214,7 +205,6 @@ class Predictor:
 
         return Layers(layers, ModuleHeads(self.cp.lm_head))
 
-    # -- the step: one definition for every mode ------------------------------------------
     def codes(self, inputs_embeds: torch.Tensor, seq_groups: int, sampling: Sampling, layers: Layers,
               pick: Callable = pick, noise: Noise = torch_noise) -> torch.Tensor:
         """Codes of groups 1..15 for one frame: inputs_embeds [B, 2, H] -> int64 [B, 15], with no host sync. Group g

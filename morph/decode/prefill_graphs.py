@@ -1,8 +1,7 @@
-"""A slice's prefill replayed from the CUDA graph of its bucket, in the fast modes: op by op, a prefill's launches take
-about half of a warm one-frame clone's host time (bench/results/h200-2026-11-27b/NOTES.md). A slice is padded to its
-bucket (settings.prefill_bucket), which lean_prefill hides from the real tokens. Every bucket's graph reads and writes
-one arena, as large as the largest bucket so far, since a slice's outputs are read only until the next slice is
-prefilled. A prompt past the longest bucket runs op by op, as does every slice of a batch after a capture fails."""
+"""A slice's prefill replayed from its bucket's CUDA graph in the fast modes, sparing the host its launches. A slice is
+padded to its bucket (settings.prefill_bucket), the padding masked. Every bucket's graph shares one arena, as large as
+the largest bucket so far: a slice's outputs are read only until the next prefill. A prompt past the longest bucket
+runs op by op, as does every slice of a batch after a capture fails."""
 
 from __future__ import annotations
 
@@ -14,14 +13,12 @@ from .lean import Prefilled, lean_prefill, rope_tables
 
 
 def _lean(loop, embeds, mask, cos, sin, into=None) -> Prefilled:
-    """lean_prefill over the loop's talker."""
     t = loop.talker
     return lean_prefill(embeds, mask, loop.stack.weights(), t.model.norm.weight, t.codec_head.weight, cos, sin,
                         loop.stack.dims, into=into)
 
 MAX_SHAPES = 16  # graphs kept: a script's groups meet a few prompt lengths, each at one or two row counts
-# A server's rows join one or two at a time, with prompts of a few tokens to the longest it takes (an ICL voice's of
-# a long reference): the buckets its engine captures before the first request (warm), kept beside MAX_SHAPES others.
+# A server's rows join one or two at a time: its engine captures their buckets before its first request (warm).
 LIVE_ROWS = (1, 2)
 
 
@@ -38,8 +35,7 @@ def live_shapes(longest: int) -> list[tuple[int, int]]:
 
 
 def voice_shapes(length: int, width: int) -> list[tuple[int, int]]:
-    """The buckets a render's rows of one voice meet, their prompts `length` tokens, joining a batch of up to `width`:
-    one row to as many as a slice holds, the largest first; none past the longest bucket."""
+    """The buckets, largest first, a render's rows of one voice meet: prompts `length` tokens, at most `width` rows."""
     if prefill_bucket(1, length) is None:
         return []
     most = min(width, prefill_rows(length))
@@ -61,8 +57,7 @@ class Arena:
         head, norm = t.codec_head.weight, t.model.norm.weight
         self.logits = torch.zeros(rows * head.shape[0], dtype=head.dtype, device=device)
         self.hidden = torch.zeros(rows * hidden, dtype=norm.dtype, device=device)
-        self.cos, self.sin = rope_tables(t.model.rotary_emb, PREFILL_LENGTHS[-1], device, embeds.dtype,
-                                              multimodal=True)
+        self.cos, self.sin = rope_tables(t.model.rotary_emb, PREFILL_LENGTHS[-1], device, embeds.dtype, multimodal=True)
 
 
 class Bucket:
@@ -121,8 +116,7 @@ class PrefillGraphs:
     def prefill(self, loop, embeds: torch.Tensor, mask: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor],
                 captured: bool) -> Prefilled:
         """lean_prefill over a slice, replayed from its bucket's graph when `captured` and the slice has a bucket."""
-        rows, length = mask.shape
-        shape = prefill_bucket(rows, length) if captured and not self.graphs.failed else None
+        shape = prefill_bucket(*mask.shape) if captured and not self.graphs.failed else None
         out = None if shape is None else self._replayed(loop, shape, embeds, mask)
         return _lean(loop, embeds, mask, *tables) if out is None else out
 
@@ -133,13 +127,12 @@ class PrefillGraphs:
         device, hidden = loop.talker.codec_head.weight.device, loop.config.hidden_size
         for rows, length in shapes:
             embeds = torch.zeros(rows, length, hidden, dtype=dtype, device=device)
-            if self._replayed(loop, (rows, length), embeds, torch.ones(rows, length, dtype=torch.long,
-                                                                       device=device)) is None:
+            mask = torch.ones(rows, length, dtype=torch.long, device=device)
+            if self._replayed(loop, (rows, length), embeds, mask) is None:
                 return
 
     def _replayed(self, loop, shape: tuple[int, int], embeds: torch.Tensor, mask: torch.Tensor) -> Prefilled | None:
-        """The slice's prefill from the graph of its bucket `shape`, captured first if new; None where a capture
-        failed (logged: the batch's prefills run op by op)."""
+        """The slice's prefill from its bucket's graph, captured first if new; None where a capture failed (logged)."""
         bucket = self._bucket(loop, shape, embeds, mask)
         bucket.load(embeds, mask)
         try:

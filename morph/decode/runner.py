@@ -18,10 +18,8 @@ log = logging.getLogger(__name__)
 FAST_MODES = ("graphs", "fused")
 
 # What the wait is (bench/results/h100-2026-11-22d); a plain CUDA graph's is not announced
-PREPARE_TIME = {
-    "fused": "about 10 s the first time on this machine, while Triton compiles its kernels, and about 1 s "
-             "after that (they are cached on disk)",
-}
+PREPARE_TIME = {"fused": "about 10 s the first time on this machine, while Triton compiles its kernels, and about 1 s "
+                         "after that (they are cached on disk)"}
 _prepared: set[str] = set()  # modes prepared once in this process: their kernels are loaded
 
 

@@ -1,7 +1,6 @@
-"""Token sampling with HF `generate` semantics, so seeded runs match upstream qwen-tts bit for bit: HF's order and
-the number and shape of its draws. `draw` writes out ATen's one-sample multinomial, an exponential race argmax(p / q)
-with q ~ Exp(1), which gives the same picks without a host sync, so it can be captured. The Exp(1) values come from
-`noise`: torch's generator as upstream (`torch_noise`), or a stream a row (morph/decode/streams.py)."""
+"""Token sampling with HF `generate` semantics (its order, and the number and shape of its draws), so seeded runs match
+upstream bit for bit. `draw` is ATen's one-sample multinomial written out, the race argmax(p / q) over q ~ Exp(1): the
+same picks without a host sync, so capturable. q comes from `noise`: torch's generator or a row's own (streams.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""One random stream per row, so a sampled line's take depends on its seed and its own content only, not on its
-companions in a continuous batch or when it joined: the Exp(1) values of its race (sampling.draw) are a counter-based
-hash of (row key, frame, draw slot, token), device tensors only, so a CUDA graph replays it. Slot 0 of a frame is the
-talker's draw (frame -1 is the prefill's), slots 1..15 the code predictor's groups."""
+"""One random stream per row, so a sampled line's take depends on its seed and content only, not on its batch or when
+it joined: its race's Exp(1) values (sampling.draw) are a counter-based hash of (row key, frame, draw slot, token) on
+the device, which a CUDA graph replays. Slot 0 is the talker's draw (frame -1 the prefill's), 1..15 the groups'."""
 
 from __future__ import annotations
 

@@ -22,7 +22,6 @@ from .talker_state import TalkerState
 
 
 def _samplers(kind: str) -> tuple[Callable, Callable]:
-    """(code predictor's pick, talker's pick) for a kind of step."""
     if kind == "fused":
         return fused_pick, functools.partial(talker_pick, pick_fn=fused_pick)
     return pick, talker_pick
@@ -52,8 +51,7 @@ class TalkerLoop:
         self.stack.dims, self.predictor.stack.dims  # noqa: B018 - reading dims checks the configs
 
     def drop_state(self) -> None:
-        """Forget the kept state and the graphs that point at it (a batch that ran out of memory is built again
-        narrower, not over the wider state it failed in)."""
+        """Forget the kept state and its graphs: a batch that ran out of memory is rebuilt narrower, not beside them."""
         self.graphs.clear()
         self._state = None
 
@@ -72,9 +70,7 @@ class TalkerLoop:
 
     def state(self, batch: int, needed: int, device, dtype, lean_kv: bool, paging: tuple[int, int] | None = None,
               text_slots: int | None = None):
-        """The static state; `lean_kv`, `paging` (pages, page size), `text_slots`: TalkerState's."""
-        kept = self._state
-        if kept is None or not kept.matches(batch, needed, device, dtype, lean_kv, paging, text_slots):
+        if self._state is None or not self._state.matches(batch, needed, device, dtype, lean_kv, paging, text_slots):
             self.graphs.clear()  # graphs point at the old buffers
             self._state = None
             self._state = TalkerState(self, batch, capacity_for(needed), device, dtype, lean_kv, paging, text_slots)
@@ -113,7 +109,6 @@ class TalkerLoop:
                                               st.cos, st.sin, st.cache_pos, st.rope_pos, st.pads, self.stack.dims,
                                               kind == "fused", st.table)
 
-    # -- the step: one definition for every mode --------------------------------------------
     def frame_step(self, st: TalkerState, seq_groups: int, cp_sampling: Sampling, rules: TalkerRules,
                    talker_layers: Callable, predictor_layers: Callable, kind: str = "lean",
                    streams: RowStreams | None = None) -> None:
@@ -135,8 +130,7 @@ class TalkerLoop:
         st.past_hidden.copy_(h)
         if st.hidden is not None:
             st.hidden.index_copy_(1, nxt, h)
-        token = rules.next_token(F.linear(h[:, -1], t.codec_head.weight), st.seen, own + 1, st.min_new, picker,
-                                 noise)
+        token = rules.next_token(F.linear(h[:, -1], t.codec_head.weight), st.seen, own + 1, st.min_new, picker, noise)
         token = torch.where(nxt >= st.stop, rules.eos, token)  # a row's frame limit ends it as an EOS would
         token = torch.where(st.unfinished, token, rules.eos)  # finished rows pad with EOS, as HF does
         st.tokens.index_copy_(1, nxt, token.unsqueeze(1))

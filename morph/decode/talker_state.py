@@ -17,13 +17,12 @@ ROW_TENSORS = CARRIED + ("tokens", "hidden")
 
 
 class TalkerState:
-    """Every tensor a frame step reads or writes, allocated once per (batch, capacity, lean_kv)."""
+    """Every tensor a frame step reads or writes, allocated once. lean_kv: the continuous batch's state, with the lean
+    layers' K/V, else the static loop's, keeping each slot's hidden state for generate; paging (pages, page size): the
+    K/V caches are pools mapped by `table`; text_slots: the text a row may read by its own frame index (or capacity)."""
 
     def __init__(self, loop, batch: int, capacity: int, device: torch.device, dtype: torch.dtype,
                  lean_kv: bool, paging: tuple[int, int] | None = None, text_slots: int | None = None):
-        """lean_kv: the continuous batch's state, with the lean layers' K/V; else the static loop's, which keeps every
-        slot's hidden state for upstream's generate; paging (pages, page size): the K/V caches are pools mapped by
-        `table`; text_slots: the text a row may read by its own frame index (the capacity unless given)."""
         cfg = loop.config
         hidden, vocab, groups = cfg.hidden_size, cfg.vocab_size, cfg.num_code_groups
         self.batch, self.capacity, self.device, self.dtype, self.lean_kv = batch, capacity, device, dtype, lean_kv

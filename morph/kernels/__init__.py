@@ -1,2 +1,1 @@
-"""Triton kernels and their launchers. Importing one imports Triton, so morph/decode/ imports them only where a fused
-mode runs."""
+"""Triton kernels and their launchers; each imports Triton, so morph/decode/ imports them only where fused modes run."""

@@ -1,6 +1,5 @@
-"""The fused attention of a decode step: per-head q/k RMSNorm, RoPE, the new K/V written into the cache, and attention
-over it, one program per (batch row, kv head), the cache split over several when rows are few (flash-decoding: a
-second kernel combines the splits). Kernels take addresses, as in morph/kernels/layers.py."""
+"""The fused attention of a decode step: per-head q/k RMSNorm, RoPE, the new K/V written, attention over the cache; one
+program per (batch row, kv head), split over several when rows are few (flash-decoding: a second kernel combines)."""
 
 from __future__ import annotations
 
@@ -183,7 +182,6 @@ def _combine_kernel(part_addr, o_addr, H: tl.constexpr, KVH: tl.constexpr, D: tl
     tl.store(as_ptr(o_addr, DTYPE) + o_off + d, out.to(DTYPE))
 
 
-# -- launcher -----------------------------------------------------------------------------
 def _tiles(length: int) -> tuple[int, int]:
     """BLOCK_L and num_warps (bench/results/h200-2026-11-26b/NOTES.md); a paged tile is whole pages."""
     return (16, 4) if length <= 16 else (64, 4)
@@ -195,8 +193,7 @@ TARGET_PROGRAMS = 256
 
 
 def _splits(programs: int, tiles: int) -> int:
-    """Splits per (row, kv head): a power of two (the combine kernel loads them as one block) making about
-    TARGET_PROGRAMS programs, at most the tiles rounded up."""
+    """Splits per (row, kv head) for about TARGET_PROGRAMS programs: a power of two, which the combine kernel loads."""
     want = max(1, TARGET_PROGRAMS // max(programs, 1))
     return min(triton.next_power_of_2(want), triton.next_power_of_2(tiles))
 
@@ -204,25 +201,22 @@ def _splits(programs: int, tiles: int) -> int:
 def attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, q_norm: torch.Tensor,
               k_norm: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor, rope_pos: torch.Tensor,
               write_idx: torch.Tensor, lo: torch.Tensor, d, table: torch.Tensor | None = None) -> torch.Tensor:
-    """qkv [B*T, (H + 2 KVH) D] -> output [B*T, H D], writing the new K/V into the caches [B, KVH, L, D] at write_idx
-    [T]; rope_pos [B, T] indexes the [*, D] cos/sin tables; row b attends to slots lo[b] .. its token's slot.
-    Paged (vLLM's layout): with `table` [B, L / PAGE] (int64, contiguous), the caches are pools [NP, KVH, PAGE, D] and
-    slot s of row b is pool[table[b, s // PAGE], :, s % PAGE]; page 0 is the null page, for pages never read."""
+    """One layer's attention of lean.stack_step: qkv [B*T, (H + 2 KVH) D] -> [B*T, H D], the new K/V written into the
+    caches [B, KVH, L, D], or with `table` [B, L / PAGE] (int64, contiguous) into pools in kv_store.py's layout."""
     hd = k_cache.shape[3]
     if table is None:
         b, page, length = k_cache.shape[0], 1, k_cache.shape[2]
     else:
         assert table.dtype == torch.int64 and table.is_contiguous()
         assert k_cache.is_contiguous() and v_cache.is_contiguous()
-        b, page = table.shape[0], k_cache.shape[2]
-        length = table.shape[1] * page
+        b, page, length = table.shape[0], k_cache.shape[2], table.shape[1] * k_cache.shape[2]
     t = write_idx.shape[0]
     block_l, warps = _tiles(length)
     assert block_l % page == 0, "a paged tile is whole pages"  # _tile_pages
     out = torch.empty(qkv.shape[0], d.q_size, device=qkv.device, dtype=qkv.dtype)
-    rows = max(16, triton.next_power_of_2(d.heads // d.kv_heads * t))
-    splits = _splits(b * d.kv_heads, triton.cdiv(length, block_l))
     group = d.heads // d.kv_heads * t  # the query rows of a kv head
+    rows = max(16, triton.next_power_of_2(group))
+    splits = _splits(b * d.kv_heads, triton.cdiv(length, block_l))
     part = torch.empty(b, d.kv_heads, group, splits, hd + 2, device=qkv.device, dtype=torch.float32) \
         if splits > 1 else out
     dtype = TL_DTYPES[qkv.dtype]

@@ -1,5 +1,4 @@
-"""What the kernel modules share: torch's dtypes as Triton's, addresses as typed pointers (morph/kernels/kth.py says
-why addresses), and HF RMSNorm's last step."""
+"""What the kernels share: torch dtypes as Triton's, addresses as typed pointers (kth.py says why), RMSNorm's end."""
 
 from __future__ import annotations
 

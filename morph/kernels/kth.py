@@ -1,8 +1,7 @@
-"""The k-th largest value per row (HF's top-k threshold), exactly, without torch.topk's slow single-block select on
-CUDA: a bisection over the scores' order-preserving bit patterns, every row in one launch, bit for bit topk's
-`values[..., k-1]`. The CPU and setups without Triton use topk itself.
-Why kernels take addresses, not tensors: under cudaMallocAsync, memory allocated during a CUDA graph capture has no
-physical backing yet, so Triton's launcher refuses tensors that point at it; integers are read only at replay."""
+"""The k-th largest value per row (HF's top-k threshold) without torch.topk's slow single-block select on CUDA: one
+launch bisects every row's order-preserving bit patterns, bit for bit topk's `values[..., k-1]` (the CPU and setups
+without Triton use topk). Kernels take addresses, not tensors: under cudaMallocAsync, memory allocated during a CUDA
+graph capture has no physical backing yet, so Triton's launcher refuses tensors on it; integers are read at replay."""
 
 from __future__ import annotations
 
@@ -44,7 +43,6 @@ MAX_TRITON_COLS = 8192
 
 
 def _kth_rows(flat: torch.Tensor, k: int) -> torch.Tensor:
-    """float32 [rows, V] (unit stride) -> float32 [rows]: the k-th largest of each row."""
     out = torch.empty(flat.shape[0], device=flat.device, dtype=torch.float32)
     block = triton.next_power_of_2(flat.shape[1])
     with torch.cuda.device(flat.device):  # Triton launches on the current device

@@ -1,8 +1,7 @@
-"""Fused Triton kernels for the lean decode step (mode "fused"): at decode sizes a layer costs the kernels it
-launches, not its arithmetic, so a layer here is five: linear with RMSNorm fused (qkv), attention (attention.py),
-linear with the residual fused (o), linear with norm and SiLU(gate) * up fused, linear with the residual. The math
-follows HF's order of upcasts and roundings with fp32 accumulation (in bf16 morph/decode/lean.py rounds less: its
-residual stream is fp32). Kernels take addresses, not tensors (morph/kernels/kth.py says why)."""
+"""Fused Triton kernels for the lean decode step (mode "fused"): at decode sizes a layer costs its launches, not its
+arithmetic, so a layer here is five: RMSNorm + qkv, attention (attention.py), o + residual, norm + SiLU(gate) * up,
+down + residual. The math follows HF's upcasts and roundings with fp32 accumulation (in bf16 morph/decode/lean.py
+rounds less: its residual stream is fp32). Kernels take addresses, not tensors (morph/kernels/kth.py says why)."""
 
 from __future__ import annotations
 
@@ -72,7 +71,6 @@ def _rms_norm_kernel(x_addr, w_addr, o_addr, N, eps, DTYPE: tl.constexpr, BLOCK:
     tl.store(as_ptr(o_addr, DTYPE) + row * N + cols, y, mask=ok)
 
 
-# -- launchers ---------------------------------------------------------------------------
 def gemv_rows(w: torch.Tensor) -> int:
     """Rows up to which these kernels beat cuBLAS on `w` (bench/results/h200-2026-11-28f/NOTES.md); wider, cuBLAS."""
     return 4 if w.numel() < 2**23 else 2
@@ -86,8 +84,7 @@ def _config(m: int, n: int, k: int) -> dict:
 
 def linear(x: torch.Tensor, w: torch.Tensor, norm_w: torch.Tensor | None = None, eps: float = 0.0,
            residual: torch.Tensor | None = None, silu: bool = False) -> torch.Tensor:
-    """x [M, K] (contiguous) @ w[N, K]^T with an optional RMSNorm of x before, SiLU(gate) * up over w's two halves, or
-    a residual [M, N] added after; returns [M, N] (N halved with silu)."""
+    """x [M, K] (contiguous) @ w[N, K]^T, with x RMSNormed, SiLU(gate) * up over w's halves, or a residual added."""
     m, k = x.shape
     if m > gemv_rows(w):
         if norm_w is not None:
@@ -115,15 +112,13 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return out
 
 
-def stack_step(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos, write_idx, lo, d,
-               table=None):
+def stack_step(x, weights, norm_w, k_caches, v_caches, cos_table, sin_table, rope_pos, write_idx, lo, d, table=None):
     """lean.stack_step's contract in five kernels a layer; with `table`, the caches are page pools (attention)."""
     b, t, hidden = x.shape
     h = x.reshape(b * t, hidden).contiguous()
     for w, kc, vc in zip(weights, k_caches, v_caches, strict=True):
         qkv = linear(h, w.wqkv, norm_w=w.ln1, eps=d.eps)
-        attn = attention(qkv, kc, vc, w.q_norm, w.k_norm, cos_table, sin_table, rope_pos, write_idx, lo, d,
-                         table=table)
+        attn = attention(qkv, kc, vc, w.q_norm, w.k_norm, cos_table, sin_table, rope_pos, write_idx, lo, d, table=table)
         h = linear(attn, w.wo, residual=h)
         h = linear(linear(h, w.wgu, norm_w=w.ln2, eps=d.eps, silu=True), w.wd, residual=h)
     return rms_norm(h, norm_w, d.eps).view(b, t, hidden)

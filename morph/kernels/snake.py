@@ -117,9 +117,8 @@ def snake_samples(x: Samples, out: Samples, rows: int, samples: int, alpha: torc
     span = max(n, rows * x.every * x_row, rows * out.every * o_row)
     _snake_samples_kernel[(triton.cdiv(n, BLOCK),)](
         x.tensor.data_ptr(), alpha.data_ptr(), inv.data_ptr(), (bias if bias is not None else alpha).data_ptr(),
-        out.tensor.data_ptr(), samples, n, c, x_row, x.shift, o_row, out.shift, X_EVERY=x.every,
-        O_EVERY=out.every, BIAS=bias is not None, DTYPE=TL_DTYPES[x.tensor.dtype], BLOCK=BLOCK,
-        WIDE=span >= 2**31 - BLOCK, num_warps=4)
+        out.tensor.data_ptr(), samples, n, c, x_row, x.shift, o_row, out.shift, X_EVERY=x.every, O_EVERY=out.every,
+        BIAS=bias is not None, DTYPE=TL_DTYPES[x.tensor.dtype], BLOCK=BLOCK, WIDE=span >= 2**31 - BLOCK, num_warps=4)
     return out.tensor
 
 
