@@ -1,4 +1,4 @@
-"""Rows that join the continuous batch together (engine/batch.py): a group, its prefill a slice at a time, its rows."""
+"""Rows joining the continuous batch together (engine/batch.py): a group, its prefill by slices, its waiting rows."""
 
 from __future__ import annotations
 

@@ -84,8 +84,7 @@ class PagedKV:
             if held:
                 self.st.table[slot, first:first + len(held)] = to_device(held, self.st.device)
         rows, where = to_device(slots, self.st.device), torch.arange(at - length, at, device=self.st.device)
-        # slots below a row's first page go to the null page; placed once for every layer, as per layer it would cost
-        # a one-frame clone several times over
+        # placed once for all layers, as per layer it costs several one-frame clones; slots before a row's pages: page 0
         places, offsets = place(self.st.table[rows], where, self.page)
         sel = prompt_rows(index, self.st.device)
         for (k, v), kc, vc in zip(kv, self.st.k, self.st.v, strict=True):

@@ -1,6 +1,6 @@
 """The code predictor's part of a frame: `seq_groups = k` groups decoded one after another as upstream does (k = 15 is
 upstream exactly), the rest read off the last hidden state by the crossbar (docs/architecture.md, How morph works).
-`codes` is the step; `Layers` runs it on the modules' forward (`hf_layers`) or the lean layers, capturable whole."""
+`codes` is the step; `Layers` runs it on the modules' forward (`hf_layers`) or the lean layers, a frame a CUDA graph."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ class Predictor:
 
     @staticmethod
     def _stack_views(modules, current: torch.Tensor | None) -> torch.Tensor:
-        """The modules' weights stacked into one tensor they view, again once they stop (the model moved, or cast)."""
+        """The modules' weights as one tensor they view, stacked again once they stop (the model was moved or cast)."""
         w0 = modules[0].weight
         if (current is None or current.device != w0.device or current.dtype != w0.dtype
                 or any(m.weight.data_ptr() != current[i].data_ptr() for i, m in enumerate(modules))):

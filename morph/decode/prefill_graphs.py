@@ -1,7 +1,6 @@
-"""A slice's prefill replayed from its bucket's CUDA graph in the fast modes, sparing the host its launches. A slice is
-padded to its bucket (settings.prefill_bucket), the padding masked. Every bucket's graph shares one arena, as large as
-the largest bucket so far: a slice's outputs are read only until the next prefill. A prompt past the longest bucket
-runs op by op, as does every slice of a batch after a capture fails."""
+"""A slice's prefill replayed from its bucket's CUDA graph in the fast modes, sparing the host its launches; a slice is
+padded to its bucket, the padding masked. All buckets' graphs share one arena as large as the largest so far: a slice's
+outputs are read only until the next prefill. Past the longest bucket, or once a batch's capture failed, op by op."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ class Arena:
         self.tokens = tokens
         self.embeds = torch.zeros(tokens * hidden, dtype=embeds.dtype, device=device)
         self.mask = torch.zeros(tokens, dtype=mask.dtype, device=device)
-        self.kv = [(torch.zeros(tokens * d.kv_size, dtype=embeds.dtype, device=device),
-                    torch.zeros(tokens * d.kv_size, dtype=embeds.dtype, device=device))
+        self.kv = [tuple(torch.zeros(tokens * d.kv_size, dtype=embeds.dtype, device=device) for _ in "kv")
                    for _ in range(loop.config.num_hidden_layers)]
         head, norm = t.codec_head.weight, t.model.norm.weight
         self.logits = torch.zeros(rows * head.shape[0], dtype=head.dtype, device=device)
@@ -115,7 +113,6 @@ class PrefillGraphs:
 
     def prefill(self, loop, embeds: torch.Tensor, mask: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor],
                 captured: bool) -> Prefilled:
-        """lean_prefill over a slice, replayed from its bucket's graph when `captured` and the slice has a bucket."""
         shape = prefill_bucket(*mask.shape) if captured and not self.graphs.failed else None
         out = None if shape is None else self._replayed(loop, shape, embeds, mask)
         return _lean(loop, embeds, mask, *tables) if out is None else out

@@ -187,8 +187,7 @@ def _tiles(length: int) -> tuple[int, int]:
     return (16, 4) if length <= 16 else (64, 4)
 
 
-# Fewer (batch rows x kv heads) than this split each row's cache, or a lone row would run on as many SMs as it has kv
-# heads (bench/results/h200-2026-11-26b/NOTES.md).
+# Fewer (batch rows x kv heads) than this split each row's cache, else a lone row runs on only as many SMs as kv heads.
 TARGET_PROGRAMS = 256
 
 

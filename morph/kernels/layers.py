@@ -1,7 +1,6 @@
 """Fused Triton kernels for the lean decode step (mode "fused"): at decode sizes a layer costs its launches, not its
 arithmetic, so a layer here is five: RMSNorm + qkv, attention (attention.py), o + residual, norm + SiLU(gate) * up,
-down + residual. The math follows HF's upcasts and roundings with fp32 accumulation (in bf16 morph/decode/lean.py
-rounds less: its residual stream is fp32). Kernels take addresses, not tensors (morph/kernels/kth.py says why)."""
+down + residual, in HF's order of upcasts and roundings with fp32 accumulation (in bf16 lean.py rounds less)."""
 
 from __future__ import annotations
 
@@ -84,7 +83,8 @@ def _config(m: int, n: int, k: int) -> dict:
 
 def linear(x: torch.Tensor, w: torch.Tensor, norm_w: torch.Tensor | None = None, eps: float = 0.0,
            residual: torch.Tensor | None = None, silu: bool = False) -> torch.Tensor:
-    """x [M, K] (contiguous) @ w[N, K]^T, with x RMSNormed, SiLU(gate) * up over w's halves, or a residual added."""
+    """x [M, K] (contiguous) @ w[N, K]^T with an optional RMSNorm of x before, SiLU(gate) * up over w's two halves, or
+    a residual [M, N] added after; returns [M, N] (N halved with silu)."""
     m, k = x.shape
     if m > gemv_rows(w):
         if norm_w is not None:

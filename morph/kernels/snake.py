@@ -1,7 +1,6 @@
 """The codec's SnakeBeta activation as one Triton kernel: upstream's five full-size elementwise ops in one pass, in
-the same order and rounding to the dtype after each, so it matches upstream to rounding (not bit for bit: tests/gpu).
-The channels-last launch (`snake_samples`) also moves samples from where one convolution left them to where the next
-reads them, and may add a bias first, each a pass saved (morph/codec/layers.py). Kernels take addresses."""
+their order, rounded to the dtype after each (upstream's to rounding, not bit for bit: tests/gpu). `snake_samples` also
+moves samples between two convolutions' layouts and may add a bias first, each a pass saved (morph/codec/layers.py)."""
 
 from __future__ import annotations
 
