@@ -1,5 +1,4 @@
-"""Fast Qwen3-TTS voice cloning: `from morph import MorphTTS, GenerationSettings`, looked up on first use so that
-importing a light module such as morph.settings does not load the engine (docs/architecture.md maps the rest)."""
+"""Fast Qwen3-TTS voice cloning (docs/architecture.md); exports load on first use, so morph.settings loads no engine."""
 
 _EXPORTS = {"MorphTTS": "api", "GenerationSettings": "settings"}
 

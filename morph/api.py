@@ -1,8 +1,4 @@
-"""The Python API (docs/python-api.md): a loaded Qwen3-TTS model with the morph predictor attached.
-
-    tts = MorphTTS.load("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
-    audio = tts.clone("Hello there.", tts.make_voice(waveform, sample_rate, transcript="..."))
-"""
+"""The Python API: a loaded Qwen3-TTS model with the morph predictor attached (docs/python-api.md shows its use)."""
 
 from __future__ import annotations
 
@@ -55,7 +51,6 @@ class MorphTTS:
         on = config.device if place_on is None else torch.device(place_on)
         return cls(load_qwen_tts(folder, on, config.dtype, config.attention, progress_bars), config)
 
-    # -- what the loaded model is ------------------------------------------------------
     @property
     def source(self) -> str:
         return self.config.source
@@ -95,9 +90,8 @@ class MorphTTS:
         self.held, self.ready_width = 0, None
 
     def ready(self, width: int = DEFAULT_BATCH_SIZE, who: str = "Load model") -> float | None:
-        """Get the engine ready before the first request: a short render of `width` rows compiles the kernels, builds
-        the state and captures every shape later renders of up to `width` rows reuse, then x-vector voices' prefills
-        (an ICL voice's as it is made). Seconds taken; None where nothing is captured (eager, or off CUDA)."""
+        """A short render of `width` rows compiles, builds and captures what later renders up to that width reuse, then
+        x-vector voices' prefills (an ICL voice's when made). Seconds taken; None in eager or off CUDA."""
         if not replays_graphs(self):
             return None
         log.info("%s: getting the engine ready for batches of up to %d rows (the first time on this machine "
@@ -130,12 +124,10 @@ class MorphTTS:
                 f"{who} needs a {VARIANT_NAMES[variant]} model, but {self.source} is a "
                 f"{VARIANT_NAMES.get(self.variant, self.variant)} model; load one such as {VARIANT_EXAMPLES[variant]}")
 
-    # -- voices ----------------------------------------------------------------------
     def make_voice(self, waveform, sample_rate: int, transcript: str | None = None, x_vector_only: bool = False,
                    who: str = "make_voice", words: Words = FOR_PYTHON) -> Voice:
         """A voice from reference audio ([T], [C, T], [T, C] or [1, C, T]; PCM or float, any rate), x-vector only
-        without a transcript. With one, a clip over 30 s is refused (trimming would leave words the model never
-        hears); without, it is trimmed with a warning."""
+        without a transcript. A clip over 30 s is trimmed, or refused with a transcript (which would name words cut)."""
         self.require_variant("base", who)
         icl = bool((transcript or "").strip()) and not x_vector_only
         clip = prepare_reference(waveform, sample_rate, f"{who}: reference audio", icl=icl, words=words)
@@ -173,7 +165,6 @@ class MorphTTS:
         warm_prefills(self, largest_first(shapes))
         self.held += max(0, torch.cuda.memory_allocated(self.device) - before)
 
-    # -- generation: one line through the batch front end (morph/render.py) -------------
     def clone(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,
               on_step: OnStep | None = None, who: str = "Generate", split_long_text: bool = True,
               words: Words = FOR_PYTHON) -> np.ndarray:
@@ -198,9 +189,8 @@ class MorphTTS:
 
     def stream(self, text: str, voice: Voice, language: str = "Auto", settings: GenerationSettings = None,
                who: str = "Stream") -> Iterator[np.ndarray]:
-        """clone's take as float32 24 kHz chunks, in order as they are made. The render runs on the reader's thread:
-        each next() runs frames until a chunk is ready and raises the render's errors; closing the iterator stops the
-        render before its next frame, its state freed by then (docs/python-api.md)."""
+        """clone's take as float32 24 kHz chunks as they are made, on the reader's thread: each next() runs frames until
+        a chunk is ready, raising the render's errors; closing the iterator stops the render and frees its state."""
         ready: list[np.ndarray] = []  # the line's chunks the last frame handed out, in order
         _, frames = BatchTTS(self).frames([_cloned(text, voice, language, who)], settings, batch_size=None, who=who,
                                           on_chunk=lambda i, wav: ready.append(wav))

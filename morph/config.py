@@ -1,6 +1,5 @@
-"""One model's load, resolved on this machine: the record every front end's load goes through (MorphTTS.load), and
-what a script job's fingerprints say of the model, known with or without loading it. A Ray worker or the server's
-engine process is given the options and resolves them where it loads."""
+"""One model's load resolved on this machine (MorphTTS.load), also what a script job's fingerprints say of the model,
+with or without loading it. A Ray worker or the engine process resolves the options where it loads."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The errors that cross from the engine's process to the server's, and how an exception reads in one log line;
-torch-free, so the HTTP process imports and unpickles them without the engine."""
+"""Errors crossing from the engine's process to the server's, torch-free so that the HTTP process unpickles them."""
 
 
 class EngineFailed(RuntimeError):

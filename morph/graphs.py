@@ -1,8 +1,7 @@
 """CUDA graphs: capture once per key, replay many times. What a replay reads or writes between frames lives in buffers
-allocated outside the capture, so a graph takes only scratch from its cache's one pool; a change of device, dtype or
-weight storage drops them all. Both allocators work (ComfyUI picks one). Under cudaMallocAsync a capture's memory has
-no backing until the graph runs, which Triton's pointer checks refuse (so our kernels take addresses), and freeing it
-after a failed capture aborts the process (so `_keep_forever` keeps it: address space only)."""
+allocated outside the capture, so a graph takes only scratch from its cache's one pool. Under cudaMallocAsync a
+capture's memory has no backing until the graph runs, which Triton's pointer checks refuse (so our kernels take
+addresses), and freeing it after a failed capture aborts the process (`_keep_forever` keeps it)."""
 
 from __future__ import annotations
 
@@ -162,8 +161,7 @@ def frame_loop_stream(device: torch.device):
 CAPTURE_LOCK = threading.Lock()
 
 _FAILED_CAPTURES: list = []
-# The list itself must outlive interpreter shutdown too, when module globals are cleared.
-ctypes.pythonapi.Py_IncRef(ctypes.py_object(_FAILED_CAPTURES))
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_FAILED_CAPTURES))  # outlives even shutdown's clearing of globals
 
 
 def _keep_forever(*objects) -> None:
@@ -186,9 +184,9 @@ def _collector_paused():
 
 
 def capture(step: Callable[[], object], pool=None, warmup: int = 2, role: str = CAPTURE) -> CapturedStep:
-    """Warm `step` up on the side stream of `role`, so what can fail fails before a capture allocates, then capture it
-    there (graphs that replay at once need two streams, or share one cuBLAS workspace). The step runs `warmup` times
-    and once replayed: capture before the buffers matter."""
+    """Warm `step` up on `role`'s side stream, so what can fail fails before a capture allocates, then capture it there
+    (graphs replayed at once need two streams, or share a cuBLAS workspace). It runs `warmup` times and once replayed:
+    capture before its buffers matter."""
     device = torch.device("cuda", torch.cuda.current_device())
     side = side_stream(device, role)
     with _rng_preserved(device):

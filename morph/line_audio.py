@@ -1,5 +1,4 @@
-"""Each line's audio from its rows' (a long text's segments, joined with short pauses): to on_line once whole, and to
-on_chunk in order as its rows make it when the render streams, else whole; its chunks joined are on_line's audio."""
+"""Each line's audio from its rows' (a long text's segments, joined with short pauses), to on_line and on_chunk."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ OnAudio = Callable[[int, np.ndarray], None]  # (index into the lines given, floa
 
 
 def join_with_pauses(pieces: list[np.ndarray]) -> np.ndarray:
-    """The segments of one long text, in order, with a short pause between each two."""
     return np.concatenate([part for piece in pieces for part in (_pause(), piece)][1:])
 
 
@@ -25,8 +23,7 @@ def _pause() -> np.ndarray:
 
 
 class LineAudio:
-    """A render's lines as their rows' audio comes in (`deliver`, each row's whole); `streamed`: rows also hand their
-    audio as it is made to `chunks.chunk`, which hands it on in order."""
+    """A render's lines from their rows' audio: whole (`deliver`) and, if `streamed`, as made (`chunks.chunk`)."""
 
     def __init__(self, rows: Sequence[Row], lines: int, on_line: OnAudio | None, on_chunk: OnAudio | None,
                  streamed: bool):
@@ -37,7 +34,6 @@ class LineAudio:
         self.on_whole = on_chunk if self.chunks is None else None  # a line that does not stream: one chunk
 
     def todo(self, rows: Sequence[Row]) -> list[Row]:
-        """Those of `rows` whose audio has not come in."""
         return [r for r in rows if r.index in self.parts and self.parts[r.index][r.segment] is None]
 
     def deliver(self, row: Row, wav: np.ndarray) -> None:
@@ -57,8 +53,7 @@ class LineAudio:
 
 
 class LineChunks:
-    """on_chunk in a streamed render: each line's audio in order, a later segment's chunks held until the one before
-    has ended, then sent after the pause join_with_pauses puts between them."""
+    """on_chunk when streamed: a later segment's chunks wait until the one before ends, then follow a pause."""
 
     def __init__(self, rows: Sequence[Row], on_chunk: OnAudio):
         self.on_chunk = on_chunk

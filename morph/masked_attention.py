@@ -1,6 +1,5 @@
-"""The pack's one attention in torch, under an explicit mask: the lean step's and prefill's over the KV cache, and the
-codec's window over a chunk; the fused Triton kernel is tested against it. Spelled out rather than sdpa, whose host
-cost for a new shape at almost every call held the live engine's thread."""
+"""The pack's one attention in torch, under an explicit mask (lean step, prefill, codec window); the fused Triton kernel
+is tested against it. Not sdpa: its host cost for a new shape at almost every call held the live engine's thread."""
 
 from __future__ import annotations
 

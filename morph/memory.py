@@ -1,8 +1,6 @@
-"""What a run needs on the device beyond the weights, for a host's memory manager (ComfyUI's `memory_required`) and
-the engine's admission, counted from the loaded model's shape as the run allocates it. The continuous batch holds its
-pool, state, prompts and WORKSPACE all along, a prefill slice and the codec's calls on top (the codec runs beside it,
-so a prefill meets one), all but the workspaces through the allocator's reserve on a GPU; a static batch (eager) its
-state plus the larger of its prefill and codec call. Checked by what the process took (tests/gpu/test_memory.py)."""
+"""What a run needs on the device beyond the weights, for a host's memory manager (ComfyUI's `memory_required`) and the
+engine's admission, counted from the model's shape: the continuous batch's pool, state, prompts, a prefill slice and
+codec calls at once (codec beside prefill); a static batch's state and the larger of its prefill and codec call."""
 
 from __future__ import annotations
 
@@ -21,14 +19,12 @@ from .prompts import prefill_tokens, prompt_tokens, token_count
 from .settings import (KV_PAGE, GenerationSettings, capacity_for, prefill_bucket, prefill_rows, requeue_pool_pages,
                        runs_lean, text_slots)
 
-# Fits to the peaks of tests/gpu/test_memory.py (0.6B dims, bf16, fused, 5 s lines, x-vector and ICL voices, 1 to 64
-# rows); each names the folder of bench/results whose NOTES.md holds the fit.
+# Fits to the peaks of tests/gpu/test_memory.py (0.6B, bf16, fused, 5 s lines), each naming its bench/results folder.
 # Upstream's decoder (eager's): live values a row-frame in its dtype, workspace beyond WORKSPACE (h100-2026-11-23)
 CODEC_VALUES_PER_ROW_FRAME = 1_250_000
 UPSTREAM_CODEC_WORKSPACE = 80 * 2**20
 WORKSPACE = 64 * 2**20  # every run's, above the start of a fresh process's batch-1 render (h100-2026-11-24c)
-# cuBLAS's workspace for each of the batch's own streams, taken by the first render that uses it (h200-2026-11-26f)
-STREAM_WORKSPACE = 32 * 2**20
+STREAM_WORKSPACE = 32 * 2**20  # cuBLAS's on each of the batch's own streams, taken at its first use (h200-2026-11-26f)
 # The lean codec: bytes a row-frame of a chunk call of many rows and of one, cuDNN's workspaces included, op by op and
 # replayed from CUDA graphs; each row's float32 audio is held AUDIO_COPIES times on the device (h100-2026-11-26g)
 LEAN_CODEC_BYTES = (int(1.45 * 2**20), int(1.85 * 2**20))
@@ -40,13 +36,11 @@ AUDIO_COPIES = 6
 ASYNC_CAPTURED_SHARE = 1.15
 NATIVE_CAPTURED_SHARE = (1.0, 10, 3.0)  # 1 + rows / 10, at most 3
 CAPTURED_GRAPHS = 64 * 2**20  # the frame step's graphs, one per width bucket, and the smaller codec shapes' leftovers
-# What the device loses beyond the counted allocations, which the declaration and admission count: the allocator's
-# reserve (freed blocks another stream cannot take yet, split blocks, private pools' free blocks) and CUDA's graph
-# pool past CAPTURED_GRAPHS (h200-2026-11-28c)
+# What the device loses beyond the counted allocations: the allocator's reserve (freed blocks another stream cannot
+# take yet, split blocks, private pools' free blocks) and CUDA's graph pool past CAPTURED_GRAPHS (h200-2026-11-28c)
 RESERVE_SHARE, CHURN_SHARE, EAGER_RESERVE_SHARE = 1.15, 1.4, 1.25
 RESERVE_FIXED = {"cudaMallocAsync": int(0.4 * 2**30), "native": int(0.25 * 2**30)}
-# Upstream's decoder under the native allocator, its large convolutions' blocks cached whole (h200-2026-11-28g)
-NATIVE_UPSTREAM_CODEC_SHARE = 1.6
+NATIVE_UPSTREAM_CODEC_SHARE = 1.6  # its large convolutions' blocks cached whole (h200-2026-11-28g)
 
 
 def _rows(lines, settings: GenerationSettings, instruct: str, count) -> list[tuple[int, int, int]]:
@@ -120,7 +114,6 @@ def _reference_frames(voice: Voice | None) -> int:
 
 
 def replays_graphs(tts, device: torch.device | None = None) -> bool:
-    """Whether a render on `device` (the model's when None) replays CUDA graphs: in the fast modes."""
     from .decode.runner import FAST_MODES  # the decode path loads with a model, not with the nodes
 
     return tts.patch.resolved_mode(device or tts.device) in FAST_MODES

@@ -1,5 +1,4 @@
-"""Progress: the engine's frame slots across one render (`SlotProgress`, what on_step reports), and a script job's
-as every front end reports it; a log cannot follow every frame as a bar can, so plain reports come at `Cadence`."""
+"""A render's frame slots (`SlotProgress`) and a script job's progress; logs, unlike bars, report at a `Cadence`."""
 
 from __future__ import annotations
 
@@ -43,7 +42,6 @@ class Cadence:
         self.event = False
 
     def mark(self) -> None:
-        """Something worth a report happened (it is reported at the next `due()` the gap allows)."""
         self.event = True
 
     def due(self) -> bool:

@@ -1,5 +1,4 @@
-"""From lines to what upstream's generate takes and what it hands the talker: checks, rows (a long text's segments),
-prompt inputs, the talker's prompt and options (the continuous batch's), and each row's random stream key."""
+"""Lines to what upstream's generate takes and hands the talker: checks, rows, prompts, each row's random stream key."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ from .settings import GenerationSettings
 log = logging.getLogger(__name__)
 
 PROMPT_OVERHEAD_TOKENS = 32  # chat markup, codec control tokens, the speaker embedding
-# A voice's row (streaming mode) reads its text a token a frame: the talker prefills only its markup and speaker, and
-# an ICL voice's reference frames.
+# A voice's row reads its text a token a frame (streaming mode): it prefills its markup, speaker and ICL reference.
 VOICE_PREFILL_TOKENS = 16
 
 
@@ -104,8 +102,7 @@ def prompt_inputs(tts, rows: list[Row], tokenize: Callable[[list[str]], list[tor
 def row_prompts(model, languages: list[str], input_ids: list[torch.Tensor], voice_clone_prompt: dict | None = None,
                 ref_ids: list | None = None, instruct_ids: list | None = None, speakers: list[str] | None = None,
                 non_streaming_mode: bool = False) -> list[RowPrompt]:
-    """Each row's talker prompt for prompt_inputs' keywords, built alone with upstream's calls on the same shapes, as
-    upstream's loop builds it, so bit for bit upstream's (batch_inputs batches them)."""
+    """Each row's talker prompt, built alone with upstream's calls on upstream's shapes, so bit for bit upstream's."""
     cfg, talker = model.config.talker_config, model.talker
     device, dtype = talker.device, input_ids[0].dtype
 
@@ -155,14 +152,12 @@ def row_prompts(model, languages: list[str], input_ids: list[torch.Tensor], voic
 
 
 def left_pads(prompts: list[RowPrompt]) -> list[int]:
-    """Each row's left padding in batch_inputs' batch."""
     width = max(p.embeds.shape[1] for p in prompts)
     return [width - p.embeds.shape[1] for p in prompts]
 
 
 def batch_inputs(model, prompts: list[RowPrompt], *, min_new_tokens: int, **options) -> dict:
-    """What upstream's generate passes talker.generate, from its rows' prompts: left-padded into one batch, with the
-    talker's options."""
+    """What upstream's generate passes talker.generate: the rows' prompts left-padded into a batch, and options."""
     cfg, pad = model.config.talker_config, prompts[0].pad
     pads, longest = left_pads(prompts), max(p.trailing.shape[1] for p in prompts)
     # made on the device: a copy from the host would wait for the engine's queue
@@ -202,8 +197,7 @@ def prompt_tokens(text: str, voice: Voice | None = None, instruct: str = "", cou
 
 
 def voice_prefill_lengths(tts, voice: Voice) -> set[int]:
-    """The tokens a row in `voice` prefills, whatever its text: its language left to the model, and named (one more
-    tag). Measured on the prompts the engine builds; prefill_tokens is a bound above them."""
+    """Tokens a row in `voice` prefills whatever its text, language Auto or named (prefill_tokens bounds them above)."""
     lines = [Line("Hi.", voice, language) for language in ("Auto", "English")]
     rows = make_rows(tts, lines, GenerationSettings(), "voice", False)
     with torch.inference_mode():

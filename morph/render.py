@@ -1,7 +1,6 @@
-"""The batch front end every caller feeds: every line is a row of a batch. Rows run as one request to the engine, each
-drawing from its own random stream, so a seeded take does not depend on its batch; in eager mode in upstream's static
-batched generate, seeded before each batch as upstream does. Out of memory, the rows not yet rendered are retried at
-half the batch, down to one row."""
+"""The batch front end every caller feeds. Rows run as one request to the engine, each drawing from its own random
+stream so a seeded take does not depend on its batch; in eager mode in upstream's static batched generate, seeded per
+batch as upstream does. Out of memory, rows not yet rendered retry at half the batch, down to one."""
 
 from __future__ import annotations
 
@@ -42,16 +41,14 @@ class BatchTTS:
     def __init__(self, tts):
         self.tts = tts
 
-    # -- public API -----------------------------------------------------------------
     def render(self, lines: Sequence[Line], settings: GenerationSettings | None = None,
                batch_size: int | None = DEFAULT_BATCH_SIZE, on_step: OnStep | None = None,
                on_line: OnLine | None = None, who: str = "Render lines", split_long_text: bool = True,
                sort: bool = True, labels: Sequence[str] | None = None, words: Words = FOR_PYTHON,
                on_chunk: OnChunk | None = None, kv_cache_bytes: int | None = None) -> list[np.ndarray]:
-        """Speak every line, `batch_size` rows at a time (all when None); float32 24 kHz audio per line, in order.
-        on_line(i, audio) as line i is whole, so a caller keeps it if a later row fails; on_step(done, total) in frame
-        slots before every step and at the end (what it raises stops the render and propagates); on_chunk(i, audio):
-        line i's audio as it is made (eager: whole, once); kv_cache_bytes: a K/V pool of that size (not eager)."""
+        """Speak every line, `batch_size` rows at a time (all when None): each line's float32 24 kHz audio, in order.
+        on_line(i, audio) when line i is whole (kept if a later row fails); on_step(done, total) in frame slots each
+        step and at the end (what it raises stops the render); on_chunk(i, audio) as it is made (eager: whole)."""
         results, frames = self.frames(lines, settings, batch_size, on_step, on_line, who, split_long_text, sort, labels,
                                       words, on_chunk, kv_cache_bytes)
         for _ in frames:
@@ -130,7 +127,6 @@ class BatchTTS:
         """The frame a row ends at the latest (a benchmark on random weights ends rows where speech would)."""
         return row.limit
 
-    # -- the two ways to run rows ------------------------------------------------------
     def _engine(self, rows: list[Row], settings: GenerationSettings, width: int, on_step: OnStep | None, who: str,
                 on_row: Callable[[Row, object], None], on_chunk: Callable[[Row, np.ndarray], None] | None = None,
                 restart: Callable[[Sequence[Row]], bool] = lambda rows: True, kv_cache_bytes: int | None = None,

@@ -1,6 +1,5 @@
-"""A script rendered into a folder: every front end runs it here, so each writes the same files and resumes the same
-way (docs/scripts.md). Lines an earlier run left with the same fingerprint are reused; the rest go to one render,
-each written as soon as it is done, so a crash or a cancel loses only the lines in flight."""
+"""A script rendered into a folder the same way by every front end (docs/scripts.md): lines an earlier run left with the
+same fingerprint are reused; the rest are each written once rendered, so a crash loses only lines in flight."""
 
 from __future__ import annotations
 
@@ -85,7 +84,6 @@ class ScriptJob:
         return kept
 
     def todo(self) -> list[int]:
-        """The script indices still to render."""
         return [i for i in range(len(self.lines)) if i not in self.lengths]
 
     def written(self, done: list[tuple[int, Written]]) -> None:
@@ -95,7 +93,6 @@ class ScriptJob:
         self.lengths.update((i, file.samples) for i, file in done)
 
     def stopped(self, why: str) -> str:
-        """What a stopped job tells the user: why, what is kept, and how to render the rest."""
         return (f"{why}; {len(self.lengths)} of {len(self.lines)} lines are kept in {self.store.folder}; "
                 f"{self.rerun} to render the rest")
 
@@ -125,9 +122,8 @@ class ScriptJob:
             pause_seconds: float, finish_line: Callable[[np.ndarray], np.ndarray] | None = None,
             on_step: OnStep | None = None, on_line: OnLine | None = None, who: str = "Render lines",
             words: Words = FOR_PYTHON, dialogue: bool = False) -> ScriptResult:
-        """Render every line not reused, in this process, and write everything (`dialogue`: `{prefix}.wav` too).
-        `prepare(lines to render)` returns the engine (not called when all were reused); `on_line(i, audio)` follows
-        each rendered line's file, i indexing the script."""
+        """Render the lines not reused, in this process, and write every file (`dialogue`: `{prefix}.wav` too);
+        prepare(lines) returns the engine (not called if all are reused); on_line(i, audio) follows line i's file."""
         todo = self.todo()
         self.check_space(pause_seconds, dialogue, words)
 
@@ -154,7 +150,6 @@ class ScriptJob:
             raise LineWriteError(self.stopped(str(e))) from e
 
     def labels(self, indices: Sequence[int]) -> list[str]:
-        """How messages name these script lines."""
         return [f"script line {self.parsed[i].number}, {self.parsed[i].name}" for i in indices]
 
 

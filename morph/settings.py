@@ -1,5 +1,4 @@
-"""Generation settings, their bounds, and the sizes the decode path and morph/memory.py share: plain records, no
-torch, so the CLI's help loads nothing of the engine and memory.py declares the sizes without loading the decode."""
+"""Generation settings and the sizes the decode and morph/memory.py share; torch-free, so CLI help loads no engine."""
 
 from __future__ import annotations
 
@@ -11,20 +10,17 @@ FRAMES_PER_SECOND = 12.5  # one codec frame per 80 ms
 SAMPLE_RATE = 24000
 DEFAULT_SEQ_GROUPS = 5
 MAX_SEQ_GROUPS = 15
-# The decode modes MorphTTS.load and Load Model take (docs/architecture.md), and retired ones, run as the mode named.
-MODES = ("auto", "eager", "lean", "graphs", "fused")
-RETIRED_MODES = {"compile": "fused"}
+MODES = ("auto", "eager", "lean", "graphs", "fused")  # what MorphTTS.load and Load Model take (docs/architecture.md)
+RETIRED_MODES = {"compile": "fused"}  # each run as the mode named
 
 # A missed EOS must not run for minutes: slow speech runs about 3 characters a second, plus lead-in and silence.
 SECONDS_PER_CHAR = 0.35
 EXTRA_SECONDS = 5.0
 
-# Render Lines' and `cli.py render`'s retired `batching`, still taken for one release; the rows a render runs at once.
-RETIRED_BATCHING = ("continuous", "static")
-DEFAULT_BATCH_SIZE = 64
+RETIRED_BATCHING = ("continuous", "static")  # Render Lines' and `cli.py render`'s, still taken for one release
+DEFAULT_BATCH_SIZE = 64  # the rows a render runs at once
 
-# The live engine's batch (what the server runs): its slots, and each row's bounds, which size its cache.
-LIVE_WIDTH = 16
+LIVE_WIDTH = 16  # the slots of the live engine's batch (the server's); a row's bounds below size its cache
 LIVE_MAX_FRAMES = 1024  # 82 s a row: a 500-character segment speaks in about 35 s; a missed EOS stops here
 LIVE_MAX_PROMPT = 1023  # with LIVE_MAX_FRAMES and the EOS slot, 2,048 slots a row: a capacity of 4,096
 
@@ -62,8 +58,7 @@ POOL_FRAME_SHARE = 0.25
 # A group's prefill holds its keys, values and activations until its rows have joined, so rows are prefilled a slice
 # of at most this many tokens at a time (at least one row), as serving engines bound a step's prefill tokens.
 PREFILL_TOKENS = 2048
-# In the fast modes a slice's prefill replays its bucket's CUDA graph: its length padded up to the next of these, its
-# rows to a power of two. A longer prompt is prefilled op by op.
+# In the fast modes a slice's prefill replays its bucket's CUDA graph (prefill_bucket); a longer prompt runs op by op.
 PREFILL_LENGTHS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 
 
@@ -74,8 +69,7 @@ def prefill_bucket(rows: int, length: int) -> tuple[int, int] | None:
 
 
 def prefill_rows(length: int) -> int:
-    """The most prompts of `length` tokens a slice holds: a power of two whose bucket takes at most PREFILL_TOKENS
-    tokens, one at least."""
+    """The most prompts of `length` tokens in a slice: a power of two (1 at least) whose bucket fits PREFILL_TOKENS."""
     bucket = prefill_bucket(1, length)
     per = max(1, PREFILL_TOKENS // (length if bucket is None else bucket[1]))
     return 1 << (per.bit_length() - 1)
@@ -89,13 +83,11 @@ def requeue_pool_pages(rows: Sequence[tuple[int, int]], width: int) -> int:
 
 
 def runs_lean(tts, device=None) -> bool:
-    """Whether `tts` renders on the engine's continuous batch (every mode but eager), as its mode resolves on `device`
-    (its own when None; a host that offloaded the model names the device it comes back to)."""
+    """Whether `tts` runs the continuous batch (not eager) on `device` (None: its own; offloaded: where it returns)."""
     return tts.patch.resolved_mode(device or tts.device) != "eager"
 
 
 def check_seq_groups(seq_groups, num_groups: int = MAX_SEQ_GROUPS, who: str = "morph") -> int:
-    """Return seq_groups as an int, or raise a ValueError that says the valid range."""
     if isinstance(seq_groups, bool) or not isinstance(seq_groups, int) or not 1 <= seq_groups <= num_groups:
         raise ValueError(f"{who}: seq_groups must be an integer from 1 to {num_groups}, got {seq_groups!r}; "
                          f"use {num_groups} for upstream-exact output, or 5 (the default) for speed")
@@ -157,11 +149,9 @@ class GenerationSettings:
         return self
 
     def frame_limit(self, text: str) -> int:
-        """The most frames for this text: max_new_tokens, or the text-derived default."""
         return int(self.max_new_tokens or default_max_frames(text))
 
     def upstream_kwargs(self, text: str) -> dict:
-        """The keyword arguments of qwen-tts's generate_* methods."""
         return dict(do_sample=self.do_sample, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
                     repetition_penalty=self.repetition_penalty, subtalker_dosample=self.subtalker.do_sample,
                     subtalker_temperature=self.subtalker.temperature, subtalker_top_k=self.subtalker.top_k,
