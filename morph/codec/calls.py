@@ -1,6 +1,5 @@
-"""The codec's call sizes: how many frames of how many rows one decode call takes. cuDNN plans each convolution per
-input shape and a call launches the same kernels whatever its size, so calls come in few shapes (powers of two), each
-holding enough row-frames to pay for its launches."""
+"""Codec call sizes: cuDNN plans each convolution per input shape and a call launches the same kernels whatever its
+size, so calls come in few shapes (powers of two), each of enough row-frames to pay for its launches."""
 
 from __future__ import annotations
 
@@ -8,18 +7,16 @@ from __future__ import annotations
 # than a live batch's (morph/memory.py counts such calls).
 CHUNK = 16
 
-# Every layer is causal, so a row decodes in chunks of any size as its frames are made; a call's host cost sizes a
-# chunk. Rows join at FIRST_GRID-frame marks and decode FIRST_GRID frames at a time until in step with the
-# LIVE_CHUNK-frame marks, then LIVE_CHUNK at a time, every live row in the same few calls (call_width).
+# Rows join at FIRST_GRID-frame marks and decode FIRST_GRID frames at a time until in step with the LIVE_CHUNK-frame
+# marks, then LIVE_CHUNK at a time (a call's host cost sizes a chunk), every live row in the same few calls.
 FIRST_GRID = 4
 LIVE_CHUNK = CHUNK
-# A live batch's (a server's) rows are streams a client waits on: a row joins at the next frame and its chunks ramp up
-# from FIRST_CHUNK frames to LIVE_CHUNK (ramp_size), so its first audio comes a frame or two after it joins; then its
-# chunks share the other rows' calls. Every size a power of two: few shapes, each a CUDA graph.
+# A live batch's rows are streams a client waits on: a row joins at the next frame and its chunks ramp up from
+# FIRST_CHUNK frames to LIVE_CHUNK (ramp_size), so its first audio comes a frame or two after it joins.
 FIRST_CHUNK = 2
 RAMP_SIZES = tuple(1 << k for k in range(LIVE_CHUNK.bit_length()))
-# A row's last chunk holds its frames since its last chunk and the `lag` frames the host learns of behind the GPU
-# (4): up to about LIVE_CHUNK + lag, in a call of this size.
+# A row's last chunk holds its frames since its last chunk and the `lag` frames the host learns of behind the GPU:
+# up to about LIVE_CHUNK + lag, in a call of this size.
 LAST_CHUNK = 2 * LIVE_CHUNK
 
 
@@ -32,8 +29,8 @@ def ramp_size(start: int, done: int) -> int:
     return size
 
 
-# The most row-frames of one live call. In the fast modes each call shape is a CUDA graph that keeps its activations,
-# so the widest call sets what they hold (bench/results/h100-2026-11-26d/NOTES.md).
+# The most row-frames of one live call: in the fast modes each call shape is a CUDA graph that keeps its activations,
+# so the widest call sets what they hold.
 LIVE_ROW_FRAMES = 256
 
 

@@ -1,7 +1,6 @@
-"""The 12 Hz codec's decoder, lean and streaming: codes [rows, frames, 16] to 24 kHz audio a chunk at a time. Every
-layer of upstream's decoder is causal, so a row decodes chunk by chunk, to its one-call decode's rounding, if it
-carries its left context (`CodecState`). The layers run channels last, the layout cuDNN's tensor-core convolutions
-take without a transpose; the weights are upstream's own."""
+"""The 12 Hz codec's decoder, lean and streaming, on upstream's weights: codes [rows, frames, 16] to 24 kHz audio a
+chunk at a time. Every layer is causal, so a row carrying its left context (`CodecState`) decodes chunk by chunk to its
+one-call decode's rounding. Channels last: cuDNN's tensor-core convolutions take that layout without a transpose."""
 
 from __future__ import annotations
 
@@ -300,15 +299,13 @@ class LeanCodec:
 
 
 class CapturedDecode:
-    """LeanCodec.decode for one device, a graph per (rows, frames) replayed: the live rows' many small calls would
-    spend the frame loop's host thread on launches, and their shapes are few."""
+    """LeanCodec.decode replayed from a graph per call shape, sparing the frame loop's host the live rows' launches."""
 
     def __init__(self, codec, device: torch.device):
         self.codec, self.device = codec, device
         # on a stream of their own, as they replay beside the frame step's graphs; one warm-up plans cuDNN
         self.graphs = GraphCache(max_graphs=MAX_SHAPES, role=CODEC_CAPTURE, warmup=1)
-        # rows -> the state the graphs of that many rows read and write, shared by the chunk sizes: calls copy it in
-        # and out one after another on one stream
+        # rows -> the state of those rows' graphs, shared by chunk sizes: calls on one stream copy it in and out in turn
         self._states: dict[int, CodecState] = {}
 
     def bind(self) -> torch.dtype:

@@ -1,7 +1,6 @@
 """Upstream's decode of finished rows (the exact reference, mode eager) in pieces of at most DECODE_ROW_FRAMES
-row-frames, rows of similar length together: upstream's one call for the whole batch sets its peak, several times the
-weights in a wide batch. A row's audio is its one-call decode to rounding. The same pieces group the rows the lean
-codec decodes whole (stream.py)."""
+row-frames, rows of like length together: upstream's one call for a wide batch peaks at several times the weights. A
+row's audio is its one-call decode to rounding; stream.py's decode_whole uses the same pieces."""
 
 from __future__ import annotations
 

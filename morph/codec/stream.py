@@ -1,9 +1,7 @@
-"""The lean codec's one streamer: rows decoded a chunk at a time, each with a codec state of its own, rows with as
-many new frames together in a call, on the codec's CUDA stream beside the frame loop; rows already made are fed whole
-(`decode_whole`). A row's chunks joined are upstream's decode to rounding: an ICL voice's reference is decoded first
-(once a voice, LeanCodec.primed) and cut off, and each UPSTREAM_CHUNK window after the first starts again from a state
-that has seen only its context, as upstream's chunked_decode. Nothing here waits for the GPU: the audio is copied to
-pinned memory and read once its event has passed."""
+"""The lean codec's streamer, rows a chunk at a time beside the frame loop, and `decode_whole` for rows already made. A
+row's chunks joined are upstream's decode to rounding: an ICL voice's reference is decoded first and cut off, and each
+UPSTREAM_CHUNK window after the first starts from a state that has seen only its context, as upstream's chunked_decode.
+Nothing here waits for the GPU: the audio is copied to pinned memory and read once its event has passed."""
 
 from __future__ import annotations
 
@@ -21,8 +19,6 @@ from .pieces import DECODE_ROW_FRAMES, UPSTREAM_CHUNK, UPSTREAM_CONTEXT, call_ro
 
 
 class _Row:
-    """One row: its state, where it stands and the audio handed back so far."""
-
     def __init__(self, state: CodecState, ref: torch.Tensor | None):
         self.state: CodecState | None = state
         self.ref = 0 if ref is None else int(ref.shape[0])  # frames of its codes in front of its own
@@ -63,9 +59,9 @@ class CodecStream:
         self.rows[name] = _Row(state, here)
 
     def warm(self, rows: int, sizes: Sequence[int]) -> None:
-        """Make ready every call shape of up to `rows` rows with chunks of `sizes` frames before audio waits for it:
+        """Make every call shape of up to `rows` rows with chunks of `sizes` frames ready before audio waits for it:
         captured, or else decoded blank so cuDNN plans it. Heaviest first: under the native allocator a capture reuses
-        only free blocks no smaller (bench/results/h100-2026-11-26d)."""
+        only free blocks no smaller."""
         shapes = [(1 << k, t) for t in sizes  # every power of two up to the widest call
                   for k in range(min(call_width(rows), call_width(call_rows(t, self.budget))).bit_length())]
         with self._side(), torch.inference_mode():
@@ -167,9 +163,8 @@ class CodecStream:
 
 def decode_whole(codec: LeanCodec, codes: Sequence[torch.Tensor], refs: Sequence[torch.Tensor | None],
                  device: torch.device, budget: int = DECODE_ROW_FRAMES) -> list[np.ndarray]:
-    """Rows already made (codes[i] [n_i, 16]; refs[i]: its ICL reference or None), rows of like length together in
-    calls as long as call_frames allows (LIVE_CHUNK calls would launch far more kernels), at most `budget` row-frames
-    held. A row without frames is silent."""
+    """Rows already made (codes[i] [n_i, 16], refs[i] its ICL reference or None), rows of like length in calls as long
+    as call_frames allows (LIVE_CHUNK calls launch far more kernels); a row without frames is silent."""
     audio = [np.zeros(0, np.float32) for _ in codes]
     for group in pieces([c.shape[0] for c in codes], budget):
         longest = max(codes[i].shape[0] for i in group)

@@ -1,7 +1,6 @@
-"""One job at a time per output folder and prefix (docs/scripts.md, One job at a time, whole files): a lock file the
-OS releases when its holder's process ends however it ends, so a dead job's lock is taken over and a live one refuses
-the newcomer, naming its holder. A distributed job's workers may outlive a killed driver, so the file also holds a
-token, new at each acquire, that a worker checks before each rename (`check_holds`)."""
+"""One job at a time per output folder and prefix (docs/scripts.md): an OS file lock, released when its holder's
+process ends, however it ends; a newcomer's refusal names the holder. A distributed job's workers may outlive a killed
+driver, so each checks the file's token, new at each acquire, before each rename (`check_holds`)."""
 
 from __future__ import annotations
 
@@ -61,14 +60,10 @@ class JobLock:
                 f.close()
                 raise JobBusy(f"{self.who}: another job is writing these files ({holder}); wait for it to finish, or "
                               f"give this one another output folder or prefix")
-            # The holder before us may have removed the file between our open and our lock: then we hold a lock on
-            # a name nobody else sees, so take the file that is there now.
-            try:
-                same = os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
+            # If the holder before us removed the file between our open and lock, we locked a name nobody sees: retry.
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino:
+                    break
             f.close()
         f.seek(0)
         f.truncate()

@@ -1,6 +1,5 @@
 """Reference audio in any common shape, rate, sample type and scale -> mono float32 at 24 kHz, or a clear error. The
-sample type decides the scale, never the values: integer samples are PCM, float samples audio whatever their peak; a
-clip past full scale is scaled down to peak at 1.0."""
+sample type decides the scale, not the values: integer samples are PCM, float ones audio whatever their peak."""
 
 from __future__ import annotations
 
@@ -71,9 +70,8 @@ def _samples(waveform) -> np.ndarray:
 
 def prepare_reference(waveform, sample_rate: int, who: str = "make_voice", icl: bool = False,
                       words: Words = FOR_PYTHON) -> np.ndarray:
-    """Downmix, scale to [-1, 1], resample to 24 kHz, trim to 30 s, and check `waveform` ([T], [C, T], [T, C] or
-    [1, C, T], numpy or torch). With `icl` a clip over 30 s is refused instead: its transcript would describe audio
-    the model never hears."""
+    """Downmix, scale to [-1, 1], resample to 24 kHz, trim to 30 s and check `waveform` (numpy or torch, any shape _mono
+    takes); with `icl` a longer clip is refused, as its transcript would describe audio the model never hears."""
     # scaled before the downmix, which would turn integer samples into floats
     audio = _mono(_as_float(_samples(waveform), who), list(np.shape(waveform)), who, words)
     if int(sample_rate) <= 0:

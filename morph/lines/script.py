@@ -1,6 +1,5 @@
-"""Dialogue scripts: one spoken line per text line, `Name: text` (docs/scripts.md, The script). The name is everything
-before the first ':' or '：', matched case-insensitively; blank lines and `#` comments are skipped. Every problem is
-reported at once, each with its line number, as one ValueError."""
+"""Dialogue scripts (docs/scripts.md): one `Name: text` per spoken line, the name (before the first ':' or '：') matched
+in any case; blank lines and `#` comments are skipped. One ValueError lists every problem by line number."""
 
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ class ScriptLine:
 
 
 def name_key(name: str) -> str:
-    """How names are compared: case-insensitive (casefold) with runs of blanks as one space."""
     return " ".join(str(name).split()).casefold()
 
 

@@ -100,8 +100,7 @@ class Written:
 class LineFiles:
     """Where one render's files go under `root`: `{prefix}_{index:04d}_{name}.wav` per line (float32, so a reused line
     is the exact audio), `{prefix}.wav` and `{prefix}.srt`, each written whole or not at all. A distributed worker
-    writes through this with the driver's lock `token` (JobLock.token): a file lands only while that job holds the
-    folder."""
+    writes with the driver's lock `token` (JobLock.token): a file lands only while that job holds the folder."""
 
     def __init__(self, root: Path, prefix: str, who: str, words: Words = FOR_PYTHON, token: str | None = None):
         prefix = str(prefix).strip().replace("\\", "/")
@@ -122,7 +121,6 @@ class LineFiles:
         return self.folder / f"{self.stem}.wav"
 
     def write_line(self, index: int, name: str, wav: np.ndarray) -> Written:
-        """One line's file, whole or not at all (with a token: only while its job holds the folder)."""
         path = self.path(index, name)
         data = wav_bytes(wav)
         still_ours = None if self.token is None else lambda: check_holds(self.lock_path, self.token, self.who, path)
@@ -130,8 +128,7 @@ class LineFiles:
         return Written(path.name, int(np.size(wav)), digest(data))
 
     def join_lines(self, names: list[str], pause_seconds: float) -> Path:
-        """`{prefix}.wav`: the line files of lines 1..len(names) joined with pauses, one file at a time, so a long
-        script's dialogue need not fit in memory (RF64 past a WAV's size)."""
+        """`{prefix}.wav`: the lines 1..len(names) joined with pauses, a file at a time so it need not fit in memory."""
         import soundfile
 
         pause = int(round(pause_seconds * SAMPLE_RATE))
@@ -157,8 +154,7 @@ class LineFiles:
 
 class LineStore(LineFiles):
     """The line files and the manifest `{prefix}_lines.json` of what each was rendered from, with its length and hash.
-    Open it with `with`: one job at a time per folder and prefix (job_lock.py); `what` names the job to a second one
-    that is refused."""
+    Open it with `with`: one job at a time per folder and prefix (job_lock.py); `what` names this job to one refused."""
 
     def __init__(self, root: Path, prefix: str, who: str, what: str = "", words: Words = FOR_PYTHON):
         super().__init__(root, prefix, who, words)

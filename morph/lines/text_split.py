@@ -6,8 +6,7 @@ import re
 
 MAX_SEGMENT_CHARS = 500
 
-# A sentence ends after . ! ? ; (and any closing quote or bracket) followed by white space,
-# right after CJK full-width end marks, or at a line break.
+# A sentence ends after . ! ? ; (and any closing quote or bracket) and white space, a CJK end mark, or a line break.
 BOUNDARY = re.compile(r"(?<=[.!?;])\s+|(?<=[.!?;][\"'”’)\]])\s+|(?<=[。！？；])|\n+")
 _CJK_ENDS = "。！？；"
 CLAUSE = re.compile(r"(?<=[,，、:：])\s*")

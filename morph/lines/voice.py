@@ -1,6 +1,5 @@
-"""A cloned voice, and its safetensors file (never pickle): spk_embedding float32 [hidden], ref_code int64 [T, 16]
-(ICL voices only), and string metadata. `check_voice` needs numpy alone, for the speech server's HTTP process;
-`read_voice` makes a Voice in the engine's process."""
+"""A cloned voice and its safetensors file (never pickle). `check_voice` needs numpy alone, for the speech server's HTTP
+process; `read_voice` makes a Voice in the engine's process."""
 
 from __future__ import annotations
 

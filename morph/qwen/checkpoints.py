@@ -45,7 +45,6 @@ def is_hub_id(source: str) -> bool:
 
 
 def fetch_command(repo_id: str, target: Path | str) -> str:
-    """The command that fetches a checkpoint into `target` on a machine with network access."""
     return f"hf download {repo_id} --local-dir {target}"
 
 
@@ -98,8 +97,7 @@ def check_source(source: str, search_dirs: list[Path] = ()) -> Path | None:
 
 
 def locate_checkpoint(source: str, search_dirs: list[Path] = (), download_dir: Path | None = None) -> Path:
-    """A complete local checkpoint folder for `source`: check_source's, else for a hub id the Hugging Face cache's
-    whole copy, else a download into `download_dir/<name>` (or the cache)."""
+    """A complete checkpoint folder for `source`: check_source's, the HF cache's, else a download to `download_dir`."""
     source = str(source).strip()
     local = check_source(source, search_dirs)
     if local is not None:

@@ -1,9 +1,8 @@
-"""Run qwen-tts 0.1.1 (written against transformers 4.57.3) on transformers 5.x, without editing site-packages: use
-``import_qwen_tts()`` instead of ``import qwen_tts``. Each shim (morph/qwen/compat_qwen_tts.py) is feature-detected
-and applied only where the installed transformers needs it: none on 4.57.x. Run tests/morph/qwen/test_compat*.py
-under a new transformers release before allowing it; delete the shims once a qwen-tts release supports 5.x itself.
-Not shimmed, on purpose: from 5.3 Mimi honours ``sliding_window`` (10 s at 12 Hz) under sdpa, as 4.57 did only under
-flash-attention-2, so reference audio longer than 10 s encodes differently from 4.57.3."""
+"""Run qwen-tts 0.1.1 (written for transformers 4.57.3) on transformers 5.x without editing site-packages: call
+``import_qwen_tts()``, never ``import qwen_tts``. Each shim (compat_qwen_tts.py) is feature-detected and applied only
+where the installed transformers needs it (none on 4.57.x); test a new release with tests/morph/qwen/test_compat*.py
+before allowing it, and delete the shims once qwen-tts supports 5.x. Not shimmed, on purpose: from 5.3 Mimi honours
+``sliding_window`` under sdpa, as 4.57 did only under flash-attention-2, so audio over 10 s encodes differently."""
 
 from __future__ import annotations
 
@@ -13,14 +12,15 @@ import importlib.util
 import logging
 import sys
 import types
+from importlib import metadata
+from pathlib import Path
 
 from .quiet import quiet_third_party
 
 logger = logging.getLogger(__name__)
 
-# What `import qwen_tts` needs (pip names = import names). sox, onnxruntime and einops are only imported because
-# qwen_tts/__init__ imports the 25 Hz tokenizer; 12 Hz models never call them. So is torchaudio, which
-# _without_torchaudio() stands in for when it is missing or broken.
+# What `import qwen_tts` needs (pip names = import names): sox, onnxruntime and einops only because qwen_tts/__init__
+# imports the 25 Hz tokenizer, which 12 Hz models never call; torchaudio too, for which _without_torchaudio() stands in.
 _IMPORT_DEPS = ("transformers", "huggingface_hub", "numpy", "librosa", "soundfile", "sox", "onnxruntime", "einops")
 _KALDI = "torchaudio.compliance.kaldi"  # the one torchaudio module qwen-tts imports (25 Hz tokenizer)
 
@@ -38,7 +38,6 @@ def _apply(shims: dict) -> list[str]:
 
 
 def _log(new: list[str]) -> None:
-    """One line the first time, then only when something new was applied."""
     global _logged
     if _logged and not new:
         return
@@ -76,8 +75,7 @@ def _without_torchaudio():
                           "pack runs 12 Hz models only")
 
     names = ("torchaudio", "torchaudio.compliance", _KALDI)
-    # a torchaudio that imported but whose kaldi module fails keeps its own modules; the import finds ours
-    # in sys.modules below them
+    # a torchaudio that imports but whose kaldi fails keeps its own modules; the import finds our kaldi in sys.modules
     stand_ins = {name: types.ModuleType(name) for name in names if name not in sys.modules}
     for name, module in stand_ins.items():
         module.__path__ = []  # a package, so that its submodule's import is found in sys.modules
@@ -114,9 +112,6 @@ def _import_advice(exc: ImportError) -> str:
 def _check_origin(qwen_tts) -> None:
     """Refuse any qwen_tts but the installed qwen-tts 0.1.1: another pack (ComfyUI-Qwen-TTS) may have imported its
     own modified copy first, and the pack's exactness and shims hold for 0.1.1 alone. Raises ImportError."""
-    from importlib import metadata
-    from pathlib import Path
-
     got = Path(getattr(qwen_tts, "__file__", None) or "?").resolve().parent
     try:
         dist = metadata.distribution("qwen-tts")
@@ -137,8 +132,7 @@ def _check_origin(qwen_tts) -> None:
 
 
 def import_qwen_tts():
-    """Apply the compat shims, import qwen_tts, patch its classes, and return the module. Raises ImportError that
-    names the fix: the packages to install, or the other pack whose copy of qwen_tts was imported."""
+    """qwen_tts, compat-shimmed; an ImportError names the fix: what to install, or the pack whose copy was imported."""
     from . import compat_qwen_tts  # imported here: its shims load transformers
 
     # Before the first import: check_model_inputs is used as a decorator while qwen-tts's classes are defined.

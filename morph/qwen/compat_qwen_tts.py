@@ -12,12 +12,12 @@ patch qwen-tts's own classes and globals, which nothing else sees. Each, with th
   cache_position      5.4+   generate stopped passing it; the talker's multimodal RoPE positions key on it.
   mimi_properties     5.21+  ``upsample``/``decoder_transformer`` became read-only; qwen-tts's encoder sets None.
   output_cache        5.24+  outputs' past_key_values became cache: qwen-tts's get that field, with a silent alias.
-  forward_cache       5.24+  generate passes cache=, which qwen-tts's forward ignored: an empty cache each step.
-"""
+  forward_cache       5.24+  generate passes cache=, which qwen-tts's forward ignored: an empty cache each step."""
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import importlib.util
 import inspect
@@ -88,8 +88,7 @@ def _shim_check_model_inputs() -> bool:
 
 
 def restore_check_model_inputs() -> None:
-    """Give transformers its own check_model_inputs back once qwen-tts's classes are defined: qwen-tts read the name
-    at import, so its modules keep the wrapper and other packs see transformers unchanged."""
+    """Give transformers its check_model_inputs back once qwen-tts's classes (which keep the wrapper) are defined."""
     from transformers.utils import generic
 
     while _rebound:
@@ -316,22 +315,18 @@ def alias_past_key_values(output):
 def with_cache_field(output):
     """A copy of a qwen-tts output dataclass whose ``past_key_values`` field is named ``cache``, in the same place,
     as 5.24 renamed it in transformers' own outputs; ``past_key_values`` stays an alias."""
-    from dataclasses import MISSING, dataclass, fields
-
-    annotations = {("cache" if f.name == "past_key_values" else f.name): f.type for f in fields(output)}
-    defaults = {("cache" if f.name == "past_key_values" else f.name): f.default for f in fields(output)
-                if f.default is not MISSING}
+    annotations = {("cache" if f.name == "past_key_values" else f.name): f.type for f in dataclasses.fields(output)}
+    defaults = {("cache" if f.name == "past_key_values" else f.name): f.default for f in dataclasses.fields(output)
+                if f.default is not dataclasses.MISSING}
     namespace = {"__module__": output.__module__, "__qualname__": output.__qualname__, "__doc__": output.__doc__,
                  "__annotations__": annotations, **defaults}
-    return alias_past_key_values(dataclass(type(output)(output.__name__, output.__bases__, namespace)))
+    return alias_past_key_values(dataclasses.dataclass(type(output)(output.__name__, output.__bases__, namespace)))
 
 
 def _shim_output_cache() -> bool:
-    from dataclasses import dataclass, fields
-
     from transformers.modeling_outputs import BaseModelOutputWithPast
 
-    if "cache" not in {f.name for f in fields(BaseModelOutputWithPast)}:
+    if "cache" not in {f.name for f in dataclasses.fields(BaseModelOutputWithPast)}:
         return False
     done = False
     for name in (_MODELS, _TOKENIZER_12HZ):
@@ -343,7 +338,7 @@ def _shim_output_cache() -> bool:
                 continue
             if output is BaseModelOutputWithPast:  # transformers' own, already with `cache`: a subclass for qwen-tts
                 namespace = {"__module__": name, "__qualname__": attr, "__doc__": output.__doc__}
-                replacement = alias_past_key_values(dataclass(type(output)(attr, (output,), namespace)))
+                replacement = alias_past_key_values(dataclasses.dataclass(type(output)(attr, (output,), namespace)))
             else:
                 replacement = with_cache_field(output)
             # qwen-tts looks these names up in its module globals each time it builds an output

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from pathlib import Path
 
 import torch
 
+from .compat import import_qwen_tts
 from .quiet import no_loading_bars, quiet_third_party
 
 log = logging.getLogger(__name__)
@@ -67,8 +69,6 @@ def resolve_load(device: str, dtype: str, attention: str) -> tuple[torch.device,
 
 def checkpoint_config(folder: Path) -> dict:
     """A checkpoint folder's config.json: what the model is, known without loading its weights."""
-    import json
-
     try:
         return json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -78,8 +78,6 @@ def checkpoint_config(folder: Path) -> dict:
 
 def load_qwen_tts(folder: Path, device: torch.device, dtype: torch.dtype, attention: str, progress_bars: bool = False):
     """Load a checkpoint folder with qwen-tts, its failures as clear messages."""
-    from .compat import import_qwen_tts
-
     qwen_tts = import_qwen_tts()
     log.info("Qwen3-TTS attention: %s", attention)  # said here, once a load: resolve_load also runs without one
     try:
