@@ -31,7 +31,8 @@ def _views_of(fused: torch.Tensor | None, linears: list[torch.nn.Linear]) -> boo
     return start == fused.shape[0]
 
 
-def _unfuse(linears: list[torch.nn.Linear]) -> None:
+def unfuse(linears: list[torch.nn.Linear]) -> None:
+    """Give each module its own copy of its weight again (undoes _fuse and a Predictor's stacking)."""
     with torch.inference_mode(False), torch.no_grad():
         for m in linears:
             m.weight = torch.nn.Parameter(m.weight.detach().clone(), requires_grad=False)
@@ -90,7 +91,7 @@ class FusedStack:
         for i, layer in enumerate(self.layers):
             if self._fused[i][0] is not None:
                 qkv, gu = self._groups(layer)
-                _unfuse(qkv)
-                _unfuse(gu)
+                unfuse(qkv)
+                unfuse(gu)
             self._fused[i] = (None, None)
         self.version += 1

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from . import lean
-from .fused_stack import FusedStack, _unfuse
+from .fused_stack import FusedStack, unfuse
 from ..settings import Sampling
 from .sampling import Noise, pick, torch_noise
 
@@ -159,7 +159,7 @@ class Predictor:
         self._states.clear()
         for stacked, modules in ((self._stacked, self.cp.lm_head), (self._stacked_emb, self.cp.model.codec_embedding)):
             if stacked is not None:
-                _unfuse(modules)
+                unfuse(modules)
         if self._stack is not None:
             self._stack.release()
         self._stacked, self._stacked_emb, self._stack = None, None, None

@@ -1,7 +1,8 @@
 """Continuous batching: a row that ends gives its slot to the next line at once, so no row waits for the longest. Rows
 share the cache position P, which the frame step advances. A row joins at P: its prompt is prefilled into slots
 P-L..P-1, its bound `pads` hides the slots below from attention, its rotary positions count from its own prompt and its
-frame limit is the slot `stop`. A joining group that would pass the capacity first moves every live row's slots down."""
+frame limit is the slot `stop`. A joining group that would pass the capacity first moves every live row's slots down.
+The scheduler decides slots, admission, preemption and width; this module turns them into tensors and runs the frames."""
 
 from __future__ import annotations
 

@@ -124,14 +124,14 @@ def test_release_frees_each_layers_fused_weights_before_copying_the_next(tiny_tt
     stack = FusedStack(model.layers, model.norm, model.config)
     stack.weights()
     fused = [weakref.ref(t) for pair in stack._fused for t in pair]
-    unfuse, calls = fused_stack._unfuse, []
+    unfuse, calls = fused_stack.unfuse, []
 
     def unfuse_one(linears):
         gc.collect()
         calls.append(sum(ref() is not None for ref in fused))
         unfuse(linears)
 
-    monkeypatch.setattr(fused_stack, "_unfuse", unfuse_one)
+    monkeypatch.setattr(fused_stack, "unfuse", unfuse_one)
     stack.release()
     gc.collect()
     # before layer i's qkv and gate/up are copied, layer i's two tensors and the later layers' are all that live
