@@ -48,7 +48,8 @@ class BatchTTS:
                on_chunk: OnChunk | None = None, kv_cache_bytes: int | None = None) -> list[np.ndarray]:
         """Speak every line, `batch_size` rows at a time (all when None): each line's float32 24 kHz audio, in order.
         on_line(i, audio) when line i is whole (kept if a later row fails); on_step(done, total) in frame slots each
-        step and at the end (what it raises stops the render); on_chunk(i, audio) as it is made (eager: whole)."""
+        step and at the end (what it raises stops the render); on_chunk(i, audio) as it is made (eager: whole);
+        kv_cache_bytes: a K/V pool of that size (not eager)."""
         results, frames = self.frames(lines, settings, batch_size, on_step, on_line, who, split_long_text, sort, labels,
                                       words, on_chunk, kv_cache_bytes)
         for _ in frames:
