@@ -50,7 +50,8 @@ class Arena:
         self.tokens = tokens
         self.embeds = torch.zeros(tokens * hidden, dtype=embeds.dtype, device=device)
         self.mask = torch.zeros(tokens, dtype=mask.dtype, device=device)
-        self.kv = [tuple(torch.zeros(tokens * d.kv_size, dtype=embeds.dtype, device=device) for _ in "kv")
+        self.kv = [(torch.zeros(tokens * d.kv_size, dtype=embeds.dtype, device=device),
+                    torch.zeros(tokens * d.kv_size, dtype=embeds.dtype, device=device))
                    for _ in range(loop.config.num_hidden_layers)]
         head, norm = t.codec_head.weight, t.model.norm.weight
         self.logits = torch.zeros(rows * head.shape[0], dtype=head.dtype, device=device)
