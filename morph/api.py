@@ -14,7 +14,7 @@ import torch
 from .codec.layers import LeanCodec
 from .config import ModelConfig
 from .decode.prefill_graphs import largest_first, voice_shapes
-from .engine.runner import WARM_FRAMES, longest_line, warm_lines, warm_prefills
+from .engine.runner import WARM_FRAMES, ready_lines, warm_lines, warm_prefills
 from .reference.patch import MorphPatch
 from .lines.reference_audio import MAX_TRANSCRIPT_CHARS_PER_SECOND, prepare_reference
 from .lines.words import FOR_PYTHON, Words
@@ -98,7 +98,7 @@ class MorphTTS:
                  "Triton compiles the kernels, about a minute)", who, width, extra={"status": True})
         self.release_device_state()
         start = time.perf_counter()
-        _WarmUp(self).render(warm_lines(self, width - 1) + [longest_line(self)], batch_size=width, who=who)
+        _WarmUp(self).render(ready_lines(self, width), batch_size=width, who=who)
         self.ready_width = width
         if self.variant == "base":  # an x-vector voice's rows prefill its markup alone, whatever their text
             self._prefills_ready(warm_lines(self, 1)[0].voice)

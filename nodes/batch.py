@@ -156,7 +156,8 @@ class RenderLines:
 
             def prepare(rendering: list[Line]):
                 return model.ready(working_memory(model.tts, [(line.text, line.voice) for line in rendering],
-                                                  settings, int(batch_size), device=model.load_device))
+                                                  settings, int(batch_size), device=model.load_device),
+                                   int(batch_size), who)
 
             with store:  # one job at a time writes filename_prefix
                 job = ScriptJob(parsed, lines, store, context, rerun=RERUN)

@@ -107,7 +107,7 @@ def run_generation(model, generate, who: str, settings: GenerationSettings, text
     services.check_interrupt()
     with services.messages_on_node():
         tts = model.ready(working_memory(model.tts, [(str(text), voice)], settings, instruct=str(instruct),
-                                         device=model.load_device))
+                                         device=model.load_device), who=who)
         wav = generate(tts, services.step_callback())
     return to_audio(wav, SAMPLE_RATE)
 

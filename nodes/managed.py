@@ -9,6 +9,9 @@ from typing import Callable
 
 import torch
 
+from ..morph.memory import replays_graphs, working_memory
+from ..morph.settings import GenerationSettings
+
 
 class TTSWeights(torch.nn.Module):
     """Every weight of one loaded model, as one module ComfyUI's memory manager can move.
@@ -56,15 +59,26 @@ class ManagedModel:
     def source(self) -> str:
         return self.tts.source
 
-    def ready(self, memory_required: int = 0):
-        """The engine, with its weights on the load device and, under ComfyUI, `memory_required` bytes of
-        working memory free beside them (morph.memory.working_memory estimates a run's)."""
+    def ready(self, memory_required: int = 0, width: int = 1, who: str = "Qwen3-TTS"):
+        """The engine, with its weights on the load device and, under ComfyUI, `memory_required` bytes of working
+        memory free beside them (morph.memory.working_memory estimates a run's). An engine not ready for batches of
+        `width` rows (just loaded, wider runs asked for, or its state released by an offload) is made ready first,
+        its short render declared too, so that the run itself compiles and captures nothing."""
+        readying = (self.tts.ready_width or 0) < width and replays_graphs(self.tts, self.load_device)
+        if readying:
+            from ..morph.engine.runner import ready_lines  # the decode path loads with a model, not with the nodes
+
+            lines = [(line.text, line.voice) for line in ready_lines(self.tts, width)]
+            memory_required = max(memory_required, working_memory(self.tts, lines, GenerationSettings(), width,
+                                                                  device=self.load_device))
         if self.patcher is not None:
             # force_full_load: the engine's modules are plain torch modules, which cannot run
             # split across devices (ComfyUI's partial loading is for its own cast-on-the-fly ops).
             self.model_management.load_models_gpu([self.patcher], memory_required=int(memory_required),
                                                     force_full_load=True)
             self.tts.to(self.load_device)
+        if readying:
+            self.tts.ready(width, who)
         return self.tts
 
     def __repr__(self) -> str:

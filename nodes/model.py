@@ -71,12 +71,12 @@ class LoadModel:
             if device != "auto":
                 resolve_device(device)  # refuses a device this machine lacks, before anything loads
             with services.messages_on_node():
-                return self._load(model, dtype, attention, device, speed_mode, where)
+                return self._load(model, dtype, attention, device, speed_mode, where, who)
         except Exception as e:
             raise prefixed(e, who) from e
 
     @staticmethod
-    def _load(model, dtype, attention, device, speed_mode, where):
+    def _load(model, dtype, attention, device, speed_mode, where, who):
         from ..morph.decode.runner import device_note
         from ..morph.api import MorphTTS  # the decode path and its kernels load when a model does
 
@@ -89,4 +89,6 @@ class LoadModel:
         # the precision and kernel meant for the load device: before each run ComfyUI frees room for it and moves it
         tts = MorphTTS.load(model, device=str(target), dtype=dtype, attention=attention, mode=speed_mode,
                             place_on=offload_device, **where)
-        return (services.manage(tts, offload_device),)
+        managed = services.manage(tts, offload_device)
+        managed.ready(who=who)  # Triton's compiles and one row's captures happen here, said on the node, not in a run
+        return (managed,)

@@ -45,7 +45,7 @@ class VoicePrompt:
             raise ValueError(f"{who}: audio is not a ComfyUI AUDIO; connect Load Audio (or another audio output)")
         services.check_interrupt()
         with services.messages_on_node():
-            tts = model.ready()
+            tts = model.ready(who=who)
             voice = tts.make_voice(audio["waveform"], int(audio["sample_rate"]), transcript=transcript,
                                    x_vector_only=bool(x_vector_only), who=who, words=FOR_NODES)
         return (voice,)

@@ -272,6 +272,11 @@ def longest_line(tts) -> Line:
     return Line(text, voice)
 
 
+def ready_lines(tts, width: int) -> list[Line]:
+    """MorphTTS.ready's render of `width` rows: the short run's lines and the longest row."""
+    return warm_lines(tts, width - 1) + [longest_line(tts)]
+
+
 def warm_prefills(tts, shapes: list[tuple[int, int]]) -> None:
     """(on the thread that owns the model) Capture the prefill buckets `shapes` (rows, tokens), as a join would."""
     loop = tts.patch.loop

@@ -142,6 +142,43 @@ def test_each_generation_loads_through_comfyui_and_unload_models_offloads(nodes,
     assert events[1:3] == [("load", True), ("to", torch.device("cpu"))]
 
 
+def test_the_engine_is_made_ready_at_load_for_wider_runs_and_after_an_offload(nodes, comfy, comfy_models, base_voice,
+                                                                              managed, pack, monkeypatch):
+    api, memory = (sys.modules[f"{pack.__name__}.morph.{name}"] for name in ("api", "memory"))
+    readied = []
+
+    def spy_ready(tts, width, who):  # what MorphTTS.ready leaves where graphs replay (off CUDA it does nothing)
+        readied.append((width, who, len(comfy.loads)))
+        tts.ready_width = width
+
+    monkeypatch.setattr(api.MorphTTS, "ready", spy_ready)
+    monkeypatch.setattr(managed, "replays_graphs", lambda tts, device=None: True)
+    handle = load_under_comfy(nodes)
+    assert readied == [(1, "Qwen3-TTS Load Model", 1)], "at load, for one row, once ComfyUI has loaded the weights"
+    lines = [(line.text, line.voice) for line in sys.modules[f"{pack.__name__}.morph.engine.runner"].ready_lines(
+        handle.tts, 3)]
+    ready_need = memory.working_memory(handle.tts, lines, memory.GenerationSettings(), 3, device=handle.load_device)
+    bank = nodes["Qwen3TTSMorphVoiceBank"]().add("Alice", base_voice)[0]
+
+    def render(batch_size):
+        nodes["Qwen3TTSMorphRenderLines"]().render(
+            model=handle, bank=bank, script="Alice: One.\nAlice: Two.", batch_size=batch_size, batching="continuous",
+            pause_seconds=0.0, smoothing=False, resume=False, filename_prefix="ready/take",
+            **gen_options(max_new_tokens=2))
+
+    nodes[VC]().generate(model=handle, voice=base_voice, text="One row.", **gen_options(max_new_tokens=2))
+    render(3)
+    assert readied[1:] == [(3, "Qwen3-TTS Render Lines", 3)], "a wider run readies first, its render declared"
+    assert comfy.loads[-1]["memory_required"] >= ready_need
+    render(2)
+    nodes[VC]().generate(model=handle, voice=base_voice, text="One row.", **gen_options(max_new_tokens=2))
+    assert len(readied) == 2, "runs the engine is ready for ready nothing"
+    comfy.modules["comfy.model_management"].unload_all_models()
+    assert handle.tts.ready_width is None
+    nodes[VC]().generate(model=handle, voice=base_voice, text="One row.", **gen_options(max_new_tokens=2))
+    assert readied[2:] == [(1, "Qwen3-TTS Generate (Voice Clone)", 6)], "an offload released it: ready again"
+
+
 def test_devices_are_named_as_comfyui_names_them(services, comfy):
     comfy.device, comfy.offload = torch.device("cuda", 1), torch.device("cuda", 1)  # e.g. --highvram
     assert services.choose_devices("auto") == ("cuda:1", "cuda:1")

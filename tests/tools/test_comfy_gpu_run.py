@@ -274,3 +274,13 @@ def test_a_file_changed_after_staging_is_named_against_the_staged_commit(tmp_pat
     assert changed_since_staging(listing, tmp_path) == []
     (tmp_path / "morph" / "b.py").write_text("# b.py, committed after staging\n")
     assert changed_since_staging(listing, tmp_path) == ["morph/b.py"]
+
+
+def test_a_batch_size_given_twice_is_rendered_twice_not_read_from_comfyuis_cache():
+    wt = SimpleNamespace(ui_to_api=lambda wf, info: {"5": {"class_type": "Qwen3TTSMorphRenderLines", "inputs": {}},
+                                                     "6": {"class_type": "Qwen3TTSMorphVoiceBank",
+                                                           "inputs": {"name": "A"}}})
+    ui = {"dialogue": {"nodes": [{"type": "Qwen3TTSMorphRenderLines"}]}}
+    first, again = (runs.lines_prompt(ui, {}, wt, 4, 64, job)["5"]["inputs"] for job in (0, 1))
+    assert first["batch_size"] == again["batch_size"] == 64
+    assert first["seed"] != again["seed"] and first["filename_prefix"] != again["filename_prefix"]

@@ -72,9 +72,10 @@ def workflow_with(ui: dict, info: dict, wt, node_type: str) -> dict | None:
                 None)
 
 
-def lines_prompt(ui: dict, info: dict, wt, lines: int, batch_size: int) -> dict | None:
+def lines_prompt(ui: dict, info: dict, wt, lines: int, batch_size: int, job: int = 0) -> dict | None:
     """The dialogue workflow's graph with a Render Lines script of `lines` lines in batches of `batch_size` (its
-    retired `batching` left as the workflow has it: the speed mode decides how a render batches)."""
+    retired `batching` left as the workflow has it: the speed mode decides how a render batches); the `job`-th of a
+    run has a seed of its own, so that ComfyUI renders a batch size given twice again rather than from its cache."""
     base = workflow_with(ui, info, wt, "Qwen3TTSMorphRenderLines")
     if base is None:
         return None
@@ -82,15 +83,16 @@ def lines_prompt(ui: dict, info: dict, wt, lines: int, batch_size: int) -> dict 
     names = [n["inputs"]["name"] for _, n in find(prompt, "Qwen3TTSMorphVoiceBank")]
     for _, node in find(prompt, "Qwen3TTSMorphRenderLines"):
         node["inputs"].update(script=script_of(names, lines), batch_size=batch_size,
-                              filename_prefix=f"comfy_gpu_run/lines_b{batch_size}", seed=7, resume=False)
+                              filename_prefix=f"comfy_gpu_run/lines{job}_b{batch_size}", seed=7 + job,
+                              resume=False)
     return prompt
 
 
 def render_lines(server: Server, ui: dict, info: dict, wt, args) -> list[dict]:
     """A Render Lines job of --lines lines at each of --batch-sizes, from the dialogue workflow's graph."""
     jobs = []
-    for size in args.batch_sizes:
-        prompt = lines_prompt(ui, info, wt, args.lines, size)
+    for job, size in enumerate(args.batch_sizes):
+        prompt = lines_prompt(ui, info, wt, args.lines, size, job)
         if prompt is None or budget(args) < 30:
             jobs.append({"status": "skipped", "lines": args.lines, "batch_size": size,
                          "reason": "deadline" if prompt else "no Render Lines workflow"})
