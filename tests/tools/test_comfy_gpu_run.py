@@ -243,7 +243,7 @@ def test_the_run_fails_when_our_model_comes_back_with_another_take():
     assert not report.passed({**ok, "eviction": {"ok": False, "variants": {}}})
 
 
-def test_a_partial_unload_is_an_eviction_and_a_complete_load_brings_ours_back():
+def test_a_partial_or_whole_unload_is_an_eviction_and_a_complete_load_brings_ours_back():
     from tools.comfy_gpu import eviction
 
     # the lines ComfyUI 0.33.0 wrote on an H100 (bench/results/h100-2026-11-23b/comfyui-0.33-gpu)
@@ -251,9 +251,14 @@ def test_a_partial_unload_is_an_eviction_and_a_complete_load_brings_ours_back():
               "18.00 MB buffer reserved, lowvram patches: 0", "loaded completely;  4102.99 MB loaded, full load: True"]
     again = ["Unloaded partially: 1372.46 MB freed, 2762.65 MB remains loaded, 24.01 MB buffer reserved, lowvram "
              "patches: 0", "loaded completely;  2191.76 MB loaded, full load: True"]
-    assert eviction.judged(second, again) == {"evicted": True, "loaded_back": True}
-    assert eviction.judged(second[:1] + second[2:], again[1:]) == {"evicted": False, "loaded_back": True}
-    assert eviction.judged(["0 models unloaded."], [])["evicted"] is False
+    both = [2332038554, 4336096802]  # the two checkpoints' bytes: 6,352 MiB
+    assert eviction.judged(second, again, 6000.0, both) == {"evicted": True, "loaded_back": True}
+    assert eviction.judged(second[:1] + second[2:], again[1:], 6400.0, both) == {"evicted": False,
+                                                                                 "loaded_back": True}
+    assert eviction.judged(["0 models unloaded."], [], None, both)["evicted"] is False
+    # a whole unload logs nothing at ComfyUI's default level: less in use than both models' weights says it
+    # (ComfyUI 0.33.0 on an H200, bench/results/h200x2-2026-11-30c: 4,791 MiB in use with the second model's run)
+    assert eviction.judged(second[:1] + second[2:], [], 4791.1, both)["evicted"] is True
 
 
 def test_a_file_changed_after_staging_is_named_against_the_staged_commit(tmp_path):
@@ -284,3 +289,11 @@ def test_a_batch_size_given_twice_is_rendered_twice_not_read_from_comfyuis_cache
     first, again = (runs.lines_prompt(ui, {}, wt, 4, 64, job)["5"]["inputs"] for job in (0, 1))
     assert first["batch_size"] == again["batch_size"] == 64
     assert first["seed"] != again["seed"] and first["filename_prefix"] != again["filename_prefix"]
+
+
+def test_unload_is_read_once_torchs_active_memory_has_settled_too(monkeypatch):
+    # under cudaMallocAsync the reserve and the process stay put while ComfyUI is still moving models off
+    readings = iter([{"process_mib": 9, "torch_reserved_mib": 8, "torch_active_mib": a} for a in (5, 3, 1, 1)])
+    monkeypatch.setattr(server, "vram", lambda comfy, pid, cpu: next(readings))
+    monkeypatch.setattr(server.time, "sleep", lambda seconds: None)
+    assert server.settle_vram(None, 1, False)["torch_active_mib"] == 1

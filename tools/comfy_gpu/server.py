@@ -234,14 +234,15 @@ def vram(server: Server, pid: int | None, cpu: bool) -> dict:
 def settle_vram(server: Server, pid, cpu: bool, seconds: float = 30.0, grace: float = 3.0) -> dict:
     """The reading once "Unload models" has taken effect. ComfyUI's prompt worker unloads asynchronously
     (it moves the weights to the CPU, collects garbage and empties the cache, about a second for 2 GB) and
-    says nothing when done, so wait `grace` seconds first, then until two readings 1 s apart agree."""
+    says nothing when done, so wait `grace` seconds first, then until two readings 1 s apart agree, torch's
+    active bytes included: under cudaMallocAsync the reserve stays put while models are still being moved."""
     time.sleep(grace)
     last = vram(server, pid, cpu)
     deadline = time.time() + seconds
     while time.time() < deadline:
         time.sleep(1.0)
         now = vram(server, pid, cpu)
-        if now.get("process_mib") == last.get("process_mib") and now.get("torch_reserved_mib") == last.get("torch_reserved_mib"):
+        if all(now.get(k) == last.get(k) for k in ("process_mib", "torch_reserved_mib", "torch_active_mib")):
             return now
         last = now
     return last
