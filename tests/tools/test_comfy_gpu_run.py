@@ -251,13 +251,13 @@ def test_a_partial_or_whole_unload_is_an_eviction_and_a_complete_load_brings_our
               "18.00 MB buffer reserved, lowvram patches: 0", "loaded completely;  4102.99 MB loaded, full load: True"]
     again = ["Unloaded partially: 1372.46 MB freed, 2762.65 MB remains loaded, 24.01 MB buffer reserved, lowvram "
              "patches: 0", "loaded completely;  2191.76 MB loaded, full load: True"]
-    both = [2332038554, 4336096802]  # the two checkpoints' bytes: 6,352 MiB
+    both = [2332038554, 4336096802]  # the two checkpoints' bytes: 6,359 MiB
     assert eviction.judged(second, again, 6000.0, both) == {"evicted": True, "loaded_back": True}
     assert eviction.judged(second[:1] + second[2:], again[1:], 6400.0, both) == {"evicted": False,
                                                                                  "loaded_back": True}
     assert eviction.judged(["0 models unloaded."], [], None, both)["evicted"] is False
     # a whole unload logs nothing at ComfyUI's default level: less in use than both models' weights says it
-    # (ComfyUI 0.33.0 on an H200, bench/results/h200x2-2026-11-30c: 4,791 MiB in use with the second model's run)
+    # (ComfyUI 0.33.0 on an H200, bench/results/h200-2026-11-30c: 4,791 MiB in use with the second model's run)
     assert eviction.judged(second[:1] + second[2:], [], 4791.1, both)["evicted"] is True
 
 
