@@ -36,10 +36,11 @@ class ManagedModel:
     Under ComfyUI (its comfy.model_patcher and comfy.model_management modules given, by
     services.manage) the weights are wrapped in a ModelPatcher. `ready()` asks ComfyUI to load
     them on the load device (freeing other models first if VRAM is short), then syncs the
-    engine's device fields. When ComfyUI offloads the model ("Unload models", or to make room),
-    the detach callback syncs the engine to the offload device. Without ComfyUI it is a plain
-    holder and `ready()` returns the engine as it is. No module-level cache holds it: when
-    ComfyUI drops the node's output, the model is freed.
+    engine's device fields and gets the engine ready for the rows asked. When ComfyUI offloads
+    the model ("Unload models", or to make room), the detach callback syncs the engine to the
+    offload device and releases its state. Without ComfyUI there is no patcher, and `ready()`
+    only gets the engine ready. No module-level cache holds it: when ComfyUI drops the node's
+    output, the model is freed.
     """
 
     def __init__(self, tts, offload_device: str | None = None, model_patcher=None, model_management=None):
