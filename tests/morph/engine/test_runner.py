@@ -523,3 +523,6 @@ def test_the_engines_short_run_before_the_first_request_speaks_lines_the_model_t
                                       GenerationSettings(seed=0, max_new_tokens=continuous.WARM_FRAMES))
     assert len(audio) == 9 and all(len(a) for a in audio)
     assert tiny_tts.ready(8) is None and tiny_tts.held == 0
+    ready = continuous.ready_lines(tiny_tts, 9)  # what ready(9) renders, and ComfyUI is told it needs
+    assert [(line.text, line.voice.icl) for line in ready] == [(line.text, line.voice.icl) for line in lines + [longest]]
+    assert len(continuous.ready_lines(tiny_tts, 1)) == 1
