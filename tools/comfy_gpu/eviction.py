@@ -83,7 +83,11 @@ def eviction_test(cmd: list[str], comfy: Path, out: Path, args, clone: dict, des
     names = {"clone": find(clone, "Qwen3TTSMorphLoadModel")[0][1]["inputs"]["model"],
              "second": find(design, "Qwen3TTSMorphLoadModel")[0][1]["inputs"]["model"]}
     sizes = {k: folder_bytes(models / v.split("/")[-1]) for k, v in names.items()}
-    has_flag = "--disable-dynamic-vram" in (comfy / "comfy" / "cli_args.py").read_text()
+    cli_args = (comfy / "comfy" / "cli_args.py").read_text()
+    has_flag = "--disable-dynamic-vram" in cli_args
+    if "--cache-classic" in cli_args:
+        # its default RAM-pressure cache, on a machine with RAM to spare, answers step 3 with step 1's outputs
+        cmd = cmd + ["--cache-classic"]
     result = {"models": names, "model_bytes": sizes, "variants": {}}
     for variant, extra in (("defaults", []), ("disable_dynamic_vram", ["--disable-dynamic-vram"])):
         if extra and not has_flag:
@@ -106,9 +110,6 @@ def one_variant(cmd: list[str], comfy: Path, log_path: Path, args, clone: dict, 
         if not args.cpu:
             result.update(reserve_vram_gib=reserve_gib(vram_total, sizes), vram_total_gib=round(vram_total / GIB, 1))
             cmd = cmd + ["--reserve-vram", str(result["reserve_vram_gib"])]
-        if "--cache-classic" in (comfy / "comfy" / "cli_args.py").read_text():
-            # its default RAM-pressure cache, on a machine with RAM to spare, answers step 3 with step 1's outputs
-            cmd = cmd + ["--cache-classic"]
         result["server_cmd"] = " ".join(cmd[1:])
         server.start(cmd, comfy, log_path)
         pid = server.proc.pid
